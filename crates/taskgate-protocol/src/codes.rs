@@ -1,0 +1,20 @@
+//! JSON-RPC 2.0 error codes, and the ones MCP adds.
+
+/// Invalid JSON was received.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON sent is not a valid JSON-RPC message.
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist or is not available.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters.
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal JSON-RPC error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// MCP: the request needs a URL-mode elicitation first.
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+/// Implementation-defined server error: an upstream could not be reached or misbehaved.
+pub const UPSTREAM_UNAVAILABLE: i64 = -32001;
+/// Implementation-defined server error: the gateway is at a limit (queue full, process cap).
+pub const OVERLOADED: i64 = -32002;
+/// Implementation-defined server error: an upstream did not answer in time.
+pub const UPSTREAM_TIMEOUT: i64 = -32003;

@@ -1,0 +1,18 @@
+//! Wire types for taskgate: JSON-RPC 2.0 and the parts of MCP revision 2025-11-25 the gateway
+//! reads or writes. This crate depends on serde alone (architecture invariant 1).
+//!
+//! - [`jsonrpc`]: the envelope (requests, notifications, responses, errors) and its strict parser.
+//! - [`codes`]: JSON-RPC and MCP error codes.
+//! - [`mcp`]: method names, protocol versions, `_meta` keys, capabilities and typed views of the
+//!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
+//! - [`sse`]: Server-Sent Events framing, both directions.
+//!
+//! Messages pass through the gateway as [`serde_json::Value`]: typed views read what the gateway
+//! needs and everything else (unknown fields, `_meta` keys) survives untouched (invariant 5).
+
+pub mod codes;
+pub mod jsonrpc;
+pub mod mcp;
+pub mod sse;
+
+pub use jsonrpc::{ErrorObject, Message, MessageError, RequestId};

@@ -1,0 +1,228 @@
+//! MCP 2025-11-25: method names, protocol versions, `_meta` keys and typed views of the messages
+//! the gateway inspects. Views read from a [`Value`] and never reserialize it, so unknown fields
+//! pass through unchanged.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The revision the gateway speaks.
+pub const LATEST_PROTOCOL_VERSION: &str = "2025-11-25";
+/// Every revision the gateway accepts from clients, newest first.
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The revision assumed when an HTTP request carries no `MCP-Protocol-Version` and none was
+/// negotiated (basic/transports, "Protocol Version Header").
+pub const DEFAULT_NEGOTIATED_VERSION: &str = "2025-03-26";
+
+/// True when `version` is one the gateway accepts.
+pub fn is_supported_version(version: &str) -> bool {
+    SUPPORTED_PROTOCOL_VERSIONS.contains(&version)
+}
+
+/// Version negotiation (basic/lifecycle): the same version if supported, else the latest.
+pub fn negotiate_version(requested: &str) -> &'static str {
+    SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(LATEST_PROTOCOL_VERSION)
+}
+
+/// Method names.
+pub mod methods {
+    /// `initialize`
+    pub const INITIALIZE: &str = "initialize";
+    /// `notifications/initialized`
+    pub const INITIALIZED: &str = "notifications/initialized";
+    /// `ping`
+    pub const PING: &str = "ping";
+    /// `tools/list`
+    pub const TOOLS_LIST: &str = "tools/list";
+    /// `tools/call`
+    pub const TOOLS_CALL: &str = "tools/call";
+    /// `notifications/tools/list_changed`
+    pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
+    /// `notifications/progress`
+    pub const PROGRESS: &str = "notifications/progress";
+    /// `notifications/cancelled`
+    pub const CANCELLED: &str = "notifications/cancelled";
+    /// `notifications/message` (logging)
+    pub const LOG_MESSAGE: &str = "notifications/message";
+    /// `tasks/get`
+    pub const TASKS_GET: &str = "tasks/get";
+    /// `tasks/result`
+    pub const TASKS_RESULT: &str = "tasks/result";
+    /// `tasks/list`
+    pub const TASKS_LIST: &str = "tasks/list";
+    /// `tasks/cancel`
+    pub const TASKS_CANCEL: &str = "tasks/cancel";
+    /// `notifications/tasks/status`
+    pub const TASKS_STATUS: &str = "notifications/tasks/status";
+}
+
+/// `_meta` keys reserved by MCP.
+pub mod meta {
+    /// Associates a message with a task.
+    pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+    /// A string the host may hand the model at once while a task runs.
+    pub const MODEL_IMMEDIATE_RESPONSE: &str = "io.modelcontextprotocol/model-immediate-response";
+    /// The progress token of a request, inside `params._meta`.
+    pub const PROGRESS_TOKEN: &str = "progressToken";
+}
+
+/// `execution.taskSupport` of a tool (server/tools, basic/utilities/tasks "Tool-Level Negotiation").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskSupport {
+    /// The tool must not be invoked as a task (the default when absent).
+    #[default]
+    Forbidden,
+    /// The tool may be invoked as a task or as a normal request.
+    Optional,
+    /// The tool must be invoked as a task.
+    Required,
+}
+
+impl TaskSupport {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskSupport::Forbidden => "forbidden",
+            TaskSupport::Optional => "optional",
+            TaskSupport::Required => "required",
+        }
+    }
+}
+
+/// A typed view of a `Tool` from `tools/list`, with everything else kept in `rest`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolView {
+    /// The tool's name.
+    pub name: String,
+    /// `execution.taskSupport`, defaulting to forbidden.
+    pub task_support: TaskSupport,
+    /// The whole tool object as the upstream sent it.
+    pub raw: Map<String, Value>,
+}
+
+impl ToolView {
+    /// Reads a tool object; `None` if it is not an object with a string `name`.
+    pub fn from_value(value: Value) -> Option<ToolView> {
+        let Value::Object(raw) = value else { return None };
+        let name = raw.get("name")?.as_str()?.to_owned();
+        let task_support = raw
+            .get("execution")
+            .and_then(|e| e.get("taskSupport"))
+            .and_then(|t| serde_json::from_value(t.clone()).ok())
+            .unwrap_or_default();
+        Some(ToolView { name, task_support, raw })
+    }
+
+    /// The tool object with its name replaced, every other field untouched.
+    pub fn renamed(&self, name: &str) -> Value {
+        let mut raw = self.raw.clone();
+        raw.insert("name".into(), Value::from(name));
+        Value::Object(raw)
+    }
+}
+
+/// The parts of `initialize` params the gateway reads.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InitializeView {
+    /// The client's requested protocol version.
+    pub protocol_version: String,
+    /// The client's capabilities, passed through to upstream sessions.
+    pub capabilities: Value,
+    /// The client's implementation info.
+    pub client_info: Value,
+}
+
+impl InitializeView {
+    /// Reads `initialize` params, returning the -32602 message when they are malformed.
+    pub fn from_params(params: Option<&Value>) -> Result<InitializeView, String> {
+        let params = params.ok_or("initialize needs params {protocolVersion, capabilities, clientInfo}")?;
+        let protocol_version = params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or("initialize params need a string \"protocolVersion\"")?
+            .to_owned();
+        let capabilities = match params.get("capabilities") {
+            Some(c @ Value::Object(_)) => c.clone(),
+            Some(_) => return Err("\"capabilities\" must be an object".into()),
+            None => return Err("initialize params need \"capabilities\"".into()),
+        };
+        let client_info = match params.get("clientInfo") {
+            Some(c @ Value::Object(_)) if c.get("name").is_some_and(Value::is_string) => c.clone(),
+            Some(_) => return Err("\"clientInfo\" must be an object with a string \"name\"".into()),
+            None => return Err("initialize params need \"clientInfo\"".into()),
+        };
+        Ok(InitializeView { protocol_version, capabilities, client_info })
+    }
+}
+
+/// True when a server's capabilities declare `tasks.requests.tools.call`.
+pub fn declares_task_tool_calls(server_capabilities: &Value) -> bool {
+    server_capabilities
+        .pointer("/tasks/requests/tools/call")
+        .is_some_and(Value::is_object)
+}
+
+/// The `params._meta.progressToken` of a request, if any.
+pub fn progress_token(params: Option<&Value>) -> Option<&Value> {
+    params?.get("_meta")?.get(meta::PROGRESS_TOKEN)
+}
+
+/// The `cursor` of a paginated request: `Ok(None)` when absent, `Err` when not a string.
+pub fn cursor(params: Option<&Value>) -> Result<Option<&str>, String> {
+    match params.and_then(|p| p.get("cursor")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err("\"cursor\" must be a string".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn negotiates_known_versions_and_falls_back_to_latest() {
+        assert_eq!(negotiate_version("2025-06-18"), "2025-06-18");
+        assert_eq!(negotiate_version("2025-03-26"), "2025-03-26");
+        assert_eq!(negotiate_version("2024-11-05"), LATEST_PROTOCOL_VERSION);
+        assert_eq!(negotiate_version("1.0.0"), LATEST_PROTOCOL_VERSION);
+    }
+
+    #[test]
+    fn tool_view_keeps_unknown_fields_when_renamed() {
+        let tool = json!({"name":"add","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"},
+            "x-vendor":1,"_meta":{"a/b":2}});
+        let view = ToolView::from_value(tool.clone()).unwrap();
+        assert_eq!(view.task_support, TaskSupport::Optional);
+        let mut expected = tool;
+        expected["name"] = json!("demo__add");
+        assert_eq!(view.renamed("demo__add"), expected);
+        assert!(ToolView::from_value(json!({"name":3})).is_none());
+        let plain = ToolView::from_value(json!({"name":"x"})).unwrap();
+        assert_eq!(plain.task_support, TaskSupport::Forbidden);
+    }
+
+    #[test]
+    fn initialize_view_explains_bad_params() {
+        assert!(InitializeView::from_params(None).is_err());
+        assert!(InitializeView::from_params(Some(&json!({"protocolVersion":1}))).is_err());
+        let ok = InitializeView::from_params(Some(&json!({"protocolVersion":"2025-11-25",
+            "capabilities":{},"clientInfo":{"name":"c","version":"1"}})))
+        .unwrap();
+        assert_eq!(ok.protocol_version, "2025-11-25");
+    }
+
+    #[test]
+    fn reads_task_capability_and_cursor() {
+        assert!(declares_task_tool_calls(&json!({"tasks":{"requests":{"tools":{"call":{}}}}})));
+        assert!(!declares_task_tool_calls(&json!({"tasks":{"list":{}}})));
+        assert_eq!(cursor(Some(&json!({"cursor":"c"}))), Ok(Some("c")));
+        assert!(cursor(Some(&json!({"cursor":5}))).is_err());
+        assert_eq!(cursor(None), Ok(None));
+    }
+}

@@ -1,0 +1,145 @@
+//! Server-Sent Events framing (the WHATWG event-stream format) for MCP messages: an encoder for
+//! the gateway's own streams and an incremental decoder for upstream streams.
+
+/// Encodes one SSE event carrying `data` (one JSON message, so it has no newlines) and an id.
+pub fn encode_event(id: Option<&str>, data: &str) -> String {
+    let mut out = String::with_capacity(data.len() + 32);
+    if let Some(id) = id {
+        out.push_str("id: ");
+        out.push_str(id);
+        out.push('\n');
+    }
+    out.push_str("event: message\n");
+    for line in data.split('\n') {
+        out.push_str("data: ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// One decoded event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Event {
+    /// The `event:` field, `message` when absent.
+    pub event: Option<String>,
+    /// The `id:` field.
+    pub id: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    /// The `retry:` field in milliseconds.
+    pub retry: Option<u64>,
+}
+
+/// Incremental decoder: feed bytes as they arrive, take complete events out.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buffer: Vec<u8>,
+    current: Event,
+    has_data: bool,
+    max_event_bytes: usize,
+}
+
+/// The decoder met an event larger than its bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventTooLarge(pub usize);
+
+impl Decoder {
+    /// A decoder that refuses events larger than `max_event_bytes`.
+    pub fn new(max_event_bytes: usize) -> Decoder {
+        Decoder { max_event_bytes, ..Decoder::default() }
+    }
+
+    /// Feeds bytes; returns the events they complete.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Event>, EventTooLarge> {
+        self.buffer.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        let mut start = 0;
+        while let Some(pos) = self.buffer[start..].iter().position(|b| *b == b'\n') {
+            let end = start + pos;
+            let mut line = &self.buffer[start..end];
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            let line = String::from_utf8_lossy(line).into_owned();
+            start = end + 1;
+            if let Some(event) = self.line(&line) {
+                events.push(event);
+            }
+        }
+        self.buffer.drain(..start);
+        if self.buffer.len() + self.current.data.len() > self.max_event_bytes {
+            return Err(EventTooLarge(self.max_event_bytes));
+        }
+        Ok(events)
+    }
+
+    fn line(&mut self, line: &str) -> Option<Event> {
+        if line.is_empty() {
+            let done = std::mem::take(&mut self.current);
+            let had = std::mem::replace(&mut self.has_data, false);
+            return had.then_some(done);
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                if self.has_data {
+                    self.current.data.push('\n');
+                }
+                self.current.data.push_str(value);
+                self.has_data = true;
+            }
+            "event" => self.current.event = Some(value.to_owned()),
+            "id" => self.current.id = Some(value.to_owned()),
+            "retry" => self.current.retry = value.parse().ok(),
+            _ => {}
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_across_chunk_boundaries() {
+        let mut d = Decoder::new(1 << 20);
+        let mut events = d.feed(b"id: 1\nda").unwrap();
+        assert!(events.is_empty());
+        events.extend(d.feed(b"ta: {\"a\":1}\r\n\r\n: comment\n\ndata: x\ndata: y\n\n").unwrap());
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].id.as_deref(), Some("1"));
+        assert_eq!(events[0].data, "{\"a\":1}");
+        assert_eq!(events[1].data, "x\ny");
+    }
+
+    #[test]
+    fn priming_event_with_empty_data_is_an_event() {
+        let mut d = Decoder::new(1024);
+        let events = d.feed(b"id: p\ndata: \n\n").unwrap();
+        assert_eq!(events, vec![Event { id: Some("p".into()), data: String::new(), ..Event::default() }]);
+    }
+
+    #[test]
+    fn refuses_oversized_events() {
+        let mut d = Decoder::new(8);
+        assert!(d.feed(b"data: 0123456789").is_err());
+    }
+
+    #[test]
+    fn encode_then_decode() {
+        let text = encode_event(Some("s-1"), "{\"jsonrpc\":\"2.0\"}");
+        let mut d = Decoder::new(1024);
+        let events = d.feed(text.as_bytes()).unwrap();
+        assert_eq!(events[0].data, "{\"jsonrpc\":\"2.0\"}");
+        assert_eq!(events[0].event.as_deref(), Some("message"));
+    }
+}
