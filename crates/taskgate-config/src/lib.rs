@@ -1,1 +1,474 @@
+//! taskgate configuration: the TOML schema, its defaults (all in [`defaults`]), environment
+//! overrides and a [`Config::validate`] that reports every problem at once with its location.
+//!
+//! See `config/taskgate.toml` for a documented example; a test loads it so it cannot rot.
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Default values, in one place.
+pub mod defaults {
+    /// Listen address of the front door.
+    pub const LISTEN: &str = "127.0.0.1:8080";
+    /// Largest accepted POST body.
+    pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+    /// Most client sessions open at once.
+    pub const MAX_SESSIONS: usize = 10_000;
+    /// Messages a session may have queued before new requests get 503.
+    pub const SESSION_MAILBOX: usize = 256;
+    /// Messages buffered per outbound SSE stream before the stream is considered stuck.
+    pub const STREAM_BUFFER: usize = 256;
+    /// Seconds to wait for an upstream response.
+    pub const UPSTREAM_TIMEOUT_SECS: u64 = 300;
+    /// Tool name separator between upstream and tool.
+    pub const SEPARATOR: &str = "__";
+    /// Tools per `tools/list` page.
+    pub const PAGE_SIZE: usize = 100;
+    /// stdio processes per upstream.
+    pub const MAX_PROCESSES: usize = 16;
+    /// Largest message accepted from an upstream.
+    pub const MAX_UPSTREAM_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+    /// Log filter.
+    pub const LOG_LEVEL: &str = "info";
+    /// Origins allowed when none are configured: local pages only.
+    pub fn allowed_origins() -> Vec<String> {
+        ["http://localhost", "http://127.0.0.1", "http://[::1]"].map(String::from).to_vec()
+    }
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The front door.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Logging.
+    #[serde(default)]
+    pub logging: LoggingConfig,
+    /// How upstream tools are federated.
+    #[serde(default)]
+    pub federation: FederationConfig,
+    /// The upstream MCP servers.
+    #[serde(default, rename = "upstream")]
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// `[server]`: the front door.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on (`TASKGATE_LISTEN` overrides).
+    pub listen: String,
+    /// Origins allowed to call the gateway (DNS-rebinding protection). A request with an
+    /// `Origin` header not in this list gets 403; a request without `Origin` is allowed.
+    /// Each entry is `scheme://host` (any port) or `scheme://host:port`; `"*"` allows all.
+    pub allowed_origins: Vec<String>,
+    /// Largest POST body in bytes; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Most client sessions open at once; `initialize` beyond it gets 503.
+    pub max_sessions: usize,
+    /// Messages a session may have queued; requests beyond it get 503.
+    pub session_mailbox: usize,
+    /// Messages buffered per outbound SSE stream.
+    pub stream_buffer: usize,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: defaults::LISTEN.into(),
+            allowed_origins: defaults::allowed_origins(),
+            max_body_bytes: defaults::MAX_BODY_BYTES,
+            max_sessions: defaults::MAX_SESSIONS,
+            session_mailbox: defaults::SESSION_MAILBOX,
+            stream_buffer: defaults::STREAM_BUFFER,
+            workers: 0,
+        }
+    }
+}
+
+/// `[logging]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    /// A `RUST_LOG`-style filter, e.g. `info,taskgate_upstream=debug` (`TASKGATE_LOG` overrides).
+    pub level: String,
+    /// `human` or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig { level: defaults::LOG_LEVEL.into(), format: LogFormat::Human }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[federation]`: how upstream tools are merged into one catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FederationConfig {
+    /// Between the upstream name and the tool name: `<upstream><separator><tool>`.
+    pub separator: String,
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+}
+
+impl Default for FederationConfig {
+    fn default() -> Self {
+        FederationConfig { separator: defaults::SEPARATOR.into(), page_size: defaults::PAGE_SIZE }
+    }
+}
+
+/// How an upstream is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// Streamable HTTP at `url`.
+    Http,
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio,
+}
+
+/// `[[upstream]]`: one upstream MCP server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Unique name; also the tool-name prefix.
+    pub name: String,
+    /// `http` or `stdio`.
+    pub transport: Transport,
+    /// MCP endpoint URL (http).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Extra HTTP headers sent to the upstream, e.g. its own credentials (http).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Program to run (stdio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Arguments (stdio).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables added for the process (stdio).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Most processes of this upstream at once; one runs per client session that uses it (stdio).
+    #[serde(default = "default_max_processes")]
+    pub max_processes: usize,
+    /// Prefix this upstream's tool names with `<name><separator>`.
+    #[serde(default = "default_true")]
+    pub prefix: bool,
+    /// Seconds to wait for a response from this upstream.
+    #[serde(default = "default_timeout")]
+    pub timeout_secs: u64,
+    /// Largest message accepted from this upstream, in bytes.
+    #[serde(default = "default_max_message")]
+    pub max_message_bytes: usize,
+}
+
+fn default_max_processes() -> usize {
+    defaults::MAX_PROCESSES
+}
+fn default_true() -> bool {
+    true
+}
+fn default_timeout() -> u64 {
+    defaults::UPSTREAM_TIMEOUT_SECS
+}
+fn default_max_message() -> usize {
+    defaults::MAX_UPSTREAM_MESSAGE_BYTES
+}
+
+impl UpstreamConfig {
+    /// An HTTP upstream with defaults.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> UpstreamConfig {
+        UpstreamConfig {
+            name: name.into(),
+            transport: Transport::Http,
+            url: Some(url.into()),
+            headers: BTreeMap::new(),
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            max_processes: defaults::MAX_PROCESSES,
+            prefix: true,
+            timeout_secs: defaults::UPSTREAM_TIMEOUT_SECS,
+            max_message_bytes: defaults::MAX_UPSTREAM_MESSAGE_BYTES,
+        }
+    }
+
+    /// A stdio upstream with defaults.
+    pub fn stdio(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> UpstreamConfig {
+        UpstreamConfig {
+            transport: Transport::Stdio,
+            url: None,
+            command: Some(command.into()),
+            args,
+            ..UpstreamConfig::http(name, "")
+        }
+    }
+}
+
+/// One problem found in a configuration, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where: a dotted path such as `upstream[1].url`.
+    pub location: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse into the schema (the message has line and column).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// The configuration parsed but is not valid.
+    #[error("{} problem(s) in {path}:\n{}", problems.len(), problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Every problem found.
+        problems: Vec<Problem>,
+    },
+}
+
+impl Config {
+    /// Parses TOML text, applies `env` overrides and validates; `path` names the source in errors.
+    pub fn from_toml(text: &str, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut config: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        config.apply_env(env);
+        config.validate().map_err(|problems| ConfigError::Invalid { path: path.into(), problems })?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates a file, with overrides from the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: name.clone(), source })?;
+        Config::from_toml(&text, &name, &|key| std::env::var(key).ok())
+    }
+
+    /// Environment overrides: `TASKGATE_LISTEN` and `TASKGATE_LOG`.
+    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
+        if let Some(listen) = env("TASKGATE_LISTEN") {
+            self.server.listen = listen;
+        }
+        if let Some(level) = env("TASKGATE_LOG") {
+            self.logging.level = level;
+        }
+    }
+
+    /// The listen address; valid after [`Config::validate`].
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.server.listen.parse().expect("validated listen address")
+    }
+
+    /// Checks everything and returns every problem found.
+    pub fn validate(&self) -> Result<(), Vec<Problem>> {
+        let mut problems = Vec::new();
+        let mut bad = |location: String, message: String| problems.push(Problem { location, message });
+
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            bad("server.listen".into(), format!("{:?} is not an address like 127.0.0.1:8080", self.server.listen));
+        }
+        for (i, origin) in self.server.allowed_origins.iter().enumerate() {
+            if origin != "*" && !valid_origin(origin) {
+                bad(format!("server.allowed_origins[{i}]"), format!("{origin:?} is not an origin like http://localhost or https://app.example.com:8443"));
+            }
+        }
+        if self.server.max_body_bytes < 1024 {
+            bad("server.max_body_bytes".into(), format!("{} is too small; use at least 1024", self.server.max_body_bytes));
+        }
+        for (key, value) in [
+            ("server.max_sessions", self.server.max_sessions),
+            ("server.session_mailbox", self.server.session_mailbox),
+            ("server.stream_buffer", self.server.stream_buffer),
+            ("federation.page_size", self.federation.page_size),
+        ] {
+            if value == 0 {
+                bad(key.into(), "must be at least 1".into());
+            }
+        }
+        if self.federation.page_size > 10_000 {
+            bad("federation.page_size".into(), format!("{} is too large; use at most 10000", self.federation.page_size));
+        }
+        if self.federation.separator.is_empty() || !self.federation.separator.chars().all(tool_name_char) {
+            bad("federation.separator".into(), format!("{:?} must be non-empty and use only A-Z a-z 0-9 _ - . (tool-name characters)", self.federation.separator));
+        }
+
+        let mut seen = BTreeMap::new();
+        for (i, up) in self.upstreams.iter().enumerate() {
+            let at = |field: &str| format!("upstream[{i}] ({:?}).{field}", up.name);
+            if up.name.is_empty() || !up.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                bad(at("name"), "must be non-empty and use only A-Z a-z 0-9 _ -".into());
+            }
+            if let Some(first) = seen.insert(up.name.clone(), i) {
+                bad(at("name"), format!("duplicates upstream[{first}]; names must be unique"));
+            }
+            match up.transport {
+                Transport::Http => {
+                    match &up.url {
+                        None => bad(at("url"), "an http upstream needs url = \"http://host:port/mcp\"".into()),
+                        Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 => {
+                            bad(at("url"), format!("{url:?} is not an http:// or https:// URL"))
+                        }
+                        Some(_) => {}
+                    }
+                    if up.command.is_some() || !up.args.is_empty() || !up.env.is_empty() {
+                        bad(at("command"), "command, args and env are for stdio upstreams".into());
+                    }
+                }
+                Transport::Stdio => {
+                    if up.command.as_deref().is_none_or(str::is_empty) {
+                        bad(at("command"), "a stdio upstream needs command = \"program\"".into());
+                    }
+                    if up.url.is_some() || !up.headers.is_empty() {
+                        bad(at("url"), "url and headers are for http upstreams".into());
+                    }
+                    if up.max_processes == 0 {
+                        bad(at("max_processes"), "must be at least 1".into());
+                    }
+                }
+            }
+            if up.timeout_secs == 0 {
+                bad(at("timeout_secs"), "must be at least 1".into());
+            }
+            if up.max_message_bytes < 1024 {
+                bad(at("max_message_bytes"), "must be at least 1024".into());
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            logging: LoggingConfig::default(),
+            federation: FederationConfig::default(),
+            upstreams: Vec::new(),
+        }
+    }
+}
+
+/// Characters MCP recommends for tool names (server/tools, "Tool names").
+fn tool_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+fn valid_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else { return false };
+    matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        let c = Config::from_toml("", "t.toml", &no_env).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_location() {
+        let err = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nlistn = 1\n", "t.toml", &no_env).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("listn") && text.contains("line 3"), "{text}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = r#"
+            [server]
+            listen = "nowhere"
+            allowed_origins = ["localhost"]
+            [federation]
+            separator = " "
+            [[upstream]]
+            name = "a"
+            transport = "http"
+            [[upstream]]
+            name = "a"
+            transport = "stdio"
+            url = "http://x:1/mcp"
+        "#;
+        let Err(ConfigError::Invalid { problems, .. }) = Config::from_toml(text, "t.toml", &no_env) else {
+            panic!("expected invalid")
+        };
+        let locations: Vec<_> = problems.iter().map(|p| p.location.as_str()).collect();
+        assert_eq!(
+            locations,
+            [
+                "server.listen",
+                "server.allowed_origins[0]",
+                "federation.separator",
+                "upstream[0] (\"a\").url",
+                "upstream[1] (\"a\").name",
+                "upstream[1] (\"a\").command",
+                "upstream[1] (\"a\").url",
+            ]
+        );
+    }
+
+    #[test]
+    fn environment_overrides_listen_and_log_level() {
+        let env = |k: &str| match k {
+            "TASKGATE_LISTEN" => Some("127.0.0.1:9999".to_string()),
+            "TASKGATE_LOG" => Some("debug".to_string()),
+            _ => None,
+        };
+        let c = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\n", "t.toml", &env).unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:9999");
+        assert_eq!(c.logging.level, "debug");
+    }
+}

@@ -1,1 +1,14 @@
+//! A real MCP server with demo tools, served over Streamable HTTP ([`http`]) or stdio
+//! ([`stdio`]). `taskgate demo` puts it behind the gateway, and the integration tests use it as
+//! their upstream, so what a newcomer sees is what the tests check.
+//!
+//! Tools ([`tools`]): `echo`, `add` (fast); `slow` (sleeps, reports progress); `wait` (blocks
+//! until a test releases a gate or the request is cancelled); `fail` (`isError: true`);
+//! `error` (a JSON-RPC error); `toggle_extra` (adds or removes the `extra` tool and announces
+//! `notifications/tools/list_changed`).
 
+pub mod http;
+pub mod stdio;
+pub mod tools;
+
+pub use tools::{DemoServer, DemoStats};

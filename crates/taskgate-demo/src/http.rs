@@ -1,0 +1,153 @@
+//! The demo server over Streamable HTTP (actix-web): sessions, JSON and SSE responses, the GET
+//! stream for `notifications/tools/list_changed`, DELETE.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::header::{self, HeaderMap};
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::sse::encode_event;
+use taskgate_protocol::{ErrorObject, Message};
+use tokio::sync::mpsc;
+
+use crate::DemoServer;
+
+/// A running demo HTTP server.
+pub struct DemoHttp {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The MCP endpoint URL.
+    pub url: String,
+    handle: ServerHandle,
+    state: Arc<State>,
+}
+
+struct State {
+    demo: DemoServer,
+    /// Session id → connection number.
+    sessions: Mutex<HashMap<String, u64>>,
+}
+
+impl DemoHttp {
+    /// Forgets every session, so the next request with an old session id gets 404.
+    pub fn expire_sessions(&self) {
+        self.state.sessions.lock().clear();
+    }
+
+    /// Sessions open now.
+    pub fn sessions(&self) -> usize {
+        self.state.sessions.lock().len()
+    }
+
+    /// Stops the server, dropping its connections.
+    pub async fn stop(&self) {
+        self.handle.stop(false).await;
+    }
+}
+
+/// Serves `demo` on `addr` (use `127.0.0.1:0` for any free port). Call inside an actix system.
+pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
+    let state = Arc::new(State { demo, sessions: Mutex::new(HashMap::new()) });
+    let shared = web::Data::from(state.clone());
+    let server = HttpServer::new(move || {
+        App::new().app_data(shared.clone()).service(
+            web::resource("/mcp")
+                .route(web::post().to(post))
+                .route(web::get().to(get))
+                .route(web::delete().to(delete)),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(addr)?;
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    Ok(DemoHttp { addr, url: format!("http://{addr}/mcp"), handle, state })
+}
+
+fn session(headers: &HeaderMap, state: &State) -> Result<(String, u64), HttpResponse> {
+    let Some(id) = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) else {
+        return Err(HttpResponse::BadRequest().body("missing Mcp-Session-Id"));
+    };
+    match state.sessions.lock().get(id) {
+        Some(conn) => Ok((id.to_owned(), *conn)),
+        None => Err(HttpResponse::NotFound().body("unknown session")),
+    }
+}
+
+fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
+    let body = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|m| m.map(|m| Ok::<_, std::convert::Infallible>(Bytes::from(encode_event(None, &m.to_json())))))
+    });
+    HttpResponse::Ok().content_type("text/event-stream").insert_header((header::CACHE_CONTROL, "no-cache")).streaming(body)
+}
+
+async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpResponse {
+    let message = match Message::from_slice(&body) {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => return HttpResponse::BadRequest().json(Message::error(None, ErrorObject::new(-32600, e.to_string())).to_value()),
+        Err(e) => return HttpResponse::BadRequest().json(Message::error(None, ErrorObject::new(-32700, e.to_string())).to_value()),
+    };
+    let demo = state.demo.clone();
+    if message.method() == Some(methods::INITIALIZE) {
+        let conn = demo.connection();
+        let (tx, _rx) = mpsc::channel(1);
+        let reply = demo.handle(conn, message, &tx).await.expect("requests are answered");
+        let sid = uuid::Uuid::new_v4().to_string();
+        state.sessions.lock().insert(sid.clone(), conn);
+        return HttpResponse::Ok().insert_header(("mcp-session-id", sid)).json(reply.to_value());
+    }
+    let (_, conn) = match session(req.headers(), &state) {
+        Ok(s) => s,
+        Err(response) => return response,
+    };
+    if !matches!(message, Message::Request { .. }) {
+        let (tx, _rx) = mpsc::channel(1);
+        demo.handle(conn, message, &tx).await;
+        return HttpResponse::Accepted().finish();
+    }
+    let wants_sse = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if wants_sse && message.method() == Some(methods::TOOLS_CALL) {
+        let (tx, rx) = mpsc::channel(64);
+        actix_rt::spawn(async move {
+            if let Some(reply) = demo.handle(conn, message, &tx).await {
+                let _ = tx.send(reply).await;
+            }
+        });
+        return sse(rx);
+    }
+    let (tx, _rx) = mpsc::channel(64);
+    let reply = demo.handle(conn, message, &tx).await.expect("requests are answered");
+    HttpResponse::Ok().json(reply.to_value())
+}
+
+async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    if let Err(response) = session(req.headers(), &state) {
+        return response;
+    }
+    let (tx, rx) = mpsc::channel(64);
+    state.demo.add_listener(tx);
+    sse(rx)
+}
+
+async fn delete(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    match session(req.headers(), &state) {
+        Ok((sid, _)) => {
+            state.sessions.lock().remove(&sid);
+            state.demo.count_delete();
+            HttpResponse::Ok().finish()
+        }
+        Err(response) => response,
+    }
+}

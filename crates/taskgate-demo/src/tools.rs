@@ -1,0 +1,273 @@
+//! The demo tools and the protocol logic shared by both transports.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::{ErrorObject, Message, RequestId};
+use tokio::sync::{mpsc, Notify};
+
+/// What the demo server has seen, for tests to assert on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DemoStats {
+    /// `initialize` requests answered.
+    pub initializes: u64,
+    /// Sessions ended by DELETE.
+    pub deletes: u64,
+    /// Tool calls started.
+    pub calls: u64,
+    /// Tool calls stopped by `notifications/cancelled`.
+    pub cancelled: u64,
+    /// Capabilities declared by the most recent `initialize`.
+    pub last_client_capabilities: Value,
+    /// `clientInfo` of the most recent `initialize`.
+    pub last_client_info: Value,
+    /// Request ids of the tool calls received, in order.
+    pub call_ids: Vec<RequestId>,
+}
+
+/// The demo MCP server. Clone it to share: all clones are the same server.
+#[derive(Clone, Default)]
+pub struct DemoServer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    stats: Mutex<DemoStats>,
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
+    extra_tool: AtomicBool,
+    /// Streams that want server-initiated notifications (HTTP GET streams, stdio stdout).
+    listeners: Mutex<Vec<mpsc::Sender<Message>>>,
+    /// In-flight calls by (connection, request id), to honour cancellation.
+    in_flight: Mutex<HashMap<(u64, RequestId), Arc<Notify>>>,
+    next_connection: AtomicU64,
+}
+
+#[derive(Default)]
+struct Gate {
+    open: AtomicBool,
+    notify: Notify,
+}
+
+impl DemoServer {
+    /// A new server.
+    pub fn new() -> DemoServer {
+        DemoServer::default()
+    }
+
+    /// A snapshot of what the server has seen.
+    pub fn stats(&self) -> DemoStats {
+        self.inner.stats.lock().clone()
+    }
+
+    /// Releases every `wait` call on `gate`, now and later.
+    pub fn release(&self, gate: &str) {
+        let gate = self.gate(gate);
+        gate.open.store(true, Ordering::SeqCst);
+        gate.notify.notify_waiters();
+    }
+
+    /// Calls currently waiting on gates or sleeping.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.lock().len()
+    }
+
+    pub(crate) fn count_delete(&self) {
+        self.inner.stats.lock().deletes += 1;
+    }
+
+    fn gate(&self, name: &str) -> Arc<Gate> {
+        self.inner.gates.lock().entry(name.to_owned()).or_default().clone()
+    }
+
+    /// A number identifying one connection (an HTTP session or a stdio process) for request ids.
+    pub(crate) fn connection(&self) -> u64 {
+        self.inner.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_listener(&self, tx: mpsc::Sender<Message>) {
+        let mut listeners = self.inner.listeners.lock();
+        listeners.retain(|l| !l.is_closed());
+        listeners.push(tx);
+    }
+
+    fn announce(&self, message: Message) {
+        let listeners = self.inner.listeners.lock().clone();
+        for l in listeners {
+            let _ = l.try_send(message.clone());
+        }
+    }
+
+    /// The tool list.
+    pub fn tools(&self) -> Vec<Value> {
+        let object = |props: Value, required: &[&str]| json!({"type":"object","properties":props,"required":required});
+        let mut tools = vec![
+            json!({"name":"echo","description":"Returns its text.","inputSchema":object(json!({"text":{"type":"string"}}), &["text"])}),
+            json!({"name":"add","description":"Adds two numbers.","inputSchema":object(json!({"a":{"type":"number"},"b":{"type":"number"}}), &["a","b"]),
+                   "outputSchema":object(json!({"sum":{"type":"number"}}), &["sum"])}),
+            json!({"name":"slow","description":"Sleeps for ms milliseconds, reporting progress in steps.",
+                   "inputSchema":object(json!({"ms":{"type":"integer"},"steps":{"type":"integer"}}), &[])}),
+            json!({"name":"wait","description":"Blocks until the gate is released or the call is cancelled.",
+                   "inputSchema":object(json!({"gate":{"type":"string"}}), &["gate"])}),
+            json!({"name":"fail","description":"Returns a tool error (isError: true).","inputSchema":object(json!({"message":{"type":"string"}}), &[])}),
+            json!({"name":"error","description":"Answers with a JSON-RPC error.","inputSchema":object(json!({"code":{"type":"integer"},"message":{"type":"string"}}), &[])}),
+            json!({"name":"toggle_extra","description":"Adds or removes the 'extra' tool and announces the change.","inputSchema":object(json!({}), &[])}),
+        ];
+        if self.inner.extra_tool.load(Ordering::SeqCst) {
+            tools.push(json!({"name":"extra","description":"Appears after toggle_extra.","inputSchema":object(json!({}), &[])}));
+        }
+        tools
+    }
+
+    /// Handles one message from a client on `connection`. Returns the response for requests;
+    /// `related` receives notifications about the request (progress) before the response.
+    pub async fn handle(&self, connection: u64, message: Message, related: &mpsc::Sender<Message>) -> Option<Message> {
+        match message {
+            Message::Request { id, method, params } => {
+                let outcome = self.request(connection, &id, &method, params, related).await;
+                Some(match outcome {
+                    Ok(result) => Message::response(id, result),
+                    Err(error) => Message::error(Some(id), error),
+                })
+            }
+            Message::Notification { method, params } => {
+                if method == methods::CANCELLED {
+                    if let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) {
+                        if let Some(stop) = self.inner.in_flight.lock().get(&(connection, id)) {
+                            stop.notify_one();
+                        }
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    async fn request(
+        &self,
+        connection: u64,
+        id: &RequestId,
+        method: &str,
+        params: Option<Value>,
+        related: &mpsc::Sender<Message>,
+    ) -> Result<Value, ErrorObject> {
+        match method {
+            methods::INITIALIZE => {
+                let view = mcp::InitializeView::from_params(params.as_ref()).map_err(ErrorObject::invalid_params)?;
+                let mut stats = self.inner.stats.lock();
+                stats.initializes += 1;
+                stats.last_client_capabilities = view.capabilities.clone();
+                stats.last_client_info = view.client_info.clone();
+                Ok(json!({
+                    "protocolVersion": mcp::negotiate_version(&view.protocol_version),
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "serverInfo": {"name": "taskgate-demo", "version": env!("CARGO_PKG_VERSION")},
+                    "instructions": "Demo tools for taskgate."
+                }))
+            }
+            methods::PING => Ok(json!({})),
+            methods::TOOLS_LIST => Ok(json!({"tools": self.tools()})),
+            methods::TOOLS_CALL => self.call(connection, id, params.unwrap_or_default(), related).await,
+            other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    async fn call(&self, connection: u64, id: &RequestId, params: Value, related: &mpsc::Sender<Message>) -> Result<Value, ErrorObject> {
+        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params("tools/call needs a string \"name\""))?;
+        let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        {
+            let mut stats = self.inner.stats.lock();
+            stats.calls += 1;
+            stats.call_ids.push(id.clone());
+        }
+        let text = |t: String| json!({"content": [{"type": "text", "text": t}], "isError": false});
+        match name {
+            "echo" => Ok(text(args.get("text").and_then(Value::as_str).unwrap_or_default().to_owned())),
+            "add" => {
+                let (Some(a), Some(b)) = (args.get("a").and_then(Value::as_f64), args.get("b").and_then(Value::as_f64)) else {
+                    return Err(ErrorObject::invalid_params("add needs numbers \"a\" and \"b\""));
+                };
+                let sum = a + b;
+                let mut result = text(sum.to_string());
+                result["structuredContent"] = json!({"sum": sum});
+                Ok(result)
+            }
+            "slow" => {
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(1000).min(600_000);
+                let steps = args.get("steps").and_then(Value::as_u64).unwrap_or(4).clamp(1, 1000);
+                let token = mcp::progress_token(Some(&params)).cloned();
+                let stop = self.track(connection, id);
+                let outcome = async {
+                    for step in 1..=steps {
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(ms / steps)) => {}
+                            _ = stop.notified() => return Err(()),
+                        }
+                        if let Some(token) = &token {
+                            let progress = json!({"progressToken": token, "progress": step, "total": steps, "message": format!("step {step} of {steps}")});
+                            let _ = related.send(Message::notification(methods::PROGRESS, Some(progress))).await;
+                        }
+                    }
+                    Ok(())
+                }
+                .await;
+                self.untrack(connection, id, outcome.is_err());
+                outcome.map(|_| text(format!("slept {ms} ms")))
+                    .map_err(|_| ErrorObject::new(-32800, "request cancelled"))
+            }
+            "wait" => {
+                let gate_name = args.get("gate").and_then(Value::as_str).unwrap_or("default").to_owned();
+                let gate = self.gate(&gate_name);
+                let stop = self.track(connection, id);
+                let outcome = loop {
+                    let opened = gate.notify.notified();
+                    if gate.open.load(Ordering::SeqCst) {
+                        break Ok(());
+                    }
+                    tokio::select! {
+                        _ = opened => {}
+                        _ = stop.notified() => break Err(()),
+                    }
+                };
+                self.untrack(connection, id, outcome.is_err());
+                outcome.map(|_| text(format!("gate {gate_name} opened")))
+                    .map_err(|_| ErrorObject::new(-32800, "request cancelled"))
+            }
+            "fail" => {
+                let message = args.get("message").and_then(Value::as_str).unwrap_or("the demo tool failed").to_owned();
+                Ok(json!({"content": [{"type": "text", "text": message}], "isError": true}))
+            }
+            "error" => {
+                let code = args.get("code").and_then(Value::as_i64).unwrap_or(-32000);
+                let message = args.get("message").and_then(Value::as_str).unwrap_or("demo error").to_owned();
+                Err(ErrorObject::new(code, message).with_data(json!({"tool": "error"})))
+            }
+            "toggle_extra" => {
+                let now = !self.inner.extra_tool.fetch_xor(true, Ordering::SeqCst);
+                self.announce(Message::notification(methods::TOOLS_LIST_CHANGED, None));
+                Ok(text(format!("extra tool {}", if now { "added" } else { "removed" })))
+            }
+            "extra" if self.inner.extra_tool.load(Ordering::SeqCst) => Ok(text("extra".into())),
+            other => Err(ErrorObject::invalid_params(format!("Unknown tool: {other}"))),
+        }
+    }
+
+    fn track(&self, connection: u64, id: &RequestId) -> Arc<Notify> {
+        let stop = Arc::new(Notify::new());
+        self.inner.in_flight.lock().insert((connection, id.clone()), stop.clone());
+        stop
+    }
+
+    fn untrack(&self, connection: u64, id: &RequestId, cancelled: bool) {
+        self.inner.in_flight.lock().remove(&(connection, id.clone()));
+        if cancelled {
+            self.inner.stats.lock().cancelled += 1;
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The Streamable HTTP transport toward an upstream (basic/transports "Streamable HTTP").
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use reqwest::{Response, StatusCode};
+use serde_json::Value;
+use taskgate_config::UpstreamConfig;
+use taskgate_protocol::sse::Decoder;
+use taskgate_protocol::{Message, RequestId};
+use tokio::sync::{mpsc, watch};
+
+use crate::session::{ChannelError, Incoming};
+use crate::UpstreamError;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+/// Longest wait between attempts to reopen the GET stream.
+const MAX_LISTEN_BACKOFF: Duration = Duration::from_secs(30);
+
+/// One Streamable HTTP session with an upstream.
+pub(crate) struct HttpChannel {
+    name: String,
+    url: String,
+    client: reqwest::Client,
+    headers: HeaderMap,
+    max_message_bytes: usize,
+    session_id: Mutex<Option<String>>,
+    protocol_version: Mutex<Option<String>>,
+    expired: AtomicBool,
+    incoming: mpsc::Sender<Incoming>,
+    closed: watch::Receiver<bool>,
+}
+
+impl HttpChannel {
+    pub(crate) fn new(
+        config: &UpstreamConfig,
+        client: reqwest::Client,
+        incoming: mpsc::Sender<Incoming>,
+        closed: watch::Receiver<bool>,
+    ) -> HttpChannel {
+        let mut headers = HeaderMap::new();
+        for (k, v) in &config.headers {
+            match (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+                (Ok(k), Ok(v)) => {
+                    headers.insert(k, v);
+                }
+                _ => tracing::warn!(upstream = %config.name, header = %k, "ignoring an invalid configured header"),
+            }
+        }
+        HttpChannel {
+            name: config.name.clone(),
+            url: config.url.clone().unwrap_or_default(),
+            client,
+            headers,
+            max_message_bytes: config.max_message_bytes,
+            session_id: Mutex::new(None),
+            protocol_version: Mutex::new(None),
+            expired: AtomicBool::new(false),
+            incoming,
+            closed,
+        }
+    }
+
+    pub(crate) fn set_protocol_version(&self, version: &str) {
+        *self.protocol_version.lock() = Some(version.to_owned());
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.expired.load(Ordering::Relaxed)
+    }
+
+    fn unavailable(&self, reason: impl Into<String>) -> UpstreamError {
+        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.into() }
+    }
+
+    fn protocol(&self, reason: impl Into<String>) -> UpstreamError {
+        UpstreamError::Protocol { upstream: self.name.clone(), reason: reason.into() }
+    }
+
+    fn builder(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
+        let mut b = self.client.request(method, &self.url).headers(self.headers.clone());
+        if let Some(id) = self.session_id.lock().clone() {
+            b = b.header(SESSION_HEADER, id);
+        }
+        if let Some(v) = self.protocol_version.lock().clone() {
+            b = b.header(VERSION_HEADER, v);
+        }
+        b
+    }
+
+    async fn post(&self, message: &Message) -> Result<Response, ChannelError> {
+        let response = self
+            .builder(reqwest::Method::POST)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream")
+            .body(message.to_json())
+            .send()
+            .await
+            .map_err(|e| self.unavailable(describe(&e)))?;
+        self.check_status(response).await
+    }
+
+    /// Maps HTTP statuses: 404 on a known session means it expired; others are errors.
+    async fn check_status(&self, response: Response) -> Result<Response, ChannelError> {
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND && self.session_id.lock().is_some() {
+            self.expired.store(true, Ordering::Relaxed);
+            return Err(ChannelError::Expired);
+        }
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body = response.text().await.unwrap_or_default();
+        let snippet: String = body.chars().take(200).collect();
+        let reason = format!("HTTP {status} from {}: {snippet}", self.url);
+        Err(if status.is_server_error() { self.unavailable(reason) } else { self.protocol(reason) }.into())
+    }
+
+    /// Sends a request and waits for its response, which may come as JSON or on an SSE stream.
+    pub(crate) async fn request(&self, message: &Message) -> Result<Value, ChannelError> {
+        let id = message.id().cloned().expect("requests have ids");
+        let response = self.post(message).await?;
+        if message.method() == Some("initialize") {
+            if let Some(sid) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+                *self.session_id.lock() = Some(sid.to_owned());
+            }
+        }
+        let content_type = content_type(&response);
+        if content_type.starts_with("text/event-stream") {
+            self.read_stream(response, Some(&id)).await?.ok_or_else(|| {
+                self.unavailable("the response stream ended before the response arrived").into()
+            })
+        } else if content_type.starts_with("application/json") {
+            let body = self.read_body(response).await?;
+            let reply = Message::from_slice(&body)
+                .map_err(|e| self.protocol(format!("response is not JSON: {e}")))?
+                .map_err(|e| self.protocol(e.to_string()))?;
+            self.outcome(&id, reply)
+                .unwrap_or_else(|| Err(self.protocol(format!("the JSON response does not answer request {id}")).into()))
+        } else if response.status() == StatusCode::ACCEPTED {
+            Err(self.protocol("answered a request with 202 Accepted and no response").into())
+        } else {
+            Err(self.protocol(format!("unexpected Content-Type {content_type:?}")).into())
+        }
+    }
+
+    /// Sends a notification or a response; the upstream answers 202.
+    pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        let response = self.post(message).await?;
+        // Some servers answer notifications with a body; drain and ignore it.
+        let _ = self.read_body(response).await;
+        Ok(())
+    }
+
+    /// The result or error for `id` from a reply message, if it is that reply.
+    fn outcome(&self, id: &RequestId, reply: Message) -> Option<Result<Value, ChannelError>> {
+        match reply {
+            Message::Response { id: got, result } if &got == id => Some(Ok(result)),
+            Message::Error { id: got, error } if got.as_ref() == Some(id) || got.is_none() => {
+                Some(Err(UpstreamError::Rpc { upstream: self.name.clone(), error }.into()))
+            }
+            _ => None,
+        }
+    }
+
+    async fn read_body(&self, mut response: Response) -> Result<Vec<u8>, ChannelError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.unavailable(describe(&e)))? {
+            if body.len() + chunk.len() > self.max_message_bytes {
+                return Err(self.protocol(format!("response exceeds max_message_bytes ({})", self.max_message_bytes)).into());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// Reads SSE events: messages other than the awaited response go to the session's owner.
+    /// Returns the awaited response's outcome, or `None` when the stream ends without it.
+    async fn read_stream(&self, mut response: Response, awaiting: Option<&RequestId>) -> Result<Option<Value>, ChannelError> {
+        let mut decoder = Decoder::new(self.max_message_bytes);
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.unavailable(describe(&e)).into()),
+            };
+            let events = decoder
+                .feed(&chunk)
+                .map_err(|_| self.protocol(format!("an SSE event exceeds max_message_bytes ({})", self.max_message_bytes)))?;
+            for event in events {
+                if event.data.trim().is_empty() {
+                    continue; // priming event or keep-alive
+                }
+                let message = match Message::from_slice(event.data.as_bytes()) {
+                    Ok(Ok(m)) => m,
+                    Ok(Err(e)) => {
+                        tracing::warn!(upstream = %self.name, error = %e, "upstream sent an invalid JSON-RPC message; dropped");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(upstream = %self.name, error = %e, "upstream sent an SSE event that is not JSON; dropped");
+                        continue;
+                    }
+                };
+                if let Some(id) = awaiting {
+                    if message.is_response() {
+                        match self.outcome(id, message) {
+                            Some(Ok(v)) => return Ok(Some(v)),
+                            Some(Err(e)) => return Err(e),
+                            None => {
+                                tracing::warn!(upstream = %self.name, "upstream sent a response for another request on this stream; dropped");
+                                continue;
+                            }
+                        }
+                    }
+                }
+                if self.incoming.send(Incoming { message, related: awaiting.cloned() }).await.is_err() {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Keeps the session's GET stream open for messages the upstream sends on its own.
+    pub(crate) fn listen(self: Arc<Self>) {
+        tokio::spawn(async move {
+            let mut closed = self.closed.clone();
+            let mut backoff = Duration::from_millis(250);
+            loop {
+                if *closed.borrow() || !self.is_alive() {
+                    return;
+                }
+                let attempt = self.builder(reqwest::Method::GET).header(ACCEPT, "text/event-stream").send();
+                let outcome = tokio::select! {
+                    r = attempt => r,
+                    _ = closed.changed() => return,
+                };
+                match outcome {
+                    Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return, // no GET stream offered
+                    Ok(r) => match self.check_status(r).await {
+                        Ok(r) if content_type(&r).starts_with("text/event-stream") => {
+                            backoff = Duration::from_millis(250);
+                            tokio::select! {
+                                _ = self.read_stream(r, None) => {},
+                                _ = closed.changed() => return,
+                            }
+                        }
+                        Ok(_) => {
+                            tracing::warn!(upstream = %self.name, "GET stream answered without text/event-stream; not listening");
+                            return;
+                        }
+                        Err(ChannelError::Expired) => return,
+                        Err(ChannelError::Failed(e)) => tracing::debug!(upstream = %self.name, error = %e, "GET stream failed"),
+                    },
+                    Err(e) => tracing::debug!(upstream = %self.name, error = %describe(&e), "GET stream failed"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {},
+                    _ = closed.changed() => return,
+                }
+                backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
+            }
+        });
+    }
+
+    /// Ends the session at the upstream (basic/transports: clients SHOULD send DELETE).
+    pub(crate) async fn delete(&self) {
+        self.expired.store(true, Ordering::Relaxed);
+        if self.session_id.lock().is_none() {
+            return;
+        }
+        let sent = self.builder(reqwest::Method::DELETE).timeout(Duration::from_secs(5)).send().await;
+        if let Err(e) = sent {
+            tracing::debug!(upstream = %self.name, error = %describe(&e), "DELETE of the upstream session failed");
+        }
+    }
+}
+
+fn content_type(response: &Response) -> String {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+}
+
+/// reqwest's Display omits the cause ("error sending request"); include the chain.
+fn describe(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,380 @@
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskgate_config::{Transport, UpstreamConfig};
+use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::{Message, RequestId};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+use crate::http::HttpChannel;
+use crate::stdio::StdioChannel;
+use crate::UpstreamError;
+
+/// Messages buffered from an upstream before its reader waits for the owner.
+const INCOMING_BUFFER: usize = 256;
+
+/// What an upstream session declares about its client in `initialize`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientIdentity {
+    /// Capabilities declared upstream (mirrors the gateway client's own).
+    pub capabilities: Value,
+    /// `clientInfo` sent upstream.
+    pub client_info: Value,
+}
+
+impl ClientIdentity {
+    /// The gateway itself as a client with no optional capabilities (used for the catalog).
+    pub fn gateway() -> ClientIdentity {
+        ClientIdentity {
+            capabilities: json!({}),
+            client_info: json!({"name": "taskgate", "version": env!("CARGO_PKG_VERSION")}),
+        }
+    }
+}
+
+/// A message an upstream sent on its own initiative.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamEvent {
+    /// A notification (progress, list changes, log messages…).
+    Notification {
+        /// Method name.
+        method: String,
+        /// Params as sent.
+        params: Option<Value>,
+        /// The upstream-local id of the request on whose response stream it arrived.
+        related: Option<RequestId>,
+    },
+    /// A request to the client (elicitation, sampling, roots…); answer with
+    /// [`UpstreamSession::respond`].
+    Request {
+        /// The upstream's id for it.
+        id: RequestId,
+        /// Method name.
+        method: String,
+        /// Params as sent.
+        params: Option<Value>,
+        /// The upstream-local id of the request on whose response stream it arrived.
+        related: Option<RequestId>,
+    },
+}
+
+/// A message read from an upstream, with the request whose stream carried it.
+#[derive(Debug)]
+pub(crate) struct Incoming {
+    pub message: Message,
+    pub related: Option<RequestId>,
+}
+
+/// A transport-level failure, before it becomes an [`UpstreamError`].
+#[derive(Debug)]
+pub(crate) enum ChannelError {
+    /// The upstream no longer knows our session (HTTP 404): initialize again and retry.
+    Expired,
+    Failed(UpstreamError),
+}
+
+impl From<UpstreamError> for ChannelError {
+    fn from(e: UpstreamError) -> Self {
+        ChannelError::Failed(e)
+    }
+}
+
+/// One configured upstream: what its sessions share.
+#[derive(Clone)]
+pub struct Connector {
+    inner: Arc<ConnectorInner>,
+}
+
+struct ConnectorInner {
+    config: UpstreamConfig,
+    http: reqwest::Client,
+    processes: Arc<Semaphore>,
+}
+
+impl Connector {
+    /// A connector for one upstream.
+    pub fn new(config: UpstreamConfig) -> Connector {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .expect("an HTTP client with default TLS builds");
+        let processes = Arc::new(Semaphore::new(config.max_processes));
+        Connector { inner: Arc::new(ConnectorInner { config, http, processes }) }
+    }
+
+    /// The upstream's configured name.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    /// The upstream's configuration.
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.inner.config
+    }
+
+    /// stdio processes of this upstream running now.
+    pub fn running_processes(&self) -> usize {
+        self.inner.config.max_processes - self.inner.processes.available_permits()
+    }
+
+    /// Opens a session; nothing is sent until its first request. Messages the upstream sends
+    /// on its own arrive on `events`.
+    pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<UpstreamEvent>) -> UpstreamSession {
+        let (closed, _) = watch::channel(false);
+        let inner = Arc::new(SessionInner {
+            connector: self.clone(),
+            identity,
+            events,
+            next_id: AtomicI64::new(1),
+            state: tokio::sync::Mutex::new(None),
+            closed,
+        });
+        UpstreamSession { inner }
+    }
+}
+
+/// One MCP session with an upstream. Cheap to clone; all clones are the same session.
+#[derive(Clone)]
+pub struct UpstreamSession {
+    inner: Arc<SessionInner>,
+}
+
+struct SessionInner {
+    connector: Connector,
+    identity: ClientIdentity,
+    events: mpsc::Sender<UpstreamEvent>,
+    next_id: AtomicI64,
+    /// The live connection; the async mutex serialises (re-)initialization.
+    state: tokio::sync::Mutex<Option<Arc<Ready>>>,
+    closed: watch::Sender<bool>,
+}
+
+/// An initialized connection.
+struct Ready {
+    channel: Channel,
+    server_capabilities: Value,
+}
+
+enum Channel {
+    Http(Arc<HttpChannel>),
+    Stdio(StdioChannel),
+}
+
+impl Channel {
+    async fn request(&self, message: &Message) -> Result<Value, ChannelError> {
+        match self {
+            Channel::Http(c) => c.request(message).await,
+            Channel::Stdio(c) => c.request(message).await,
+        }
+    }
+
+    async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        match self {
+            Channel::Http(c) => c.send(message).await,
+            Channel::Stdio(c) => c.send(message).await,
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        match self {
+            Channel::Http(c) => c.is_alive(),
+            Channel::Stdio(c) => c.is_alive(),
+        }
+    }
+
+    async fn shutdown(&self) {
+        match self {
+            Channel::Http(c) => c.delete().await,
+            Channel::Stdio(c) => c.shutdown(),
+        }
+    }
+}
+
+impl UpstreamSession {
+    /// The upstream's name.
+    pub fn upstream(&self) -> &str {
+        self.inner.connector.name()
+    }
+
+    /// A fresh upstream-local request id, for callers that must know it before sending
+    /// (to route a cancellation later).
+    pub fn next_request_id(&self) -> RequestId {
+        RequestId::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Sends a request and waits for its result, initializing the session first if needed.
+    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+        self.request_with_id(self.next_request_id(), method, params).await
+    }
+
+    /// [`Self::request`] with an id from [`Self::next_request_id`].
+    pub async fn request_with_id(&self, id: RequestId, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+        let message = Message::request(id, method, params);
+        let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
+        let attempt = async {
+            let ready = self.ready().await?;
+            match ready.channel.request(&message).await {
+                Err(ChannelError::Expired) => {
+                    // basic/transports "Session Management": on 404 start a new session.
+                    tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
+                    let ready = self.ready().await?;
+                    ready.channel.request(&message).await.map_err(|e| self.expired_twice(e))
+                }
+                other => other.map_err(|e| self.expired_twice(e)),
+            }
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
+        }
+    }
+
+    /// Sends a notification (initializing first if needed).
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+        let ready = self.ready().await?;
+        ready.channel.send(&Message::notification(method, params)).await.map_err(|e| self.expired_twice(e))
+    }
+
+    /// Answers a request the upstream sent (an [`UpstreamEvent::Request`]).
+    pub async fn respond(&self, response: Message) -> Result<(), UpstreamError> {
+        let ready = self.current().await.ok_or_else(|| UpstreamError::Unavailable {
+            upstream: self.upstream().into(),
+            reason: "the session that sent the request has ended".into(),
+        })?;
+        ready.channel.send(&response).await.map_err(|e| self.expired_twice(e))
+    }
+
+    /// The upstream's capabilities from `initialize`, initializing first if needed.
+    pub async fn server_capabilities(&self) -> Result<Value, UpstreamError> {
+        Ok(self.ready().await?.server_capabilities.clone())
+    }
+
+    /// Ends the session: HTTP DELETE, or closing the process's stdin and then killing it.
+    pub async fn close(&self) {
+        self.inner.closed.send_replace(true);
+        let ready = self.inner.state.lock().await.take();
+        if let Some(ready) = ready {
+            ready.channel.shutdown().await;
+        }
+    }
+
+    fn expired_twice(&self, e: ChannelError) -> UpstreamError {
+        match e {
+            ChannelError::Failed(e) => e,
+            ChannelError::Expired => UpstreamError::Protocol {
+                upstream: self.upstream().into(),
+                reason: "the upstream rejected a session it had just created (HTTP 404)".into(),
+            },
+        }
+    }
+
+    async fn current(&self) -> Option<Arc<Ready>> {
+        self.inner.state.lock().await.clone()
+    }
+
+    async fn ready(&self) -> Result<Arc<Ready>, UpstreamError> {
+        let mut state = self.inner.state.lock().await;
+        if let Some(ready) = state.as_ref().filter(|r| r.channel.is_alive()) {
+            return Ok(ready.clone());
+        }
+        let name = self.upstream().to_owned();
+        if *self.inner.closed.borrow() {
+            return Err(UpstreamError::Unavailable { upstream: name, reason: "the session is closed".into() });
+        }
+        if let Some(old) = state.take() {
+            old.channel.shutdown().await;
+        }
+        let config = self.inner.connector.config();
+        let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_BUFFER);
+        let channel = match config.transport {
+            Transport::Http => Channel::Http(Arc::new(HttpChannel::new(
+                config,
+                self.inner.connector.inner.http.clone(),
+                incoming_tx,
+                self.inner.closed.subscribe(),
+            ))),
+            Transport::Stdio => {
+                let permit = self.inner.connector.inner.processes.clone().try_acquire_owned().map_err(|_| {
+                    UpstreamError::Overloaded {
+                        upstream: name.clone(),
+                        reason: format!("it already runs its maximum of {} processes (max_processes)", config.max_processes),
+                    }
+                })?;
+                Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx)?)
+            }
+        };
+        tokio::spawn(pump(Arc::downgrade(&self.inner), incoming_rx));
+
+        let init = Message::request(
+            self.next_request_id(),
+            methods::INITIALIZE,
+            Some(json!({
+                "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
+                "capabilities": self.inner.identity.capabilities,
+                "clientInfo": self.inner.identity.client_info,
+            })),
+        );
+        let result = match channel.request(&init).await {
+            Ok(result) => result,
+            Err(e) => {
+                channel.shutdown().await;
+                return Err(self.expired_twice(e));
+            }
+        };
+        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if !mcp::is_supported_version(&version) {
+            channel.shutdown().await;
+            return Err(UpstreamError::Protocol {
+                upstream: name,
+                reason: format!("it negotiated protocol version {version:?}, which taskgate does not speak"),
+            });
+        }
+        if let Channel::Http(http) = &channel {
+            http.set_protocol_version(&version);
+        }
+        channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
+        if let Channel::Http(http) = &channel {
+            http.clone().listen();
+        }
+        let server_capabilities = result.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+        tracing::debug!(upstream = %name, %version, "upstream session initialized");
+        let ready = Arc::new(Ready { channel, server_capabilities });
+        *state = Some(ready.clone());
+        Ok(ready)
+    }
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        self.closed.send_replace(true);
+    }
+}
+
+/// Moves what the upstream sends on its own to the session's owner; answers pings itself.
+async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Incoming>) {
+    while let Some(Incoming { message, related }) = incoming.recv().await {
+        let Some(inner) = session.upgrade() else { return };
+        let event = match message {
+            Message::Request { id, method, .. } if method == methods::PING => {
+                let session = UpstreamSession { inner };
+                if let Err(e) = session.respond(Message::response(id, json!({}))).await {
+                    tracing::debug!(upstream = session.upstream(), error = %e, "could not answer an upstream ping");
+                }
+                continue;
+            }
+            Message::Request { id, method, params } => UpstreamEvent::Request { id, method, params, related },
+            Message::Notification { method, params } => UpstreamEvent::Notification { method, params, related },
+            other => {
+                tracing::warn!(upstream = inner.connector.name(), id = ?other.id(), "upstream sent a response to no pending request; dropped");
+                continue;
+            }
+        };
+        let events = inner.events.clone();
+        drop(inner);
+        if events.send(event).await.is_err() {
+            return;
+        }
+    }
+}

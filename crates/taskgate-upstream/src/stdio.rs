@@ -1,0 +1,269 @@
+//! The stdio transport toward an upstream (basic/transports "stdio"): a child process speaking
+//! newline-delimited JSON-RPC on stdin/stdout, its stderr captured into the log.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use taskgate_config::UpstreamConfig;
+use taskgate_protocol::{Message, RequestId};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+
+use crate::session::{ChannelError, Incoming};
+use crate::UpstreamError;
+
+/// Lines queued for the process's stdin.
+const STDIN_BUFFER: usize = 256;
+/// How long a process may take to exit after its stdin closes, before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Message>>>>;
+
+/// One running upstream process.
+pub(crate) struct StdioChannel {
+    name: String,
+    stdin: Mutex<Option<mpsc::Sender<String>>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    exit: Arc<Mutex<Option<String>>>,
+    /// Dropped (with the channel, or by `shutdown`) to tell the supervisor to stop the process.
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl StdioChannel {
+    /// Starts the process; `permit` (one of the upstream's `max_processes`) is held until it exits.
+    pub(crate) fn spawn(
+        config: &UpstreamConfig,
+        permit: OwnedSemaphorePermit,
+        incoming: mpsc::Sender<Incoming>,
+    ) -> Result<StdioChannel, UpstreamError> {
+        let name = config.name.clone();
+        let program = config.command.clone().unwrap_or_default();
+        let mut child = Command::new(&program)
+            .args(&config.args)
+            .envs(&config.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| UpstreamError::Unavailable { upstream: name.clone(), reason: format!("cannot start {program:?}: {e}") })?;
+        let pid = child.id();
+        tracing::info!(upstream = %name, ?pid, "started stdio upstream process");
+
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let exit = Arc::new(Mutex::new(None));
+        let (stdin_tx, stdin_rx) = mpsc::channel::<String>(STDIN_BUFFER);
+
+        tokio::spawn(write_stdin(child.stdin.take().expect("piped stdin"), stdin_rx));
+        tokio::spawn(read_stdout(
+            name.clone(),
+            child.stdout.take().expect("piped stdout"),
+            config.max_message_bytes,
+            pending.clone(),
+            incoming,
+        ));
+        tokio::spawn(log_stderr(name.clone(), child.stderr.take().expect("piped stderr")));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        tokio::spawn(supervise(name.clone(), child, permit, stop_rx, pending.clone(), alive.clone(), exit.clone()));
+
+        Ok(StdioChannel { name, stdin: Mutex::new(Some(stdin_tx)), pending, alive, exit, stop: Mutex::new(Some(stop_tx)) })
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    fn gone(&self) -> UpstreamError {
+        let why = self.exit.lock().clone().unwrap_or_else(|| "its stdin is closed".into());
+        UpstreamError::Unavailable { upstream: self.name.clone(), reason: format!("the process {why}") }
+    }
+
+    async fn write(&self, message: &Message) -> Result<(), ChannelError> {
+        let tx = self.stdin.lock().clone().ok_or_else(|| self.gone())?;
+        // Messages MUST NOT contain embedded newlines: compact JSON never does.
+        tx.send(message.to_json()).await.map_err(|_| self.gone())?;
+        Ok(())
+    }
+
+    pub(crate) async fn request(&self, message: &Message) -> Result<Value, ChannelError> {
+        let id = message.id().cloned().expect("requests have ids");
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id.clone(), tx);
+        // Removes the entry whichever way this future ends (answered, failed, dropped).
+        let _entry = PendingEntry { pending: &self.pending, id };
+        self.write(message).await?;
+        match rx.await {
+            Ok(Message::Response { result, .. }) => Ok(result),
+            Ok(Message::Error { error, .. }) => Err(UpstreamError::Rpc { upstream: self.name.clone(), error }.into()),
+            Ok(_) => unreachable!("only responses are routed to pending requests"),
+            Err(_) => Err(self.gone().into()),
+        }
+    }
+
+    pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        self.write(message).await
+    }
+
+    /// Closes stdin; the supervisor kills the process if it has not exited after a grace period.
+    pub(crate) fn shutdown(&self) {
+        self.stdin.lock().take();
+        self.stop.lock().take();
+    }
+}
+
+struct PendingEntry<'a> {
+    pending: &'a Pending,
+    id: RequestId,
+}
+
+impl Drop for PendingEntry<'_> {
+    fn drop(&mut self) {
+        self.pending.lock().remove(&self.id);
+    }
+}
+
+async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut lines: mpsc::Receiver<String>) {
+    while let Some(line) = lines.recv().await {
+        let written = async {
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await
+        };
+        if written.await.is_err() {
+            return;
+        }
+    }
+    // Dropping stdin closes it: the first step of stdio shutdown (basic/lifecycle "Shutdown").
+}
+
+async fn read_stdout(
+    name: String,
+    stdout: tokio::process::ChildStdout,
+    max_line: usize,
+    pending: Pending,
+    incoming: mpsc::Sender<Incoming>,
+) {
+    let mut lines = LineReader::new(stdout, max_line);
+    loop {
+        let line = match lines.next().await {
+            Ok(Some(line)) => line,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(upstream = %name, error = %e, "stopped reading the upstream's stdout");
+                return;
+            }
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let message = match Message::from_slice(&line) {
+            Ok(Ok(m)) => m,
+            _ => {
+                // The server MUST NOT write anything to stdout that is not an MCP message.
+                let text = String::from_utf8_lossy(&line);
+                tracing::warn!(upstream = %name, line = %text.chars().take(200).collect::<String>(), "upstream wrote a non-MCP line to stdout; ignored");
+                continue;
+            }
+        };
+        if message.is_response() {
+            let waiter = message.id().and_then(|id| pending.lock().remove(id));
+            match waiter {
+                Some(tx) => {
+                    let _ = tx.send(message);
+                }
+                None => tracing::debug!(upstream = %name, id = ?message.id(), "response to no pending request; dropped"),
+            }
+            continue;
+        }
+        if incoming.send(Incoming { message, related: None }).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = LineReader::new(stderr, 64 * 1024);
+    while let Ok(Some(line)) = lines.next().await {
+        // stderr is for logging and SHOULD NOT be taken as an error condition.
+        tracing::info!(target: "taskgate::upstream_stderr", upstream = %name, "{}", String::from_utf8_lossy(&line).trim_end());
+    }
+}
+
+/// Waits for the process. When told to stop, it closes stdin and allows a grace period before
+/// killing (basic/lifecycle "Shutdown", stdio).
+async fn supervise(
+    name: String,
+    mut child: Child,
+    permit: OwnedSemaphorePermit,
+    stop: oneshot::Receiver<()>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    exit: Arc<Mutex<Option<String>>>,
+) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        _ = stop => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                tracing::warn!(upstream = %name, "stdio upstream did not exit after its stdin closed; killing it");
+                let _ = child.start_kill();
+                child.wait().await
+            }
+        },
+    };
+    let why = match status {
+        Ok(s) => format!("exited ({s})"),
+        Err(e) => format!("could not be waited for: {e}"),
+    };
+    tracing::info!(upstream = %name, "stdio upstream process {why}");
+    *exit.lock() = Some(why);
+    alive.store(false, Ordering::Relaxed);
+    // Dropping the senders fails every request still waiting, with the exit reason.
+    pending.lock().clear();
+    drop(permit);
+}
+
+/// Reads `\n`-terminated lines with a bound on their length.
+struct LineReader<R> {
+    reader: R,
+    buffer: Vec<u8>,
+    max_line: usize,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(reader: R, max_line: usize) -> Self {
+        LineReader { reader, buffer: Vec::with_capacity(8 * 1024), max_line, eof: false }
+    }
+
+    async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        loop {
+            if let Some(pos) = self.buffer.iter().position(|b| *b == b'\n') {
+                let mut line: Vec<u8> = self.buffer.drain(..=pos).collect();
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.eof {
+                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
+            }
+            if self.buffer.len() > self.max_line {
+                return Err(std::io::Error::other(format!("a line exceeds {} bytes", self.max_line)));
+            }
+            let mut chunk = [0u8; 8192];
+            let n = self.reader.read(&mut chunk).await?;
+            if n == 0 {
+                self.eof = true;
+            } else {
+                self.buffer.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
