@@ -28,6 +28,8 @@ pub mod defaults {
     pub const SEPARATOR: &str = "__";
     /// Tools per `tools/list` page.
     pub const PAGE_SIZE: usize = 100;
+    /// Seconds to wait for an upstream's `tools/list` when building the catalog.
+    pub const LIST_TIMEOUT_SECS: u64 = 10;
     /// stdio processes per upstream.
     pub const MAX_PROCESSES: usize = 16;
     /// Largest message accepted from an upstream.
@@ -128,11 +130,18 @@ pub struct FederationConfig {
     pub separator: String,
     /// Tools per `tools/list` page.
     pub page_size: usize,
+    /// Seconds to wait for an upstream's own `tools/list` when building the catalog; an upstream
+    /// slower than this is left out of the listing until it answers.
+    pub list_timeout_secs: u64,
 }
 
 impl Default for FederationConfig {
     fn default() -> Self {
-        FederationConfig { separator: defaults::SEPARATOR.into(), page_size: defaults::PAGE_SIZE }
+        FederationConfig {
+            separator: defaults::SEPARATOR.into(),
+            page_size: defaults::PAGE_SIZE,
+            list_timeout_secs: defaults::LIST_TIMEOUT_SECS,
+        }
     }
 }
 
@@ -323,6 +332,7 @@ impl Config {
             ("server.session_mailbox", self.server.session_mailbox),
             ("server.stream_buffer", self.server.stream_buffer),
             ("federation.page_size", self.federation.page_size),
+            ("federation.list_timeout_secs", self.federation.list_timeout_secs as usize),
         ] {
             if value == 0 {
                 bad(key.into(), "must be at least 1".into());

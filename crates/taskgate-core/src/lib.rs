@@ -1,1 +1,21 @@
+//! The gateway's core: its actors and the data they own. This is the only crate that depends
+//! on `actix` (architecture invariant 1).
+//!
+//! - [`gateway`]: [`Gateway`], the handle the front door holds; creates sessions.
+//! - [`session`]: [`session::SessionActor`], one per client session.
+//! - [`router`]: [`router::Router`], the federated tool catalog and its refreshes.
+//! - [`catalog`]: the catalog's pure data: naming, collisions, cursor pages.
+//! - [`registry`]: the session table and [`Identity`].
+//! - [`error`]: [`GatewayError`] and its one mapping to JSON-RPC codes and HTTP statuses.
 
+pub mod catalog;
+pub mod error;
+pub mod gateway;
+pub mod registry;
+pub mod router;
+pub mod session;
+mod stream;
+
+pub use error::GatewayError;
+pub use gateway::{Gateway, SessionHandle};
+pub use registry::Identity;

@@ -1,0 +1,285 @@
+//! The federated tool catalog: which upstream owns which tool under which name, in a
+//! deterministic order, with opaque cursors. Pure data: the [`crate::router::Router`] fills it.
+
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::Value;
+use taskgate_protocol::mcp::{TaskSupport, ToolView};
+
+/// Where a federated tool comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolEntry {
+    /// The owning upstream.
+    pub upstream: String,
+    /// The tool as the upstream lists it (its own name in `tool.name`).
+    pub tool: ToolView,
+}
+
+/// How one upstream's tool names appear to clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    /// The upstream's name.
+    pub upstream: String,
+    /// Whether its tools are prefixed with `<upstream><separator>`.
+    pub prefix: bool,
+}
+
+/// Two upstreams offering the same client-visible tool name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    /// The contested name.
+    pub name: String,
+    /// The upstream whose tool is kept (earlier in the configuration).
+    pub kept: String,
+    /// The upstream whose tool is hidden.
+    pub hidden: String,
+}
+
+impl std::fmt::Display for Collision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tool name {:?} is offered by both upstream '{}' and upstream '{}'; '{}' is listed first in the configuration and keeps it (set prefix = true on one of them)",
+            self.name, self.kept, self.hidden, self.kept
+        )
+    }
+}
+
+/// The merged catalog.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    separator: String,
+    naming: Vec<Naming>,
+    /// Each upstream's tools as last listed.
+    tools: BTreeMap<String, Vec<ToolView>>,
+    /// Client-visible name → entry, sorted by name (the listing order).
+    entries: BTreeMap<String, ToolEntry>,
+    collisions: Vec<Collision>,
+}
+
+/// A page of `tools/list`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// Tool objects with client-visible names.
+    pub tools: Vec<Value>,
+    /// The cursor of the next page, if any.
+    pub next_cursor: Option<String>,
+}
+
+const CURSOR_PREFIX: &str = "tools:";
+
+impl Catalog {
+    /// An empty catalog for upstreams named in configuration order.
+    pub fn new(separator: &str, naming: Vec<Naming>) -> Catalog {
+        Catalog { separator: separator.to_owned(), naming, ..Catalog::default() }
+    }
+
+    /// The client-visible name of an upstream's tool.
+    pub fn exposed_name(&self, naming: &Naming, tool: &str) -> String {
+        if naming.prefix {
+            format!("{}{}{}", naming.upstream, self.separator, tool)
+        } else {
+            tool.to_owned()
+        }
+    }
+
+    /// Replaces one upstream's tools and rebuilds the merged view. Returns new collisions.
+    pub fn set_tools(&mut self, upstream: &str, tools: Vec<ToolView>) -> Vec<Collision> {
+        self.tools.insert(upstream.to_owned(), tools);
+        self.rebuild()
+    }
+
+    /// Forgets one upstream's tools (it is unreachable).
+    pub fn clear_tools(&mut self, upstream: &str) {
+        if self.tools.remove(upstream).is_some() {
+            self.rebuild();
+        }
+    }
+
+    /// True once the upstream's tools have been listed.
+    pub fn has_tools(&self, upstream: &str) -> bool {
+        self.tools.contains_key(upstream)
+    }
+
+    fn rebuild(&mut self) -> Vec<Collision> {
+        let before = std::mem::take(&mut self.collisions);
+        self.entries.clear();
+        for naming in &self.naming {
+            let Some(tools) = self.tools.get(&naming.upstream) else { continue };
+            for tool in tools {
+                let name = self.exposed_name(naming, &tool.name);
+                if let Some(existing) = self.entries.get(&name) {
+                    if existing.upstream != naming.upstream {
+                        self.collisions.push(Collision { name, kept: existing.upstream.clone(), hidden: naming.upstream.clone() });
+                    }
+                    continue;
+                }
+                self.entries.insert(name, ToolEntry { upstream: naming.upstream.clone(), tool: tool.clone() });
+            }
+        }
+        self.collisions.iter().filter(|c| !before.contains(c)).cloned().collect()
+    }
+
+    /// Current name collisions.
+    pub fn collisions(&self) -> &[Collision] {
+        &self.collisions
+    }
+
+    /// Looks up a client-visible tool name.
+    pub fn resolve(&self, name: &str) -> Option<&ToolEntry> {
+        self.entries.get(name)
+    }
+
+    /// The upstream a prefixed name points at, even when its tools are not listed (it is down).
+    pub fn upstream_by_prefix(&self, name: &str) -> Option<&str> {
+        self.naming
+            .iter()
+            .filter(|n| n.prefix)
+            .find(|n| name.strip_prefix(n.upstream.as_str()).is_some_and(|rest| rest.starts_with(&self.separator)))
+            .map(|n| n.upstream.as_str())
+    }
+
+    /// Number of listed tools.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no tool is listed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// One page, starting after the cursor's tool. Cursors name a position in the sorted
+    /// listing, so they stay valid (stable) when tools are added or removed meanwhile.
+    pub fn page(&self, cursor: Option<&str>, size: usize, task_support: impl Fn(&ToolEntry) -> TaskSupport) -> Result<Page, String> {
+        let start = match cursor {
+            None => None,
+            Some(c) => Some(decode_cursor(c).ok_or_else(|| format!("Invalid cursor: {c:?} is not a cursor this gateway issued"))?),
+        };
+        let mut iter: Box<dyn Iterator<Item = (&String, &ToolEntry)>> = match &start {
+            None => Box::new(self.entries.iter()),
+            Some(after) => Box::new(self.entries.range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))),
+        };
+        let mut tools = Vec::with_capacity(size.min(self.entries.len()));
+        let mut last = None;
+        for (name, entry) in iter.by_ref().take(size) {
+            let mut tool = entry.tool.renamed(name);
+            let support = task_support(entry);
+            if support != entry.tool.task_support || tool.get("execution").is_some() {
+                tool["execution"]["taskSupport"] = Value::from(support.as_str());
+            }
+            tools.push(tool);
+            last = Some(name.clone());
+        }
+        let next_cursor = match (iter.next(), last) {
+            (Some(_), Some(last)) => Some(encode_cursor(&last)),
+            _ => None,
+        };
+        Ok(Page { tools, next_cursor })
+    }
+}
+
+fn encode_cursor(after: &str) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{CURSOR_PREFIX}{after}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<String> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    String::from_utf8(bytes).ok()?.strip_prefix(CURSOR_PREFIX).map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tools(names: &[&str]) -> Vec<ToolView> {
+        names.iter().map(|n| ToolView::from_value(json!({"name": n, "inputSchema": {"type": "object"}})).unwrap()).collect()
+    }
+
+    fn naming(list: &[(&str, bool)]) -> Vec<Naming> {
+        list.iter().map(|(u, p)| Naming { upstream: u.to_string(), prefix: *p }).collect()
+    }
+
+    fn native(e: &ToolEntry) -> TaskSupport {
+        e.tool.task_support
+    }
+
+    fn names(page: &Page) -> Vec<String> {
+        page.tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+    }
+
+    #[test]
+    fn prefixes_and_sorts_deterministically() {
+        let mut c = Catalog::new("__", naming(&[("b", true), ("a", true), ("plain", false)]));
+        c.set_tools("b", tools(&["z", "y"]));
+        c.set_tools("a", tools(&["x"]));
+        c.set_tools("plain", tools(&["echo"]));
+        let page = c.page(None, 10, native).unwrap();
+        assert_eq!(names(&page), ["a__x", "b__y", "b__z", "echo"]);
+        assert_eq!(page.next_cursor, None);
+        let entry = c.resolve("b__y").unwrap();
+        assert_eq!((entry.upstream.as_str(), entry.tool.name.as_str()), ("b", "y"));
+        assert_eq!(c.upstream_by_prefix("a__gone"), Some("a"));
+        assert_eq!(c.upstream_by_prefix("plain__x"), None);
+    }
+
+    #[test]
+    fn pages_cover_everything_once_and_survive_changes() {
+        let mut c = Catalog::new(".", naming(&[("u", true)]));
+        let all: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
+        c.set_tools("u", tools(&all.iter().map(String::as_str).collect::<Vec<_>>()));
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = c.page(cursor.as_deref(), 10, native).unwrap();
+            seen.extend(names(&page));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), 25);
+        let first = c.page(None, 10, native).unwrap();
+        // Removing a tool already listed does not shift the next page.
+        c.set_tools("u", tools(&all[1..].iter().map(String::as_str).collect::<Vec<_>>()));
+        let second = c.page(first.next_cursor.as_deref(), 10, native).unwrap();
+        assert_eq!(names(&second)[0], "u.t10");
+    }
+
+    #[test]
+    fn bad_cursors_are_rejected() {
+        let c = Catalog::new("__", naming(&[("u", true)]));
+        for bad in ["", "!!", "bm90LWEtY3Vyc29y"] {
+            assert!(c.page(Some(bad), 10, native).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn collisions_name_both_upstreams_and_keep_the_first() {
+        let mut c = Catalog::new("__", naming(&[("one", false), ("two", false)]));
+        c.set_tools("one", tools(&["search"]));
+        let new = c.set_tools("two", tools(&["search", "other"]));
+        assert_eq!(new, vec![Collision { name: "search".into(), kept: "one".into(), hidden: "two".into() }]);
+        assert!(new[0].to_string().contains("'one'") && new[0].to_string().contains("'two'"));
+        assert_eq!(c.resolve("search").unwrap().upstream, "one");
+        assert_eq!(c.len(), 2);
+        // Reported once, not again on an unrelated refresh.
+        assert!(c.set_tools("two", tools(&["search", "other"])).is_empty());
+        c.clear_tools("one");
+        assert!(c.collisions().is_empty());
+        assert_eq!(c.resolve("search").unwrap().upstream, "two");
+    }
+
+    #[test]
+    fn task_support_is_written_when_it_differs() {
+        let mut c = Catalog::new("__", naming(&[("u", true)]));
+        c.set_tools("u", tools(&["t"]));
+        let page = c.page(None, 10, |_| TaskSupport::Optional).unwrap();
+        assert_eq!(page.tools[0]["execution"], json!({"taskSupport": "optional"}));
+        let page = c.page(None, 10, native).unwrap();
+        assert!(page.tools[0].get("execution").is_none());
+    }
+}

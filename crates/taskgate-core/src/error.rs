@@ -1,0 +1,171 @@
+//! The gateway's one error type and the one place it becomes a JSON-RPC code and an HTTP
+//! status (architecture invariant 7).
+
+use serde_json::json;
+use taskgate_protocol::{codes, ErrorObject};
+use taskgate_upstream::UpstreamError;
+
+/// Everything that can go wrong between a client's bytes and an upstream's answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GatewayError {
+    /// The body is not JSON.
+    #[error("Parse error: {0}")]
+    Parse(String),
+    /// The body is JSON but not one valid JSON-RPC message, or a header is wrong.
+    #[error("Invalid Request: {0}")]
+    InvalidRequest(String),
+    /// A request other than initialize came without `Mcp-Session-Id`.
+    #[error("Bad Request: the Mcp-Session-Id header is required; send initialize first to get one")]
+    MissingSession,
+    /// The session ended or never existed (or belongs to someone else).
+    #[error("Session not found: it has ended or never existed; send initialize without Mcp-Session-Id to start a new one")]
+    SessionNotFound,
+    /// The `Origin` header is not allowed (DNS-rebinding protection).
+    #[error("Forbidden: Origin {0:?} is not in server.allowed_origins")]
+    OriginNotAllowed(String),
+    /// The `Accept` header allows no content type this request can be answered with.
+    #[error("Not Acceptable: {0}")]
+    NotAcceptable(String),
+    /// The `Content-Type` is not `application/json`.
+    #[error("Unsupported Media Type: {0}")]
+    UnsupportedMediaType(String),
+    /// The body is larger than `server.max_body_bytes`.
+    #[error("Payload Too Large: the body exceeds server.max_body_bytes ({limit} bytes)")]
+    PayloadTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// `MCP-Protocol-Version` names a version the gateway does not speak.
+    #[error("Bad Request: unsupported MCP-Protocol-Version {0:?}; supported: 2025-11-25, 2025-06-18, 2025-03-26")]
+    UnsupportedProtocolVersion(String),
+    /// The HTTP method is not served at this path.
+    #[error("Method Not Allowed: {0}")]
+    HttpMethodNotAllowed(String),
+    /// The session already has an open GET stream.
+    #[error("Conflict: this session already has an open GET stream; close it before opening another")]
+    StreamConflict,
+    /// JSON-RPC method not found.
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    /// JSON-RPC invalid params.
+    #[error("{0}")]
+    InvalidParams(String),
+    /// An upstream failed or answered with an error.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// A bound of the gateway is reached.
+    #[error("Overloaded: {0}")]
+    Overloaded(String),
+    /// A bug or an impossible state.
+    #[error("Internal error: {0}")]
+    Internal(String),
+}
+
+impl GatewayError {
+    /// The HTTP status when the error is the whole answer to an HTTP request. Errors that
+    /// answer a JSON-RPC request (method, params, upstream) travel in a 200 response.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            GatewayError::Parse(_)
+            | GatewayError::InvalidRequest(_)
+            | GatewayError::MissingSession
+            | GatewayError::UnsupportedProtocolVersion(_) => 400,
+            GatewayError::OriginNotAllowed(_) => 403,
+            GatewayError::SessionNotFound => 404,
+            GatewayError::HttpMethodNotAllowed(_) => 405,
+            GatewayError::NotAcceptable(_) => 406,
+            GatewayError::StreamConflict => 409,
+            GatewayError::PayloadTooLarge { .. } => 413,
+            GatewayError::UnsupportedMediaType(_) => 415,
+            GatewayError::Overloaded(_) => 503,
+            GatewayError::Internal(_) => 500,
+            GatewayError::MethodNotFound(_) | GatewayError::InvalidParams(_) | GatewayError::Upstream(_) => 200,
+        }
+    }
+
+    /// The JSON-RPC error object.
+    pub fn error_object(&self) -> ErrorObject {
+        let code = match self {
+            GatewayError::Parse(_) => codes::PARSE_ERROR,
+            GatewayError::MethodNotFound(_) => codes::METHOD_NOT_FOUND,
+            GatewayError::InvalidParams(_) => codes::INVALID_PARAMS,
+            GatewayError::Internal(_) => codes::INTERNAL_ERROR,
+            GatewayError::Overloaded(_) => codes::OVERLOADED,
+            GatewayError::Upstream(e) => {
+                return match e {
+                    // The upstream's own error passes through unchanged.
+                    UpstreamError::Rpc { error, .. } => error.clone(),
+                    UpstreamError::Timeout { upstream, .. } => ErrorObject::new(codes::UPSTREAM_TIMEOUT, e.to_string())
+                        .with_data(json!({"upstream": upstream, "reason": e.reason()})),
+                    UpstreamError::Overloaded { upstream, .. } => ErrorObject::new(codes::OVERLOADED, e.to_string())
+                        .with_data(json!({"upstream": upstream, "reason": e.reason()})),
+                    UpstreamError::Unavailable { upstream, .. } | UpstreamError::Protocol { upstream, .. } => {
+                        ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, e.to_string())
+                            .with_data(json!({"upstream": upstream, "reason": e.reason()}))
+                    }
+                };
+            }
+            _ => codes::INVALID_REQUEST,
+        };
+        ErrorObject::new(code, self.to_string())
+    }
+
+    /// A low-cardinality label for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            GatewayError::Parse(_) => "parse_error",
+            GatewayError::InvalidRequest(_) => "invalid_request",
+            GatewayError::MissingSession => "missing_session",
+            GatewayError::SessionNotFound => "session_not_found",
+            GatewayError::OriginNotAllowed(_) => "origin_not_allowed",
+            GatewayError::NotAcceptable(_) => "not_acceptable",
+            GatewayError::UnsupportedMediaType(_) => "unsupported_media_type",
+            GatewayError::PayloadTooLarge { .. } => "payload_too_large",
+            GatewayError::UnsupportedProtocolVersion(_) => "unsupported_protocol_version",
+            GatewayError::HttpMethodNotAllowed(_) => "http_method_not_allowed",
+            GatewayError::StreamConflict => "stream_conflict",
+            GatewayError::MethodNotFound(_) => "method_not_found",
+            GatewayError::InvalidParams(_) => "invalid_params",
+            GatewayError::Upstream(e) => e.reason(),
+            GatewayError::Overloaded(_) => "overloaded",
+            GatewayError::Internal(_) => "internal",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_rpc_errors_pass_through_unchanged() {
+        let original = ErrorObject::new(-32000, "boom").with_data(json!({"x": 1}));
+        let e = GatewayError::Upstream(UpstreamError::Rpc { upstream: "u".into(), error: original.clone() });
+        assert_eq!(e.error_object(), original);
+        assert_eq!(e.http_status(), 200);
+    }
+
+    #[test]
+    fn transport_errors_map_to_statuses_and_codes() {
+        let cases = [
+            (GatewayError::Parse("x".into()), 400, -32700),
+            (GatewayError::InvalidRequest("x".into()), 400, -32600),
+            (GatewayError::SessionNotFound, 404, -32600),
+            (GatewayError::OriginNotAllowed("http://evil".into()), 403, -32600),
+            (GatewayError::PayloadTooLarge { limit: 10 }, 413, -32600),
+            (GatewayError::UnsupportedMediaType("x".into()), 415, -32600),
+            (GatewayError::NotAcceptable("x".into()), 406, -32600),
+            (GatewayError::MethodNotFound("x".into()), 200, -32601),
+            (GatewayError::InvalidParams("x".into()), 200, -32602),
+            (GatewayError::Overloaded("x".into()), 503, -32002),
+        ];
+        for (e, status, code) in cases {
+            assert_eq!((e.http_status(), e.error_object().code), (status, code), "{e}");
+        }
+        let down = GatewayError::Upstream(UpstreamError::Unavailable { upstream: "files".into(), reason: "refused".into() });
+        let obj = down.error_object();
+        assert_eq!(obj.code, -32001);
+        assert!(obj.message.contains("'files'"));
+        assert_eq!(obj.data.unwrap()["upstream"], "files");
+    }
+}

@@ -1,0 +1,161 @@
+//! [`Gateway`]: the handle the front door holds. It starts the Router, creates sessions at
+//! `initialize`, and hands out [`SessionHandle`]s that deliver messages to session actors with
+//! bounded waiting (invariant 3).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use parking_lot::RwLock;
+use serde_json::{json, Value};
+use taskgate_config::Config;
+use taskgate_protocol::mcp::{self, InitializeView};
+use taskgate_protocol::{Message as RpcMessage, RequestId};
+use taskgate_upstream::{ClientIdentity, Connector};
+use tokio::sync::mpsc;
+
+use crate::catalog::{Catalog, Naming};
+use crate::registry::{Identity, SessionEntry, Sessions};
+use crate::router::Router;
+use crate::session::{ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor};
+use crate::GatewayError;
+
+/// How long a message may wait for room in a session's mailbox before the client gets 503.
+const MAILBOX_WAIT: Duration = Duration::from_secs(2);
+
+/// What every session shares.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub router: Addr<Router>,
+    pub catalog: Arc<RwLock<Catalog>>,
+    pub connectors: HashMap<String, Connector>,
+    pub sessions: Arc<Sessions>,
+}
+
+/// The running gateway core. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    shared: Arc<Shared>,
+}
+
+impl Gateway {
+    /// Starts the core (the Router begins listing upstream tools). Call inside an actix system.
+    pub fn start(config: Config) -> Gateway {
+        let connectors: Vec<Connector> = config.upstreams.iter().cloned().map(Connector::new).collect();
+        let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
+        let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
+        let sessions = Arc::new(Sessions::new(config.server.max_sessions));
+        let list_timeout = Duration::from_secs(config.federation.list_timeout_secs);
+        let router = Router::new(connectors.clone(), catalog.clone(), sessions.clone(), list_timeout).start();
+        let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
+        Gateway { shared: Arc::new(Shared { config, router, catalog, connectors, sessions }) }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Sessions open now.
+    pub fn session_count(&self) -> usize {
+        self.shared.sessions.len()
+    }
+
+    /// Handles `initialize`: negotiates the version, starts a session actor and returns the
+    /// new session id with the `InitializeResult`.
+    pub fn initialize(&self, identity: Identity, params: Option<&Value>) -> Result<(String, Value), GatewayError> {
+        let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
+        if self.shared.sessions.is_full() {
+            return Err(GatewayError::Overloaded(format!(
+                "the gateway has its maximum of {} sessions open (server.max_sessions)",
+                self.shared.config.server.max_sessions
+            )));
+        }
+        // basic/lifecycle "Version Negotiation": the requested version if supported, else ours.
+        let version = mcp::negotiate_version(&view.protocol_version);
+        // A v4 UUID comes from the OS CSPRNG and is visible ASCII (basic/transports "Session Management").
+        let id = uuid::Uuid::new_v4().to_string();
+        let client = ClientIdentity { capabilities: view.capabilities, client_info: view.client_info };
+        let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client).start();
+        let entry = SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned() };
+        if !self.shared.sessions.insert(id.clone(), entry) {
+            actor.do_send(Close);
+            return Err(GatewayError::Overloaded("the gateway has its maximum of sessions open (server.max_sessions)".into()));
+        }
+        let result = json!({
+            "protocolVersion": version,
+            "capabilities": { "tools": { "listChanged": true } },
+            "serverInfo": { "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") },
+        });
+        Ok((id, result))
+    }
+
+    /// The session `id` of `identity`; another identity's session is not found, exactly like
+    /// one that never existed.
+    pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
+        let entry = self.shared.sessions.get(id, identity).ok_or(GatewayError::SessionNotFound)?;
+        Ok(SessionHandle { addr: entry.addr, protocol_version: entry.protocol_version, stream_buffer: self.shared.config.server.stream_buffer })
+    }
+
+    /// Ends a session (DELETE).
+    pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
+        let handle = self.session(id, identity)?;
+        self.shared.sessions.remove(id);
+        let _ = handle.addr.send(Close).await;
+        Ok(())
+    }
+}
+
+/// A client session, as the front door sees it.
+pub struct SessionHandle {
+    addr: Addr<SessionActor>,
+    protocol_version: String,
+    stream_buffer: usize,
+}
+
+impl SessionHandle {
+    /// The protocol version negotiated at initialize.
+    pub fn protocol_version(&self) -> &str {
+        &self.protocol_version
+    }
+
+    async fn deliver<M>(&self, message: M) -> Result<M::Result, GatewayError>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SessionActor: Handler<M>,
+    {
+        match tokio::time::timeout(MAILBOX_WAIT, self.addr.send(message)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(MailboxError::Closed)) => Err(GatewayError::SessionNotFound),
+            Ok(Err(MailboxError::Timeout)) | Err(_) => Err(GatewayError::Overloaded(
+                "the session's queue is full (server.session_mailbox); retry later".into(),
+            )),
+        }
+    }
+
+    /// Sends a request. The receiver yields messages about it, then its response, then ends.
+    pub async fn request(&self, id: RequestId, method: String, params: Option<Value>) -> Result<mpsc::Receiver<RpcMessage>, GatewayError> {
+        let (reply, rx) = mpsc::channel(self.stream_buffer);
+        self.deliver(ClientRequest { id, method, params, reply }).await??;
+        Ok(rx)
+    }
+
+    /// Delivers a notification.
+    pub async fn notify(&self, method: String, params: Option<Value>) -> Result<(), GatewayError> {
+        self.deliver(ClientNotification { method, params }).await
+    }
+
+    /// Delivers the client's response to a request relayed from an upstream.
+    pub async fn respond(&self, response: RpcMessage) -> Result<(), GatewayError> {
+        self.deliver(ClientResponse(response)).await?
+    }
+
+    /// Opens the session's GET stream.
+    pub async fn open_stream(&self) -> Result<mpsc::Receiver<RpcMessage>, GatewayError> {
+        let (tx, rx) = mpsc::channel(self.stream_buffer);
+        self.deliver(OpenStream(tx)).await??;
+        Ok(rx)
+    }
+}

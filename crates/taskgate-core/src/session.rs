@@ -1,0 +1,466 @@
+//! The [`SessionActor`]: one per client session. It dispatches the client's JSON-RPC messages,
+//! owns the session's outbound streams (the GET stream and one per in-flight request), and
+//! opens one upstream session per upstream it calls, declaring the client's own capabilities.
+//!
+//! Upstream work runs in futures spawned on the actor's context; their outcomes come back to
+//! the actor as it finishes them, so a slow upstream never stalls the mailbox (invariant 2).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::{ErrorObject, Message as RpcMessage, RequestId};
+use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
+use tokio::sync::mpsc;
+
+use crate::catalog::Page;
+use crate::gateway::Shared;
+use crate::registry::Identity;
+use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
+use crate::stream::receiver_stream;
+use crate::GatewayError;
+
+/// Events buffered from one upstream session before its reader waits for this actor.
+const UPSTREAM_EVENTS: usize = 256;
+/// Upstream requests relayed to the client and not yet answered, per session.
+const MAX_RELAYED: usize = 1024;
+
+/// One client session.
+pub struct SessionActor {
+    id: String,
+    shared: Arc<Shared>,
+    identity: Identity,
+    client: ClientIdentity,
+    upstreams: HashMap<String, UpstreamSession>,
+    /// The standalone GET stream, when the client has one open.
+    get_stream: Option<mpsc::Sender<RpcMessage>>,
+    /// In-flight client requests by the client's id.
+    requests: HashMap<RequestId, InFlight>,
+    /// (upstream, upstream-local id) → the client's id, for routing what an upstream sends.
+    by_upstream: HashMap<(String, RequestId), RequestId>,
+    /// Requests an upstream sent that were relayed to the client: gateway id → (upstream, its id).
+    relayed: HashMap<RequestId, (String, RequestId)>,
+    next_relay: u64,
+}
+
+struct InFlight {
+    reply: mpsc::Sender<RpcMessage>,
+    upstream: Option<(String, RequestId)>,
+    progress_token: Option<Value>,
+}
+
+impl SessionActor {
+    pub(crate) fn new(id: String, shared: Arc<Shared>, identity: Identity, client: ClientIdentity) -> SessionActor {
+        SessionActor {
+            id,
+            shared,
+            identity,
+            client,
+            upstreams: HashMap::new(),
+            get_stream: None,
+            requests: HashMap::new(),
+            by_upstream: HashMap::new(),
+            relayed: HashMap::new(),
+            next_relay: 1,
+        }
+    }
+
+    fn upstream_session(&mut self, name: &str, ctx: &mut Context<Self>) -> Option<UpstreamSession> {
+        if let Some(s) = self.upstreams.get(name) {
+            return Some(s.clone());
+        }
+        let connector = self.shared.connectors.get(name)?.clone();
+        let (tx, rx) = mpsc::channel(UPSTREAM_EVENTS);
+        let upstream = name.to_owned();
+        ctx.add_stream(receiver_stream(rx, move |event| (upstream.clone(), event)));
+        let session = connector.open(self.client.clone(), tx);
+        self.upstreams.insert(name.to_owned(), session.clone());
+        Some(session)
+    }
+
+    /// Sends the final message for a client request and forgets the request.
+    fn finish(&mut self, id: RequestId, outcome: Result<Value, GatewayError>) {
+        let Some(request) = self.requests.remove(&id) else {
+            return; // cancelled by the client: no response is sent (basic/utilities/cancellation)
+        };
+        if let Some(key) = request.upstream {
+            self.by_upstream.remove(&key);
+        }
+        let message = match outcome {
+            Ok(result) => RpcMessage::response(id, result),
+            Err(e) => {
+                tracing::debug!(session = %self.id, reason = e.reason(), error = %e, "request failed");
+                RpcMessage::error(Some(id), e.error_object())
+            }
+        };
+        send_final(request.reply, message);
+    }
+
+    fn list_tools(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let cursor = match mcp::cursor(params.as_ref()) {
+            Ok(c) => c.map(str::to_owned),
+            Err(e) => return self.finish(id, Err(GatewayError::InvalidParams(e))),
+        };
+        let router = self.shared.router.clone();
+        let shared = self.shared.clone();
+        let listing = async move {
+            let _ = router.send(EnsureCatalog).await;
+            let page = shared.catalog.read().page(cursor.as_deref(), shared.config.federation.page_size, |e| e.tool.task_support);
+            page.map_err(GatewayError::InvalidParams)
+        };
+        ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
+            act.finish(id, page.map(|Page { tools, next_cursor }| {
+                let mut result = json!({ "tools": tools });
+                if let Some(next) = next_cursor {
+                    result["nextCursor"] = Value::from(next);
+                }
+                result
+            }))
+        }));
+    }
+
+    fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
+            return self.finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
+        };
+        if let Some(args) = params.as_ref().and_then(|p| p.get("arguments")) {
+            if !args.is_object() {
+                return self.finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
+            }
+        }
+        let resolved = self.shared.catalog.read().resolve(&name).map(|e| (e.upstream.clone(), e.tool.name.clone()));
+        match resolved {
+            Some((upstream, tool)) => self.forward_call(id, params, upstream, tool, ctx),
+            None => {
+                // Not listed: the catalog may not be loaded yet, or the upstream may be down.
+                let router = self.shared.router.clone();
+                let shared = self.shared.clone();
+                let lookup = async move {
+                    let _ = router.send(EnsureCatalog).await;
+                    let catalog = shared.catalog.read();
+                    if let Some(e) = catalog.resolve(&name) {
+                        return Ok((e.upstream.clone(), e.tool.name.clone()));
+                    }
+                    let owner = catalog.upstream_by_prefix(&name).map(str::to_owned);
+                    drop(catalog);
+                    if let Some(upstream) = owner {
+                        if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream)).await {
+                            return Err(GatewayError::Upstream(failure));
+                        }
+                    }
+                    Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")))
+                };
+                ctx.spawn(lookup.into_actor(self).map(move |found, act, ctx| match found {
+                    Ok((upstream, tool)) => act.forward_call(id, params, upstream, tool, ctx),
+                    Err(e) => act.finish(id, Err(e)),
+                }));
+            }
+        }
+    }
+
+    fn forward_call(&mut self, id: RequestId, params: Option<Value>, upstream: String, tool: String, ctx: &mut Context<Self>) {
+        if !self.requests.contains_key(&id) {
+            return; // cancelled while the tool was being resolved
+        }
+        let Some(session) = self.upstream_session(&upstream, ctx) else {
+            return self.finish(id, Err(GatewayError::Internal(format!("upstream '{upstream}' has no connector"))));
+        };
+        let upstream_id = session.next_request_id();
+        let mut params = params.unwrap_or_else(|| json!({}));
+        params["name"] = Value::from(tool);
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.upstream = Some((upstream.clone(), upstream_id.clone()));
+        }
+        self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
+        let call = async move { session.request_with_id(upstream_id, methods::TOOLS_CALL, Some(params)).await };
+        ctx.spawn(call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))));
+    }
+
+    /// notifications/cancelled from the client: forward to the one upstream that owns the
+    /// request, with its id rewritten, and send no response for it.
+    fn cancel(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
+        let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
+            tracing::info!(session = %self.id, "ignored notifications/cancelled without a valid requestId");
+            return;
+        };
+        let Some(request) = self.requests.remove(&id) else {
+            tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for an unknown or finished request");
+            return;
+        };
+        let Some((upstream, upstream_id)) = request.upstream else { return };
+        self.by_upstream.remove(&(upstream.clone(), upstream_id.clone()));
+        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            let mut forwarded = params.unwrap_or_else(|| json!({}));
+            forwarded["requestId"] = upstream_id.to_value();
+            let notify = async move { session.notify(methods::CANCELLED, Some(forwarded)).await };
+            ctx.spawn(notify.into_actor(self).map(move |sent, _, _| {
+                if let Err(e) = sent {
+                    tracing::info!(%upstream, error = %e, "could not forward a cancellation");
+                }
+            }));
+        }
+    }
+
+    /// The stream a message about `related` (an upstream-local id) should go on: the client
+    /// request's stream when it is still open, otherwise the GET stream.
+    fn stream_for(&self, upstream: &str, related: Option<&RequestId>, token: Option<&Value>) -> Option<mpsc::Sender<RpcMessage>> {
+        let by_id = related
+            .and_then(|r| self.by_upstream.get(&(upstream.to_owned(), r.clone())))
+            .and_then(|client_id| self.requests.get(client_id));
+        let by_token = || token.and_then(|t| self.requests.values().find(|r| r.progress_token.as_ref() == Some(t)));
+        by_id
+            .or_else(by_token)
+            .map(|r| r.reply.clone())
+            .filter(|s| !s.is_closed())
+            .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
+    }
+
+    fn relay_request(&mut self, upstream: String, id: RequestId, method: String, params: Option<Value>, related: Option<RequestId>, ctx: &mut Context<Self>) {
+        let stream = self.stream_for(&upstream, related.as_ref(), None);
+        let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
+        let refuse = |why: String| {
+            let reply = RpcMessage::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::INTERNAL_ERROR, why));
+            async move {
+                let _ = session.respond(reply).await;
+            }
+        };
+        let Some(stream) = stream else {
+            ctx.spawn(refuse(format!("the client has no open stream on which to receive {method}")).into_actor(self));
+            return;
+        };
+        if self.relayed.len() >= MAX_RELAYED {
+            ctx.spawn(refuse(format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
+            return;
+        }
+        let gateway_id = RequestId::String(format!("taskgate-{}", self.next_relay));
+        self.next_relay += 1;
+        if stream.try_send(RpcMessage::request(gateway_id.clone(), method, params)).is_err() {
+            ctx.spawn(refuse("the client's stream is full".into()).into_actor(self));
+            return;
+        }
+        self.relayed.insert(gateway_id, (upstream, id));
+    }
+
+    fn close_upstreams(&mut self) {
+        for (_, session) in self.upstreams.drain() {
+            actix::spawn(async move { session.close().await });
+        }
+    }
+}
+
+/// Sends the last message of a request stream without blocking the actor.
+fn send_final(reply: mpsc::Sender<RpcMessage>, message: RpcMessage) {
+    match reply.try_send(message) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(message)) => {
+            actix::spawn(async move {
+                let _ = reply.send(message).await;
+            });
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => {} // the client went away; nothing to deliver to
+    }
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(self.shared.config.server.session_mailbox);
+        tracing::info!(session = %self.id, tenant = %self.identity.tenant, "session started");
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.shared.sessions.remove(&self.id);
+        self.close_upstreams();
+        tracing::info!(session = %self.id, "session ended");
+    }
+}
+
+/// A JSON-RPC request from the client. Messages about it, then its response, go to `reply`.
+pub(crate) struct ClientRequest {
+    pub id: RequestId,
+    pub method: String,
+    pub params: Option<Value>,
+    pub reply: mpsc::Sender<RpcMessage>,
+}
+
+impl Message for ClientRequest {
+    type Result = Result<(), GatewayError>;
+}
+
+impl Handler<ClientRequest> for SessionActor {
+    type Result = Result<(), GatewayError>;
+
+    fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
+        let ClientRequest { id, method, params, reply } = msg;
+        if self.requests.contains_key(&id) {
+            return Err(GatewayError::InvalidRequest(format!("request id {id} is already in use by a request in progress in this session")));
+        }
+        let max = self.shared.config.server.session_mailbox;
+        if self.requests.len() >= max {
+            return Err(GatewayError::Overloaded(format!("this session already has {max} requests in progress")));
+        }
+        let progress_token = mcp::progress_token(params.as_ref()).cloned();
+        self.requests.insert(id.clone(), InFlight { reply, upstream: None, progress_token });
+        match method.as_str() {
+            methods::PING => self.finish(id, Ok(json!({}))),
+            methods::TOOLS_LIST => self.list_tools(id, params, ctx),
+            methods::TOOLS_CALL => self.call_tool(id, params, ctx),
+            methods::INITIALIZE => self.finish(id, Err(GatewayError::InvalidRequest("this session is already initialized; send initialize without Mcp-Session-Id to start another".into()))),
+            other => {
+                let why = format!("{other} (taskgate federates tools; it serves initialize, ping, tools/list and tools/call)");
+                self.finish(id, Err(GatewayError::MethodNotFound(why)))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A JSON-RPC notification from the client.
+pub(crate) struct ClientNotification {
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+impl Message for ClientNotification {
+    type Result = ();
+}
+
+impl Handler<ClientNotification> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ClientNotification, ctx: &mut Context<Self>) {
+        match msg.method.as_str() {
+            methods::INITIALIZED => {}
+            methods::CANCELLED => self.cancel(msg.params, ctx),
+            "notifications/roots/list_changed" => {
+                for session in self.upstreams.values().cloned() {
+                    let params = msg.params.clone();
+                    ctx.spawn(async move {
+                        let _ = session.notify("notifications/roots/list_changed", params).await;
+                    }.into_actor(self));
+                }
+            }
+            other => tracing::debug!(session = %self.id, method = other, "client notification ignored"),
+        }
+    }
+}
+
+/// The client's response to a request an upstream sent through the gateway.
+pub(crate) struct ClientResponse(pub RpcMessage);
+
+impl Message for ClientResponse {
+    type Result = Result<(), GatewayError>;
+}
+
+impl Handler<ClientResponse> for SessionActor {
+    type Result = Result<(), GatewayError>;
+
+    fn handle(&mut self, ClientResponse(message): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(id) = message.id().cloned() else {
+            return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
+        };
+        let Some((upstream, upstream_id)) = self.relayed.remove(&id) else {
+            return Err(GatewayError::InvalidRequest(format!("no request with id {id} is waiting for a response in this session")));
+        };
+        let mapped = match message {
+            RpcMessage::Response { result, .. } => RpcMessage::response(upstream_id, result),
+            RpcMessage::Error { error, .. } => RpcMessage::error(Some(upstream_id), error),
+            _ => unreachable!("ClientResponse carries responses"),
+        };
+        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            ctx.spawn(async move {
+                if let Err(e) = session.respond(mapped).await {
+                    tracing::info!(error = %e, "could not deliver a client response upstream");
+                }
+            }.into_actor(self));
+        }
+        Ok(())
+    }
+}
+
+/// The client opened its GET stream.
+pub(crate) struct OpenStream(pub mpsc::Sender<RpcMessage>);
+
+impl Message for OpenStream {
+    type Result = Result<(), GatewayError>;
+}
+
+impl Handler<OpenStream> for SessionActor {
+    type Result = Result<(), GatewayError>;
+
+    fn handle(&mut self, OpenStream(tx): OpenStream, _: &mut Context<Self>) -> Self::Result {
+        // One GET stream at a time, so no message is sent on two streams (basic/transports
+        // "Multiple Connections"); a closed one is replaced.
+        if self.get_stream.as_ref().is_some_and(|s| !s.is_closed()) {
+            return Err(GatewayError::StreamConflict);
+        }
+        self.get_stream = Some(tx);
+        Ok(())
+    }
+}
+
+/// The client ended the session (DELETE) or the gateway is shutting it down.
+pub(crate) struct Close;
+
+impl Message for Close {
+    type Result = ();
+}
+
+impl Handler<Close> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// The federated tool list changed.
+pub(crate) struct ToolsChanged;
+
+impl Message for ToolsChanged {
+    type Result = ();
+}
+
+impl Handler<ToolsChanged> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
+        if let Some(stream) = &self.get_stream {
+            let _ = stream.try_send(RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+        }
+    }
+}
+
+impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
+    fn handle(&mut self, (upstream, event): (String, UpstreamEvent), ctx: &mut Context<Self>) {
+        match event {
+            UpstreamEvent::Request { id, method, params, related } => self.relay_request(upstream, id, method, params, related, ctx),
+            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => {
+                if self.shared.router.try_send(RefreshUpstream(upstream)).is_err() {
+                    tracing::warn!("the router's queue is full; a tools/list_changed was not handled");
+                }
+            }
+            UpstreamEvent::Notification { method, params, related } => {
+                let token = (method == methods::PROGRESS).then(|| params.as_ref().and_then(|p| p.get("progressToken")).cloned()).flatten();
+                if method == methods::PROGRESS && related.is_none() && token.is_none() {
+                    return;
+                }
+                match self.stream_for(&upstream, related.as_ref(), token.as_ref()) {
+                    Some(stream) => {
+                        if stream.try_send(RpcMessage::notification(method, params)).is_err() {
+                            tracing::debug!(session = %self.id, %upstream, "client stream full; notification dropped");
+                        }
+                    }
+                    None => tracing::debug!(session = %self.id, %upstream, %method, "no open client stream; notification dropped"),
+                }
+            }
+        }
+    }
+
+    fn finished(&mut self, _: &mut Context<Self>) {
+        // An upstream session's event stream ends when it closes; the actor lives on.
+    }
+}
