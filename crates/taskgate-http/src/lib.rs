@@ -1,1 +1,16 @@
+//! The Streamable HTTP front door (basic/transports "Streamable HTTP"): the only crate that
+//! knows the client side of HTTP (architecture invariant 1).
+//!
+//! - [`server`]: binds the listener and wires the routes.
+//! - [`mcp_endpoint`]: `POST`, `GET` and `DELETE /mcp`.
+//! - [`checks`]: `Origin`, `Content-Type`, `Accept`, `MCP-Protocol-Version`, body limits.
+//! - [`sse`]: outbound SSE bodies with keep-alives.
+//! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
 
+pub mod checks;
+pub mod mcp_endpoint;
+pub mod reply;
+pub mod server;
+pub mod sse;
+
+pub use server::{serve, Running};

@@ -1,1 +1,171 @@
-fn main() {}
+//! The `taskgate` command: `serve`, `check-config`, `demo`, and `demo-upstream` (the demo MCP
+//! server itself, over stdio or HTTP).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use taskgate_config::{Config, ConfigError, LogFormat, UpstreamConfig};
+use taskgate_core::Gateway;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "taskgate", version, about = "An MCP gateway with durable tasks, exact progress and cancellation routing, and tenants")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the gateway with a configuration file.
+    Serve {
+        /// The TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Overrides server.listen (also TASKGATE_LISTEN).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Validates a configuration file and prints every problem with its location.
+    CheckConfig {
+        /// The TOML configuration file.
+        file: PathBuf,
+    },
+    /// Runs the gateway in front of built-in demo upstreams (one over HTTP, one over stdio).
+    Demo {
+        /// Where the gateway listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Runs the demo MCP server on its own.
+    DemoUpstream {
+        /// Serve MCP on stdin/stdout.
+        #[arg(long, conflicts_with = "listen")]
+        stdio: bool,
+        /// Serve MCP over Streamable HTTP at http://ADDR/mcp.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::CheckConfig { file } => return check_config(&file),
+        Command::Serve { config, listen } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, Vec::new())),
+        Command::Demo { listen } => demo(listen),
+        Command::DemoUpstream { stdio, listen } => demo_upstream(stdio, listen),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("taskgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_config(file: &std::path::Path) -> ExitCode {
+    match Config::load(file) {
+        Ok(config) => {
+            println!("{}: ok ({} upstreams)", file.display(), config.upstreams.len());
+            ExitCode::SUCCESS
+        }
+        Err(e @ (ConfigError::Invalid { .. } | ConfigError::Parse { .. } | ConfigError::Read { .. })) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = EnvFilter::try_new(&config.logging.level).unwrap_or_else(|e| {
+        eprintln!("taskgate: invalid log filter {:?} ({e}); using \"info\"", config.logging.level);
+        EnvFilter::new("info")
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match config.logging.format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Human => builder.try_init(),
+    };
+}
+
+/// Runs the gateway until Ctrl-C or SIGTERM. `banner` lines are printed once it listens.
+fn run_gateway(config: Config, listen: Option<SocketAddr>, extra: Vec<UpstreamConfig>) -> anyhow::Result<()> {
+    init_logging(&config);
+    actix_rt::System::new().block_on(async move {
+        let mut config = config;
+        config.upstreams.extend(extra);
+        let gateway = Gateway::start(config);
+        let running = taskgate_http::serve(gateway, listen).context("cannot start the front door")?;
+        let handle = running.handle.clone();
+        println!("taskgate listening on http://{}/mcp", running.addr);
+        tokio::select! {
+            result = running.server => result.context("the server failed")?,
+            _ = shutdown_signal() => {
+                tracing::info!("shutting down");
+                handle.stop(true).await;
+            }
+        }
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
+
+fn demo(listen: SocketAddr) -> anyhow::Result<()> {
+    let mut config = Config::default();
+    config.server.listen = listen.to_string();
+    config.apply_env(&|key| std::env::var(key).ok());
+    config.validate().map_err(|p| anyhow::anyhow!("invalid demo configuration: {p:?}"))?;
+    init_logging(&config);
+    let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
+    actix_rt::System::new().block_on(async move {
+        let demo = taskgate_demo::DemoServer::new();
+        let upstream = taskgate_demo::http::serve(demo, "127.0.0.1:0").context("cannot start the demo upstream")?;
+        config.upstreams.push(UpstreamConfig::http("demo", upstream.url.clone()));
+        config.upstreams.push(UpstreamConfig::stdio("local", exe.display().to_string(), vec!["demo-upstream".into(), "--stdio".into()]));
+        let gateway = Gateway::start(config);
+        let running = taskgate_http::serve(gateway, None).context("cannot start the front door")?;
+        let handle = running.handle.clone();
+        let url = format!("http://{}/mcp", running.addr);
+        println!("taskgate demo listening on {url}");
+        println!("  upstream 'demo'  (Streamable HTTP) at {}", upstream.url);
+        println!("  upstream 'local' (stdio)           {} demo-upstream --stdio", exe.display());
+        println!("Try: curl -si {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\");
+        println!("       -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'");
+        tokio::select! {
+            result = running.server => result.context("the server failed")?,
+            _ = shutdown_signal() => {
+                handle.stop(true).await;
+                upstream.stop().await;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn demo_upstream(stdio: bool, listen: Option<SocketAddr>) -> anyhow::Result<()> {
+    let demo = taskgate_demo::DemoServer::new();
+    if stdio {
+        // stdout carries MCP messages only; nothing else may be printed there.
+        return actix_rt::System::new().block_on(taskgate_demo::stdio::serve(demo)).context("stdio demo upstream failed");
+    }
+    let listen = listen.unwrap_or_else(|| "127.0.0.1:8090".parse().expect("valid address"));
+    actix_rt::System::new().block_on(async move {
+        let server = taskgate_demo::http::serve(demo, &listen.to_string()).context("cannot start the demo upstream")?;
+        println!("taskgate demo upstream listening on {}", server.url);
+        shutdown_signal().await;
+        server.stop().await;
+        Ok(())
+    })
+}

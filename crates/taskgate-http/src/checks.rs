@@ -1,0 +1,168 @@
+//! Header and body checks of the MCP endpoint, each returning the [`GatewayError`] to answer.
+
+use actix_web::http::header::{self, HeaderMap};
+use actix_web::web;
+use futures_util::StreamExt;
+use taskgate_core::GatewayError;
+use taskgate_protocol::mcp;
+
+/// The `Mcp-Session-Id` header.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The `MCP-Protocol-Version` header.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+fn header_str<'a>(headers: &'a HeaderMap, name: impl header::AsHeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// basic/transports "Security Warning": servers MUST validate `Origin`, and answer 403 when it
+/// is present and invalid. Requests without `Origin` (non-browser clients) pass.
+pub fn origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), GatewayError> {
+    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+    let origin = origin.to_str().unwrap_or("<not ASCII>");
+    if allowed.iter().any(|a| a == "*" || origin_matches(a, origin)) {
+        Ok(())
+    } else {
+        Err(GatewayError::OriginNotAllowed(origin.to_owned()))
+    }
+}
+
+/// `allowed` is `scheme://host` (any port) or `scheme://host:port`.
+fn origin_matches(allowed: &str, origin: &str) -> bool {
+    if allowed.eq_ignore_ascii_case(origin) {
+        return true;
+    }
+    let Some((scheme, host_port)) = origin.split_once("://") else { return false };
+    let Some((a_scheme, a_host)) = allowed.split_once("://") else { return false };
+    if !scheme.eq_ignore_ascii_case(a_scheme) {
+        return false;
+    }
+    // An allowed entry without a port admits the host on any port.
+    let host = match host_port.rsplit_once(':') {
+        Some((h, port)) if !h.is_empty() && port.chars().all(|c| c.is_ascii_digit()) && !host_port.ends_with(']') => h,
+        _ => host_port,
+    };
+    host.eq_ignore_ascii_case(a_host)
+}
+
+/// POST bodies must be `application/json`.
+pub fn content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
+    match header_str(headers, header::CONTENT_TYPE) {
+        Some(ct) if ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")) => Ok(()),
+        Some(ct) => Err(GatewayError::UnsupportedMediaType(format!("Content-Type {ct:?}; send application/json"))),
+        None => Err(GatewayError::UnsupportedMediaType("no Content-Type; send application/json".into())),
+    }
+}
+
+/// What a client's `Accept` header allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepts {
+    /// `application/json` is acceptable.
+    pub json: bool,
+    /// `text/event-stream` is acceptable.
+    pub sse: bool,
+}
+
+/// Reads `Accept`; a missing header accepts anything (RFC 9110).
+pub fn accepts(headers: &HeaderMap) -> Accepts {
+    let Some(accept) = header_str(headers, header::ACCEPT) else { return Accepts { json: true, sse: true } };
+    let mut result = Accepts { json: false, sse: false };
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let refused = parts.any(|p| matches!(p.trim().split_once('='), Some(("q", q)) if q.trim().parse::<f32>() == Ok(0.0)));
+        if refused {
+            continue;
+        }
+        match media.as_str() {
+            "*/*" => result = Accepts { json: true, sse: true },
+            "application/*" | "application/json" => result.json = true,
+            "text/*" | "text/event-stream" => result.sse = true,
+            _ => {}
+        }
+    }
+    result
+}
+
+/// basic/transports "Protocol Version Header": an invalid or unsupported version MUST get 400.
+/// Without the header, the version negotiated at initialize applies.
+pub fn protocol_version(headers: &HeaderMap) -> Result<(), GatewayError> {
+    match headers.get(VERSION_HEADER) {
+        None => Ok(()),
+        Some(v) => match v.to_str() {
+            Ok(v) if mcp::is_supported_version(v.trim()) => Ok(()),
+            Ok(v) => Err(GatewayError::UnsupportedProtocolVersion(v.to_owned())),
+            Err(_) => Err(GatewayError::UnsupportedProtocolVersion("<not ASCII>".into())),
+        },
+    }
+}
+
+/// The session id header, if present.
+pub fn session_id(headers: &HeaderMap) -> Option<&str> {
+    header_str(headers, SESSION_HEADER)
+}
+
+/// Reads the body, refusing more than `limit` bytes as soon as they arrive.
+pub async fn body(headers: &HeaderMap, mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, GatewayError> {
+    if let Some(length) = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok()) {
+        if length > limit {
+            return Err(GatewayError::PayloadTooLarge { limit });
+        }
+    }
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(GatewayError::PayloadTooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header::{HeaderName, HeaderValue};
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(HeaderName::try_from(*k).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn origins_match_host_on_any_port_or_exactly() {
+        let allowed = vec!["http://localhost".to_string(), "https://app.example.com:8443".to_string()];
+        for ok in ["http://localhost", "http://localhost:3000", "HTTP://LOCALHOST:1", "https://app.example.com:8443"] {
+            assert!(origin(&headers(&[("origin", ok)]), &allowed).is_ok(), "{ok}");
+        }
+        for bad in ["http://evil.com", "https://localhost", "http://localhost.evil.com", "https://app.example.com", "null"] {
+            assert!(origin(&headers(&[("origin", bad)]), &allowed).is_err(), "{bad}");
+        }
+        assert!(origin(&headers(&[]), &allowed).is_ok());
+        assert!(origin(&headers(&[("origin", "http://any")]), &["*".to_string()]).is_ok());
+    }
+
+    #[test]
+    fn accept_header_is_read_like_http_says() {
+        assert_eq!(accepts(&headers(&[])), Accepts { json: true, sse: true });
+        assert_eq!(accepts(&headers(&[("accept", "application/json, text/event-stream")])), Accepts { json: true, sse: true });
+        assert_eq!(accepts(&headers(&[("accept", "text/event-stream")])), Accepts { json: false, sse: true });
+        assert_eq!(accepts(&headers(&[("accept", "*/*")])), Accepts { json: true, sse: true });
+        assert_eq!(accepts(&headers(&[("accept", "text/html")])), Accepts { json: false, sse: false });
+        assert_eq!(accepts(&headers(&[("accept", "application/json, text/event-stream;q=0")])), Accepts { json: true, sse: false });
+    }
+
+    #[test]
+    fn content_type_and_version_checks() {
+        assert!(content_type(&headers(&[("content-type", "application/json; charset=utf-8")])).is_ok());
+        assert!(content_type(&headers(&[("content-type", "text/plain")])).is_err());
+        assert!(content_type(&headers(&[])).is_err());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-06-18")])).is_ok());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2024-01-01")])).is_err());
+        assert!(protocol_version(&headers(&[])).is_ok());
+    }
+}

@@ -1,0 +1,138 @@
+//! `POST`, `GET` and `DELETE` on the MCP endpoint (basic/transports "Streamable HTTP").
+
+use actix_web::http::header::HeaderMap;
+use actix_web::{web, HttpRequest, HttpResponse};
+use taskgate_core::{Gateway, GatewayError, Identity};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::{Message, MessageError};
+
+use crate::checks::{self, SESSION_HEADER};
+use crate::{reply, sse};
+
+/// The caller's identity. Until tenants and credentials are configured, everyone is anonymous.
+fn identity(_headers: &HeaderMap) -> Identity {
+    Identity::anonymous()
+}
+
+/// `POST /mcp`: one JSON-RPC message per request.
+pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Gateway>) -> HttpResponse {
+    let headers = req.headers();
+    let config = gateway.config();
+    let checked = async {
+        checks::origin(headers, &config.server.allowed_origins)?;
+        checks::content_type(headers)?;
+        let body = checks::body(headers, payload, config.server.max_body_bytes).await?;
+        match Message::from_slice(&body) {
+            Err(e) => Err(GatewayError::Parse(e.to_string())),
+            Ok(Err(MessageError::Batch)) => Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", ""))),
+            Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
+            Ok(Ok(message)) => Ok(message),
+        }
+    };
+    let message = match checked.await {
+        Ok(m) => m,
+        Err(e) => return reply::error(&e, None),
+    };
+    match dispatch(headers, message, &gateway).await {
+        Ok(response) => response,
+        Err((e, id)) => reply::error(&e, id),
+    }
+}
+
+type Refusal = (GatewayError, Option<taskgate_protocol::RequestId>);
+
+async fn dispatch(headers: &HeaderMap, message: Message, gateway: &Gateway) -> Result<HttpResponse, Refusal> {
+    let accepts = checks::accepts(headers);
+    let identity = identity(headers);
+    let id = message.id().cloned();
+    if let Message::Request { id, method, params } = &message {
+        // The client MUST accept both JSON and SSE; a gateway can answer with either one it accepts.
+        if !accepts.json && !accepts.sse {
+            return Err((GatewayError::NotAcceptable("Accept must allow application/json and text/event-stream".into()), Some(id.clone())));
+        }
+        if method == methods::INITIALIZE {
+            if checks::session_id(headers).is_some() {
+                return Err((
+                    GatewayError::InvalidRequest("initialize starts a new session: send it without Mcp-Session-Id".into()),
+                    Some(id.clone()),
+                ));
+            }
+            return match gateway.initialize(identity, params.as_ref()) {
+                Ok((session, result)) => {
+                    let mut response = reply::json(&Message::response(id.clone(), result));
+                    let value = actix_web::http::header::HeaderValue::from_str(&session).expect("session ids are visible ASCII");
+                    response.headers_mut().insert(actix_web::http::header::HeaderName::from_static(SESSION_HEADER), value);
+                    Ok(response)
+                }
+                Err(e @ GatewayError::InvalidParams(_)) => Ok(reply::json(&Message::error(Some(id.clone()), e.error_object()))),
+                Err(e) => Err((e, Some(id.clone()))),
+            };
+        }
+    }
+    let session_id = checks::session_id(headers).ok_or((GatewayError::MissingSession, id.clone()))?;
+    let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;
+    checks::protocol_version(headers).map_err(|e| (e, id.clone()))?;
+    match message {
+        Message::Notification { method, params } => {
+            session.notify(method, params).await.map_err(|e| (e, None))?;
+            Ok(HttpResponse::Accepted().finish())
+        }
+        response @ (Message::Response { .. } | Message::Error { .. }) => {
+            session.respond(response).await.map_err(|e| (e, None))?;
+            Ok(HttpResponse::Accepted().finish())
+        }
+        Message::Request { id, method, params } => {
+            // Calls may produce progress and upstream requests before their result: stream them
+            // when the client accepts SSE. Quick methods answer with one JSON object.
+            let stream = accepts.sse && (!accepts.json || method == methods::TOOLS_CALL);
+            let mut messages = session.request(id.clone(), method, params).await.map_err(|e| (e, Some(id.clone())))?;
+            if stream {
+                return Ok(sse::response(messages));
+            }
+            while let Some(m) = messages.recv().await {
+                if m.is_response() {
+                    return Ok(reply::json(&m));
+                }
+            }
+            Err((GatewayError::SessionNotFound, Some(id)))
+        }
+    }
+}
+
+/// `GET /mcp`: the session's standalone SSE stream.
+pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    let headers = req.headers();
+    let opened = async {
+        checks::origin(headers, &gateway.config().server.allowed_origins)?;
+        if !checks::accepts(headers).sse {
+            return Err(GatewayError::NotAcceptable("the GET stream is text/event-stream; Accept must allow it".into()));
+        }
+        let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
+        let session = gateway.session(session_id, &identity(headers))?;
+        checks::protocol_version(headers)?;
+        session.open_stream().await
+    };
+    match opened.await {
+        Ok(messages) => sse::response(messages),
+        Err(e) => reply::error(&e, None),
+    }
+}
+
+/// `DELETE /mcp`: ends the session.
+pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    let headers = req.headers();
+    let ended = async {
+        checks::origin(headers, &gateway.config().server.allowed_origins)?;
+        let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
+        gateway.end_session(session_id, &identity(headers)).await
+    };
+    match ended.await {
+        Ok(()) => HttpResponse::Ok().finish(),
+        Err(e) => reply::error(&e, None),
+    }
+}
+
+/// Any other HTTP method on the endpoint.
+pub async fn other(req: HttpRequest) -> HttpResponse {
+    reply::error(&GatewayError::HttpMethodNotAllowed(format!("{} is not served at {}; use POST, GET or DELETE", req.method(), req.path())), None)
+}

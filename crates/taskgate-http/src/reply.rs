@@ -1,0 +1,26 @@
+//! HTTP responses for errors and JSON-RPC messages. The status and code come from
+//! [`GatewayError::http_status`] and [`GatewayError::error_object`]: one mapping for all.
+
+use actix_web::http::StatusCode;
+use actix_web::HttpResponse;
+use taskgate_core::GatewayError;
+use taskgate_protocol::{Message, RequestId};
+
+/// An error as the whole HTTP answer: its status, and a JSON-RPC error body.
+pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    tracing::debug!(status = status.as_u16(), reason = e.reason(), error = %e, "request refused");
+    let mut response = HttpResponse::build(status);
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        response.insert_header(("Allow", "GET, POST, DELETE"));
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.insert_header(("Retry-After", "1"));
+    }
+    response.content_type("application/json").body(Message::error(id, e.error_object()).to_json())
+}
+
+/// A JSON-RPC message as a 200 `application/json` response.
+pub fn json(message: &Message) -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(message.to_json())
+}
