@@ -57,6 +57,11 @@ impl Gateway {
         &self.shared.config
     }
 
+    /// Tool names offered by more than one upstream, as last listed.
+    pub fn collisions(&self) -> Vec<crate::catalog::Collision> {
+        self.shared.catalog.read().collisions().to_vec()
+    }
+
     /// Sessions open now.
     pub fn session_count(&self) -> usize {
         self.shared.sessions.len()

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::sse::encode_event;
 use taskgate_protocol::{ErrorObject, Message};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::DemoServer;
 
@@ -31,12 +31,28 @@ struct State {
     demo: DemoServer,
     /// Session id → connection number.
     sessions: Mutex<HashMap<String, u64>>,
+    /// The number of sessions, for tests to wait on without sleeping.
+    session_count: watch::Sender<usize>,
+}
+
+impl State {
+    fn update(&self, change: impl FnOnce(&mut HashMap<String, u64>)) {
+        let mut sessions = self.sessions.lock();
+        change(&mut sessions);
+        self.session_count.send_replace(sessions.len());
+    }
 }
 
 impl DemoHttp {
     /// Forgets every session, so the next request with an old session id gets 404.
     pub fn expire_sessions(&self) {
-        self.state.sessions.lock().clear();
+        self.state.update(|s| s.clear());
+    }
+
+    /// Waits until the number of sessions satisfies `condition`.
+    pub async fn wait_sessions(&self, condition: impl FnMut(&usize) -> bool) {
+        let mut rx = self.state.session_count.subscribe();
+        let _ = rx.wait_for(condition).await;
     }
 
     /// Sessions open now.
@@ -52,7 +68,7 @@ impl DemoHttp {
 
 /// Serves `demo` on `addr` (use `127.0.0.1:0` for any free port). Call inside an actix system.
 pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
-    let state = Arc::new(State { demo, sessions: Mutex::new(HashMap::new()) });
+    let state = Arc::new(State { demo, sessions: Mutex::new(HashMap::new()), session_count: watch::channel(0).0 });
     let shared = web::Data::from(state.clone());
     let server = HttpServer::new(move || {
         App::new().app_data(shared.clone()).service(
@@ -101,7 +117,9 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         let (tx, _rx) = mpsc::channel(1);
         let reply = demo.handle(conn, message, &tx).await.expect("requests are answered");
         let sid = uuid::Uuid::new_v4().to_string();
-        state.sessions.lock().insert(sid.clone(), conn);
+        state.update(|s| {
+            s.insert(sid.clone(), conn);
+        });
         return HttpResponse::Ok().insert_header(("mcp-session-id", sid)).json(reply.to_value());
     }
     let (_, conn) = match session(req.headers(), &state) {
@@ -144,7 +162,9 @@ async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
 async fn delete(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     match session(req.headers(), &state) {
         Ok((sid, _)) => {
-            state.sessions.lock().remove(&sid);
+            state.update(|s| {
+                s.remove(&sid);
+            });
             state.demo.count_delete();
             HttpResponse::Ok().finish()
         }

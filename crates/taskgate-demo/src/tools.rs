@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::{ErrorObject, Message, RequestId};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 /// What the demo server has seen, for tests to assert on.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -36,7 +36,6 @@ pub struct DemoServer {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
     stats: Mutex<DemoStats>,
     gates: Mutex<HashMap<String, Arc<Gate>>>,
@@ -46,6 +45,22 @@ struct Inner {
     /// In-flight calls by (connection, request id), to honour cancellation.
     in_flight: Mutex<HashMap<(u64, RequestId), Arc<Notify>>>,
     next_connection: AtomicU64,
+    /// The number of in-flight calls, for tests to wait on without sleeping.
+    in_flight_count: watch::Sender<usize>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            stats: Mutex::default(),
+            gates: Mutex::default(),
+            extra_tool: AtomicBool::new(false),
+            listeners: Mutex::default(),
+            in_flight: Mutex::default(),
+            next_connection: AtomicU64::new(1),
+            in_flight_count: watch::channel(0).0,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -75,6 +90,12 @@ impl DemoServer {
     /// Calls currently waiting on gates or sleeping.
     pub fn in_flight(&self) -> usize {
         self.inner.in_flight.lock().len()
+    }
+
+    /// Waits until the number of in-flight calls satisfies `condition`.
+    pub async fn wait_in_flight(&self, condition: impl FnMut(&usize) -> bool) {
+        let mut rx = self.inner.in_flight_count.subscribe();
+        let _ = rx.wait_for(condition).await;
     }
 
     pub(crate) fn count_delete(&self) {
@@ -260,12 +281,18 @@ impl DemoServer {
 
     fn track(&self, connection: u64, id: &RequestId) -> Arc<Notify> {
         let stop = Arc::new(Notify::new());
-        self.inner.in_flight.lock().insert((connection, id.clone()), stop.clone());
+        let mut in_flight = self.inner.in_flight.lock();
+        in_flight.insert((connection, id.clone()), stop.clone());
+        self.inner.in_flight_count.send_replace(in_flight.len());
         stop
     }
 
     fn untrack(&self, connection: u64, id: &RequestId, cancelled: bool) {
-        self.inner.in_flight.lock().remove(&(connection, id.clone()));
+        {
+            let mut in_flight = self.inner.in_flight.lock();
+            in_flight.remove(&(connection, id.clone()));
+            self.inner.in_flight_count.send_replace(in_flight.len());
+        }
         if cancelled {
             self.inner.stats.lock().cancelled += 1;
         }

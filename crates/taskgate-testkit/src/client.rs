@@ -1,0 +1,232 @@
+//! An MCP client over Streamable HTTP for tests, with access to raw HTTP when a test needs to
+//! send something a well-behaved client would not.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use taskgate_protocol::sse::Decoder;
+use taskgate_protocol::{ErrorObject, Message, RequestId};
+
+/// How long any single test request may take before the test fails instead of hanging.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A reply to one POST.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The messages: one for a JSON reply, every event's message for SSE.
+    pub messages: Vec<Message>,
+    /// Whether it came as `text/event-stream`.
+    pub sse: bool,
+}
+
+impl Reply {
+    /// The response message (the last response in the reply).
+    pub fn response(&self) -> &Message {
+        self.messages.iter().rev().find(|m| m.is_response()).unwrap_or_else(|| panic!("no response in {self:?}"))
+    }
+
+    /// The result of the response, or its error.
+    pub fn outcome(&self) -> Result<Value, ErrorObject> {
+        match self.response() {
+            Message::Response { result, .. } => Ok(result.clone()),
+            Message::Error { error, .. } => Err(error.clone()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// The notifications that came before the response.
+    pub fn notifications(&self) -> Vec<&Message> {
+        self.messages.iter().filter(|m| matches!(m, Message::Notification { .. })).collect()
+    }
+}
+
+/// A test MCP client.
+#[derive(Clone)]
+pub struct McpClient {
+    /// The endpoint URL.
+    pub url: String,
+    /// The session id after initialize.
+    pub session: Option<String>,
+    /// The protocol version header to send, after initialize.
+    pub protocol_version: Option<String>,
+    http: reqwest::Client,
+    next_id: i64,
+}
+
+impl McpClient {
+    /// A client for the endpoint at `url`.
+    pub fn new(url: &str) -> McpClient {
+        McpClient {
+            url: url.to_owned(),
+            session: None,
+            protocol_version: None,
+            http: reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().expect("client"),
+            next_id: 1,
+        }
+    }
+
+    fn id(&mut self) -> RequestId {
+        self.next_id += 1;
+        RequestId::Number(self.next_id)
+    }
+
+    /// The standard headers: both content types accepted, session and version when known.
+    pub fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.insert("accept", HeaderValue::from_static("application/json, text/event-stream"));
+        if let Some(s) = &self.session {
+            h.insert("mcp-session-id", HeaderValue::from_str(s).unwrap());
+        }
+        if let Some(v) = &self.protocol_version {
+            h.insert("mcp-protocol-version", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    /// Initializes with `capabilities`, keeping the session id. Returns the result.
+    pub async fn initialize_with(&mut self, version: &str, capabilities: Value) -> Value {
+        let params = json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "taskgate-tests", "version": "1"}});
+        let id = self.id();
+        let reply = self.post_message(&Message::request(id, "initialize", Some(params))).await;
+        assert_eq!(reply.status, StatusCode::OK, "initialize failed: {reply:?}");
+        let session = reply.headers.get("mcp-session-id").expect("Mcp-Session-Id on the InitializeResult").to_str().unwrap().to_owned();
+        self.session = Some(session);
+        let result = reply.outcome().expect("initialize result");
+        self.protocol_version = result["protocolVersion"].as_str().map(str::to_owned);
+        let status = self.notify("notifications/initialized", None).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        result
+    }
+
+    /// Initializes at the latest version with no capabilities.
+    pub async fn initialize(&mut self) -> Value {
+        self.initialize_with("2025-11-25", json!({})).await
+    }
+
+    /// POSTs raw bytes with extra headers (replacing the standard ones of the same name).
+    pub async fn post_raw(&self, body: impl Into<reqwest::Body>, extra: &[(&str, &str)]) -> Reply {
+        let mut headers = self.headers();
+        for (k, v) in extra {
+            let name = HeaderName::try_from(*k).unwrap();
+            if v.is_empty() {
+                headers.remove(&name);
+            } else {
+                headers.insert(name, HeaderValue::from_str(v).unwrap());
+            }
+        }
+        let response = self.http.post(&self.url).headers(headers).body(body).send().await.expect("POST");
+        read_reply(response).await
+    }
+
+    /// POSTs one message.
+    pub async fn post_message(&self, message: &Message) -> Reply {
+        self.post_raw(message.to_json(), &[]).await
+    }
+
+    /// Sends a request and reads the whole reply.
+    pub async fn request(&mut self, method: &str, params: Option<Value>) -> Reply {
+        let id = self.id();
+        self.post_message(&Message::request(id, method, params)).await
+    }
+
+    /// Calls a tool; the result or the JSON-RPC error.
+    pub async fn call(&mut self, name: &str, arguments: Value) -> Result<Value, ErrorObject> {
+        self.request("tools/call", Some(json!({"name": name, "arguments": arguments}))).await.outcome()
+    }
+
+    /// Every tool name across all pages of `tools/list`.
+    pub async fn tool_names(&mut self) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+            let result = self.request("tools/list", params).await.outcome().expect("tools/list");
+            names.extend(result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()));
+            match result.get("nextCursor").and_then(Value::as_str) {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return names,
+            }
+        }
+    }
+
+    /// Sends a notification; returns the HTTP status.
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> StatusCode {
+        self.post_message(&Message::notification(method, params)).await.status
+    }
+
+    /// Opens the GET stream.
+    pub async fn open_stream(&self) -> Result<SseReader, StatusCode> {
+        let mut headers = self.headers();
+        headers.remove("content-type");
+        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        let response = reqwest::Client::new().get(&self.url).headers(headers).send().await.expect("GET");
+        if response.status() != StatusCode::OK {
+            return Err(response.status());
+        }
+        Ok(SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new() })
+    }
+
+    /// Ends the session; returns the HTTP status.
+    pub async fn delete(&self) -> StatusCode {
+        self.http.delete(&self.url).headers(self.headers()).send().await.expect("DELETE").status()
+    }
+}
+
+async fn read_reply(mut response: reqwest::Response) -> Reply {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let mut messages = Vec::new();
+    let sse = content_type.starts_with("text/event-stream");
+    if sse {
+        let mut decoder = Decoder::new(1 << 24);
+        while let Some(chunk) = response.chunk().await.expect("SSE chunk") {
+            for event in decoder.feed(&chunk).unwrap() {
+                if !event.data.is_empty() {
+                    messages.push(Message::from_slice(event.data.as_bytes()).unwrap().unwrap());
+                }
+            }
+        }
+    } else {
+        let body = response.bytes().await.expect("body");
+        if !body.is_empty() {
+            let value: Value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {body:?}"));
+            messages.push(Message::parse(value).expect("a JSON-RPC message"));
+        }
+    }
+    Reply { status, headers, messages, sse }
+}
+
+/// Reads messages from an open SSE stream.
+pub struct SseReader {
+    response: reqwest::Response,
+    decoder: Decoder,
+    queue: Vec<Message>,
+}
+
+impl SseReader {
+    /// The next message, or `None` when the stream ends. Fails the test after 30 s.
+    pub async fn next(&mut self) -> Option<Message> {
+        let read = async {
+            loop {
+                if !self.queue.is_empty() {
+                    return Some(self.queue.remove(0));
+                }
+                let chunk = self.response.chunk().await.ok()??;
+                for event in self.decoder.feed(&chunk).unwrap() {
+                    if !event.data.is_empty() {
+                        self.queue.push(Message::from_slice(event.data.as_bytes()).unwrap().unwrap());
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, read).await.expect("no SSE message within 30 s")
+    }
+}

@@ -1,0 +1,8 @@
+//! Integration tests: the real gateway and real upstreams on 127.0.0.1:0, over real sockets.
+//! One test binary (one link) with a module per area.
+
+mod cli;
+mod federation;
+mod front_door;
+mod interop;
+mod upstreams;
