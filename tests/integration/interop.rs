@@ -1,1 +1,58 @@
+//! Interop with the official TypeScript SDK (`@modelcontextprotocol/sdk`, pinned in
+//! tests/interop/package.json): its client talks through the gateway to its server over
+//! Streamable HTTP and over stdio, and to the demo upstream.
 
+use std::process::Stdio;
+
+use serde_json::Value;
+use taskgate_config::UpstreamConfig;
+use taskgate_testkit::{config_with, interop_dir, DemoUpstream, TestGateway};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Starts `node server.mjs` on a free port and returns it with its MCP URL.
+pub async fn start_ts_server() -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new("node")
+        .arg("server.mjs")
+        .current_dir(interop_dir())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node is installed");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the server prints its port");
+    let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// Runs `node client.mjs URL` and returns what it printed.
+pub async fn run_ts_client(script: &str, url: &str) -> Value {
+    let run = tokio::process::Command::new("node").arg(script).arg(url).current_dir(interop_dir()).kill_on_drop(true).output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run).await.expect("the client finished").unwrap();
+    assert!(out.status.success(), "client failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("client output is not JSON ({e}): {stdout}"))
+}
+
+#[actix_rt::test]
+async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_and_stdio() {
+    let (_server, ts_url) = start_ts_server().await;
+    let demo = DemoUpstream::start();
+    let stdio = UpstreamConfig::stdio("tsstdio", "node", vec![interop_dir().join("server.mjs").display().to_string(), "--stdio".into()]);
+    let gw = TestGateway::start(config_with(vec![UpstreamConfig::http("ts", ts_url), stdio, demo.upstream("demo")]));
+    let out = run_ts_client("client.mjs", &gw.url).await;
+
+    assert_eq!(out["serverInfo"]["name"], "taskgate");
+    let tools: Vec<&str> = out["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    for expected in ["ts__greet", "ts__count", "tsstdio__greet", "tsstdio__boom", "demo__add"] {
+        assert!(tools.contains(&expected), "{expected} missing from {tools:?}");
+    }
+    assert_eq!(out["greetHttp"]["content"][0]["text"], "Hello, gateway!");
+    assert_eq!(out["greetStdio"]["content"][0]["text"], "Hello, stdio!");
+    assert_eq!(out["demoAdd"]["structuredContent"]["sum"], 42.0);
+    assert_eq!(out["count"]["structuredContent"]["n"], 3);
+    assert_eq!(out["progress"], serde_json::json!([1, 2, 3]));
+    assert_eq!(out["boom"]["isError"], true);
+    // The SDK server's own error for an unknown tool reaches the client.
+    assert_eq!(out["unknown"]["code"], -32602, "{}", out["unknown"]);
+    assert!(out["unknown"]["message"].as_str().unwrap().contains("Unknown tool: ts__nope"), "{}", out["unknown"]);
+}

@@ -48,7 +48,6 @@ pub struct SessionActor {
 struct InFlight {
     reply: mpsc::Sender<RpcMessage>,
     upstream: Option<(String, RequestId)>,
-    progress_token: Option<Value>,
 }
 
 impl SessionActor {
@@ -174,7 +173,8 @@ impl SessionActor {
             request.upstream = Some((upstream.clone(), upstream_id.clone()));
         }
         self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
-        let call = async move { session.request_with_id(upstream_id, methods::TOOLS_CALL, Some(params)).await };
+        let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked above");
+        let call = relay_call(session, upstream_id, params, reply);
         ctx.spawn(call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))));
     }
 
@@ -205,20 +205,17 @@ impl SessionActor {
 
     /// The stream a message about `related` (an upstream-local id) should go on: the client
     /// request's stream when it is still open, otherwise the GET stream.
-    fn stream_for(&self, upstream: &str, related: Option<&RequestId>, token: Option<&Value>) -> Option<mpsc::Sender<RpcMessage>> {
-        let by_id = related
+    fn stream_for(&self, upstream: &str, related: Option<&RequestId>) -> Option<mpsc::Sender<RpcMessage>> {
+        related
             .and_then(|r| self.by_upstream.get(&(upstream.to_owned(), r.clone())))
-            .and_then(|client_id| self.requests.get(client_id));
-        let by_token = || token.and_then(|t| self.requests.values().find(|r| r.progress_token.as_ref() == Some(t)));
-        by_id
-            .or_else(by_token)
+            .and_then(|client_id| self.requests.get(client_id))
             .map(|r| r.reply.clone())
             .filter(|s| !s.is_closed())
             .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
     }
 
     fn relay_request(&mut self, upstream: String, id: RequestId, method: String, params: Option<Value>, related: Option<RequestId>, ctx: &mut Context<Self>) {
-        let stream = self.stream_for(&upstream, related.as_ref(), None);
+        let stream = self.stream_for(&upstream, related.as_ref());
         let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
         let refuse = |why: String| {
             let reply = RpcMessage::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::INTERNAL_ERROR, why));
@@ -246,6 +243,37 @@ impl SessionActor {
     fn close_upstreams(&mut self) {
         for (_, session) in self.upstreams.drain() {
             actix::spawn(async move { session.close().await });
+        }
+    }
+}
+
+/// Runs an upstream `tools/call`, forwarding the notifications that belong to it (progress,
+/// logs on its stream) to the client's stream for the request, all before the result.
+async fn relay_call(
+    session: UpstreamSession,
+    upstream_id: RequestId,
+    params: Value,
+    reply: mpsc::Sender<RpcMessage>,
+) -> Result<Value, taskgate_upstream::UpstreamError> {
+    let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
+    let call = session.request_routed(upstream_id, methods::TOOLS_CALL, Some(params), Some(related));
+    tokio::pin!(call);
+    let forward = |note: RpcMessage| {
+        // A client that stopped reading loses notifications, never the response (sent after).
+        if reply.try_send(note).is_err() {
+            tracing::debug!("client stream full or closed; a notification was dropped");
+        }
+    };
+    loop {
+        tokio::select! {
+            biased;
+            Some(note) = notes.recv() => forward(note),
+            outcome = &mut call => {
+                while let Ok(note) = notes.try_recv() {
+                    forward(note);
+                }
+                return outcome;
+            }
         }
     }
 }
@@ -302,8 +330,7 @@ impl Handler<ClientRequest> for SessionActor {
         if self.requests.len() >= max {
             return Err(GatewayError::Overloaded(format!("this session already has {max} requests in progress")));
         }
-        let progress_token = mcp::progress_token(params.as_ref()).cloned();
-        self.requests.insert(id.clone(), InFlight { reply, upstream: None, progress_token });
+        self.requests.insert(id.clone(), InFlight { reply, upstream: None });
         match method.as_str() {
             methods::PING => self.finish(id, Ok(json!({}))),
             methods::TOOLS_LIST => self.list_tools(id, params, ctx),
@@ -443,12 +470,13 @@ impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
                     tracing::warn!("the router's queue is full; a tools/list_changed was not handled");
                 }
             }
+            UpstreamEvent::Notification { method, .. } if method == methods::PROGRESS => {
+                // Progress of live requests reaches them through their own call; this names
+                // no live request, so it is not forwarded (nothing after completion).
+                tracing::debug!(session = %self.id, %upstream, "progress for no live request dropped");
+            }
             UpstreamEvent::Notification { method, params, related } => {
-                let token = (method == methods::PROGRESS).then(|| params.as_ref().and_then(|p| p.get("progressToken")).cloned()).flatten();
-                if method == methods::PROGRESS && related.is_none() && token.is_none() {
-                    return;
-                }
-                match self.stream_for(&upstream, related.as_ref(), token.as_ref()) {
+                match self.stream_for(&upstream, related.as_ref()) {
                     Some(stream) => {
                         if stream.try_send(RpcMessage::notification(method, params)).is_err() {
                             tracing::debug!(session = %self.id, %upstream, "client stream full; notification dropped");

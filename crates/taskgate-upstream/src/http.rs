@@ -13,7 +13,7 @@ use taskgate_protocol::sse::Decoder;
 use taskgate_protocol::{Message, RequestId};
 use tokio::sync::{mpsc, watch};
 
-use crate::session::{ChannelError, Incoming};
+use crate::session::{ChannelError, Incoming, Routes};
 use crate::UpstreamError;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -32,6 +32,7 @@ pub(crate) struct HttpChannel {
     protocol_version: Mutex<Option<String>>,
     expired: AtomicBool,
     incoming: mpsc::Sender<Incoming>,
+    routes: Arc<Routes>,
     closed: watch::Receiver<bool>,
 }
 
@@ -40,6 +41,7 @@ impl HttpChannel {
         config: &UpstreamConfig,
         client: reqwest::Client,
         incoming: mpsc::Sender<Incoming>,
+        routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
     ) -> HttpChannel {
         let mut headers = HeaderMap::new();
@@ -61,6 +63,7 @@ impl HttpChannel {
             protocol_version: Mutex::new(None),
             expired: AtomicBool::new(false),
             incoming,
+            routes,
             closed,
         }
     }
@@ -121,7 +124,7 @@ impl HttpChannel {
     }
 
     /// Sends a request and waits for its response, which may come as JSON or on an SSE stream.
-    pub(crate) async fn request(&self, message: &Message) -> Result<Value, ChannelError> {
+    pub(crate) async fn request(&self, message: &Message, sink: Option<&mpsc::Sender<Message>>) -> Result<Value, ChannelError> {
         let id = message.id().cloned().expect("requests have ids");
         let response = self.post(message).await?;
         if message.method() == Some("initialize") {
@@ -131,7 +134,7 @@ impl HttpChannel {
         }
         let content_type = content_type(&response);
         if content_type.starts_with("text/event-stream") {
-            self.read_stream(response, Some(&id)).await?.ok_or_else(|| {
+            self.read_stream(response, Some(&id), sink).await?.ok_or_else(|| {
                 self.unavailable("the response stream ended before the response arrived").into()
             })
         } else if content_type.starts_with("application/json") {
@@ -180,7 +183,12 @@ impl HttpChannel {
 
     /// Reads SSE events: messages other than the awaited response go to the session's owner.
     /// Returns the awaited response's outcome, or `None` when the stream ends without it.
-    async fn read_stream(&self, mut response: Response, awaiting: Option<&RequestId>) -> Result<Option<Value>, ChannelError> {
+    async fn read_stream(
+        &self,
+        mut response: Response,
+        awaiting: Option<&RequestId>,
+        sink: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Option<Value>, ChannelError> {
         let mut decoder = Decoder::new(self.max_message_bytes);
         loop {
             let chunk = match response.chunk().await {
@@ -218,7 +226,17 @@ impl HttpChannel {
                         }
                     }
                 }
-                if self.incoming.send(Incoming { message, related: awaiting.cloned() }).await.is_err() {
+                // Notifications on a request's own stream belong to it and reach its caller in
+                // order, before its response. Requests go to the session's owner to be relayed.
+                let delivered = match (&message, sink, awaiting) {
+                    (Message::Notification { .. }, Some(sink), _) => {
+                        let _ = sink.send(message).await;
+                        true
+                    }
+                    (_, _, Some(related)) => self.incoming.send(Incoming { message, related: Some(related.clone()) }).await.is_ok(),
+                    (_, _, None) => self.routes.deliver(message, &self.incoming).await,
+                };
+                if !delivered {
                     return Ok(None);
                 }
             }
@@ -245,7 +263,7 @@ impl HttpChannel {
                         Ok(r) if content_type(&r).starts_with("text/event-stream") => {
                             backoff = Duration::from_millis(250);
                             tokio::select! {
-                                _ = self.read_stream(r, None) => {},
+                                _ = self.read_stream(r, None, None) => {},
                                 _ = closed.changed() => return,
                             }
                         }

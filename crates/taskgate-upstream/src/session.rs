@@ -67,6 +67,63 @@ pub(crate) struct Incoming {
     pub related: Option<RequestId>,
 }
 
+/// Where notifications about an in-flight request go, so that they reach its caller before
+/// its response: the caller's sink, found by the request's progress token. (Notifications on
+/// a request's own SSE response stream go to its sink directly.)
+#[derive(Default)]
+pub(crate) struct Routes {
+    by_token: parking_lot::Mutex<std::collections::HashMap<String, mpsc::Sender<Message>>>,
+}
+
+impl Routes {
+    /// The sink for a notification that names a progress token of an in-flight request.
+    pub(crate) fn sink_for(&self, message: &Message) -> Option<mpsc::Sender<Message>> {
+        let Message::Notification { params: Some(params), .. } = message else { return None };
+        let token = params.get(mcp::meta::PROGRESS_TOKEN)?;
+        self.by_token.lock().get(&token.to_string()).cloned()
+    }
+
+    /// Delivers an unattributed message: to a request's sink when its token matches, else to
+    /// the session's owner.
+    pub(crate) async fn deliver(&self, message: Message, incoming: &mpsc::Sender<Incoming>) -> bool {
+        match self.sink_for(&message) {
+            Some(sink) => {
+                let _ = sink.send(message).await;
+                true
+            }
+            None => incoming.send(Incoming { message, related: None }).await.is_ok(),
+        }
+    }
+}
+
+/// Registers a request's progress token while the request is in flight.
+struct TokenRoute<'a> {
+    routes: &'a Routes,
+    key: Option<String>,
+}
+
+impl<'a> TokenRoute<'a> {
+    fn new(routes: &'a Routes, params: Option<&Value>, sink: Option<&mpsc::Sender<Message>>) -> TokenRoute<'a> {
+        let key = match (mcp::progress_token(params), sink) {
+            (Some(token), Some(sink)) => {
+                let key = token.to_string();
+                routes.by_token.lock().insert(key.clone(), sink.clone());
+                Some(key)
+            }
+            _ => None,
+        };
+        TokenRoute { routes, key }
+    }
+}
+
+impl Drop for TokenRoute<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            self.routes.by_token.lock().remove(key);
+        }
+    }
+}
+
 /// A transport-level failure, before it becomes an [`UpstreamError`].
 #[derive(Debug)]
 pub(crate) enum ChannelError {
@@ -130,6 +187,7 @@ impl Connector {
             next_id: AtomicI64::new(1),
             state: tokio::sync::Mutex::new(None),
             closed,
+            routes: Arc::default(),
         });
         UpstreamSession { inner }
     }
@@ -149,6 +207,7 @@ struct SessionInner {
     /// The live connection; the async mutex serialises (re-)initialization.
     state: tokio::sync::Mutex<Option<Arc<Ready>>>,
     closed: watch::Sender<bool>,
+    routes: Arc<Routes>,
 }
 
 /// An initialized connection.
@@ -163,9 +222,9 @@ enum Channel {
 }
 
 impl Channel {
-    async fn request(&self, message: &Message) -> Result<Value, ChannelError> {
+    async fn request(&self, message: &Message, sink: Option<&mpsc::Sender<Message>>) -> Result<Value, ChannelError> {
         match self {
-            Channel::Http(c) => c.request(message).await,
+            Channel::Http(c) => c.request(message, sink).await,
             Channel::Stdio(c) => c.request(message).await,
         }
     }
@@ -211,16 +270,29 @@ impl UpstreamSession {
 
     /// [`Self::request`] with an id from [`Self::next_request_id`].
     pub async fn request_with_id(&self, id: RequestId, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+        self.request_routed(id, method, params, None).await
+    }
+
+    /// Sends a request; notifications about it (those on its response stream, and progress
+    /// naming its token) go to `related`, each before the result is returned.
+    pub async fn request_routed(
+        &self,
+        id: RequestId,
+        method: &str,
+        params: Option<Value>,
+        related: Option<mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
+        let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related.as_ref());
         let message = Message::request(id, method, params);
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
         let attempt = async {
             let ready = self.ready().await?;
-            match ready.channel.request(&message).await {
+            match ready.channel.request(&message, related.as_ref()).await {
                 Err(ChannelError::Expired) => {
                     // basic/transports "Session Management": on 404 start a new session.
                     tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
                     let ready = self.ready().await?;
-                    ready.channel.request(&message).await.map_err(|e| self.expired_twice(e))
+                    ready.channel.request(&message, related.as_ref()).await.map_err(|e| self.expired_twice(e))
                 }
                 other => other.map_err(|e| self.expired_twice(e)),
             }
@@ -293,6 +365,7 @@ impl UpstreamSession {
                 config,
                 self.inner.connector.inner.http.clone(),
                 incoming_tx,
+                self.inner.routes.clone(),
                 self.inner.closed.subscribe(),
             ))),
             Transport::Stdio => {
@@ -302,7 +375,7 @@ impl UpstreamSession {
                         reason: format!("it already runs its maximum of {} processes (max_processes)", config.max_processes),
                     }
                 })?;
-                Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx)?)
+                Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone())?)
             }
         };
         tokio::spawn(pump(Arc::downgrade(&self.inner), incoming_rx));
@@ -316,7 +389,7 @@ impl UpstreamSession {
                 "clientInfo": self.inner.identity.client_info,
             })),
         );
-        let result = match channel.request(&init).await {
+        let result = match channel.request(&init, None).await {
             Ok(result) => result,
             Err(e) => {
                 channel.shutdown().await;

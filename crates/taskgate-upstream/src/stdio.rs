@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
-use crate::session::{ChannelError, Incoming};
+use crate::session::{ChannelError, Incoming, Routes};
 use crate::UpstreamError;
 
 /// Lines queued for the process's stdin.
@@ -42,6 +42,7 @@ impl StdioChannel {
         config: &UpstreamConfig,
         permit: OwnedSemaphorePermit,
         incoming: mpsc::Sender<Incoming>,
+        routes: Arc<Routes>,
     ) -> Result<StdioChannel, UpstreamError> {
         let name = config.name.clone();
         let program = config.command.clone().unwrap_or_default();
@@ -69,6 +70,7 @@ impl StdioChannel {
             config.max_message_bytes,
             pending.clone(),
             incoming,
+            routes,
         ));
         tokio::spawn(log_stderr(name.clone(), child.stderr.take().expect("piped stderr")));
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -150,6 +152,7 @@ async fn read_stdout(
     max_line: usize,
     pending: Pending,
     incoming: mpsc::Sender<Incoming>,
+    routes: Arc<Routes>,
 ) {
     let mut lines = LineReader::new(stdout, max_line);
     loop {
@@ -183,7 +186,9 @@ async fn read_stdout(
             }
             continue;
         }
-        if incoming.send(Incoming { message, related: None }).await.is_err() {
+        // Lines are handled in order, so a request's progress reaches its sink before its
+        // response reaches the waiting request.
+        if !routes.deliver(message, &incoming).await {
             return;
         }
     }

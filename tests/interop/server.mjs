@@ -1,0 +1,75 @@
+// An MCP server built with the official TypeScript SDK: the upstream peer users run.
+//   node server.mjs          Streamable HTTP on 127.0.0.1, a free port; prints {"port": N}
+//   node server.mjs --stdio  stdio
+import http from "node:http";
+import { randomUUID } from "node:crypto";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { z } from "zod";
+
+function buildServer() {
+  const server = new McpServer({ name: "ts-peer", version: "1.0.0" });
+  server.registerTool(
+    "greet",
+    { description: "Greets someone", inputSchema: { name: z.string() } },
+    async ({ name }) => ({ content: [{ type: "text", text: `Hello, ${name}!` }] }),
+  );
+  server.registerTool(
+    "count",
+    { description: "Counts to n, reporting progress", inputSchema: { n: z.number().int() } },
+    async ({ n }, extra) => {
+      const token = extra._meta?.progressToken;
+      for (let i = 1; i <= n; i++) {
+        if (token !== undefined) {
+          await extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, progress: i, total: n } });
+        }
+      }
+      return { content: [{ type: "text", text: `counted to ${n}` }], structuredContent: { n } };
+    },
+  );
+  server.registerTool(
+    "boom",
+    { description: "Fails as a tool error", inputSchema: {} },
+    async () => ({ content: [{ type: "text", text: "boom" }], isError: true }),
+  );
+  return server;
+}
+
+if (process.argv.includes("--stdio")) {
+  await buildServer().connect(new StdioServerTransport());
+} else {
+  const transports = new Map();
+  const readBody = (req) =>
+    new Promise((resolve, reject) => {
+      const chunks = [];
+      req.on("data", (c) => chunks.push(c));
+      req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+      req.on("error", reject);
+    });
+  const httpServer = http.createServer(async (req, res) => {
+    try {
+      const sid = req.headers["mcp-session-id"];
+      let transport = sid ? transports.get(sid) : undefined;
+      const body = req.method === "POST" ? JSON.parse(await readBody(req)) : undefined;
+      if (!transport) {
+        if (req.method === "POST" && body?.method === "initialize") {
+          transport = new StreamableHTTPServerTransport({
+            sessionIdGenerator: () => randomUUID(),
+            onsessioninitialized: (id) => transports.set(id, transport),
+          });
+          transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
+          await buildServer().connect(transport);
+        } else {
+          res.writeHead(sid ? 404 : 400).end();
+          return;
+        }
+      }
+      await transport.handleRequest(req, res, body);
+    } catch (e) {
+      console.error("server error", e);
+      if (!res.headersSent) res.writeHead(500).end();
+    }
+  });
+  httpServer.listen(0, "127.0.0.1", () => console.log(JSON.stringify({ port: httpServer.address().port })));
+}
