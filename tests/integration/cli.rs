@@ -12,7 +12,11 @@ fn repo_file(path: &str) -> std::path::PathBuf {
 
 #[test]
 fn the_example_config_is_valid() {
-    let out = std::process::Command::new(taskgate_bin()).args(["check-config"]).arg(repo_file("config/taskgate.toml")).output().unwrap();
+    let out = std::process::Command::new(taskgate_bin())
+        .args(["check-config"])
+        .arg(repo_file("config/taskgate.toml"))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok (2 upstreams)"));
     let config = taskgate_config::Config::load(&repo_file("config/taskgate.toml")).unwrap();
@@ -25,7 +29,8 @@ fn check_config_prints_every_problem_with_its_location() {
     let dir = std::env::temp_dir().join(format!("taskgate-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("bad.toml");
-    std::fs::write(&file, "[server]\nlisten = \"everywhere\"\n[[upstream]]\nname = \"a b\"\ntransport = \"http\"\n").unwrap();
+    std::fs::write(&file, "[server]\nlisten = \"everywhere\"\n[[upstream]]\nname = \"a b\"\ntransport = \"http\"\n")
+        .unwrap();
     let out = std::process::Command::new(taskgate_bin()).arg("check-config").arg(&file).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -11,14 +11,13 @@ const DEMO_TOOLS: [&str; 7] = ["add", "echo", "error", "fail", "slow", "toggle_e
 async fn tools_list_merges_upstreams_in_a_deterministic_prefixed_order() {
     let a = DemoUpstream::start();
     let b = DemoUpstream::start();
-    let gw = TestGateway::start(config_with(vec![b.upstream("beta"), a.upstream("alpha"), stdio_demo_upstream("local")]));
+    let gw =
+        TestGateway::start(config_with(vec![b.upstream("beta"), a.upstream("alpha"), stdio_demo_upstream("local")]));
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
     let names = c.tool_names().await;
-    let mut expected: Vec<String> = ["alpha", "beta", "local"]
-        .iter()
-        .flat_map(|u| DEMO_TOOLS.iter().map(move |t| format!("{u}__{t}")))
-        .collect();
+    let mut expected: Vec<String> =
+        ["alpha", "beta", "local"].iter().flat_map(|u| DEMO_TOOLS.iter().map(move |t| format!("{u}__{t}"))).collect();
     expected.sort();
     assert_eq!(names, expected);
     // Same order for another session.
@@ -89,7 +88,9 @@ async fn calls_return_the_upstream_result_or_error_unchanged() {
     c.initialize().await;
     let mut direct = McpClient::new(&demo.http.url);
     direct.initialize().await;
-    for (tool, args) in [("add", json!({"a": 2, "b": 40})), ("echo", json!({"text": "héllo"})), ("fail", json!({"message": "nope"}))] {
+    for (tool, args) in
+        [("add", json!({"a": 2, "b": 40})), ("echo", json!({"text": "héllo"})), ("fail", json!({"message": "nope"}))]
+    {
         let through = c.call(&format!("demo__{tool}"), args.clone()).await;
         assert_eq!(through, direct.call(tool, args).await, "{tool}");
     }
@@ -99,7 +100,12 @@ async fn calls_return_the_upstream_result_or_error_unchanged() {
     assert_eq!((error.code, error.message.as_str()), (-32042, "needs a URL"));
     assert_eq!(error.data, Some(json!({"tool": "error"})));
     // Unknown fields in params and _meta reach the upstream untouched (invariant 5).
-    let reply = c.request("tools/call", Some(json!({"name": "demo__echo", "arguments": {"text": "m"}, "x-extra": 1, "_meta": {"vendor/key": [1]}}))).await;
+    let reply = c
+        .request(
+            "tools/call",
+            Some(json!({"name": "demo__echo", "arguments": {"text": "m"}, "x-extra": 1, "_meta": {"vendor/key": [1]}})),
+        )
+        .await;
     assert_eq!(reply.outcome().unwrap()["content"][0]["text"], "m");
 }
 
@@ -110,12 +116,21 @@ async fn progress_of_a_plain_call_arrives_on_its_sse_stream_before_the_result() 
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
     for tool in ["demo__slow", "local__slow"] {
-        let reply = c.request("tools/call", Some(json!({"name": tool, "arguments": {"ms": 30, "steps": 3}, "_meta": {"progressToken": "tok"}}))).await;
+        let reply = c
+            .request(
+                "tools/call",
+                Some(json!({"name": tool, "arguments": {"ms": 30, "steps": 3}, "_meta": {"progressToken": "tok"}})),
+            )
+            .await;
         assert!(reply.sse);
-        let progress: Vec<_> = reply.notifications().iter().map(|m| match m {
-            Message::Notification { params, .. } => params.as_ref().unwrap()["progress"].as_u64().unwrap(),
-            _ => unreachable!(),
-        }).collect();
+        let progress: Vec<_> = reply
+            .notifications()
+            .iter()
+            .map(|m| match m {
+                Message::Notification { params, .. } => params.as_ref().unwrap()["progress"].as_u64().unwrap(),
+                _ => unreachable!(),
+            })
+            .collect();
         assert_eq!(progress, [1, 2, 3], "{tool}");
         assert!(reply.messages.last().unwrap().is_response());
     }

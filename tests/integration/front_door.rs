@@ -30,7 +30,12 @@ async fn initialize_issues_a_random_session_and_negotiates_the_version() {
     // Visible ASCII only (0x21..=0x7E), and long enough to be unguessable (a v4 UUID).
     assert!(sa.bytes().all(|c| (0x21..=0x7e).contains(&c)) && sa.len() >= 32, "{sa}");
 
-    for (asked, got) in [("2025-06-18", "2025-06-18"), ("2025-03-26", "2025-03-26"), ("2024-11-05", "2025-11-25"), ("9.9", "2025-11-25")] {
+    for (asked, got) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2025-11-25"),
+        ("9.9", "2025-11-25"),
+    ] {
         let mut c = McpClient::new(&gw.url);
         let result = c.initialize_with(asked, json!({})).await;
         assert_eq!(result["protocolVersion"], got, "client asked for {asked}");
@@ -58,7 +63,12 @@ async fn tools_call_answers_on_sse_when_accepted_and_json_otherwise() {
     let (_demo, gw) = gateway_with_demo();
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
-    let body = Message::request(taskgate_protocol::RequestId::Number(9), "tools/call", Some(json!({"name":"demo__echo","arguments":{"text":"x"}}))).to_json();
+    let body = Message::request(
+        taskgate_protocol::RequestId::Number(9),
+        "tools/call",
+        Some(json!({"name":"demo__echo","arguments":{"text":"x"}})),
+    )
+    .to_json();
     let sse = c.post_raw(body.clone(), &[]).await;
     assert!(sse.sse);
     assert_eq!(sse.headers["content-type"], "text/event-stream");
@@ -109,7 +119,9 @@ async fn every_bad_input_gets_a_clear_error_and_the_session_keeps_working() {
     let r = c.request("no/such/method", None).await;
     assert_eq!(error_code(&r), -32601);
     // Bad params → -32602.
-    for params in [json!({}), json!({"name": 5}), json!({"name": "demo__echo", "arguments": [1]}), json!({"name": "nope"})] {
+    for params in
+        [json!({}), json!({"name": 5}), json!({"name": "demo__echo", "arguments": [1]}), json!({"name": "nope"})]
+    {
         let r = c.request("tools/call", Some(params.clone())).await;
         assert_eq!(error_code(&r), -32602, "{params}");
     }
@@ -137,14 +149,20 @@ async fn every_bad_input_gets_a_clear_error_and_the_session_keeps_working() {
     let r = c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#, &[]).await;
     assert_eq!(r.status, 400);
     // initialize with bad params → -32602 and no session.
-    let r = c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#, &[("mcp-session-id", "")]).await;
+    let r = c
+        .post_raw(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#,
+            &[("mcp-session-id", "")],
+        )
+        .await;
     assert_eq!((r.status.as_u16(), error_code(&r)), (200, -32602));
     assert!(r.headers.get("mcp-session-id").is_none());
     // A disallowed Origin → 403, on every method.
     let r = c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, &[("origin", "http://evil.example")]).await;
     assert_eq!(r.status, 403);
     assert!(r.messages[0].id().is_none(), "the 403 body is an error response without id");
-    let allowed = c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, &[("origin", "http://localhost:5173")]).await;
+    let allowed =
+        c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, &[("origin", "http://localhost:5173")]).await;
     assert_eq!(allowed.status, 200);
     // A response to nothing → 400.
     let r = c.post_raw(r#"{"jsonrpc":"2.0","id":"nobody","result":{}}"#, &[]).await;

@@ -26,18 +26,29 @@ pub async fn start_ts_server() -> (tokio::process::Child, String) {
 
 /// Runs `node client.mjs URL` and returns what it printed.
 pub async fn run_ts_client(script: &str, url: &str) -> Value {
-    let run = tokio::process::Command::new("node").arg(script).arg(url).current_dir(interop_dir()).kill_on_drop(true).output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run).await.expect("the client finished").unwrap();
+    let run = tokio::process::Command::new("node")
+        .arg(script)
+        .arg(url)
+        .current_dir(interop_dir())
+        .kill_on_drop(true)
+        .output();
+    let out =
+        tokio::time::timeout(std::time::Duration::from_secs(60), run).await.expect("the client finished").unwrap();
     assert!(out.status.success(), "client failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("client output is not JSON ({e}): {stdout}"))
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("client output is not JSON ({e}): {stdout}"))
 }
 
 #[actix_rt::test]
 async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_and_stdio() {
     let (_server, ts_url) = start_ts_server().await;
     let demo = DemoUpstream::start();
-    let stdio = UpstreamConfig::stdio("tsstdio", "node", vec![interop_dir().join("server.mjs").display().to_string(), "--stdio".into()]);
+    let stdio = UpstreamConfig::stdio(
+        "tsstdio",
+        "node",
+        vec![interop_dir().join("server.mjs").display().to_string(), "--stdio".into()],
+    );
     let gw = TestGateway::start(config_with(vec![UpstreamConfig::http("ts", ts_url), stdio, demo.upstream("demo")]));
     let out = run_ts_client("client.mjs", &gw.url).await;
 

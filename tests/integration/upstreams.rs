@@ -32,7 +32,9 @@ async fn one_upstream_session_per_client_session_declaring_the_clients_capabilit
 
 /// Bounds a wait on an event so that a bug fails the test instead of hanging it.
 async fn within<F: std::future::Future>(event: F) -> F::Output {
-    tokio::time::timeout(std::time::Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")
+    tokio::time::timeout(std::time::Duration::from_secs(30), event)
+        .await
+        .expect("the awaited event did not happen within 30 s")
 }
 
 #[actix_rt::test]
@@ -54,7 +56,11 @@ async fn a_down_upstream_gives_an_error_naming_it_and_the_session_keeps_working(
     let dead = DemoUpstream::start();
     let dead_config = dead.upstream("dead");
     dead.http.stop().await;
-    let gw = TestGateway::start(config_with(vec![demo.upstream("demo"), dead_config, UpstreamConfig::http("never", "http://127.0.0.1:1/mcp")]));
+    let gw = TestGateway::start(config_with(vec![
+        demo.upstream("demo"),
+        dead_config,
+        UpstreamConfig::http("never", "http://127.0.0.1:1/mcp"),
+    ]));
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
     // The listing has the live upstream's tools; the dead ones are left out.
@@ -114,5 +120,9 @@ async fn a_stdio_upstream_that_cannot_start_is_reported_by_name() {
     assert!(c.tool_names().await.is_empty());
     let error = c.call("broken__anything", json!({})).await.unwrap_err();
     assert_eq!(error.code, -32001);
-    assert!(error.message.contains("'broken'") && error.message.contains("/nonexistent/mcp-server"), "{}", error.message);
+    assert!(
+        error.message.contains("'broken'") && error.message.contains("/nonexistent/mcp-server"),
+        "{}",
+        error.message
+    );
 }

@@ -43,7 +43,7 @@ pub mod defaults {
 }
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The front door.
@@ -321,11 +321,17 @@ impl Config {
         }
         for (i, origin) in self.server.allowed_origins.iter().enumerate() {
             if origin != "*" && !valid_origin(origin) {
-                bad(format!("server.allowed_origins[{i}]"), format!("{origin:?} is not an origin like http://localhost or https://app.example.com:8443"));
+                bad(
+                    format!("server.allowed_origins[{i}]"),
+                    format!("{origin:?} is not an origin like http://localhost or https://app.example.com:8443"),
+                );
             }
         }
         if self.server.max_body_bytes < 1024 {
-            bad("server.max_body_bytes".into(), format!("{} is too small; use at least 1024", self.server.max_body_bytes));
+            bad(
+                "server.max_body_bytes".into(),
+                format!("{} is too small; use at least 1024", self.server.max_body_bytes),
+            );
         }
         for (key, value) in [
             ("server.max_sessions", self.server.max_sessions),
@@ -339,10 +345,19 @@ impl Config {
             }
         }
         if self.federation.page_size > 10_000 {
-            bad("federation.page_size".into(), format!("{} is too large; use at most 10000", self.federation.page_size));
+            bad(
+                "federation.page_size".into(),
+                format!("{} is too large; use at most 10000", self.federation.page_size),
+            );
         }
         if self.federation.separator.is_empty() || !self.federation.separator.chars().all(tool_name_char) {
-            bad("federation.separator".into(), format!("{:?} must be non-empty and use only A-Z a-z 0-9 _ - . (tool-name characters)", self.federation.separator));
+            bad(
+                "federation.separator".into(),
+                format!(
+                    "{:?} must be non-empty and use only A-Z a-z 0-9 _ - . (tool-name characters)",
+                    self.federation.separator
+                ),
+            );
         }
 
         let mut seen = BTreeMap::new();
@@ -390,17 +405,6 @@ impl Config {
             Ok(())
         } else {
             Err(problems)
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            server: ServerConfig::default(),
-            logging: LoggingConfig::default(),
-            federation: FederationConfig::default(),
-            upstreams: Vec::new(),
         }
     }
 }

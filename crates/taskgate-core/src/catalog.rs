@@ -112,7 +112,11 @@ impl Catalog {
                 let name = self.exposed_name(naming, &tool.name);
                 if let Some(existing) = self.entries.get(&name) {
                     if existing.upstream != naming.upstream {
-                        self.collisions.push(Collision { name, kept: existing.upstream.clone(), hidden: naming.upstream.clone() });
+                        self.collisions.push(Collision {
+                            name,
+                            kept: existing.upstream.clone(),
+                            hidden: naming.upstream.clone(),
+                        });
                     }
                     continue;
                 }
@@ -153,14 +157,23 @@ impl Catalog {
 
     /// One page, starting after the cursor's tool. Cursors name a position in the sorted
     /// listing, so they stay valid (stable) when tools are added or removed meanwhile.
-    pub fn page(&self, cursor: Option<&str>, size: usize, task_support: impl Fn(&ToolEntry) -> TaskSupport) -> Result<Page, String> {
+    pub fn page(
+        &self,
+        cursor: Option<&str>,
+        size: usize,
+        task_support: impl Fn(&ToolEntry) -> TaskSupport,
+    ) -> Result<Page, String> {
         let start = match cursor {
             None => None,
-            Some(c) => Some(decode_cursor(c).ok_or_else(|| format!("Invalid cursor: {c:?} is not a cursor this gateway issued"))?),
+            Some(c) => Some(
+                decode_cursor(c).ok_or_else(|| format!("Invalid cursor: {c:?} is not a cursor this gateway issued"))?,
+            ),
         };
         let mut iter: Box<dyn Iterator<Item = (&String, &ToolEntry)>> = match &start {
             None => Box::new(self.entries.iter()),
-            Some(after) => Box::new(self.entries.range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))),
+            Some(after) => Box::new(
+                self.entries.range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            ),
         };
         let mut tools = Vec::with_capacity(size.min(self.entries.len()));
         let mut last = None;
@@ -196,7 +209,10 @@ mod tests {
     use serde_json::json;
 
     fn tools(names: &[&str]) -> Vec<ToolView> {
-        names.iter().map(|n| ToolView::from_value(json!({"name": n, "inputSchema": {"type": "object"}})).unwrap()).collect()
+        names
+            .iter()
+            .map(|n| ToolView::from_value(json!({"name": n, "inputSchema": {"type": "object"}})).unwrap())
+            .collect()
     }
 
     fn naming(list: &[(&str, bool)]) -> Vec<Naming> {

@@ -18,7 +18,9 @@ pub enum GatewayError {
     #[error("Bad Request: the Mcp-Session-Id header is required; send initialize first to get one")]
     MissingSession,
     /// The session ended or never existed (or belongs to someone else).
-    #[error("Session not found: it has ended or never existed; send initialize without Mcp-Session-Id to start a new one")]
+    #[error(
+        "Session not found: it has ended or never existed; send initialize without Mcp-Session-Id to start a new one"
+    )]
     SessionNotFound,
     /// The `Origin` header is not allowed (DNS-rebinding protection).
     #[error("Forbidden: Origin {0:?} is not in server.allowed_origins")]
@@ -94,7 +96,7 @@ impl GatewayError {
             GatewayError::Upstream(e) => {
                 return match e {
                     // The upstream's own error passes through unchanged.
-                    UpstreamError::Rpc { error, .. } => error.clone(),
+                    UpstreamError::Rpc { error, .. } => (**error).clone(),
                     UpstreamError::Timeout { upstream, .. } => ErrorObject::new(codes::UPSTREAM_TIMEOUT, e.to_string())
                         .with_data(json!({"upstream": upstream, "reason": e.reason()})),
                     UpstreamError::Overloaded { upstream, .. } => ErrorObject::new(codes::OVERLOADED, e.to_string())
@@ -140,7 +142,7 @@ mod tests {
     #[test]
     fn upstream_rpc_errors_pass_through_unchanged() {
         let original = ErrorObject::new(-32000, "boom").with_data(json!({"x": 1}));
-        let e = GatewayError::Upstream(UpstreamError::Rpc { upstream: "u".into(), error: original.clone() });
+        let e = GatewayError::Upstream(UpstreamError::Rpc { upstream: "u".into(), error: Box::new(original.clone()) });
         assert_eq!(e.error_object(), original);
         assert_eq!(e.http_status(), 200);
     }
@@ -162,7 +164,8 @@ mod tests {
         for (e, status, code) in cases {
             assert_eq!((e.http_status(), e.error_object().code), (status, code), "{e}");
         }
-        let down = GatewayError::Upstream(UpstreamError::Unavailable { upstream: "files".into(), reason: "refused".into() });
+        let down =
+            GatewayError::Upstream(UpstreamError::Unavailable { upstream: "files".into(), reason: "refused".into() });
         let obj = down.error_object();
         assert_eq!(obj.code, -32001);
         assert!(obj.message.contains("'files'"));

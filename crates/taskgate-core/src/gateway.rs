@@ -86,7 +86,9 @@ impl Gateway {
         let entry = SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned() };
         if !self.shared.sessions.insert(id.clone(), entry) {
             actor.do_send(Close);
-            return Err(GatewayError::Overloaded("the gateway has its maximum of sessions open (server.max_sessions)".into()));
+            return Err(GatewayError::Overloaded(
+                "the gateway has its maximum of sessions open (server.max_sessions)".into(),
+            ));
         }
         let result = json!({
             "protocolVersion": version,
@@ -100,7 +102,11 @@ impl Gateway {
     /// one that never existed.
     pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
         let entry = self.shared.sessions.get(id, identity).ok_or(GatewayError::SessionNotFound)?;
-        Ok(SessionHandle { addr: entry.addr, protocol_version: entry.protocol_version, stream_buffer: self.shared.config.server.stream_buffer })
+        Ok(SessionHandle {
+            addr: entry.addr,
+            protocol_version: entry.protocol_version,
+            stream_buffer: self.shared.config.server.stream_buffer,
+        })
     }
 
     /// Ends a session (DELETE).
@@ -141,7 +147,12 @@ impl SessionHandle {
     }
 
     /// Sends a request. The receiver yields messages about it, then its response, then ends.
-    pub async fn request(&self, id: RequestId, method: String, params: Option<Value>) -> Result<mpsc::Receiver<RpcMessage>, GatewayError> {
+    pub async fn request(
+        &self,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+    ) -> Result<mpsc::Receiver<RpcMessage>, GatewayError> {
         let (reply, rx) = mpsc::channel(self.stream_buffer);
         self.deliver(ClientRequest { id, method, params, reply }).await??;
         Ok(rx)

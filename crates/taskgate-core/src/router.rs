@@ -43,7 +43,12 @@ pub struct Router {
 }
 
 impl Router {
-    pub(crate) fn new(connectors: Vec<Connector>, catalog: Arc<RwLock<Catalog>>, sessions: Arc<Sessions>, list_timeout: Duration) -> Router {
+    pub(crate) fn new(
+        connectors: Vec<Connector>,
+        catalog: Arc<RwLock<Catalog>>,
+        sessions: Arc<Sessions>,
+        list_timeout: Duration,
+    ) -> Router {
         Router {
             connectors,
             catalog,
@@ -144,7 +149,7 @@ impl Actor for Router {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        for session in self.catalog_sessions.values().cloned() {
+        for session in self.catalog_sessions.drain().map(|(_, s)| s) {
             actix::spawn(async move { session.close().await });
         }
     }
@@ -220,17 +225,24 @@ impl Handler<UpstreamFailure> for Router {
 impl StreamHandler<(String, UpstreamEvent)> for Router {
     fn handle(&mut self, (upstream, event): (String, UpstreamEvent), ctx: &mut Context<Self>) {
         match event {
-            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => self.load(upstream, ctx),
+            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => {
+                self.load(upstream, ctx)
+            }
             UpstreamEvent::Request { id, method, .. } => {
                 // The catalog session declared no client capabilities: refuse what it cannot answer.
                 if let Some(session) = self.catalog_sessions.get(&upstream).cloned() {
-                    let reply = taskgate_protocol::Message::error(Some(id), taskgate_protocol::ErrorObject::method_not_found(&method));
+                    let reply = taskgate_protocol::Message::error(
+                        Some(id),
+                        taskgate_protocol::ErrorObject::method_not_found(&method),
+                    );
                     actix::spawn(async move {
                         let _ = session.respond(reply).await;
                     });
                 }
             }
-            UpstreamEvent::Notification { method, .. } => tracing::debug!(%upstream, %method, "catalog session notification ignored"),
+            UpstreamEvent::Notification { method, .. } => {
+                tracing::debug!(%upstream, %method, "catalog session notification ignored")
+            }
         }
     }
 
@@ -247,21 +259,33 @@ async fn list_tools(session: &UpstreamSession) -> Result<Vec<ToolView>, Upstream
         let params = cursor.as_ref().map(|c| serde_json::json!({ "cursor": c }));
         let result = session.request(methods::TOOLS_LIST, params).await?;
         let Some(Value::Array(page)) = result.get("tools").cloned() else {
-            return Err(UpstreamError::Protocol { upstream: session.upstream().into(), reason: "tools/list result has no \"tools\" array".into() });
+            return Err(UpstreamError::Protocol {
+                upstream: session.upstream().into(),
+                reason: "tools/list result has no \"tools\" array".into(),
+            });
         };
         for tool in page {
             match ToolView::from_value(tool) {
                 Some(view) => tools.push(view),
-                None => tracing::warn!(upstream = session.upstream(), "upstream listed a tool without a string name; skipped"),
+                None => tracing::warn!(
+                    upstream = session.upstream(),
+                    "upstream listed a tool without a string name; skipped"
+                ),
             }
         }
         if tools.len() > MAX_TOOLS {
-            return Err(UpstreamError::Protocol { upstream: session.upstream().into(), reason: format!("it lists more than {MAX_TOOLS} tools") });
+            return Err(UpstreamError::Protocol {
+                upstream: session.upstream().into(),
+                reason: format!("it lists more than {MAX_TOOLS} tools"),
+            });
         }
         match result.get("nextCursor").and_then(Value::as_str) {
             Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_owned()),
             _ => return Ok(tools),
         }
     }
-    Err(UpstreamError::Protocol { upstream: session.upstream().into(), reason: format!("tools/list did not end within {MAX_PAGES} pages") })
+    Err(UpstreamError::Protocol {
+        upstream: session.upstream().into(),
+        reason: format!("tools/list did not end within {MAX_PAGES} pages"),
+    })
 }

@@ -106,27 +106,35 @@ impl SessionActor {
         let shared = self.shared.clone();
         let listing = async move {
             let _ = router.send(EnsureCatalog).await;
-            let page = shared.catalog.read().page(cursor.as_deref(), shared.config.federation.page_size, |e| e.tool.task_support);
+            let page = shared
+                .catalog
+                .read()
+                .page(cursor.as_deref(), shared.config.federation.page_size, |e| e.tool.task_support);
             page.map_err(GatewayError::InvalidParams)
         };
         ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
-            act.finish(id, page.map(|Page { tools, next_cursor }| {
-                let mut result = json!({ "tools": tools });
-                if let Some(next) = next_cursor {
-                    result["nextCursor"] = Value::from(next);
-                }
-                result
-            }))
+            act.finish(
+                id,
+                page.map(|Page { tools, next_cursor }| {
+                    let mut result = json!({ "tools": tools });
+                    if let Some(next) = next_cursor {
+                        result["nextCursor"] = Value::from(next);
+                    }
+                    result
+                }),
+            )
         }));
     }
 
     fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
         let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
-            return self.finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
+            return self
+                .finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
         };
         if let Some(args) = params.as_ref().and_then(|p| p.get("arguments")) {
             if !args.is_object() {
-                return self.finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
+                return self
+                    .finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
             }
         }
         let resolved = self.shared.catalog.read().resolve(&name).map(|e| (e.upstream.clone(), e.tool.name.clone()));
@@ -138,12 +146,13 @@ impl SessionActor {
                 let shared = self.shared.clone();
                 let lookup = async move {
                     let _ = router.send(EnsureCatalog).await;
-                    let catalog = shared.catalog.read();
-                    if let Some(e) = catalog.resolve(&name) {
-                        return Ok((e.upstream.clone(), e.tool.name.clone()));
-                    }
-                    let owner = catalog.upstream_by_prefix(&name).map(str::to_owned);
-                    drop(catalog);
+                    let owner = {
+                        let catalog = shared.catalog.read();
+                        if let Some(e) = catalog.resolve(&name) {
+                            return Ok((e.upstream.clone(), e.tool.name.clone()));
+                        }
+                        catalog.upstream_by_prefix(&name).map(str::to_owned)
+                    };
                     if let Some(upstream) = owner {
                         if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream)).await {
                             return Err(GatewayError::Upstream(failure));
@@ -159,7 +168,14 @@ impl SessionActor {
         }
     }
 
-    fn forward_call(&mut self, id: RequestId, params: Option<Value>, upstream: String, tool: String, ctx: &mut Context<Self>) {
+    fn forward_call(
+        &mut self,
+        id: RequestId,
+        params: Option<Value>,
+        upstream: String,
+        tool: String,
+        ctx: &mut Context<Self>,
+    ) {
         if !self.requests.contains_key(&id) {
             return; // cancelled while the tool was being resolved
         }
@@ -175,7 +191,9 @@ impl SessionActor {
         self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
         let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked above");
         let call = relay_call(session, upstream_id, params, reply);
-        ctx.spawn(call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))));
+        ctx.spawn(
+            call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))),
+        );
     }
 
     /// notifications/cancelled from the client: forward to the one upstream that owns the
@@ -214,11 +232,20 @@ impl SessionActor {
             .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
     }
 
-    fn relay_request(&mut self, upstream: String, id: RequestId, method: String, params: Option<Value>, related: Option<RequestId>, ctx: &mut Context<Self>) {
+    fn relay_request(
+        &mut self,
+        upstream: String,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        related: Option<RequestId>,
+        ctx: &mut Context<Self>,
+    ) {
         let stream = self.stream_for(&upstream, related.as_ref());
         let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
         let refuse = |why: String| {
-            let reply = RpcMessage::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::INTERNAL_ERROR, why));
+            let reply =
+                RpcMessage::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::INTERNAL_ERROR, why));
             async move {
                 let _ = session.respond(reply).await;
             }
@@ -324,7 +351,9 @@ impl Handler<ClientRequest> for SessionActor {
     fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
         let ClientRequest { id, method, params, reply } = msg;
         if self.requests.contains_key(&id) {
-            return Err(GatewayError::InvalidRequest(format!("request id {id} is already in use by a request in progress in this session")));
+            return Err(GatewayError::InvalidRequest(format!(
+                "request id {id} is already in use by a request in progress in this session"
+            )));
         }
         let max = self.shared.config.server.session_mailbox;
         if self.requests.len() >= max {
@@ -335,9 +364,17 @@ impl Handler<ClientRequest> for SessionActor {
             methods::PING => self.finish(id, Ok(json!({}))),
             methods::TOOLS_LIST => self.list_tools(id, params, ctx),
             methods::TOOLS_CALL => self.call_tool(id, params, ctx),
-            methods::INITIALIZE => self.finish(id, Err(GatewayError::InvalidRequest("this session is already initialized; send initialize without Mcp-Session-Id to start another".into()))),
+            methods::INITIALIZE => self.finish(
+                id,
+                Err(GatewayError::InvalidRequest(
+                    "this session is already initialized; send initialize without Mcp-Session-Id to start another"
+                        .into(),
+                )),
+            ),
             other => {
-                let why = format!("{other} (taskgate federates tools; it serves initialize, ping, tools/list and tools/call)");
+                let why = format!(
+                    "{other} (taskgate federates tools; it serves initialize, ping, tools/list and tools/call)"
+                );
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
         }
@@ -363,11 +400,14 @@ impl Handler<ClientNotification> for SessionActor {
             methods::INITIALIZED => {}
             methods::CANCELLED => self.cancel(msg.params, ctx),
             "notifications/roots/list_changed" => {
-                for session in self.upstreams.values().cloned() {
-                    let params = msg.params.clone();
-                    ctx.spawn(async move {
-                        let _ = session.notify("notifications/roots/list_changed", params).await;
-                    }.into_actor(self));
+                for session in self.upstreams.values() {
+                    let (session, params) = (session.clone(), msg.params.clone());
+                    ctx.spawn(
+                        async move {
+                            let _ = session.notify("notifications/roots/list_changed", params).await;
+                        }
+                        .into_actor(self),
+                    );
                 }
             }
             other => tracing::debug!(session = %self.id, method = other, "client notification ignored"),
@@ -390,7 +430,9 @@ impl Handler<ClientResponse> for SessionActor {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };
         let Some((upstream, upstream_id)) = self.relayed.remove(&id) else {
-            return Err(GatewayError::InvalidRequest(format!("no request with id {id} is waiting for a response in this session")));
+            return Err(GatewayError::InvalidRequest(format!(
+                "no request with id {id} is waiting for a response in this session"
+            )));
         };
         let mapped = match message {
             RpcMessage::Response { result, .. } => RpcMessage::response(upstream_id, result),
@@ -398,11 +440,14 @@ impl Handler<ClientResponse> for SessionActor {
             _ => unreachable!("ClientResponse carries responses"),
         };
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
-            ctx.spawn(async move {
-                if let Err(e) = session.respond(mapped).await {
-                    tracing::info!(error = %e, "could not deliver a client response upstream");
+            ctx.spawn(
+                async move {
+                    if let Err(e) = session.respond(mapped).await {
+                        tracing::info!(error = %e, "could not deliver a client response upstream");
+                    }
                 }
-            }.into_actor(self));
+                .into_actor(self),
+            );
         }
         Ok(())
     }
@@ -464,7 +509,9 @@ impl Handler<ToolsChanged> for SessionActor {
 impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
     fn handle(&mut self, (upstream, event): (String, UpstreamEvent), ctx: &mut Context<Self>) {
         match event {
-            UpstreamEvent::Request { id, method, params, related } => self.relay_request(upstream, id, method, params, related, ctx),
+            UpstreamEvent::Request { id, method, params, related } => {
+                self.relay_request(upstream, id, method, params, related, ctx)
+            }
             UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => {
                 if self.shared.router.try_send(RefreshUpstream(upstream)).is_err() {
                     tracing::warn!("the router's queue is full; a tools/list_changed was not handled");
@@ -482,7 +529,9 @@ impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
                             tracing::debug!(session = %self.id, %upstream, "client stream full; notification dropped");
                         }
                     }
-                    None => tracing::debug!(session = %self.id, %upstream, %method, "no open client stream; notification dropped"),
+                    None => {
+                        tracing::debug!(session = %self.id, %upstream, %method, "no open client stream; notification dropped")
+                    }
                 }
             }
         }

@@ -72,10 +72,7 @@ pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
     let shared = web::Data::from(state.clone());
     let server = HttpServer::new(move || {
         App::new().app_data(shared.clone()).service(
-            web::resource("/mcp")
-                .route(web::post().to(post))
-                .route(web::get().to(get))
-                .route(web::delete().to(delete)),
+            web::resource("/mcp").route(web::post().to(post)).route(web::get().to(get)).route(web::delete().to(delete)),
         )
     })
     .workers(1)
@@ -100,16 +97,26 @@ fn session(headers: &HeaderMap, state: &State) -> Result<(String, u64), HttpResp
 
 fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
     let body = futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|m| m.map(|m| Ok::<_, std::convert::Infallible>(Bytes::from(encode_event(None, &m.to_json())))))
+        rx.poll_recv(cx)
+            .map(|m| m.map(|m| Ok::<_, std::convert::Infallible>(Bytes::from(encode_event(None, &m.to_json())))))
     });
-    HttpResponse::Ok().content_type("text/event-stream").insert_header((header::CACHE_CONTROL, "no-cache")).streaming(body)
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .streaming(body)
 }
 
 async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpResponse {
     let message = match Message::from_slice(&body) {
         Ok(Ok(m)) => m,
-        Ok(Err(e)) => return HttpResponse::BadRequest().json(Message::error(None, ErrorObject::new(-32600, e.to_string())).to_value()),
-        Err(e) => return HttpResponse::BadRequest().json(Message::error(None, ErrorObject::new(-32700, e.to_string())).to_value()),
+        Ok(Err(e)) => {
+            return HttpResponse::BadRequest()
+                .json(Message::error(None, ErrorObject::new(-32600, e.to_string())).to_value())
+        }
+        Err(e) => {
+            return HttpResponse::BadRequest()
+                .json(Message::error(None, ErrorObject::new(-32700, e.to_string())).to_value())
+        }
     };
     let demo = state.demo.clone();
     if message.method() == Some(methods::INITIALIZE) {

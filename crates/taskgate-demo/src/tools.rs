@@ -199,8 +199,17 @@ impl DemoServer {
         }
     }
 
-    async fn call(&self, connection: u64, id: &RequestId, params: Value, related: &mpsc::Sender<Message>) -> Result<Value, ErrorObject> {
-        let name = params.get("name").and_then(Value::as_str).ok_or_else(|| ErrorObject::invalid_params("tools/call needs a string \"name\""))?;
+    async fn call(
+        &self,
+        connection: u64,
+        id: &RequestId,
+        params: Value,
+        related: &mpsc::Sender<Message>,
+    ) -> Result<Value, ErrorObject> {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ErrorObject::invalid_params("tools/call needs a string \"name\""))?;
         let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
         {
             let mut stats = self.inner.stats.lock();
@@ -211,7 +220,8 @@ impl DemoServer {
         match name {
             "echo" => Ok(text(args.get("text").and_then(Value::as_str).unwrap_or_default().to_owned())),
             "add" => {
-                let (Some(a), Some(b)) = (args.get("a").and_then(Value::as_f64), args.get("b").and_then(Value::as_f64)) else {
+                let (Some(a), Some(b)) = (args.get("a").and_then(Value::as_f64), args.get("b").and_then(Value::as_f64))
+                else {
                     return Err(ErrorObject::invalid_params("add needs numbers \"a\" and \"b\""));
                 };
                 let sum = a + b;
@@ -239,7 +249,8 @@ impl DemoServer {
                 }
                 .await;
                 self.untrack(connection, id, outcome.is_err());
-                outcome.map(|_| text(format!("slept {ms} ms")))
+                outcome
+                    .map(|_| text(format!("slept {ms} ms")))
                     .map_err(|_| ErrorObject::new(-32800, "request cancelled"))
             }
             "wait" => {
@@ -257,7 +268,8 @@ impl DemoServer {
                     }
                 };
                 self.untrack(connection, id, outcome.is_err());
-                outcome.map(|_| text(format!("gate {gate_name} opened")))
+                outcome
+                    .map(|_| text(format!("gate {gate_name} opened")))
                     .map_err(|_| ErrorObject::new(-32800, "request cancelled"))
             }
             "fail" => {

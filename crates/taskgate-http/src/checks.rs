@@ -11,7 +11,7 @@ pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The `MCP-Protocol-Version` header.
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
 
-fn header_str<'a>(headers: &'a HeaderMap, name: impl header::AsHeaderName) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -70,7 +70,8 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
     for range in accept.split(',') {
         let mut parts = range.split(';');
         let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-        let refused = parts.any(|p| matches!(p.trim().split_once('='), Some(("q", q)) if q.trim().parse::<f32>() == Ok(0.0)));
+        let refused =
+            parts.any(|p| matches!(p.trim().split_once('='), Some(("q", q)) if q.trim().parse::<f32>() == Ok(0.0)));
         if refused {
             continue;
         }
@@ -139,7 +140,9 @@ mod tests {
         for ok in ["http://localhost", "http://localhost:3000", "HTTP://LOCALHOST:1", "https://app.example.com:8443"] {
             assert!(origin(&headers(&[("origin", ok)]), &allowed).is_ok(), "{ok}");
         }
-        for bad in ["http://evil.com", "https://localhost", "http://localhost.evil.com", "https://app.example.com", "null"] {
+        for bad in
+            ["http://evil.com", "https://localhost", "http://localhost.evil.com", "https://app.example.com", "null"]
+        {
             assert!(origin(&headers(&[("origin", bad)]), &allowed).is_err(), "{bad}");
         }
         assert!(origin(&headers(&[]), &allowed).is_ok());
@@ -149,11 +152,17 @@ mod tests {
     #[test]
     fn accept_header_is_read_like_http_says() {
         assert_eq!(accepts(&headers(&[])), Accepts { json: true, sse: true });
-        assert_eq!(accepts(&headers(&[("accept", "application/json, text/event-stream")])), Accepts { json: true, sse: true });
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json, text/event-stream")])),
+            Accepts { json: true, sse: true }
+        );
         assert_eq!(accepts(&headers(&[("accept", "text/event-stream")])), Accepts { json: false, sse: true });
         assert_eq!(accepts(&headers(&[("accept", "*/*")])), Accepts { json: true, sse: true });
         assert_eq!(accepts(&headers(&[("accept", "text/html")])), Accepts { json: false, sse: false });
-        assert_eq!(accepts(&headers(&[("accept", "application/json, text/event-stream;q=0")])), Accepts { json: true, sse: false });
+        assert_eq!(
+            accepts(&headers(&[("accept", "application/json, text/event-stream;q=0")])),
+            Accepts { json: true, sse: false }
+        );
     }
 
     #[test]

@@ -24,7 +24,9 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
         let body = checks::body(headers, payload, config.server.max_body_bytes).await?;
         match Message::from_slice(&body) {
             Err(e) => Err(GatewayError::Parse(e.to_string())),
-            Ok(Err(MessageError::Batch)) => Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", ""))),
+            Ok(Err(MessageError::Batch)) => {
+                Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
+            }
             Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
             Ok(Ok(message)) => Ok(message),
         }
@@ -48,23 +50,33 @@ async fn dispatch(headers: &HeaderMap, message: Message, gateway: &Gateway) -> R
     if let Message::Request { id, method, params } = &message {
         // The client MUST accept both JSON and SSE; a gateway can answer with either one it accepts.
         if !accepts.json && !accepts.sse {
-            return Err((GatewayError::NotAcceptable("Accept must allow application/json and text/event-stream".into()), Some(id.clone())));
+            return Err((
+                GatewayError::NotAcceptable("Accept must allow application/json and text/event-stream".into()),
+                Some(id.clone()),
+            ));
         }
         if method == methods::INITIALIZE {
             if checks::session_id(headers).is_some() {
                 return Err((
-                    GatewayError::InvalidRequest("initialize starts a new session: send it without Mcp-Session-Id".into()),
+                    GatewayError::InvalidRequest(
+                        "initialize starts a new session: send it without Mcp-Session-Id".into(),
+                    ),
                     Some(id.clone()),
                 ));
             }
             return match gateway.initialize(identity, params.as_ref()) {
                 Ok((session, result)) => {
                     let mut response = reply::json(&Message::response(id.clone(), result));
-                    let value = actix_web::http::header::HeaderValue::from_str(&session).expect("session ids are visible ASCII");
-                    response.headers_mut().insert(actix_web::http::header::HeaderName::from_static(SESSION_HEADER), value);
+                    let value = actix_web::http::header::HeaderValue::from_str(&session)
+                        .expect("session ids are visible ASCII");
+                    response
+                        .headers_mut()
+                        .insert(actix_web::http::header::HeaderName::from_static(SESSION_HEADER), value);
                     Ok(response)
                 }
-                Err(e @ GatewayError::InvalidParams(_)) => Ok(reply::json(&Message::error(Some(id.clone()), e.error_object()))),
+                Err(e @ GatewayError::InvalidParams(_)) => {
+                    Ok(reply::json(&Message::error(Some(id.clone()), e.error_object())))
+                }
                 Err(e) => Err((e, Some(id.clone()))),
             };
         }
@@ -105,7 +117,9 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
     let opened = async {
         checks::origin(headers, &gateway.config().server.allowed_origins)?;
         if !checks::accepts(headers).sse {
-            return Err(GatewayError::NotAcceptable("the GET stream is text/event-stream; Accept must allow it".into()));
+            return Err(GatewayError::NotAcceptable(
+                "the GET stream is text/event-stream; Accept must allow it".into(),
+            ));
         }
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         let session = gateway.session(session_id, &identity(headers))?;
@@ -134,5 +148,12 @@ pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespon
 
 /// Any other HTTP method on the endpoint.
 pub async fn other(req: HttpRequest) -> HttpResponse {
-    reply::error(&GatewayError::HttpMethodNotAllowed(format!("{} is not served at {}; use POST, GET or DELETE", req.method(), req.path())), None)
+    reply::error(
+        &GatewayError::HttpMethodNotAllowed(format!(
+            "{} is not served at {}; use POST, GET or DELETE",
+            req.method(),
+            req.path()
+        )),
+        None,
+    )
 }

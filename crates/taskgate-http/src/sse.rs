@@ -20,7 +20,9 @@ pub fn response(mut messages: mpsc::Receiver<Message>) -> HttpResponse {
     let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
     let body = futures_util::stream::poll_fn(move |cx| {
         match messages.poll_recv(cx) {
-            Poll::Ready(Some(m)) => return Poll::Ready(Some(Ok::<_, Infallible>(Bytes::from(encode_event(None, &m.to_json()))))),
+            Poll::Ready(Some(m)) => {
+                return Poll::Ready(Some(Ok::<_, Infallible>(Bytes::from(encode_event(None, &m.to_json())))))
+            }
             Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => {}
         }

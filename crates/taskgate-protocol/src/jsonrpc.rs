@@ -138,9 +138,9 @@ pub enum MessageError {
 impl fmt::Display for MessageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MessageError::Batch => f.write_str(
-                "JSON-RPC batches are not supported: MCP 2025-06-18 and later send one message per request",
-            ),
+            MessageError::Batch => {
+                f.write_str("JSON-RPC batches are not supported: MCP 2025-06-18 and later send one message per request")
+            }
             MessageError::Invalid(why) => write!(f, "Invalid Request: {why}"),
         }
     }
@@ -152,18 +152,11 @@ impl Message {
         let mut object = match value {
             Value::Object(o) => o,
             Value::Array(_) => return Err(MessageError::Batch),
-            other => {
-                return Err(MessageError::Invalid(format!(
-                    "expected a JSON object, got {}",
-                    json_kind(&other)
-                )))
-            }
+            other => return Err(MessageError::Invalid(format!("expected a JSON object, got {}", json_kind(&other)))),
         };
         match object.get("jsonrpc") {
             Some(Value::String(v)) if v == "2.0" => {}
-            Some(other) => {
-                return Err(MessageError::Invalid(format!("\"jsonrpc\" must be \"2.0\", got {other}")))
-            }
+            Some(other) => return Err(MessageError::Invalid(format!("\"jsonrpc\" must be \"2.0\", got {other}"))),
             None => return Err(MessageError::Invalid("missing \"jsonrpc\": \"2.0\"".into())),
         }
         let id = match object.remove("id") {
@@ -200,17 +193,16 @@ impl Message {
                 Ok(Message::Response { id, result })
             }
             (None, Some(error)) => {
-                let error: ErrorObject = serde_json::from_value(error).map_err(|e| {
-                    MessageError::Invalid(format!("\"error\" must be {{code, message, data?}}: {e}"))
-                })?;
+                let error: ErrorObject = serde_json::from_value(error)
+                    .map_err(|e| MessageError::Invalid(format!("\"error\" must be {{code, message, data?}}: {e}")))?;
                 Ok(Message::Error { id, error })
             }
             (Some(_), Some(_)) => {
                 Err(MessageError::Invalid("a response cannot have both \"result\" and \"error\"".into()))
             }
-            (None, None) => {
-                Err(MessageError::Invalid("expected \"method\" (request or notification) or \"result\"/\"error\" (response)".into()))
-            }
+            (None, None) => Err(MessageError::Invalid(
+                "expected \"method\" (request or notification) or \"result\"/\"error\" (response)".into(),
+            )),
         }
     }
 
@@ -306,10 +298,7 @@ fn take_params(object: &mut Map<String, Value>) -> Result<Option<Value>, Message
         Some(p @ Value::Object(_)) => Ok(Some(p)),
         // JSON-RPC allows by-position params; MCP never uses them, but they are valid envelopes.
         Some(p @ Value::Array(_)) => Ok(Some(p)),
-        Some(other) => Err(MessageError::Invalid(format!(
-            "\"params\" must be an object, got {}",
-            json_kind(&other)
-        ))),
+        Some(other) => Err(MessageError::Invalid(format!("\"params\" must be an object, got {}", json_kind(&other)))),
     }
 }
 

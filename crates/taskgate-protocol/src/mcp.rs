@@ -20,11 +20,7 @@ pub fn is_supported_version(version: &str) -> bool {
 
 /// Version negotiation (basic/lifecycle): the same version if supported, else the latest.
 pub fn negotiate_version(requested: &str) -> &'static str {
-    SUPPORTED_PROTOCOL_VERSIONS
-        .iter()
-        .find(|v| **v == requested)
-        .copied()
-        .unwrap_or(LATEST_PROTOCOL_VERSION)
+    SUPPORTED_PROTOCOL_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(LATEST_PROTOCOL_VERSION)
 }
 
 /// Method names.
@@ -161,9 +157,7 @@ impl InitializeView {
 
 /// True when a server's capabilities declare `tasks.requests.tools.call`.
 pub fn declares_task_tool_calls(server_capabilities: &Value) -> bool {
-    server_capabilities
-        .pointer("/tasks/requests/tools/call")
-        .is_some_and(Value::is_object)
+    server_capabilities.pointer("/tasks/requests/tools/call").is_some_and(Value::is_object)
 }
 
 /// The `params._meta.progressToken` of a request, if any.

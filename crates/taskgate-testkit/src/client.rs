@@ -96,7 +96,13 @@ impl McpClient {
         let id = self.id();
         let reply = self.post_message(&Message::request(id, "initialize", Some(params))).await;
         assert_eq!(reply.status, StatusCode::OK, "initialize failed: {reply:?}");
-        let session = reply.headers.get("mcp-session-id").expect("Mcp-Session-Id on the InitializeResult").to_str().unwrap().to_owned();
+        let session = reply
+            .headers
+            .get("mcp-session-id")
+            .expect("Mcp-Session-Id on the InitializeResult")
+            .to_str()
+            .unwrap()
+            .to_owned();
         self.session = Some(session);
         let result = reply.outcome().expect("initialize result");
         self.protocol_version = result["protocolVersion"].as_str().map(str::to_owned);
@@ -197,7 +203,8 @@ async fn read_reply(mut response: reqwest::Response) -> Reply {
     } else {
         let body = response.bytes().await.expect("body");
         if !body.is_empty() {
-            let value: Value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {body:?}"));
+            let value: Value =
+                serde_json::from_slice(&body).unwrap_or_else(|e| panic!("body is not JSON ({e}): {body:?}"));
             messages.push(Message::parse(value).expect("a JSON-RPC message"));
         }
     }

@@ -88,7 +88,11 @@ pub fn taskgate_bin() -> PathBuf {
         dir.pop();
     }
     let bin = dir.join("taskgate");
-    assert!(bin.exists(), "{} is missing: run the tests with `cargo test --workspace` so the binary is built", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` so the binary is built",
+        bin.display()
+    );
     bin
 }
 

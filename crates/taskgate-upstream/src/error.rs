@@ -11,7 +11,7 @@ pub enum UpstreamError {
         /// The upstream's name.
         upstream: String,
         /// The error as the upstream sent it.
-        error: ErrorObject,
+        error: Box<ErrorObject>,
     },
     /// The upstream could not be reached, or its process could not be started or exited.
     #[error("upstream '{upstream}' is unavailable: {reason}")]

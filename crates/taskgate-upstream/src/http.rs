@@ -124,7 +124,11 @@ impl HttpChannel {
     }
 
     /// Sends a request and waits for its response, which may come as JSON or on an SSE stream.
-    pub(crate) async fn request(&self, message: &Message, sink: Option<&mpsc::Sender<Message>>) -> Result<Value, ChannelError> {
+    pub(crate) async fn request(
+        &self,
+        message: &Message,
+        sink: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, ChannelError> {
         let id = message.id().cloned().expect("requests have ids");
         let response = self.post(message).await?;
         if message.method() == Some("initialize") {
@@ -134,9 +138,9 @@ impl HttpChannel {
         }
         let content_type = content_type(&response);
         if content_type.starts_with("text/event-stream") {
-            self.read_stream(response, Some(&id), sink).await?.ok_or_else(|| {
-                self.unavailable("the response stream ended before the response arrived").into()
-            })
+            self.read_stream(response, Some(&id), sink)
+                .await?
+                .ok_or_else(|| self.unavailable("the response stream ended before the response arrived").into())
         } else if content_type.starts_with("application/json") {
             let body = self.read_body(response).await?;
             let reply = Message::from_slice(&body)
@@ -164,7 +168,7 @@ impl HttpChannel {
         match reply {
             Message::Response { id: got, result } if &got == id => Some(Ok(result)),
             Message::Error { id: got, error } if got.as_ref() == Some(id) || got.is_none() => {
-                Some(Err(UpstreamError::Rpc { upstream: self.name.clone(), error }.into()))
+                Some(Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into()))
             }
             _ => None,
         }
@@ -174,7 +178,9 @@ impl HttpChannel {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| self.unavailable(describe(&e)))? {
             if body.len() + chunk.len() > self.max_message_bytes {
-                return Err(self.protocol(format!("response exceeds max_message_bytes ({})", self.max_message_bytes)).into());
+                return Err(self
+                    .protocol(format!("response exceeds max_message_bytes ({})", self.max_message_bytes))
+                    .into());
             }
             body.extend_from_slice(&chunk);
         }
@@ -196,9 +202,9 @@ impl HttpChannel {
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(self.unavailable(describe(&e)).into()),
             };
-            let events = decoder
-                .feed(&chunk)
-                .map_err(|_| self.protocol(format!("an SSE event exceeds max_message_bytes ({})", self.max_message_bytes)))?;
+            let events = decoder.feed(&chunk).map_err(|_| {
+                self.protocol(format!("an SSE event exceeds max_message_bytes ({})", self.max_message_bytes))
+            })?;
             for event in events {
                 if event.data.trim().is_empty() {
                     continue; // priming event or keep-alive
@@ -233,7 +239,9 @@ impl HttpChannel {
                         let _ = sink.send(message).await;
                         true
                     }
-                    (_, _, Some(related)) => self.incoming.send(Incoming { message, related: Some(related.clone()) }).await.is_ok(),
+                    (_, _, Some(related)) => {
+                        self.incoming.send(Incoming { message, related: Some(related.clone()) }).await.is_ok()
+                    }
                     (_, _, None) => self.routes.deliver(message, &self.incoming).await,
                 };
                 if !delivered {
@@ -272,7 +280,9 @@ impl HttpChannel {
                             return;
                         }
                         Err(ChannelError::Expired) => return,
-                        Err(ChannelError::Failed(e)) => tracing::debug!(upstream = %self.name, error = %e, "GET stream failed"),
+                        Err(ChannelError::Failed(e)) => {
+                            tracing::debug!(upstream = %self.name, error = %e, "GET stream failed")
+                        }
                     },
                     Err(e) => tracing::debug!(upstream = %self.name, error = %describe(&e), "GET stream failed"),
                 }
@@ -299,12 +309,7 @@ impl HttpChannel {
 }
 
 fn content_type(response: &Response) -> String {
-    response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase()
+    response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
 }
 
 /// reqwest's Display omits the cause ("error sending request"); include the chain.

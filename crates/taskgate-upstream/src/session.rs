@@ -269,7 +269,12 @@ impl UpstreamSession {
     }
 
     /// [`Self::request`] with an id from [`Self::next_request_id`].
-    pub async fn request_with_id(&self, id: RequestId, method: &str, params: Option<Value>) -> Result<Value, UpstreamError> {
+    pub async fn request_with_id(
+        &self,
+        id: RequestId,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, UpstreamError> {
         self.request_routed(id, method, params, None).await
     }
 
@@ -372,7 +377,10 @@ impl UpstreamSession {
                 let permit = self.inner.connector.inner.processes.clone().try_acquire_owned().map_err(|_| {
                     UpstreamError::Overloaded {
                         upstream: name.clone(),
-                        reason: format!("it already runs its maximum of {} processes (max_processes)", config.max_processes),
+                        reason: format!(
+                            "it already runs its maximum of {} processes (max_processes)",
+                            config.max_processes
+                        ),
                     }
                 })?;
                 Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone())?)

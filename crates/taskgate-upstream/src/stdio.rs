@@ -54,7 +54,10 @@ impl StdioChannel {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| UpstreamError::Unavailable { upstream: name.clone(), reason: format!("cannot start {program:?}: {e}") })?;
+            .map_err(|e| UpstreamError::Unavailable {
+                upstream: name.clone(),
+                reason: format!("cannot start {program:?}: {e}"),
+            })?;
         let pid = child.id();
         tracing::info!(upstream = %name, ?pid, "started stdio upstream process");
 
@@ -76,7 +79,14 @@ impl StdioChannel {
         let (stop_tx, stop_rx) = oneshot::channel();
         tokio::spawn(supervise(name.clone(), child, permit, stop_rx, pending.clone(), alive.clone(), exit.clone()));
 
-        Ok(StdioChannel { name, stdin: Mutex::new(Some(stdin_tx)), pending, alive, exit, stop: Mutex::new(Some(stop_tx)) })
+        Ok(StdioChannel {
+            name,
+            stdin: Mutex::new(Some(stdin_tx)),
+            pending,
+            alive,
+            exit,
+            stop: Mutex::new(Some(stop_tx)),
+        })
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -104,7 +114,9 @@ impl StdioChannel {
         self.write(message).await?;
         match rx.await {
             Ok(Message::Response { result, .. }) => Ok(result),
-            Ok(Message::Error { error, .. }) => Err(UpstreamError::Rpc { upstream: self.name.clone(), error }.into()),
+            Ok(Message::Error { error, .. }) => {
+                Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into())
+            }
             Ok(_) => unreachable!("only responses are routed to pending requests"),
             Err(_) => Err(self.gone().into()),
         }
@@ -182,7 +194,9 @@ async fn read_stdout(
                 Some(tx) => {
                     let _ = tx.send(message);
                 }
-                None => tracing::debug!(upstream = %name, id = ?message.id(), "response to no pending request; dropped"),
+                None => {
+                    tracing::debug!(upstream = %name, id = ?message.id(), "response to no pending request; dropped")
+                }
             }
             continue;
         }

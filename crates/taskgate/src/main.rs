@@ -12,7 +12,11 @@ use taskgate_core::Gateway;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "taskgate", version, about = "An MCP gateway with durable tasks, exact progress and cancellation routing, and tenants")]
+#[command(
+    name = "taskgate",
+    version,
+    about = "An MCP gateway with durable tasks, exact progress and cancellation routing, and tenants"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -55,7 +59,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::CheckConfig { file } => return check_config(&file),
-        Command::Serve { config, listen } => Config::load(&config).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, Vec::new())),
+        Command::Serve { config, listen } => {
+            Config::load(&config).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, Vec::new()))
+        }
         Command::Demo { listen } => demo(listen),
         Command::DemoUpstream { stdio, listen } => demo_upstream(stdio, listen),
     };
@@ -158,7 +164,9 @@ fn demo_upstream(stdio: bool, listen: Option<SocketAddr>) -> anyhow::Result<()> 
     let demo = taskgate_demo::DemoServer::new();
     if stdio {
         // stdout carries MCP messages only; nothing else may be printed there.
-        return actix_rt::System::new().block_on(taskgate_demo::stdio::serve(demo)).context("stdio demo upstream failed");
+        return actix_rt::System::new()
+            .block_on(taskgate_demo::stdio::serve(demo))
+            .context("stdio demo upstream failed");
     }
     let listen = listen.unwrap_or_else(|| "127.0.0.1:8090".parse().expect("valid address"));
     actix_rt::System::new().block_on(async move {
