@@ -76,7 +76,7 @@ impl DemoUpstream {
     }
 }
 
-/// The `taskgate` executable built beside the test binaries (`cargo test --workspace` builds it),
+/// The `taskgate` executable built beside the test binaries by `cargo build --workspace`,
 /// or `TASKGATE_BIN` when set.
 pub fn taskgate_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("TASKGATE_BIN") {
@@ -90,7 +90,7 @@ pub fn taskgate_bin() -> PathBuf {
     let bin = dir.join("taskgate");
     assert!(
         bin.exists(),
-        "{} is missing: run the tests with `cargo test --workspace` so the binary is built",
+        "{} is missing: run `cargo build --workspace` before the tests (the README test command does)",
         bin.display()
     );
     bin
