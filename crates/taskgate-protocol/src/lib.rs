@@ -6,6 +6,7 @@
 //! - [`mcp`]: method names, protocol versions, `_meta` keys, capabilities and typed views of the
 //!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
 //! - [`sse`]: Server-Sent Events framing, both directions.
+//! - [`tasks`]: task statuses, the transition rule, the `Task` object, timestamps.
 //!
 //! Messages pass through the gateway as [`serde_json::Value`]: typed views read what the gateway
 //! needs and everything else (unknown fields, `_meta` keys) survives untouched (invariant 5).
@@ -14,5 +15,6 @@ pub mod codes;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod sse;
+pub mod tasks;
 
 pub use jsonrpc::{ErrorObject, Message, MessageError, RequestId};

@@ -1,0 +1,162 @@
+//! Task state, behind the [`TaskStore`] interface (architecture invariant 6: anything a second
+//! replica would need lives here, not only in an actor).
+//!
+//! - [`TaskRecord`]: one task: owner, status, times, ttl, the upstream that runs it, its outcome.
+//! - [`TaskStore`]: async operations; status changes are compare-and-set and checked by the one
+//!   transition rule ([`taskgate_protocol::tasks::transition`]).
+//! - [`MemoryTaskStore`]: the single-process implementation. Durable and shared (Redis)
+//!   implementations plug in behind the same trait.
+
+mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+use taskgate_protocol::tasks::{InvalidTransition, TaskStatus, TaskView};
+use taskgate_protocol::ErrorObject;
+
+pub use memory::MemoryTaskStore;
+
+/// A boxed future, so the trait can be used as `dyn TaskStore`.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Who a task belongs to: the requestor's authorization context.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner {
+    /// Tenant id.
+    pub tenant: String,
+    /// Principal within the tenant.
+    pub principal: String,
+}
+
+/// How the underlying request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskOutcome {
+    /// The request's result (for `tools/call`, a `CallToolResult`).
+    Result(Value),
+    /// The request's JSON-RPC error, returned unchanged by `tasks/result`.
+    Error(ErrorObject),
+}
+
+/// One task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    /// The gateway's task id (a v4 UUID).
+    pub id: String,
+    /// The requestor it is bound to.
+    pub owner: Owner,
+    /// Current status.
+    pub status: TaskStatus,
+    /// Message about the status.
+    pub status_message: Option<String>,
+    /// Creation time, ms since the epoch.
+    pub created_at_ms: u64,
+    /// Last update, ms since the epoch.
+    pub last_updated_at_ms: u64,
+    /// Retention from creation; `None` is unlimited.
+    pub ttl_ms: Option<u64>,
+    /// Suggested polling interval.
+    pub poll_interval_ms: u64,
+    /// The upstream running it.
+    pub upstream: String,
+    /// The upstream's own task id, for native tasks. Never shown to clients.
+    pub upstream_task_id: Option<String>,
+    /// The outcome, once terminal (cancelled tasks may have none).
+    pub outcome: Option<TaskOutcome>,
+}
+
+impl TaskRecord {
+    /// When the task may be deleted, ms since the epoch.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        self.ttl_ms.map(|ttl| self.created_at_ms.saturating_add(ttl))
+    }
+
+    /// The `Task` object clients see.
+    pub fn view(&self) -> TaskView {
+        TaskView {
+            task_id: self.id.clone(),
+            status: self.status,
+            status_message: self.status_message.clone(),
+            created_at_ms: self.created_at_ms,
+            last_updated_at_ms: self.last_updated_at_ms,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: Some(self.poll_interval_ms),
+        }
+    }
+}
+
+/// A status change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    /// The new status.
+    pub status: TaskStatus,
+    /// The new status message (`None` clears it).
+    pub status_message: Option<String>,
+    /// The outcome, when the new status is terminal.
+    pub outcome: Option<TaskOutcome>,
+    /// The upstream task id, when it becomes known.
+    pub upstream_task_id: Option<String>,
+    /// The time of the change, ms since the epoch.
+    pub now_ms: u64,
+}
+
+/// One page of `tasks/list`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    /// The tasks, oldest first.
+    pub tasks: Vec<TaskRecord>,
+    /// The cursor of the next page.
+    pub next_cursor: Option<String>,
+}
+
+/// What a store operation can fail with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// No such task (or it expired).
+    #[error("task not found")]
+    NotFound,
+    /// Compare-and-set failed: the task is no longer in the expected status.
+    #[error("the task is now '{current}'")]
+    Conflict {
+        /// The status it has.
+        current: TaskStatus,
+    },
+    /// The transition is not allowed by the task lifecycle.
+    #[error("{0}")]
+    Invalid(InvalidTransition),
+    /// The cursor was not issued by this store.
+    #[error("invalid cursor")]
+    BadCursor,
+    /// The store holds its maximum number of tasks.
+    #[error("the gateway holds its maximum of {limit} tasks")]
+    Full {
+        /// The limit.
+        limit: usize,
+    },
+    /// The storage backend failed.
+    #[error("task store failure: {0}")]
+    Backend(String),
+}
+
+/// Where task state lives.
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new task.
+    fn create(&self, record: TaskRecord) -> StoreFuture<'_, ()>;
+    /// The task, if it exists and has not expired.
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+    /// Applies `update` if the task is still in `expected` and the lifecycle allows it.
+    fn compare_and_set<'a>(&'a self, id: &'a str, expected: TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord>;
+    /// The owner's tasks after `cursor`, oldest first, at most `limit`.
+    fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage>;
+    /// Removes every task whose ttl has elapsed at `now_ms`; returns them.
+    fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>>;
+    /// Removes one task.
+    fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+    /// Tasks held now.
+    fn len(&self) -> usize;
+    /// True when no task is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
