@@ -30,6 +30,18 @@ pub mod defaults {
     pub const PAGE_SIZE: usize = 100;
     /// Seconds to wait for an upstream's `tools/list` when building the catalog.
     pub const LIST_TIMEOUT_SECS: u64 = 10;
+    /// Task ttl when none is requested: one hour.
+    pub const DEFAULT_TTL_MS: u64 = 60 * 60 * 1000;
+    /// Largest task ttl: one day.
+    pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+    /// Suggested polling interval.
+    pub const POLL_INTERVAL_MS: u64 = 1000;
+    /// Tasks per `tasks/list` page.
+    pub const TASKS_PAGE_SIZE: usize = 50;
+    /// Most tasks held at once.
+    pub const MAX_TASKS: usize = 100_000;
+    /// Expiry sweep period.
+    pub const SWEEP_INTERVAL_MS: u64 = 1000;
     /// stdio processes per upstream.
     pub const MAX_PROCESSES: usize = 16;
     /// Largest message accepted from an upstream.
@@ -55,6 +67,9 @@ pub struct Config {
     /// How upstream tools are federated.
     #[serde(default)]
     pub federation: FederationConfig,
+    /// Tasks (basic/utilities/tasks).
+    #[serde(default)]
+    pub tasks: TasksConfig,
     /// The upstream MCP servers.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,
@@ -145,6 +160,53 @@ impl Default for FederationConfig {
     }
 }
 
+/// `[tasks]`: durable tasks for tool calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TasksConfig {
+    /// ttl given to a task whose request names none, in milliseconds.
+    pub default_ttl_ms: u64,
+    /// Largest ttl granted, in milliseconds; a larger request is lowered to it.
+    pub max_ttl_ms: u64,
+    /// When true, a task created without a ttl is kept until cancelled or done and its ttl is
+    /// `null`, and requested ttls are not capped.
+    pub unlimited_ttl: bool,
+    /// `pollInterval` suggested to clients, in milliseconds.
+    pub poll_interval_ms: u64,
+    /// Tasks per `tasks/list` page.
+    pub page_size: usize,
+    /// Most tasks held at once (live and finished, until their ttl); more get -32002.
+    pub max_tasks: usize,
+    /// How often expired tasks are swept, in milliseconds (a backstop to each task's own timer).
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for TasksConfig {
+    fn default() -> Self {
+        TasksConfig {
+            default_ttl_ms: defaults::DEFAULT_TTL_MS,
+            max_ttl_ms: defaults::MAX_TTL_MS,
+            unlimited_ttl: false,
+            poll_interval_ms: defaults::POLL_INTERVAL_MS,
+            page_size: defaults::TASKS_PAGE_SIZE,
+            max_tasks: defaults::MAX_TASKS,
+            sweep_interval_ms: defaults::SWEEP_INTERVAL_MS,
+        }
+    }
+}
+
+/// How a tool of an upstream without native tasks may be called as a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskSupportSetting {
+    /// Never as a task.
+    Forbidden,
+    /// As a task or a plain call.
+    Optional,
+    /// Only as a task.
+    Required,
+}
+
 /// How an upstream is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -190,6 +252,18 @@ pub struct UpstreamConfig {
     /// Largest message accepted from this upstream, in bytes.
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
+    /// For an upstream without native tasks: how its tools may be called as tasks (the gateway
+    /// runs them in the background). Ignored when the upstream declares
+    /// `tasks.requests.tools.call`: its tools' own `execution.taskSupport` applies.
+    #[serde(default = "default_task_support")]
+    pub task_support: TaskSupportSetting,
+    /// Per-tool overrides of `task_support`, by the upstream's own tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_task_support: BTreeMap<String, TaskSupportSetting>,
+}
+
+fn default_task_support() -> TaskSupportSetting {
+    TaskSupportSetting::Optional
 }
 
 fn default_max_processes() -> usize {
@@ -220,6 +294,8 @@ impl UpstreamConfig {
             prefix: true,
             timeout_secs: defaults::UPSTREAM_TIMEOUT_SECS,
             max_message_bytes: defaults::MAX_UPSTREAM_MESSAGE_BYTES,
+            task_support: TaskSupportSetting::Optional,
+            tool_task_support: BTreeMap::new(),
         }
     }
 
@@ -343,6 +419,24 @@ impl Config {
             if value == 0 {
                 bad(key.into(), "must be at least 1".into());
             }
+        }
+        for (key, value) in [
+            ("tasks.default_ttl_ms", self.tasks.default_ttl_ms),
+            ("tasks.max_ttl_ms", self.tasks.max_ttl_ms),
+            ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
+            ("tasks.page_size", self.tasks.page_size as u64),
+            ("tasks.max_tasks", self.tasks.max_tasks as u64),
+            ("tasks.sweep_interval_ms", self.tasks.sweep_interval_ms),
+        ] {
+            if value == 0 {
+                bad(key.into(), "must be at least 1".into());
+            }
+        }
+        if !self.tasks.unlimited_ttl && self.tasks.default_ttl_ms > self.tasks.max_ttl_ms {
+            bad(
+                "tasks.default_ttl_ms".into(),
+                format!("{} exceeds tasks.max_ttl_ms ({})", self.tasks.default_ttl_ms, self.tasks.max_ttl_ms),
+            );
         }
         if self.federation.page_size > 10_000 {
             bad(

@@ -15,6 +15,8 @@ pub struct ToolEntry {
     pub upstream: String,
     /// The tool as the upstream lists it (its own name in `tool.name`).
     pub tool: ToolView,
+    /// The upstream declares `tasks.requests.tools.call`: its tasks are native.
+    pub native: bool,
 }
 
 /// How one upstream's tool names appear to clients.
@@ -52,8 +54,8 @@ impl std::fmt::Display for Collision {
 pub struct Catalog {
     separator: String,
     naming: Vec<Naming>,
-    /// Each upstream's tools as last listed.
-    tools: BTreeMap<String, Vec<ToolView>>,
+    /// Each upstream's tools as last listed, and whether it supports tasks natively.
+    tools: BTreeMap<String, (Vec<ToolView>, bool)>,
     /// Client-visible name → entry, sorted by name (the listing order).
     entries: BTreeMap<String, ToolEntry>,
     collisions: Vec<Collision>,
@@ -86,8 +88,8 @@ impl Catalog {
     }
 
     /// Replaces one upstream's tools and rebuilds the merged view. Returns new collisions.
-    pub fn set_tools(&mut self, upstream: &str, tools: Vec<ToolView>) -> Vec<Collision> {
-        self.tools.insert(upstream.to_owned(), tools);
+    pub fn set_tools(&mut self, upstream: &str, tools: Vec<ToolView>, native: bool) -> Vec<Collision> {
+        self.tools.insert(upstream.to_owned(), (tools, native));
         self.rebuild()
     }
 
@@ -107,7 +109,7 @@ impl Catalog {
         let before = std::mem::take(&mut self.collisions);
         self.entries.clear();
         for naming in &self.naming {
-            let Some(tools) = self.tools.get(&naming.upstream) else { continue };
+            let Some((tools, native)) = self.tools.get(&naming.upstream) else { continue };
             for tool in tools {
                 let name = self.exposed_name(naming, &tool.name);
                 if let Some(existing) = self.entries.get(&name) {
@@ -120,7 +122,8 @@ impl Catalog {
                     }
                     continue;
                 }
-                self.entries.insert(name, ToolEntry { upstream: naming.upstream.clone(), tool: tool.clone() });
+                let entry = ToolEntry { upstream: naming.upstream.clone(), tool: tool.clone(), native: *native };
+                self.entries.insert(name, entry);
             }
         }
         self.collisions.iter().filter(|c| !before.contains(c)).cloned().collect()
@@ -230,9 +233,9 @@ mod tests {
     #[test]
     fn prefixes_and_sorts_deterministically() {
         let mut c = Catalog::new("__", naming(&[("b", true), ("a", true), ("plain", false)]));
-        c.set_tools("b", tools(&["z", "y"]));
-        c.set_tools("a", tools(&["x"]));
-        c.set_tools("plain", tools(&["echo"]));
+        c.set_tools("b", tools(&["z", "y"]), false);
+        c.set_tools("a", tools(&["x"]), false);
+        c.set_tools("plain", tools(&["echo"]), false);
         let page = c.page(None, 10, native).unwrap();
         assert_eq!(names(&page), ["a__x", "b__y", "b__z", "echo"]);
         assert_eq!(page.next_cursor, None);
@@ -246,7 +249,7 @@ mod tests {
     fn pages_cover_everything_once_and_survive_changes() {
         let mut c = Catalog::new(".", naming(&[("u", true)]));
         let all: Vec<String> = (0..25).map(|i| format!("t{i:02}")).collect();
-        c.set_tools("u", tools(&all.iter().map(String::as_str).collect::<Vec<_>>()));
+        c.set_tools("u", tools(&all.iter().map(String::as_str).collect::<Vec<_>>()), false);
         let mut seen = Vec::new();
         let mut cursor = None;
         loop {
@@ -260,7 +263,7 @@ mod tests {
         assert_eq!(seen.len(), 25);
         let first = c.page(None, 10, native).unwrap();
         // Removing a tool already listed does not shift the next page.
-        c.set_tools("u", tools(&all[1..].iter().map(String::as_str).collect::<Vec<_>>()));
+        c.set_tools("u", tools(&all[1..].iter().map(String::as_str).collect::<Vec<_>>()), false);
         let second = c.page(first.next_cursor.as_deref(), 10, native).unwrap();
         assert_eq!(names(&second)[0], "u.t10");
     }
@@ -276,14 +279,14 @@ mod tests {
     #[test]
     fn collisions_name_both_upstreams_and_keep_the_first() {
         let mut c = Catalog::new("__", naming(&[("one", false), ("two", false)]));
-        c.set_tools("one", tools(&["search"]));
-        let new = c.set_tools("two", tools(&["search", "other"]));
+        c.set_tools("one", tools(&["search"]), false);
+        let new = c.set_tools("two", tools(&["search", "other"]), false);
         assert_eq!(new, vec![Collision { name: "search".into(), kept: "one".into(), hidden: "two".into() }]);
         assert!(new[0].to_string().contains("'one'") && new[0].to_string().contains("'two'"));
         assert_eq!(c.resolve("search").unwrap().upstream, "one");
         assert_eq!(c.len(), 2);
         // Reported once, not again on an unrelated refresh.
-        assert!(c.set_tools("two", tools(&["search", "other"])).is_empty());
+        assert!(c.set_tools("two", tools(&["search", "other"]), false).is_empty());
         c.clear_tools("one");
         assert!(c.collisions().is_empty());
         assert_eq!(c.resolve("search").unwrap().upstream, "two");
@@ -292,7 +295,7 @@ mod tests {
     #[test]
     fn task_support_is_written_when_it_differs() {
         let mut c = Catalog::new("__", naming(&[("u", true)]));
-        c.set_tools("u", tools(&["t"]));
+        c.set_tools("u", tools(&["t"]), false);
         let page = c.page(None, 10, |_| TaskSupport::Optional).unwrap();
         assert_eq!(page.tools[0]["execution"], json!({"taskSupport": "optional"}));
         let page = c.page(None, 10, native).unwrap();

@@ -55,6 +55,9 @@ pub enum GatewayError {
     /// An upstream failed or answered with an error.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// A JSON-RPC error to return exactly as it is (a task's stored outcome).
+    #[error("{0}")]
+    Rpc(Box<ErrorObject>),
     /// A bound of the gateway is reached.
     #[error("Overloaded: {0}")]
     Overloaded(String),
@@ -81,7 +84,10 @@ impl GatewayError {
             GatewayError::UnsupportedMediaType(_) => 415,
             GatewayError::Overloaded(_) => 503,
             GatewayError::Internal(_) => 500,
-            GatewayError::MethodNotFound(_) | GatewayError::InvalidParams(_) | GatewayError::Upstream(_) => 200,
+            GatewayError::MethodNotFound(_)
+            | GatewayError::InvalidParams(_)
+            | GatewayError::Upstream(_)
+            | GatewayError::Rpc(_) => 200,
         }
     }
 
@@ -93,6 +99,7 @@ impl GatewayError {
             GatewayError::InvalidParams(_) => codes::INVALID_PARAMS,
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,
             GatewayError::Overloaded(_) => codes::OVERLOADED,
+            GatewayError::Rpc(error) => return (**error).clone(),
             GatewayError::Upstream(e) => {
                 return match e {
                     // The upstream's own error passes through unchanged.
@@ -129,6 +136,7 @@ impl GatewayError {
             GatewayError::MethodNotFound(_) => "method_not_found",
             GatewayError::InvalidParams(_) => "invalid_params",
             GatewayError::Upstream(e) => e.reason(),
+            GatewayError::Rpc(_) => "task_outcome",
             GatewayError::Overloaded(_) => "overloaded",
             GatewayError::Internal(_) => "internal",
         }

@@ -15,33 +15,50 @@ use taskgate_protocol::{Message as RpcMessage, RequestId};
 use taskgate_upstream::{ClientIdentity, Connector};
 use tokio::sync::mpsc;
 
+use taskgate_store::{MemoryTaskStore, TaskStore};
+
 use crate::catalog::{Catalog, Naming};
+use crate::clock::{Clock, SystemClock};
 use crate::registry::{Identity, SessionEntry, Sessions};
 use crate::router::Router;
 use crate::session::{ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor};
+use crate::tasks::{Supervisor, Sweep, TaskActor};
 use crate::GatewayError;
 
 /// How long a message may wait for room in a session's mailbox before the client gets 503.
 const MAILBOX_WAIT: Duration = Duration::from_secs(2);
 
-/// What every session shares.
+/// What every session and task shares.
 pub(crate) struct Shared {
     pub config: Config,
     pub router: Addr<Router>,
     pub catalog: Arc<RwLock<Catalog>>,
     pub connectors: HashMap<String, Connector>,
     pub sessions: Arc<Sessions>,
+    /// Task state (invariant 6: what another replica would need lives here).
+    pub store: Arc<dyn TaskStore>,
+    pub clock: Arc<dyn Clock>,
+    /// Live task actors by task id.
+    pub task_actors: RwLock<HashMap<String, Addr<TaskActor>>>,
+    /// Native tasks' actors by (upstream, upstream task id), for `notifications/tasks/status`.
+    pub native_tasks: RwLock<HashMap<(String, String), Addr<TaskActor>>>,
 }
 
 /// The running gateway core. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
     shared: Arc<Shared>,
+    supervisor: Addr<Supervisor>,
 }
 
 impl Gateway {
     /// Starts the core (the Router begins listing upstream tools). Call inside an actix system.
     pub fn start(config: Config) -> Gateway {
+        Gateway::start_with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// [`Gateway::start`] with a given clock (tests pass a [`crate::clock::ManualClock`]).
+    pub fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> Gateway {
         let connectors: Vec<Connector> = config.upstreams.iter().cloned().map(Connector::new).collect();
         let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
         let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
@@ -49,7 +66,35 @@ impl Gateway {
         let list_timeout = Duration::from_secs(config.federation.list_timeout_secs);
         let router = Router::new(connectors.clone(), catalog.clone(), sessions.clone(), list_timeout).start();
         let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
-        Gateway { shared: Arc::new(Shared { config, router, catalog, connectors, sessions }) }
+        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(config.tasks.max_tasks));
+        let shared = Arc::new(Shared {
+            config,
+            router,
+            catalog,
+            connectors,
+            sessions,
+            store,
+            clock,
+            task_actors: RwLock::new(HashMap::new()),
+            native_tasks: RwLock::new(HashMap::new()),
+        });
+        let supervisor = Supervisor::new(shared.clone()).start();
+        Gateway { shared, supervisor }
+    }
+
+    /// Sweeps expired tasks now, and resolves when done.
+    pub async fn sweep_expired(&self) {
+        let _ = self.supervisor.send(Sweep).await;
+    }
+
+    /// Task actors alive now.
+    pub fn live_tasks(&self) -> usize {
+        self.shared.task_actors.read().len()
+    }
+
+    /// Tasks held in the store (live and finished until their ttl).
+    pub fn stored_tasks(&self) -> usize {
+        self.shared.store.len()
     }
 
     /// The configuration in force.
@@ -92,7 +137,11 @@ impl Gateway {
         }
         let result = json!({
             "protocolVersion": version,
-            "capabilities": { "tools": { "listChanged": true } },
+            "capabilities": {
+                "tools": { "listChanged": true },
+                // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
+                "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
+            },
             "serverInfo": { "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") },
         });
         Ok((id, result))

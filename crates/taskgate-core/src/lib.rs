@@ -4,17 +4,22 @@
 //! - [`gateway`]: [`Gateway`], the handle the front door holds; creates sessions.
 //! - [`session`]: [`session::SessionActor`], one per client session.
 //! - [`router`]: [`router::Router`], the federated tool catalog and its refreshes.
+//! - [`tasks`]: [`tasks::TaskActor`] (one per task), [`tasks::Supervisor`] (expiry sweep), and
+//!   the rules for task support, ttl and outcomes.
 //! - [`catalog`]: the catalog's pure data: naming, collisions, cursor pages.
+//! - [`clock`]: injected time.
 //! - [`registry`]: the session table and [`Identity`].
 //! - [`error`]: [`GatewayError`] and its one mapping to JSON-RPC codes and HTTP statuses.
 
 pub mod catalog;
+pub mod clock;
 pub mod error;
 pub mod gateway;
 pub mod registry;
 pub mod router;
 pub mod session;
 mod stream;
+pub mod tasks;
 
 pub use error::GatewayError;
 pub use gateway::{Gateway, SessionHandle};

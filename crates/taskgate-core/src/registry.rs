@@ -70,6 +70,11 @@ impl Sessions {
         self.map.read().len()
     }
 
+    /// The sessions of one identity (where its task notifications go).
+    pub fn of(&self, identity: &Identity) -> Vec<Addr<SessionActor>> {
+        self.map.read().values().filter(|e| &e.identity == identity).map(|e| e.addr.clone()).collect()
+    }
+
     pub fn all(&self) -> Vec<Addr<SessionActor>> {
         self.map.read().values().map(|e| e.addr.clone()).collect()
     }

@@ -94,18 +94,18 @@ impl Router {
         ctx.spawn(listing.into_actor(self).map(move |result, act, ctx| act.loaded(name, result, ctx)));
     }
 
-    fn loaded(&mut self, name: String, result: Result<Vec<ToolView>, UpstreamError>, ctx: &mut Context<Self>) {
+    fn loaded(&mut self, name: String, result: Result<(Vec<ToolView>, bool), UpstreamError>, ctx: &mut Context<Self>) {
         self.loading.remove(&name);
         let changed = match result {
-            Ok(tools) => {
+            Ok((tools, native)) => {
                 self.failures.remove(&name);
                 let mut catalog = self.catalog.write();
                 let before = catalog.len();
                 let had = catalog.has_tools(&name);
-                for collision in catalog.set_tools(&name, tools.clone()) {
+                for collision in catalog.set_tools(&name, tools.clone(), native) {
                     tracing::error!(%collision, "tool name collision");
                 }
-                tracing::info!(upstream = %name, tools = tools.len(), "listed upstream tools");
+                tracing::info!(upstream = %name, tools = tools.len(), native_tasks = native, "listed upstream tools");
                 had || catalog.len() != before
             }
             Err(error) => {
@@ -251,8 +251,10 @@ impl StreamHandler<(String, UpstreamEvent)> for Router {
     }
 }
 
-/// Follows `nextCursor` through every page of an upstream's `tools/list`, within bounds.
-async fn list_tools(session: &UpstreamSession) -> Result<Vec<ToolView>, UpstreamError> {
+/// Follows `nextCursor` through every page of an upstream's `tools/list`, within bounds; also
+/// tells whether the upstream supports task-augmented `tools/call` natively.
+async fn list_tools(session: &UpstreamSession) -> Result<(Vec<ToolView>, bool), UpstreamError> {
+    let native = taskgate_protocol::mcp::declares_task_tool_calls(&session.server_capabilities().await?);
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -281,7 +283,7 @@ async fn list_tools(session: &UpstreamSession) -> Result<Vec<ToolView>, Upstream
         }
         match result.get("nextCursor").and_then(Value::as_str) {
             Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_owned()),
-            _ => return Ok(tools),
+            _ => return Ok((tools, native)),
         }
     }
     Err(UpstreamError::Protocol {

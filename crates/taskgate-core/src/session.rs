@@ -15,11 +15,17 @@ use taskgate_protocol::{ErrorObject, Message as RpcMessage, RequestId};
 use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
 use tokio::sync::mpsc;
 
-use crate::catalog::Page;
+use serde_json::Map;
+use taskgate_protocol::mcp::TaskSupport;
+use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus, TaskView};
+use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
+
+use crate::catalog::{Page, ToolEntry};
 use crate::gateway::Shared;
 use crate::registry::Identity;
 use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
 use crate::stream::receiver_stream;
+use crate::tasks::{self, AwaitResult, Cancel, TaskActor, TaskStart, UpstreamStatus, Work};
 use crate::GatewayError;
 
 /// Events buffered from one upstream session before its reader waits for this actor.
@@ -128,18 +134,19 @@ impl SessionActor {
 
     fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
         let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
-            return self
-                .finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
+            return self.finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
         };
         if let Some(args) = params.as_ref().and_then(|p| p.get("arguments")) {
             if !args.is_object() {
-                return self
-                    .finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
+                return self.finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
             }
         }
-        let resolved = self.shared.catalog.read().resolve(&name).map(|e| (e.upstream.clone(), e.tool.name.clone()));
+        if let Err(why) = wire_tasks::requested_task(params.as_ref()) {
+            return self.finish(id, Err(GatewayError::InvalidParams(why)));
+        }
+        let resolved = self.shared.catalog.read().resolve(&name).cloned();
         match resolved {
-            Some((upstream, tool)) => self.forward_call(id, params, upstream, tool, ctx),
+            Some(entry) => self.dispatch_call(id, params, entry, ctx),
             None => {
                 // Not listed: the catalog may not be loaded yet, or the upstream may be down.
                 let router = self.shared.router.clone();
@@ -148,8 +155,8 @@ impl SessionActor {
                     let _ = router.send(EnsureCatalog).await;
                     let owner = {
                         let catalog = shared.catalog.read();
-                        if let Some(e) = catalog.resolve(&name) {
-                            return Ok((e.upstream.clone(), e.tool.name.clone()));
+                        if let Some(entry) = catalog.resolve(&name) {
+                            return Ok(entry.clone());
                         }
                         catalog.upstream_by_prefix(&name).map(str::to_owned)
                     };
@@ -161,39 +168,315 @@ impl SessionActor {
                     Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")))
                 };
                 ctx.spawn(lookup.into_actor(self).map(move |found, act, ctx| match found {
-                    Ok((upstream, tool)) => act.forward_call(id, params, upstream, tool, ctx),
+                    Ok(entry) => act.dispatch_call(id, params, entry, ctx),
                     Err(e) => act.finish(id, Err(e)),
                 }));
             }
         }
     }
 
-    fn forward_call(
-        &mut self,
-        id: RequestId,
-        params: Option<Value>,
-        upstream: String,
-        tool: String,
-        ctx: &mut Context<Self>,
-    ) {
+    /// Applies tool-level task negotiation (basic/utilities/tasks "Tool-Level Negotiation"), then
+    /// runs the call plainly, as a native upstream task, or as a task the gateway wraps.
+    fn dispatch_call(&mut self, id: RequestId, params: Option<Value>, entry: ToolEntry, ctx: &mut Context<Self>) {
         if !self.requests.contains_key(&id) {
             return; // cancelled while the tool was being resolved
         }
-        let Some(session) = self.upstream_session(&upstream, ctx) else {
-            return self.finish(id, Err(GatewayError::Internal(format!("upstream '{upstream}' has no connector"))));
+        let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
+        let support = tasks::task_support(&entry, upstream_config);
+        let requested = wire_tasks::requested_task(params.as_ref()).unwrap_or(None);
+        let name = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let Some(session) = self.upstream_session(&entry.upstream, ctx) else {
+            let e = GatewayError::Internal(format!("upstream '{}' has no connector", entry.upstream));
+            return self.finish(id, Err(e));
         };
+        let mut upstream_params = params.unwrap_or_else(|| json!({}));
+        upstream_params["name"] = Value::from(entry.tool.name.clone());
+        match (requested, support) {
+            // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
+            (Some(_), TaskSupport::Forbidden) => {
+                let why = format!("tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\")");
+                self.finish(id, Err(GatewayError::MethodNotFound(why)))
+            }
+            // "required": servers MUST return -32601 when the client does not use a task.
+            (None, TaskSupport::Required) => {
+                let why = format!("tool {name} requires task-augmented execution: add \"task\": {{}} to the params");
+                self.finish(id, Err(GatewayError::MethodNotFound(why)))
+            }
+            (Some(ttl), _) if entry.native => self.start_native_task(id, upstream_params, ttl, entry, session, ctx),
+            (Some(ttl), _) => {
+                if let Value::Object(p) = &mut upstream_params {
+                    p.remove("task");
+                }
+                let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
+                let record = self.new_task(&entry.upstream, ttl, None);
+                self.create_task(id, record, session, work, Map::new(), ctx);
+            }
+            (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
+        }
+    }
+
+    fn new_task(&self, upstream: &str, requested_ttl: Option<u64>, upstream_task_id: Option<String>) -> TaskRecord {
+        let now = self.shared.clock.now_ms();
+        let config = &self.shared.config.tasks;
+        TaskRecord {
+            // Task ids: v4 UUIDs from the OS CSPRNG, unique among all tasks (basic/utilities/tasks).
+            id: uuid::Uuid::new_v4().to_string(),
+            owner: tasks::owner(&self.identity),
+            status: TaskStatus::Working, // tasks MUST begin in `working`
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: tasks::granted_ttl(requested_ttl, config),
+            poll_interval_ms: config.poll_interval_ms,
+            upstream: upstream.to_owned(),
+            upstream_task_id,
+            outcome: None,
+        }
+    }
+
+    /// Stores the task, starts its actor, and answers `CreateTaskResult` at once (before the
+    /// upstream work finishes).
+    fn create_task(
+        &mut self,
+        id: RequestId,
+        record: TaskRecord,
+        session: UpstreamSession,
+        work: Work,
+        extra: Map<String, Value>,
+        ctx: &mut Context<Self>,
+    ) {
+        let store = self.shared.store.clone();
+        let stored = record.clone();
+        let create = async move { store.create(stored).await };
+        ctx.spawn(create.into_actor(self).map(move |created, act, _| match created {
+            Ok(()) => {
+                let task = record.view().to_value();
+                let native = match &work {
+                    Work::Native { upstream_task_id, .. } => Some((session.upstream().to_owned(), upstream_task_id.clone())),
+                    Work::Wrapped { .. } => None,
+                };
+                let task_id = record.id.clone();
+                let start = TaskStart { record, owner: act.identity.clone(), session, work };
+                let actor = TaskActor::new(act.shared.clone(), start).start();
+                // Registered before the answer, so a tasks/result right after finds the actor.
+                act.shared.task_actors.write().insert(task_id, actor.clone());
+                if let Some(key) = native {
+                    act.shared.native_tasks.write().insert(key, actor);
+                }
+                let mut result = extra;
+                result.insert("task".into(), task);
+                act.finish(id, Ok(Value::Object(result)));
+            }
+            Err(StoreError::Full { limit }) => {
+                let why = format!("the gateway holds its maximum of {limit} tasks (tasks.max_tasks); retry later");
+                act.finish(id, Err(GatewayError::Overloaded(why)))
+            }
+            Err(e) => act.finish(id, Err(GatewayError::Internal(e.to_string()))),
+        }));
+    }
+
+    /// The upstream runs tasks itself: forward the task-augmented call, keep our own task id and
+    /// follow the upstream's.
+    fn start_native_task(
+        &mut self,
+        id: RequestId,
+        mut params: Value,
+        ttl: Option<u64>,
+        entry: ToolEntry,
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
+        let granted = tasks::granted_ttl(ttl, &self.shared.config.tasks);
+        params["task"] = granted.map_or_else(|| json!({}), |ttl| json!({ "ttl": ttl }));
+        let caller = session.clone();
+        let call = async move { caller.request(methods::TOOLS_CALL, Some(params)).await };
+        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+            let result = match result {
+                Ok(result) => result,
+                Err(e) => return act.finish(id, Err(GatewayError::Upstream(e))),
+            };
+            let Some(up) = result.get("task").and_then(TaskView::from_value) else {
+                let e = taskgate_upstream::UpstreamError::Protocol {
+                    upstream: entry.upstream.clone(),
+                    reason: "it answered a task-augmented tools/call without a valid task".into(),
+                };
+                return act.finish(id, Err(GatewayError::Upstream(e)));
+            };
+            // Everything else in the CreateTaskResult (model-immediate-response…) passes through,
+            // except what names the upstream's task.
+            let mut extra = match result {
+                Value::Object(o) => o,
+                _ => Map::new(),
+            };
+            extra.remove("task");
+            if let Some(Value::Object(m)) = extra.get_mut("_meta") {
+                m.remove(mcp::meta::RELATED_TASK);
+            }
+            let poll_ms = up.poll_interval_ms.unwrap_or(act.shared.config.tasks.poll_interval_ms);
+            let mut record = act.new_task(&entry.upstream, ttl, Some(up.task_id.clone()));
+            record.ttl_ms = granted;
+            let work = Work::Native { upstream_task_id: up.task_id, poll: std::time::Duration::from_millis(poll_ms) };
+            act.create_task(id, record, session, work, extra, ctx);
+        }));
+    }
+
+    fn forward_call(
+        &mut self,
+        id: RequestId,
+        params: Value,
+        upstream: String,
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
         let upstream_id = session.next_request_id();
-        let mut params = params.unwrap_or_else(|| json!({}));
-        params["name"] = Value::from(tool);
         if let Some(request) = self.requests.get_mut(&id) {
             request.upstream = Some((upstream.clone(), upstream_id.clone()));
         }
         self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
-        let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked above");
+        let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
         let call = relay_call(session, upstream_id, params, reply);
-        ctx.spawn(
-            call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))),
-        );
+        ctx.spawn(call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))));
+    }
+
+    /// Runs a task method's work in a spawned future and answers with its outcome.
+    fn answer_with<F>(&mut self, id: RequestId, work: F, ctx: &mut Context<Self>)
+    where
+        F: std::future::Future<Output = Result<Value, GatewayError>> + 'static,
+    {
+        ctx.spawn(work.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome)));
+    }
+
+    /// The task, if it exists and belongs to this session's requestor; otherwise the one
+    /// not-found answer, whatever the reason.
+    fn owned_task(&self, task_id: String) -> impl std::future::Future<Output = Result<TaskRecord, GatewayError>> + 'static {
+        let store = self.shared.store.clone();
+        let owner = tasks::owner(&self.identity);
+        let tenant = self.identity.tenant.clone();
+        async move {
+            match store.get(&task_id).await {
+                Ok(Some(record)) if record.owner == owner => Ok(record),
+                Ok(_) => {
+                    tracing::info!(%tenant, task = %task_id, "task look-up failed: unknown, expired or another requestor's");
+                    Err(tasks::not_found())
+                }
+                Err(e) => Err(GatewayError::Internal(e.to_string())),
+            }
+        }
+    }
+
+    fn get_task(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let task_id = match task_id_param(params.as_ref(), methods::TASKS_GET) {
+            Ok(t) => t,
+            Err(e) => return self.finish(id, Err(e)),
+        };
+        let lookup = self.owned_task(task_id);
+        // The result is the Task itself; no related-task _meta (the taskId is in it).
+        self.answer_with(id, async move { lookup.await.map(|r| r.view().to_value()) }, ctx);
+    }
+
+    fn task_result(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let task_id = match task_id_param(params.as_ref(), methods::TASKS_RESULT) {
+            Ok(t) => t,
+            Err(e) => return self.finish(id, Err(e)),
+        };
+        let lookup = self.owned_task(task_id.clone());
+        let shared = self.shared.clone();
+        let tenant = self.identity.tenant.clone();
+        let wait = async move {
+            let record = lookup.await?;
+            let outcome = if record.status.is_terminal() {
+                record.outcome.unwrap_or_else(tasks::cancelled_outcome)
+            } else {
+                // Not terminal: block until it is (basic/utilities/tasks "Result Retrieval").
+                let actor = shared.task_actors.read().get(&task_id).cloned();
+                let waiter = match actor {
+                    Some(actor) => actor.send(AwaitResult).await.ok().and_then(Result::ok),
+                    None => None,
+                };
+                match waiter {
+                    Some(rx) => match rx.await {
+                        Ok(outcome) => outcome?,
+                        Err(_) => reread_outcome(&shared, &task_id).await?,
+                    },
+                    None => reread_outcome(&shared, &task_id).await?,
+                }
+            };
+            tracing::info!(%tenant, task = %task_id, "task result retrieved");
+            match outcome {
+                // The response MUST carry io.modelcontextprotocol/related-task.
+                TaskOutcome::Result(result) => Ok(wire_tasks::with_related_task(result, &task_id)),
+                // A JSON-RPC error is returned exactly as the request would have returned it.
+                TaskOutcome::Error(error) => Err(GatewayError::Rpc(Box::new(error))),
+            }
+        };
+        self.answer_with(id, wait, ctx);
+    }
+
+    fn list_tasks(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let cursor = match mcp::cursor(params.as_ref()) {
+            Ok(c) => c.map(str::to_owned),
+            Err(e) => return self.finish(id, Err(GatewayError::InvalidParams(e))),
+        };
+        let store = self.shared.store.clone();
+        let owner = tasks::owner(&self.identity);
+        let limit = self.shared.config.tasks.page_size;
+        let list = async move {
+            match store.list(&owner, cursor.as_deref(), limit).await {
+                Ok(page) => {
+                    let tasks: Vec<Value> = page.tasks.iter().map(|r| r.view().to_value()).collect();
+                    let mut result = json!({ "tasks": tasks });
+                    if let Some(next) = page.next_cursor {
+                        result["nextCursor"] = Value::from(next);
+                    }
+                    Ok(result)
+                }
+                Err(StoreError::BadCursor) => {
+                    Err(GatewayError::InvalidParams("Invalid cursor: it was not issued by this gateway for tasks/list".into()))
+                }
+                Err(e) => Err(GatewayError::Internal(e.to_string())),
+            }
+        };
+        self.answer_with(id, list, ctx);
+    }
+
+    fn cancel_task(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let task_id = match task_id_param(params.as_ref(), methods::TASKS_CANCEL) {
+            Ok(t) => t,
+            Err(e) => return self.finish(id, Err(e)),
+        };
+        let lookup = self.owned_task(task_id.clone());
+        let shared = self.shared.clone();
+        let cancel = async move {
+            let record = lookup.await?;
+            if record.status.is_terminal() {
+                // MUST reject with -32602 for tasks already terminal.
+                let why = format!("Cannot cancel task: already in terminal status '{}'", record.status);
+                return Err(GatewayError::InvalidParams(why));
+            }
+            let actor = shared.task_actors.read().get(&task_id).cloned();
+            let cancelled = match actor {
+                Some(actor) => actor.send(Cancel).await.map_err(|_| tasks::not_found())??,
+                None => {
+                    let update = Update {
+                        status: TaskStatus::Cancelled,
+                        status_message: Some("The task was cancelled by request.".into()),
+                        outcome: Some(tasks::cancelled_outcome()),
+                        upstream_task_id: None,
+                        now_ms: shared.clock.now_ms(),
+                    };
+                    shared.store.compare_and_set(&task_id, record.status, update).await.map_err(|e| match e {
+                        StoreError::NotFound => tasks::not_found(),
+                        StoreError::Conflict { current } => {
+                            GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{current}'"))
+                        }
+                        e => GatewayError::Internal(e.to_string()),
+                    })?
+                }
+            };
+            // The task is `cancelled` before this response is sent.
+            Ok(cancelled.view().to_value())
+        };
+        self.answer_with(id, cancel, ctx);
     }
 
     /// notifications/cancelled from the client: forward to the one upstream that owns the
@@ -267,10 +550,9 @@ impl SessionActor {
         self.relayed.insert(gateway_id, (upstream, id));
     }
 
-    fn close_upstreams(&mut self) {
-        for (_, session) in self.upstreams.drain() {
-            actix::spawn(async move { session.close().await });
-        }
+    /// Lets go of the upstream sessions: each ends when no task still runs on it.
+    fn release_upstreams(&mut self) {
+        self.upstreams.clear();
     }
 }
 
@@ -305,6 +587,26 @@ async fn relay_call(
     }
 }
 
+/// `params.taskId` of a task method; the method parameter is the source of truth (any
+/// related-task `_meta` in the request is ignored).
+fn task_id_param(params: Option<&Value>, method: &str) -> Result<String, GatewayError> {
+    match params.and_then(|p| p.get("taskId")) {
+        Some(Value::String(id)) => Ok(id.clone()),
+        Some(other) => Err(GatewayError::InvalidParams(format!("{method}: \"taskId\" must be a string, got {other}"))),
+        None => Err(GatewayError::InvalidParams(format!("{method} needs params {{\"taskId\": string}}"))),
+    }
+}
+
+/// The outcome of a task whose actor is gone: it finished meanwhile, or it was lost.
+async fn reread_outcome(shared: &Shared, task_id: &str) -> Result<TaskOutcome, GatewayError> {
+    match shared.store.get(task_id).await {
+        Ok(Some(record)) if record.status.is_terminal() => Ok(record.outcome.unwrap_or_else(tasks::cancelled_outcome)),
+        Ok(Some(_)) => Err(GatewayError::Internal("the task is not terminal but nothing runs it".into())),
+        Ok(None) => Err(tasks::not_found()),
+        Err(e) => Err(GatewayError::Internal(e.to_string())),
+    }
+}
+
 /// Sends the last message of a request stream without blocking the actor.
 fn send_final(reply: mpsc::Sender<RpcMessage>, message: RpcMessage) {
     match reply.try_send(message) {
@@ -328,7 +630,7 @@ impl Actor for SessionActor {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.shared.sessions.remove(&self.id);
-        self.close_upstreams();
+        self.release_upstreams();
         tracing::info!(session = %self.id, "session ended");
     }
 }
@@ -364,6 +666,10 @@ impl Handler<ClientRequest> for SessionActor {
             methods::PING => self.finish(id, Ok(json!({}))),
             methods::TOOLS_LIST => self.list_tools(id, params, ctx),
             methods::TOOLS_CALL => self.call_tool(id, params, ctx),
+            methods::TASKS_GET => self.get_task(id, params, ctx),
+            methods::TASKS_RESULT => self.task_result(id, params, ctx),
+            methods::TASKS_LIST => self.list_tasks(id, params, ctx),
+            methods::TASKS_CANCEL => self.cancel_task(id, params, ctx),
             methods::INITIALIZE => self.finish(
                 id,
                 Err(GatewayError::InvalidRequest(
@@ -373,7 +679,7 @@ impl Handler<ClientRequest> for SessionActor {
             ),
             other => {
                 let why = format!(
-                    "{other} (taskgate federates tools; it serves initialize, ping, tools/list and tools/call)"
+                    "{other} (taskgate federates tools: it serves initialize, ping, tools/* and tasks/*)"
                 );
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
@@ -506,9 +812,36 @@ impl Handler<ToolsChanged> for SessionActor {
     }
 }
 
+/// A task of this session's requestor changed status: `notifications/tasks/status` on the GET
+/// stream (without related-task `_meta`: the task id is in the params).
+pub(crate) struct TaskStatusChanged(pub Value);
+
+impl Message for TaskStatusChanged {
+    type Result = ();
+}
+
+impl Handler<TaskStatusChanged> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, TaskStatusChanged(task): TaskStatusChanged, _: &mut Context<Self>) {
+        if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
+            let _ = stream.try_send(RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
+        }
+    }
+}
+
 impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
     fn handle(&mut self, (upstream, event): (String, UpstreamEvent), ctx: &mut Context<Self>) {
         match event {
+            UpstreamEvent::Notification { method, params, .. } if method == methods::TASKS_STATUS => {
+                // It names the upstream's task id: never forwarded, only fed to our task's actor.
+                if let Some(up) = params.as_ref().and_then(TaskView::from_value) {
+                    let actor = self.shared.native_tasks.read().get(&(upstream, up.task_id.clone())).cloned();
+                    if let Some(actor) = actor {
+                        let _ = actor.try_send(UpstreamStatus(up));
+                    }
+                }
+            }
             UpstreamEvent::Request { id, method, params, related } => {
                 self.relay_request(upstream, id, method, params, related, ctx)
             }

@@ -94,9 +94,11 @@ async fn dispatch(headers: &HeaderMap, message: Message, gateway: &Gateway) -> R
             Ok(HttpResponse::Accepted().finish())
         }
         Message::Request { id, method, params } => {
-            // Calls may produce progress and upstream requests before their result: stream them
-            // when the client accepts SSE. Quick methods answer with one JSON object.
-            let stream = accepts.sse && (!accepts.json || method == methods::TOOLS_CALL);
+            // Calls may produce progress and upstream requests before their result, and
+            // tasks/result may wait long (keep-alives hold the stream open): stream them when the
+            // client accepts SSE. Quick methods, tasks/get among them, answer with one JSON object.
+            let streams = method == methods::TOOLS_CALL || method == methods::TASKS_RESULT;
+            let stream = accepts.sse && (!accepts.json || streams);
             let mut messages = session.request(id.clone(), method, params).await.map_err(|e| (e, Some(id.clone())))?;
             if stream {
                 return Ok(sse::response(messages));

@@ -193,7 +193,8 @@ impl Connector {
     }
 }
 
-/// One MCP session with an upstream. Cheap to clone; all clones are the same session.
+/// One MCP session with an upstream. Cheap to clone; all clones are the same session, which
+/// ends (DELETE, or the process is stopped) when the last clone is dropped or on [`Self::close`].
 #[derive(Clone)]
 pub struct UpstreamSession {
     inner: Arc<SessionInner>,
@@ -427,9 +428,15 @@ impl UpstreamSession {
     }
 }
 
+/// The last holder of a session is gone (the client session ended and no task still runs on
+/// it): end it at the upstream too. A stdio process is stopped by dropping its channel.
 impl Drop for SessionInner {
     fn drop(&mut self) {
         self.closed.send_replace(true);
+        let ready = self.state.try_lock().ok().and_then(|mut state| state.take());
+        if let (Some(ready), Ok(runtime)) = (ready, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move { ready.channel.shutdown().await });
+        }
     }
 }
 

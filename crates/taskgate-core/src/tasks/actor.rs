@@ -1,0 +1,386 @@
+//! [`TaskActor`]: one per live task. It owns the upstream work, the ttl timer and the requestors
+//! waiting in `tasks/result`; status changes go through the store's compare-and-set, checked by
+//! the one transition rule. When the task is terminal and its waiters are answered the actor
+//! stops; the record stays in the store until its ttl ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::{meta, methods};
+use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
+use taskgate_protocol::{codes, ErrorObject, RequestId};
+use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
+use taskgate_upstream::{UpstreamError, UpstreamSession};
+use tokio::sync::oneshot;
+
+use super::{cancelled_outcome, not_found, settle_call};
+use crate::gateway::Shared;
+use crate::registry::Identity;
+use crate::session::TaskStatusChanged;
+use crate::GatewayError;
+
+/// Bounds on how often a native upstream task is polled.
+const MIN_POLL: Duration = Duration::from_millis(50);
+const MAX_POLL: Duration = Duration::from_secs(30);
+/// Consecutive failed polls after which a native task is failed.
+const MAX_POLL_FAILURES: u32 = 5;
+
+/// What runs the task upstream.
+pub(crate) enum Work {
+    /// A plain `tools/call` the gateway runs in the background.
+    Wrapped {
+        /// The upstream-local id of the call, for `notifications/cancelled`.
+        upstream_id: RequestId,
+        /// The call's params (the upstream's tool name, no `task`).
+        params: Value,
+    },
+    /// A task the upstream runs; the gateway follows it.
+    Native {
+        /// The upstream's task id.
+        upstream_task_id: String,
+        /// How often to poll it.
+        poll: Duration,
+    },
+}
+
+/// Everything a new task actor needs.
+pub(crate) struct TaskStart {
+    pub record: TaskRecord,
+    pub owner: Identity,
+    pub session: UpstreamSession,
+    pub work: Work,
+}
+
+/// One task.
+pub struct TaskActor {
+    id: String,
+    shared: Arc<Shared>,
+    owner: Identity,
+    status: TaskStatus,
+    status_message: Option<String>,
+    expires_at_ms: Option<u64>,
+    session: UpstreamSession,
+    work: Work,
+    waiters: Vec<oneshot::Sender<Result<TaskOutcome, GatewayError>>>,
+    running: Option<SpawnHandle>,
+    fetching_result: bool,
+    poll_failures: u32,
+}
+
+impl TaskActor {
+    pub(crate) fn new(shared: Arc<Shared>, start: TaskStart) -> TaskActor {
+        TaskActor {
+            id: start.record.id.clone(),
+            shared,
+            owner: start.owner,
+            status: start.record.status,
+            status_message: start.record.status_message.clone(),
+            expires_at_ms: start.record.expires_at_ms(),
+            session: start.session,
+            work: start.work,
+            waiters: Vec::new(),
+            running: None,
+            fetching_result: false,
+            poll_failures: 0,
+        }
+    }
+
+    /// Applies a status change through the store (compare-and-set against the status this actor
+    /// last saw), then tells the requestor and, when terminal, answers the waiters and stops.
+    fn settle(&mut self, status: TaskStatus, message: Option<String>, outcome: Option<TaskOutcome>, ctx: &mut Context<Self>) {
+        let store = self.shared.store.clone();
+        let update = Update { status, status_message: message, outcome, upstream_task_id: None, now_ms: self.shared.clock.now_ms() };
+        let (id, expected) = (self.id.clone(), self.status);
+        let change = async move { store.compare_and_set(&id, expected, update).await };
+        // Waiting keeps status changes in order; the memory store answers at once.
+        ctx.wait(change.into_actor(self).map(|result, act, ctx| act.settled(result, ctx)));
+    }
+
+    fn settled(&mut self, result: Result<TaskRecord, StoreError>, ctx: &mut Context<Self>) {
+        match result {
+            Ok(record) => {
+                self.status = record.status;
+                self.status_message = record.status_message.clone();
+                self.announce(&record);
+                if record.status.is_terminal() {
+                    tracing::info!(task = %self.id, tenant = %self.owner.tenant, status = %record.status, "task finished");
+                    let outcome = record.outcome.clone().unwrap_or_else(cancelled_outcome);
+                    self.answer(Ok(outcome));
+                    ctx.stop();
+                }
+            }
+            Err(StoreError::Conflict { current }) => {
+                // Someone else (a cancel) got there first; terminal stays terminal.
+                self.status = current;
+                if current.is_terminal() {
+                    self.stop_work(ctx);
+                    ctx.stop();
+                }
+            }
+            Err(StoreError::NotFound) => {
+                self.answer(Err(not_found()));
+                self.stop_work(ctx);
+                ctx.stop();
+            }
+            Err(e) => tracing::warn!(task = %self.id, error = %e, "task status change refused"),
+        }
+    }
+
+    fn answer(&mut self, outcome: Result<TaskOutcome, GatewayError>) {
+        for waiter in self.waiters.drain(..) {
+            let _ = waiter.send(outcome.clone());
+        }
+    }
+
+    /// notifications/tasks/status to the requestor's sessions (their GET streams).
+    fn announce(&self, record: &TaskRecord) {
+        let task = record.view().to_value();
+        for session in self.shared.sessions.of(&self.owner) {
+            if session.try_send(TaskStatusChanged(task.clone())).is_err() {
+                tracing::debug!(task = %self.id, "a session's queue is full; a task status notification was dropped");
+            }
+        }
+    }
+
+    /// Stops the upstream work: drops the running request and tells the upstream.
+    fn stop_work(&mut self, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.running.take() {
+            ctx.cancel_future(handle);
+        }
+        let session = self.session.clone();
+        match &self.work {
+            Work::Wrapped { upstream_id, .. } => {
+                let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
+                actix::spawn(async move {
+                    let _ = session.notify(methods::CANCELLED, Some(params)).await;
+                });
+            }
+            Work::Native { upstream_task_id, .. } => {
+                let params = json!({"taskId": upstream_task_id});
+                actix::spawn(async move {
+                    let _ = session.request(methods::TASKS_CANCEL, Some(params)).await;
+                });
+            }
+        }
+    }
+
+    fn expire(&mut self, ctx: &mut Context<Self>) {
+        let store = self.shared.store.clone();
+        let id = self.id.clone();
+        ctx.wait(async move { store.delete(&id).await }.into_actor(self).map(|_, act, ctx| {
+            tracing::info!(task = %act.id, tenant = %act.owner.tenant, "task ttl elapsed; task and result deleted");
+            act.answer(Err(not_found()));
+            if !act.status.is_terminal() {
+                act.stop_work(ctx);
+            }
+            ctx.stop();
+        }));
+    }
+
+    fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
+        if let Work::Native { poll, .. } = self.work {
+            ctx.run_later(poll, |act, ctx| act.poll(ctx));
+        }
+    }
+
+    fn poll(&mut self, ctx: &mut Context<Self>) {
+        let Work::Native { upstream_task_id, .. } = &self.work else { return };
+        if self.status.is_terminal() || self.fetching_result {
+            return;
+        }
+        let session = self.session.clone();
+        let params = json!({"taskId": upstream_task_id});
+        let get = async move { session.request(methods::TASKS_GET, Some(params)).await };
+        ctx.spawn(get.into_actor(self).map(|result, act, ctx| match result {
+            Ok(task) => match taskgate_protocol::tasks::TaskView::from_value(&task) {
+                Some(up) => act.observe(up, ctx),
+                None => act.poll_failed("tasks/get answered without a valid task".into(), ctx),
+            },
+            Err(UpstreamError::Rpc { error, .. }) if error.code == codes::INVALID_PARAMS => {
+                let outcome = TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, format!("upstream '{}' no longer knows the task: {}", act.session.upstream(), error.message)));
+                act.settle(TaskStatus::Failed, Some("The upstream lost the task".into()), Some(outcome), ctx);
+            }
+            Err(e) => act.poll_failed(e.to_string(), ctx),
+        }));
+    }
+
+    fn poll_failed(&mut self, why: String, ctx: &mut Context<Self>) {
+        self.poll_failures += 1;
+        tracing::info!(task = %self.id, failures = self.poll_failures, %why, "polling the upstream task failed");
+        if self.poll_failures >= MAX_POLL_FAILURES {
+            let error = ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, format!("upstream '{}' stopped answering about the task: {why}", self.session.upstream()));
+            self.settle(TaskStatus::Failed, Some(format!("Lost contact with upstream '{}'", self.session.upstream())), Some(TaskOutcome::Error(error)), ctx);
+        } else {
+            self.schedule_poll(ctx);
+        }
+    }
+
+    /// A status seen at the upstream (by polling or `notifications/tasks/status`).
+    fn observe(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
+        self.poll_failures = 0;
+        if let (Work::Native { poll, .. }, Some(ms)) = (&mut self.work, up.poll_interval_ms) {
+            *poll = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
+        }
+        if self.status.is_terminal() {
+            return;
+        }
+        if up.status.is_terminal() {
+            self.fetch_result(up, ctx);
+            return;
+        }
+        if up.status != self.status || up.status_message != self.status_message {
+            self.settle(up.status, up.status_message, None, ctx);
+        }
+        self.schedule_poll(ctx);
+    }
+
+    /// The upstream task is terminal: fetch its result once, then settle with its status.
+    fn fetch_result(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
+        if self.fetching_result {
+            return;
+        }
+        self.fetching_result = true;
+        let session = self.session.clone();
+        let params = json!({"taskId": up.task_id});
+        let fetch = async move { session.request(methods::TASKS_RESULT, Some(params)).await };
+        self.running = Some(ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
+            let outcome = match result {
+                Ok(value) => TaskOutcome::Result(without_upstream_task(value)),
+                Err(e) => TaskOutcome::Error(GatewayError::Upstream(e).error_object()),
+            };
+            act.settle(up.status, up.status_message, Some(outcome), ctx);
+        })));
+    }
+}
+
+/// Drops the upstream's related-task `_meta` (it names the upstream's task id, which clients
+/// never see); `tasks/result` adds the gateway's own.
+fn without_upstream_task(mut result: Value) -> Value {
+    if let Some(Value::Object(m)) = result.get_mut("_meta") {
+        m.remove(meta::RELATED_TASK);
+    }
+    result
+}
+
+impl Actor for TaskActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(64);
+        if let Some(at) = self.expires_at_ms {
+            let left = at.saturating_sub(self.shared.clock.now_ms());
+            ctx.run_later(Duration::from_millis(left), |act, ctx| act.expire(ctx));
+        }
+        match &self.work {
+            Work::Wrapped { upstream_id, params } => {
+                let session = self.session.clone();
+                let (id, params) = (upstream_id.clone(), params.clone());
+                let call = async move { session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await };
+                self.running = Some(ctx.spawn(call.into_actor(self).map(|outcome, act, ctx| {
+                    act.running = None;
+                    let (status, message, outcome) = settle_call(outcome);
+                    act.settle(status, message, Some(outcome), ctx);
+                })));
+            }
+            Work::Native { .. } => self.schedule_poll(ctx),
+        }
+        tracing::info!(task = %self.id, tenant = %self.owner.tenant, principal = %self.owner.principal, upstream = self.session.upstream(), "task created");
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.shared.task_actors.write().remove(&self.id);
+        if let Work::Native { upstream_task_id, .. } = &self.work {
+            self.shared.native_tasks.write().remove(&(self.session.upstream().to_owned(), upstream_task_id.clone()));
+        }
+        if !self.waiters.is_empty() {
+            let outcome = Err(GatewayError::Internal("the task stopped without an outcome".into()));
+            self.answer(outcome);
+        }
+    }
+}
+
+/// `tasks/result` for a task that is not terminal yet: resolves when it is.
+pub(crate) struct AwaitResult;
+
+impl Message for AwaitResult {
+    type Result = Result<oneshot::Receiver<Result<TaskOutcome, GatewayError>>, GatewayError>;
+}
+
+impl Handler<AwaitResult> for TaskActor {
+    type Result = Result<oneshot::Receiver<Result<TaskOutcome, GatewayError>>, GatewayError>;
+
+    fn handle(&mut self, _: AwaitResult, _: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.push(tx);
+        Ok(rx)
+    }
+}
+
+/// `tasks/cancel`: the task is `cancelled` before the answer is sent.
+pub(crate) struct Cancel;
+
+impl Message for Cancel {
+    type Result = Result<TaskRecord, GatewayError>;
+}
+
+impl Handler<Cancel> for TaskActor {
+    type Result = ResponseActFuture<Self, Result<TaskRecord, GatewayError>>;
+
+    fn handle(&mut self, _: Cancel, _: &mut Context<Self>) -> Self::Result {
+        let store = self.shared.store.clone();
+        let update = Update {
+            status: TaskStatus::Cancelled,
+            status_message: Some("The task was cancelled by request.".into()),
+            outcome: Some(cancelled_outcome()),
+            upstream_task_id: None,
+            now_ms: self.shared.clock.now_ms(),
+        };
+        let (id, expected) = (self.id.clone(), self.status);
+        let change = async move { store.compare_and_set(&id, expected, update).await };
+        Box::pin(change.into_actor(self).map(|result, act, ctx| match result {
+            Ok(record) => {
+                act.stop_work(ctx);
+                act.settled(Ok(record.clone()), ctx);
+                tracing::info!(task = %act.id, tenant = %act.owner.tenant, "task cancelled");
+                Ok(record)
+            }
+            Err(StoreError::Conflict { current }) | Err(StoreError::Invalid(taskgate_protocol::tasks::InvalidTransition { from: current, .. })) => {
+                Err(GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{current}'")))
+            }
+            Err(StoreError::NotFound) => Err(not_found()),
+            Err(e) => Err(GatewayError::Internal(e.to_string())),
+        }))
+    }
+}
+
+/// A native task's status as the upstream announced it (`notifications/tasks/status`).
+pub(crate) struct UpstreamStatus(pub UpstreamTask);
+
+impl Message for UpstreamStatus {
+    type Result = ();
+}
+
+impl Handler<UpstreamStatus> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, UpstreamStatus(up): UpstreamStatus, ctx: &mut Context<Self>) {
+        self.observe(up, ctx);
+    }
+}
+
+/// The supervisor's sweep found the task expired.
+pub(crate) struct Expire;
+
+impl Message for Expire {
+    type Result = ();
+}
+
+impl Handler<Expire> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Expire, ctx: &mut Context<Self>) {
+        self.expire(ctx);
+    }
+}
