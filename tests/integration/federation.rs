@@ -24,11 +24,12 @@ async fn tools_list_merges_upstreams_in_a_deterministic_prefixed_order() {
     let mut d = McpClient::new(&gw.url);
     d.initialize().await;
     assert_eq!(d.tool_names().await, expected);
-    // Tool objects keep everything but the name.
+    // Tool objects keep everything but the name, and gain the task support the gateway offers.
     let result = c.request("tools/list", None).await.outcome().unwrap();
     let add = result["tools"].as_array().unwrap().iter().find(|t| t["name"] == "alpha__add").unwrap().clone();
     let mut original = a.demo.tools().into_iter().find(|t| t["name"] == "add").unwrap();
     original["name"] = json!("alpha__add");
+    original["execution"] = json!({"taskSupport": "optional"});
     assert_eq!(add, original);
 }
 

@@ -5,4 +5,5 @@ mod cli;
 mod federation;
 mod front_door;
 mod interop;
+mod tasks;
 mod upstreams;

@@ -112,10 +112,9 @@ impl SessionActor {
         let shared = self.shared.clone();
         let listing = async move {
             let _ = router.send(EnsureCatalog).await;
-            let page = shared
-                .catalog
-                .read()
-                .page(cursor.as_deref(), shared.config.federation.page_size, |e| e.tool.task_support);
+            let support =
+                |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));
+            let page = shared.catalog.read().page(cursor.as_deref(), shared.config.federation.page_size, support);
             page.map_err(GatewayError::InvalidParams)
         };
         ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
@@ -134,11 +133,13 @@ impl SessionActor {
 
     fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
         let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
-            return self.finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
+            return self
+                .finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
         };
         if let Some(args) = params.as_ref().and_then(|p| p.get("arguments")) {
             if !args.is_object() {
-                return self.finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
+                return self
+                    .finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
             }
         }
         if let Err(why) = wire_tasks::requested_task(params.as_ref()) {
@@ -194,7 +195,9 @@ impl SessionActor {
         match (requested, support) {
             // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
             (Some(_), TaskSupport::Forbidden) => {
-                let why = format!("tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\")");
+                let why = format!(
+                    "tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\")"
+                );
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
             // "required": servers MUST return -32601 when the client does not use a task.
@@ -252,7 +255,9 @@ impl SessionActor {
             Ok(()) => {
                 let task = record.view().to_value();
                 let native = match &work {
-                    Work::Native { upstream_task_id, .. } => Some((session.upstream().to_owned(), upstream_task_id.clone())),
+                    Work::Native { upstream_task_id, .. } => {
+                        Some((session.upstream().to_owned(), upstream_task_id.clone()))
+                    }
                     Work::Wrapped { .. } => None,
                 };
                 let task_id = record.id.clone();
@@ -335,7 +340,9 @@ impl SessionActor {
         self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
         let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
         let call = relay_call(session, upstream_id, params, reply);
-        ctx.spawn(call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))));
+        ctx.spawn(
+            call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))),
+        );
     }
 
     /// Runs a task method's work in a spawned future and answers with its outcome.
@@ -348,7 +355,10 @@ impl SessionActor {
 
     /// The task, if it exists and belongs to this session's requestor; otherwise the one
     /// not-found answer, whatever the reason.
-    fn owned_task(&self, task_id: String) -> impl std::future::Future<Output = Result<TaskRecord, GatewayError>> + 'static {
+    fn owned_task(
+        &self,
+        task_id: String,
+    ) -> impl std::future::Future<Output = Result<TaskRecord, GatewayError>> + 'static {
         let store = self.shared.store.clone();
         let owner = tasks::owner(&self.identity);
         let tenant = self.identity.tenant.clone();
@@ -430,9 +440,9 @@ impl SessionActor {
                     }
                     Ok(result)
                 }
-                Err(StoreError::BadCursor) => {
-                    Err(GatewayError::InvalidParams("Invalid cursor: it was not issued by this gateway for tasks/list".into()))
-                }
+                Err(StoreError::BadCursor) => Err(GatewayError::InvalidParams(
+                    "Invalid cursor: it was not issued by this gateway for tasks/list".into(),
+                )),
                 Err(e) => Err(GatewayError::Internal(e.to_string())),
             }
         };
@@ -466,9 +476,9 @@ impl SessionActor {
                     };
                     shared.store.compare_and_set(&task_id, record.status, update).await.map_err(|e| match e {
                         StoreError::NotFound => tasks::not_found(),
-                        StoreError::Conflict { current } => {
-                            GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{current}'"))
-                        }
+                        StoreError::Conflict { current } => GatewayError::InvalidParams(format!(
+                            "Cannot cancel task: already in terminal status '{current}'"
+                        )),
                         e => GatewayError::Internal(e.to_string()),
                     })?
                 }
@@ -678,9 +688,8 @@ impl Handler<ClientRequest> for SessionActor {
                 )),
             ),
             other => {
-                let why = format!(
-                    "{other} (taskgate federates tools: it serves initialize, ping, tools/* and tasks/*)"
-                );
+                let why =
+                    format!("{other} (taskgate federates tools: it serves initialize, ping, tools/* and tasks/*)");
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
         }

@@ -9,6 +9,7 @@
 
 pub mod http;
 pub mod stdio;
+mod tasks;
 pub mod tools;
 
 pub use tools::{DemoServer, DemoStats};

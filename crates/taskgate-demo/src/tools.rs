@@ -8,6 +8,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus};
+
+use crate::tasks::DemoTasks;
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 use tokio::sync::{mpsc, watch, Notify};
 
@@ -28,6 +31,10 @@ pub struct DemoStats {
     pub last_client_info: Value,
     /// Request ids of the tool calls received, in order.
     pub call_ids: Vec<RequestId>,
+    /// Native tasks created.
+    pub tasks_created: u64,
+    /// Native tasks cancelled by `tasks/cancel`.
+    pub tasks_cancelled: u64,
 }
 
 /// The demo MCP server. Clone it to share: all clones are the same server.
@@ -47,6 +54,9 @@ struct Inner {
     next_connection: AtomicU64,
     /// The number of in-flight calls, for tests to wait on without sleeping.
     in_flight_count: watch::Sender<usize>,
+    /// Whether it declares and runs native tasks.
+    native_tasks: bool,
+    tasks: Mutex<DemoTasks>,
 }
 
 impl Default for Inner {
@@ -59,6 +69,8 @@ impl Default for Inner {
             in_flight: Mutex::default(),
             next_connection: AtomicU64::new(1),
             in_flight_count: watch::channel(0).0,
+            native_tasks: false,
+            tasks: Mutex::default(),
         }
     }
 }
@@ -70,9 +82,15 @@ struct Gate {
 }
 
 impl DemoServer {
-    /// A new server.
+    /// A new server with plain tools only (no `tasks` capability).
     pub fn new() -> DemoServer {
         DemoServer::default()
+    }
+
+    /// A server that also runs native tasks: it declares `tasks.requests.tools.call`, `slow` and
+    /// `wait` have `taskSupport: "optional"`, and `job` has `"required"`.
+    pub fn with_tasks() -> DemoServer {
+        DemoServer { inner: Arc::new(Inner { native_tasks: true, ..Inner::default() }) }
     }
 
     /// A snapshot of what the server has seen.
@@ -139,6 +157,15 @@ impl DemoServer {
             json!({"name":"error","description":"Answers with a JSON-RPC error.","inputSchema":object(json!({"code":{"type":"integer"},"message":{"type":"string"}}), &[])}),
             json!({"name":"toggle_extra","description":"Adds or removes the 'extra' tool and announces the change.","inputSchema":object(json!({}), &[])}),
         ];
+        if self.inner.native_tasks {
+            for tool in tools.iter_mut() {
+                if tool["name"] == "slow" || tool["name"] == "wait" {
+                    tool["execution"] = json!({"taskSupport": "optional"});
+                }
+            }
+            tools.push(json!({"name":"job","description":"Like slow, but only as a task.","execution":{"taskSupport":"required"},
+                   "inputSchema":object(json!({"ms":{"type":"integer"}}), &[])}));
+        }
         if self.inner.extra_tool.load(Ordering::SeqCst) {
             tools.push(json!({"name":"extra","description":"Appears after toggle_extra.","inputSchema":object(json!({}), &[])}));
         }
@@ -185,17 +212,116 @@ impl DemoServer {
                 stats.initializes += 1;
                 stats.last_client_capabilities = view.capabilities.clone();
                 stats.last_client_info = view.client_info.clone();
+                let mut capabilities = json!({"tools": {"listChanged": true}});
+                if self.inner.native_tasks {
+                    capabilities["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+                }
                 Ok(json!({
                     "protocolVersion": mcp::negotiate_version(&view.protocol_version),
-                    "capabilities": {"tools": {"listChanged": true}},
+                    "capabilities": capabilities,
                     "serverInfo": {"name": "taskgate-demo", "version": env!("CARGO_PKG_VERSION")},
                     "instructions": "Demo tools for taskgate."
                 }))
             }
             methods::PING => Ok(json!({})),
             methods::TOOLS_LIST => Ok(json!({"tools": self.tools()})),
+            methods::TOOLS_CALL if self.inner.native_tasks => {
+                self.call_native(connection, id, params.unwrap_or_default(), related).await
+            }
             methods::TOOLS_CALL => self.call(connection, id, params.unwrap_or_default(), related).await,
+            methods::TASKS_GET | methods::TASKS_RESULT | methods::TASKS_CANCEL | methods::TASKS_LIST
+                if self.inner.native_tasks =>
+            {
+                self.task_method(method, params).await
+            }
             other => Err(ErrorObject::method_not_found(other)),
+        }
+    }
+
+    /// tools/call on a server with native tasks: task-augmented calls become tasks.
+    async fn call_native(
+        &self,
+        connection: u64,
+        id: &RequestId,
+        params: Value,
+        related: &mpsc::Sender<Message>,
+    ) -> Result<Value, ErrorObject> {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let task = wire_tasks::requested_task(Some(&params)).map_err(ErrorObject::invalid_params)?;
+        let support = self
+            .tools()
+            .into_iter()
+            .find(|t| t["name"] == name.as_str())
+            .and_then(|t| t["execution"]["taskSupport"].as_str().map(str::to_owned));
+        match (task, support.as_deref()) {
+            (None, Some("required")) => Err(ErrorObject::method_not_found(&format!("{name} (it requires a task)"))),
+            (Some(_), None | Some("forbidden")) => Err(ErrorObject::method_not_found(&format!("{name} as a task"))),
+            (None, _) => self.call(connection, id, params, related).await,
+            (Some(ttl), _) => {
+                let view = self.inner.tasks.lock().create(ttl, connection);
+                self.inner.stats.lock().tasks_created += 1;
+                let task_id = view.task_id.clone();
+                let demo = self.clone();
+                let mut params = params;
+                if name == "job" {
+                    params["name"] = json!("slow");
+                }
+                tokio::spawn(async move {
+                    let (tx, _rx) = mpsc::channel(64);
+                    let run_id = RequestId::String(task_id.clone());
+                    let outcome = demo.call(connection, &run_id, params, &tx).await;
+                    let (status, message) = match &outcome {
+                        Ok(r) if r["isError"] == true => {
+                            (TaskStatus::Failed, Some("the tool reported an error".to_string()))
+                        }
+                        Ok(_) => (TaskStatus::Completed, None),
+                        Err(e) => (TaskStatus::Failed, Some(e.message.clone())),
+                    };
+                    let changed = demo.inner.tasks.lock().settle(&task_id, status, message, Some(outcome));
+                    if let Some(view) = changed {
+                        demo.announce(Message::notification(methods::TASKS_STATUS, Some(view.to_value())));
+                    }
+                });
+                let immediate = json!({ mcp::meta::MODEL_IMMEDIATE_RESPONSE: "The demo task is running." });
+                Ok(json!({"task": view.to_value(), "_meta": immediate}))
+            }
+        }
+    }
+
+    async fn task_method(&self, method: &str, params: Option<Value>) -> Result<Value, ErrorObject> {
+        if method == methods::TASKS_LIST {
+            return Ok(self.inner.tasks.lock().list());
+        }
+        let id = params.as_ref().and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let missing = || ErrorObject::invalid_params("Failed to retrieve task: Task not found");
+        match method {
+            methods::TASKS_GET => self.inner.tasks.lock().by_id.get(&id).map(|t| t.view.to_value()).ok_or_else(missing),
+            methods::TASKS_CANCEL => {
+                let (view, connection) = {
+                    let mut tasks = self.inner.tasks.lock();
+                    let task = tasks.by_id.get(&id).ok_or_else(missing)?;
+                    if task.view.status.is_terminal() {
+                        let why = format!("Cannot cancel task: already in terminal status '{}'", task.view.status);
+                        return Err(ErrorObject::invalid_params(why));
+                    }
+                    let connection = task.connection;
+                    let cancelled = Some(Err(ErrorObject::new(-32800, "cancelled")));
+                    (tasks.settle(&id, TaskStatus::Cancelled, Some("cancelled".into()), cancelled), connection)
+                };
+                self.inner.stats.lock().tasks_cancelled += 1;
+                if let Some(stop) = self.inner.in_flight.lock().get(&(connection, RequestId::String(id.clone()))) {
+                    stop.notify_one();
+                }
+                view.map(|v| v.to_value()).ok_or_else(missing)
+            }
+            _ => {
+                let mut changed =
+                    self.inner.tasks.lock().by_id.get(&id).map(|t| t.changed.subscribe()).ok_or_else(missing)?;
+                let _ = changed.wait_for(|s| s.is_terminal()).await;
+                let outcome =
+                    self.inner.tasks.lock().by_id.get(&id).and_then(|t| t.outcome.clone()).ok_or_else(missing)?;
+                outcome.map(|r| wire_tasks::with_related_task(r, &id))
+            }
         }
     }
 
@@ -300,13 +426,12 @@ impl DemoServer {
     }
 
     fn untrack(&self, connection: u64, id: &RequestId, cancelled: bool) {
-        {
-            let mut in_flight = self.inner.in_flight.lock();
-            in_flight.remove(&(connection, id.clone()));
-            self.inner.in_flight_count.send_replace(in_flight.len());
-        }
+        // Count first: tests that see the in-flight count drop then read the stats.
         if cancelled {
             self.inner.stats.lock().cancelled += 1;
         }
+        let mut in_flight = self.inner.in_flight.lock();
+        in_flight.remove(&(connection, id.clone()));
+        self.inner.in_flight_count.send_replace(in_flight.len());
     }
 }

@@ -23,8 +23,13 @@ pub enum TaskStatus {
 
 impl TaskStatus {
     /// Every status, for exhaustive tests.
-    pub const ALL: [TaskStatus; 5] =
-        [TaskStatus::Working, TaskStatus::InputRequired, TaskStatus::Completed, TaskStatus::Failed, TaskStatus::Cancelled];
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
 
     /// `completed`, `failed` and `cancelled` are terminal.
     pub fn is_terminal(self) -> bool {

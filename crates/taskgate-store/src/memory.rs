@@ -81,7 +81,12 @@ impl TaskStore for MemoryTaskStore {
         ready(Ok(self.inner.lock().by_id.get(id).cloned()))
     }
 
-    fn compare_and_set<'a>(&'a self, id: &'a str, expected: crate::TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord> {
+    fn compare_and_set<'a>(
+        &'a self,
+        id: &'a str,
+        expected: crate::TaskStatus,
+        update: Update,
+    ) -> StoreFuture<'a, TaskRecord> {
         let mut inner = self.inner.lock();
         let Some(record) = inner.by_id.get_mut(id) else { return ready(Err(StoreError::NotFound)) };
         if record.status != expected {
@@ -116,9 +121,12 @@ impl TaskStore for MemoryTaskStore {
         };
         let mut iter: Box<dyn Iterator<Item = &(u64, String)>> = match &after {
             None => Box::new(set.iter()),
-            Some(position) => Box::new(set.range((std::ops::Bound::Excluded(position.clone()), std::ops::Bound::Unbounded))),
+            Some(position) => {
+                Box::new(set.range((std::ops::Bound::Excluded(position.clone()), std::ops::Bound::Unbounded)))
+            }
         };
-        let tasks: Vec<TaskRecord> = iter.by_ref().take(limit).filter_map(|(_, id)| inner.by_id.get(id).cloned()).collect();
+        let tasks: Vec<TaskRecord> =
+            iter.by_ref().take(limit).filter_map(|(_, id)| inner.by_id.get(id).cloned()).collect();
         let next_cursor = match (iter.next(), tasks.last()) {
             (Some(_), Some(last)) => Some(encode_cursor(last.created_at_ms, &last.id)),
             _ => None,
@@ -128,7 +136,8 @@ impl TaskStore for MemoryTaskStore {
 
     fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>> {
         let mut inner = self.inner.lock();
-        let due: Vec<String> = inner.by_expiry.iter().take_while(|(at, _)| *at <= now_ms).map(|(_, id)| id.clone()).collect();
+        let due: Vec<String> =
+            inner.by_expiry.iter().take_while(|(at, _)| *at <= now_ms).map(|(_, id)| id.clone()).collect();
         let removed = due.iter().filter_map(|id| inner.remove(id)).collect();
         ready(Ok(removed))
     }
@@ -187,7 +196,8 @@ mod tests {
     fn compare_and_set_checks_expected_status_and_lifecycle() {
         let s = MemoryTaskStore::new(10);
         block(s.create(record("a", owner("p"), 0, None))).unwrap();
-        let done = Update { outcome: Some(TaskOutcome::Result(json!({"ok": true}))), ..update(TaskStatus::Completed, 5) };
+        let done =
+            Update { outcome: Some(TaskOutcome::Result(json!({"ok": true}))), ..update(TaskStatus::Completed, 5) };
         let r = block(s.compare_and_set("a", TaskStatus::Working, done)).unwrap();
         assert_eq!((r.status, r.last_updated_at_ms), (TaskStatus::Completed, 5));
         // A racing cancel that still expects `working` loses.
@@ -200,7 +210,10 @@ mod tests {
             block(s.compare_and_set("a", TaskStatus::Completed, update(TaskStatus::Working, 7))),
             Err(StoreError::Invalid(_))
         ));
-        assert_eq!(block(s.compare_and_set("zz", TaskStatus::Working, update(TaskStatus::Failed, 1))), Err(StoreError::NotFound));
+        assert_eq!(
+            block(s.compare_and_set("zz", TaskStatus::Working, update(TaskStatus::Failed, 1))),
+            Err(StoreError::NotFound)
+        );
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub struct McpClient {
     /// The protocol version header to send, after initialize.
     pub protocol_version: Option<String>,
     http: reqwest::Client,
-    next_id: i64,
+    /// Shared by clones, so concurrent requests of one session never reuse an id.
+    next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl McpClient {
@@ -67,13 +68,12 @@ impl McpClient {
             session: None,
             protocol_version: None,
             http: reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().expect("client"),
-            next_id: 1,
+            next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
         }
     }
 
     fn id(&mut self) -> RequestId {
-        self.next_id += 1;
-        RequestId::Number(self.next_id)
+        RequestId::Number(self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1)
     }
 
     /// The standard headers: both content types accepted, session and version when known.

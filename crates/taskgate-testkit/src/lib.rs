@@ -36,13 +36,18 @@ pub struct TestGateway {
 impl TestGateway {
     /// Starts the gateway with `config` (its listen address is replaced by 127.0.0.1:0).
     /// Call inside an actix system (`#[actix_rt::test]`).
-    pub fn start(mut config: Config) -> TestGateway {
+    pub fn start(config: Config) -> TestGateway {
+        TestGateway::start_with_clock(config, std::sync::Arc::new(taskgate_core::clock::SystemClock))
+    }
+
+    /// [`TestGateway::start`] with a clock the test controls.
+    pub fn start_with_clock(mut config: Config, clock: std::sync::Arc<dyn taskgate_core::clock::Clock>) -> TestGateway {
         config.server.listen = "127.0.0.1:0".into();
         config.server.workers = 2;
         if let Err(problems) = config.validate() {
             panic!("invalid test configuration: {problems:?}");
         }
-        let gateway = Gateway::start(config);
+        let gateway = Gateway::start_with_clock(config, clock);
         let running = taskgate_http::serve(gateway.clone(), None).expect("bind 127.0.0.1:0");
         actix_rt::spawn(running.server);
         TestGateway { addr: running.addr, url: format!("http://{}/mcp", running.addr), gateway, handle: running.handle }
@@ -63,9 +68,17 @@ pub struct DemoUpstream {
 }
 
 impl DemoUpstream {
-    /// Starts it. Call inside an actix system.
+    /// Starts it with plain tools (the gateway wraps its tasks). Call inside an actix system.
     pub fn start() -> DemoUpstream {
-        let demo = DemoServer::new();
+        DemoUpstream::serve(DemoServer::new())
+    }
+
+    /// Starts it with native tasks.
+    pub fn start_with_tasks() -> DemoUpstream {
+        DemoUpstream::serve(DemoServer::with_tasks())
+    }
+
+    fn serve(demo: DemoServer) -> DemoUpstream {
         let http = taskgate_demo::http::serve(demo.clone(), "127.0.0.1:0").expect("bind 127.0.0.1:0");
         DemoUpstream { demo, http }
     }

@@ -136,7 +136,8 @@ fn demo(listen: SocketAddr) -> anyhow::Result<()> {
     init_logging(&config);
     let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
     actix_rt::System::new().block_on(async move {
-        let demo = taskgate_demo::DemoServer::new();
+        // 'demo' runs tasks natively; 'local' has plain tools that the gateway wraps as tasks.
+        let demo = taskgate_demo::DemoServer::with_tasks();
         let upstream = taskgate_demo::http::serve(demo, "127.0.0.1:0").context("cannot start the demo upstream")?;
         config.upstreams.push(UpstreamConfig::http("demo", upstream.url.clone()));
         config.upstreams.push(UpstreamConfig::stdio("local", exe.display().to_string(), vec!["demo-upstream".into(), "--stdio".into()]));
@@ -145,8 +146,8 @@ fn demo(listen: SocketAddr) -> anyhow::Result<()> {
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);
         println!("taskgate demo listening on {url}");
-        println!("  upstream 'demo'  (Streamable HTTP) at {}", upstream.url);
-        println!("  upstream 'local' (stdio)           {} demo-upstream --stdio", exe.display());
+        println!("  upstream 'demo'  (Streamable HTTP, native tasks) at {}", upstream.url);
+        println!("  upstream 'local' (stdio, tasks wrapped by the gateway) {} demo-upstream --stdio", exe.display());
         println!("Try: curl -si {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\");
         println!("       -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'");
         tokio::select! {

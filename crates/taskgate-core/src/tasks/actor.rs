@@ -64,6 +64,8 @@ pub struct TaskActor {
     session: UpstreamSession,
     work: Work,
     waiters: Vec<oneshot::Sender<Result<TaskOutcome, GatewayError>>>,
+    /// The answer for waiters once the task is settled (a waiter may arrive while it stops).
+    settled_outcome: Option<Result<TaskOutcome, GatewayError>>,
     running: Option<SpawnHandle>,
     fetching_result: bool,
     poll_failures: u32,
@@ -81,6 +83,7 @@ impl TaskActor {
             session: start.session,
             work: start.work,
             waiters: Vec::new(),
+            settled_outcome: None,
             running: None,
             fetching_result: false,
             poll_failures: 0,
@@ -89,9 +92,21 @@ impl TaskActor {
 
     /// Applies a status change through the store (compare-and-set against the status this actor
     /// last saw), then tells the requestor and, when terminal, answers the waiters and stops.
-    fn settle(&mut self, status: TaskStatus, message: Option<String>, outcome: Option<TaskOutcome>, ctx: &mut Context<Self>) {
+    fn settle(
+        &mut self,
+        status: TaskStatus,
+        message: Option<String>,
+        outcome: Option<TaskOutcome>,
+        ctx: &mut Context<Self>,
+    ) {
         let store = self.shared.store.clone();
-        let update = Update { status, status_message: message, outcome, upstream_task_id: None, now_ms: self.shared.clock.now_ms() };
+        let update = Update {
+            status,
+            status_message: message,
+            outcome,
+            upstream_task_id: None,
+            now_ms: self.shared.clock.now_ms(),
+        };
         let (id, expected) = (self.id.clone(), self.status);
         let change = async move { store.compare_and_set(&id, expected, update).await };
         // Waiting keeps status changes in order; the memory store answers at once.
@@ -132,6 +147,7 @@ impl TaskActor {
         for waiter in self.waiters.drain(..) {
             let _ = waiter.send(outcome.clone());
         }
+        self.settled_outcome = Some(outcome);
     }
 
     /// notifications/tasks/status to the requestor's sessions (their GET streams).
@@ -199,7 +215,10 @@ impl TaskActor {
                 None => act.poll_failed("tasks/get answered without a valid task".into(), ctx),
             },
             Err(UpstreamError::Rpc { error, .. }) if error.code == codes::INVALID_PARAMS => {
-                let outcome = TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, format!("upstream '{}' no longer knows the task: {}", act.session.upstream(), error.message)));
+                let outcome = TaskOutcome::Error(ErrorObject::new(
+                    codes::UPSTREAM_UNAVAILABLE,
+                    format!("upstream '{}' no longer knows the task: {}", act.session.upstream(), error.message),
+                ));
                 act.settle(TaskStatus::Failed, Some("The upstream lost the task".into()), Some(outcome), ctx);
             }
             Err(e) => act.poll_failed(e.to_string(), ctx),
@@ -210,8 +229,16 @@ impl TaskActor {
         self.poll_failures += 1;
         tracing::info!(task = %self.id, failures = self.poll_failures, %why, "polling the upstream task failed");
         if self.poll_failures >= MAX_POLL_FAILURES {
-            let error = ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, format!("upstream '{}' stopped answering about the task: {why}", self.session.upstream()));
-            self.settle(TaskStatus::Failed, Some(format!("Lost contact with upstream '{}'", self.session.upstream())), Some(TaskOutcome::Error(error)), ctx);
+            let error = ErrorObject::new(
+                codes::UPSTREAM_UNAVAILABLE,
+                format!("upstream '{}' stopped answering about the task: {why}", self.session.upstream()),
+            );
+            self.settle(
+                TaskStatus::Failed,
+                Some(format!("Lost contact with upstream '{}'", self.session.upstream())),
+                Some(TaskOutcome::Error(error)),
+                ctx,
+            );
         } else {
             self.schedule_poll(ctx);
         }
@@ -295,7 +322,10 @@ impl Actor for TaskActor {
             self.shared.native_tasks.write().remove(&(self.session.upstream().to_owned(), upstream_task_id.clone()));
         }
         if !self.waiters.is_empty() {
-            let outcome = Err(GatewayError::Internal("the task stopped without an outcome".into()));
+            let outcome = self
+                .settled_outcome
+                .clone()
+                .unwrap_or_else(|| Err(GatewayError::Internal("the task stopped without an outcome".into())));
             self.answer(outcome);
         }
     }
@@ -313,7 +343,12 @@ impl Handler<AwaitResult> for TaskActor {
 
     fn handle(&mut self, _: AwaitResult, _: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = oneshot::channel();
-        self.waiters.push(tx);
+        match &self.settled_outcome {
+            Some(outcome) => {
+                let _ = tx.send(outcome.clone());
+            }
+            None => self.waiters.push(tx),
+        }
         Ok(rx)
     }
 }
@@ -346,7 +381,8 @@ impl Handler<Cancel> for TaskActor {
                 tracing::info!(task = %act.id, tenant = %act.owner.tenant, "task cancelled");
                 Ok(record)
             }
-            Err(StoreError::Conflict { current }) | Err(StoreError::Invalid(taskgate_protocol::tasks::InvalidTransition { from: current, .. })) => {
+            Err(StoreError::Conflict { current })
+            | Err(StoreError::Invalid(taskgate_protocol::tasks::InvalidTransition { from: current, .. })) => {
                 Err(GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{current}'")))
             }
             Err(StoreError::NotFound) => Err(not_found()),

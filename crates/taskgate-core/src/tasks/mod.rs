@@ -59,7 +59,10 @@ pub fn not_found() -> GatewayError {
 
 /// The outcome stored for a task cancelled before it produced a result.
 pub(crate) fn cancelled_outcome() -> TaskOutcome {
-    TaskOutcome::Error(ErrorObject::new(codes::INVALID_PARAMS, "Task was cancelled before it completed; it has no result"))
+    TaskOutcome::Error(ErrorObject::new(
+        codes::INVALID_PARAMS,
+        "Task was cancelled before it completed; it has no result",
+    ))
 }
 
 /// How a `tools/call` outcome settles a task: `isError: true` and JSON-RPC errors fail it (with a

@@ -1,0 +1,444 @@
+//! Tasks at the gateway (basic/utilities/tasks): wrapped and native tasks, every method, ttl and
+//! expiry, cancellation races, waiters, isolation and dead upstreams.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskgate_config::{Config, TaskSupportSetting};
+use taskgate_core::clock::ManualClock;
+use taskgate_core::{Gateway, Identity};
+use taskgate_protocol::{ErrorObject, RequestId};
+use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
+
+const RELATED: &str = "io.modelcontextprotocol/related-task";
+
+/// Bounds a wait on an event so that a bug fails the test instead of hanging it.
+async fn within<F: std::future::Future>(event: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")
+}
+
+async fn create(c: &mut McpClient, tool: &str, args: Value, task: Value) -> Result<Value, ErrorObject> {
+    c.request("tools/call", Some(json!({"name": tool, "arguments": args, "task": task}))).await.outcome()
+}
+
+async fn task_id(c: &mut McpClient, tool: &str, args: Value) -> String {
+    let created = create(c, tool, args, json!({})).await.expect("CreateTaskResult");
+    created["task"]["taskId"].as_str().unwrap().to_owned()
+}
+
+async fn method(c: &mut McpClient, name: &str, task_id: &str) -> Result<Value, ErrorObject> {
+    c.request(name, Some(json!({"taskId": task_id}))).await.outcome()
+}
+
+/// A gateway with a wrapped upstream ("plain") and a native one ("native").
+async fn setup() -> (DemoUpstream, DemoUpstream, TestGateway, McpClient) {
+    setup_with(Config::default()).await
+}
+
+async fn setup_with(config: Config) -> (DemoUpstream, DemoUpstream, TestGateway, McpClient) {
+    let plain = DemoUpstream::start();
+    let native = DemoUpstream::start_with_tasks();
+    let config = Config { upstreams: vec![plain.upstream("plain"), native.upstream("native")], ..config };
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    (plain, native, gw, c)
+}
+
+#[actix_rt::test]
+async fn capabilities_and_task_support_in_the_catalog() {
+    let (_p, _n, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    let init = c.initialize().await;
+    assert_eq!(init["capabilities"]["tasks"], json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
+    let tools = c.request("tools/list", None).await.outcome().unwrap();
+    let support = |name: &str| {
+        let tool =
+            tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap_or_else(|| panic!("{name}"));
+        tool.pointer("/execution/taskSupport").and_then(Value::as_str).map(str::to_owned)
+    };
+    // Wrapped: the gateway offers "optional" by default.
+    assert_eq!(support("plain__echo").as_deref(), Some("optional"));
+    // Native: the upstream's own values pass through (absent means forbidden).
+    assert_eq!(support("native__slow").as_deref(), Some("optional"));
+    assert_eq!(support("native__job").as_deref(), Some("required"));
+    assert_eq!(support("native__echo"), None);
+}
+
+#[actix_rt::test]
+async fn a_wrapped_task_is_created_before_the_upstream_finishes_then_completes() {
+    let (plain, _n, _gw, mut c) = setup().await;
+    let created = create(&mut c, "plain__wait", json!({"gate": "g1"}), json!({"ttl": 60_000})).await.unwrap();
+    let task = &created["task"];
+    let id = task["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(uuid_version(&id), Some('4'), "{id}");
+    assert_eq!(task["status"], "working");
+    assert_eq!(task["ttl"], 60_000);
+    assert!(task["pollInterval"].as_u64().unwrap() > 0);
+    for key in ["createdAt", "lastUpdatedAt"] {
+        assert!(task[key].as_str().unwrap().ends_with('Z'), "{key} is RFC 3339: {}", task[key]);
+    }
+    // The upstream is still working on it.
+    within(plain.demo.wait_in_flight(|n| *n == 1)).await;
+    assert_eq!(method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
+    plain.demo.release("g1");
+    let result = method(&mut c, "tasks/result", &id).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "gate g1 opened");
+    assert_eq!(result["_meta"][RELATED], json!({"taskId": id}));
+    let got = method(&mut c, "tasks/get", &id).await.unwrap();
+    assert_eq!(got["status"], "completed");
+    assert!(got.get("_meta").is_none(), "tasks/get SHOULD NOT carry related-task _meta");
+    // tasks/result again returns the same result.
+    assert_eq!(method(&mut c, "tasks/result", &id).await.unwrap(), result);
+}
+
+fn uuid_version(id: &str) -> Option<char> {
+    let parts: Vec<&str> = id.split('-').collect();
+    (parts.len() == 5 && id.len() == 36).then(|| parts[2].chars().next()).flatten()
+}
+
+#[actix_rt::test]
+async fn wrapped_tool_errors_fail_the_task_and_results_are_returned_exactly() {
+    let (_p, _n, _gw, mut c) = setup().await;
+    let failed = task_id(&mut c, "plain__fail", json!({"message": "disk full"})).await;
+    let result = method(&mut c, "tasks/result", &failed).await.unwrap();
+    assert_eq!((result["isError"].clone(), result["content"][0]["text"].clone()), (json!(true), json!("disk full")));
+    let got = method(&mut c, "tasks/get", &failed).await.unwrap();
+    assert_eq!(got["status"], "failed");
+    assert!(got["statusMessage"].as_str().unwrap().contains("disk full"));
+
+    let errored = task_id(&mut c, "plain__error", json!({"code": -32042, "message": "needs consent"})).await;
+    let error = method(&mut c, "tasks/result", &errored).await.unwrap_err();
+    // The same JSON-RPC error the plain call returns.
+    let plain = c.call("plain__error", json!({"code": -32042, "message": "needs consent"})).await.unwrap_err();
+    assert_eq!(error, plain);
+    assert_eq!(method(&mut c, "tasks/get", &errored).await.unwrap()["status"], "failed");
+}
+
+#[actix_rt::test]
+async fn a_native_task_keeps_the_gateways_own_id_and_passes_immediate_response() {
+    let (_p, native, _gw, mut c) = setup().await;
+    let created = create(&mut c, "native__slow", json!({"ms": 20, "steps": 1}), json!({"ttl": 30_000})).await.unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    assert!(!id.starts_with("demo-task-"), "the upstream's task id is never exposed: {id}");
+    assert_eq!(created["_meta"]["io.modelcontextprotocol/model-immediate-response"], "The demo task is running.");
+    assert!(created["_meta"].get(RELATED).is_none());
+    let result = method(&mut c, "tasks/result", &id).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "slept 20 ms");
+    assert_eq!(result["_meta"][RELATED], json!({"taskId": id}));
+    assert!(!result.to_string().contains("demo-task-"));
+    assert_eq!(method(&mut c, "tasks/get", &id).await.unwrap()["status"], "completed");
+    assert_eq!(native.demo.stats().tasks_created, 1);
+    // A required tool works only as a task.
+    let job = task_id(&mut c, "native__job", json!({"ms": 10})).await;
+    assert_eq!(method(&mut c, "tasks/result", &job).await.unwrap()["content"][0]["text"], "slept 10 ms");
+}
+
+#[actix_rt::test]
+async fn tool_level_negotiation_gives_minus_32601() {
+    let mut config = Config::default();
+    let plain = DemoUpstream::start();
+    let native = DemoUpstream::start_with_tasks();
+    let mut wrapped = plain.upstream("plain");
+    wrapped.tool_task_support.insert("echo".into(), TaskSupportSetting::Forbidden);
+    wrapped.tool_task_support.insert("slow".into(), TaskSupportSetting::Required);
+    config.upstreams = vec![wrapped, native.upstream("native")];
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    for (tool, as_task) in
+        [("native__job", false), ("native__echo", true), ("plain__echo", true), ("plain__slow", false)]
+    {
+        let task = if as_task { json!({}) } else { Value::Null };
+        let mut params = json!({"name": tool, "arguments": {}});
+        if as_task {
+            params["task"] = task;
+        }
+        let error = c.request("tools/call", Some(params)).await.outcome().unwrap_err();
+        assert_eq!(error.code, -32601, "{tool} as_task={as_task}: {error:?}");
+    }
+    // The configured override leaves the rest optional.
+    assert!(create(&mut c, "plain__add", json!({"a": 1, "b": 2}), json!({})).await.is_ok());
+    assert_eq!(native.demo.stats().tasks_created, 0);
+}
+
+#[actix_rt::test]
+async fn cancel_stops_the_upstream_work_and_terminal_tasks_cannot_be_cancelled() {
+    let (plain, native, _gw, mut c) = setup().await;
+    let id = task_id(&mut c, "plain__wait", json!({"gate": "never"})).await;
+    within(plain.demo.wait_in_flight(|n| *n == 1)).await;
+    let cancelled = method(&mut c, "tasks/cancel", &id).await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancelled["taskId"], id.as_str());
+    // The upstream observed the cancellation (notifications/cancelled for its request).
+    within(plain.demo.wait_in_flight(|n| *n == 0)).await;
+    assert_eq!(plain.demo.stats().cancelled, 1);
+    assert_eq!(method(&mut c, "tasks/get", &id).await.unwrap()["status"], "cancelled");
+    let again = method(&mut c, "tasks/cancel", &id).await.unwrap_err();
+    assert_eq!(again.code, -32602);
+    assert!(again.message.contains("terminal status 'cancelled'"), "{}", again.message);
+    assert!(method(&mut c, "tasks/result", &id).await.is_err(), "a cancelled task has no result");
+
+    let done = task_id(&mut c, "plain__echo", json!({"text": "x"})).await;
+    method(&mut c, "tasks/result", &done).await.unwrap();
+    let refused = method(&mut c, "tasks/cancel", &done).await.unwrap_err();
+    assert_eq!(refused.code, -32602);
+    assert!(refused.message.contains("'completed'"));
+
+    // Native: tasks/cancel reaches the upstream.
+    let id = task_id(&mut c, "native__wait", json!({"gate": "never"})).await;
+    assert_eq!(method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
+    let stats = || native.demo.stats().tasks_cancelled;
+    for _ in 0..1000 {
+        if stats() == 1 {
+            break;
+        }
+        // The forward is asynchronous: poll the upstream's own view, bounded.
+        let _ = c.request("ping", None).await;
+    }
+    assert_eq!(stats(), 1);
+}
+
+#[actix_rt::test]
+async fn cancel_racing_completion_ends_in_one_consistent_terminal_status() {
+    let (plain, _n, _gw, mut c) = setup().await;
+    for round in 0..15 {
+        let gate = format!("race{round}");
+        let id = task_id(&mut c, "plain__wait", json!({"gate": gate})).await;
+        let mut canceller = c.clone();
+        let cancel_id = id.clone();
+        let cancel = actix_rt::spawn(async move { method(&mut canceller, "tasks/cancel", &cancel_id).await });
+        plain.demo.release(&gate);
+        let cancel = cancel.await.unwrap();
+        let status = method(&mut c, "tasks/get", &id).await.unwrap()["status"].as_str().unwrap().to_owned();
+        match cancel {
+            Ok(task) => {
+                assert_eq!(task["status"], "cancelled");
+                assert_eq!(status, "cancelled", "once cancelled it stays cancelled (round {round})");
+            }
+            Err(e) => {
+                assert_eq!(e.code, -32602);
+                assert!(e.message.contains("'completed'"), "{}", e.message);
+                assert_eq!(status, "completed");
+            }
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn two_waiters_get_the_same_result_and_other_sessions_of_the_requestor_can_wait() {
+    let (plain, _n, gw, mut c) = setup().await;
+    let id = task_id(&mut c, "plain__wait", json!({"gate": "two"})).await;
+    let mut other = McpClient::new(&gw.url);
+    other.initialize().await; // same (anonymous) requestor, another session
+    let (mut a, mut b) = (c.clone(), other.clone());
+    let (ida, idb) = (id.clone(), id.clone());
+    let first = actix_rt::spawn(async move { method(&mut a, "tasks/result", &ida).await });
+    let second = actix_rt::spawn(async move { method(&mut b, "tasks/result", &idb).await });
+    // Both are blocked until the task is terminal.
+    assert_eq!(method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
+    plain.demo.release("two");
+    let (first, second) = (first.await.unwrap().unwrap(), second.await.unwrap().unwrap());
+    assert_eq!(first, second);
+    assert_eq!(first["_meta"][RELATED]["taskId"], id.as_str());
+}
+
+#[actix_rt::test]
+async fn tasks_outlive_the_session_that_created_them() {
+    let (plain, _n, gw, mut c) = setup().await;
+    let id = task_id(&mut c, "plain__wait", json!({"gate": "later"})).await;
+    within(plain.demo.wait_in_flight(|n| *n == 1)).await;
+    assert_eq!(c.delete().await, 200);
+    plain.demo.release("later");
+    let mut other = McpClient::new(&gw.url);
+    other.initialize().await;
+    assert_eq!(method(&mut other, "tasks/result", &id).await.unwrap()["content"][0]["text"], "gate later opened");
+}
+
+#[actix_rt::test]
+async fn tasks_list_pages_the_requestors_tasks_and_rejects_bad_cursors() {
+    let mut config = Config::default();
+    config.tasks.page_size = 2;
+    let (_p, _n, _gw, mut c) = setup_with(config).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(task_id(&mut c, "plain__echo", json!({"text": i.to_string()})).await);
+    }
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+        let page = c.request("tasks/list", params).await.outcome().unwrap();
+        let tasks = page["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 2);
+        for t in tasks {
+            assert!(t.get("_meta").is_none());
+            listed.push(t["taskId"].as_str().unwrap().to_owned());
+        }
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let mut sorted_ids = ids.clone();
+    sorted_ids.sort();
+    listed.sort();
+    assert_eq!(listed, sorted_ids);
+    let bad = c.request("tasks/list", Some(json!({"cursor": "not-ours"}))).await.outcome().unwrap_err();
+    assert_eq!(bad.code, -32602);
+}
+
+#[actix_rt::test]
+async fn bad_task_params_and_unknown_ids_get_minus_32602() {
+    let (_p, _n, _gw, mut c) = setup().await;
+    for name in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let missing = c.request(name, Some(json!({}))).await.outcome().unwrap_err();
+        assert_eq!(missing.code, -32602, "{name}");
+        let wrong = c.request(name, Some(json!({"taskId": 7}))).await.outcome().unwrap_err();
+        assert_eq!(wrong.code, -32602, "{name}");
+        let unknown = method(&mut c, name, "00000000-0000-4000-8000-000000000000").await.unwrap_err();
+        assert_eq!(
+            (unknown.code, unknown.message.as_str()),
+            (-32602, "Failed to retrieve task: Task not found"),
+            "{name}"
+        );
+    }
+    for task in [json!("soon"), json!({"ttl": "long"}), json!({"ttl": -5})] {
+        let error = create(&mut c, "plain__echo", json!({"text": "x"}), task.clone()).await.unwrap_err();
+        assert_eq!(error.code, -32602, "{task}");
+    }
+    // The taskId param is the source of truth; related-task _meta in the request is ignored.
+    let id = task_id(&mut c, "plain__echo", json!({"text": "x"})).await;
+    let got = c.request("tasks/get", Some(json!({"taskId": id, "_meta": {RELATED: {"taskId": "other"}}}))).await;
+    assert_eq!(got.outcome().unwrap()["taskId"], id.as_str());
+}
+
+#[actix_rt::test]
+async fn ttl_is_defaulted_capped_and_expired_tasks_are_deleted() {
+    let clock = Arc::new(ManualClock::new(1_764_066_600_000));
+    let plain = DemoUpstream::start();
+    let mut config = config_with(vec![plain.upstream("plain")]);
+    config.tasks.default_ttl_ms = 5_000;
+    config.tasks.max_ttl_ms = 10_000;
+    let gw = TestGateway::start_with_clock(config, clock.clone());
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let defaulted = create(&mut c, "plain__echo", json!({"text": "d"}), json!({})).await.unwrap();
+    assert_eq!(defaulted["task"]["ttl"], 5_000);
+    assert_eq!(defaulted["task"]["createdAt"], "2025-11-25T10:30:00.000Z");
+    let capped = create(&mut c, "plain__echo", json!({"text": "c"}), json!({"ttl": 9_000_000})).await.unwrap();
+    assert_eq!(capped["task"]["ttl"], 10_000);
+    let short = defaulted["task"]["taskId"].as_str().unwrap().to_owned();
+    let long = capped["task"]["taskId"].as_str().unwrap().to_owned();
+    method(&mut c, "tasks/result", &short).await.unwrap();
+    method(&mut c, "tasks/result", &long).await.unwrap();
+
+    clock.advance(5_000);
+    gw.gateway.sweep_expired().await;
+    let gone = method(&mut c, "tasks/get", &short).await.unwrap_err();
+    assert_eq!((gone.code, gone.message.as_str()), (-32602, "Failed to retrieve task: Task not found"));
+    assert!(method(&mut c, "tasks/result", &short).await.is_err());
+    assert_eq!(method(&mut c, "tasks/get", &long).await.unwrap()["status"], "completed");
+    let listed = c.request("tasks/list", None).await.outcome().unwrap();
+    assert_eq!(listed["tasks"].as_array().unwrap().len(), 1);
+    clock.advance(5_000);
+    gw.gateway.sweep_expired().await;
+    assert_eq!(gw.gateway.stored_tasks(), 0);
+}
+
+#[actix_rt::test]
+async fn a_working_task_whose_ttl_ends_is_deleted_and_its_waiters_told() {
+    let plain = DemoUpstream::start();
+    let mut config = config_with(vec![plain.upstream("plain")]);
+    config.tasks.max_ttl_ms = 200;
+    config.tasks.default_ttl_ms = 200;
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let id = task_id(&mut c, "plain__wait", json!({"gate": "never"})).await;
+    // tasks/result blocks until the task's own ttl timer deletes it.
+    let error = within(method(&mut c, "tasks/result", &id)).await.unwrap_err();
+    assert_eq!(error.code, -32602);
+    assert_eq!(method(&mut c, "tasks/get", &id).await.unwrap_err().code, -32602);
+    // The upstream work was stopped too.
+    within(plain.demo.wait_in_flight(|n| *n == 0)).await;
+    assert_eq!(gw.gateway.live_tasks(), 0);
+}
+
+#[actix_rt::test]
+async fn an_upstream_dying_mid_task_fails_the_task_with_an_error_naming_it() {
+    let (plain, _n, _gw, mut c) = setup().await;
+    let id = task_id(&mut c, "plain__wait", json!({"gate": "never"})).await;
+    within(plain.demo.wait_in_flight(|n| *n == 1)).await;
+    plain.http.stop().await;
+    let error = method(&mut c, "tasks/result", &id).await.unwrap_err();
+    assert_eq!(error.code, -32001);
+    assert!(error.message.contains("'plain'"), "{}", error.message);
+    let got = method(&mut c, "tasks/get", &id).await.unwrap();
+    assert_eq!(got["status"], "failed");
+    assert!(got["statusMessage"].as_str().unwrap().contains("plain"));
+}
+
+#[actix_rt::test]
+async fn status_notifications_reach_the_requestors_get_stream() {
+    let (_p, _n, _gw, mut c) = setup().await;
+    let mut stream = c.open_stream().await.unwrap();
+    let id = task_id(&mut c, "plain__echo", json!({"text": "n"})).await;
+    // Other notifications (a catalog refresh) may come first.
+    let note = loop {
+        let note = stream.next().await.unwrap();
+        if note.method() == Some("notifications/tasks/status") {
+            break note;
+        }
+    };
+    let taskgate_protocol::Message::Notification { params: Some(params), .. } = note else { panic!() };
+    assert_eq!((params["taskId"].as_str(), params["status"].as_str()), (Some(id.as_str()), Some("completed")));
+    assert!(params.get("_meta").is_none(), "SHOULD NOT include related-task _meta");
+}
+
+#[actix_rt::test]
+async fn another_requestor_cannot_see_or_touch_a_task() {
+    let plain = DemoUpstream::start();
+    let gw = TestGateway::start(config_with(vec![plain.upstream("plain")]));
+    let core: &Gateway = &gw.gateway;
+    let alice = Identity { tenant: "acme".into(), principal: "alice".into() };
+    let mallory = Identity { tenant: "acme".into(), principal: "mallory".into() };
+    let init =
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    let (alice_session, _) = core.initialize(alice.clone(), Some(&init)).unwrap();
+    let (mallory_session, _) = core.initialize(mallory.clone(), Some(&init)).unwrap();
+    // A session id is useless with another identity: it is "not found".
+    assert!(core.session(&alice_session, &mallory).is_err());
+    let a = core.session(&alice_session, &alice).unwrap();
+    let m = core.session(&mallory_session, &mallory).unwrap();
+    let created =
+        call(&a, 1, "tools/call", json!({"name": "plain__echo", "arguments": {"text": "secret"}, "task": {}}))
+            .await
+            .unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    call(&a, 2, "tasks/result", json!({"taskId": id})).await.unwrap();
+    let unknown =
+        call(&m, 3, "tasks/get", json!({"taskId": "00000000-0000-4000-8000-000000000000"})).await.unwrap_err();
+    for (n, method) in ["tasks/get", "tasks/result", "tasks/cancel"].into_iter().enumerate() {
+        let refused = call(&m, 10 + n as i64, method, json!({"taskId": id})).await.unwrap_err();
+        assert_eq!(refused, unknown, "{method}: exactly the answer for an unknown id");
+    }
+    let listed = call(&m, 20, "tasks/list", json!({})).await.unwrap();
+    assert_eq!(listed["tasks"], json!([]));
+    let own = call(&a, 21, "tasks/list", json!({})).await.unwrap();
+    assert_eq!(own["tasks"].as_array().unwrap().len(), 1);
+}
+
+async fn call(h: &taskgate_core::SessionHandle, id: i64, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    let mut rx = h.request(RequestId::Number(id), method.into(), Some(params)).await.unwrap();
+    let mut last = None;
+    while let Some(m) = rx.recv().await {
+        last = Some(m);
+    }
+    match last.unwrap() {
+        taskgate_protocol::Message::Response { result, .. } => Ok(result),
+        taskgate_protocol::Message::Error { error, .. } => Err(error),
+        other => panic!("{other:?}"),
+    }
+}
