@@ -67,3 +67,47 @@ async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_a
     assert_eq!(out["unknown"]["code"], -32602, "{}", out["unknown"]);
     assert!(out["unknown"]["message"].as_str().unwrap().contains("Unknown tool: ts__nope"), "{}", out["unknown"]);
 }
+
+/// Starts `node task-server.mjs` (native tasks) on a free port and returns it with its URL.
+async fn start_ts_task_server() -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new("node")
+        .arg("task-server.mjs")
+        .current_dir(interop_dir())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node is installed");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the server prints its port");
+    let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[actix_rt::test]
+async fn typescript_task_client_through_the_gateway_to_native_and_wrapped_tasks() {
+    let (_plain, plain_url) = start_ts_server().await;
+    let (_tasks, tasks_url) = start_ts_task_server().await;
+    let mut config =
+        config_with(vec![UpstreamConfig::http("ts", plain_url), UpstreamConfig::http("tstask", tasks_url)]);
+    config.tasks.poll_interval_ms = 20;
+    let gw = TestGateway::start(config);
+    let out = run_ts_client("task-client.mjs", &gw.url).await;
+
+    assert_eq!(out["capabilities"]["tasks"]["requests"]["tools"]["call"], serde_json::json!({}));
+    // (a) A TypeScript SDK server with a native task tool.
+    let native = &out["native"];
+    assert_eq!(native["result"]["content"][0]["text"], "waited 30 ms", "{native}");
+    let events: Vec<&str> = native["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(events.first(), Some(&"taskCreated"));
+    assert_eq!(events.last(), Some(&"result"));
+    // (b) A server with only plain tools: the gateway wraps the call as a task.
+    let wrapped = &out["wrapped"];
+    assert_eq!(wrapped["result"]["content"][0]["text"], "Hello, task!", "{wrapped}");
+    let wrapped_id = wrapped["taskId"].as_str().unwrap();
+    assert_eq!(out["getTask"]["status"], "completed");
+    assert_eq!(out["getTaskResult"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], wrapped_id);
+    let listed: Vec<&str> = out["listed"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(listed.contains(&wrapped_id) && listed.contains(&native["taskId"].as_str().unwrap()), "{listed:?}");
+    assert_eq!(out["cancelled"]["status"], "cancelled");
+    assert_eq!(out["cancelAgain"]["code"], -32602, "{}", out["cancelAgain"]);
+}
