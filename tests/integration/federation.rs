@@ -5,7 +5,7 @@ use serde_json::json;
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient, TestGateway};
 
-const DEMO_TOOLS: [&str; 7] = ["add", "echo", "error", "fail", "slow", "toggle_extra", "wait"];
+const DEMO_TOOLS: [&str; 8] = ["add", "ask", "echo", "error", "fail", "slow", "toggle_extra", "wait"];
 
 #[actix_rt::test]
 async fn tools_list_merges_upstreams_in_a_deterministic_prefixed_order() {
@@ -47,7 +47,7 @@ async fn pagination_walks_every_tool_once_with_opaque_cursors() {
     let cursor = first["nextCursor"].as_str().unwrap();
     assert!(!cursor.contains("a__"), "cursors are opaque: {cursor}");
     let names = c.tool_names().await;
-    assert_eq!(names.len(), 14);
+    assert_eq!(names.len(), 2 * DEMO_TOOLS.len());
     let mut dedup = names.clone();
     dedup.dedup();
     assert_eq!(dedup, names);

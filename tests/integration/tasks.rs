@@ -442,3 +442,108 @@ async fn call(h: &taskgate_core::SessionHandle, id: i64, method: &str, params: V
         other => panic!("{other:?}"),
     }
 }
+
+/// Reads messages until one satisfies `want`, returning it.
+async fn next_matching(
+    stream: &mut taskgate_testkit::SseReader,
+    want: impl Fn(&taskgate_protocol::Message) -> bool,
+) -> taskgate_protocol::Message {
+    loop {
+        let message = stream.next().await.expect("the stream ended");
+        if want(&message) {
+            return message;
+        }
+    }
+}
+
+fn is_request(m: &taskgate_protocol::Message) -> bool {
+    matches!(m, taskgate_protocol::Message::Request { .. })
+}
+
+fn is_status(status: &'static str) -> impl Fn(&taskgate_protocol::Message) -> bool {
+    move |m| match m {
+        taskgate_protocol::Message::Notification { method, params: Some(p) } => {
+            method == "notifications/tasks/status" && p["status"] == status
+        }
+        _ => false,
+    }
+}
+
+#[actix_rt::test]
+async fn a_wrapped_task_relays_elicitation_with_its_task_id_and_waits_in_input_required() {
+    let (_p, _n, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut stream = c.open_stream().await.unwrap();
+    let id = task_id(&mut c, "plain__ask", json!({"question": "Your name?"})).await;
+    // No tasks/result is open: the elicitation comes on the GET stream, tagged with our task.
+    let taskgate_protocol::Message::Request { id: asked, method: asked_method, params: Some(params) } =
+        next_matching(&mut stream, is_request).await
+    else {
+        panic!()
+    };
+    assert_eq!(asked_method, "elicitation/create");
+    assert_eq!(params["message"], "Your name?");
+    assert_eq!(params["_meta"][RELATED], json!({"taskId": id}));
+    assert!(matches!(&asked, RequestId::String(s) if s.starts_with("taskgate-")), "a gateway-issued id: {asked:?}");
+    next_matching(&mut stream, is_status("input_required")).await;
+    assert_eq!(method_status(&mut c, &id).await, "input_required");
+    let answer = taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "Ada"}}));
+    assert_eq!(c.post_message(&answer).await.status, 202);
+    let result = method(&mut c, "tasks/result", &id).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "answer: Ada");
+    assert_eq!(method_status(&mut c, &id).await, "completed");
+}
+
+async fn method_status(c: &mut McpClient, id: &str) -> String {
+    method(c, "tasks/get", id).await.unwrap()["status"].as_str().unwrap().to_owned()
+}
+
+#[actix_rt::test]
+async fn requests_for_a_task_go_on_its_open_tasks_result_stream() {
+    let (_p, _n, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let id = task_id(&mut c, "plain__ask", json!({"question": "Colour?"})).await;
+    let mut result_stream = c.request_stream("tasks/result", Some(json!({"taskId": id}))).await;
+    let taskgate_protocol::Message::Request { id: asked, params: Some(params), .. } =
+        next_matching(&mut result_stream, is_request).await
+    else {
+        panic!()
+    };
+    assert_eq!(params["_meta"][RELATED]["taskId"], id.as_str());
+    let answer =
+        taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "teal"}}));
+    assert_eq!(c.post_message(&answer).await.status, 202);
+    let taskgate_protocol::Message::Response { result, .. } =
+        next_matching(&mut result_stream, |m| m.is_response()).await
+    else {
+        panic!("tasks/result answered with an error")
+    };
+    assert_eq!(result["content"][0]["text"], "answer: teal");
+    assert_eq!(result["_meta"][RELATED]["taskId"], id.as_str());
+}
+
+#[actix_rt::test]
+async fn a_native_tasks_elicitation_reaches_the_client_under_the_gateways_task_id() {
+    let (_p, native, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut stream = c.open_stream().await.unwrap();
+    let id = task_id(&mut c, "native__ask", json!({"question": "Size?"})).await;
+    let taskgate_protocol::Message::Request { id: asked, params: Some(params), .. } =
+        next_matching(&mut stream, is_request).await
+    else {
+        panic!()
+    };
+    // The upstream tagged it with its own task id; the client sees only ours.
+    assert_eq!(params["_meta"][RELATED], json!({"taskId": id}));
+    assert!(!params.to_string().contains("demo-task-"));
+    // The gateway mirrors the upstream's input_required.
+    next_matching(&mut stream, is_status("input_required")).await;
+    let answer = taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "L"}}));
+    assert_eq!(c.post_message(&answer).await.status, 202);
+    let result = method(&mut c, "tasks/result", &id).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "answer: L");
+    assert_eq!(native.demo.stats().tasks_created, 1);
+}

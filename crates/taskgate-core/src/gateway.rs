@@ -28,6 +28,9 @@ use crate::GatewayError;
 /// How long a message may wait for room in a session's mailbox before the client gets 503.
 const MAILBOX_WAIT: Duration = Duration::from_secs(2);
 
+/// Native tasks by (upstream, upstream task id): our task id and its actor.
+pub(crate) type NativeTasks = HashMap<(String, String), (String, Addr<TaskActor>)>;
+
 /// What every session and task shares.
 pub(crate) struct Shared {
     pub config: Config,
@@ -40,8 +43,12 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     /// Live task actors by task id.
     pub task_actors: RwLock<HashMap<String, Addr<TaskActor>>>,
-    /// Native tasks' actors by (upstream, upstream task id), for `notifications/tasks/status`.
-    pub native_tasks: RwLock<HashMap<(String, String), Addr<TaskActor>>>,
+    /// Native tasks by (upstream, upstream task id): our task id and its actor, to map what the
+    /// upstream says about its task (status notifications, related-task `_meta`) to ours.
+    pub native_tasks: RwLock<NativeTasks>,
+    /// Upstream requests made for a task by (upstream, upstream request id): our task id. What
+    /// the upstream sends on their streams (elicitation…) belongs to that task.
+    pub task_calls: RwLock<HashMap<(String, taskgate_protocol::RequestId), String>>,
 }
 
 /// The running gateway core. Cheap to clone.
@@ -77,6 +84,7 @@ impl Gateway {
             clock,
             task_actors: RwLock::new(HashMap::new()),
             native_tasks: RwLock::new(HashMap::new()),
+            task_calls: RwLock::new(HashMap::new()),
         });
         let supervisor = Supervisor::new(shared.clone()).start();
         Gateway { shared, supervisor }

@@ -25,13 +25,19 @@ use crate::gateway::Shared;
 use crate::registry::Identity;
 use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
 use crate::stream::receiver_stream;
-use crate::tasks::{self, AwaitResult, Cancel, TaskActor, TaskStart, UpstreamStatus, Work};
+use crate::tasks::{
+    self, AwaitResult, Cancel, InputProvided, InputRequested, TaskActor, TaskStart, UpstreamStatus, Work,
+};
 use crate::GatewayError;
 
 /// Events buffered from one upstream session before its reader waits for this actor.
 const UPSTREAM_EVENTS: usize = 256;
 /// Upstream requests relayed to the client and not yet answered, per session.
 const MAX_RELAYED: usize = 1024;
+/// Upstream messages held while a native task creation is in flight, per session.
+const MAX_HELD: usize = 256;
+/// Task-related messages queued for a client with no open stream, per session.
+const MAX_QUEUED: usize = 256;
 
 /// One client session.
 pub struct SessionActor {
@@ -46,14 +52,24 @@ pub struct SessionActor {
     requests: HashMap<RequestId, InFlight>,
     /// (upstream, upstream-local id) → the client's id, for routing what an upstream sends.
     by_upstream: HashMap<(String, RequestId), RequestId>,
-    /// Requests an upstream sent that were relayed to the client: gateway id → (upstream, its id).
-    relayed: HashMap<RequestId, (String, RequestId)>,
+    /// Requests an upstream sent that were relayed to the client: gateway id → (upstream, its
+    /// id, the task it is for).
+    relayed: HashMap<RequestId, (String, RequestId, Option<String>)>,
     next_relay: u64,
+    /// Native task creations in flight, by upstream.
+    native_creating: HashMap<String, usize>,
+    /// Upstream messages held until a native task creation settles.
+    held: Vec<(String, UpstreamEvent)>,
+    /// Task-related messages for the client while it has no stream open: delivered on the next
+    /// `tasks/result` for that task, or the next GET stream.
+    queued: Vec<(String, RpcMessage)>,
 }
 
 struct InFlight {
     reply: mpsc::Sender<RpcMessage>,
     upstream: Option<(String, RequestId)>,
+    /// For `tasks/result`: the task waited on (requests for that task go on this stream).
+    task: Option<String>,
 }
 
 impl SessionActor {
@@ -69,6 +85,9 @@ impl SessionActor {
             by_upstream: HashMap::new(),
             relayed: HashMap::new(),
             next_relay: 1,
+            native_creating: HashMap::new(),
+            held: Vec::new(),
+            queued: Vec::new(),
         }
     }
 
@@ -250,8 +269,9 @@ impl SessionActor {
     ) {
         let store = self.shared.store.clone();
         let stored = record.clone();
+        let native_upstream = matches!(work, Work::Native { .. }).then(|| record.upstream.clone());
         let create = async move { store.create(stored).await };
-        ctx.spawn(create.into_actor(self).map(move |created, act, _| match created {
+        ctx.spawn(create.into_actor(self).map(move |created, act, ctx| match created {
             Ok(()) => {
                 let task = record.view().to_value();
                 let native = match &work {
@@ -261,22 +281,34 @@ impl SessionActor {
                     Work::Wrapped { .. } => None,
                 };
                 let task_id = record.id.clone();
+                let task_id_for_map = task_id.clone();
                 let start = TaskStart { record, owner: act.identity.clone(), session, work };
                 let actor = TaskActor::new(act.shared.clone(), start).start();
                 // Registered before the answer, so a tasks/result right after finds the actor.
                 act.shared.task_actors.write().insert(task_id, actor.clone());
                 if let Some(key) = native {
-                    act.shared.native_tasks.write().insert(key, actor);
+                    act.shared.native_tasks.write().insert(key, (task_id_for_map, actor));
                 }
                 let mut result = extra;
                 result.insert("task".into(), task);
                 act.finish(id, Ok(Value::Object(result)));
+                if let Some(upstream) = native_upstream {
+                    act.native_created(&upstream, ctx);
+                }
             }
             Err(StoreError::Full { limit }) => {
+                if let Some(upstream) = native_upstream {
+                    act.native_created(&upstream, ctx);
+                }
                 let why = format!("the gateway holds its maximum of {limit} tasks (tasks.max_tasks); retry later");
                 act.finish(id, Err(GatewayError::Overloaded(why)))
             }
-            Err(e) => act.finish(id, Err(GatewayError::Internal(e.to_string()))),
+            Err(e) => {
+                if let Some(upstream) = native_upstream {
+                    act.native_created(&upstream, ctx);
+                }
+                act.finish(id, Err(GatewayError::Internal(e.to_string())))
+            }
         }));
     }
 
@@ -293,14 +325,19 @@ impl SessionActor {
     ) {
         let granted = tasks::granted_ttl(ttl, &self.shared.config.tasks);
         params["task"] = granted.map_or_else(|| json!({}), |ttl| json!({ "ttl": ttl }));
+        *self.native_creating.entry(entry.upstream.clone()).or_default() += 1;
         let caller = session.clone();
         let call = async move { caller.request(methods::TOOLS_CALL, Some(params)).await };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
             let result = match result {
                 Ok(result) => result,
-                Err(e) => return act.finish(id, Err(GatewayError::Upstream(e))),
+                Err(e) => {
+                    act.native_created(&entry.upstream, ctx);
+                    return act.finish(id, Err(GatewayError::Upstream(e)));
+                }
             };
             let Some(up) = result.get("task").and_then(TaskView::from_value) else {
+                act.native_created(&entry.upstream, ctx);
                 let e = taskgate_upstream::UpstreamError::Protocol {
                     upstream: entry.upstream.clone(),
                     reason: "it answered a task-augmented tools/call without a valid task".into(),
@@ -525,16 +562,63 @@ impl SessionActor {
             .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
     }
 
+    /// The task a message from an upstream belongs to, if any: it arrived on the stream of a
+    /// request made for a task, or its related-task `_meta` names a native upstream task. That
+    /// `_meta` is rewritten to the gateway's task id, or removed when it names no task of ours:
+    /// an upstream's task id never reaches a client (invariant 5).
+    fn task_of(&self, upstream: &str, related: Option<&RequestId>, params: &mut Option<Value>) -> Option<String> {
+        let by_call =
+            related.and_then(|r| self.shared.task_calls.read().get(&(upstream.to_owned(), r.clone())).cloned());
+        let named = params
+            .as_ref()
+            .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let by_meta = named.as_ref().and_then(|upstream_task| {
+            self.shared.native_tasks.read().get(&(upstream.to_owned(), upstream_task.clone())).map(|(id, _)| id.clone())
+        });
+        let task = by_call.or(by_meta);
+        if let Some(Value::Object(p)) = params {
+            match &task {
+                // Messages related to a task MUST carry its related-task _meta.
+                Some(task) => {
+                    let meta = p.entry("_meta").or_insert_with(|| json!({}));
+                    meta[mcp::meta::RELATED_TASK] = json!({ "taskId": task });
+                }
+                None => {
+                    if let Some(Value::Object(meta)) = p.get_mut("_meta") {
+                        meta.remove(mcp::meta::RELATED_TASK);
+                    }
+                }
+            }
+        } else if let (Some(task), None) = (&task, params.as_ref()) {
+            *params = Some(json!({ "_meta": { mcp::meta::RELATED_TASK: { "taskId": task } } }));
+        }
+        task
+    }
+
+    /// Relays a request an upstream sent (elicitation, sampling, roots) to the client with a
+    /// gateway-issued id: on the stream of the request it belongs to, or of a `tasks/result`
+    /// waiting on its task, or else the GET stream.
+    #[allow(clippy::too_many_arguments)]
     fn relay_request(
         &mut self,
         upstream: String,
         id: RequestId,
         method: String,
-        params: Option<Value>,
+        mut params: Option<Value>,
         related: Option<RequestId>,
         ctx: &mut Context<Self>,
     ) {
-        let stream = self.stream_for(&upstream, related.as_ref());
+        let task = self.task_of(&upstream, related.as_ref(), &mut params);
+        let task_stream = task.as_ref().and_then(|t| {
+            self.requests
+                .values()
+                .find(|r| r.task.as_ref() == Some(t))
+                .map(|r| r.reply.clone())
+                .filter(|s| !s.is_closed())
+        });
+        let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
         let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
         let refuse = |why: String| {
             let reply =
@@ -543,21 +627,106 @@ impl SessionActor {
                 let _ = session.respond(reply).await;
             }
         };
-        let Some(stream) = stream else {
-            ctx.spawn(refuse(format!("the client has no open stream on which to receive {method}")).into_actor(self));
-            return;
-        };
         if self.relayed.len() >= MAX_RELAYED {
             ctx.spawn(refuse(format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
             return;
         }
         let gateway_id = RequestId::String(format!("taskgate-{}", self.next_relay));
+        let message = RpcMessage::request(gateway_id.clone(), method.clone(), params);
+        match (stream, &task) {
+            (Some(stream), _) => {
+                if stream.try_send(message).is_err() {
+                    ctx.spawn(refuse("the client's stream is full".into()).into_actor(self));
+                    return;
+                }
+            }
+            // A task's request waits for the client to look (tasks/result or a GET stream):
+            // the task is input_required meanwhile.
+            (None, Some(task)) if self.queued.len() < MAX_QUEUED => self.queued.push((task.clone(), message)),
+            (None, _) => {
+                ctx.spawn(
+                    refuse(format!("the client has no open stream on which to receive {method}")).into_actor(self),
+                );
+                return;
+            }
+        }
         self.next_relay += 1;
-        if stream.try_send(RpcMessage::request(gateway_id.clone(), method, params)).is_err() {
-            ctx.spawn(refuse("the client's stream is full".into()).into_actor(self));
+        if let Some(actor) = task.as_ref().and_then(|t| self.shared.task_actors.read().get(t).cloned()) {
+            let _ = actor.try_send(InputRequested);
+        }
+        self.relayed.insert(gateway_id, (upstream, id, task));
+    }
+
+    /// Something an upstream sent on its own. A message naming an upstream task not known yet,
+    /// while a native task creation on that upstream is in flight, is held until it settles:
+    /// the upstream may speak of its task before its `CreateTaskResult` reaches us.
+    fn on_upstream_event(&mut self, upstream: String, event: UpstreamEvent, ctx: &mut Context<Self>) {
+        if self.native_creating.get(&upstream).is_some_and(|n| *n > 0) && self.names_unknown_task(&upstream, &event) {
+            if self.held.len() < MAX_HELD {
+                self.held.push((upstream, event));
+            } else {
+                tracing::warn!(session = %self.id, %upstream, "too many held upstream messages; one dropped");
+            }
             return;
         }
-        self.relayed.insert(gateway_id, (upstream, id));
+        match event {
+            UpstreamEvent::Notification { method, params, .. } if method == methods::TASKS_STATUS => {
+                // It names the upstream's task id: never forwarded, only fed to our task's actor.
+                if let Some(up) = params.as_ref().and_then(TaskView::from_value) {
+                    let actor = self.shared.native_tasks.read().get(&(upstream, up.task_id.clone())).cloned();
+                    if let Some(actor) = actor {
+                        let _ = actor.1.try_send(UpstreamStatus(up));
+                    }
+                }
+            }
+            UpstreamEvent::Request { id, method, params, related } => {
+                self.relay_request(upstream, id, method, params, related, ctx)
+            }
+            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => {
+                if self.shared.router.try_send(RefreshUpstream(upstream)).is_err() {
+                    tracing::warn!("the router's queue is full; a tools/list_changed was not handled");
+                }
+            }
+            UpstreamEvent::Notification { method, .. } if method == methods::PROGRESS => {
+                // Progress of live requests reaches them through their own call; this names
+                // no live request, so it is not forwarded (nothing after completion).
+                tracing::debug!(session = %self.id, %upstream, "progress for no live request dropped");
+            }
+            UpstreamEvent::Notification { method, mut params, related } => {
+                self.task_of(&upstream, related.as_ref(), &mut params);
+                match self.stream_for(&upstream, related.as_ref()) {
+                    Some(stream) => {
+                        if stream.try_send(RpcMessage::notification(method, params)).is_err() {
+                            tracing::debug!(session = %self.id, %upstream, "client stream full; notification dropped");
+                        }
+                    }
+                    None => {
+                        tracing::debug!(session = %self.id, %upstream, %method, "no open client stream; notification dropped")
+                    }
+                }
+            }
+        }
+    }
+
+    fn names_unknown_task(&self, upstream: &str, event: &UpstreamEvent) -> bool {
+        let params = match event {
+            UpstreamEvent::Notification { params, .. } | UpstreamEvent::Request { params, .. } => params,
+        };
+        let named = params
+            .as_ref()
+            .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
+            .and_then(Value::as_str);
+        named.is_some_and(|t| !self.shared.native_tasks.read().contains_key(&(upstream.to_owned(), t.to_owned())))
+    }
+
+    /// A native task creation on `upstream` settled: replay what was held for it.
+    fn native_created(&mut self, upstream: &str, ctx: &mut Context<Self>) {
+        if let Some(n) = self.native_creating.get_mut(upstream) {
+            *n = n.saturating_sub(1);
+        }
+        for (upstream, event) in std::mem::take(&mut self.held) {
+            self.on_upstream_event(upstream, event, ctx);
+        }
     }
 
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
@@ -671,7 +840,19 @@ impl Handler<ClientRequest> for SessionActor {
         if self.requests.len() >= max {
             return Err(GatewayError::Overloaded(format!("this session already has {max} requests in progress")));
         }
-        self.requests.insert(id.clone(), InFlight { reply, upstream: None });
+        let task = (method == methods::TASKS_RESULT)
+            .then(|| params.as_ref().and_then(|p| p.get("taskId")).and_then(Value::as_str).map(str::to_owned))
+            .flatten();
+        if let Some(task) = &task {
+            // Deliver what waited for this task's requestor on this tasks/result stream.
+            let (mine, rest): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.queued).into_iter().partition(|(t, _)| t == task);
+            self.queued = rest;
+            for (_, message) in mine {
+                let _ = reply.try_send(message);
+            }
+        }
+        self.requests.insert(id.clone(), InFlight { reply, upstream: None, task });
         match method.as_str() {
             methods::PING => self.finish(id, Ok(json!({}))),
             methods::TOOLS_LIST => self.list_tools(id, params, ctx),
@@ -744,7 +925,7 @@ impl Handler<ClientResponse> for SessionActor {
         let Some(id) = message.id().cloned() else {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };
-        let Some((upstream, upstream_id)) = self.relayed.remove(&id) else {
+        let Some((upstream, upstream_id, task)) = self.relayed.remove(&id) else {
             return Err(GatewayError::InvalidRequest(format!(
                 "no request with id {id} is waiting for a response in this session"
             )));
@@ -754,6 +935,9 @@ impl Handler<ClientResponse> for SessionActor {
             RpcMessage::Error { error, .. } => RpcMessage::error(Some(upstream_id), error),
             _ => unreachable!("ClientResponse carries responses"),
         };
+        if let Some(actor) = task.as_ref().and_then(|t| self.shared.task_actors.read().get(t).cloned()) {
+            let _ = actor.try_send(InputProvided);
+        }
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
             ctx.spawn(
                 async move {
@@ -783,6 +967,9 @@ impl Handler<OpenStream> for SessionActor {
         // "Multiple Connections"); a closed one is replaced.
         if self.get_stream.as_ref().is_some_and(|s| !s.is_closed()) {
             return Err(GatewayError::StreamConflict);
+        }
+        for (_, message) in std::mem::take(&mut self.queued) {
+            let _ = tx.try_send(message);
         }
         self.get_stream = Some(tx);
         Ok(())
@@ -841,42 +1028,7 @@ impl Handler<TaskStatusChanged> for SessionActor {
 
 impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
     fn handle(&mut self, (upstream, event): (String, UpstreamEvent), ctx: &mut Context<Self>) {
-        match event {
-            UpstreamEvent::Notification { method, params, .. } if method == methods::TASKS_STATUS => {
-                // It names the upstream's task id: never forwarded, only fed to our task's actor.
-                if let Some(up) = params.as_ref().and_then(TaskView::from_value) {
-                    let actor = self.shared.native_tasks.read().get(&(upstream, up.task_id.clone())).cloned();
-                    if let Some(actor) = actor {
-                        let _ = actor.try_send(UpstreamStatus(up));
-                    }
-                }
-            }
-            UpstreamEvent::Request { id, method, params, related } => {
-                self.relay_request(upstream, id, method, params, related, ctx)
-            }
-            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => {
-                if self.shared.router.try_send(RefreshUpstream(upstream)).is_err() {
-                    tracing::warn!("the router's queue is full; a tools/list_changed was not handled");
-                }
-            }
-            UpstreamEvent::Notification { method, .. } if method == methods::PROGRESS => {
-                // Progress of live requests reaches them through their own call; this names
-                // no live request, so it is not forwarded (nothing after completion).
-                tracing::debug!(session = %self.id, %upstream, "progress for no live request dropped");
-            }
-            UpstreamEvent::Notification { method, params, related } => {
-                match self.stream_for(&upstream, related.as_ref()) {
-                    Some(stream) => {
-                        if stream.try_send(RpcMessage::notification(method, params)).is_err() {
-                            tracing::debug!(session = %self.id, %upstream, "client stream full; notification dropped");
-                        }
-                    }
-                    None => {
-                        tracing::debug!(session = %self.id, %upstream, %method, "no open client stream; notification dropped")
-                    }
-                }
-            }
-        }
+        self.on_upstream_event(upstream, event, ctx);
     }
 
     fn finished(&mut self, _: &mut Context<Self>) {

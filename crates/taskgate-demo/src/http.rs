@@ -158,11 +158,12 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
 }
 
 async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    if let Err(response) = session(req.headers(), &state) {
-        return response;
-    }
+    let connection = match session(req.headers(), &state) {
+        Ok((_, connection)) => connection,
+        Err(response) => return response,
+    };
     let (tx, rx) = mpsc::channel(64);
-    state.demo.add_listener(tx);
+    state.demo.add_listener(connection, tx);
     sse(rx)
 }
 

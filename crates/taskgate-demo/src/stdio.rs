@@ -10,7 +10,7 @@ use crate::DemoServer;
 pub async fn serve(demo: DemoServer) -> std::io::Result<()> {
     let connection = demo.connection();
     let (out, mut outgoing) = mpsc::channel::<Message>(256);
-    demo.add_listener(out.clone());
+    demo.add_listener(connection, out.clone());
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(message) = outgoing.recv().await {

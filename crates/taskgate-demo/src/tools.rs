@@ -47,8 +47,10 @@ struct Inner {
     stats: Mutex<DemoStats>,
     gates: Mutex<HashMap<String, Arc<Gate>>>,
     extra_tool: AtomicBool,
-    /// Streams that want server-initiated notifications (HTTP GET streams, stdio stdout).
-    listeners: Mutex<Vec<mpsc::Sender<Message>>>,
+    /// Streams that want server-initiated messages (HTTP GET streams, stdio stdout), by connection.
+    listeners: Mutex<Vec<(u64, mpsc::Sender<Message>)>>,
+    /// Messages for a connection that has no stream open yet, delivered when it opens one.
+    undelivered: Mutex<HashMap<u64, Vec<Message>>>,
     /// In-flight calls by (connection, request id), to honour cancellation.
     in_flight: Mutex<HashMap<(u64, RequestId), Arc<Notify>>>,
     next_connection: AtomicU64,
@@ -57,6 +59,8 @@ struct Inner {
     /// Whether it declares and runs native tasks.
     native_tasks: bool,
     tasks: Mutex<DemoTasks>,
+    /// Requests the server sent to its client (elicitation), waiting for the answer.
+    asked: Mutex<HashMap<RequestId, tokio::sync::oneshot::Sender<Result<Value, ErrorObject>>>>,
 }
 
 impl Default for Inner {
@@ -71,6 +75,8 @@ impl Default for Inner {
             in_flight_count: watch::channel(0).0,
             native_tasks: false,
             tasks: Mutex::default(),
+            asked: Mutex::default(),
+            undelivered: Mutex::default(),
         }
     }
 }
@@ -129,15 +135,32 @@ impl DemoServer {
         self.inner.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(crate) fn add_listener(&self, tx: mpsc::Sender<Message>) {
+    pub(crate) fn add_listener(&self, connection: u64, tx: mpsc::Sender<Message>) {
+        for message in self.inner.undelivered.lock().remove(&connection).unwrap_or_default() {
+            let _ = tx.try_send(message);
+        }
         let mut listeners = self.inner.listeners.lock();
-        listeners.retain(|l| !l.is_closed());
-        listeners.push(tx);
+        listeners.retain(|(_, l)| !l.is_closed());
+        listeners.push((connection, tx));
     }
 
+    /// Sends to every connection's stream (list changes, task statuses).
     fn announce(&self, message: Message) {
         let listeners = self.inner.listeners.lock().clone();
-        for l in listeners {
+        for (_, l) in listeners {
+            let _ = l.try_send(message.clone());
+        }
+    }
+
+    /// Sends to one connection's stream (a request for its client).
+    fn announce_to(&self, connection: u64, message: Message) {
+        let listeners = self.inner.listeners.lock().clone();
+        let open: Vec<_> = listeners.iter().filter(|(c, l)| *c == connection && !l.is_closed()).collect();
+        if open.is_empty() {
+            self.inner.undelivered.lock().entry(connection).or_default().push(message);
+            return;
+        }
+        for (_, l) in open {
             let _ = l.try_send(message.clone());
         }
     }
@@ -156,10 +179,12 @@ impl DemoServer {
             json!({"name":"fail","description":"Returns a tool error (isError: true).","inputSchema":object(json!({"message":{"type":"string"}}), &[])}),
             json!({"name":"error","description":"Answers with a JSON-RPC error.","inputSchema":object(json!({"code":{"type":"integer"},"message":{"type":"string"}}), &[])}),
             json!({"name":"toggle_extra","description":"Adds or removes the 'extra' tool and announces the change.","inputSchema":object(json!({}), &[])}),
+            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer.",
+                   "inputSchema":object(json!({"question":{"type":"string"}}), &[])}),
         ];
         if self.inner.native_tasks {
             for tool in tools.iter_mut() {
-                if tool["name"] == "slow" || tool["name"] == "wait" {
+                if tool["name"] == "slow" || tool["name"] == "wait" || tool["name"] == "ask" {
                     tool["execution"] = json!({"taskSupport": "optional"});
                 }
             }
@@ -190,6 +215,18 @@ impl DemoServer {
                             stop.notify_one();
                         }
                     }
+                }
+                None
+            }
+            Message::Response { id, result } => {
+                if let Some(waiter) = self.inner.asked.lock().remove(&id) {
+                    let _ = waiter.send(Ok(result));
+                }
+                None
+            }
+            Message::Error { id: Some(id), error } => {
+                if let Some(waiter) = self.inner.asked.lock().remove(&id) {
+                    let _ = waiter.send(Err(error));
                 }
                 None
             }
@@ -267,7 +304,25 @@ impl DemoServer {
                     params["name"] = json!("slow");
                 }
                 tokio::spawn(async move {
-                    let (tx, _rx) = mpsc::channel(64);
+                    // What the tool sends its client during the task (elicitation) goes out on
+                    // the GET streams, tagged with the task and with the task input_required.
+                    let (tx, mut rx) = mpsc::channel::<Message>(64);
+                    let (forwarder, forwarded_task) = (demo.clone(), task_id.clone());
+                    tokio::spawn(async move {
+                        while let Some(message) = rx.recv().await {
+                            let Message::Request { id, method, params } = message else { continue };
+                            let mut params = params.unwrap_or_else(|| json!({}));
+                            params["_meta"] = json!({ mcp::meta::RELATED_TASK: { "taskId": forwarded_task } });
+                            let waiting = Some("waiting for the client's answer".to_string());
+                            forwarder.inner.tasks.lock().settle(
+                                &forwarded_task,
+                                TaskStatus::InputRequired,
+                                waiting,
+                                None,
+                            );
+                            forwarder.announce_to(connection, Message::request(id, method, Some(params)));
+                        }
+                    });
                     let run_id = RequestId::String(task_id.clone());
                     let outcome = demo.call(connection, &run_id, params, &tx).await;
                     let (status, message) = match &outcome {
@@ -406,6 +461,24 @@ impl DemoServer {
                 let code = args.get("code").and_then(Value::as_i64).unwrap_or(-32000);
                 let message = args.get("message").and_then(Value::as_str).unwrap_or("demo error").to_owned();
                 Err(ErrorObject::new(code, message).with_data(json!({"tool": "error"})))
+            }
+            "ask" => {
+                let question = args.get("question").and_then(Value::as_str).unwrap_or("Proceed?").to_owned();
+                let ask_id = RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.inner.asked.lock().insert(ask_id.clone(), tx);
+                let params = json!({
+                    "mode": "form",
+                    "message": question,
+                    "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+                });
+                let _ = related.send(Message::request(ask_id.clone(), "elicitation/create", Some(params))).await;
+                let answer = rx.await.map_err(|_| ErrorObject::new(-32603, "the elicitation was never answered"))??;
+                let text = match answer.get("action").and_then(Value::as_str) {
+                    Some("accept") => format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default()),
+                    other => format!("no answer ({})", other.unwrap_or("?")),
+                };
+                Ok(json!({"content": [{"type": "text", "text": text}], "isError": false}))
             }
             "toggle_extra" => {
                 let now = !self.inner.extra_tool.fetch_xor(true, Ordering::SeqCst);

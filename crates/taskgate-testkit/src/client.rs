@@ -167,6 +167,15 @@ impl McpClient {
         self.post_message(&Message::notification(method, params)).await.status
     }
 
+    /// Sends a request and returns its SSE reply as a stream, to read while it is in progress.
+    pub async fn request_stream(&mut self, method: &str, params: Option<Value>) -> SseReader {
+        let id = self.id();
+        let body = Message::request(id, method, params).to_json();
+        let response = self.http.post(&self.url).headers(self.headers()).body(body).send().await.expect("POST");
+        assert_eq!(response.headers().get("content-type").map(|v| v.to_str().unwrap()), Some("text/event-stream"));
+        SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new() }
+    }
+
     /// Opens the GET stream.
     pub async fn open_stream(&self) -> Result<SseReader, StatusCode> {
         let mut headers = self.headers();

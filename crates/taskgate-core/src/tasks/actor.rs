@@ -68,6 +68,9 @@ pub struct TaskActor {
     settled_outcome: Option<Result<TaskOutcome, GatewayError>>,
     running: Option<SpawnHandle>,
     fetching_result: bool,
+    /// A native task's result, fetched while it was `input_required`, kept until the upstream
+    /// reports the terminal status it goes with.
+    fetched: Option<TaskOutcome>,
     poll_failures: u32,
 }
 
@@ -86,6 +89,7 @@ impl TaskActor {
             settled_outcome: None,
             running: None,
             fetching_result: false,
+            fetched: None,
             poll_failures: 0,
         }
     }
@@ -203,7 +207,7 @@ impl TaskActor {
 
     fn poll(&mut self, ctx: &mut Context<Self>) {
         let Work::Native { upstream_task_id, .. } = &self.work else { return };
-        if self.status.is_terminal() || self.fetching_result {
+        if self.status.is_terminal() {
             return;
         }
         let session = self.session.clone();
@@ -254,30 +258,51 @@ impl TaskActor {
             return;
         }
         if up.status.is_terminal() {
-            self.fetch_result(up, ctx);
+            match self.fetched.take() {
+                Some(outcome) => self.settle(up.status, up.status_message, Some(outcome), ctx),
+                None => self.fetch_result(ctx),
+            }
             return;
         }
         if up.status != self.status || up.status_message != self.status_message {
             self.settle(up.status, up.status_message, None, ctx);
         }
+        if up.status == TaskStatus::InputRequired {
+            // The upstream delivers what it needs from the requestor on the tasks/result stream
+            // (basic/utilities/tasks "Input Required Status"): open it now.
+            self.fetch_result(ctx);
+        }
         self.schedule_poll(ctx);
     }
 
-    /// The upstream task is terminal: fetch its result once, then settle with its status.
-    fn fetch_result(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
-        if self.fetching_result {
+    /// Calls the upstream's `tasks/result` once: it returns when the upstream task is terminal
+    /// (carrying, on its stream, whatever the upstream needs from the requestor meanwhile). The
+    /// outcome is kept, and a poll learns the terminal status it goes with.
+    fn fetch_result(&mut self, ctx: &mut Context<Self>) {
+        let Work::Native { upstream_task_id, .. } = &self.work else { return };
+        if self.fetching_result || self.fetched.is_some() {
             return;
         }
         self.fetching_result = true;
         let session = self.session.clone();
-        let params = json!({"taskId": up.task_id});
-        let fetch = async move { session.request(methods::TASKS_RESULT, Some(params)).await };
+        let params = json!({"taskId": upstream_task_id});
+        let request_id = session.next_request_id();
+        let key = (session.upstream().to_owned(), request_id.clone());
+        self.shared.task_calls.write().insert(key.clone(), self.id.clone());
+        let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
         self.running = Some(ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
-            let outcome = match result {
-                Ok(value) => TaskOutcome::Result(without_upstream_task(value)),
-                Err(e) => TaskOutcome::Error(GatewayError::Upstream(e).error_object()),
-            };
-            act.settle(up.status, up.status_message, Some(outcome), ctx);
+            act.shared.task_calls.write().remove(&key);
+            act.running = None;
+            act.fetching_result = false;
+            match result {
+                Ok(value) => act.fetched = Some(TaskOutcome::Result(without_upstream_task(value))),
+                // The upstream's JSON-RPC error for the task is the underlying request's error.
+                Err(UpstreamError::Rpc { error, .. }) => act.fetched = Some(TaskOutcome::Error(*error)),
+                Err(e) => {
+                    tracing::info!(task = %act.id, error = %e, "fetching the upstream task result failed; polling on")
+                }
+            }
+            act.poll(ctx);
         })));
     }
 }
@@ -302,6 +327,8 @@ impl Actor for TaskActor {
         }
         match &self.work {
             Work::Wrapped { upstream_id, params } => {
+                let key = (self.session.upstream().to_owned(), upstream_id.clone());
+                self.shared.task_calls.write().insert(key, self.id.clone());
                 let session = self.session.clone();
                 let (id, params) = (upstream_id.clone(), params.clone());
                 let call = async move { session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await };
@@ -318,8 +345,14 @@ impl Actor for TaskActor {
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.shared.task_actors.write().remove(&self.id);
-        if let Work::Native { upstream_task_id, .. } = &self.work {
-            self.shared.native_tasks.write().remove(&(self.session.upstream().to_owned(), upstream_task_id.clone()));
+        let upstream = self.session.upstream().to_owned();
+        match &self.work {
+            Work::Native { upstream_task_id, .. } => {
+                self.shared.native_tasks.write().remove(&(upstream, upstream_task_id.clone()));
+            }
+            Work::Wrapped { upstream_id, .. } => {
+                self.shared.task_calls.write().remove(&(upstream, upstream_id.clone()));
+            }
         }
         if !self.waiters.is_empty() {
             let outcome = self
@@ -403,6 +436,42 @@ impl Handler<UpstreamStatus> for TaskActor {
 
     fn handle(&mut self, UpstreamStatus(up): UpstreamStatus, ctx: &mut Context<Self>) {
         self.observe(up, ctx);
+    }
+}
+
+/// The upstream asked the requestor for input on behalf of this task (a relayed elicitation or
+/// sampling request): a wrapped task waits in `input_required`.
+pub(crate) struct InputRequested;
+
+impl Message for InputRequested {
+    type Result = ();
+}
+
+impl Handler<InputRequested> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, _: InputRequested, ctx: &mut Context<Self>) {
+        // A native upstream reports its own status; only wrapped tasks are moved here.
+        if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::Working {
+            self.settle(TaskStatus::InputRequired, Some("Waiting for input from the client".into()), None, ctx);
+        }
+    }
+}
+
+/// The requestor answered the upstream's request: a wrapped task is working again.
+pub(crate) struct InputProvided;
+
+impl Message for InputProvided {
+    type Result = ();
+}
+
+impl Handler<InputProvided> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, _: InputProvided, ctx: &mut Context<Self>) {
+        if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::InputRequired {
+            self.settle(TaskStatus::Working, None, None, ctx);
+        }
     }
 }
 

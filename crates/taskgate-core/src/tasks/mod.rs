@@ -14,7 +14,7 @@ use taskgate_store::{Owner, TaskOutcome};
 use taskgate_upstream::UpstreamError;
 
 pub use actor::TaskActor;
-pub(crate) use actor::{AwaitResult, Cancel, TaskStart, UpstreamStatus, Work};
+pub(crate) use actor::{AwaitResult, Cancel, InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
 pub use supervisor::{Supervisor, Sweep};
 
 use crate::catalog::ToolEntry;
