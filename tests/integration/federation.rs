@@ -113,7 +113,9 @@ async fn calls_return_the_upstream_result_or_error_unchanged() {
 #[actix_rt::test]
 async fn progress_of_a_plain_call_arrives_on_its_sse_stream_before_the_result() {
     let demo = DemoUpstream::start();
-    let gw = TestGateway::start(config_with(vec![demo.upstream("demo"), stdio_demo_upstream("local")]));
+    let mut config = config_with(vec![demo.upstream("demo"), stdio_demo_upstream("local")]);
+    config.progress.min_interval_ms = 0; // relay every value (coalescing has its own test)
+    let gw = TestGateway::start(config);
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
     for tool in ["demo__slow", "local__slow"] {

@@ -49,7 +49,9 @@ async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_a
         "node",
         vec![interop_dir().join("server.mjs").display().to_string(), "--stdio".into()],
     );
-    let gw = TestGateway::start(config_with(vec![UpstreamConfig::http("ts", ts_url), stdio, demo.upstream("demo")]));
+    let mut config = config_with(vec![UpstreamConfig::http("ts", ts_url), stdio, demo.upstream("demo")]);
+    config.progress.min_interval_ms = 0;
+    let gw = TestGateway::start(config);
     let out = run_ts_client("client.mjs", &gw.url).await;
 
     assert_eq!(out["serverInfo"]["name"], "taskgate");

@@ -40,6 +40,8 @@ pub mod defaults {
     pub const TASKS_PAGE_SIZE: usize = 50;
     /// Most tasks held at once.
     pub const MAX_TASKS: usize = 100_000;
+    /// Least time between progress notifications per token.
+    pub const PROGRESS_MIN_INTERVAL_MS: u64 = 50;
     /// Expiry sweep period.
     pub const SWEEP_INTERVAL_MS: u64 = 1000;
     /// stdio processes per upstream.
@@ -70,6 +72,9 @@ pub struct Config {
     /// Tasks (basic/utilities/tasks).
     #[serde(default)]
     pub tasks: TasksConfig,
+    /// Progress relaying (basic/utilities/progress).
+    #[serde(default)]
+    pub progress: ProgressConfig,
     /// The upstream MCP servers.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,
@@ -192,6 +197,22 @@ impl Default for TasksConfig {
             max_tasks: defaults::MAX_TASKS,
             sweep_interval_ms: defaults::SWEEP_INTERVAL_MS,
         }
+    }
+}
+
+/// `[progress]`: how upstream progress notifications are relayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProgressConfig {
+    /// Least time between two notifications for one token, in milliseconds: values arriving
+    /// faster are coalesced (the latest wins; the last one before completion is always sent).
+    /// 0 relays every value.
+    pub min_interval_ms: u64,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        ProgressConfig { min_interval_ms: defaults::PROGRESS_MIN_INTERVAL_MS }
     }
 }
 

@@ -49,6 +49,10 @@ pub(crate) struct Shared {
     /// Upstream requests made for a task by (upstream, upstream request id): our task id. What
     /// the upstream sends on their streams (elicitation…) belongs to that task.
     pub task_calls: RwLock<HashMap<(String, taskgate_protocol::RequestId), String>>,
+    /// Progress counters and the upstream token sequence.
+    pub progress: Arc<crate::progress::ProgressStats>,
+    /// Client requests in progress across all sessions.
+    pub live_requests: std::sync::atomic::AtomicUsize,
 }
 
 /// The running gateway core. Cheap to clone.
@@ -85,6 +89,8 @@ impl Gateway {
             task_actors: RwLock::new(HashMap::new()),
             native_tasks: RwLock::new(HashMap::new()),
             task_calls: RwLock::new(HashMap::new()),
+            progress: Arc::default(),
+            live_requests: Default::default(),
         });
         let supervisor = Supervisor::new(shared.clone()).start();
         Gateway { shared, supervisor }
@@ -93,6 +99,16 @@ impl Gateway {
     /// Sweeps expired tasks now, and resolves when done.
     pub async fn sweep_expired(&self) {
         let _ = self.supervisor.send(Sweep).await;
+    }
+
+    /// Progress counters: relayed, coalesced, dropped, live tokens.
+    pub fn progress_stats(&self) -> &crate::progress::ProgressStats {
+        &self.shared.progress
+    }
+
+    /// Client requests in progress across all sessions.
+    pub fn live_requests(&self) -> usize {
+        self.shared.live_requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Task actors alive now.

@@ -6,6 +6,7 @@
 //! - [`router`]: [`router::Router`], the federated tool catalog and its refreshes.
 //! - [`tasks`]: [`tasks::TaskActor`] (one per task), [`tasks::Supervisor`] (expiry sweep), and
 //!   the rules for task support, ttl and outcomes.
+//! - [`progress`]: [`progress::ProgressActor`], one per live client progress token.
 //! - [`catalog`]: the catalog's pure data: naming, collisions, cursor pages.
 //! - [`clock`]: injected time.
 //! - [`registry`]: the session table and [`Identity`].
@@ -15,6 +16,7 @@ pub mod catalog;
 pub mod clock;
 pub mod error;
 pub mod gateway;
+pub mod progress;
 pub mod registry;
 pub mod router;
 pub mod session;

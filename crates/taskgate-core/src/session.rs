@@ -22,6 +22,7 @@ use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
 
 use crate::catalog::{Page, ToolEntry};
 use crate::gateway::Shared;
+use crate::progress::{Abandon, Finish, Progress, ProgressActor, ProgressTarget};
 use crate::registry::Identity;
 use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
 use crate::stream::receiver_stream;
@@ -54,7 +55,7 @@ pub struct SessionActor {
     by_upstream: HashMap<(String, RequestId), RequestId>,
     /// Requests an upstream sent that were relayed to the client: gateway id → (upstream, its
     /// id, the task it is for).
-    relayed: HashMap<RequestId, (String, RequestId, Option<String>)>,
+    relayed: HashMap<RequestId, Relayed>,
     next_relay: u64,
     /// Native task creations in flight, by upstream.
     native_creating: HashMap<String, usize>,
@@ -70,6 +71,21 @@ struct InFlight {
     upstream: Option<(String, RequestId)>,
     /// For `tasks/result`: the task waited on (requests for that task go on this stream).
     task: Option<String>,
+    /// A task-augmented request: `notifications/cancelled` does not apply (tasks/cancel does).
+    task_augmented: bool,
+    /// The running upstream call, stopped on cancellation.
+    running: Option<SpawnHandle>,
+    /// The request's progress token's actor.
+    progress: Option<Addr<ProgressActor>>,
+}
+
+/// A request an upstream sent that was relayed to the client.
+struct Relayed {
+    upstream: String,
+    upstream_id: RequestId,
+    task: Option<String>,
+    /// The progress token in the upstream's request: client progress naming it goes back there.
+    progress_token: Option<Value>,
 }
 
 impl SessionActor {
@@ -104,14 +120,21 @@ impl SessionActor {
         Some(session)
     }
 
+    /// Forgets a request and everything keyed by it (whichever side ends it first).
+    fn forget(&mut self, id: &RequestId) -> Option<InFlight> {
+        let request = self.requests.remove(id)?;
+        self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(key) = &request.upstream {
+            self.by_upstream.remove(key);
+        }
+        Some(request)
+    }
+
     /// Sends the final message for a client request and forgets the request.
     fn finish(&mut self, id: RequestId, outcome: Result<Value, GatewayError>) {
-        let Some(request) = self.requests.remove(&id) else {
+        let Some(request) = self.forget(&id) else {
             return; // cancelled by the client: no response is sent (basic/utilities/cancellation)
         };
-        if let Some(key) = request.upstream {
-            self.by_upstream.remove(&key);
-        }
         let message = match outcome {
             Ok(result) => RpcMessage::response(id, result),
             Err(e) => {
@@ -224,14 +247,20 @@ impl SessionActor {
                 let why = format!("tool {name} requires task-augmented execution: add \"task\": {{}} to the params");
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
-            (Some(ttl), _) if entry.native => self.start_native_task(id, upstream_params, ttl, entry, session, ctx),
+            (Some(ttl), _) if entry.native => {
+                let mut record = self.new_task(&entry.upstream, ttl, None);
+                record.ttl_ms = tasks::granted_ttl(ttl, &self.shared.config.tasks);
+                let progress = self.task_progress(&record.id, &mut upstream_params);
+                self.start_native_task(id, upstream_params, record, progress, session, ctx)
+            }
             (Some(ttl), _) => {
                 if let Value::Object(p) = &mut upstream_params {
                     p.remove("task");
                 }
-                let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
                 let record = self.new_task(&entry.upstream, ttl, None);
-                self.create_task(id, record, session, work, Map::new(), ctx);
+                let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
+                let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
+                self.create_task(id, record, session, work, progress, Map::new(), ctx);
             }
             (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
         }
@@ -264,12 +293,14 @@ impl SessionActor {
         record: TaskRecord,
         session: UpstreamSession,
         work: Work,
+        progress: Option<Addr<ProgressActor>>,
         extra: Map<String, Value>,
         ctx: &mut Context<Self>,
     ) {
         let store = self.shared.store.clone();
         let stored = record.clone();
         let native_upstream = matches!(work, Work::Native { .. }).then(|| record.upstream.clone());
+        let progress_on_error = progress.clone();
         let create = async move { store.create(stored).await };
         ctx.spawn(create.into_actor(self).map(move |created, act, ctx| match created {
             Ok(()) => {
@@ -282,7 +313,7 @@ impl SessionActor {
                 };
                 let task_id = record.id.clone();
                 let task_id_for_map = task_id.clone();
-                let start = TaskStart { record, owner: act.identity.clone(), session, work };
+                let start = TaskStart { record, owner: act.identity.clone(), session, work, progress };
                 let actor = TaskActor::new(act.shared.clone(), start).start();
                 // Registered before the answer, so a tasks/result right after finds the actor.
                 act.shared.task_actors.write().insert(task_id, actor.clone());
@@ -297,6 +328,9 @@ impl SessionActor {
                 }
             }
             Err(StoreError::Full { limit }) => {
+                if let Some(progress) = &progress_on_error {
+                    progress.do_send(Abandon);
+                }
                 if let Some(upstream) = native_upstream {
                     act.native_created(&upstream, ctx);
                 }
@@ -318,28 +352,40 @@ impl SessionActor {
         &mut self,
         id: RequestId,
         mut params: Value,
-        ttl: Option<u64>,
-        entry: ToolEntry,
+        record: TaskRecord,
+        progress: Option<(Addr<ProgressActor>, Value)>,
         session: UpstreamSession,
         ctx: &mut Context<Self>,
     ) {
-        let granted = tasks::granted_ttl(ttl, &self.shared.config.tasks);
-        params["task"] = granted.map_or_else(|| json!({}), |ttl| json!({ "ttl": ttl }));
-        *self.native_creating.entry(entry.upstream.clone()).or_default() += 1;
+        params["task"] = record.ttl_ms.map_or_else(|| json!({}), |ttl| json!({ "ttl": ttl }));
+        let upstream = record.upstream.clone();
+        *self.native_creating.entry(upstream.clone()).or_default() += 1;
+        // The task's progress token stays valid for its whole lifetime: route it from now on.
+        let route = progress.as_ref().map(|(actor, token)| {
+            let (sink, notes) = mpsc::channel(UPSTREAM_EVENTS);
+            (session.route_progress(token, sink), notes, actor.clone())
+        });
         let caller = session.clone();
         let call = async move { caller.request(methods::TOOLS_CALL, Some(params)).await };
         ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+            let abandon = |progress: &Option<(Addr<ProgressActor>, Value)>| {
+                if let Some((actor, _)) = progress {
+                    let _ = actor.try_send(Abandon);
+                }
+            };
             let result = match result {
                 Ok(result) => result,
                 Err(e) => {
-                    act.native_created(&entry.upstream, ctx);
+                    abandon(&progress);
+                    act.native_created(&upstream, ctx);
                     return act.finish(id, Err(GatewayError::Upstream(e)));
                 }
             };
             let Some(up) = result.get("task").and_then(TaskView::from_value) else {
-                act.native_created(&entry.upstream, ctx);
+                abandon(&progress);
+                act.native_created(&upstream, ctx);
                 let e = taskgate_upstream::UpstreamError::Protocol {
-                    upstream: entry.upstream.clone(),
+                    upstream: upstream.clone(),
                     reason: "it answered a task-augmented tools/call without a valid task".into(),
                 };
                 return act.finish(id, Err(GatewayError::Upstream(e)));
@@ -355,10 +401,15 @@ impl SessionActor {
                 m.remove(mcp::meta::RELATED_TASK);
             }
             let poll_ms = up.poll_interval_ms.unwrap_or(act.shared.config.tasks.poll_interval_ms);
-            let mut record = act.new_task(&entry.upstream, ttl, Some(up.task_id.clone()));
-            record.ttl_ms = granted;
-            let work = Work::Native { upstream_task_id: up.task_id, poll: std::time::Duration::from_millis(poll_ms) };
-            act.create_task(id, record, session, work, extra, ctx);
+            let mut record = record;
+            record.upstream_task_id = Some(up.task_id.clone());
+            let poll = std::time::Duration::from_millis(poll_ms);
+            let (progress_route, actor) = match route {
+                Some((guard, notes, actor)) => (Some((guard, notes)), Some(actor)),
+                None => (None, None),
+            };
+            let work = Work::Native { upstream_task_id: up.task_id, poll, progress_route };
+            act.create_task(id, record, session, work, actor, extra, ctx);
         }));
     }
 
@@ -376,10 +427,46 @@ impl SessionActor {
         }
         self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
         let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
-        let call = relay_call(session, upstream_id, params, reply);
-        ctx.spawn(
-            call.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome.map_err(GatewayError::from))),
+        let mut params = params;
+        let progress = self.request_progress(&mut params, &reply);
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.progress = progress.clone();
+        }
+        let call = relay_call(session, upstream_id, params, Some(reply), progress, true);
+        let finished = id.clone();
+        let handle = ctx.spawn(
+            call.into_actor(self).map(move |outcome, act, _| act.finish(finished, outcome.map_err(GatewayError::from))),
         );
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.running = Some(handle);
+        }
+    }
+
+    /// A progress actor for a plain call's token, which is replaced upstream by a fresh one.
+    fn request_progress(&self, params: &mut Value, reply: &mpsc::Sender<RpcMessage>) -> Option<Addr<ProgressActor>> {
+        let token = params.pointer("/_meta/progressToken").cloned()?;
+        Some(self.start_progress(token, params, ProgressTarget::Request(reply.clone())))
+    }
+
+    /// A progress actor for a task's token (valid for the task's lifetime), and the upstream
+    /// token that replaces it.
+    fn task_progress(&self, task_id: &str, params: &mut Value) -> Option<(Addr<ProgressActor>, Value)> {
+        let token = params.pointer("/_meta/progressToken").cloned()?;
+        let target = ProgressTarget::Task {
+            task_id: task_id.to_owned(),
+            owner: self.identity.clone(),
+            sessions: self.shared.sessions.clone(),
+        };
+        let actor = self.start_progress(token, params, target);
+        let upstream = params.pointer("/_meta/progressToken").cloned().unwrap_or(Value::Null);
+        Some((actor, upstream))
+    }
+
+    fn start_progress(&self, client_token: Value, params: &mut Value, target: ProgressTarget) -> Addr<ProgressActor> {
+        let upstream_token = self.shared.progress.issue_token();
+        params["_meta"]["progressToken"] = Value::from(upstream_token);
+        let min_interval = std::time::Duration::from_millis(self.shared.config.progress.min_interval_ms);
+        ProgressActor::new(client_token, target, min_interval, self.shared.progress.clone()).start()
     }
 
     /// Runs a task method's work in a spawned future and answers with its outcome.
@@ -533,12 +620,28 @@ impl SessionActor {
             tracing::info!(session = %self.id, "ignored notifications/cancelled without a valid requestId");
             return;
         };
-        let Some(request) = self.requests.remove(&id) else {
-            tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for an unknown or finished request");
-            return;
-        };
+        match self.requests.get(&id) {
+            None => {
+                tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for an unknown or finished request (or initialize)");
+                return;
+            }
+            Some(request) if request.task_augmented => {
+                // basic/utilities/cancellation: task-augmented requests use tasks/cancel.
+                tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for a task-augmented request; use tasks/cancel");
+                return;
+            }
+            Some(_) => {}
+        }
+        let reason = params.as_ref().and_then(|p| p.get("reason")).and_then(Value::as_str).unwrap_or("none given");
+        tracing::info!(session = %self.id, request = %id, %reason, "client cancelled a request");
+        let Some(request) = self.forget(&id) else { return };
+        if let Some(handle) = request.running {
+            ctx.cancel_future(handle);
+        }
+        if let Some(progress) = request.progress {
+            let _ = progress.try_send(Abandon);
+        }
         let Some((upstream, upstream_id)) = request.upstream else { return };
-        self.by_upstream.remove(&(upstream.clone(), upstream_id.clone()));
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
             let mut forwarded = params.unwrap_or_else(|| json!({}));
             forwarded["requestId"] = upstream_id.to_value();
@@ -611,6 +714,7 @@ impl SessionActor {
         ctx: &mut Context<Self>,
     ) {
         let task = self.task_of(&upstream, related.as_ref(), &mut params);
+        let relayed_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
         let task_stream = task.as_ref().and_then(|t| {
             self.requests
                 .values()
@@ -654,7 +758,8 @@ impl SessionActor {
         if let Some(actor) = task.as_ref().and_then(|t| self.shared.task_actors.read().get(t).cloned()) {
             let _ = actor.try_send(InputRequested);
         }
-        self.relayed.insert(gateway_id, (upstream, id, task));
+        let progress_token = relayed_token;
+        self.relayed.insert(gateway_id, Relayed { upstream, upstream_id: id, task, progress_token });
     }
 
     /// Something an upstream sent on its own. A message naming an upstream task not known yet,
@@ -686,6 +791,9 @@ impl SessionActor {
                 if self.shared.router.try_send(RefreshUpstream(upstream)).is_err() {
                     tracing::warn!("the router's queue is full; a tools/list_changed was not handled");
                 }
+            }
+            UpstreamEvent::Notification { method, params, .. } if method == methods::CANCELLED => {
+                self.upstream_cancelled(&upstream, params);
             }
             UpstreamEvent::Notification { method, .. } if method == methods::PROGRESS => {
                 // Progress of live requests reaches them through their own call; this names
@@ -729,41 +837,114 @@ impl SessionActor {
         }
     }
 
+    /// Progress the client reports on a request an upstream sent it: back to that upstream.
+    fn client_progress(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
+        let token = params.as_ref().and_then(|p| p.get("progressToken"));
+        let owner = token.and_then(|t| self.relayed.values().find(|r| r.progress_token.as_ref() == Some(t)));
+        let Some(upstream) = owner.map(|r| r.upstream.clone()) else {
+            tracing::debug!(session = %self.id, "client progress for no relayed request ignored");
+            return;
+        };
+        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            ctx.spawn(
+                async move {
+                    let _ = session.notify(methods::PROGRESS, params).await;
+                }
+                .into_actor(self),
+            );
+        }
+    }
+
+    /// An upstream cancelled a request it had sent through the gateway: tell the client, with
+    /// the id the client knows.
+    fn upstream_cancelled(&mut self, upstream: &str, params: Option<Value>) {
+        let Some(upstream_id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
+            return;
+        };
+        let gateway_id = self
+            .relayed
+            .iter()
+            .find(|(_, r)| r.upstream == upstream && r.upstream_id == upstream_id)
+            .map(|(g, _)| g.clone());
+        let Some(gateway_id) = gateway_id else {
+            tracing::debug!(session = %self.id, %upstream, "upstream cancelled a request the client never saw");
+            return;
+        };
+        let relayed = self.relayed.remove(&gateway_id).expect("found above");
+        let mut forwarded = params.unwrap_or_else(|| json!({}));
+        forwarded["requestId"] = gateway_id.to_value();
+        let stream = relayed
+            .task
+            .as_ref()
+            .and_then(|t| self.requests.values().find(|r| r.task.as_ref() == Some(t)).map(|r| r.reply.clone()))
+            .or_else(|| self.get_stream.clone());
+        match stream {
+            Some(stream) => {
+                let _ = stream.try_send(RpcMessage::notification(methods::CANCELLED, Some(forwarded)));
+            }
+            None => self.queued.retain(|(_, m)| m.id() != Some(&gateway_id)),
+        }
+    }
+
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
     fn release_upstreams(&mut self) {
         self.upstreams.clear();
     }
 }
 
-/// Runs an upstream `tools/call`, forwarding the notifications that belong to it (progress,
-/// logs on its stream) to the client's stream for the request, all before the result.
-async fn relay_call(
+/// Runs an upstream `tools/call`, forwarding the notifications that belong to it, all before
+/// the result: progress to its [`ProgressActor`] (awaited, so order holds), anything else to
+/// the client's stream for the request. With `finish`, the progress actor delivers what it has
+/// pending and stops before the result is returned.
+pub(crate) async fn relay_call(
     session: UpstreamSession,
     upstream_id: RequestId,
     params: Value,
-    reply: mpsc::Sender<RpcMessage>,
+    reply: Option<mpsc::Sender<RpcMessage>>,
+    progress: Option<Addr<ProgressActor>>,
+    finish: bool,
 ) -> Result<Value, taskgate_upstream::UpstreamError> {
     let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
     let call = session.request_routed(upstream_id, methods::TOOLS_CALL, Some(params), Some(related));
     tokio::pin!(call);
     let forward = |note: RpcMessage| {
-        // A client that stopped reading loses notifications, never the response (sent after).
-        if reply.try_send(note).is_err() {
-            tracing::debug!("client stream full or closed; a notification was dropped");
-        }
-    };
-    loop {
-        tokio::select! {
-            biased;
-            Some(note) = notes.recv() => forward(note),
-            outcome = &mut call => {
-                while let Ok(note) = notes.try_recv() {
-                    forward(note);
+        let progress = progress.clone();
+        let reply = reply.clone();
+        async move {
+            match (note, &progress) {
+                (RpcMessage::Notification { method, params: Some(params) }, Some(actor))
+                    if method == methods::PROGRESS =>
+                {
+                    let _ = actor.send(Progress(params)).await;
                 }
-                return outcome;
+                (RpcMessage::Notification { method, .. }, _) if method == methods::PROGRESS => {}
+                (note, _) => {
+                    // A client that stopped reading loses notifications, never the response.
+                    if let Some(reply) = &reply {
+                        if reply.try_send(note).is_err() {
+                            tracing::debug!("client stream full or closed; a notification was dropped");
+                        }
+                    }
+                }
             }
         }
+    };
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(note) = notes.recv() => forward(note).await,
+            outcome = &mut call => {
+                while let Ok(note) = notes.try_recv() {
+                    forward(note).await;
+                }
+                break outcome;
+            }
+        }
+    };
+    if let (true, Some(actor)) = (finish, &progress) {
+        let _ = actor.send(Finish).await;
     }
+    outcome
 }
 
 /// `params.taskId` of a task method; the method parameter is the source of truth (any
@@ -808,6 +989,14 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        let open: Vec<RequestId> = self.requests.keys().cloned().collect();
+        for id in open {
+            if let Some(request) = self.forget(&id) {
+                if let Some(progress) = request.progress {
+                    let _ = progress.try_send(Abandon);
+                }
+            }
+        }
         self.shared.sessions.remove(&self.id);
         self.release_upstreams();
         tracing::info!(session = %self.id, "session ended");
@@ -852,7 +1041,12 @@ impl Handler<ClientRequest> for SessionActor {
                 let _ = reply.try_send(message);
             }
         }
-        self.requests.insert(id.clone(), InFlight { reply, upstream: None, task });
+        let task_augmented = method == methods::TOOLS_CALL && params.as_ref().is_some_and(|p| p.get("task").is_some());
+        self.requests.insert(
+            id.clone(),
+            InFlight { reply, upstream: None, task, task_augmented, running: None, progress: None },
+        );
+        self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match method.as_str() {
             methods::PING => self.finish(id, Ok(json!({}))),
             methods::TOOLS_LIST => self.list_tools(id, params, ctx),
@@ -895,6 +1089,7 @@ impl Handler<ClientNotification> for SessionActor {
         match msg.method.as_str() {
             methods::INITIALIZED => {}
             methods::CANCELLED => self.cancel(msg.params, ctx),
+            methods::PROGRESS => self.client_progress(msg.params, ctx),
             "notifications/roots/list_changed" => {
                 for session in self.upstreams.values() {
                     let (session, params) = (session.clone(), msg.params.clone());
@@ -925,7 +1120,7 @@ impl Handler<ClientResponse> for SessionActor {
         let Some(id) = message.id().cloned() else {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };
-        let Some((upstream, upstream_id, task)) = self.relayed.remove(&id) else {
+        let Some(Relayed { upstream, upstream_id, task, .. }) = self.relayed.remove(&id) else {
             return Err(GatewayError::InvalidRequest(format!(
                 "no request with id {id} is waiting for a response in this session"
             )));
@@ -1004,6 +1199,34 @@ impl Handler<ToolsChanged> for SessionActor {
     fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
         if let Some(stream) = &self.get_stream {
             let _ = stream.try_send(RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+        }
+    }
+}
+
+/// Progress of a task of this session's requestor: on the task's `tasks/result` stream when
+/// one is open here, else the GET stream (one stream, never both).
+pub(crate) struct TaskProgress {
+    pub task_id: String,
+    pub notification: RpcMessage,
+}
+
+impl Message for TaskProgress {
+    type Result = ();
+}
+
+impl Handler<TaskProgress> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, TaskProgress { task_id, notification }: TaskProgress, _: &mut Context<Self>) {
+        let stream = self
+            .requests
+            .values()
+            .find(|r| r.task.as_deref() == Some(task_id.as_str()))
+            .map(|r| r.reply.clone())
+            .filter(|s| !s.is_closed())
+            .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
+        if let Some(stream) = stream {
+            let _ = stream.try_send(notification);
         }
     }
 }

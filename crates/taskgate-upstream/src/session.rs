@@ -96,6 +96,19 @@ impl Routes {
     }
 }
 
+/// Routes progress naming `token` to a sink for as long as it is held (a native task's token
+/// stays valid for the task's lifetime, beyond the request that created it).
+pub struct ProgressRoute {
+    routes: Arc<Routes>,
+    key: String,
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        self.routes.by_token.lock().remove(&self.key);
+    }
+}
+
 /// Registers a request's progress token while the request is in flight.
 struct TokenRoute<'a> {
     routes: &'a Routes,
@@ -307,6 +320,14 @@ impl UpstreamSession {
             Ok(result) => result,
             Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
         }
+    }
+
+    /// Routes the upstream's progress notifications naming `token` to `sink` until the returned
+    /// guard is dropped.
+    pub fn route_progress(&self, token: &Value, sink: mpsc::Sender<Message>) -> ProgressRoute {
+        let key = token.to_string();
+        self.inner.routes.by_token.lock().insert(key.clone(), sink);
+        ProgressRoute { routes: self.inner.routes.clone(), key }
     }
 
     /// Sends a notification (initializing first if needed).

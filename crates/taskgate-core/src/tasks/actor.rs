@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 
 use super::{cancelled_outcome, not_found, settle_call};
 use crate::gateway::Shared;
+use crate::progress::{Abandon, Finish, Progress, ProgressActor};
 use crate::registry::Identity;
 use crate::session::TaskStatusChanged;
 use crate::GatewayError;
@@ -42,6 +43,9 @@ pub(crate) enum Work {
         upstream_task_id: String,
         /// How often to poll it.
         poll: Duration,
+        /// The task's progress token route at the upstream, and the notes it receives.
+        progress_route:
+            Option<(taskgate_upstream::ProgressRoute, tokio::sync::mpsc::Receiver<taskgate_protocol::Message>)>,
     },
 }
 
@@ -51,6 +55,8 @@ pub(crate) struct TaskStart {
     pub owner: Identity,
     pub session: UpstreamSession,
     pub work: Work,
+    /// The task's progress token's actor, if the request had a token.
+    pub progress: Option<Addr<ProgressActor>>,
 }
 
 /// One task.
@@ -67,6 +73,7 @@ pub struct TaskActor {
     /// The answer for waiters once the task is settled (a waiter may arrive while it stops).
     settled_outcome: Option<Result<TaskOutcome, GatewayError>>,
     running: Option<SpawnHandle>,
+    progress: Option<Addr<ProgressActor>>,
     fetching_result: bool,
     /// A native task's result, fetched while it was `input_required`, kept until the upstream
     /// reports the terminal status it goes with.
@@ -88,6 +95,7 @@ impl TaskActor {
             waiters: Vec::new(),
             settled_outcome: None,
             running: None,
+            progress: start.progress,
             fetching_result: false,
             fetched: None,
             poll_failures: 0,
@@ -126,8 +134,17 @@ impl TaskActor {
                 if record.status.is_terminal() {
                     tracing::info!(task = %self.id, tenant = %self.owner.tenant, status = %record.status, "task finished");
                     let outcome = record.outcome.clone().unwrap_or_else(cancelled_outcome);
-                    self.answer(Ok(outcome));
-                    ctx.stop();
+                    // The last progress value goes out before the result; none after.
+                    let progress = self.progress.take();
+                    let flushed = async move {
+                        if let Some(progress) = progress {
+                            let _ = progress.send(Finish).await;
+                        }
+                    };
+                    ctx.wait(flushed.into_actor(self).map(move |_, act, ctx| {
+                        act.answer(Ok(outcome));
+                        ctx.stop();
+                    }));
                 }
             }
             Err(StoreError::Conflict { current }) => {
@@ -168,6 +185,9 @@ impl TaskActor {
     fn stop_work(&mut self, ctx: &mut Context<Self>) {
         if let Some(handle) = self.running.take() {
             ctx.cancel_future(handle);
+        }
+        if let Some(progress) = self.progress.take() {
+            let _ = progress.try_send(Abandon);
         }
         let session = self.session.clone();
         match &self.work {
@@ -325,20 +345,38 @@ impl Actor for TaskActor {
             let left = at.saturating_sub(self.shared.clock.now_ms());
             ctx.run_later(Duration::from_millis(left), |act, ctx| act.expire(ctx));
         }
-        match &self.work {
+        match &mut self.work {
             Work::Wrapped { upstream_id, params } => {
                 let key = (self.session.upstream().to_owned(), upstream_id.clone());
                 self.shared.task_calls.write().insert(key, self.id.clone());
                 let session = self.session.clone();
                 let (id, params) = (upstream_id.clone(), params.clone());
-                let call = async move { session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await };
+                let call = crate::session::relay_call(session, id, params, None, self.progress.clone(), false);
                 self.running = Some(ctx.spawn(call.into_actor(self).map(|outcome, act, ctx| {
                     act.running = None;
                     let (status, message, outcome) = settle_call(outcome);
                     act.settle(status, message, Some(outcome), ctx);
                 })));
             }
-            Work::Native { .. } => self.schedule_poll(ctx),
+            Work::Native { progress_route, .. } => {
+                // Forward the task's progress (routed by its token) for as long as it lives.
+                if let (Some((_, notes)), Some(actor)) = (progress_route.as_mut(), self.progress.clone()) {
+                    let mut notes = std::mem::replace(notes, tokio::sync::mpsc::channel(1).1);
+                    ctx.spawn(
+                        async move {
+                            while let Some(note) = notes.recv().await {
+                                if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
+                                    if actor.send(Progress(params)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        .into_actor(self),
+                    );
+                }
+                self.schedule_poll(ctx);
+            }
         }
         tracing::info!(task = %self.id, tenant = %self.owner.tenant, principal = %self.owner.principal, upstream = self.session.upstream(), "task created");
     }
