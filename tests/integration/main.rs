@@ -5,5 +5,6 @@ mod cli;
 mod federation;
 mod front_door;
 mod interop;
+mod progress;
 mod tasks;
 mod upstreams;

@@ -86,6 +86,8 @@ struct Relayed {
     task: Option<String>,
     /// The progress token in the upstream's request: client progress naming it goes back there.
     progress_token: Option<Value>,
+    /// The stream it went on (empty while queued): its cancellation follows it there.
+    stream: Option<mpsc::Sender<RpcMessage>>,
 }
 
 impl SessionActor {
@@ -260,7 +262,8 @@ impl SessionActor {
                 let record = self.new_task(&entry.upstream, ttl, None);
                 let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
                 let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
-                self.create_task(id, record, session, work, progress, Map::new(), ctx);
+                let start = TaskStart { record, owner: self.identity.clone(), session, work, progress };
+                self.create_task(id, start, Map::new(), ctx);
             }
             (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
         }
@@ -287,16 +290,8 @@ impl SessionActor {
 
     /// Stores the task, starts its actor, and answers `CreateTaskResult` at once (before the
     /// upstream work finishes).
-    fn create_task(
-        &mut self,
-        id: RequestId,
-        record: TaskRecord,
-        session: UpstreamSession,
-        work: Work,
-        progress: Option<Addr<ProgressActor>>,
-        extra: Map<String, Value>,
-        ctx: &mut Context<Self>,
-    ) {
+    fn create_task(&mut self, id: RequestId, start: TaskStart, extra: Map<String, Value>, ctx: &mut Context<Self>) {
+        let TaskStart { record, session, work, progress, .. } = start;
         let store = self.shared.store.clone();
         let stored = record.clone();
         let native_upstream = matches!(work, Work::Native { .. }).then(|| record.upstream.clone());
@@ -409,7 +404,8 @@ impl SessionActor {
                 None => (None, None),
             };
             let work = Work::Native { upstream_task_id: up.task_id, poll, progress_route };
-            act.create_task(id, record, session, work, actor, extra, ctx);
+            let start = TaskStart { record, owner: act.identity.clone(), session, work, progress: actor };
+            act.create_task(id, start, extra, ctx);
         }));
     }
 
@@ -737,6 +733,7 @@ impl SessionActor {
         }
         let gateway_id = RequestId::String(format!("taskgate-{}", self.next_relay));
         let message = RpcMessage::request(gateway_id.clone(), method.clone(), params);
+        let used = stream.clone();
         match (stream, &task) {
             (Some(stream), _) => {
                 if stream.try_send(message).is_err() {
@@ -759,7 +756,7 @@ impl SessionActor {
             let _ = actor.try_send(InputRequested);
         }
         let progress_token = relayed_token;
-        self.relayed.insert(gateway_id, Relayed { upstream, upstream_id: id, task, progress_token });
+        self.relayed.insert(gateway_id, Relayed { upstream, upstream_id: id, task, progress_token, stream: used });
     }
 
     /// Something an upstream sent on its own. A message naming an upstream task not known yet,
@@ -873,11 +870,8 @@ impl SessionActor {
         let relayed = self.relayed.remove(&gateway_id).expect("found above");
         let mut forwarded = params.unwrap_or_else(|| json!({}));
         forwarded["requestId"] = gateway_id.to_value();
-        let stream = relayed
-            .task
-            .as_ref()
-            .and_then(|t| self.requests.values().find(|r| r.task.as_ref() == Some(t)).map(|r| r.reply.clone()))
-            .or_else(|| self.get_stream.clone());
+        let stream =
+            relayed.stream.filter(|s| !s.is_closed()).or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
         match stream {
             Some(stream) => {
                 let _ = stream.try_send(RpcMessage::notification(methods::CANCELLED, Some(forwarded)));

@@ -31,6 +31,10 @@ pub struct DemoStats {
     pub last_client_info: Value,
     /// Request ids of the tool calls received, in order.
     pub call_ids: Vec<RequestId>,
+    /// Progress tokens of the tool calls received, in order.
+    pub progress_tokens: Vec<Value>,
+    /// Progress notifications received from the client (on requests this server sent).
+    pub client_progress: Vec<Value>,
     /// Native tasks created.
     pub tasks_created: u64,
     /// Native tasks cancelled by `tasks/cancel`.
@@ -179,6 +183,8 @@ impl DemoServer {
             json!({"name":"fail","description":"Returns a tool error (isError: true).","inputSchema":object(json!({"message":{"type":"string"}}), &[])}),
             json!({"name":"error","description":"Answers with a JSON-RPC error.","inputSchema":object(json!({"code":{"type":"integer"},"message":{"type":"string"}}), &[])}),
             json!({"name":"toggle_extra","description":"Adds or removes the 'extra' tool and announces the change.","inputSchema":object(json!({}), &[])}),
+            json!({"name":"progress","description":"Reports the given progress values in order, then returns.",
+                   "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
             json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer.",
                    "inputSchema":object(json!({"question":{"type":"string"}}), &[])}),
         ];
@@ -209,6 +215,9 @@ impl DemoServer {
                 })
             }
             Message::Notification { method, params } => {
+                if method == methods::PROGRESS {
+                    self.inner.stats.lock().client_progress.push(params.clone().unwrap_or_default());
+                }
                 if method == methods::CANCELLED {
                     if let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) {
                         if let Some(stop) = self.inner.in_flight.lock().get(&(connection, id)) {
@@ -396,6 +405,9 @@ impl DemoServer {
             let mut stats = self.inner.stats.lock();
             stats.calls += 1;
             stats.call_ids.push(id.clone());
+            if let Some(token) = mcp::progress_token(Some(&params)) {
+                stats.progress_tokens.push(token.clone());
+            }
         }
         let text = |t: String| json!({"content": [{"type": "text", "text": t}], "isError": false});
         match name {
@@ -462,17 +474,38 @@ impl DemoServer {
                 let message = args.get("message").and_then(Value::as_str).unwrap_or("demo error").to_owned();
                 Err(ErrorObject::new(code, message).with_data(json!({"tool": "error"})))
             }
+            "progress" => {
+                let token = mcp::progress_token(Some(&params)).cloned();
+                let values = args.get("values").and_then(Value::as_array).cloned().unwrap_or_default();
+                if let Some(token) = &token {
+                    for value in &values {
+                        let progress = json!({"progressToken": token, "progress": value, "total": 100});
+                        let _ = related.send(Message::notification(methods::PROGRESS, Some(progress))).await;
+                    }
+                }
+                Ok(
+                    json!({"content": [{"type": "text", "text": format!("reported {} values", values.len())}], "isError": false}),
+                )
+            }
             "ask" => {
                 let question = args.get("question").and_then(Value::as_str).unwrap_or("Proceed?").to_owned();
                 let ask_id = RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 self.inner.asked.lock().insert(ask_id.clone(), tx);
                 let params = json!({
+                    "_meta": {"progressToken": format!("{ask_id}-progress")},
                     "mode": "form",
                     "message": question,
                     "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
                 });
                 let _ = related.send(Message::request(ask_id.clone(), "elicitation/create", Some(params))).await;
+                if args.get("withdraw").and_then(Value::as_bool) == Some(true) {
+                    // The server changes its mind: it cancels its own request.
+                    self.inner.asked.lock().remove(&ask_id);
+                    let cancel = json!({"requestId": ask_id.to_value(), "reason": "no longer needed"});
+                    let _ = related.send(Message::notification(methods::CANCELLED, Some(cancel))).await;
+                    return Ok(json!({"content": [{"type": "text", "text": "withdrawn"}], "isError": false}));
+                }
                 let answer = rx.await.map_err(|_| ErrorObject::new(-32603, "the elicitation was never answered"))??;
                 let text = match answer.get("action").and_then(Value::as_str) {
                     Some("accept") => format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default()),

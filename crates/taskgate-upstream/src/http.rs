@@ -234,8 +234,11 @@ impl HttpChannel {
                 }
                 // Notifications on a request's own stream belong to it and reach its caller in
                 // order, before its response. Requests go to the session's owner to be relayed.
+                // A cancellation names one of the upstream's own requests: it goes the way requests
+                // go, so that it is mapped to the id the client knows.
+                let is_cancel = message.method() == Some(taskgate_protocol::mcp::methods::CANCELLED);
                 let delivered = match (&message, sink, awaiting) {
-                    (Message::Notification { .. }, Some(sink), _) => {
+                    (Message::Notification { .. }, Some(sink), _) if !is_cancel => {
                         let _ = sink.send(message).await;
                         true
                     }

@@ -130,22 +130,25 @@ impl TaskActor {
             Ok(record) => {
                 self.status = record.status;
                 self.status_message = record.status_message.clone();
-                self.announce(&record);
-                if record.status.is_terminal() {
-                    tracing::info!(task = %self.id, tenant = %self.owner.tenant, status = %record.status, "task finished");
-                    let outcome = record.outcome.clone().unwrap_or_else(cancelled_outcome);
-                    // The last progress value goes out before the result; none after.
-                    let progress = self.progress.take();
-                    let flushed = async move {
-                        if let Some(progress) = progress {
-                            let _ = progress.send(Finish).await;
-                        }
-                    };
-                    ctx.wait(flushed.into_actor(self).map(move |_, act, ctx| {
-                        act.answer(Ok(outcome));
-                        ctx.stop();
-                    }));
+                if !record.status.is_terminal() {
+                    self.announce(&record);
+                    return;
                 }
+                tracing::info!(task = %self.id, tenant = %self.owner.tenant, status = %record.status, "task finished");
+                let outcome = record.outcome.clone().unwrap_or_else(cancelled_outcome);
+                // The last progress value goes out before the terminal status and the result;
+                // none after.
+                let progress = self.progress.take();
+                let flushed = async move {
+                    if let Some(progress) = progress {
+                        let _ = progress.send(Finish).await;
+                    }
+                };
+                ctx.wait(flushed.into_actor(self).map(move |_, act, ctx| {
+                    act.announce(&record);
+                    act.answer(Ok(outcome));
+                    ctx.stop();
+                }));
             }
             Err(StoreError::Conflict { current }) => {
                 // Someone else (a cancel) got there first; terminal stays terminal.
