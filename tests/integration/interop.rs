@@ -113,3 +113,22 @@ async fn typescript_task_client_through_the_gateway_to_native_and_wrapped_tasks(
     assert_eq!(out["cancelled"]["status"], "cancelled");
     assert_eq!(out["cancelAgain"]["code"], -32602, "{}", out["cancelAgain"]);
 }
+
+#[actix_rt::test]
+async fn typescript_abort_signal_stops_the_upstream_handler_and_onprogress_sees_task_progress() {
+    let (_server, ts_url) = start_ts_server().await;
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![UpstreamConfig::http("ts", ts_url), demo.upstream("demo")]);
+    config.tasks.poll_interval_ms = 20;
+    config.progress.min_interval_ms = 0;
+    let gw = TestGateway::start(config);
+    let out = run_ts_client("cancel-client.mjs", &gw.url).await;
+    // The SDK client's AbortSignal sent notifications/cancelled; the gateway forwarded it to the
+    // SDK server, whose handler observed the abort.
+    assert!(out["aborted"].is_object(), "{}", out["aborted"]);
+    assert_eq!(out["aborts"], 1, "{out}");
+    // Task progress reached the SDK client's onprogress under its own token.
+    assert_eq!(out["taskResult"]["content"][0]["text"], "slept 150 ms", "{out}");
+    assert_eq!(out["taskProgress"], serde_json::json!([1, 2, 3]), "{out}");
+    assert_eq!(gw.gateway.live_requests(), 0);
+}

@@ -8,6 +8,9 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
 
+// Handlers that observed their request being aborted (notifications/cancelled), per process.
+let aborts = 0;
+
 function buildServer() {
   const server = new McpServer({ name: "ts-peer", version: "1.0.0" });
   server.registerTool(
@@ -27,6 +30,27 @@ function buildServer() {
       }
       return { content: [{ type: "text", text: `counted to ${n}` }], structuredContent: { n } };
     },
+  );
+  server.registerTool(
+    "hang",
+    { description: "Reports progress once, then waits until the request is aborted", inputSchema: {} },
+    async (_args, extra) => {
+      const token = extra._meta?.progressToken;
+      if (token !== undefined) {
+        await extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, progress: 1 } });
+      }
+      await new Promise((resolve) => {
+        if (extra.signal.aborted) return resolve();
+        extra.signal.addEventListener("abort", () => resolve(), { once: true });
+      });
+      aborts += 1;
+      return { content: [{ type: "text", text: "aborted" }] };
+    },
+  );
+  server.registerTool(
+    "aborts",
+    { description: "How many hang calls this process saw aborted", inputSchema: {} },
+    async () => ({ content: [{ type: "text", text: String(aborts) }] }),
   );
   server.registerTool(
     "boom",
