@@ -147,29 +147,69 @@ async fn task_progress_reaches_the_get_stream_then_the_status_with_the_original_
 }
 
 #[actix_rt::test]
-async fn task_progress_goes_on_an_open_tasks_result_stream() {
+async fn task_progress_goes_on_an_open_tasks_result_stream_before_the_result() {
     let demo = DemoUpstream::start();
     let gw = gateway(&demo, 0);
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
-    let created = c
-        .request(
-            "tools/call",
-            Some(
-                json!({"name": "demo__wait", "arguments": {"gate": "p"}, "task": {}, "_meta": {"progressToken": "w"}}),
-            ),
-        )
-        .await
-        .outcome()
-        .unwrap();
+    let params = json!({"name": "demo__slow", "arguments": {"ms": 200, "steps": 4}, "task": {}, "_meta": {"progressToken": "s"}});
+    let created = c.request("tools/call", Some(params)).await.outcome().unwrap();
     let id = created["task"]["taskId"].as_str().unwrap().to_owned();
     let mut result = c.request_stream("tasks/result", Some(json!({"taskId": id}))).await;
-    demo.demo.release("p");
-    let mut last = None;
+    let mut messages = Vec::new();
     while let Some(m) = within(result.next()).await {
-        last = Some(m);
+        messages.push(m);
     }
-    assert!(last.unwrap().is_response());
+    let refs: Vec<&Message> = messages.iter().collect();
+    let values = progress_of(&refs);
+    // No GET stream is open: the task's progress goes on its tasks/result stream, the last value
+    // before the result.
+    assert_eq!(values.last(), Some(&(json!("s"), 4.0)), "{values:?}");
+    assert!(messages.last().unwrap().is_response());
+}
+
+#[actix_rt::test]
+async fn a_native_tasks_progress_reaches_the_client_under_its_original_token() {
+    let demo = DemoUpstream::start_with_tasks();
+    let gw = gateway(&demo, 0);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let mut stream = c.open_stream().await.unwrap();
+    let params = json!({"name": "demo__slow", "arguments": {"ms": 60, "steps": 3}, "task": {}, "_meta": {"progressToken": "native-tok"}});
+    let created = c.request("tools/call", Some(params)).await.outcome().unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let mut values = Vec::new();
+    while values.last() != Some(&3.0) {
+        if let Some(Message::Notification { method, params: Some(p) }) = within(stream.next()).await {
+            if method == "notifications/progress" {
+                assert_eq!(p["progressToken"], "native-tok");
+                assert_eq!(p["_meta"][RELATED]["taskId"], id.as_str(), "our task id, never the upstream's");
+                values.push(p["progress"].as_f64().unwrap());
+            }
+        }
+    }
+    assert_eq!(values, [1.0, 2.0, 3.0]);
+    assert!(demo.demo.stats().progress_tokens.iter().all(|t| t != "native-tok"));
+}
+
+#[actix_rt::test]
+async fn progress_after_completion_is_not_forwarded() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo, 0);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let mut stream = c.open_stream().await.unwrap();
+    let dropped = || gw.gateway.progress_stats().dropped.load(std::sync::atomic::Ordering::Relaxed);
+    let before = dropped();
+    let reply = call_with_token(&mut c, "demo__late_progress", json!({}), json!("late")).await;
+    assert!(reply.outcome().is_ok());
+    // The upstream reports progress for the finished call when its next request arrives; the
+    // gateway drops it, forwarding nothing.
+    c.call("demo__echo", json!({"text": "next"})).await.unwrap();
+    settle(&mut c, || dropped() > before).await;
+    c.call("demo__toggle_extra", json!({})).await.unwrap();
+    let next = within(stream.next()).await.unwrap();
+    assert_eq!(next.method(), Some("notifications/tools/list_changed"), "nothing else came first: {next:?}");
 }
 
 #[actix_rt::test]

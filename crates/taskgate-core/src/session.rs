@@ -796,6 +796,7 @@ impl SessionActor {
                 // Progress of live requests reaches them through their own call; this names
                 // no live request, so it is not forwarded (nothing after completion).
                 tracing::debug!(session = %self.id, %upstream, "progress for no live request dropped");
+                self.shared.progress.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             UpstreamEvent::Notification { method, mut params, related } => {
                 self.task_of(&upstream, related.as_ref(), &mut params);

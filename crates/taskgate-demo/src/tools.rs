@@ -55,6 +55,9 @@ struct Inner {
     listeners: Mutex<Vec<(u64, mpsc::Sender<Message>)>>,
     /// Messages for a connection that has no stream open yet, delivered when it opens one.
     undelivered: Mutex<HashMap<u64, Vec<Message>>>,
+    /// Progress tokens of finished `late_progress` calls, reported when the connection's next
+    /// request arrives (so surely after the client has the response).
+    late: Mutex<HashMap<u64, Value>>,
     /// In-flight calls by (connection, request id), to honour cancellation.
     in_flight: Mutex<HashMap<(u64, RequestId), Arc<Notify>>>,
     next_connection: AtomicU64,
@@ -81,6 +84,7 @@ impl Default for Inner {
             tasks: Mutex::default(),
             asked: Mutex::default(),
             undelivered: Mutex::default(),
+            late: Mutex::default(),
         }
     }
 }
@@ -185,6 +189,8 @@ impl DemoServer {
             json!({"name":"toggle_extra","description":"Adds or removes the 'extra' tool and announces the change.","inputSchema":object(json!({}), &[])}),
             json!({"name":"progress","description":"Reports the given progress values in order, then returns.",
                    "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
+            json!({"name":"late_progress","description":"Returns, then reports progress for the finished call (which must not reach anyone).",
+                   "inputSchema":object(json!({}), &[])}),
             json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer.",
                    "inputSchema":object(json!({"question":{"type":"string"}}), &[])}),
         ];
@@ -251,6 +257,11 @@ impl DemoServer {
         params: Option<Value>,
         related: &mpsc::Sender<Message>,
     ) -> Result<Value, ErrorObject> {
+        // A misbehaving server: progress for a call that has already been answered.
+        if let Some(token) = self.inner.late.lock().remove(&connection) {
+            let late = json!({"progressToken": token, "progress": 99});
+            self.announce_to(connection, Message::notification(methods::PROGRESS, Some(late)));
+        }
         match method {
             methods::INITIALIZE => {
                 let view = mcp::InitializeView::from_params(params.as_ref()).map_err(ErrorObject::invalid_params)?;
@@ -319,17 +330,26 @@ impl DemoServer {
                     let (forwarder, forwarded_task) = (demo.clone(), task_id.clone());
                     tokio::spawn(async move {
                         while let Some(message) = rx.recv().await {
-                            let Message::Request { id, method, params } = message else { continue };
-                            let mut params = params.unwrap_or_else(|| json!({}));
-                            params["_meta"] = json!({ mcp::meta::RELATED_TASK: { "taskId": forwarded_task } });
-                            let waiting = Some("waiting for the client's answer".to_string());
-                            forwarder.inner.tasks.lock().settle(
-                                &forwarded_task,
-                                TaskStatus::InputRequired,
-                                waiting,
-                                None,
-                            );
-                            forwarder.announce_to(connection, Message::request(id, method, Some(params)));
+                            let related = json!({ mcp::meta::RELATED_TASK: { "taskId": forwarded_task } });
+                            match message {
+                                Message::Request { id, method, params } => {
+                                    let mut params = params.unwrap_or_else(|| json!({}));
+                                    params["_meta"] = related;
+                                    let waiting = Some("waiting for the client's answer".to_string());
+                                    forwarder.inner.tasks.lock().settle(
+                                        &forwarded_task,
+                                        TaskStatus::InputRequired,
+                                        waiting,
+                                        None,
+                                    );
+                                    forwarder.announce_to(connection, Message::request(id, method, Some(params)));
+                                }
+                                Message::Notification { method, params: Some(mut params) } => {
+                                    params["_meta"] = related;
+                                    forwarder.announce_to(connection, Message::notification(method, Some(params)));
+                                }
+                                _ => {}
+                            }
                         }
                     });
                     let run_id = RequestId::String(task_id.clone());
@@ -486,6 +506,12 @@ impl DemoServer {
                 Ok(
                     json!({"content": [{"type": "text", "text": format!("reported {} values", values.len())}], "isError": false}),
                 )
+            }
+            "late_progress" => {
+                if let Some(token) = mcp::progress_token(Some(&params)).cloned() {
+                    self.inner.late.lock().insert(connection, token);
+                }
+                Ok(json!({"content": [{"type": "text", "text": "done"}], "isError": false}))
             }
             "ask" => {
                 let question = args.get("question").and_then(Value::as_str).unwrap_or("Proceed?").to_owned();

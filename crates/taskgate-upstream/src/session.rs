@@ -86,13 +86,15 @@ impl Routes {
     /// Delivers an unattributed message: to a request's sink when its token matches, else to
     /// the session's owner.
     pub(crate) async fn deliver(&self, message: Message, incoming: &mpsc::Sender<Incoming>) -> bool {
-        match self.sink_for(&message) {
-            Some(sink) => {
-                let _ = sink.send(message).await;
-                true
-            }
-            None => incoming.send(Incoming { message, related: None }).await.is_ok(),
-        }
+        let message = match self.sink_for(&message) {
+            Some(sink) => match sink.send(message).await {
+                Ok(()) => return true,
+                // The request it belonged to has just ended: the owner decides (and drops it).
+                Err(mpsc::error::SendError(message)) => message,
+            },
+            None => message,
+        };
+        incoming.send(Incoming { message, related: None }).await.is_ok()
     }
 }
 
