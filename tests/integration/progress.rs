@@ -384,3 +384,24 @@ async fn ten_thousand_calls_with_random_cancellations_leave_nothing_behind() {
     .await;
     eprintln!("10k calls: {answered} answered, {cancelled} cancelled before their response");
 }
+
+#[actix_rt::test]
+async fn notifications_cancelled_for_a_task_augmented_request_is_ignored() {
+    let demo = DemoUpstream::start_with_tasks();
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let body = json!({"jsonrpc": "2.0", "id": 55, "method": "tools/call",
+        "params": {"name": "demo__slow", "arguments": {"ms": 1, "hold_create": "create"}, "task": {}}});
+    let caller = c.clone();
+    let call = actix_rt::spawn(async move { caller.post_raw(body.to_string(), &[]).await });
+    within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+    // Tasks are cancelled with tasks/cancel; this notification names a task-augmented request.
+    assert_eq!(c.notify("notifications/cancelled", Some(json!({"requestId": 55}))).await, 202);
+    assert_eq!(c.request("ping", None).await.status, 200);
+    demo.demo.release("create");
+    let reply = within(call).await.unwrap();
+    let created = reply.outcome().expect("the CreateTaskResult is still sent");
+    assert!(created["task"]["taskId"].is_string());
+    assert_eq!(demo.demo.stats().cancelled, 0, "the upstream was not told to cancel");
+}

@@ -315,6 +315,25 @@ impl DemoServer {
             (Some(_), None | Some("forbidden")) => Err(ErrorObject::method_not_found(&format!("{name} as a task"))),
             (None, _) => self.call(connection, id, params, related).await,
             (Some(ttl), _) => {
+                // `hold_create`: the CreateTaskResult waits at a gate (to test what happens while a
+                // task-augmented request is in flight).
+                let hold = params.pointer("/arguments/hold_create").and_then(Value::as_str).map(str::to_owned);
+                if let Some(gate_name) = hold {
+                    let gate = self.gate(&gate_name);
+                    let stop = self.track(connection, id);
+                    let outcome = loop {
+                        let opened = gate.notify.notified();
+                        if gate.open.load(Ordering::SeqCst) {
+                            break Ok(());
+                        }
+                        tokio::select! {
+                            _ = opened => {}
+                            _ = stop.notified() => break Err(()),
+                        }
+                    };
+                    self.untrack(connection, id, outcome.is_err());
+                    outcome.map_err(|_| ErrorObject::new(-32800, "request cancelled"))?;
+                }
                 let view = self.inner.tasks.lock().create(ttl, connection);
                 self.inner.stats.lock().tasks_created += 1;
                 let task_id = view.task_id.clone();
