@@ -5,6 +5,7 @@ mod cli;
 mod federation;
 mod front_door;
 mod interop;
+mod operations;
 mod progress;
 mod tasks;
 mod upstreams;

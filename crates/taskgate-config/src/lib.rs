@@ -100,6 +100,10 @@ pub struct ServerConfig {
     pub stream_buffer: usize,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
+    /// A second listener for `/metrics`, `/healthz` and `/readyz` only (they are also on the main
+    /// listener), e.g. `127.0.0.1:9090`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -112,6 +116,7 @@ impl Default for ServerConfig {
             session_mailbox: defaults::SESSION_MAILBOX,
             stream_buffer: defaults::STREAM_BUFFER,
             workers: 0,
+            admin_listen: None,
         }
     }
 }
@@ -278,6 +283,9 @@ pub struct UpstreamConfig {
     /// `tasks.requests.tools.call`: its tools' own `execution.taskSupport` applies.
     #[serde(default = "default_task_support")]
     pub task_support: TaskSupportSetting,
+    /// `/readyz` reports not ready while this upstream cannot be reached.
+    #[serde(default)]
+    pub required: bool,
     /// Per-tool overrides of `task_support`, by the upstream's own tool name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tool_task_support: BTreeMap<String, TaskSupportSetting>,
@@ -316,6 +324,7 @@ impl UpstreamConfig {
             timeout_secs: defaults::UPSTREAM_TIMEOUT_SECS,
             max_message_bytes: defaults::MAX_UPSTREAM_MESSAGE_BYTES,
             task_support: TaskSupportSetting::Optional,
+            required: false,
             tool_task_support: BTreeMap::new(),
         }
     }
@@ -413,6 +422,11 @@ impl Config {
         let mut problems = Vec::new();
         let mut bad = |location: String, message: String| problems.push(Problem { location, message });
 
+        if let Some(admin) = &self.server.admin_listen {
+            if admin.parse::<SocketAddr>().is_err() {
+                bad("server.admin_listen".into(), format!("{admin:?} is not an address like 127.0.0.1:9090"));
+            }
+        }
         if self.server.listen.parse::<SocketAddr>().is_err() {
             bad("server.listen".into(), format!("{:?} is not an address like 127.0.0.1:8080", self.server.listen));
         }

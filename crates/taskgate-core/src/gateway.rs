@@ -19,8 +19,9 @@ use taskgate_store::{MemoryTaskStore, TaskStore};
 
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
+use crate::metrics::Metrics;
 use crate::registry::{Identity, SessionEntry, Sessions};
-use crate::router::Router;
+use crate::router::{Router, UpstreamHealth};
 use crate::session::{ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor};
 use crate::tasks::{Supervisor, Sweep, TaskActor};
 use crate::GatewayError;
@@ -53,6 +54,11 @@ pub(crate) struct Shared {
     pub progress: Arc<crate::progress::ProgressStats>,
     /// Client requests in progress across all sessions.
     pub live_requests: std::sync::atomic::AtomicUsize,
+    /// The Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// When each task was last polled (for `taskgate_task_polls_early_total`); entries go with
+    /// their task, so it is bounded by `tasks.max_tasks`.
+    pub last_poll: parking_lot::Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// The running gateway core. Cheap to clone.
@@ -70,7 +76,10 @@ impl Gateway {
 
     /// [`Gateway::start`] with a given clock (tests pass a [`crate::clock::ManualClock`]).
     pub fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> Gateway {
-        let connectors: Vec<Connector> = config.upstreams.iter().cloned().map(Connector::new).collect();
+        let metrics = Arc::new(Metrics::new());
+        let observer: Arc<dyn taskgate_upstream::RequestObserver> = metrics.clone();
+        let connectors: Vec<Connector> =
+            config.upstreams.iter().cloned().map(|u| Connector::with_observer(u, Some(observer.clone()))).collect();
         let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
         let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
         let sessions = Arc::new(Sessions::new(config.server.max_sessions));
@@ -89,11 +98,43 @@ impl Gateway {
             task_actors: RwLock::new(HashMap::new()),
             native_tasks: RwLock::new(HashMap::new()),
             task_calls: RwLock::new(HashMap::new()),
-            progress: Arc::default(),
+            progress: Arc::new(crate::progress::ProgressStats::new(&metrics)),
             live_requests: Default::default(),
+            metrics,
+            last_poll: parking_lot::Mutex::new(HashMap::new()),
         });
         let supervisor = Supervisor::new(shared.clone()).start();
         Gateway { shared, supervisor }
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The text exposition of every metric, with the gauges read at scrape time refreshed.
+    pub async fn render_metrics(&self) -> String {
+        let m = &self.shared.metrics;
+        let (_, upstreams) = self.readiness().await;
+        for u in upstreams {
+            m.upstream_reachable.with_label_values(&[&u.name]).set(i64::from(u.reachable));
+        }
+        m.sessions_active.reset();
+        for (tenant, count) in self.shared.sessions.count_by_tenant() {
+            m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
+        }
+        m.task_actors.set(self.shared.task_actors.read().len() as i64);
+        m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
+        m.catalog_collisions.set(self.shared.catalog.read().collisions().len() as i64);
+        m.render()
+    }
+
+    /// Whether the gateway is ready, and each upstream's reachability: ready when every upstream
+    /// marked `required` has answered its `tools/list`.
+    pub async fn readiness(&self) -> (bool, Vec<UpstreamHealth>) {
+        let states = self.shared.router.send(crate::router::UpstreamStates).await.unwrap_or_default();
+        let ready = states.iter().all(|u| !u.required || u.reachable);
+        (ready, states)
     }
 
     /// Sweeps expired tasks now, and resolves when done.
@@ -141,6 +182,7 @@ impl Gateway {
     pub fn initialize(&self, identity: Identity, params: Option<&Value>) -> Result<(String, Value), GatewayError> {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
         if self.shared.sessions.is_full() {
+            self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
             return Err(GatewayError::Overloaded(format!(
                 "the gateway has its maximum of {} sessions open (server.max_sessions)",
                 self.shared.config.server.max_sessions
@@ -177,6 +219,7 @@ impl Gateway {
         let entry = self.shared.sessions.get(id, identity).ok_or(GatewayError::SessionNotFound)?;
         Ok(SessionHandle {
             addr: entry.addr,
+            metrics: self.shared.metrics.clone(),
             protocol_version: entry.protocol_version,
             stream_buffer: self.shared.config.server.stream_buffer,
         })
@@ -194,6 +237,7 @@ impl Gateway {
 /// A client session, as the front door sees it.
 pub struct SessionHandle {
     addr: Addr<SessionActor>,
+    metrics: Arc<Metrics>,
     protocol_version: String,
     stream_buffer: usize,
 }
@@ -213,9 +257,12 @@ impl SessionHandle {
         match tokio::time::timeout(MAILBOX_WAIT, self.addr.send(message)).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(MailboxError::Closed)) => Err(GatewayError::SessionNotFound),
-            Ok(Err(MailboxError::Timeout)) | Err(_) => Err(GatewayError::Overloaded(
-                "the session's queue is full (server.session_mailbox); retry later".into(),
-            )),
+            Ok(Err(MailboxError::Timeout)) | Err(_) => {
+                self.metrics.mailbox_full.with_label_values(&["session_mailbox"]).inc();
+                Err(GatewayError::Overloaded(
+                    "the session's queue is full (server.session_mailbox); retry later".into(),
+                ))
+            }
         }
     }
 

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod clock;
 pub mod error;
 pub mod gateway;
+pub mod metrics;
 pub mod progress;
 pub mod registry;
 pub mod router;

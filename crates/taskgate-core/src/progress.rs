@@ -20,8 +20,9 @@ use tokio::sync::mpsc;
 use crate::registry::{Identity, Sessions};
 use crate::session::TaskProgress;
 
-/// Counters of what happened to progress notifications (also read by tests).
-#[derive(Debug, Default)]
+/// Counters of what happened to progress notifications (also read by tests), mirrored into
+/// `taskgate_progress_notifications_total`.
+#[derive(Debug)]
 pub struct ProgressStats {
     /// Delivered to a client.
     pub relayed: AtomicU64,
@@ -33,9 +34,40 @@ pub struct ProgressStats {
     pub live: AtomicUsize,
     /// Issues upstream tokens.
     pub(crate) next_token: AtomicU64,
+    counters: [prometheus::IntCounter; 3],
+}
+
+/// What became of one progress notification.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome {
+    Relayed,
+    Coalesced,
+    Dropped,
 }
 
 impl ProgressStats {
+    pub(crate) fn new(metrics: &crate::metrics::Metrics) -> ProgressStats {
+        let counter = |status: &str| metrics.progress_notifications.with_label_values(&[status]);
+        ProgressStats {
+            relayed: AtomicU64::new(0),
+            coalesced: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
+            next_token: AtomicU64::new(0),
+            counters: [counter("relayed"), counter("coalesced"), counter("dropped")],
+        }
+    }
+
+    pub(crate) fn count(&self, outcome: Outcome) {
+        let (atomic, counter) = match outcome {
+            Outcome::Relayed => (&self.relayed, &self.counters[0]),
+            Outcome::Coalesced => (&self.coalesced, &self.counters[1]),
+            Outcome::Dropped => (&self.dropped, &self.counters[2]),
+        };
+        atomic.fetch_add(1, Ordering::Relaxed);
+        counter.inc();
+    }
+
     /// A fresh upstream token.
     pub(crate) fn issue_token(&self) -> String {
         format!("tgp-{}", self.next_token.fetch_add(1, Ordering::Relaxed) + 1)
@@ -101,8 +133,7 @@ impl ProgressActor {
                 any
             }
         };
-        let counter = if delivered { &self.stats.relayed } else { &self.stats.dropped };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.stats.count(if delivered { Outcome::Relayed } else { Outcome::Dropped });
     }
 
     fn flush(&mut self) {
@@ -138,12 +169,12 @@ impl Handler<Progress> for ProgressActor {
     fn handle(&mut self, Progress(mut params): Progress, ctx: &mut Context<Self>) {
         // `progress` MUST increase with each notification: others are dropped and counted.
         let Some(value) = params.get("progress").and_then(Value::as_f64) else {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats.count(Outcome::Dropped);
             return;
         };
         if self.last_value.is_some_and(|last| value <= last) {
             tracing::debug!(progress = value, "non-increasing progress from an upstream dropped");
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats.count(Outcome::Dropped);
             return;
         }
         self.last_value = Some(value);
@@ -154,7 +185,7 @@ impl Handler<Progress> for ProgressActor {
             return;
         }
         if self.pending.replace(params).is_some() {
-            self.stats.coalesced.fetch_add(1, Ordering::Relaxed);
+            self.stats.count(Outcome::Coalesced);
         }
         if self.timer.is_none() {
             self.timer = Some(ctx.run_later(due, |act, _| {
@@ -196,7 +227,7 @@ impl Handler<Abandon> for ProgressActor {
 
     fn handle(&mut self, _: Abandon, ctx: &mut Context<Self>) {
         if self.pending.take().is_some() {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats.count(Outcome::Dropped);
         }
         ctx.stop();
     }

@@ -70,6 +70,15 @@ impl Sessions {
         self.map.read().len()
     }
 
+    /// Sessions open per tenant.
+    pub fn count_by_tenant(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for entry in self.map.read().values() {
+            *counts.entry(entry.identity.tenant.clone()).or_default() += 1;
+        }
+        counts
+    }
+
     /// The sessions of one identity (where its task notifications go).
     pub fn of(&self, identity: &Identity) -> Vec<Addr<SessionActor>> {
         self.map.read().values().filter(|e| &e.identity == identity).map(|e| e.addr.clone()).collect()

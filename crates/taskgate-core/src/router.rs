@@ -207,6 +207,45 @@ impl Handler<RefreshUpstream> for Router {
     }
 }
 
+/// One upstream's health, for `/readyz`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamHealth {
+    /// The upstream's name.
+    pub name: String,
+    /// Whether readiness requires it.
+    pub required: bool,
+    /// Whether its `tools/list` answered last time.
+    pub reachable: bool,
+    /// The last failure, if it is not reachable.
+    pub error: Option<String>,
+}
+
+/// Every upstream's health.
+pub(crate) struct UpstreamStates;
+
+impl Message for UpstreamStates {
+    type Result = Vec<UpstreamHealth>;
+}
+
+impl Handler<UpstreamStates> for Router {
+    type Result = MessageResult<UpstreamStates>;
+
+    fn handle(&mut self, _: UpstreamStates, _: &mut Context<Self>) -> Self::Result {
+        let catalog = self.catalog.read();
+        MessageResult(
+            self.connectors
+                .iter()
+                .map(|c| UpstreamHealth {
+                    name: c.name().to_owned(),
+                    required: c.config().required,
+                    reachable: catalog.has_tools(c.name()),
+                    error: self.failures.get(c.name()).map(|(_, e)| e.to_string()),
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Why an upstream's tools are missing from the catalog, if they are.
 pub(crate) struct UpstreamFailure(pub String);
 

@@ -306,6 +306,9 @@ impl SessionActor {
                     }
                     Work::Wrapped { .. } => None,
                 };
+                let m = &act.shared.metrics;
+                m.tasks_created.with_label_values(&[&act.identity.tenant, &record.upstream]).inc();
+                m.tasks.with_label_values(&[&act.identity.tenant, record.status.as_str()]).inc();
                 let task_id = record.id.clone();
                 let task_id_for_map = task_id.clone();
                 let start = TaskStart { record, owner: act.identity.clone(), session, work, progress };
@@ -329,6 +332,7 @@ impl SessionActor {
                 if let Some(upstream) = native_upstream {
                     act.native_created(&upstream, ctx);
                 }
+                act.shared.metrics.admission_rejected.with_label_values(&[&act.identity.tenant, "max_tasks"]).inc();
                 let why = format!("the gateway holds its maximum of {limit} tasks (tasks.max_tasks); retry later");
                 act.finish(id, Err(GatewayError::Overloaded(why)))
             }
@@ -421,6 +425,7 @@ impl SessionActor {
         if let Some(request) = self.requests.get_mut(&id) {
             request.upstream = Some((upstream.clone(), upstream_id.clone()));
         }
+        let upstream_name = upstream.clone();
         self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
         let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
         let mut params = params;
@@ -428,7 +433,17 @@ impl SessionActor {
         if let Some(request) = self.requests.get_mut(&id) {
             request.progress = progress.clone();
         }
-        let call = relay_call(session, upstream_id, params, Some(reply), progress, true);
+        let span = tracing::info_span!(
+            "upstream_call",
+            session = %self.id,
+            tenant = %self.identity.tenant,
+            method = methods::TOOLS_CALL,
+            upstream = %upstream_name,
+        );
+        let call = tracing::Instrument::instrument(
+            relay_call(session, upstream_id, params, Some(reply), progress, true),
+            span,
+        );
         let finished = id.clone();
         let handle = ctx.spawn(
             call.into_actor(self).map(move |outcome, act, _| act.finish(finished, outcome.map_err(GatewayError::from))),
@@ -499,6 +514,7 @@ impl SessionActor {
             Ok(t) => t,
             Err(e) => return self.finish(id, Err(e)),
         };
+        self.count_poll(&task_id);
         let lookup = self.owned_task(task_id);
         // The result is the Task itself; no related-task _meta (the taskId is in it).
         self.answer_with(id, async move { lookup.await.map(|r| r.view().to_value()) }, ctx);
@@ -517,6 +533,7 @@ impl SessionActor {
             let outcome = if record.status.is_terminal() {
                 record.outcome.unwrap_or_else(tasks::cancelled_outcome)
             } else {
+                let _waiting = WaiterGauge::new(shared.metrics.task_result_waiters.with_label_values(&[&tenant]));
                 // Not terminal: block until it is (basic/utilities/tasks "Result Retrieval").
                 let actor = shared.task_actors.read().get(&task_id).cloned();
                 let waiter = match actor {
@@ -612,18 +629,24 @@ impl SessionActor {
     /// notifications/cancelled from the client: forward to the one upstream that owns the
     /// request, with its id rewritten, and send no response for it.
     fn cancel(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
+        let cancellations = self.shared.metrics.cancellations.clone();
+        cancellations.with_label_values(&["received", "none"]).inc();
+        let ignored = |reason: &str| cancellations.with_label_values(&["ignored", reason]).inc();
         let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
             tracing::info!(session = %self.id, "ignored notifications/cancelled without a valid requestId");
+            ignored("malformed");
             return;
         };
         match self.requests.get(&id) {
             None => {
                 tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for an unknown or finished request (or initialize)");
+                ignored("unknown_request");
                 return;
             }
             Some(request) if request.task_augmented => {
                 // basic/utilities/cancellation: task-augmented requests use tasks/cancel.
                 tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for a task-augmented request; use tasks/cancel");
+                ignored("task_augmented");
                 return;
             }
             Some(_) => {}
@@ -638,6 +661,7 @@ impl SessionActor {
             let _ = progress.try_send(Abandon);
         }
         let Some((upstream, upstream_id)) = request.upstream else { return };
+        cancellations.with_label_values(&["forwarded", "none"]).inc();
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
             let mut forwarded = params.unwrap_or_else(|| json!({}));
             forwarded["requestId"] = upstream_id.to_value();
@@ -796,7 +820,7 @@ impl SessionActor {
                 // Progress of live requests reaches them through their own call; this names
                 // no live request, so it is not forwarded (nothing after completion).
                 tracing::debug!(session = %self.id, %upstream, "progress for no live request dropped");
-                self.shared.progress.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.shared.progress.count(crate::progress::Outcome::Dropped);
             }
             UpstreamEvent::Notification { method, mut params, related } => {
                 self.task_of(&upstream, related.as_ref(), &mut params);
@@ -881,6 +905,24 @@ impl SessionActor {
         }
     }
 
+    /// Counts a `tasks/get`, and whether it came sooner than the suggested pollInterval.
+    fn count_poll(&self, task_id: &str) {
+        let tenant = self.identity.tenant.as_str();
+        self.shared.metrics.task_polls.with_label_values(&[tenant]).inc();
+        let interval = std::time::Duration::from_millis(self.shared.config.tasks.poll_interval_ms);
+        let now = std::time::Instant::now();
+        let mut last = self.shared.last_poll.lock();
+        // Only tasks that exist are remembered (an entry goes when its task is deleted).
+        if !self.shared.task_actors.read().contains_key(task_id) && !last.contains_key(task_id) {
+            return;
+        }
+        if let Some(previous) = last.insert(task_id.to_owned(), now) {
+            if now.duration_since(previous) < interval {
+                self.shared.metrics.task_polls_early.with_label_values(&[tenant]).inc();
+            }
+        }
+    }
+
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
     fn release_upstreams(&mut self) {
         self.upstreams.clear();
@@ -940,6 +982,22 @@ pub(crate) async fn relay_call(
         let _ = actor.send(Finish).await;
     }
     outcome
+}
+
+/// Counts a `tasks/result` waiter for as long as it waits.
+struct WaiterGauge(prometheus::IntGauge);
+
+impl WaiterGauge {
+    fn new(gauge: prometheus::IntGauge) -> WaiterGauge {
+        gauge.inc();
+        WaiterGauge(gauge)
+    }
+}
+
+impl Drop for WaiterGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// `params.taskId` of a task method; the method parameter is the source of truth (any
@@ -1022,6 +1080,11 @@ impl Handler<ClientRequest> for SessionActor {
         }
         let max = self.shared.config.server.session_mailbox;
         if self.requests.len() >= max {
+            self.shared
+                .metrics
+                .admission_rejected
+                .with_label_values(&[&self.identity.tenant, "session_requests"])
+                .inc();
             return Err(GatewayError::Overloaded(format!("this session already has {max} requests in progress")));
         }
         let task = (method == methods::TASKS_RESULT)

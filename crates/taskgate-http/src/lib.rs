@@ -4,11 +4,13 @@
 //! - [`server`]: binds the listener and wires the routes.
 //! - [`mcp_endpoint`]: `POST`, `GET` and `DELETE /mcp`.
 //! - [`checks`]: `Origin`, `Content-Type`, `Accept`, `MCP-Protocol-Version`, body limits.
+//! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
 
 pub mod checks;
 pub mod mcp_endpoint;
+pub mod operations;
 pub mod reply;
 pub mod server;
 pub mod sse;

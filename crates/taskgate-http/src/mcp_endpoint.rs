@@ -35,7 +35,14 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
         Ok(m) => m,
         Err(e) => return reply::error(&e, None),
     };
-    match dispatch(headers, message, &gateway).await {
+    // A span per request: tenant, session, JSON-RPC method (upstream spans nest in the core).
+    let span = tracing::info_span!(
+        "mcp_request",
+        tenant = %identity(headers).tenant,
+        session = checks::session_id(headers).unwrap_or("-"),
+        method = message.method().unwrap_or("response"),
+    );
+    match tracing::Instrument::instrument(dispatch(headers, message, &gateway), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     }

@@ -2,11 +2,11 @@
 
 use std::net::SocketAddr;
 
-use actix_web::dev::ServerHandle;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::dev::{ServerHandle, Service};
+use actix_web::{web, App, HttpServer};
 use taskgate_core::Gateway;
 
-use crate::mcp_endpoint;
+use crate::{mcp_endpoint, operations};
 
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
@@ -19,6 +19,8 @@ pub struct Running {
     pub handle: ServerHandle,
     /// Completes when the server stops.
     pub server: actix_web::dev::Server,
+    /// The admin listener (`server.admin_listen`), if configured: its address and server.
+    pub admin: Option<(SocketAddr, actix_web::dev::Server)>,
 }
 
 /// Binds `gateway.config().server.listen` (or `listen` when given) and returns the server,
@@ -31,9 +33,23 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
         n => n,
     };
     let data = web::Data::new(gateway);
+    let main_data = data.clone();
     let server = HttpServer::new(move || {
+        let metrics = main_data.clone();
         App::new()
-            .app_data(data.clone())
+            .app_data(main_data.clone())
+            // Every response is counted by HTTP method and status.
+            .wrap_fn(move |req, srv| {
+                let method = req.method().as_str().to_owned();
+                let metrics = metrics.clone();
+                let response = srv.call(req);
+                async move {
+                    let response = response.await?;
+                    let status = response.status().as_u16().to_string();
+                    metrics.metrics().http_responses.with_label_values(&[&method, &status]).inc();
+                    Ok(response)
+                }
+            })
             .service(
                 web::resource(MCP_PATH)
                     .route(web::post().to(mcp_endpoint::post))
@@ -41,7 +57,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
                     .route(web::delete().to(mcp_endpoint::delete))
                     .default_service(web::to(mcp_endpoint::other)),
             )
-            .route("/healthz", web::get().to(|| async { HttpResponse::Ok().content_type("text/plain").body("ok\n") }))
+            .configure(operations::routes)
     })
     .workers(workers)
     .disable_signals()
@@ -51,5 +67,18 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let server = server.run();
     let handle = server.handle();
     tracing::info!(%addr, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
-    Ok(Running { addr, handle, server })
+    let admin = match &config.server.admin_listen {
+        Some(admin) => {
+            let admin_data = data.clone();
+            let admin = HttpServer::new(move || App::new().app_data(admin_data.clone()).configure(operations::routes))
+                .workers(1)
+                .disable_signals()
+                .bind(admin.as_str())?;
+            let admin_addr = admin.addrs()[0];
+            tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz");
+            Some((admin_addr, admin.run()))
+        }
+        None => None,
+    };
+    Ok(Running { addr, handle, server, admin })
 }

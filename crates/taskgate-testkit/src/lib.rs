@@ -30,6 +30,8 @@ pub struct TestGateway {
     pub url: String,
     /// The core, for assertions on its state.
     pub gateway: Gateway,
+    /// The admin listener's address, when `server.admin_listen` is set.
+    pub admin: Option<SocketAddr>,
     handle: ServerHandle,
 }
 
@@ -50,7 +52,17 @@ impl TestGateway {
         let gateway = Gateway::start_with_clock(config, clock);
         let running = taskgate_http::serve(gateway.clone(), None).expect("bind 127.0.0.1:0");
         actix_rt::spawn(running.server);
-        TestGateway { addr: running.addr, url: format!("http://{}/mcp", running.addr), gateway, handle: running.handle }
+        let admin = running.admin.map(|(addr, server)| {
+            actix_rt::spawn(server);
+            addr
+        });
+        TestGateway {
+            addr: running.addr,
+            url: format!("http://{}/mcp", running.addr),
+            gateway,
+            admin,
+            handle: running.handle,
+        }
     }
 
     /// Stops the front door.

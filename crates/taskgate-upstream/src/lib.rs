@@ -18,4 +18,4 @@ mod session;
 pub mod stdio;
 
 pub use error::UpstreamError;
-pub use session::{ClientIdentity, Connector, ProgressRoute, UpstreamEvent, UpstreamSession};
+pub use session::{ClientIdentity, Connector, ProgressRoute, RequestObserver, UpstreamEvent, UpstreamSession};

@@ -153,6 +153,12 @@ impl From<UpstreamError> for ChannelError {
     }
 }
 
+/// Told about every upstream request, for metrics.
+pub trait RequestObserver: Send + Sync + 'static {
+    /// One request to `upstream` took `took`; `error` is the failure's reason label, if any.
+    fn observe(&self, upstream: &str, method: &str, took: Duration, error: Option<&'static str>);
+}
+
 /// One configured upstream: what its sessions share.
 #[derive(Clone)]
 pub struct Connector {
@@ -163,17 +169,23 @@ struct ConnectorInner {
     config: UpstreamConfig,
     http: reqwest::Client,
     processes: Arc<Semaphore>,
+    observer: Option<Arc<dyn RequestObserver>>,
 }
 
 impl Connector {
     /// A connector for one upstream.
     pub fn new(config: UpstreamConfig) -> Connector {
+        Connector::with_observer(config, None)
+    }
+
+    /// A connector whose requests are reported to `observer`.
+    pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .expect("an HTTP client with default TLS builds");
         let processes = Arc::new(Semaphore::new(config.max_processes));
-        Connector { inner: Arc::new(ConnectorInner { config, http, processes }) }
+        Connector { inner: Arc::new(ConnectorInner { config, http, processes, observer }) }
     }
 
     /// The upstream's configured name.
@@ -304,6 +316,26 @@ impl UpstreamSession {
         related: Option<mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related.as_ref());
+        let started = std::time::Instant::now();
+        let outcome = self.request_inner(id, method, params, related).await;
+        if let Some(observer) = &self.inner.connector.inner.observer {
+            observer.observe(
+                self.upstream(),
+                method,
+                started.elapsed(),
+                outcome.as_ref().err().map(UpstreamError::reason),
+            );
+        }
+        outcome
+    }
+
+    async fn request_inner(
+        &self,
+        id: RequestId,
+        method: &str,
+        params: Option<Value>,
+        related: Option<mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
         let message = Message::request(id, method, params);
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
         let attempt = async {
@@ -377,6 +409,19 @@ impl UpstreamSession {
 
     async fn ready(&self) -> Result<Arc<Ready>, UpstreamError> {
         let mut state = self.inner.state.lock().await;
+        if let Some(ready) = state.as_ref().filter(|r| r.channel.is_alive()) {
+            return Ok(ready.clone());
+        }
+        let started = std::time::Instant::now();
+        let outcome = self.initialize(&mut state).await;
+        if let Some(observer) = &self.inner.connector.inner.observer {
+            let error = outcome.as_ref().err().map(UpstreamError::reason);
+            observer.observe(self.upstream(), methods::INITIALIZE, started.elapsed(), error);
+        }
+        outcome
+    }
+
+    async fn initialize(&self, state: &mut Option<Arc<Ready>>) -> Result<Arc<Ready>, UpstreamError> {
         if let Some(ready) = state.as_ref().filter(|r| r.channel.is_alive()) {
             return Ok(ready.clone());
         }

@@ -109,6 +109,10 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, extra: Vec<UpstreamCo
         let running = taskgate_http::serve(gateway, listen).context("cannot start the front door")?;
         let handle = running.handle.clone();
         println!("taskgate listening on http://{}/mcp", running.addr);
+        if let Some((addr, admin)) = running.admin {
+            println!("admin listener on http://{addr} (/metrics, /healthz, /readyz)");
+            actix_rt::spawn(admin);
+        }
         tokio::select! {
             result = running.server => result.context("the server failed")?,
             _ = shutdown_signal() => {

@@ -128,6 +128,17 @@ impl TaskActor {
     fn settled(&mut self, result: Result<TaskRecord, StoreError>, ctx: &mut Context<Self>) {
         match result {
             Ok(record) => {
+                let m = &self.shared.metrics;
+                if record.status != self.status {
+                    m.tasks.with_label_values(&[&self.owner.tenant, self.status.as_str()]).dec();
+                    m.tasks.with_label_values(&[&self.owner.tenant, record.status.as_str()]).inc();
+                }
+                if record.status.is_terminal() {
+                    let labels = [self.owner.tenant.as_str(), self.session.upstream(), record.status.as_str()];
+                    m.tasks_finished.with_label_values(&labels).inc();
+                    let took = record.last_updated_at_ms.saturating_sub(record.created_at_ms) as f64 / 1000.0;
+                    m.task_duration.with_label_values(&labels).observe(took);
+                }
                 self.status = record.status;
                 self.status_message = record.status_message.clone();
                 if !record.status.is_terminal() {
@@ -179,6 +190,7 @@ impl TaskActor {
         let task = record.view().to_value();
         for session in self.shared.sessions.of(&self.owner) {
             if session.try_send(TaskStatusChanged(task.clone())).is_err() {
+                self.shared.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
                 tracing::debug!(task = %self.id, "a session's queue is full; a task status notification was dropped");
             }
         }
@@ -212,7 +224,11 @@ impl TaskActor {
     fn expire(&mut self, ctx: &mut Context<Self>) {
         let store = self.shared.store.clone();
         let id = self.id.clone();
-        ctx.wait(async move { store.delete(&id).await }.into_actor(self).map(|_, act, ctx| {
+        ctx.wait(async move { store.delete(&id).await }.into_actor(self).map(|deleted, act, ctx| {
+            if let Ok(Some(record)) = deleted {
+                act.shared.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
+            }
+            act.shared.last_poll.lock().remove(&act.id);
             tracing::info!(task = %act.id, tenant = %act.owner.tenant, "task ttl elapsed; task and result deleted");
             act.answer(Err(not_found()));
             if !act.status.is_terminal() {

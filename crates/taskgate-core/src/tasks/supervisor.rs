@@ -28,6 +28,8 @@ impl Supervisor {
             Ok(removed) => {
                 for record in &removed {
                     tracing::info!(task = %record.id, tenant = %record.owner.tenant, "task expired (sweep)");
+                    act.shared.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
+                    act.shared.last_poll.lock().remove(&record.id);
                     if let Some(actor) = act.shared.task_actors.read().get(&record.id) {
                         let _ = actor.try_send(Expire);
                     }

@@ -1,0 +1,232 @@
+//! The gateway's Prometheus metrics. Every name starts with `taskgate_`, counters end in
+//! `_total`, durations are `_seconds`; labels come only from tenant, upstream, method, status
+//! and reason, never from an id (architecture invariant 8).
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Buckets for upstream request and task durations, in seconds.
+const LATENCY_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const TASK_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
+
+/// Every metric the gateway exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Every registered name, with whether it is a histogram.
+    names: Vec<(String, bool)>,
+    /// Client sessions open, by tenant.
+    pub sessions_active: IntGaugeVec,
+    /// Tasks held (live and finished until their ttl), by tenant and status.
+    pub tasks: IntGaugeVec,
+    /// Tasks created, by tenant and upstream.
+    pub tasks_created: IntCounterVec,
+    /// Tasks that reached a terminal status, by tenant, upstream and final status.
+    pub tasks_finished: IntCounterVec,
+    /// Time from creation to terminal status, by tenant, upstream and final status.
+    pub task_duration: HistogramVec,
+    /// Task actors alive.
+    pub task_actors: IntGauge,
+    /// Progress actors alive (live progress tokens).
+    pub progress_actors: IntGauge,
+    /// `tasks/get` requests, by tenant.
+    pub task_polls: IntCounterVec,
+    /// `tasks/get` requests arriving sooner than the task's suggested pollInterval, by tenant.
+    pub task_polls_early: IntCounterVec,
+    /// Requests blocked in `tasks/result`, by tenant.
+    pub task_result_waiters: IntGaugeVec,
+    /// Progress notifications by what became of them (status: relayed, coalesced, dropped).
+    pub progress_notifications: IntCounterVec,
+    /// Client cancellations by status (received, forwarded, ignored) and reason.
+    pub cancellations: IntCounterVec,
+    /// Upstream request latency, by upstream and method.
+    pub upstream_request_duration: HistogramVec,
+    /// Upstream failures by upstream and reason.
+    pub upstream_errors: IntCounterVec,
+    /// Requests refused at admission (a cap was reached), by tenant and reason.
+    pub admission_rejected: IntCounterVec,
+    /// Messages that found an actor's mailbox or a stream full, by reason.
+    pub mailbox_full: IntCounterVec,
+    /// HTTP responses by HTTP method and status.
+    pub http_responses: IntCounterVec,
+    /// 1 when the upstream answered its last `tools/list`, else 0, by upstream.
+    pub upstream_reachable: IntGaugeVec,
+    /// Tool name collisions in the catalog now.
+    pub catalog_collisions: IntGauge,
+    /// Process start, for uptime.
+    pub start_time: IntGauge,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let names = std::cell::RefCell::new(vec![("taskgate_build_info".to_owned(), false)]);
+        let named = |name: &str, histogram: bool| names.borrow_mut().push((name.to_owned(), histogram));
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            named(name, false);
+            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            named(name, false);
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
+            named(name, true);
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)
+                .expect("valid histogram");
+            registry.register(Box::new(h.clone())).expect("unique metric");
+            h
+        };
+        let single = |name: &str, help: &str| {
+            named(name, false);
+            let g = IntGauge::new(name, help).expect("valid gauge");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let build_info = IntCounter::with_opts(
+            Opts::new("taskgate_build_info", "Build information; always 1")
+                .const_label("version", env!("CARGO_PKG_VERSION")),
+        )
+        .expect("valid counter");
+        registry.register(Box::new(build_info.clone())).expect("unique metric");
+        build_info.inc();
+        let mut metrics = Metrics {
+            names: Vec::new(),
+            sessions_active: gauge("taskgate_sessions_active", "Client sessions open", &["tenant"]),
+            tasks: gauge(
+                "taskgate_tasks",
+                "Tasks held, live and finished until their ttl, by status",
+                &["tenant", "status"],
+            ),
+            tasks_created: counter("taskgate_tasks_created_total", "Tasks created", &["tenant", "upstream"]),
+            tasks_finished: counter(
+                "taskgate_tasks_finished_total",
+                "Tasks that reached a terminal status",
+                &["tenant", "upstream", "status"],
+            ),
+            task_duration: histogram(
+                "taskgate_task_duration_seconds",
+                "Time from task creation to its terminal status",
+                &["tenant", "upstream", "status"],
+                TASK_BUCKETS,
+            ),
+            task_actors: single("taskgate_task_actors", "Task actors alive"),
+            progress_actors: single("taskgate_progress_actors", "Progress actors alive (live progress tokens)"),
+            task_polls: counter("taskgate_task_polls_total", "tasks/get requests", &["tenant"]),
+            task_polls_early: counter(
+                "taskgate_task_polls_early_total",
+                "tasks/get requests arriving sooner than the task's suggested pollInterval",
+                &["tenant"],
+            ),
+            task_result_waiters: gauge("taskgate_task_result_waiters", "Requests blocked in tasks/result", &["tenant"]),
+            progress_notifications: counter(
+                "taskgate_progress_notifications_total",
+                "Progress notifications from upstreams by outcome (relayed, coalesced, dropped)",
+                &["status"],
+            ),
+            cancellations: counter(
+                "taskgate_cancellations_total",
+                "Client cancellations by outcome (received, forwarded, ignored)",
+                &["status", "reason"],
+            ),
+            upstream_request_duration: histogram(
+                "taskgate_upstream_request_duration_seconds",
+                "Upstream request latency",
+                &["upstream", "method"],
+                LATENCY_BUCKETS,
+            ),
+            upstream_errors: counter("taskgate_upstream_errors_total", "Upstream failures", &["upstream", "reason"]),
+            admission_rejected: counter(
+                "taskgate_admission_rejected_total",
+                "Requests refused because a cap was reached",
+                &["tenant", "reason"],
+            ),
+            mailbox_full: counter(
+                "taskgate_mailbox_full_total",
+                "Messages that found an actor mailbox or an outbound stream full",
+                &["reason"],
+            ),
+            http_responses: counter("taskgate_http_responses_total", "HTTP responses", &["method", "status"]),
+            upstream_reachable: gauge(
+                "taskgate_upstream_reachable",
+                "1 when the upstream answered its last tools/list, else 0",
+                &["upstream"],
+            ),
+            catalog_collisions: single("taskgate_catalog_collisions", "Tool names offered by more than one upstream"),
+            start_time: single("taskgate_start_time_seconds", "Start time of the process since the Unix epoch"),
+            registry,
+        };
+        metrics.names = names.into_inner();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        metrics.start_time.set(now.as_secs() as i64);
+        metrics
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding never fails");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+
+    /// Every metric name a scrape can contain (histograms with their series suffixes).
+    pub fn exported_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for (name, histogram) in &self.names {
+            if *histogram {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.push(format!("{name}{suffix}"));
+                }
+            }
+            names.push(name.clone());
+        }
+        names
+    }
+
+    /// Records one upstream request.
+    pub fn upstream_request(&self, upstream: &str, method: &str, took: Duration, error: Option<&'static str>) {
+        self.upstream_request_duration.with_label_values(&[upstream, method]).observe(took.as_secs_f64());
+        if let Some(reason) = error {
+            self.upstream_errors.with_label_values(&[upstream, reason]).inc();
+        }
+    }
+}
+
+impl taskgate_upstream::RequestObserver for Metrics {
+    fn observe(&self, upstream: &str, method: &str, took: Duration, error: Option<&'static str>) {
+        self.upstream_request(upstream, method, took, error);
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let m = Metrics::new();
+        m.upstream_request("u", "tools/call", Duration::from_millis(3), Some("timeout"));
+        m.sessions_active.with_label_values(&["t"]).set(1);
+        let text = m.render();
+        assert!(text.contains("taskgate_upstream_errors_total{reason=\"timeout\",upstream=\"u\"} 1"), "{text}");
+        for name in m.exported_names() {
+            assert!(name.starts_with("taskgate_"), "{name}");
+            assert!(!name.contains("__"), "{name}");
+        }
+        assert!(m.exported_names().contains(&"taskgate_upstream_request_duration_seconds_bucket".to_string()));
+    }
+}

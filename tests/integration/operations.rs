@@ -1,0 +1,209 @@
+//! Operating taskgate: /metrics, /healthz, /readyz, the admin listener, and the dashboards and
+//! alert rules in dashboards/ (every metric they use must be one the gateway exports).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{json, Value};
+use taskgate_config::UpstreamConfig;
+use taskgate_core::metrics::Metrics;
+use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
+
+fn repo(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Every `taskgate_*` identifier in a PromQL expression.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while let Some(at) = expr[i..].find("taskgate_") {
+        let start = i + at;
+        let boundary = start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        if boundary {
+            names.push(expr[start..end].to_owned());
+        }
+        i = end;
+    }
+    names
+}
+
+fn collect_exprs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(o) => {
+            for (k, v) in o {
+                if (k == "expr" || k == "query") && v.is_string() {
+                    out.push(v.as_str().unwrap().to_owned());
+                } else {
+                    collect_exprs(v, out);
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect_exprs(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_dashboard_and_alert_rule_uses_only_exported_metrics() {
+    let exported: BTreeSet<String> = Metrics::new().exported_names().into_iter().collect();
+    let mut checked = 0;
+    let mut dashboards = 0;
+    for entry in std::fs::read_dir(repo("dashboards/grafana")).unwrap() {
+        let path = entry.unwrap().path();
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+        assert!(dashboard["uid"].is_string() && dashboard["title"].is_string(), "{}", path.display());
+        assert!(!dashboard["panels"].as_array().unwrap().is_empty(), "{}", path.display());
+        let mut exprs = Vec::new();
+        collect_exprs(&dashboard, &mut exprs);
+        assert!(!exprs.is_empty(), "{}", path.display());
+        for expr in exprs {
+            for name in metric_names(&expr) {
+                assert!(exported.contains(&name), "{}: {name} is not exported (in {expr})", path.display());
+                checked += 1;
+            }
+        }
+        dashboards += 1;
+    }
+    assert_eq!(dashboards, 3);
+    let rules = std::fs::read_to_string(repo("dashboards/prometheus/alerts.yml")).unwrap();
+    let exprs: Vec<&str> = rules.lines().filter_map(|l| l.trim().strip_prefix("expr:")).collect();
+    assert!(exprs.len() >= 4, "alert rules for upstream down, errors, rejections, p99 latency");
+    for expr in exprs {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "rule without a taskgate metric: {expr}");
+        for name in names {
+            assert!(exported.contains(&name), "alerts.yml: {name} is not exported (in {expr})");
+            checked += 1;
+        }
+    }
+    assert!(checked > 20);
+    let scrape = std::fs::read_to_string(repo("dashboards/prometheus/prometheus.yml")).unwrap();
+    assert!(scrape.contains("metrics_path: /metrics") && scrape.contains("alerts.yml"));
+}
+
+/// Parses the text exposition into `name{labels}` → value.
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn value(metrics: &BTreeMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics
+        .iter()
+        .filter(|(k, _)| {
+            k.split('{').next() == Some(name) && labels.iter().all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[actix_rt::test]
+async fn metrics_move_with_traffic_and_operations_endpoints_answer() {
+    let demo = DemoUpstream::start();
+    let mut required = demo.upstream("demo");
+    required.required = true;
+    let mut dead = UpstreamConfig::http("dead", "http://127.0.0.1:1/mcp");
+    dead.required = false;
+    let mut config = config_with(vec![required, dead]);
+    config.server.admin_listen = Some("127.0.0.1:0".into());
+    config.progress.min_interval_ms = 0;
+    config.tasks.poll_interval_ms = 60_000;
+    let gw = TestGateway::start(config);
+    let admin = gw.admin.expect("admin listener");
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let names = c.tool_names().await;
+    assert!(!names.is_empty());
+    // Traffic: a call with progress, a task polled twice quickly, a failed call, a cancellation.
+    c.request(
+        "tools/call",
+        Some(json!({"name": "demo__slow", "arguments": {"ms": 10, "steps": 3}, "_meta": {"progressToken": "p"}})),
+    )
+    .await;
+    let created = c
+        .request("tools/call", Some(json!({"name": "demo__echo", "arguments": {"text": "t"}, "task": {}})))
+        .await
+        .outcome()
+        .unwrap();
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    c.request("tasks/get", Some(json!({"taskId": task}))).await;
+    c.request("tasks/get", Some(json!({"taskId": task}))).await;
+    c.request("tasks/result", Some(json!({"taskId": task}))).await.outcome().unwrap();
+    assert!(c.call("dead__echo", json!({})).await.is_err());
+    c.notify("notifications/cancelled", Some(json!({"requestId": "nothing"}))).await;
+
+    let http = reqwest::Client::new();
+    let text = http.get(format!("http://{admin}/metrics")).send().await.unwrap().text().await.unwrap();
+    let main = http.get(format!("http://{}/metrics", gw.addr)).send().await.unwrap();
+    assert_eq!(main.status(), 200);
+    assert!(main.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let m = parse_metrics(&text);
+    assert_eq!(value(&m, "taskgate_sessions_active", &[("tenant", "anonymous")]), 1.0);
+    assert_eq!(value(&m, "taskgate_tasks_created_total", &[("tenant", "anonymous"), ("upstream", "demo")]), 1.0);
+    assert_eq!(value(&m, "taskgate_tasks_finished_total", &[("status", "completed")]), 1.0);
+    assert_eq!(value(&m, "taskgate_tasks", &[("status", "completed")]), 1.0);
+    assert_eq!(value(&m, "taskgate_tasks", &[("status", "working")]), 0.0);
+    assert!(value(&m, "taskgate_task_duration_seconds_count", &[]) >= 1.0);
+    assert_eq!(value(&m, "taskgate_task_polls_total", &[("tenant", "anonymous")]), 2.0);
+    assert_eq!(value(&m, "taskgate_task_polls_early_total", &[("tenant", "anonymous")]), 1.0);
+    assert_eq!(value(&m, "taskgate_task_result_waiters", &[]), 0.0);
+    assert!(value(&m, "taskgate_progress_notifications_total", &[("status", "relayed")]) >= 3.0);
+    assert!(
+        value(
+            &m,
+            "taskgate_upstream_request_duration_seconds_count",
+            &[("upstream", "demo"), ("method", "tools/call")]
+        ) >= 2.0
+    );
+    assert!(value(&m, "taskgate_upstream_errors_total", &[("upstream", "dead"), ("reason", "unavailable")]) >= 1.0);
+    assert_eq!(value(&m, "taskgate_cancellations_total", &[("status", "ignored"), ("reason", "unknown_request")]), 1.0);
+    assert!(value(&m, "taskgate_http_responses_total", &[("method", "POST"), ("status", "200")]) >= 8.0);
+    assert_eq!(value(&m, "taskgate_upstream_reachable", &[("upstream", "demo")]), 1.0);
+    assert_eq!(value(&m, "taskgate_upstream_reachable", &[("upstream", "dead")]), 0.0);
+    assert_eq!(value(&m, "taskgate_task_actors", &[]), 0.0);
+    assert_eq!(value(&m, "taskgate_progress_actors", &[]), 0.0);
+    // Labels never carry an id (session, task, request or token).
+    let session = c.session.clone().unwrap();
+    assert!(!text.contains(&session) && !text.contains(&task), "an id leaked into a label");
+
+    // /healthz and /readyz on both listeners: ready, since the dead upstream is not required.
+    for base in [format!("http://{admin}"), format!("http://{}", gw.addr)] {
+        assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+        let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
+        assert_eq!(ready.status(), 200);
+        let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+        assert_eq!(body["ready"], true);
+        let dead = body["upstreams"].as_array().unwrap().iter().find(|u| u["name"] == "dead").unwrap().clone();
+        assert_eq!((dead["reachable"].clone(), dead["required"].clone()), (json!(false), json!(false)));
+        assert!(dead["error"].as_str().unwrap().contains("unavailable"));
+    }
+}
+
+#[actix_rt::test]
+async fn readyz_is_503_while_a_required_upstream_is_down() {
+    let mut dead = UpstreamConfig::http("dead", "http://127.0.0.1:1/mcp");
+    dead.required = true;
+    let gw = TestGateway::start(config_with(vec![dead]));
+    let http = reqwest::Client::new();
+    // The first listing of the upstream fails (connection refused); readiness follows it.
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    assert!(c.tool_names().await.is_empty());
+    let ready = http.get(format!("http://{}/readyz", gw.addr)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["upstreams"][0]["name"], "dead");
+}
