@@ -68,3 +68,33 @@ async fn the_demo_answers_initialize_tools_list_and_tools_call() {
     assert_eq!(c.call("demo__fail", json!({})).await.unwrap()["isError"], true);
     child.kill().await.unwrap();
 }
+
+#[actix_rt::test]
+async fn the_typescript_sdk_client_works_against_the_demo() {
+    let mut child = tokio::process::Command::new(taskgate_bin())
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .env("TASKGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().expect("the demo prints its address");
+    let url = first.rsplit(' ').next().unwrap().to_owned();
+    let run = tokio::process::Command::new("node")
+        .arg("demo-client.mjs")
+        .arg(&url)
+        .current_dir(taskgate_testkit::interop_dir())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), run).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(out["serverInfo"]["name"], "taskgate");
+    assert!(out["tools"].as_array().unwrap().iter().any(|t| t == "demo__job"));
+    assert_eq!(out["add"]["structuredContent"]["sum"], 5.0);
+    assert_eq!(out["echo"]["content"][0]["text"], "from the SDK");
+    child.kill().await.unwrap();
+}
