@@ -124,6 +124,7 @@ impl Gateway {
             m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
         }
         m.task_actors.set(self.shared.task_actors.read().len() as i64);
+        m.requests_in_progress.set(self.live_requests() as i64);
         m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
         m.catalog_collisions.set(self.shared.catalog.read().collisions().len() as i64);
         m.render()

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub task_duration: HistogramVec,
     /// Task actors alive.
     pub task_actors: IntGauge,
+    /// Client requests in progress (all sessions).
+    pub requests_in_progress: IntGauge,
     /// Progress actors alive (live progress tokens).
     pub progress_actors: IntGauge,
     /// `tasks/get` requests, by tenant.
@@ -119,6 +121,7 @@ impl Metrics {
                 TASK_BUCKETS,
             ),
             task_actors: single("taskgate_task_actors", "Task actors alive"),
+            requests_in_progress: single("taskgate_requests_in_progress", "Client requests in progress"),
             progress_actors: single("taskgate_progress_actors", "Progress actors alive (live progress tokens)"),
             task_polls: counter("taskgate_task_polls_total", "tasks/get requests", &["tenant"]),
             task_polls_early: counter(

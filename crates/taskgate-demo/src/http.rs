@@ -76,6 +76,12 @@ pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
         )
     })
     .workers(1)
+    // Small streamed writes (SSE): disable Nagle's algorithm, as the gateway does.
+    .on_connect(|connection, _| {
+        if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            let _ = tcp.set_nodelay(true);
+        }
+    })
     .disable_signals()
     .bind(addr)?;
     let addr = server.addrs()[0];

@@ -8,6 +8,13 @@ use taskgate_core::Gateway;
 
 use crate::{mcp_endpoint, operations};
 
+/// Disables Nagle's algorithm on an accepted connection.
+pub fn set_nodelay(connection: &dyn std::any::Any, _: &mut actix_web::dev::Extensions) {
+    if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+        let _ = tcp.set_nodelay(true);
+    }
+}
+
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
 
@@ -60,6 +67,9 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
             .configure(operations::routes)
     })
     .workers(workers)
+    // Responses are streamed in small writes (SSE events): without TCP_NODELAY, Nagle's
+    // algorithm and the client's delayed ACK add ~40 ms to a call.
+    .on_connect(set_nodelay)
     .disable_signals()
     .shutdown_timeout(5)
     .bind(addr)?;

@@ -182,6 +182,7 @@ impl Connector {
     pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
             .build()
             .expect("an HTTP client with default TLS builds");
         let processes = Arc::new(Semaphore::new(config.max_processes));

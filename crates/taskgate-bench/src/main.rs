@@ -1,0 +1,682 @@
+//! taskgate's benchmarks. Every figure that matters is a ratio of two things measured side by
+//! side in the same run on the same machine (the machines are shared and noisy, so absolute
+//! times alone mean little). All load goes to 127.0.0.1 and is bounded in count and time.
+//!
+//! `taskgate-bench` runs the full suite; `taskgate-bench --quick` runs every measurement with
+//! small counts to check that it works (CI does this). The gateway and the upstreams are the
+//! real `taskgate` binary, started as child processes, so the gateway's memory is its own.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures_util::future::join_all;
+use serde_json::json;
+use taskgate_testkit::McpClient;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Counts for one run.
+struct Plan {
+    quick: bool,
+    sequential: usize,
+    concurrent_total: usize,
+    concurrency: usize,
+    tasks: usize,
+    progress_values: usize,
+    cancellations: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                quick,
+                sequential: 50,
+                concurrent_total: 256,
+                concurrency: 64,
+                tasks: 500,
+                progress_values: 500,
+                cancellations: 300,
+            }
+        } else {
+            Plan {
+                quick,
+                sequential: 2000,
+                concurrent_total: 20_000,
+                concurrency: 64,
+                tasks: 100_000,
+                progress_values: 20_000,
+                cancellations: 10_000,
+            }
+        }
+    }
+}
+
+fn main() -> Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let plan = Plan::new(quick);
+    let bin = taskgate_bin()?;
+    actix_rt::System::new().block_on(run(plan, bin))
+}
+
+/// The `taskgate` binary beside this one (the same build profile).
+fn taskgate_bin() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let bin = exe.with_file_name("taskgate");
+    if !bin.exists() {
+        bail!("{} is missing: build the workspace first (cargo build --release --workspace)", bin.display());
+    }
+    Ok(bin)
+}
+
+async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
+    let started = Instant::now();
+    println!(
+        "# taskgate benchmarks{}",
+        if plan.quick { " (quick mode: small counts, figures not meaningful)" } else { "" }
+    );
+    println!();
+    println!("machine: {}", machine());
+    println!();
+    proxy_overhead(&plan, &bin).await?;
+    polling(&plan, &bin).await?;
+    task_scale(&plan, &bin).await?;
+    progress(&plan, &bin).await?;
+    cancellation(&plan, &bin).await?;
+    println!();
+    println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_owned()))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| format!("{:.0} GiB", kb as f64 / 1024.0 / 1024.0))
+        .unwrap_or_default();
+    format!("{cpus} cores ({model}), {memory}; shared and noisy")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// Children are killed when the benchmark ends, whatever happens.
+struct Process {
+    child: Child,
+}
+
+impl Process {
+    fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Resident memory in bytes, from /proc.
+    fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or(0)
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Starts a child and waits for the stdout line that contains `marker`; returns the line.
+async fn spawn_until(mut command: Command, marker: &str) -> Result<(Process, String)> {
+    command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).env("TASKGATE_LOG", "error");
+    let mut child = command.spawn().context("cannot start a child process")?;
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await? {
+            if line.contains(marker) {
+                return Ok::<_, std::io::Error>(line);
+            }
+        }
+        Err(std::io::Error::other("the child exited before it was ready"))
+    })
+    .await
+    .context("the child did not start within 30 s")??;
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((Process { child }, line))
+}
+
+async fn start_demo(bin: &Path) -> Result<(Process, String)> {
+    let port = free_port()?;
+    let mut command = Command::new(bin);
+    command.args(["demo-upstream", "--listen", &format!("127.0.0.1:{port}")]);
+    let (process, _) = spawn_until(command, "listening on").await?;
+    Ok((process, format!("http://127.0.0.1:{port}/mcp")))
+}
+
+/// Starts `taskgate serve` with `config` (TOML, without [server]); returns it and its URL.
+async fn start_gateway(bin: &Path, config: &str) -> Result<(Process, String)> {
+    let dir = std::env::temp_dir().join(format!("taskgate-bench-{}-{}", std::process::id(), free_port()?));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("taskgate.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\nmax_sessions = 1000\nsession_mailbox = 4096\n\n{config}"
+        ),
+    )?;
+    let mut command = Command::new(bin);
+    command.arg("serve").arg("--config").arg(&file);
+    let (process, line) = spawn_until(command, "taskgate listening on").await?;
+    let url = line.rsplit(' ').next().unwrap_or_default().to_owned();
+    Ok((process, url))
+}
+
+/// Starts nginx as a bare reverse proxy in front of `upstream` (host:port), if installed.
+async fn start_nginx(upstream: &str) -> Result<Option<(Process, String)>> {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"].into_iter().find(|p| Path::new(p).exists());
+    let Some(nginx) = nginx else { return Ok(None) };
+    let dir = std::env::temp_dir().join(format!("taskgate-bench-nginx-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("logs"))?;
+    let port = free_port()?;
+    let conf = format!(
+        "worker_processes 1;\nerror_log {dir}/logs/error.log;\npid {dir}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  upstream demo {{ server {upstream}; keepalive 128; }}\n  server {{\n    listen 127.0.0.1:{port};\n    \
+         location / {{ proxy_pass http://demo; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }}\n  }}\n}}\n",
+        dir = dir.display()
+    );
+    let file = dir.join("nginx.conf");
+    std::fs::write(&file, conf)?;
+    let child = Command::new(nginx)
+        .arg("-c")
+        .arg(&file)
+        .arg("-p")
+        .arg(&dir)
+        .args(["-g", "daemon off;"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    // Wait until it accepts connections (a benchmark may wait; tests may not).
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(Some((Process { child }, format!("http://127.0.0.1:{port}/mcp"))));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("nginx did not start")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+async fn connect(url: &str) -> Result<McpClient> {
+    let mut client = McpClient::new(url);
+    client.initialize().await;
+    Ok(client)
+}
+
+/// One tool call; checks it succeeded.
+async fn call(client: &McpClient, tool: &str) -> Result<()> {
+    let mut c = client.clone();
+    let reply = c.request("tools/call", Some(json!({"name": tool, "arguments": {"text": "x"}}))).await;
+    if reply.outcome().is_err() {
+        bail!("{tool} failed: {:?}", reply.outcome());
+    }
+    Ok(())
+}
+
+async fn sequential_latencies(client: &McpClient, tool: &str, n: usize) -> Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        call(client, tool).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(samples)
+}
+
+/// Requests per second with `concurrency` clients sending `total` calls in all.
+async fn throughput(client: &McpClient, tool: &str, total: usize, concurrency: usize) -> Result<f64> {
+    let started = Instant::now();
+    let per_worker = total / concurrency;
+    let workers = (0..concurrency).map(|_| {
+        let client = client.clone();
+        let tool = tool.to_owned();
+        async move {
+            for _ in 0..per_worker {
+                call(&client, &tool).await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        }
+    });
+    for outcome in join_all(workers).await {
+        outcome?;
+    }
+    Ok((per_worker * concurrency) as f64 / started.elapsed().as_secs_f64())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Proxy overhead
+
+async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 1. Proxy overhead: tools/call of a fast tool");
+    println!();
+    let (_demo, demo_url) = start_demo(bin).await?;
+    let (_gateway, gateway_url) =
+        start_gateway(bin, &format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n"))
+            .await?;
+    let upstream_addr = demo_url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let nginx = start_nginx(&upstream_addr).await?;
+
+    let direct = connect(&demo_url).await?;
+    let through = connect(&gateway_url).await?;
+    let proxied = match &nginx {
+        Some((_, url)) => Some(connect(url).await?),
+        None => None,
+    };
+    // Warm up every path.
+    for _ in 0..20 {
+        call(&direct, "echo").await?;
+        call(&through, "demo__echo").await?;
+        if let Some(p) = &proxied {
+            call(p, "echo").await?;
+        }
+    }
+    // Interleave the paths round by round so that noise hits them alike.
+    let rounds = 4;
+    let (mut d, mut g, mut n) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        d.extend(sequential_latencies(&direct, "echo", plan.sequential / rounds).await?);
+        g.extend(sequential_latencies(&through, "demo__echo", plan.sequential / rounds).await?);
+        if let Some(p) = &proxied {
+            n.extend(sequential_latencies(p, "echo", plan.sequential / rounds).await?);
+        }
+    }
+    let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
+    let (g50, g99) = (percentile(&mut g, 0.5), percentile(&mut g, 0.99));
+    let direct_rps = throughput(&direct, "echo", plan.concurrent_total, plan.concurrency).await?;
+    let gateway_rps = throughput(&through, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
+    println!("| path | p50 | p99 | throughput at {} clients |", plan.concurrency);
+    println!("| --- | --- | --- | --- |");
+    println!("| direct to the upstream | {} | {} | {:.0} req/s |", ms(d50), ms(d99), direct_rps);
+    println!("| through taskgate | {} | {} | {:.0} req/s |", ms(g50), ms(g99), gateway_rps);
+    let gateway_added = g50.saturating_sub(d50);
+    match &proxied {
+        Some(p) => {
+            let (n50, n99) = (percentile(&mut n, 0.5), percentile(&mut n, 0.99));
+            let nginx_rps = throughput(p, "echo", plan.concurrent_total, plan.concurrency).await?;
+            println!("| through nginx (proxy_pass) | {} | {} | {:.0} req/s |", ms(n50), ms(n99), nginx_rps);
+            let nginx_added = n50.saturating_sub(d50).max(Duration::from_micros(1));
+            let latency_ratio = gateway_added.as_secs_f64() / nginx_added.as_secs_f64();
+            let throughput_ratio = gateway_rps / nginx_rps;
+            println!();
+            println!(
+                "- added p50 latency: taskgate {} vs nginx {}: ratio {:.2} (target ≤ 1.5: {})",
+                ms(gateway_added),
+                ms(nginx_added),
+                latency_ratio,
+                verdict(latency_ratio <= 1.5)
+            );
+            println!(
+                "- throughput: taskgate / nginx = {:.2} (target ≥ 0.7: {})",
+                throughput_ratio,
+                verdict(throughput_ratio >= 0.7)
+            );
+        }
+        None => {
+            println!();
+            println!("- nginx is not installed (apt-get install -y nginx): the nginx comparison was skipped.");
+            println!(
+                "- added p50 latency through taskgate: {}; throughput taskgate / direct = {:.2}",
+                ms(gateway_added),
+                gateway_rps / direct_rps
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Polling
+
+async fn polling(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 2. Polling: tasks/get throughput");
+    println!();
+    let (_demo, demo_url) = start_demo(bin).await?;
+    let (_gateway, gateway_url) =
+        start_gateway(bin, &format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n"))
+            .await?;
+    let mut client = connect(&gateway_url).await?;
+    let created = client
+        .request("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}, "task": {}})))
+        .await
+        .outcome()
+        .map_err(|e| anyhow::anyhow!("cannot create a task: {e:?}"))?;
+    let task_id = created["task"]["taskId"].as_str().unwrap_or_default().to_owned();
+    let poll = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id}}).to_string();
+    let sample = client.post_raw(poll.clone(), &[("accept", "application/json")]).await;
+    let body = sample.response().to_json();
+
+    // The practical limit of this stack: an actix-web handler answering the same body.
+    let fixed_port = free_port()?;
+    let fixed_body = body.clone();
+    std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            let body = fixed_body;
+            let server = actix_web::HttpServer::new(move || {
+                let body = body.clone();
+                actix_web::App::new().route(
+                    "/mcp",
+                    actix_web::web::post().to(move || {
+                        let body = body.clone();
+                        async move { actix_web::HttpResponse::Ok().content_type("application/json").body(body) }
+                    }),
+                )
+            })
+            .workers(1)
+            .disable_signals()
+            .bind(("127.0.0.1", fixed_port))
+            .expect("bind")
+            .run();
+            let _ = server.await;
+        })
+    });
+    let fixed_url = format!("http://127.0.0.1:{fixed_port}/mcp");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", fixed_port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut fixed = McpClient::new(&fixed_url);
+    fixed.session = client.session.clone();
+    let measure = |c: McpClient| {
+        let task_id = task_id.clone();
+        async move {
+            let started = Instant::now();
+            let per = plan.concurrent_total / plan.concurrency;
+            let workers = (0..plan.concurrency).map(|w| {
+                let c = c.clone();
+                let task_id = task_id.clone();
+                async move {
+                    for i in 0..per {
+                        // Each request in flight needs its own id.
+                        let id = (w * per + i) as i64 + 10;
+                        let poll =
+                            json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": task_id}});
+                        let reply = c.post_raw(poll.to_string(), &[("accept", "application/json")]).await;
+                        assert_eq!(reply.status, 200, "{reply:?}");
+                    }
+                }
+            });
+            join_all(workers).await;
+            (per * plan.concurrency) as f64 / started.elapsed().as_secs_f64()
+        }
+    };
+    let _ = measure(client.clone()).await; // warm up
+    let gateway_rps = measure(client.clone()).await;
+    let fixed_rps = measure(fixed).await;
+    let ratio = gateway_rps / fixed_rps;
+    println!("| server | tasks/get throughput at {} clients |", plan.concurrency);
+    println!("| --- | --- |");
+    println!("| taskgate (the task in the store) | {gateway_rps:.0} req/s |");
+    println!("| actix-web handler, same {} byte body | {fixed_rps:.0} req/s |", body.len());
+    println!();
+    println!("- ratio {:.2} (target ≥ 0.6: {})", ratio, verdict(ratio >= 0.6));
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Task scale
+
+async fn metric(url: &str, name: &str) -> f64 {
+    let metrics_url = url.trim_end_matches("/mcp").to_owned() + "/metrics";
+    let Ok(response) = reqwest::get(&metrics_url).await else { return f64::NAN };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 3. Task scale: {} wrapped tasks on a slow upstream", plan.tasks);
+    println!();
+    let ttl_ms: u64 = if plan.quick { 5_000 } else { 90_000 };
+    let config = format!(
+        "[tasks]\ndefault_ttl_ms = {ttl_ms}\nmax_ttl_ms = {ttl_ms}\nmax_tasks = {}\nsweep_interval_ms = 500\n\n\
+         [[upstream]]\nname = \"local\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"demo-upstream\", \"--stdio\"]\n",
+        plan.tasks * 2,
+        bin.display()
+    );
+    let (gateway, url) = start_gateway(bin, &config).await?;
+    let mut client = connect(&url).await?;
+    // One plain call first, so the stdio process and every lazy structure exist.
+    call(&client, "local__echo").await?;
+    let baseline = gateway.rss();
+    // Creation latency must not depend on the upstream: compare a tool that never finishes
+    // (`wait`) with one that finishes at once (`echo`).
+    let create = |c: McpClient, tool: &'static str| async move {
+        let mut c = c;
+        let started = Instant::now();
+        let reply = c
+            .request("tools/call", Some(json!({"name": tool, "arguments": {"gate": "never", "text": "x"}, "task": {}})))
+            .await;
+        let elapsed = started.elapsed();
+        (elapsed, reply.outcome().is_ok())
+    };
+    // Creation latency, one at a time, alternating the two tools so noise hits both alike.
+    let (mut instant, mut slow) = (Vec::new(), Vec::new());
+    for _ in 0..200.min(plan.tasks / 2) {
+        for (tool, samples) in [("local__echo", &mut instant), ("local__wait", &mut slow)] {
+            let (took, ok) = create(client.clone(), tool).await;
+            if !ok {
+                bail!("creating a {tool} task failed");
+            }
+            samples.push(took);
+        }
+    }
+    // Then the rest of the live tasks, many at a time, for the memory figures.
+    let started = Instant::now();
+    let mut created = slow.len();
+    while created < plan.tasks {
+        let batch = plan.concurrency.min(plan.tasks - created);
+        let results = join_all((0..batch).map(|_| create(client.clone(), "local__wait"))).await;
+        if results.iter().any(|(_, ok)| !ok) {
+            bail!("creating task {created} failed");
+        }
+        created += batch;
+    }
+    let creating = started.elapsed();
+    let live = gateway.rss();
+    let live_actors = metric(&url, "taskgate_task_actors").await;
+    let (s50, s99) = (percentile(&mut slow, 0.5), percentile(&mut slow, 0.99));
+    let (i50, i99) = (percentile(&mut instant, 0.5), percentile(&mut instant, 0.99));
+    let per_task = live.saturating_sub(baseline) as f64 / plan.tasks as f64;
+    println!("| measure | value |");
+    println!("| --- | --- |");
+    let bulk = plan.tasks - slow.len();
+    println!(
+        "| tasks created | {} ({} of them {} at a time in {:.1} s, {:.0}/s); {} task actors live |",
+        plan.tasks,
+        bulk,
+        plan.concurrency,
+        creating.as_secs_f64(),
+        bulk as f64 / creating.as_secs_f64(),
+        live_actors
+    );
+    println!("| CreateTaskResult p50 / p99, upstream never finishes (`wait`) | {} / {} |", ms(s50), ms(s99));
+    println!("| CreateTaskResult p50 / p99, upstream finishes at once (`echo`) | {} / {} |", ms(i50), ms(i99));
+    println!(
+        "| gateway RSS: baseline / with the tasks live | {:.1} MiB / {:.1} MiB |",
+        baseline as f64 / 1048576.0,
+        live as f64 / 1048576.0
+    );
+    println!("| resident memory per live task | {:.0} bytes |", per_task);
+    // Wait for every task to expire (their ttl), then measure again.
+    let deadline = Instant::now() + Duration::from_millis(ttl_ms) + Duration::from_secs(60);
+    loop {
+        let held = metric(&url, "taskgate_tasks").await;
+        let actors = metric(&url, "taskgate_task_actors").await;
+        if held == 0.0 && actors == 0.0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("tasks did not expire: {held} held, {actors} actors");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = client.request("ping", None).await;
+    let after = gateway.rss();
+    let after_ratio = after as f64 / baseline as f64;
+    println!(
+        "| gateway RSS after they all expired | {:.1} MiB ({:.2}× baseline) |",
+        after as f64 / 1048576.0,
+        after_ratio
+    );
+    println!();
+    let p50_ratio = s50.as_secs_f64() / i50.as_secs_f64().max(1e-9);
+    println!("- creation latency independent of the upstream: p50 wait/echo = {:.2} (≈1 expected)", p50_ratio);
+    println!("- memory per live task: {:.0} B (target ≤ 4096 B: {})", per_task, verdict(per_task <= 4096.0));
+    println!("- memory after expiry: {:.2}× baseline (target ≤ 1.1: {})", after_ratio, verdict(after_ratio <= 1.1));
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Progress
+
+async fn progress_run(bin: &Path, demo_url: &str, min_interval_ms: u64, values: usize) -> Result<(f64, usize, bool)> {
+    let config = format!(
+        "[progress]\nmin_interval_ms = {min_interval_ms}\n\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n"
+    );
+    let (_gateway, url) = start_gateway(bin, &config).await?;
+    let mut client = connect(&url).await?;
+    let list: Vec<usize> = (1..=values).collect();
+    let started = Instant::now();
+    let reply = client
+        .request(
+            "tools/call",
+            Some(json!({"name": "demo__progress", "arguments": {"values": list}, "_meta": {"progressToken": "bench"}})),
+        )
+        .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let progress: Vec<f64> = reply
+        .notifications()
+        .iter()
+        .filter_map(|m| match m {
+            taskgate_protocol::Message::Notification { params: Some(p), .. } => p["progress"].as_f64(),
+            _ => None,
+        })
+        .collect();
+    let last_delivered = progress.last().copied() == Some(values as f64);
+    Ok((values as f64 / elapsed, progress.len(), last_delivered))
+}
+
+async fn progress(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 4. Progress: {} notifications from one upstream call, one session", plan.progress_values);
+    println!();
+    let (_demo, demo_url) = start_demo(bin).await?;
+    let (off_rate, off_count, off_last) = progress_run(bin, &demo_url, 0, plan.progress_values).await?;
+    let (on_rate, on_count, on_last) = progress_run(bin, &demo_url, 50, plan.progress_values).await?;
+    println!(
+        "| coalescing | upstream notifications handled per second | delivered to the client | final value delivered |"
+    );
+    println!("| --- | --- | --- | --- |");
+    println!("| off (min_interval_ms = 0) | {off_rate:.0}/s | {off_count} | {off_last} |");
+    println!("| on (min_interval_ms = 50) | {on_rate:.0}/s | {on_count} | {on_last} |");
+    println!();
+    println!("- final value never lost: {}", verdict(off_last && on_last));
+    println!();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Cancellation
+
+async fn cancellation(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 5. Cancellation: {} cancels racing responses", plan.cancellations);
+    println!();
+    let (_demo, demo_url) = start_demo(bin).await?;
+    let (_gateway, url) =
+        start_gateway(bin, &format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n"))
+            .await?;
+    let client = connect(&url).await?;
+    let started = Instant::now();
+    let mut answered = 0usize;
+    let mut sent = 0usize;
+    while sent < plan.cancellations {
+        let batch = plan.concurrency.min(plan.cancellations - sent);
+        let calls = (0..batch).map(|i| {
+            let id = (sent + i) as i64 + 1_000_000;
+            let c = client.clone();
+            async move {
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "demo__slow", "arguments": {"ms": 2, "steps": 1}, "_meta": {"progressToken": id}}})
+                .to_string();
+                let cancel = c.notify("notifications/cancelled", Some(json!({"requestId": id, "reason": "bench"})));
+                let (reply, _) = tokio::join!(c.post_raw(body, &[]), cancel);
+                reply.messages.iter().any(|m| m.is_response())
+            }
+        });
+        answered += join_all(calls).await.into_iter().filter(|a| *a).count();
+        sent += batch;
+    }
+    let elapsed = started.elapsed();
+    let mut in_progress = f64::NAN;
+    let mut tokens = f64::NAN;
+    for _ in 0..100 {
+        in_progress = metric(&url, "taskgate_requests_in_progress").await;
+        tokens = metric(&url, "taskgate_progress_actors").await;
+        if in_progress == 0.0 && tokens == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("| measure | value |");
+    println!("| --- | --- |");
+    println!("| calls, each cancelled at once | {} in {:.1} s |", plan.cancellations, elapsed.as_secs_f64());
+    println!("| answered before the cancel arrived | {answered} |");
+    println!("| cancelled (no response) | {} |", plan.cancellations - answered);
+    println!("| requests in progress / live progress tokens afterwards | {in_progress} / {tokens} |");
+    println!();
+    println!("- live-request count back to zero: {}", verdict(in_progress == 0.0 && tokens == 0.0));
+    println!();
+    Ok(())
+}
