@@ -21,6 +21,7 @@ use tokio::process::{Child, Command};
 /// Counts for one run.
 struct Plan {
     quick: bool,
+    only: Option<String>,
     sequential: usize,
     concurrent_total: usize,
     concurrency: usize,
@@ -34,6 +35,7 @@ impl Plan {
         if quick {
             Plan {
                 quick,
+                only: None,
                 sequential: 50,
                 concurrent_total: 256,
                 concurrency: 64,
@@ -44,6 +46,7 @@ impl Plan {
         } else {
             Plan {
                 quick,
+                only: None,
                 sequential: 2000,
                 concurrent_total: 20_000,
                 concurrency: 64,
@@ -56,8 +59,16 @@ impl Plan {
 }
 
 fn main() -> Result<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let plan = Plan::new(quick);
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut plan = Plan::new(quick);
+    // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation);
+    // `--tasks N` changes the task-scale count.
+    plan.only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    if let Some(n) = args.iter().position(|a| a == "--tasks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok())
+    {
+        plan.tasks = n;
+    }
     let bin = taskgate_bin()?;
     actix_rt::System::new().block_on(run(plan, bin))
 }
@@ -81,11 +92,22 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     println!();
     println!("machine: {}", machine());
     println!();
-    proxy_overhead(&plan, &bin).await?;
-    polling(&plan, &bin).await?;
-    task_scale(&plan, &bin).await?;
-    progress(&plan, &bin).await?;
-    cancellation(&plan, &bin).await?;
+    let run = |name: &str| plan.only.as_deref().is_none_or(|only| only == name);
+    if run("proxy") {
+        proxy_overhead(&plan, &bin).await?;
+    }
+    if run("polling") {
+        polling(&plan, &bin).await?;
+    }
+    if run("tasks") {
+        task_scale(&plan, &bin).await?;
+    }
+    if run("progress") {
+        progress(&plan, &bin).await?;
+    }
+    if run("cancellation") {
+        cancellation(&plan, &bin).await?;
+    }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
@@ -478,7 +500,7 @@ async fn metric(url: &str, name: &str) -> f64 {
 async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     println!("## 3. Task scale: {} wrapped tasks on a slow upstream", plan.tasks);
     println!();
-    let ttl_ms: u64 = if plan.quick { 5_000 } else { 90_000 };
+    let ttl_ms: u64 = if plan.quick { 5_000 } else { 30_000 };
     let config = format!(
         "[tasks]\ndefault_ttl_ms = {ttl_ms}\nmax_ttl_ms = {ttl_ms}\nmax_tasks = {}\nsweep_interval_ms = 500\n\n\
          [[upstream]]\nname = \"local\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"demo-upstream\", \"--stdio\"]\n",
@@ -564,11 +586,29 @@ async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     }
     let _ = client.request("ping", None).await;
     let after = gateway.rss();
+    // A second round of the same size: if the memory is reused rather than leaked, the peak
+    // does not grow.
+    let mut created = 0usize;
+    while created < plan.tasks {
+        let batch = plan.concurrency.min(plan.tasks - created);
+        let results = join_all((0..batch).map(|_| create(client.clone(), "local__wait"))).await;
+        if results.iter().any(|(_, ok)| !ok) {
+            bail!("creating task {created} of the second round failed");
+        }
+        created += batch;
+    }
+    let second_peak = gateway.rss();
     let after_ratio = after as f64 / baseline as f64;
     println!(
         "| gateway RSS after they all expired | {:.1} MiB ({:.2}× baseline) |",
         after as f64 / 1048576.0,
         after_ratio
+    );
+    println!(
+        "| gateway RSS with a second round of {} live tasks | {:.1} MiB (first round: {:.1} MiB) |",
+        plan.tasks,
+        second_peak as f64 / 1048576.0,
+        live as f64 / 1048576.0
     );
     println!();
     let p50_ratio = s50.as_secs_f64() / i50.as_secs_f64().max(1e-9);

@@ -155,6 +155,8 @@ pub trait TaskStore: Send + Sync + 'static {
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
     /// Tasks held now.
     fn len(&self) -> usize;
+    /// Gives back memory held for tasks that are gone (after a burst). Optional.
+    fn compact(&self) {}
     /// True when no task is held.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -149,6 +149,12 @@ impl TaskStore for MemoryTaskStore {
     fn len(&self) -> usize {
         self.inner.lock().by_id.len()
     }
+
+    fn compact(&self) {
+        let mut inner = self.inner.lock();
+        inner.by_id.shrink_to_fit();
+        inner.by_owner.shrink_to_fit();
+    }
 }
 
 #[cfg(test)]

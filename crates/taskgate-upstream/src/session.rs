@@ -253,7 +253,8 @@ enum Channel {
 impl Channel {
     async fn request(&self, message: &Message, sink: Option<&mpsc::Sender<Message>>) -> Result<Value, ChannelError> {
         match self {
-            Channel::Http(c) => c.request(message, sink).await,
+            // Boxed: the HTTP path's future is large, and a stdio call should not carry its size.
+            Channel::Http(c) => Box::pin(c.request(message, sink)).await,
             Channel::Stdio(c) => c.request(message).await,
         }
     }
@@ -340,12 +341,13 @@ impl UpstreamSession {
         let message = Message::request(id, method, params);
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
         let attempt = async {
-            let ready = self.ready().await?;
+            // Boxed: initialization is a large future, rarely run; in-flight calls stay small.
+            let ready = Box::pin(self.ready()).await?;
             match ready.channel.request(&message, related.as_ref()).await {
                 Err(ChannelError::Expired) => {
                     // basic/transports "Session Management": on 404 start a new session.
                     tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
-                    let ready = self.ready().await?;
+                    let ready = Box::pin(self.ready()).await?;
                     ready.channel.request(&message, related.as_ref()).await.map_err(|e| self.expired_twice(e))
                 }
                 other => other.map_err(|e| self.expired_twice(e)),

@@ -369,8 +369,19 @@ impl Actor for TaskActor {
                 let key = (self.session.upstream().to_owned(), upstream_id.clone());
                 self.shared.task_calls.write().insert(key, self.id.clone());
                 let session = self.session.clone();
-                let (id, params) = (upstream_id.clone(), params.clone());
-                let call = crate::session::relay_call(session, id, params, None, self.progress.clone(), false);
+                // The params move into the call: one copy per task, not two.
+                let (id, params) = (upstream_id.clone(), std::mem::take(params));
+                // Only a task with a progress token needs a channel for its call's notifications
+                // (a live task costs less without one).
+                let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
+                    match self.progress.clone() {
+                        Some(progress) => {
+                            Box::pin(crate::session::relay_call(session, id, params, None, Some(progress), false))
+                        }
+                        None => Box::pin(async move {
+                            session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await
+                        }),
+                    };
                 self.running = Some(ctx.spawn(call.into_actor(self).map(|outcome, act, ctx| {
                     act.running = None;
                     let (status, message, outcome) = settle_call(outcome);

@@ -10,14 +10,37 @@ use actix::prelude::*;
 use super::actor::Expire;
 use crate::gateway::Shared;
 
+/// Tasks released since the last trim after which freed memory is handed back to the system.
+const TRIM_AFTER_RELEASED: usize = 10_000;
+
 /// The supervisor actor.
 pub struct Supervisor {
     shared: Arc<Shared>,
+    /// The most tasks held since the last trim.
+    peak_tasks: usize,
 }
 
 impl Supervisor {
     pub(crate) fn new(shared: Arc<Shared>) -> Supervisor {
-        Supervisor { shared }
+        Supervisor { shared, peak_tasks: 0 }
+    }
+
+    /// After a burst of tasks ends, gives the freed memory back: glibc keeps freed pages in its
+    /// arenas, so without this a gateway's resident memory stays at its peak.
+    fn trim_after_bursts(&mut self) {
+        let held = self.shared.store.len();
+        if self.peak_tasks >= held + TRIM_AFTER_RELEASED {
+            // Tables keep their peak capacity until told otherwise.
+            self.shared.store.compact();
+            self.shared.task_actors.write().shrink_to_fit();
+            self.shared.task_calls.write().shrink_to_fit();
+            self.shared.native_tasks.write().shrink_to_fit();
+            self.shared.last_poll.lock().shrink_to_fit();
+            release_free_memory();
+            self.peak_tasks = held;
+        } else {
+            self.peak_tasks = self.peak_tasks.max(held);
+        }
     }
 
     fn sweep(&mut self, ctx: &mut Context<Self>) {
@@ -45,7 +68,10 @@ impl Actor for Supervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let every = Duration::from_millis(self.shared.config.tasks.sweep_interval_ms);
-        ctx.run_interval(every, |act, ctx| act.sweep(ctx));
+        ctx.run_interval(every, |act, ctx| {
+            act.sweep(ctx);
+            act.trim_after_bursts();
+        });
     }
 }
 
@@ -63,3 +89,18 @@ impl Handler<Sweep> for Supervisor {
         self.sweep(ctx);
     }
 }
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    extern "C" {
+        fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+    }
+    // SAFETY: malloc_trim only walks glibc's own arenas and returns unused pages to the kernel;
+    // it has no preconditions and is safe to call from any thread.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}
