@@ -139,6 +139,13 @@ struct Process {
 }
 
 impl Process {
+    /// Asks the process to exit (SIGTERM) and waits for it: a profiler wrapping the gateway
+    /// writes its profile only on a clean exit.
+    async fn terminate(mut self) {
+        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.pid().to_string()).status();
+        let _ = tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await;
+    }
+
     fn pid(&self) -> u32 {
         self.child.id().unwrap_or(0)
     }
@@ -165,7 +172,7 @@ async fn spawn_until(mut command: Command, marker: &str) -> Result<(Process, Str
     command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).env("TASKGATE_LOG", "error");
     let mut child = command.spawn().context("cannot start a child process")?;
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), async {
+    let line = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await? {
             if line.contains(marker) {
                 return Ok::<_, std::io::Error>(line);
@@ -174,7 +181,7 @@ async fn spawn_until(mut command: Command, marker: &str) -> Result<(Process, Str
         Err(std::io::Error::other("the child exited before it was ready"))
     })
     .await
-    .context("the child did not start within 30 s")??;
+    .context("the child did not start within 60 s")??;
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Ok((Process { child }, line))
@@ -199,7 +206,17 @@ async fn start_gateway(bin: &Path, config: &str) -> Result<(Process, String)> {
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\nmax_sessions = 1000\nsession_mailbox = 4096\n\n{config}"
         ),
     )?;
-    let mut command = Command::new(bin);
+    // TASKGATE_BENCH_WRAP runs the gateway under a profiler, e.g.
+    // "valgrind --tool=callgrind --callgrind-out-file=/tmp/taskgate.callgrind".
+    let mut command = match std::env::var("TASKGATE_BENCH_WRAP").ok().filter(|w| !w.trim().is_empty()) {
+        Some(wrap) => {
+            let mut words = wrap.split_whitespace();
+            let mut command = Command::new(words.next().expect("non-empty"));
+            command.args(words).arg(bin);
+            command
+        }
+        None => Command::new(bin),
+    };
     command.arg("serve").arg("--config").arg(&file);
     let (process, line) = spawn_until(command, "taskgate listening on").await?;
     let url = line.rsplit(' ').next().unwrap_or_default().to_owned();
@@ -318,7 +335,7 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     println!("## 1. Proxy overhead: tools/call of a fast tool");
     println!();
     let (_demo, demo_url) = start_demo(bin).await?;
-    let (_gateway, gateway_url) =
+    let (gateway, gateway_url) =
         start_gateway(bin, &format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n"))
             .await?;
     let upstream_addr = demo_url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
@@ -390,6 +407,9 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
         }
     }
     println!();
+    if std::env::var("TASKGATE_BENCH_WRAP").is_ok_and(|w| !w.trim().is_empty()) {
+        gateway.terminate().await;
+    }
     Ok(())
 }
 

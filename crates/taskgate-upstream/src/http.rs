@@ -16,15 +16,19 @@ use tokio::sync::{mpsc, watch};
 use crate::session::{ChannelError, Incoming, Routes};
 use crate::UpstreamError;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const VERSION_HEADER: &str = "mcp-protocol-version";
+const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
 /// Longest wait between attempts to reopen the GET stream.
 const MAX_LISTEN_BACKOFF: Duration = Duration::from_secs(30);
 
 /// One Streamable HTTP session with an upstream.
 pub(crate) struct HttpChannel {
     name: String,
-    url: String,
+    /// Parsed once: reqwest would parse (and IDNA-check) a string on every request.
+    url: reqwest::Url,
+    url_text: String,
     client: reqwest::Client,
     headers: HeaderMap,
     max_message_bytes: usize,
@@ -55,7 +59,10 @@ impl HttpChannel {
         }
         HttpChannel {
             name: config.name.clone(),
-            url: config.url.clone().unwrap_or_default(),
+            // A URL that does not parse makes every request fail (see `post`), naming it.
+            url: reqwest::Url::parse(config.url.as_deref().unwrap_or_default())
+                .unwrap_or_else(|_| reqwest::Url::parse("http://invalid.invalid/").expect("a valid URL")),
+            url_text: config.url.clone().unwrap_or_default(),
             client,
             headers,
             max_message_bytes: config.max_message_bytes,
@@ -85,7 +92,7 @@ impl HttpChannel {
     }
 
     fn builder(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
-        let mut b = self.client.request(method, &self.url).headers(self.headers.clone());
+        let mut b = self.client.request(method, self.url.clone()).headers(self.headers.clone());
         if let Some(id) = self.session_id.lock().clone() {
             b = b.header(SESSION_HEADER, id);
         }
@@ -96,10 +103,13 @@ impl HttpChannel {
     }
 
     async fn post(&self, message: &Message) -> Result<Response, ChannelError> {
+        if self.url.host_str() == Some("invalid.invalid") {
+            return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)).into());
+        }
         let response = self
             .builder(reqwest::Method::POST)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, JSON)
+            .header(ACCEPT, JSON_OR_SSE)
             .body(message.to_json())
             .send()
             .await
@@ -119,7 +129,7 @@ impl HttpChannel {
         }
         let body = response.text().await.unwrap_or_default();
         let snippet: String = body.chars().take(200).collect();
-        let reason = format!("HTTP {status} from {}: {snippet}", self.url);
+        let reason = format!("HTTP {status} from {}: {snippet}", self.url_text);
         Err(if status.is_server_error() { self.unavailable(reason) } else { self.protocol(reason) }.into())
     }
 

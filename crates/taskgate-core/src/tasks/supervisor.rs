@@ -29,7 +29,8 @@ impl Supervisor {
     /// arenas, so without this a gateway's resident memory stays at its peak.
     fn trim_after_bursts(&mut self) {
         let held = self.shared.store.len();
-        if self.peak_tasks >= held + TRIM_AFTER_RELEASED {
+        // After a large release, or once the last task of a burst is gone.
+        if self.peak_tasks >= held + TRIM_AFTER_RELEASED || (held == 0 && self.peak_tasks > 0) {
             // Tables keep their peak capacity until told otherwise.
             self.shared.store.compact();
             self.shared.task_actors.write().shrink_to_fit();
