@@ -45,8 +45,8 @@ fn check_config_prints_every_problem_with_its_location() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[actix_rt::test]
-async fn the_demo_answers_initialize_tools_list_and_tools_call() {
+/// Runs `taskgate demo --listen 127.0.0.1:0`; returns it and the URL it prints.
+async fn start_demo() -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(taskgate_bin())
         .args(["demo", "--listen", "127.0.0.1:0"])
         .env("TASKGATE_LOG", "warn")
@@ -57,8 +57,15 @@ async fn the_demo_answers_initialize_tools_list_and_tools_call() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next_line().await.unwrap().expect("the demo prints its address");
-    let url = first.rsplit(' ').next().unwrap().to_owned();
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{first}");
+    // Keep reading: the demo prints more, and a closed pipe would make it fail.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, first.rsplit(' ').next().unwrap().to_owned())
+}
+
+#[actix_rt::test]
+async fn the_demo_answers_initialize_tools_list_and_tools_call() {
+    let (mut child, url) = start_demo().await;
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
     let mut c = McpClient::new(&url);
     c.initialize().await;
     let names = c.tool_names().await;
@@ -71,17 +78,7 @@ async fn the_demo_answers_initialize_tools_list_and_tools_call() {
 
 #[actix_rt::test]
 async fn the_typescript_sdk_client_works_against_the_demo() {
-    let mut child = tokio::process::Command::new(taskgate_bin())
-        .args(["demo", "--listen", "127.0.0.1:0"])
-        .env("TASKGATE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the demo prints its address");
-    let url = first.rsplit(' ').next().unwrap().to_owned();
+    let (mut child, url) = start_demo().await;
     let run = tokio::process::Command::new("node")
         .arg("demo-client.mjs")
         .arg(&url)

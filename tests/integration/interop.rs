@@ -11,8 +11,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Starts `node server.mjs` on a free port and returns it with its MCP URL.
 pub async fn start_ts_server() -> (tokio::process::Child, String) {
+    start_node_server("server.mjs").await
+}
+
+/// Starts a TypeScript SDK server script that prints `{"port": N}`; returns it and its URL.
+async fn start_node_server(script: &str) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new("node")
-        .arg("server.mjs")
+        .arg(script)
         .current_dir(interop_dir())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -72,17 +77,7 @@ async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_a
 
 /// Starts `node task-server.mjs` (native tasks) on a free port and returns it with its URL.
 async fn start_ts_task_server() -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new("node")
-        .arg("task-server.mjs")
-        .current_dir(interop_dir())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node is installed");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next_line().await.unwrap().expect("the server prints its port");
-    let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
-    (child, format!("http://127.0.0.1:{port}/mcp"))
+    start_node_server("task-server.mjs").await
 }
 
 #[actix_rt::test]

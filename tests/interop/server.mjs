@@ -1,10 +1,8 @@
 // An MCP server built with the official TypeScript SDK: the upstream peer users run.
 //   node server.mjs          Streamable HTTP on 127.0.0.1, a free port; prints {"port": N}
 //   node server.mjs --stdio  stdio
-import http from "node:http";
-import { randomUUID } from "node:crypto";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { serveHttp } from "./http-harness.mjs";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
 
@@ -63,37 +61,5 @@ function buildServer() {
 if (process.argv.includes("--stdio")) {
   await buildServer().connect(new StdioServerTransport());
 } else {
-  const transports = new Map();
-  const readBody = (req) =>
-    new Promise((resolve, reject) => {
-      const chunks = [];
-      req.on("data", (c) => chunks.push(c));
-      req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
-      req.on("error", reject);
-    });
-  const httpServer = http.createServer(async (req, res) => {
-    try {
-      const sid = req.headers["mcp-session-id"];
-      let transport = sid ? transports.get(sid) : undefined;
-      const body = req.method === "POST" ? JSON.parse(await readBody(req)) : undefined;
-      if (!transport) {
-        if (req.method === "POST" && body?.method === "initialize") {
-          transport = new StreamableHTTPServerTransport({
-            sessionIdGenerator: () => randomUUID(),
-            onsessioninitialized: (id) => transports.set(id, transport),
-          });
-          transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
-          await buildServer().connect(transport);
-        } else {
-          res.writeHead(sid ? 404 : 400).end();
-          return;
-        }
-      }
-      await transport.handleRequest(req, res, body);
-    } catch (e) {
-      console.error("server error", e);
-      if (!res.headersSent) res.writeHead(500).end();
-    }
-  });
-  httpServer.listen(0, "127.0.0.1", () => console.log(JSON.stringify({ port: httpServer.address().port })));
+  serveHttp(buildServer);
 }

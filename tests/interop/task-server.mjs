@@ -1,10 +1,8 @@
 // An MCP server built with the official TypeScript SDK that runs tasks natively
 // (server.experimental.tasks.registerToolTask). Streamable HTTP on 127.0.0.1, a free port;
 // prints {"port": N}.
-import http from "node:http";
-import { randomUUID } from "node:crypto";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { serveHttp } from "./http-harness.mjs";
 import { InMemoryTaskStore, InMemoryTaskMessageQueue } from "@modelcontextprotocol/sdk/experimental/tasks/stores/in-memory.js";
 import { z } from "zod";
 
@@ -45,36 +43,4 @@ function buildServer() {
   return server;
 }
 
-const transports = new Map();
-const readBody = (req) =>
-  new Promise((resolve, reject) => {
-    const chunks = [];
-    req.on("data", (c) => chunks.push(c));
-    req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
-    req.on("error", reject);
-  });
-const httpServer = http.createServer(async (req, res) => {
-  try {
-    const sid = req.headers["mcp-session-id"];
-    let transport = sid ? transports.get(sid) : undefined;
-    const body = req.method === "POST" ? JSON.parse(await readBody(req)) : undefined;
-    if (!transport) {
-      if (req.method === "POST" && body?.method === "initialize") {
-        transport = new StreamableHTTPServerTransport({
-          sessionIdGenerator: () => randomUUID(),
-          onsessioninitialized: (id) => transports.set(id, transport),
-        });
-        transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
-        await buildServer().connect(transport);
-      } else {
-        res.writeHead(sid ? 404 : 400).end();
-        return;
-      }
-    }
-    await transport.handleRequest(req, res, body);
-  } catch (e) {
-    console.error("server error", e);
-    if (!res.headersSent) res.writeHead(500).end();
-  }
-});
-httpServer.listen(0, "127.0.0.1", () => console.log(JSON.stringify({ port: httpServer.address().port })));
+serveHttp(buildServer);

@@ -514,10 +514,15 @@ impl SessionActor {
             Ok(t) => t,
             Err(e) => return self.finish(id, Err(e)),
         };
-        self.count_poll(&task_id);
         let lookup = self.owned_task(task_id);
-        // The result is the Task itself; no related-task _meta (the taskId is in it).
-        self.answer_with(id, async move { lookup.await.map(|r| r.view().to_value()) }, ctx);
+        let (shared, tenant) = (self.shared.clone(), self.identity.tenant.clone());
+        let get = async move {
+            let record = lookup.await?;
+            count_poll(&shared, &tenant, &record);
+            // The result is the Task itself; no related-task _meta (the taskId is in it).
+            Ok(record.view().to_value())
+        };
+        self.answer_with(id, get, ctx);
     }
 
     fn task_result(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
@@ -601,26 +606,39 @@ impl SessionActor {
                 return Err(GatewayError::InvalidParams(why));
             }
             let actor = shared.task_actors.read().get(&task_id).cloned();
-            let cancelled = match actor {
-                Some(actor) => actor.send(Cancel).await.map_err(|_| tasks::not_found())??,
-                None => {
-                    let update = Update {
-                        status: TaskStatus::Cancelled,
-                        status_message: Some("The task was cancelled by request.".into()),
-                        outcome: Some(tasks::cancelled_outcome()),
-                        upstream_task_id: None,
-                        now_ms: shared.clock.now_ms(),
-                    };
-                    shared.store.compare_and_set(&task_id, record.status, update).await.map_err(|e| match e {
-                        StoreError::NotFound => tasks::not_found(),
-                        StoreError::Conflict { current } => GatewayError::InvalidParams(format!(
-                            "Cannot cancel task: already in terminal status '{current}'"
-                        )),
-                        e => GatewayError::Internal(e.to_string()),
-                    })?
+            if let Some(actor) = actor {
+                // The task is `cancelled` before this response is sent. If the actor stopped
+                // meanwhile (the task just finished), the store answers below.
+                if let Ok(cancelled) = actor.send(Cancel).await {
+                    return cancelled.map(|r| r.view().to_value());
                 }
+            }
+            let current = match shared.store.get(&task_id).await {
+                Ok(Some(current)) => current,
+                Ok(None) => return Err(tasks::not_found()),
+                Err(e) => return Err(GatewayError::Internal(e.to_string())),
             };
-            // The task is `cancelled` before this response is sent.
+            if current.status.is_terminal() {
+                let why = format!("Cannot cancel task: already in terminal status '{}'", current.status);
+                return Err(GatewayError::InvalidParams(why));
+            }
+            let update = Update {
+                status: TaskStatus::Cancelled,
+                status_message: Some("The task was cancelled by request.".into()),
+                outcome: Some(tasks::cancelled_outcome()),
+                upstream_task_id: None,
+                now_ms: shared.clock.now_ms(),
+            };
+            let cancelled =
+                shared.store.compare_and_set(&task_id, current.status, update).await.map_err(|e| match e {
+                    StoreError::NotFound => tasks::not_found(),
+                    StoreError::Conflict { current } => GatewayError::InvalidParams(format!(
+                        "Cannot cancel task: already in terminal status '{current}'"
+                    )),
+                    e => GatewayError::Internal(e.to_string()),
+                })?;
+            shared.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, current.status.as_str()]).dec();
+            shared.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, cancelled.status.as_str()]).inc();
             Ok(cancelled.view().to_value())
         };
         self.answer_with(id, cancel, ctx);
@@ -905,24 +923,6 @@ impl SessionActor {
         }
     }
 
-    /// Counts a `tasks/get`, and whether it came sooner than the suggested pollInterval.
-    fn count_poll(&self, task_id: &str) {
-        let tenant = self.identity.tenant.as_str();
-        self.shared.metrics.task_polls.with_label_values(&[tenant]).inc();
-        let interval = std::time::Duration::from_millis(self.shared.config.tasks.poll_interval_ms);
-        let now = std::time::Instant::now();
-        let mut last = self.shared.last_poll.lock();
-        // Only tasks that exist are remembered (an entry goes when its task is deleted).
-        if !self.shared.task_actors.read().contains_key(task_id) && !last.contains_key(task_id) {
-            return;
-        }
-        if let Some(previous) = last.insert(task_id.to_owned(), now) {
-            if now.duration_since(previous) < interval {
-                self.shared.metrics.task_polls_early.with_label_values(&[tenant]).inc();
-            }
-        }
-    }
-
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
     fn release_upstreams(&mut self) {
         self.upstreams.clear();
@@ -982,6 +982,17 @@ pub(crate) async fn relay_call(
         let _ = actor.send(Finish).await;
     }
     outcome
+}
+
+/// Counts a `tasks/get` of an existing task, and whether it came sooner than the task's
+/// suggested pollInterval (the entry goes when the task is deleted).
+fn count_poll(shared: &Shared, tenant: &str, record: &TaskRecord) {
+    shared.metrics.task_polls.with_label_values(&[tenant]).inc();
+    let now = std::time::Instant::now();
+    let previous = shared.last_poll.lock().insert(record.id.clone(), now);
+    if previous.is_some_and(|at| now.duration_since(at) < std::time::Duration::from_millis(record.poll_interval_ms)) {
+        shared.metrics.task_polls_early.with_label_values(&[tenant]).inc();
+    }
 }
 
 /// Counts a `tasks/result` waiter for as long as it waits.

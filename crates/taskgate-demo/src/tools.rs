@@ -319,20 +319,7 @@ impl DemoServer {
                 // task-augmented request is in flight).
                 let hold = params.pointer("/arguments/hold_create").and_then(Value::as_str).map(str::to_owned);
                 if let Some(gate_name) = hold {
-                    let gate = self.gate(&gate_name);
-                    let stop = self.track(connection, id);
-                    let outcome = loop {
-                        let opened = gate.notify.notified();
-                        if gate.open.load(Ordering::SeqCst) {
-                            break Ok(());
-                        }
-                        tokio::select! {
-                            _ = opened => {}
-                            _ = stop.notified() => break Err(()),
-                        }
-                    };
-                    self.untrack(connection, id, outcome.is_err());
-                    outcome.map_err(|_| ErrorObject::new(-32800, "request cancelled"))?;
+                    self.wait_gate(connection, id, &gate_name).await?;
                 }
                 let view = self.inner.tasks.lock().create(ttl, connection);
                 self.inner.stats.lock().tasks_created += 1;
@@ -487,22 +474,8 @@ impl DemoServer {
             }
             "wait" => {
                 let gate_name = args.get("gate").and_then(Value::as_str).unwrap_or("default").to_owned();
-                let gate = self.gate(&gate_name);
-                let stop = self.track(connection, id);
-                let outcome = loop {
-                    let opened = gate.notify.notified();
-                    if gate.open.load(Ordering::SeqCst) {
-                        break Ok(());
-                    }
-                    tokio::select! {
-                        _ = opened => {}
-                        _ = stop.notified() => break Err(()),
-                    }
-                };
-                self.untrack(connection, id, outcome.is_err());
-                outcome
-                    .map(|_| text(format!("gate {gate_name} opened")))
-                    .map_err(|_| ErrorObject::new(-32800, "request cancelled"))
+                self.wait_gate(connection, id, &gate_name).await?;
+                Ok(text(format!("gate {gate_name} opened")))
             }
             "fail" => {
                 let message = args.get("message").and_then(Value::as_str).unwrap_or("the demo tool failed").to_owned();
@@ -566,6 +539,24 @@ impl DemoServer {
             "extra" if self.inner.extra_tool.load(Ordering::SeqCst) => Ok(text("extra".into())),
             other => Err(ErrorObject::invalid_params(format!("Unknown tool: {other}"))),
         }
+    }
+
+    /// Waits until the gate opens or the request is cancelled (then -32800).
+    async fn wait_gate(&self, connection: u64, id: &RequestId, gate_name: &str) -> Result<(), ErrorObject> {
+        let gate = self.gate(gate_name);
+        let stop = self.track(connection, id);
+        let outcome = loop {
+            let opened = gate.notify.notified();
+            if gate.open.load(Ordering::SeqCst) {
+                break Ok(());
+            }
+            tokio::select! {
+                _ = opened => {}
+                _ = stop.notified() => break Err(()),
+            }
+        };
+        self.untrack(connection, id, outcome.is_err());
+        outcome.map_err(|_| ErrorObject::new(-32800, "request cancelled"))
     }
 
     fn track(&self, connection: u64, id: &RequestId) -> Arc<Notify> {

@@ -320,14 +320,7 @@ impl UpstreamSession {
         let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related.as_ref());
         let started = std::time::Instant::now();
         let outcome = self.request_inner(id, method, params, related).await;
-        if let Some(observer) = &self.inner.connector.inner.observer {
-            observer.observe(
-                self.upstream(),
-                method,
-                started.elapsed(),
-                outcome.as_ref().err().map(UpstreamError::reason),
-            );
-        }
+        self.observe(method, started, &outcome);
         outcome
     }
 
@@ -396,6 +389,14 @@ impl UpstreamSession {
         }
     }
 
+    /// Tells the connector's observer (metrics) about one exchange with the upstream.
+    fn observe<T>(&self, method: &str, started: std::time::Instant, outcome: &Result<T, UpstreamError>) {
+        if let Some(observer) = &self.inner.connector.inner.observer {
+            let error = outcome.as_ref().err().map(UpstreamError::reason);
+            observer.observe(self.upstream(), method, started.elapsed(), error);
+        }
+    }
+
     fn expired_twice(&self, e: ChannelError) -> UpstreamError {
         match e {
             ChannelError::Failed(e) => e,
@@ -417,10 +418,7 @@ impl UpstreamSession {
         }
         let started = std::time::Instant::now();
         let outcome = self.initialize(&mut state).await;
-        if let Some(observer) = &self.inner.connector.inner.observer {
-            let error = outcome.as_ref().err().map(UpstreamError::reason);
-            observer.observe(self.upstream(), methods::INITIALIZE, started.elapsed(), error);
-        }
+        self.observe(methods::INITIALIZE, started, &outcome);
         outcome
     }
 

@@ -1,0 +1,41 @@
+// The Streamable HTTP harness the TypeScript SDK peers share: one transport per session, on
+// 127.0.0.1 and a free port; prints {"port": N} once listening.
+import http from "node:http";
+import { randomUUID } from "node:crypto";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+
+export function serveHttp(buildServer) {
+  const transports = new Map();
+  const readBody = (req) =>
+    new Promise((resolve, reject) => {
+      const chunks = [];
+      req.on("data", (c) => chunks.push(c));
+      req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+      req.on("error", reject);
+    });
+  const httpServer = http.createServer(async (req, res) => {
+    try {
+      const sid = req.headers["mcp-session-id"];
+      let transport = sid ? transports.get(sid) : undefined;
+      const body = req.method === "POST" ? JSON.parse(await readBody(req)) : undefined;
+      if (!transport) {
+        if (req.method === "POST" && body?.method === "initialize") {
+          transport = new StreamableHTTPServerTransport({
+            sessionIdGenerator: () => randomUUID(),
+            onsessioninitialized: (id) => transports.set(id, transport),
+          });
+          transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
+          await buildServer().connect(transport);
+        } else {
+          res.writeHead(sid ? 404 : 400).end();
+          return;
+        }
+      }
+      await transport.handleRequest(req, res, body);
+    } catch (e) {
+      console.error("server error", e);
+      if (!res.headersSent) res.writeHead(500).end();
+    }
+  });
+  httpServer.listen(0, "127.0.0.1", () => console.log(JSON.stringify({ port: httpServer.address().port })));
+}
