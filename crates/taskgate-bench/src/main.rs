@@ -60,6 +60,12 @@ impl Plan {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--fixed-server") {
+        // The comparison server of section 2, in a process of its own like the gateway.
+        let port: u16 = args.get(2).and_then(|p| p.parse().ok()).context("--fixed-server PORT BODY")?;
+        let body = args.get(3).cloned().unwrap_or_default();
+        return actix_rt::System::new().block_on(fixed_server(port, body));
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let mut plan = Plan::new(quick);
     // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation);
@@ -434,30 +440,12 @@ async fn polling(plan: &Plan, bin: &Path) -> Result<()> {
     let sample = client.post_raw(poll.clone(), &[("accept", "application/json")]).await;
     let body = sample.response().to_json();
 
-    // The practical limit of this stack: an actix-web handler answering the same body.
+    // The practical limit of this stack: an actix-web handler answering the same body, in a
+    // process of its own (as the gateway is).
     let fixed_port = free_port()?;
-    let fixed_body = body.clone();
-    std::thread::spawn(move || {
-        actix_rt::System::new().block_on(async move {
-            let body = fixed_body;
-            let server = actix_web::HttpServer::new(move || {
-                let body = body.clone();
-                actix_web::App::new().route(
-                    "/mcp",
-                    actix_web::web::post().to(move || {
-                        let body = body.clone();
-                        async move { actix_web::HttpResponse::Ok().content_type("application/json").body(body) }
-                    }),
-                )
-            })
-            .workers(1)
-            .disable_signals()
-            .bind(("127.0.0.1", fixed_port))
-            .expect("bind")
-            .run();
-            let _ = server.await;
-        })
-    });
+    let mut command = Command::new(std::env::current_exe()?);
+    command.arg("--fixed-server").arg(fixed_port.to_string()).arg(&body);
+    let (_fixed_process, _) = spawn_until(command, "fixed server listening").await?;
     let fixed_url = format!("http://127.0.0.1:{fixed_port}/mcp");
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", fixed_port)).is_ok() {
@@ -501,6 +489,35 @@ async fn polling(plan: &Plan, bin: &Path) -> Result<()> {
     println!();
     println!("- ratio {:.2} (target ≥ 0.6: {})", ratio, verdict(ratio >= 0.6));
     println!();
+    Ok(())
+}
+
+/// Answers every POST /mcp with `body`: what this HTTP stack does with no work at all.
+async fn fixed_server(port: u16, body: String) -> Result<()> {
+    let server = actix_web::HttpServer::new(move || {
+        let body = body.clone();
+        actix_web::App::new().route(
+            "/mcp",
+            // It reads the request body, as any real handler does (an unread body costs the
+            // connection its keep-alive).
+            actix_web::web::post().to(move |_request: actix_web::web::Bytes| {
+                let body = body.clone();
+                async move { actix_web::HttpResponse::Ok().content_type("application/json").body(body) }
+            }),
+        )
+    })
+    .workers(1)
+    // As the gateway does: no Nagle stall on small writes (a fair comparison).
+    .on_connect(|connection, _| {
+        if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            let _ = tcp.set_nodelay(true);
+        }
+    })
+    .disable_signals()
+    .bind(("127.0.0.1", port))?
+    .run();
+    println!("fixed server listening on {port}");
+    server.await?;
     Ok(())
 }
 
