@@ -327,7 +327,7 @@ impl SessionActor {
             }
             Err(StoreError::Full { limit }) => {
                 if let Some(progress) = &progress_on_error {
-                    progress.do_send(Abandon);
+                    let _ = progress.try_send(Abandon);
                 }
                 if let Some(upstream) = native_upstream {
                     act.native_created(&upstream, ctx);
