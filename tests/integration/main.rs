@@ -8,4 +8,5 @@ mod interop;
 mod operations;
 mod progress;
 mod tasks;
+mod tenants;
 mod upstreams;

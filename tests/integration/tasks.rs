@@ -1,5 +1,6 @@
 //! Tasks at the gateway (basic/utilities/tasks): wrapped and native tasks, every method, ttl and
-//! expiry, cancellation races, waiters, isolation and dead upstreams.
+//! expiry, cancellation races, waiters and dead upstreams (isolation between requestors is in
+//! tenants.rs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use taskgate_config::{Config, TaskSupportSetting};
 use taskgate_core::clock::ManualClock;
-use taskgate_core::{Gateway, Identity};
 use taskgate_protocol::{ErrorObject, RequestId};
 use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 
@@ -395,52 +395,6 @@ async fn status_notifications_reach_the_requestors_get_stream() {
     let taskgate_protocol::Message::Notification { params: Some(params), .. } = note else { panic!() };
     assert_eq!((params["taskId"].as_str(), params["status"].as_str()), (Some(id.as_str()), Some("completed")));
     assert!(params.get("_meta").is_none(), "SHOULD NOT include related-task _meta");
-}
-
-#[actix_rt::test]
-async fn another_requestor_cannot_see_or_touch_a_task() {
-    let plain = DemoUpstream::start();
-    let gw = TestGateway::start(config_with(vec![plain.upstream("plain")]));
-    let core: &Gateway = &gw.gateway;
-    let alice = Identity { tenant: "acme".into(), principal: "alice".into() };
-    let mallory = Identity { tenant: "acme".into(), principal: "mallory".into() };
-    let init =
-        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
-    let (alice_session, _) = core.initialize(alice.clone(), Some(&init)).unwrap();
-    let (mallory_session, _) = core.initialize(mallory.clone(), Some(&init)).unwrap();
-    // A session id is useless with another identity: it is "not found".
-    assert!(core.session(&alice_session, &mallory).is_err());
-    let a = core.session(&alice_session, &alice).unwrap();
-    let m = core.session(&mallory_session, &mallory).unwrap();
-    let created =
-        call(&a, 1, "tools/call", json!({"name": "plain__echo", "arguments": {"text": "secret"}, "task": {}}))
-            .await
-            .unwrap();
-    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
-    call(&a, 2, "tasks/result", json!({"taskId": id})).await.unwrap();
-    let unknown =
-        call(&m, 3, "tasks/get", json!({"taskId": "00000000-0000-4000-8000-000000000000"})).await.unwrap_err();
-    for (n, method) in ["tasks/get", "tasks/result", "tasks/cancel"].into_iter().enumerate() {
-        let refused = call(&m, 10 + n as i64, method, json!({"taskId": id})).await.unwrap_err();
-        assert_eq!(refused, unknown, "{method}: exactly the answer for an unknown id");
-    }
-    let listed = call(&m, 20, "tasks/list", json!({})).await.unwrap();
-    assert_eq!(listed["tasks"], json!([]));
-    let own = call(&a, 21, "tasks/list", json!({})).await.unwrap();
-    assert_eq!(own["tasks"].as_array().unwrap().len(), 1);
-}
-
-async fn call(h: &taskgate_core::SessionHandle, id: i64, method: &str, params: Value) -> Result<Value, ErrorObject> {
-    let mut rx = h.request(RequestId::Number(id), method.into(), Some(params)).await.unwrap();
-    let mut last = None;
-    while let Some(m) = rx.recv().await {
-        last = Some(m);
-    }
-    match last.unwrap() {
-        taskgate_protocol::Message::Response { result, .. } => Ok(result),
-        taskgate_protocol::Message::Error { error, .. } => Err(error),
-        other => panic!("{other:?}"),
-    }
 }
 
 /// Reads messages until one satisfies `want`, returning it.

@@ -10,6 +10,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+mod tenants;
+
+pub use tenants::{ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, Rate, TenantConfig, TenantLimits};
+
 /// Default values, in one place.
 pub mod defaults {
     /// Listen address of the front door.
@@ -48,6 +52,10 @@ pub mod defaults {
     pub const MAX_PROCESSES: usize = 16;
     /// Largest message accepted from an upstream.
     pub const MAX_UPSTREAM_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+    /// Seconds without a request after which a session with nothing in flight is closed.
+    pub const SESSION_IDLE_TIMEOUT_SECS: u64 = 30 * 60;
+    /// How often the configuration file is checked for changes, in milliseconds.
+    pub const CONFIG_POLL_MS: u64 = 2000;
     /// Log filter.
     pub const LOG_LEVEL: &str = "info";
     /// Origins allowed when none are configured: local pages only.
@@ -78,6 +86,10 @@ pub struct Config {
     /// The upstream MCP servers.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,
+    /// The tenants. With none, every request is served as one anonymous tenant that sees every
+    /// upstream (local use); with some, only their credentials (or the one `anonymous` tenant).
+    #[serde(default, rename = "tenant", skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantConfig>,
 }
 
 /// `[server]`: the front door.
@@ -104,6 +116,12 @@ pub struct ServerConfig {
     /// listener), e.g. `127.0.0.1:9090`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
+    /// A session with no request for this many seconds, and no request in flight or GET stream
+    /// open, is closed (its tasks live on). 0 keeps idle sessions forever.
+    pub session_idle_timeout_secs: u64,
+    /// How often `taskgate serve` checks its configuration file for changes, in milliseconds
+    /// (tenants reload on a change and on SIGHUP). 0 reloads on SIGHUP only.
+    pub config_poll_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +135,8 @@ impl Default for ServerConfig {
             stream_buffer: defaults::STREAM_BUFFER,
             workers: 0,
             admin_listen: None,
+            session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
+            config_poll_ms: defaults::CONFIG_POLL_MS,
         }
     }
 }
@@ -388,10 +408,21 @@ pub enum ConfigError {
 impl Config {
     /// Parses TOML text, applies `env` overrides and validates; `path` names the source in errors.
     pub fn from_toml(text: &str, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let config = Config::parse_unvalidated(text, path, env)?;
+        config.validate().map_err(|problems| ConfigError::Invalid { path: path.into(), problems })?;
+        Ok(config)
+    }
+
+    /// [`Config::from_toml`] without validation, for a caller that adds to the configuration
+    /// (the demo adds its built-in upstreams) and validates after.
+    pub fn parse_unvalidated(
+        text: &str,
+        path: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut config: Config =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
         config.apply_env(env);
-        config.validate().map_err(|problems| ConfigError::Invalid { path: path.into(), problems })?;
         Ok(config)
     }
 
@@ -530,6 +561,8 @@ impl Config {
                 bad(at("max_message_bytes"), "must be at least 1024".into());
             }
         }
+        let names = self.upstreams.iter().map(|u| u.name.as_str()).collect();
+        problems.extend(tenants::collect(&self.tenants, &names));
         if problems.is_empty() {
             Ok(())
         } else {
@@ -613,5 +646,106 @@ mod tests {
         let c = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\n", "t.toml", &env).unwrap();
         assert_eq!(c.server.listen, "127.0.0.1:9999");
         assert_eq!(c.logging.level, "debug");
+    }
+}
+
+#[cfg(test)]
+mod tenant_tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    const KEY: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn tenants_parse_with_keys_jwts_and_limits() {
+        let text = format!(
+            r#"
+            [[upstream]]
+            name = "search"
+            transport = "http"
+            url = "http://127.0.0.1:1/mcp"
+            [[tenant]]
+            id = "acme"
+            upstreams = ["search"]
+            [[tenant.api_key]]
+            principal = "ci"
+            sha256 = "{KEY}"
+            [[tenant.jwt]]
+            algorithm = "HS256"
+            secret_env = "ACME_JWT_SECRET"
+            audience = "taskgate"
+            [tenant.limits]
+            max_concurrent_tasks = 10
+            rate = {{ per_second = 5.0, burst = 10 }}
+            "#
+        );
+        let c = Config::from_toml(&text, "t.toml", &no_env).unwrap();
+        let t = &c.tenants[0];
+        assert_eq!(t.api_keys[0].principal, "ci");
+        assert_eq!(t.jwts[0].principal_claim, "sub");
+        assert_eq!(t.limits.rate, Some(Rate { per_second: 5.0, burst: 10 }));
+        let tasks = t.limits.tasks(&c.tasks);
+        assert_eq!((tasks.default_ttl_ms, tasks.max_ttl_ms), (Some(3_600_000), Some(86_400_000)));
+    }
+
+    #[test]
+    fn tenant_problems_are_reported_with_locations() {
+        let text = format!(
+            r#"
+            [[tenant]]
+            id = "a"
+            upstreams = ["nowhere"]
+            anonymous = true
+            [[tenant.api_key]]
+            principal = "p"
+            sha256 = "XYZ"
+            [[tenant]]
+            id = "a"
+            anonymous = true
+            [[tenant.jwt]]
+            algorithm = "RS256"
+            secret = "short"
+            audience = ""
+            [tenant.limits]
+            max_concurrent_tasks = 0
+            default_ttl_ms = 10
+            max_ttl_ms = 5
+            rate = {{ per_second = 0.0, burst = 0 }}
+            [[tenant]]
+            id = "b"
+            [[tenant.api_key]]
+            principal = "x"
+            sha256 = "{KEY}"
+            [[tenant]]
+            id = "c"
+            [[tenant.api_key]]
+            principal = "y"
+            sha256 = "{KEY}"
+            "#
+        );
+        let Err(ConfigError::Invalid { problems, .. }) = Config::from_toml(&text, "t.toml", &no_env) else {
+            panic!("expected invalid")
+        };
+        let locations: Vec<_> = problems.iter().map(|p| p.location.as_str()).collect();
+        assert_eq!(
+            locations,
+            [
+                "tenant[0] (\"a\").upstreams[0]",
+                "tenant[0] (\"a\").api_key[0].sha256",
+                "tenant[1] (\"a\").id",
+                "tenant[1] (\"a\").anonymous",
+                "tenant[1] (\"a\").jwt[0].public_key",
+                "tenant[1] (\"a\").jwt[0].secret",
+                "tenant[1] (\"a\").jwt[0].audience",
+                "tenant[1] (\"a\").limits.max_concurrent_tasks",
+                "tenant[1] (\"a\").limits.default_ttl_ms",
+                "tenant[1] (\"a\").limits.rate",
+                "tenant[1] (\"a\").limits.rate",
+                "tenant[3] (\"c\").api_key[0].sha256",
+            ]
+        );
     }
 }

@@ -164,6 +164,7 @@ impl Catalog {
         &self,
         cursor: Option<&str>,
         size: usize,
+        visible: impl Fn(&ToolEntry) -> bool,
         task_support: impl Fn(&ToolEntry) -> TaskSupport,
     ) -> Result<Page, String> {
         let start = match cursor {
@@ -172,12 +173,14 @@ impl Catalog {
                 decode_cursor(c).ok_or_else(|| format!("Invalid cursor: {c:?} is not a cursor this gateway issued"))?,
             ),
         };
-        let mut iter: Box<dyn Iterator<Item = (&String, &ToolEntry)>> = match &start {
+        let all: Box<dyn Iterator<Item = (&String, &ToolEntry)>> = match &start {
             None => Box::new(self.entries.iter()),
             Some(after) => Box::new(
                 self.entries.range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
             ),
         };
+        // Only the requestor's tenant's upstreams: what it cannot see is not there for it.
+        let mut iter = all.filter(|(_, entry)| visible(entry));
         let mut tools = Vec::with_capacity(size.min(self.entries.len()));
         let mut last = None;
         for (name, entry) in iter.by_ref().take(size) {
@@ -236,13 +239,25 @@ mod tests {
         c.set_tools("b", tools(&["z", "y"]), false);
         c.set_tools("a", tools(&["x"]), false);
         c.set_tools("plain", tools(&["echo"]), false);
-        let page = c.page(None, 10, native).unwrap();
+        let page = c.page(None, 10, |_| true, native).unwrap();
         assert_eq!(names(&page), ["a__x", "b__y", "b__z", "echo"]);
         assert_eq!(page.next_cursor, None);
         let entry = c.resolve("b__y").unwrap();
         assert_eq!((entry.upstream.as_str(), entry.tool.name.as_str()), ("b", "y"));
         assert_eq!(c.upstream_by_prefix("a__gone"), Some("a"));
         assert_eq!(c.upstream_by_prefix("plain__x"), None);
+    }
+
+    #[test]
+    fn pages_show_only_visible_upstreams_and_cursors_skip_the_rest() {
+        let mut c = Catalog::new("__", naming(&[("a", true), ("b", true)]));
+        c.set_tools("a", tools(&["1", "2", "3"]), false);
+        c.set_tools("b", tools(&["1", "2", "3"]), false);
+        let only_b = |e: &ToolEntry| e.upstream == "b";
+        let first = c.page(None, 2, only_b, native).unwrap();
+        assert_eq!(names(&first), ["b__1", "b__2"]);
+        let second = c.page(first.next_cursor.as_deref(), 2, only_b, native).unwrap();
+        assert_eq!((names(&second), second.next_cursor), (vec!["b__3".to_string()], None));
     }
 
     #[test]
@@ -253,7 +268,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut cursor = None;
         loop {
-            let page = c.page(cursor.as_deref(), 10, native).unwrap();
+            let page = c.page(cursor.as_deref(), 10, |_| true, native).unwrap();
             seen.extend(names(&page));
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
@@ -261,10 +276,10 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 25);
-        let first = c.page(None, 10, native).unwrap();
+        let first = c.page(None, 10, |_| true, native).unwrap();
         // Removing a tool already listed does not shift the next page.
         c.set_tools("u", tools(&all[1..].iter().map(String::as_str).collect::<Vec<_>>()), false);
-        let second = c.page(first.next_cursor.as_deref(), 10, native).unwrap();
+        let second = c.page(first.next_cursor.as_deref(), 10, |_| true, native).unwrap();
         assert_eq!(names(&second)[0], "u.t10");
     }
 
@@ -272,7 +287,7 @@ mod tests {
     fn bad_cursors_are_rejected() {
         let c = Catalog::new("__", naming(&[("u", true)]));
         for bad in ["", "!!", "bm90LWEtY3Vyc29y"] {
-            assert!(c.page(Some(bad), 10, native).is_err(), "{bad}");
+            assert!(c.page(Some(bad), 10, |_| true, native).is_err(), "{bad}");
         }
     }
 
@@ -296,9 +311,9 @@ mod tests {
     fn task_support_is_written_when_it_differs() {
         let mut c = Catalog::new("__", naming(&[("u", true)]));
         c.set_tools("u", tools(&["t"]), false);
-        let page = c.page(None, 10, |_| TaskSupport::Optional).unwrap();
+        let page = c.page(None, 10, |_| true, |_| TaskSupport::Optional).unwrap();
         assert_eq!(page.tools[0]["execution"], json!({"taskSupport": "optional"}));
-        let page = c.page(None, 10, native).unwrap();
+        let page = c.page(None, 10, |_| true, native).unwrap();
         assert!(page.tools[0].get("execution").is_none());
     }
 }

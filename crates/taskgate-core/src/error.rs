@@ -32,7 +32,7 @@ pub enum GatewayError {
     #[error("Unsupported Media Type: {0}")]
     UnsupportedMediaType(String),
     /// The body is larger than `server.max_body_bytes`.
-    #[error("Payload Too Large: the body exceeds server.max_body_bytes ({limit} bytes)")]
+    #[error("Payload Too Large: the body exceeds the limit of {limit} bytes (server.max_body_bytes, or the tenant's limits.max_body_bytes)")]
     PayloadTooLarge {
         /// The limit.
         limit: usize,
@@ -61,6 +61,20 @@ pub enum GatewayError {
     /// A bound of the gateway is reached.
     #[error("Overloaded: {0}")]
     Overloaded(String),
+    /// No valid credentials: a missing, unknown, malformed or expired bearer token.
+    #[error("Unauthorized: {0}")]
+    Unauthorized(String),
+    /// The tenant or principal sends faster than its configured rate.
+    #[error("Too Many Requests: {what}; retry after {retry_after_ms} ms")]
+    RateLimited {
+        /// Which limit, e.g. `tenant "acme" rate (5/s, burst 10)`.
+        what: String,
+        /// When a request will be admitted again.
+        retry_after_ms: u64,
+    },
+    /// A tenant's cap (concurrent tasks, sessions) is reached; nothing was created.
+    #[error("Limit exceeded: {0}")]
+    LimitExceeded(String),
     /// A bug or an impossible state.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -75,6 +89,7 @@ impl GatewayError {
             | GatewayError::InvalidRequest(_)
             | GatewayError::MissingSession
             | GatewayError::UnsupportedProtocolVersion(_) => 400,
+            GatewayError::Unauthorized(_) => 401,
             GatewayError::OriginNotAllowed(_) => 403,
             GatewayError::SessionNotFound => 404,
             GatewayError::HttpMethodNotAllowed(_) => 405,
@@ -82,6 +97,7 @@ impl GatewayError {
             GatewayError::StreamConflict => 409,
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
+            GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) => 429,
             GatewayError::Overloaded(_) => 503,
             GatewayError::Internal(_) => 500,
             GatewayError::MethodNotFound(_)
@@ -99,6 +115,12 @@ impl GatewayError {
             GatewayError::InvalidParams(_) => codes::INVALID_PARAMS,
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,
             GatewayError::Overloaded(_) => codes::OVERLOADED,
+            GatewayError::Unauthorized(_) => codes::UNAUTHORIZED,
+            GatewayError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
+            GatewayError::RateLimited { retry_after_ms, .. } => {
+                return ErrorObject::new(codes::RATE_LIMITED, self.to_string())
+                    .with_data(json!({"retryAfterMs": retry_after_ms}));
+            }
             GatewayError::Rpc(error) => return (**error).clone(),
             GatewayError::Upstream(e) => {
                 return match e {
@@ -139,6 +161,9 @@ impl GatewayError {
             GatewayError::Rpc(_) => "task_outcome",
             GatewayError::Overloaded(_) => "overloaded",
             GatewayError::Internal(_) => "internal",
+            GatewayError::Unauthorized(_) => "unauthorized",
+            GatewayError::RateLimited { .. } => "rate_limited",
+            GatewayError::LimitExceeded(_) => "limit_exceeded",
         }
     }
 }
@@ -168,6 +193,9 @@ mod tests {
             (GatewayError::MethodNotFound("x".into()), 200, -32601),
             (GatewayError::InvalidParams("x".into()), 200, -32602),
             (GatewayError::Overloaded("x".into()), 503, -32002),
+            (GatewayError::Unauthorized("x".into()), 401, -32004),
+            (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
+            (GatewayError::LimitExceeded("x".into()), 429, -32006),
         ];
         for (e, status, code) in cases {
             assert_eq!((e.http_status(), e.error_object().code), (status, code), "{e}");

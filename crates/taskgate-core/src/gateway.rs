@@ -20,10 +20,11 @@ use taskgate_store::{MemoryTaskStore, TaskStore};
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
-use crate::registry::{Identity, SessionEntry, Sessions};
+use crate::registry::{Full, Identity, SessionEntry, Sessions};
 use crate::router::{Router, UpstreamHealth};
 use crate::session::{ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor};
 use crate::tasks::{Supervisor, Sweep, TaskActor};
+use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
 
 /// How long a message may wait for room in a session's mailbox before the client gets 503.
@@ -59,6 +60,10 @@ pub(crate) struct Shared {
     /// When each task was last polled (for `taskgate_task_polls_early_total`); entries go with
     /// their task, so it is bounded by `tasks.max_tasks`.
     pub last_poll: parking_lot::Mutex<HashMap<String, std::time::Instant>>,
+    /// Tenants, credentials, rate buckets and task counts.
+    pub tenancy: Tenancy,
+    /// The Supervisor, for actors that need restarting.
+    pub supervisor: std::sync::OnceLock<Addr<Supervisor>>,
 }
 
 /// The running gateway core. Cheap to clone.
@@ -70,12 +75,14 @@ pub struct Gateway {
 
 impl Gateway {
     /// Starts the core (the Router begins listing upstream tools). Call inside an actix system.
-    pub fn start(config: Config) -> Gateway {
+    /// Fails when a tenant's credentials cannot be loaded (a key file, a secret's variable).
+    pub fn start(config: Config) -> Result<Gateway, Vec<taskgate_config::Problem>> {
         Gateway::start_with_clock(config, Arc::new(SystemClock))
     }
 
     /// [`Gateway::start`] with a given clock (tests pass a [`crate::clock::ManualClock`]).
-    pub fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> Gateway {
+    pub fn start_with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Gateway, Vec<taskgate_config::Problem>> {
+        let tenancy = Tenancy::new(&config, clock.clone())?;
         let metrics = Arc::new(Metrics::new());
         let observer: Arc<dyn taskgate_upstream::RequestObserver> = metrics.clone();
         let connectors: Vec<Connector> =
@@ -102,9 +109,96 @@ impl Gateway {
             live_requests: Default::default(),
             metrics,
             last_poll: parking_lot::Mutex::new(HashMap::new()),
+            tenancy,
+            supervisor: std::sync::OnceLock::new(),
         });
         let supervisor = Supervisor::new(shared.clone()).start();
-        Gateway { shared, supervisor }
+        let _ = shared.supervisor.set(supervisor.clone());
+        if shared.config.tenants.is_empty() {
+            tracing::warn!(
+                "no [[tenant]] is configured: every request is served, without credentials, as tenant \"{}\"",
+                tenants::IMPLICIT_TENANT
+            );
+        }
+        Ok(Gateway { shared, supervisor })
+    }
+
+    /// The identity an `Authorization` header value (or its absence) authenticates; a refusal
+    /// is counted and logged by reason, never with the credential.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, GatewayError> {
+        self.shared.tenancy.authenticate(authorization).map_err(|e| {
+            self.shared.metrics.auth_failures.with_label_values(&[e.reason()]).inc();
+            tracing::info!(target: "taskgate::audit", reason = e.reason(), "credentials refused");
+            GatewayError::Unauthorized(e.to_string())
+        })
+    }
+
+    /// Admits one JSON-RPC request of `identity` by its tenant's and principal's rates
+    /// (`tasks/get` and `tasks/list` count in the polling buckets).
+    pub fn admit(&self, identity: &Identity, method: &str) -> Result<(), GatewayError> {
+        self.shared.tenancy.admit_request(identity, method).map_err(|refused| {
+            let m = &self.shared.metrics;
+            m.rate_limited.with_label_values(&[&identity.tenant, refused.bucket.label()]).inc();
+            tracing::debug!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, %method, bucket = refused.bucket.label(), "rate limited");
+            tenants::rate_error(identity, &refused)
+        })
+    }
+
+    /// The largest POST body `identity` may send.
+    pub fn max_body_bytes(&self, identity: &Identity) -> usize {
+        self.shared.tenancy.policy(&identity.tenant).max_body_bytes
+    }
+
+    /// The policy in force for a tenant.
+    pub fn tenant_policy(&self, tenant: &str) -> Arc<tenants::TenantPolicy> {
+        self.shared.tenancy.policy(tenant)
+    }
+
+    /// Applies the tenants of a new configuration (credentials, upstream visibility, limits)
+    /// without touching sessions or tasks. An invalid configuration is refused whole, its
+    /// problems returned, and the current one kept. Other sections take effect on restart.
+    pub fn reload(&self, config: &Config) -> Result<(), Vec<taskgate_config::Problem>> {
+        let mut checked = config.clone();
+        // Upstreams are not reloaded: tenants may only name the ones running.
+        checked.upstreams = self.shared.config.upstreams.clone();
+        let outcome = checked.validate().and_then(|()| self.shared.tenancy.reload(&checked));
+        let m = &self.shared.metrics;
+        match &outcome {
+            Ok(()) => {
+                m.config_reloads.with_label_values(&["applied"]).inc();
+                let restart: Vec<&str> = [
+                    ("server", config.server != self.shared.config.server),
+                    ("logging", config.logging != self.shared.config.logging),
+                    ("federation", config.federation != self.shared.config.federation),
+                    ("tasks", config.tasks != self.shared.config.tasks),
+                    ("progress", config.progress != self.shared.config.progress),
+                    ("upstream", config.upstreams != self.shared.config.upstreams),
+                ]
+                .into_iter()
+                .filter_map(|(name, changed)| changed.then_some(name))
+                .collect();
+                tracing::info!(tenants = ?self.shared.tenancy.ids(), "configuration reloaded: tenants applied");
+                if !restart.is_empty() {
+                    tracing::warn!(sections = ?restart, "these sections changed but take effect only after a restart");
+                }
+            }
+            Err(problems) => self.reload_rejected(problems),
+        }
+        outcome
+    }
+
+    /// Records a reload refused before it reached [`Gateway::reload`] (the file did not parse).
+    pub fn reload_rejected(&self, problems: &[taskgate_config::Problem]) {
+        self.shared.metrics.config_reloads.with_label_values(&["rejected"]).inc();
+        for p in problems {
+            tracing::error!(location = %p.location, problem = %p.message, "configuration reload rejected; the current configuration stays");
+        }
+    }
+
+    /// Closes sessions idle for `server.session_idle_timeout_secs` now (the Supervisor does it
+    /// on every sweep), and resolves when done.
+    pub async fn expire_idle_sessions(&self) {
+        let _ = self.supervisor.send(crate::tasks::ExpireSessions).await;
     }
 
     /// The metrics registry.
@@ -141,6 +235,27 @@ impl Gateway {
     /// Sweeps expired tasks now, and resolves when done.
     pub async fn sweep_expired(&self) {
         let _ = self.supervisor.send(Sweep).await;
+    }
+
+    /// A test hook: makes a task's actor panic, as a bug would, so that tests can watch the
+    /// Supervisor restart it. False when the task has no live actor.
+    #[doc(hidden)]
+    pub async fn crash_task_actor(&self, task_id: &str) -> bool {
+        let actor = self.shared.task_actors.read().get(task_id).cloned();
+        match actor {
+            // The panic drops the reply channel: the send fails, as a crash would make it.
+            Some(actor) => {
+                let _ = actor.send(crate::tasks::Crash).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a task has a live actor now.
+    #[doc(hidden)]
+    pub fn task_actor_alive(&self, task_id: &str) -> bool {
+        self.shared.task_actors.read().get(task_id).is_some_and(|a| a.connected())
     }
 
     /// Progress counters: relayed, coalesced, dropped, live tokens.
@@ -182,6 +297,7 @@ impl Gateway {
     /// new session id with the `InitializeResult`.
     pub fn initialize(&self, identity: Identity, params: Option<&Value>) -> Result<(String, Value), GatewayError> {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
+        let tenant_cap = self.shared.tenancy.policy(&identity.tenant).limits.max_sessions;
         if self.shared.sessions.is_full() {
             self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
             return Err(GatewayError::Overloaded(format!(
@@ -195,12 +311,22 @@ impl Gateway {
         let id = uuid::Uuid::new_v4().to_string();
         let client = ClientIdentity { capabilities: view.capabilities, client_info: view.client_info };
         let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client).start();
-        let entry = SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned() };
-        if !self.shared.sessions.insert(id.clone(), entry) {
+        let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
+        let tenant = identity.tenant.clone();
+        let entry = SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms };
+        if let Err(full) = self.shared.sessions.insert(id.clone(), entry, tenant_cap) {
             actor.do_send(Close);
-            return Err(GatewayError::Overloaded(
-                "the gateway has its maximum of sessions open (server.max_sessions)".into(),
-            ));
+            return Err(match full {
+                Full::Gateway => GatewayError::Overloaded(
+                    "the gateway has its maximum of sessions open (server.max_sessions)".into(),
+                ),
+                Full::Tenant(cap) => {
+                    self.shared.metrics.admission_rejected.with_label_values(&[&tenant, "tenant_max_sessions"]).inc();
+                    GatewayError::LimitExceeded(format!(
+                        "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions); end one (DELETE) first"
+                    ))
+                }
+            });
         }
         let result = json!({
             "protocolVersion": version,
@@ -217,7 +343,8 @@ impl Gateway {
     /// The session `id` of `identity`; another identity's session is not found, exactly like
     /// one that never existed.
     pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
-        let entry = self.shared.sessions.get(id, identity).ok_or(GatewayError::SessionNotFound)?;
+        let now = self.shared.clock.now_ms();
+        let entry = self.shared.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
         Ok(SessionHandle {
             addr: entry.addr,
             metrics: self.shared.metrics.clone(),

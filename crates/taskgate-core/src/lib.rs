@@ -23,6 +23,7 @@ pub mod router;
 pub mod session;
 mod stream;
 pub mod tasks;
+pub mod tenants;
 
 pub use error::GatewayError;
 pub use gateway::{Gateway, SessionHandle};

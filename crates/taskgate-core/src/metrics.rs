@@ -60,6 +60,19 @@ pub struct Metrics {
     pub catalog_collisions: IntGauge,
     /// Process start, for uptime.
     pub start_time: IntGauge,
+    /// Requests refused for their credentials, by reason (missing, malformed, unknown_key,
+    /// invalid_token, token_expired).
+    pub auth_failures: IntCounterVec,
+    /// Requests refused by a rate limit (HTTP 429), by tenant and reason (the bucket).
+    pub rate_limited: IntCounterVec,
+    /// tasks/get, tasks/result and tasks/cancel naming a task the requestor cannot see, by tenant.
+    pub task_lookup_failures: IntCounterVec,
+    /// Configuration reloads by status (applied, rejected).
+    pub config_reloads: IntCounterVec,
+    /// Sessions closed after being idle, by tenant.
+    pub sessions_expired: IntCounterVec,
+    /// Actors that stopped abnormally and were restarted from the store, by reason.
+    pub actor_restarts: IntCounterVec,
 }
 
 impl Metrics {
@@ -165,6 +178,32 @@ impl Metrics {
             ),
             catalog_collisions: single("taskgate_catalog_collisions", "Tool names offered by more than one upstream"),
             start_time: single("taskgate_start_time_seconds", "Start time of the process since the Unix epoch"),
+            auth_failures: counter(
+                "taskgate_auth_failures_total",
+                "Requests refused for their credentials",
+                &["reason"],
+            ),
+            rate_limited: counter(
+                "taskgate_rate_limited_total",
+                "Requests refused by a rate limit (HTTP 429)",
+                &["tenant", "reason"],
+            ),
+            task_lookup_failures: counter(
+                "taskgate_task_lookup_failures_total",
+                "Task look-ups naming a task that is unknown, expired or another requestor's",
+                &["tenant"],
+            ),
+            config_reloads: counter("taskgate_config_reloads_total", "Configuration reloads", &["status"]),
+            sessions_expired: counter(
+                "taskgate_sessions_expired_total",
+                "Sessions closed after being idle",
+                &["tenant"],
+            ),
+            actor_restarts: counter(
+                "taskgate_actor_restarts_total",
+                "Actors that stopped abnormally and were restarted from the store",
+                &["reason"],
+            ),
             registry,
         };
         metrics.names = names.into_inner();

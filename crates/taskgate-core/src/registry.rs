@@ -1,14 +1,16 @@
 //! The live client sessions, by id, bounded by `server.max_sessions`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use actix::Addr;
 use parking_lot::RwLock;
 
 use crate::session::SessionActor;
 
-/// Who is calling: the tenant and the principal within it. Sessions and (later) tasks are
-/// bound to it; until tenants are configured every caller is the anonymous identity.
+/// Who is calling: the tenant and the principal within it, from the request's credentials.
+/// Sessions and tasks are bound to it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Identity {
     /// The tenant id.
@@ -29,6 +31,16 @@ pub(crate) struct SessionEntry {
     pub addr: Addr<SessionActor>,
     pub identity: Identity,
     pub protocol_version: String,
+    /// When the session last received a request (ms, the gateway clock).
+    pub last_seen_ms: Arc<AtomicU64>,
+}
+
+/// Why a session could not be added.
+pub(crate) enum Full {
+    /// `server.max_sessions`.
+    Gateway,
+    /// The tenant's `limits.max_sessions`.
+    Tenant(usize),
 }
 
 /// The session table.
@@ -42,14 +54,42 @@ impl Sessions {
         Sessions { map: RwLock::new(HashMap::new()), max }
     }
 
-    /// Reserves room for one more session; false when at the limit.
-    pub fn insert(&self, id: String, entry: SessionEntry) -> bool {
+    /// Adds a session unless the gateway or its tenant is at its limit.
+    pub fn insert(&self, id: String, entry: SessionEntry, tenant_cap: Option<usize>) -> Result<(), Full> {
         let mut map = self.map.write();
         if map.len() >= self.max {
-            return false;
+            return Err(Full::Gateway);
+        }
+        if let Some(cap) = tenant_cap {
+            // A scan, under the write lock so two initializes cannot both take the last place;
+            // only tenants with a cap pay for it.
+            if map.values().filter(|e| e.identity.tenant == entry.identity.tenant).count() >= cap {
+                return Err(Full::Tenant(cap));
+            }
         }
         map.insert(id, entry);
-        true
+        Ok(())
+    }
+
+    /// Sessions whose last request is older than `cutoff_ms`.
+    pub fn seen_before(&self, cutoff_ms: u64) -> Vec<(String, SessionEntry)> {
+        self.map
+            .read()
+            .iter()
+            .filter(|(_, e)| e.last_seen_ms.load(Ordering::Relaxed) < cutoff_ms)
+            .map(|(id, e)| (id.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Removes a session if it is still idle since `cutoff_ms` (a request may have come in
+    /// since it was found idle).
+    pub fn remove_if_idle(&self, id: &str, cutoff_ms: u64) -> Option<SessionEntry> {
+        let mut map = self.map.write();
+        if map.get(id)?.last_seen_ms.load(Ordering::Relaxed) < cutoff_ms {
+            map.remove(id)
+        } else {
+            None
+        }
     }
 
     pub fn is_full(&self) -> bool {
@@ -58,8 +98,10 @@ impl Sessions {
 
     /// The session, if it exists and belongs to `identity`. A session of another identity is
     /// reported exactly like one that does not exist.
-    pub fn get(&self, id: &str, identity: &Identity) -> Option<SessionEntry> {
-        self.map.read().get(id).filter(|e| &e.identity == identity).cloned()
+    pub fn get(&self, id: &str, identity: &Identity, now_ms: u64) -> Option<SessionEntry> {
+        let entry = self.map.read().get(id).filter(|e| &e.identity == identity).cloned()?;
+        entry.last_seen_ms.fetch_max(now_ms, Ordering::Relaxed);
+        Some(entry)
     }
 
     pub fn remove(&self, id: &str) -> Option<SessionEntry> {

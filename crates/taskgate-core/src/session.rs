@@ -154,11 +154,14 @@ impl SessionActor {
         };
         let router = self.shared.router.clone();
         let shared = self.shared.clone();
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let listing = async move {
             let _ = router.send(EnsureCatalog).await;
             let support =
                 |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));
-            let page = shared.catalog.read().page(cursor.as_deref(), shared.config.federation.page_size, support);
+            let visible = |e: &ToolEntry| policy.sees(&e.upstream);
+            let size = shared.config.federation.page_size;
+            let page = shared.catalog.read().page(cursor.as_deref(), size, visible, support);
             page.map_err(GatewayError::InvalidParams)
         };
         ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
@@ -189,7 +192,10 @@ impl SessionActor {
         if let Err(why) = wire_tasks::requested_task(params.as_ref()) {
             return self.finish(id, Err(GatewayError::InvalidParams(why)));
         }
-        let resolved = self.shared.catalog.read().resolve(&name).cloned();
+        // A tool of an upstream the tenant does not see is unknown to it, exactly like one that
+        // does not exist.
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let resolved = self.shared.catalog.read().resolve(&name).filter(|e| policy.sees(&e.upstream)).cloned();
         match resolved {
             Some(entry) => self.dispatch_call(id, params, entry, ctx),
             None => {
@@ -200,10 +206,10 @@ impl SessionActor {
                     let _ = router.send(EnsureCatalog).await;
                     let owner = {
                         let catalog = shared.catalog.read();
-                        if let Some(entry) = catalog.resolve(&name) {
+                        if let Some(entry) = catalog.resolve(&name).filter(|e| policy.sees(&e.upstream)) {
                             return Ok(entry.clone());
                         }
-                        catalog.upstream_by_prefix(&name).map(str::to_owned)
+                        catalog.upstream_by_prefix(&name).filter(|u| policy.sees(u)).map(str::to_owned)
                     };
                     if let Some(upstream) = owner {
                         if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream)).await {
@@ -236,6 +242,14 @@ impl SessionActor {
         };
         let mut upstream_params = params.unwrap_or_else(|| json!({}));
         upstream_params["name"] = Value::from(entry.tool.name.clone());
+        // The Supervisor's caps: over one, a clear error and no task (nothing reaches the upstream).
+        let permit = match (requested, support) {
+            (Some(_), TaskSupport::Optional | TaskSupport::Required) => match self.admit_task() {
+                Ok(permit) => Some(permit),
+                Err(e) => return self.finish(id, Err(e)),
+            },
+            _ => None,
+        };
         match (requested, support) {
             // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
             (Some(_), TaskSupport::Forbidden) => {
@@ -250,10 +264,9 @@ impl SessionActor {
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
             (Some(ttl), _) if entry.native => {
-                let mut record = self.new_task(&entry.upstream, ttl, None);
-                record.ttl_ms = tasks::granted_ttl(ttl, &self.shared.config.tasks);
+                let record = self.new_task(&entry.upstream, ttl, None);
                 let progress = self.task_progress(&record.id, &mut upstream_params);
-                self.start_native_task(id, upstream_params, record, progress, session, ctx)
+                self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx)
             }
             (Some(ttl), _) => {
                 if let Value::Object(p) = &mut upstream_params {
@@ -262,16 +275,30 @@ impl SessionActor {
                 let record = self.new_task(&entry.upstream, ttl, None);
                 let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
                 let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
-                let start = TaskStart { record, owner: self.identity.clone(), session, work, progress };
+                let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
                 self.create_task(id, start, Map::new(), ctx);
             }
             (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
         }
     }
 
+    /// One more task for this requestor under its tenant's caps.
+    fn admit_task(&self) -> Result<crate::tenants::TaskPermit, GatewayError> {
+        self.shared.tenancy.admit_task(&self.identity).inspect_err(|e| {
+            let reason = if e.to_string().contains("per_principal") {
+                "max_concurrent_tasks_per_principal"
+            } else {
+                "max_concurrent_tasks"
+            };
+            self.shared.metrics.admission_rejected.with_label_values(&[&self.identity.tenant, reason]).inc();
+            tracing::info!(target: "taskgate::audit", tenant = %self.identity.tenant, principal = %self.identity.principal, reason, "task refused at admission");
+        })
+    }
+
     fn new_task(&self, upstream: &str, requested_ttl: Option<u64>, upstream_task_id: Option<String>) -> TaskRecord {
         let now = self.shared.clock.now_ms();
-        let config = &self.shared.config.tasks;
+        let limits = self.shared.tenancy.policy(&self.identity.tenant).tasks.clone();
+        let config = &limits;
         TaskRecord {
             // Task ids: v4 UUIDs from the OS CSPRNG, unique among all tasks (basic/utilities/tasks).
             id: uuid::Uuid::new_v4().to_string(),
@@ -291,7 +318,7 @@ impl SessionActor {
     /// Stores the task, starts its actor, and answers `CreateTaskResult` at once (before the
     /// upstream work finishes).
     fn create_task(&mut self, id: RequestId, start: TaskStart, extra: Map<String, Value>, ctx: &mut Context<Self>) {
-        let TaskStart { record, session, work, progress, .. } = start;
+        let TaskStart { record, session, work, progress, permit, .. } = start;
         let store = self.shared.store.clone();
         let stored = record.clone();
         let native_upstream = matches!(work, Work::Native { .. }).then(|| record.upstream.clone());
@@ -309,9 +336,10 @@ impl SessionActor {
                 let m = &act.shared.metrics;
                 m.tasks_created.with_label_values(&[&act.identity.tenant, &record.upstream]).inc();
                 m.tasks.with_label_values(&[&act.identity.tenant, record.status.as_str()]).inc();
+                tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %act.identity.tenant, principal = %act.identity.principal, upstream = %record.upstream, ttl_ms = ?record.ttl_ms, "task created");
                 let task_id = record.id.clone();
                 let task_id_for_map = task_id.clone();
-                let start = TaskStart { record, owner: act.identity.clone(), session, work, progress };
+                let start = TaskStart { record, owner: act.identity.clone(), session, work, progress, permit };
                 let actor = TaskActor::new(act.shared.clone(), start).start();
                 // Registered before the answer, so a tasks/result right after finds the actor.
                 act.shared.task_actors.write().insert(task_id, actor.clone());
@@ -352,7 +380,7 @@ impl SessionActor {
         id: RequestId,
         mut params: Value,
         record: TaskRecord,
-        progress: Option<(Addr<ProgressActor>, Value)>,
+        (progress, permit): (Option<(Addr<ProgressActor>, Value)>, Option<crate::tenants::TaskPermit>),
         session: UpstreamSession,
         ctx: &mut Context<Self>,
     ) {
@@ -399,7 +427,7 @@ impl SessionActor {
             if let Some(Value::Object(m)) = extra.get_mut("_meta") {
                 m.remove(mcp::meta::RELATED_TASK);
             }
-            let poll_ms = up.poll_interval_ms.unwrap_or(act.shared.config.tasks.poll_interval_ms);
+            let poll_ms = up.poll_interval_ms.unwrap_or(record.poll_interval_ms);
             let mut record = record;
             record.upstream_task_id = Some(up.task_id.clone());
             let poll = std::time::Duration::from_millis(poll_ms);
@@ -408,7 +436,7 @@ impl SessionActor {
                 None => (None, None),
             };
             let work = Work::Native { upstream_task_id: up.task_id, poll, progress_route };
-            let start = TaskStart { record, owner: act.identity.clone(), session, work, progress: actor };
+            let start = TaskStart { record, owner: act.identity.clone(), session, work, progress: actor, permit };
             act.create_task(id, start, extra, ctx);
         }));
     }
@@ -496,12 +524,14 @@ impl SessionActor {
     ) -> impl std::future::Future<Output = Result<TaskRecord, GatewayError>> + 'static {
         let store = self.shared.store.clone();
         let owner = tasks::owner(&self.identity);
-        let tenant = self.identity.tenant.clone();
+        let failures = self.shared.metrics.task_lookup_failures.with_label_values(&[&self.identity.tenant]);
         async move {
             match store.get(&task_id).await {
                 Ok(Some(record)) if record.owner == owner => Ok(record),
                 Ok(_) => {
-                    tracing::info!(%tenant, task = %task_id, "task look-up failed: unknown, expired or another requestor's");
+                    // Counted per tenant: a burst of these is a client guessing ids.
+                    failures.inc();
+                    tracing::info!(target: "taskgate::audit", tenant = %owner.tenant, principal = %owner.principal, task = %task_id, "task look-up failed: unknown, expired or another requestor's");
                     Err(tasks::not_found())
                 }
                 Err(e) => Err(GatewayError::Internal(e.to_string())),
@@ -533,6 +563,7 @@ impl SessionActor {
         let lookup = self.owned_task(task_id.clone());
         let shared = self.shared.clone();
         let tenant = self.identity.tenant.clone();
+        let principal = self.identity.principal.clone();
         let wait = async move {
             let record = lookup.await?;
             let outcome = if record.status.is_terminal() {
@@ -553,7 +584,7 @@ impl SessionActor {
                     None => reread_outcome(&shared, &task_id).await?,
                 }
             };
-            tracing::info!(%tenant, task = %task_id, "task result retrieved");
+            tracing::info!(target: "taskgate::audit", %tenant, %principal, task = %task_id, "task result retrieved");
             match outcome {
                 // The response MUST carry io.modelcontextprotocol/related-task.
                 TaskOutcome::Result(result) => Ok(wire_tasks::with_related_task(result, &task_id)),
@@ -1237,6 +1268,31 @@ impl Handler<OpenStream> for SessionActor {
         }
         self.get_stream = Some(tx);
         Ok(())
+    }
+}
+
+/// The Supervisor found the session idle: it closes unless a request came in since, one is in
+/// flight, or its GET stream is open. Answers whether it closed.
+pub(crate) struct CloseIfIdle {
+    pub cutoff_ms: u64,
+    pub last_seen_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Message for CloseIfIdle {
+    type Result = bool;
+}
+
+impl Handler<CloseIfIdle> for SessionActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: CloseIfIdle, ctx: &mut Context<Self>) -> bool {
+        let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let streaming = self.get_stream.as_ref().is_some_and(|s| !s.is_closed());
+        if seen >= msg.cutoff_ms || streaming || !self.requests.is_empty() || !self.relayed.is_empty() {
+            return false;
+        }
+        ctx.stop();
+        true
     }
 }
 

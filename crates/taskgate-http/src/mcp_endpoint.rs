@@ -9,9 +9,11 @@ use taskgate_protocol::{Message, MessageError};
 use crate::checks::{self, SESSION_HEADER};
 use crate::{reply, sse};
 
-/// The caller's identity. Until tenants and credentials are configured, everyone is anonymous.
-fn identity(_headers: &HeaderMap) -> Identity {
-    Identity::anonymous()
+/// The caller's identity from `Authorization: Bearer` (an API key or a JWT), or the anonymous
+/// tenant's when there is no header and one is configured; otherwise 401.
+fn identity(headers: &HeaderMap, gateway: &Gateway) -> Result<Identity, GatewayError> {
+    let authorization = headers.get(actix_web::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
+    gateway.authenticate(authorization)
 }
 
 /// `POST /mcp`: one JSON-RPC message per request.
@@ -21,28 +23,33 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
     let checked = async {
         checks::origin(headers, &config.server.allowed_origins)?;
         checks::content_type(headers)?;
-        let body = checks::body(headers, payload, config.server.max_body_bytes).await?;
-        match Message::from_slice(&body) {
+        // Credentials before the body: the body limit is the tenant's.
+        let identity = identity(headers, &gateway)?;
+        let body = checks::body(headers, payload, gateway.max_body_bytes(&identity)).await?;
+        let message = match Message::from_slice(&body) {
             Err(e) => Err(GatewayError::Parse(e.to_string())),
             Ok(Err(MessageError::Batch)) => {
                 Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
             }
             Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
             Ok(Ok(message)) => Ok(message),
-        }
+        }?;
+        Ok::<_, GatewayError>((identity, message))
     };
-    let message = match checked.await {
+    let (identity, message) = match checked.await {
         Ok(m) => m,
         Err(e) => return reply::error(&e, None),
     };
-    // A span per request: tenant, session, JSON-RPC method (upstream spans nest in the core).
+    // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
+    // the core).
     let span = tracing::info_span!(
         "mcp_request",
-        tenant = %identity(headers).tenant,
+        tenant = %identity.tenant,
+        principal = %identity.principal,
         session = checks::session_id(headers).unwrap_or("-"),
         method = message.method().unwrap_or("response"),
     );
-    match tracing::Instrument::instrument(dispatch(headers, message, &gateway), span).await {
+    match tracing::Instrument::instrument(dispatch(headers, identity, message, &gateway), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     }
@@ -50,11 +57,17 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
 
 type Refusal = (GatewayError, Option<taskgate_protocol::RequestId>);
 
-async fn dispatch(headers: &HeaderMap, message: Message, gateway: &Gateway) -> Result<HttpResponse, Refusal> {
+async fn dispatch(
+    headers: &HeaderMap,
+    identity: Identity,
+    message: Message,
+    gateway: &Gateway,
+) -> Result<HttpResponse, Refusal> {
     let accepts = checks::accepts(headers);
-    let identity = identity(headers);
     let id = message.id().cloned();
     if let Message::Request { id, method, params } = &message {
+        // Rates per tenant and principal (polling in its own bucket): 429 with Retry-After.
+        gateway.admit(&identity, method).map_err(|e| (e, Some(id.clone())))?;
         // The client MUST accept both JSON and SSE; a gateway can answer with either one it accepts.
         if !accepts.json && !accepts.sse {
             return Err((
@@ -130,8 +143,9 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
                 "the GET stream is text/event-stream; Accept must allow it".into(),
             ));
         }
+        let identity = identity(headers, &gateway)?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
-        let session = gateway.session(session_id, &identity(headers))?;
+        let session = gateway.session(session_id, &identity)?;
         checks::protocol_version(headers)?;
         session.open_stream().await
     };
@@ -146,8 +160,9 @@ pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespon
     let headers = req.headers();
     let ended = async {
         checks::origin(headers, &gateway.config().server.allowed_origins)?;
+        let identity = identity(headers, &gateway)?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
-        gateway.end_session(session_id, &identity(headers)).await
+        gateway.end_session(session_id, &identity).await
     };
     match ended.await {
         Ok(()) => HttpResponse::Ok().finish(),

@@ -14,8 +14,19 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
     if status == StatusCode::METHOD_NOT_ALLOWED {
         response.insert_header(("Allow", "GET, POST, DELETE"));
     }
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        response.insert_header(("Retry-After", "1"));
+    match e {
+        GatewayError::Overloaded(_) => {
+            response.insert_header(("Retry-After", "1"));
+        }
+        // RFC 9110 "Retry-After": whole seconds, rounded up so a client that obeys it is admitted.
+        GatewayError::RateLimited { retry_after_ms, .. } => {
+            response.insert_header(("Retry-After", retry_after_ms.div_ceil(1000).max(1).to_string()));
+        }
+        // RFC 6750 section 3: a 401 to a bearer-token request names the scheme and the error.
+        GatewayError::Unauthorized(_) => {
+            response.insert_header(("WWW-Authenticate", r#"Bearer realm="taskgate", error="invalid_token""#));
+        }
+        _ => {}
     }
     response.content_type("application/json").body(Message::error(id, e.error_object()).to_json())
 }

@@ -18,3 +18,9 @@ pub const UPSTREAM_UNAVAILABLE: i64 = -32001;
 pub const OVERLOADED: i64 = -32002;
 /// Implementation-defined server error: an upstream did not answer in time.
 pub const UPSTREAM_TIMEOUT: i64 = -32003;
+/// Implementation-defined server error: the request carries no valid credentials.
+pub const UNAUTHORIZED: i64 = -32004;
+/// Implementation-defined server error: the tenant's or principal's request rate is exceeded.
+pub const RATE_LIMITED: i64 = -32005;
+/// Implementation-defined server error: a tenant's cap (concurrent tasks, sessions) is reached.
+pub const LIMIT_EXCEEDED: i64 = -32006;

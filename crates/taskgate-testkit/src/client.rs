@@ -58,9 +58,16 @@ pub struct McpClient {
     http: reqwest::Client,
     /// Shared by clones, so concurrent requests of one session never reuse an id.
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Sent as `Authorization: Bearer <token>` with every request.
+    pub bearer: Option<String>,
 }
 
 impl McpClient {
+    /// A client that presents `token` (an API key or a JWT) as its bearer credentials.
+    pub fn with_bearer(url: &str, token: &str) -> McpClient {
+        McpClient { bearer: Some(token.to_owned()), ..McpClient::new(url) }
+    }
+
     /// A client for the endpoint at `url`.
     pub fn new(url: &str) -> McpClient {
         McpClient {
@@ -69,6 +76,7 @@ impl McpClient {
             protocol_version: None,
             http: reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().expect("client"),
             next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
+            bearer: None,
         }
     }
 
@@ -87,7 +95,17 @@ impl McpClient {
         if let Some(v) = &self.protocol_version {
             h.insert("mcp-protocol-version", HeaderValue::from_str(v).unwrap());
         }
+        if let Some(token) = &self.bearer {
+            h.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+        }
         h
+    }
+
+    /// Sends initialize and returns the reply whatever it is (for tests of refusals).
+    pub async fn try_initialize(&mut self) -> Reply {
+        let params = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "taskgate-tests", "version": "1"}});
+        let id = self.id();
+        self.post_message(&Message::request(id, "initialize", Some(params))).await
     }
 
     /// Initializes with `capabilities`, keeping the session id. Returns the result.

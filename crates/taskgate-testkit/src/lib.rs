@@ -49,7 +49,7 @@ impl TestGateway {
         if let Err(problems) = config.validate() {
             panic!("invalid test configuration: {problems:?}");
         }
-        let gateway = Gateway::start_with_clock(config, clock);
+        let gateway = Gateway::start_with_clock(config, clock).expect("test tenants' credentials load");
         let running = taskgate_http::serve(gateway.clone(), None).expect("bind 127.0.0.1:0");
         actix_rt::spawn(running.server);
         let admin = running.admin.map(|(addr, server)| {

@@ -44,6 +44,12 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
     },
+    /// Prints the SHA-256 of an API key, for `[[tenant.api_key]] sha256` (reads the key from
+    /// stdin when it is not given, so it stays out of the shell history).
+    HashKey {
+        /// The API key.
+        key: Option<String>,
+    },
     /// Runs the demo MCP server on its own.
     DemoUpstream {
         /// Serve MCP on stdin/stdout.
@@ -59,9 +65,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::CheckConfig { file } => return check_config(&file),
-        Command::Serve { config, listen } => {
-            Config::load(&config).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, Vec::new()))
+        Command::Serve { config: path, listen } => {
+            Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path))
         }
+        Command::HashKey { key } => hash_key(key),
         Command::Demo { listen } => demo(listen),
         Command::DemoUpstream { stdio, listen } => demo_upstream(stdio, listen),
     };
@@ -74,10 +81,39 @@ fn main() -> ExitCode {
     }
 }
 
+fn hash_key(key: Option<String>) -> anyhow::Result<()> {
+    let key = match key {
+        Some(key) => key,
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("cannot read the key from stdin")?;
+            line.trim_end_matches(['\r', '\n']).to_owned()
+        }
+    };
+    anyhow::ensure!(
+        key.len() >= 16,
+        "an API key should be at least 16 characters (random); this one has {}",
+        key.len()
+    );
+    println!("{}", taskgate_core::tenants::hash_key(&key));
+    Ok(())
+}
+
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match Config::load(file) {
+    let loaded = Config::load(file).and_then(|config| {
+        // Secrets and key files are read as the gateway would read them.
+        taskgate_core::tenants::check_credentials(&config, &|k| std::env::var(k).ok())
+            .map(|()| config)
+            .map_err(|problems| ConfigError::Invalid { path: file.display().to_string(), problems })
+    });
+    match loaded {
         Ok(config) => {
-            println!("{}: ok ({} upstreams)", file.display(), config.upstreams.len());
+            let tenants = if config.tenants.is_empty() {
+                "no tenants: every request is anonymous".to_string()
+            } else {
+                format!("{} tenants", config.tenants.len())
+            };
+            println!("{}: ok ({} upstreams, {tenants})", file.display(), config.upstreams.len());
             ExitCode::SUCCESS
         }
         Err(e @ (ConfigError::Invalid { .. } | ConfigError::Parse { .. } | ConfigError::Read { .. })) => {
@@ -99,14 +135,17 @@ fn init_logging(config: &Config) {
     };
 }
 
-/// Runs the gateway until Ctrl-C or SIGTERM. `banner` lines are printed once it listens.
-fn run_gateway(config: Config, listen: Option<SocketAddr>, extra: Vec<UpstreamConfig>) -> anyhow::Result<()> {
+/// Runs the gateway until Ctrl-C or SIGTERM, reloading tenants from `path` on SIGHUP and when
+/// the file changes.
+fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> anyhow::Result<()> {
     init_logging(&config);
     actix_rt::System::new().block_on(async move {
-        let mut config = config;
-        config.upstreams.extend(extra);
-        let gateway = Gateway::start(config);
-        let running = taskgate_http::serve(gateway, listen).context("cannot start the front door")?;
+        let poll = config.server.config_poll_ms;
+        let gateway = Gateway::start(config).map_err(problems)?;
+        let hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
+        actix_rt::spawn(watch_config(path, gateway.clone(), poll, hangup));
+        let running = taskgate_http::serve(gateway.clone(), listen).context("cannot start the front door")?;
         let handle = running.handle.clone();
         println!("taskgate listening on http://{}/mcp", running.addr);
         if let Some((addr, admin)) = running.admin {
@@ -124,6 +163,37 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, extra: Vec<UpstreamCo
     })
 }
 
+/// Reloads the configuration on SIGHUP, and when the file's bytes change (checked every
+/// `server.config_poll_ms`). An invalid file is refused whole and the running one kept.
+async fn watch_config(path: PathBuf, gateway: Gateway, poll_ms: u64, mut hangup: tokio::signal::unix::Signal) {
+    let mut last = std::fs::read(&path).ok();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(poll_ms.max(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let trigger = tokio::select! {
+            _ = hangup.recv() => "SIGHUP",
+            _ = tick.tick(), if poll_ms > 0 => {
+                let now = std::fs::read(&path).ok();
+                if now == last {
+                    continue;
+                }
+                "file changed"
+            }
+        };
+        last = std::fs::read(&path).ok();
+        tracing::info!(file = %path.display(), trigger, "reloading the configuration");
+        match Config::load(&path) {
+            Ok(config) => {
+                let _ = gateway.reload(&config);
+            }
+            Err(e) => {
+                let problem = taskgate_config::Problem { location: path.display().to_string(), message: e.to_string() };
+                gateway.reload_rejected(&[problem]);
+            }
+        }
+    }
+}
+
 async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
@@ -132,11 +202,17 @@ async fn shutdown_signal() {
     }
 }
 
+fn problems(problems: Vec<taskgate_config::Problem>) -> anyhow::Error {
+    let lines: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+    anyhow::anyhow!("{} problem(s) in the configuration:\n{}", problems.len(), lines.join("\n"))
+}
+
+/// The demo's configuration: tenants and limits (its upstreams are added at start).
+const DEMO_CONFIG: &str = include_str!("../../../config/demo.toml");
+
 fn demo(listen: SocketAddr) -> anyhow::Result<()> {
-    let mut config = Config::default();
+    let mut config = Config::parse_unvalidated(DEMO_CONFIG, "config/demo.toml", &|key| std::env::var(key).ok())?;
     config.server.listen = listen.to_string();
-    config.apply_env(&|key| std::env::var(key).ok());
-    config.validate().map_err(|p| anyhow::anyhow!("invalid demo configuration: {p:?}"))?;
     init_logging(&config);
     let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
     actix_rt::System::new().block_on(async move {
@@ -145,13 +221,15 @@ fn demo(listen: SocketAddr) -> anyhow::Result<()> {
         let upstream = taskgate_demo::http::serve(demo, "127.0.0.1:0").context("cannot start the demo upstream")?;
         config.upstreams.push(UpstreamConfig::http("demo", upstream.url.clone()));
         config.upstreams.push(UpstreamConfig::stdio("local", exe.display().to_string(), vec!["demo-upstream".into(), "--stdio".into()]));
-        let gateway = Gateway::start(config);
+        config.validate().map_err(problems)?;
+        let gateway = Gateway::start(config).map_err(problems)?;
         let running = taskgate_http::serve(gateway, None).context("cannot start the front door")?;
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);
         println!("taskgate demo listening on {url}");
         println!("  upstream 'demo'  (Streamable HTTP, native tasks) at {}", upstream.url);
         println!("  upstream 'local' (stdio, tasks wrapped by the gateway) {} demo-upstream --stdio", exe.display());
+        println!("  tenants: 'local' (no credentials needed) and 'team' (Authorization: Bearer demo-key; sees 'demo' only)");
         println!("Try: curl -si {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\");
         println!("       -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'");
         tokio::select! {

@@ -20,6 +20,7 @@ use crate::gateway::Shared;
 use crate::progress::{Abandon, Finish, Progress, ProgressActor};
 use crate::registry::Identity;
 use crate::session::TaskStatusChanged;
+use crate::tenants::TaskPermit;
 use crate::GatewayError;
 
 /// Bounds on how often a native upstream task is polled.
@@ -57,6 +58,24 @@ pub(crate) struct TaskStart {
     pub work: Work,
     /// The task's progress token's actor, if the request had a token.
     pub progress: Option<Addr<ProgressActor>>,
+    /// The task's place under its tenant's concurrency caps, given back when it ends.
+    pub permit: Option<TaskPermit>,
+}
+
+/// A wrapped task's upstream call, which runs outside the actor so that it survives the
+/// actor's restart: its outcome waits here until an actor takes it.
+type CallSlot = Arc<parking_lot::Mutex<Option<Result<Value, UpstreamError>>>>;
+
+/// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
+pub(crate) struct Remains {
+    pub id: String,
+    pub owner: Identity,
+    pub session: UpstreamSession,
+    pub work: Work,
+    pub waiters: Vec<oneshot::Sender<Result<TaskOutcome, GatewayError>>>,
+    pub progress: Option<Addr<ProgressActor>>,
+    pub permit: Option<TaskPermit>,
+    pub call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
 }
 
 /// One task.
@@ -79,6 +98,13 @@ pub struct TaskActor {
     /// reports the terminal status it goes with.
     fetched: Option<TaskOutcome>,
     poll_failures: u32,
+    permit: Option<TaskPermit>,
+    /// A wrapped task's running call and where its outcome lands.
+    call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
+    /// Restarted from [`Remains`]: the work is already running.
+    restarted: bool,
+    /// `stopped` ran: dropping the actor is the normal end, not a crash.
+    stopped_cleanly: bool,
 }
 
 impl TaskActor {
@@ -99,6 +125,38 @@ impl TaskActor {
             fetching_result: false,
             fetched: None,
             poll_failures: 0,
+            permit: start.permit,
+            call: None,
+            restarted: false,
+            stopped_cleanly: false,
+        }
+    }
+
+    /// An actor for a task whose previous actor stopped abnormally: its state comes from the
+    /// store, its work, waiters and permit from what the old actor left.
+    pub(crate) fn restarted(shared: Arc<Shared>, record: &TaskRecord, remains: Remains) -> TaskActor {
+        let start = TaskStart {
+            record: record.clone(),
+            owner: remains.owner,
+            session: remains.session,
+            work: remains.work,
+            progress: remains.progress,
+            permit: remains.permit,
+        };
+        let mut actor = TaskActor::new(shared, start);
+        actor.waiters = remains.waiters;
+        actor.call = remains.call;
+        actor.restarted = true;
+        actor
+    }
+
+    /// Takes a finished wrapped call's outcome, if there is one, and settles the task with it.
+    fn take_call_outcome(&mut self, ctx: &mut Context<Self>) {
+        let outcome = self.call.as_ref().and_then(|(_, slot)| slot.lock().take());
+        if let Some(outcome) = outcome {
+            self.call = None;
+            let (status, message, outcome) = settle_call(outcome);
+            self.settle(status, message, Some(outcome), ctx);
         }
     }
 
@@ -145,7 +203,10 @@ impl TaskActor {
                     self.announce(&record);
                     return;
                 }
-                tracing::info!(task = %self.id, tenant = %self.owner.tenant, status = %record.status, "task finished");
+                // The task's place under its caps is free from the moment it is terminal, before
+                // anyone hears of it, so a requestor told "done" may start another at once.
+                self.permit = None;
+                tracing::info!(target: "taskgate::audit", task = %self.id, tenant = %self.owner.tenant, principal = %self.owner.principal, status = %record.status, "task finished");
                 let outcome = record.outcome.clone().unwrap_or_else(cancelled_outcome);
                 // The last progress value goes out before the terminal status and the result;
                 // none after.
@@ -201,6 +262,9 @@ impl TaskActor {
         if let Some(handle) = self.running.take() {
             ctx.cancel_future(handle);
         }
+        if let Some((call, _)) = self.call.take() {
+            call.abort();
+        }
         if let Some(progress) = self.progress.take() {
             let _ = progress.try_send(Abandon);
         }
@@ -229,7 +293,8 @@ impl TaskActor {
                 act.shared.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
             }
             act.shared.last_poll.lock().remove(&act.id);
-            tracing::info!(task = %act.id, tenant = %act.owner.tenant, "task ttl elapsed; task and result deleted");
+            act.permit = None;
+            tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.tenant, principal = %act.owner.principal, "task ttl elapsed; task and result deleted");
             act.answer(Err(not_found()));
             if !act.status.is_terminal() {
                 act.stop_work(ctx);
@@ -364,6 +429,16 @@ impl Actor for TaskActor {
             let left = at.saturating_sub(self.shared.clock.now_ms());
             ctx.run_later(Duration::from_millis(left), |act, ctx| act.expire(ctx));
         }
+        if self.restarted {
+            // The work is already running (a wrapped call outside any actor, a native task at
+            // the upstream): take an outcome that arrived meanwhile, or keep following it.
+            match self.work {
+                Work::Wrapped { .. } => self.take_call_outcome(ctx),
+                Work::Native { .. } => self.poll(ctx),
+            }
+            tracing::warn!(task = %self.id, tenant = %self.owner.tenant, "task actor restarted from the store");
+            return;
+        }
         match &mut self.work {
             Work::Wrapped { upstream_id, params } => {
                 let key = (self.session.upstream().to_owned(), upstream_id.clone());
@@ -382,36 +457,52 @@ impl Actor for TaskActor {
                             session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await
                         }),
                     };
-                self.running = Some(ctx.spawn(call.into_actor(self).map(|outcome, act, ctx| {
-                    act.running = None;
-                    let (status, message, outcome) = settle_call(outcome);
-                    act.settle(status, message, Some(outcome), ctx);
-                })));
+                // The call runs outside the actor, so a restarted actor still gets its outcome: it
+                // lands in the slot, and whichever actor is the task's now is told.
+                let slot: CallSlot = Arc::default();
+                let (landing, shared, id) = (slot.clone(), self.shared.clone(), self.id.clone());
+                let handle = actix::spawn(async move {
+                    let outcome = call.await;
+                    *landing.lock() = Some(outcome);
+                    let actor = shared.task_actors.read().get(&id).cloned();
+                    if let Some(actor) = actor {
+                        let _ = actor.send(CallDone).await;
+                    }
+                });
+                self.call = Some((handle, slot));
             }
             Work::Native { progress_route, .. } => {
                 // Forward the task's progress (routed by its token) for as long as it lives.
                 if let (Some((_, notes)), Some(actor)) = (progress_route.as_mut(), self.progress.clone()) {
                     let mut notes = std::mem::replace(notes, tokio::sync::mpsc::channel(1).1);
-                    ctx.spawn(
-                        async move {
-                            while let Some(note) = notes.recv().await {
-                                if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
-                                    if actor.send(Progress(params)).await.is_err() {
-                                        return;
-                                    }
+                    // Outside the actor, like a wrapped call: it ends when the route is dropped.
+                    actix::spawn(async move {
+                        while let Some(note) = notes.recv().await {
+                            if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
+                                if actor.send(Progress(params)).await.is_err() {
+                                    return;
                                 }
                             }
                         }
-                        .into_actor(self),
-                    );
+                    });
                 }
                 self.schedule_poll(ctx);
             }
         }
-        tracing::info!(task = %self.id, tenant = %self.owner.tenant, principal = %self.owner.principal, upstream = self.session.upstream(), "task created");
+        tracing::debug!(task = %self.id, tenant = %self.owner.tenant, upstream = self.session.upstream(), "task actor started");
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        // A panic in a handler drops the actor's context, and actix then stops the actor from
+        // inside the unwinding: that is a crash, not an end. Nothing is released here; the
+        // actor's `Drop` hands the work, waiters and permit to the Supervisor.
+        if std::thread::panicking() {
+            return;
+        }
+        self.stopped_cleanly = true;
+        if let Some((call, _)) = self.call.take() {
+            call.abort();
+        }
         self.shared.task_actors.write().remove(&self.id);
         let upstream = self.session.upstream().to_owned();
         match &self.work {
@@ -479,7 +570,7 @@ impl Handler<Cancel> for TaskActor {
             Ok(record) => {
                 act.stop_work(ctx);
                 act.settled(Ok(record.clone()), ctx);
-                tracing::info!(task = %act.id, tenant = %act.owner.tenant, "task cancelled");
+                tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.tenant, principal = %act.owner.principal, "task cancelled");
                 Ok(record)
             }
             Err(StoreError::Conflict { current })
@@ -555,5 +646,62 @@ impl Handler<Expire> for TaskActor {
 
     fn handle(&mut self, _: Expire, ctx: &mut Context<Self>) {
         self.expire(ctx);
+    }
+}
+
+/// A wrapped task's call finished; its outcome is in the slot.
+pub(crate) struct CallDone;
+
+impl Message for CallDone {
+    type Result = ();
+}
+
+impl Handler<CallDone> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, _: CallDone, ctx: &mut Context<Self>) {
+        self.take_call_outcome(ctx);
+    }
+}
+
+/// A test hook: makes the actor panic, as a bug would, to exercise its restart.
+#[doc(hidden)]
+pub struct Crash;
+
+impl Message for Crash {
+    type Result = ();
+}
+
+impl Handler<Crash> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("task actor {} crashed on request (test hook)", self.id);
+    }
+}
+
+impl Drop for TaskActor {
+    /// An actor dropped without `stopped` has crashed (a panic unwound through it): what it
+    /// held goes to the Supervisor, which restarts the task from the store.
+    fn drop(&mut self) {
+        if self.stopped_cleanly {
+            return;
+        }
+        let Some(supervisor) = self.shared.supervisor.get() else { return };
+        let remains = Remains {
+            id: std::mem::take(&mut self.id),
+            owner: self.owner.clone(),
+            session: self.session.clone(),
+            work: std::mem::replace(
+                &mut self.work,
+                Work::Wrapped { upstream_id: RequestId::Number(0), params: Value::Null },
+            ),
+            waiters: std::mem::take(&mut self.waiters),
+            progress: self.progress.take(),
+            permit: self.permit.take(),
+            call: self.call.take(),
+        };
+        // Not a path a client drives: one message per crashed actor.
+        supervisor.do_send(super::supervisor::Restart(Box::new(remains)));
     }
 }

@@ -6,16 +6,17 @@ mod actor;
 mod supervisor;
 
 use serde_json::Value;
-use taskgate_config::{TaskSupportSetting, TasksConfig, UpstreamConfig};
+use taskgate_config::{EffectiveTaskLimits, TaskSupportSetting, UpstreamConfig};
 use taskgate_protocol::mcp::TaskSupport;
 use taskgate_protocol::tasks::TaskStatus;
 use taskgate_protocol::{codes, ErrorObject};
 use taskgate_store::{Owner, TaskOutcome};
 use taskgate_upstream::UpstreamError;
 
+pub use actor::Crash;
 pub use actor::TaskActor;
 pub(crate) use actor::{AwaitResult, Cancel, InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
-pub use supervisor::{Supervisor, Sweep};
+pub use supervisor::{ExpireSessions, Supervisor, Sweep};
 
 use crate::catalog::ToolEntry;
 use crate::registry::Identity;
@@ -36,14 +37,12 @@ pub fn task_support(entry: &ToolEntry, upstream: Option<&UpstreamConfig>) -> Tas
     }
 }
 
-/// The ttl granted for a requested one (basic/utilities/tasks "TTL and Resource Management":
-/// receivers MAY override it, and MUST report the actual one).
-pub fn granted_ttl(requested: Option<u64>, config: &TasksConfig) -> Option<u64> {
-    match (requested, config.unlimited_ttl) {
-        (None, true) => None,
-        (Some(ttl), true) => Some(ttl),
-        (requested, false) => Some(requested.unwrap_or(config.default_ttl_ms).min(config.max_ttl_ms)),
-    }
+/// The ttl granted for a requested one under the requestor's tenant's limits
+/// (basic/utilities/tasks "TTL and Resource Management": receivers MAY override it, and MUST
+/// report the actual one). `None` is unlimited.
+pub fn granted_ttl(requested: Option<u64>, limits: &EffectiveTaskLimits) -> Option<u64> {
+    let ttl = requested.or(limits.default_ttl_ms)?;
+    Some(limits.max_ttl_ms.map_or(ttl, |max| ttl.min(max)))
 }
 
 /// The store's owner for an identity.
@@ -110,13 +109,20 @@ mod tests {
 
     #[test]
     fn ttl_is_defaulted_and_capped_unless_unlimited() {
+        use taskgate_config::{TasksConfig, TenantLimits};
         let mut c = TasksConfig { default_ttl_ms: 1000, max_ttl_ms: 5000, ..TasksConfig::default() };
-        assert_eq!(granted_ttl(None, &c), Some(1000));
-        assert_eq!(granted_ttl(Some(3000), &c), Some(3000));
-        assert_eq!(granted_ttl(Some(9_000_000), &c), Some(5000));
+        let none = TenantLimits::default();
+        assert_eq!(granted_ttl(None, &none.tasks(&c)), Some(1000));
+        assert_eq!(granted_ttl(Some(3000), &none.tasks(&c)), Some(3000));
+        assert_eq!(granted_ttl(Some(9_000_000), &none.tasks(&c)), Some(5000));
+        // A tenant's own cap and default apply over the gateway's.
+        let tenant = TenantLimits { max_ttl_ms: Some(2000), default_ttl_ms: Some(1500), ..TenantLimits::default() };
+        assert_eq!(granted_ttl(None, &tenant.tasks(&c)), Some(1500));
+        assert_eq!(granted_ttl(Some(3000), &tenant.tasks(&c)), Some(2000));
         c.unlimited_ttl = true;
-        assert_eq!(granted_ttl(None, &c), None);
-        assert_eq!(granted_ttl(Some(9_000_000), &c), Some(9_000_000));
+        assert_eq!(granted_ttl(None, &none.tasks(&c)), None);
+        assert_eq!(granted_ttl(Some(9_000_000), &none.tasks(&c)), Some(9_000_000));
+        assert_eq!(granted_ttl(Some(9_000_000), &tenant.tasks(&c)), Some(2000));
     }
 
     #[test]

@@ -1,14 +1,19 @@
-//! The [`Supervisor`]: the gateway's clocks. It sweeps expired tasks out of the store as a
-//! backstop to each [`super::TaskActor`]'s own ttl timer (a task whose actor has stopped, or a
-//! record another replica wrote), and tells live actors whose task it removed.
+//! The [`Supervisor`]: the gateway's clocks and restarts. It sweeps expired tasks out of the
+//! store as a backstop to each [`super::TaskActor`]'s own ttl timer (a task whose actor has
+//! stopped, or a record another replica wrote) and tells live actors whose task it removed;
+//! closes idle sessions; forgets full rate buckets; and restarts task actors that crashed, from
+//! the store. Admission (rate and concurrency limits) is in [`crate::tenants`]: shared tables it
+//! owns the rules of, checked without a mailbox hop.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::actor::Expire;
+use super::actor::{Expire, Remains, TaskActor};
+use super::not_found;
 use crate::gateway::Shared;
+use crate::session::CloseIfIdle;
 
 /// Tasks released since the last trim after which freed memory is handed back to the system.
 const TRIM_AFTER_RELEASED: usize = 10_000;
@@ -44,6 +49,27 @@ impl Supervisor {
         }
     }
 
+    /// Closes sessions without a request for `server.session_idle_timeout_secs` that have
+    /// nothing in flight and no GET stream open. Their tasks live on (tasks are bound to the
+    /// requestor, not the session).
+    fn expire_sessions(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let timeout_ms = self.shared.config.server.session_idle_timeout_secs.saturating_mul(1000);
+        let cutoff = self.shared.clock.now_ms().saturating_sub(timeout_ms);
+        let idle = if timeout_ms == 0 { Vec::new() } else { self.shared.sessions.seen_before(cutoff) };
+        let shared = self.shared.clone();
+        // The sessions answer in their own time, outside the Supervisor's mailbox.
+        async move {
+            for (id, entry) in idle {
+                let check = CloseIfIdle { cutoff_ms: cutoff, last_seen_ms: entry.last_seen_ms };
+                if entry.addr.send(check).await == Ok(true) {
+                    shared.sessions.remove_if_idle(&id, cutoff);
+                    shared.metrics.sessions_expired.with_label_values(&[&entry.identity.tenant]).inc();
+                    tracing::info!(target: "taskgate::audit", session = %id, tenant = %entry.identity.tenant, principal = %entry.identity.principal, "idle session closed");
+                }
+            }
+        }
+    }
+
     fn sweep(&mut self, ctx: &mut Context<Self>) {
         let store = self.shared.store.clone();
         let now = self.shared.clock.now_ms();
@@ -72,6 +98,8 @@ impl Actor for Supervisor {
         ctx.run_interval(every, |act, ctx| {
             act.sweep(ctx);
             act.trim_after_bursts();
+            ctx.spawn(act.expire_sessions().into_actor(act));
+            act.shared.tenancy.rates.prune(act.shared.clock.now_ms());
         });
     }
 }
@@ -88,6 +116,75 @@ impl Handler<Sweep> for Supervisor {
 
     fn handle(&mut self, _: Sweep, ctx: &mut Context<Self>) {
         self.sweep(ctx);
+    }
+}
+
+/// Closes idle sessions now (tests drive time through a manual clock, then expire).
+pub struct ExpireSessions;
+
+impl Message for ExpireSessions {
+    type Result = ();
+}
+
+impl Handler<ExpireSessions> for Supervisor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ExpireSessions, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.expire_sessions())
+    }
+}
+
+/// A task actor stopped abnormally; restart its task from the store.
+pub(crate) struct Restart(pub Box<Remains>);
+
+impl Message for Restart {
+    type Result = ();
+}
+
+impl Handler<Restart> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, Restart(remains): Restart, ctx: &mut Context<Self>) {
+        let store = self.shared.store.clone();
+        let id = remains.id.clone();
+        let read = async move { store.get(&id).await };
+        ctx.spawn(read.into_actor(self).map(move |record, act, _| {
+            let shared = act.shared.clone();
+            shared.metrics.actor_restarts.with_label_values(&["task_actor_crashed"]).inc();
+            let mut remains = *remains;
+            let record = match record {
+                Ok(Some(record)) if !record.status.is_terminal() => record,
+                // Expired, or settled by someone else (a cancel through the store): the waiters
+                // get what the store says, the permit and the work go.
+                other => {
+                    let outcome = match other {
+                        Ok(Some(record)) => Ok(record.outcome.unwrap_or_else(super::cancelled_outcome)),
+                        _ => Err(not_found()),
+                    };
+                    for waiter in remains.waiters.drain(..) {
+                        let _ = waiter.send(outcome.clone());
+                    }
+                    if let Some((call, _)) = remains.call.take() {
+                        call.abort();
+                    }
+                    shared.task_actors.write().remove(&remains.id);
+                    tracing::warn!(task = %remains.id, "task actor crashed after its task ended; nothing to restart");
+                    return;
+                }
+            };
+            let native = match &remains.work {
+                super::Work::Native { upstream_task_id, .. } => {
+                    Some((remains.session.upstream().to_owned(), upstream_task_id.clone()))
+                }
+                super::Work::Wrapped { .. } => None,
+            };
+            let id = remains.id.clone();
+            let actor = TaskActor::restarted(shared.clone(), &record, remains).start();
+            shared.task_actors.write().insert(id.clone(), actor.clone());
+            if let Some(key) = native {
+                shared.native_tasks.write().insert(key, (id, actor));
+            }
+        }));
     }
 }
 

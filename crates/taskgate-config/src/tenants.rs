@@ -1,0 +1,300 @@
+//! `[[tenant]]`: who may call the gateway, with which credentials, seeing which upstreams, and
+//! under which limits. These sections reload without a restart (SIGHUP or a file change).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Problem, TasksConfig};
+
+/// One tenant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Unique id; it is the `tenant` label of metrics and logs.
+    pub id: String,
+    /// The upstreams whose tools this tenant sees and may call, by name. Absent: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstreams: Option<Vec<String>>,
+    /// Requests without an `Authorization` header are this tenant's, as principal `anonymous`.
+    /// For local use; at most one tenant may set it.
+    #[serde(default)]
+    pub anonymous: bool,
+    /// API keys, presented as `Authorization: Bearer <key>`; only their SHA-256 is stored.
+    #[serde(default, rename = "api_key", skip_serializing_if = "Vec::is_empty")]
+    pub api_keys: Vec<ApiKeyConfig>,
+    /// JWT issuers whose bearer tokens name this tenant's principals.
+    #[serde(default, rename = "jwt", skip_serializing_if = "Vec::is_empty")]
+    pub jwts: Vec<JwtConfig>,
+    /// Limits (each absent one falls back to the gateway-wide setting or is unlimited).
+    #[serde(default)]
+    pub limits: TenantLimits,
+}
+
+impl TenantConfig {
+    /// A tenant with no credentials and no limits.
+    pub fn new(id: impl Into<String>) -> TenantConfig {
+        TenantConfig {
+            id: id.into(),
+            upstreams: None,
+            anonymous: false,
+            api_keys: Vec::new(),
+            jwts: Vec::new(),
+            limits: TenantLimits::default(),
+        }
+    }
+}
+
+/// `[[tenant.api_key]]`: one API key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// The principal the key authenticates (a user or service name).
+    pub principal: String,
+    /// Lower-case hex SHA-256 of the key (`taskgate hash-key` prints it).
+    pub sha256: String,
+}
+
+/// A JWT signature algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JwtAlgorithm {
+    /// HMAC with SHA-256 and a shared secret.
+    HS256,
+    /// RSASSA-PKCS1-v1_5 with SHA-256 and the issuer's public key.
+    RS256,
+}
+
+/// `[[tenant.jwt]]`: bearer tokens signed by one issuer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// `HS256` or `RS256`; a token whose header names another algorithm is refused.
+    pub algorithm: JwtAlgorithm,
+    /// HS256: the shared secret (at least 32 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// HS256: the environment variable holding the shared secret (preferred over `secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// RS256: the PEM public key (`-----BEGIN PUBLIC KEY-----…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// RS256: a file holding the PEM public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key_file: Option<String>,
+    /// The `aud` the token must carry (a string or one of an array).
+    pub audience: String,
+    /// When set, `iss` must equal it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The claim naming the principal.
+    #[serde(default = "default_principal_claim")]
+    pub principal_claim: String,
+    /// When set, this claim must equal the tenant's id (for an issuer shared by tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_claim: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    #[serde(default = "default_leeway")]
+    pub leeway_secs: u64,
+}
+
+fn default_principal_claim() -> String {
+    "sub".into()
+}
+
+fn default_leeway() -> u64 {
+    30
+}
+
+/// A token bucket, as GCRA: `per_second` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    /// Requests per second, sustained.
+    pub per_second: f64,
+    /// Requests allowed at once after a quiet period (at least 1).
+    pub burst: u32,
+}
+
+/// `[tenant.limits]`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TenantLimits {
+    /// Tasks not yet terminal, across the tenant; a task beyond it is refused (-32002).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_tasks: Option<usize>,
+    /// Tasks not yet terminal, per principal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_tasks_per_principal: Option<usize>,
+    /// Largest ttl granted (ms); default `tasks.max_ttl_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_ttl_ms: Option<u64>,
+    /// ttl of a task whose request names none (ms); default `tasks.default_ttl_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_ttl_ms: Option<u64>,
+    /// `pollInterval` suggested to this tenant (ms); default `tasks.poll_interval_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    /// Requests across the tenant (polling methods excepted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// Requests per principal (polling methods excepted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal_rate: Option<Rate>,
+    /// `tasks/get` and `tasks/list` across the tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_rate: Option<Rate>,
+    /// `tasks/get` and `tasks/list` per principal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal_poll_rate: Option<Rate>,
+    /// Sessions open at once for the tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<usize>,
+    /// Largest POST body (bytes); never more than `server.max_body_bytes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<usize>,
+}
+
+/// The limits in force for a tenant once the gateway-wide defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectiveTaskLimits {
+    /// ttl when none is requested; `None` means unlimited.
+    pub default_ttl_ms: Option<u64>,
+    /// Largest ttl; `None` means uncapped.
+    pub max_ttl_ms: Option<u64>,
+    /// Suggested polling interval.
+    pub poll_interval_ms: u64,
+}
+
+impl TenantLimits {
+    /// The ttl and polling settings for this tenant over the gateway's `[tasks]`.
+    pub fn tasks(&self, tasks: &TasksConfig) -> EffectiveTaskLimits {
+        let (default_ttl_ms, max_ttl_ms) = if tasks.unlimited_ttl {
+            (self.default_ttl_ms, self.max_ttl_ms)
+        } else {
+            let max = self.max_ttl_ms.unwrap_or(tasks.max_ttl_ms);
+            (Some(self.default_ttl_ms.unwrap_or(tasks.default_ttl_ms).min(max)), Some(max))
+        };
+        EffectiveTaskLimits {
+            default_ttl_ms,
+            max_ttl_ms,
+            poll_interval_ms: self.poll_interval_ms.unwrap_or(tasks.poll_interval_ms),
+        }
+    }
+}
+
+/// Checks the tenants against each other and the known upstreams.
+pub(crate) fn validate(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>, bad: &mut dyn FnMut(String, String)) {
+    let mut ids = BTreeMap::new();
+    let mut principals_by_hash = BTreeMap::new();
+    let mut anonymous = None;
+    for (i, t) in tenants.iter().enumerate() {
+        let at = |field: &str| format!("tenant[{i}] ({:?}).{field}", t.id);
+        if t.id.is_empty() || !t.id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            bad(at("id"), "must be non-empty and use only A-Z a-z 0-9 _ -".into());
+        }
+        if let Some(first) = ids.insert(t.id.clone(), i) {
+            bad(at("id"), format!("duplicates tenant[{first}]; ids must be unique"));
+        }
+        if t.anonymous {
+            if let Some(first) = anonymous.replace(i) {
+                bad(at("anonymous"), format!("tenant[{first}] is already the anonymous tenant; only one may be"));
+            }
+        }
+        if !t.anonymous && t.api_keys.is_empty() && t.jwts.is_empty() {
+            bad(at("api_key"), "the tenant has no credentials: add an api_key or jwt, or set anonymous = true".into());
+        }
+        for (j, name) in t.upstreams.iter().flatten().enumerate() {
+            if !upstreams.contains(name.as_str()) {
+                bad(format!("{}[{j}]", at("upstreams")), format!("{name:?} is not a configured upstream"));
+            }
+        }
+        for (j, key) in t.api_keys.iter().enumerate() {
+            let at = |field: &str| format!("tenant[{i}] ({:?}).api_key[{j}].{field}", t.id);
+            if key.principal.is_empty() {
+                bad(at("principal"), "must be non-empty".into());
+            }
+            let hex =
+                key.sha256.len() == 64 && key.sha256.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+            if !hex {
+                bad(at("sha256"), "must be 64 lower-case hex digits (run `taskgate hash-key <key>`)".into());
+            } else if let Some((ti, kj)) = principals_by_hash.insert(key.sha256.clone(), (i, j)) {
+                bad(at("sha256"), format!("the same key is already tenant[{ti}].api_key[{kj}]; keys must be unique"));
+            }
+        }
+        for (j, jwt) in t.jwts.iter().enumerate() {
+            let at = |field: &str| format!("tenant[{i}] ({:?}).jwt[{j}].{field}", t.id);
+            match jwt.algorithm {
+                JwtAlgorithm::HS256 => {
+                    if jwt.secret.is_none() == jwt.secret_env.is_none() {
+                        bad(at("secret"), "HS256 needs exactly one of secret or secret_env".into());
+                    }
+                    if jwt.public_key.is_some() || jwt.public_key_file.is_some() {
+                        bad(at("public_key"), "public keys are for RS256".into());
+                    }
+                    if jwt.secret.as_ref().is_some_and(|s| s.len() < 32) {
+                        bad(at("secret"), "an HS256 secret must be at least 32 bytes".into());
+                    }
+                }
+                JwtAlgorithm::RS256 => {
+                    if jwt.public_key.is_none() == jwt.public_key_file.is_none() {
+                        bad(at("public_key"), "RS256 needs exactly one of public_key or public_key_file".into());
+                    }
+                    if jwt.secret.is_some() || jwt.secret_env.is_some() {
+                        bad(at("secret"), "secrets are for HS256".into());
+                    }
+                }
+            }
+            if jwt.audience.is_empty() {
+                bad(at("audience"), "must be non-empty".into());
+            }
+            if jwt.principal_claim.is_empty() {
+                bad(at("principal_claim"), "must be non-empty".into());
+            }
+        }
+        let l = &t.limits;
+        let at = |field: &str| format!("tenant[{i}] ({:?}).limits.{field}", t.id);
+        for (field, value) in [
+            ("max_concurrent_tasks", l.max_concurrent_tasks.map(|v| v as u64)),
+            ("max_concurrent_tasks_per_principal", l.max_concurrent_tasks_per_principal.map(|v| v as u64)),
+            ("max_ttl_ms", l.max_ttl_ms),
+            ("default_ttl_ms", l.default_ttl_ms),
+            ("poll_interval_ms", l.poll_interval_ms),
+            ("max_sessions", l.max_sessions.map(|v| v as u64)),
+        ] {
+            if value == Some(0) {
+                bad(at(field), "must be at least 1".into());
+            }
+        }
+        if let (Some(default), Some(max)) = (l.default_ttl_ms, l.max_ttl_ms) {
+            if default > max {
+                bad(at("default_ttl_ms"), format!("{default} exceeds max_ttl_ms ({max})"));
+            }
+        }
+        if l.max_body_bytes.is_some_and(|b| b < 1024) {
+            bad(at("max_body_bytes"), "must be at least 1024".into());
+        }
+        for (field, rate) in [
+            ("rate", l.rate),
+            ("principal_rate", l.principal_rate),
+            ("poll_rate", l.poll_rate),
+            ("principal_poll_rate", l.principal_poll_rate),
+        ] {
+            if let Some(rate) = rate {
+                if !(rate.per_second.is_finite() && rate.per_second > 0.0) {
+                    bad(at(field), "per_second must be a positive number".into());
+                }
+                if rate.burst == 0 {
+                    bad(at(field), "burst must be at least 1".into());
+                }
+            }
+        }
+    }
+}
+
+/// Problems with a location, for [`validate`]'s callers.
+pub(crate) fn collect(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    validate(tenants, upstreams, &mut |location, message| problems.push(Problem { location, message }));
+    problems
+}

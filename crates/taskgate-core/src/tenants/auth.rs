@@ -1,0 +1,390 @@
+//! Credentials: API keys (stored as SHA-256) and JWT bearer tokens (HS256, RS256), resolved to
+//! an [`Identity`]. Nothing here logs or returns a key or a token.
+
+use std::collections::HashMap;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use openssl::hash::MessageDigest;
+use openssl::pkey::{Id, PKey, Public};
+use openssl::sign::{Signer, Verifier};
+use serde_json::Value;
+use taskgate_config::{Config, JwtAlgorithm, JwtConfig, Problem};
+
+use crate::registry::Identity;
+
+/// Why a request's credentials were refused. The text goes to the client in the 401 body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization` header and no anonymous tenant.
+    #[error("send Authorization: Bearer <API key or JWT>")]
+    Missing,
+    /// The header is not `Bearer <token>`.
+    #[error("the Authorization header must be \"Bearer <API key or JWT>\"")]
+    Malformed,
+    /// An API key no tenant has.
+    #[error("the API key is not valid")]
+    UnknownKey,
+    /// A JWT that does not verify or whose claims are refused.
+    #[error("the bearer token is not valid: {0}")]
+    Token(&'static str),
+}
+
+impl AuthError {
+    /// A low-cardinality label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing",
+            AuthError::Malformed => "malformed",
+            AuthError::UnknownKey => "unknown_key",
+            AuthError::Token("it has expired") => "token_expired",
+            AuthError::Token(_) => "invalid_token",
+        }
+    }
+}
+
+/// The SHA-256 of an API key, as lower-case hex (what `[[tenant.api_key]] sha256` holds).
+pub fn hash_key(key: &str) -> String {
+    openssl::sha::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+enum Key {
+    Hmac(Vec<u8>),
+    Rsa(PKey<Public>),
+}
+
+struct JwtVerifier {
+    tenant: String,
+    algorithm: JwtAlgorithm,
+    key: Key,
+    audience: String,
+    issuer: Option<String>,
+    principal_claim: String,
+    tenant_claim: Option<String>,
+    leeway_secs: u64,
+}
+
+/// Every credential of every tenant, built from one configuration.
+pub(crate) struct Credentials {
+    /// By the key's SHA-256: a look-up by hash reveals nothing about the key itself.
+    api_keys: HashMap<[u8; 32], Identity>,
+    jwts: Vec<JwtVerifier>,
+    anonymous: Option<String>,
+}
+
+impl Credentials {
+    /// Reads secrets from the environment and keys from files; every problem is reported.
+    pub fn build(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<Credentials, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let mut api_keys = HashMap::new();
+        let mut jwts = Vec::new();
+        let mut anonymous = None;
+        for (i, tenant) in config.tenants.iter().enumerate() {
+            if tenant.anonymous {
+                anonymous = Some(tenant.id.clone());
+            }
+            for key in &tenant.api_keys {
+                if let Some(hash) = decode_hex32(&key.sha256) {
+                    let identity = Identity { tenant: tenant.id.clone(), principal: key.principal.clone() };
+                    api_keys.insert(hash, identity);
+                }
+            }
+            for (j, jwt) in tenant.jwts.iter().enumerate() {
+                let at = |field: &str| format!("tenant[{i}] ({:?}).jwt[{j}].{field}", tenant.id);
+                match load_key(jwt, env) {
+                    Ok(key) => jwts.push(JwtVerifier {
+                        tenant: tenant.id.clone(),
+                        algorithm: jwt.algorithm,
+                        key,
+                        audience: jwt.audience.clone(),
+                        issuer: jwt.issuer.clone(),
+                        principal_claim: jwt.principal_claim.clone(),
+                        tenant_claim: jwt.tenant_claim.clone(),
+                        leeway_secs: jwt.leeway_secs,
+                    }),
+                    Err((field, message)) => problems.push(Problem { location: at(field), message }),
+                }
+            }
+        }
+        if config.tenants.is_empty() {
+            anonymous = Some(super::IMPLICIT_TENANT.to_owned());
+        }
+        if problems.is_empty() {
+            Ok(Credentials { api_keys, jwts, anonymous })
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The identity an `Authorization` header value (or its absence) authenticates.
+    pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Identity, AuthError> {
+        let Some(header) = authorization else {
+            return match &self.anonymous {
+                Some(tenant) => Ok(Identity { tenant: tenant.clone(), principal: "anonymous".into() }),
+                None => Err(AuthError::Missing),
+            };
+        };
+        let token = match header.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => token.trim(),
+            _ => return Err(AuthError::Malformed),
+        };
+        if token.split('.').count() == 3 {
+            return self.verify_jwt(token, now_secs);
+        }
+        let hash = openssl::sha::sha256(token.as_bytes());
+        self.api_keys.get(&hash).cloned().ok_or(AuthError::UnknownKey)
+    }
+
+    fn verify_jwt(&self, token: &str, now_secs: u64) -> Result<Identity, AuthError> {
+        let mut parts = token.split('.');
+        let (Some(header64), Some(payload64), Some(signature64)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(AuthError::Token("it is not a JWT (three base64url parts)"));
+        };
+        let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).ok();
+        let as_object = |bytes: Option<Vec<u8>>| {
+            bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(Value::is_object)
+        };
+        let header = as_object(decode(header64)).ok_or(AuthError::Token("its header is not base64url JSON"))?;
+        let claims = as_object(decode(payload64)).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
+        let signature = decode(signature64).ok_or(AuthError::Token("its signature is not base64url"))?;
+        // RFC 7515 section 4.1.11: extensions marked critical that are not understood MUST be refused.
+        if header.get("crit").is_some() {
+            return Err(AuthError::Token("it names critical header extensions"));
+        }
+        let algorithm = match header.get("alg").and_then(Value::as_str) {
+            Some("HS256") => JwtAlgorithm::HS256,
+            Some("RS256") => JwtAlgorithm::RS256,
+            _ => return Err(AuthError::Token("its algorithm is not HS256 or RS256")),
+        };
+        let signed = &token[..header64.len() + 1 + payload64.len()];
+        let issuer = claims.get("iss").and_then(Value::as_str);
+        let verifier = self
+            .jwts
+            .iter()
+            .filter(|v| v.algorithm == algorithm)
+            .filter(|v| v.issuer.as_deref().is_none_or(|want| issuer == Some(want)))
+            .filter(|v| {
+                v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
+            })
+            .find(|v| v.key.verifies(signed.as_bytes(), &signature))
+            .ok_or(AuthError::Token("no configured issuer signed it"))?;
+        let time =
+            |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
+        let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
+        if now_secs > exp.saturating_add(verifier.leeway_secs) {
+            return Err(AuthError::Token("it has expired"));
+        }
+        if let Some(nbf) = time("nbf") {
+            if now_secs.saturating_add(verifier.leeway_secs) < nbf? {
+                return Err(AuthError::Token("it is not valid yet (nbf)"));
+            }
+        }
+        let audience_ok = match claims.get("aud") {
+            Some(Value::String(aud)) => aud == &verifier.audience,
+            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&verifier.audience)),
+            _ => false,
+        };
+        if !audience_ok {
+            return Err(AuthError::Token("its audience (aud) is not this gateway's"));
+        }
+        let principal = match claims.get(&verifier.principal_claim) {
+            Some(Value::String(p)) if !p.is_empty() => p.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err(AuthError::Token("it lacks the configured principal claim")),
+        };
+        Ok(Identity { tenant: verifier.tenant.clone(), principal })
+    }
+}
+
+impl Key {
+    fn verifies(&self, signed: &[u8], signature: &[u8]) -> bool {
+        match self {
+            Key::Hmac(secret) => {
+                let Ok(key) = PKey::hmac(secret) else { return false };
+                let Ok(mut signer) = Signer::new(MessageDigest::sha256(), &key) else { return false };
+                if signer.update(signed).is_err() {
+                    return false;
+                }
+                let Ok(mac) = signer.sign_to_vec() else { return false };
+                // Constant time: the comparison reveals nothing about how much of a guess matched.
+                mac.len() == signature.len() && openssl::memcmp::eq(&mac, signature)
+            }
+            Key::Rsa(key) => {
+                let Ok(mut verifier) = Verifier::new(MessageDigest::sha256(), key) else { return false };
+                verifier.update(signed).is_ok() && verifier.verify(signature).unwrap_or(false)
+            }
+        }
+    }
+}
+
+fn load_key(jwt: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Key, (&'static str, String)> {
+    match jwt.algorithm {
+        JwtAlgorithm::HS256 => {
+            let secret = match (&jwt.secret, &jwt.secret_env) {
+                (Some(secret), _) => secret.clone(),
+                (None, Some(var)) => {
+                    env(var).ok_or(("secret_env", format!("the environment variable {var} is not set")))?
+                }
+                (None, None) => return Err(("secret", "HS256 needs a secret".into())),
+            };
+            if secret.len() < 32 {
+                return Err(("secret", "an HS256 secret must be at least 32 bytes".into()));
+            }
+            Ok(Key::Hmac(secret.into_bytes()))
+        }
+        JwtAlgorithm::RS256 => {
+            let (field, pem) = match (&jwt.public_key, &jwt.public_key_file) {
+                (Some(pem), _) => ("public_key", pem.clone()),
+                (None, Some(path)) => (
+                    "public_key_file",
+                    std::fs::read_to_string(path)
+                        .map_err(|e| ("public_key_file", format!("cannot read {path}: {e}")))?,
+                ),
+                (None, None) => return Err(("public_key", "RS256 needs a public key".into())),
+            };
+            let key = PKey::public_key_from_pem(pem.as_bytes())
+                .map_err(|_| (field, "is not a PEM public key (-----BEGIN PUBLIC KEY-----)".to_string()))?;
+            if key.id() != Id::RSA || key.bits() < 2048 {
+                return Err((field, "RS256 needs an RSA public key of at least 2048 bits".into()));
+            }
+            Ok(Key::Rsa(key))
+        }
+    }
+}
+
+fn decode_hex32(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if hex.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openssl::rsa::Rsa;
+    use serde_json::json;
+    use taskgate_config::{ApiKeyConfig, TenantConfig};
+
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+    fn sign_hs256(claims: &Value, secret: &str) -> String {
+        let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        let body = URL_SAFE_NO_PAD.encode(claims.to_string());
+        let key = PKey::hmac(secret.as_bytes()).unwrap();
+        let mut signer = Signer::new(MessageDigest::sha256(), &key).unwrap();
+        signer.update(format!("{head}.{body}").as_bytes()).unwrap();
+        format!("{head}.{body}.{}", URL_SAFE_NO_PAD.encode(signer.sign_to_vec().unwrap()))
+    }
+
+    fn jwt(algorithm: JwtAlgorithm) -> JwtConfig {
+        JwtConfig {
+            algorithm,
+            secret: None,
+            secret_env: None,
+            public_key: None,
+            public_key_file: None,
+            audience: "taskgate".into(),
+            issuer: None,
+            principal_claim: "sub".into(),
+            tenant_claim: None,
+            leeway_secs: 0,
+        }
+    }
+
+    fn config() -> Config {
+        let mut acme = TenantConfig::new("acme");
+        acme.api_keys.push(ApiKeyConfig { principal: "ci".into(), sha256: hash_key("key-1") });
+        acme.jwts.push(JwtConfig { secret: Some(SECRET.into()), ..jwt(JwtAlgorithm::HS256) });
+        Config { tenants: vec![acme], ..Config::default() }
+    }
+
+    #[test]
+    fn api_keys_resolve_by_hash_and_unknown_ones_are_refused() {
+        let c = Credentials::build(&config(), &|_| None).unwrap();
+        let id = c.authenticate(Some("Bearer key-1"), 0).unwrap();
+        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("acme", "ci"));
+        assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
+        assert_eq!(c.authenticate(Some("Bearer key-2"), 0), Err(AuthError::UnknownKey));
+        assert_eq!(c.authenticate(Some("Basic a2V5"), 0), Err(AuthError::Malformed));
+        assert_eq!(c.authenticate(Some("Bearer "), 0), Err(AuthError::Malformed));
+        assert_eq!(c.authenticate(None, 0), Err(AuthError::Missing));
+    }
+
+    #[test]
+    fn hs256_tokens_check_signature_exp_nbf_and_audience() {
+        let c = Credentials::build(&config(), &|_| None).unwrap();
+        let good = json!({"sub": "alice", "aud": "taskgate", "exp": 2000, "nbf": 1000});
+        let auth = |claims: &Value, secret: &str, now| {
+            c.authenticate(Some(&format!("Bearer {}", sign_hs256(claims, secret))), now)
+        };
+        assert_eq!(auth(&good, SECRET, 1500).unwrap().principal, "alice");
+        assert_eq!(auth(&good, SECRET, 2001), Err(AuthError::Token("it has expired")));
+        assert_eq!(auth(&good, SECRET, 999), Err(AuthError::Token("it is not valid yet (nbf)")));
+        assert_eq!(
+            auth(&good, "another-secret-another-secret-xx", 1500),
+            Err(AuthError::Token("no configured issuer signed it"))
+        );
+        let other_aud = json!({"sub": "alice", "aud": ["x", "y"], "exp": 2000});
+        assert!(matches!(auth(&other_aud, SECRET, 1500), Err(AuthError::Token(_))));
+        let listed_aud = json!({"sub": "alice", "aud": ["x", "taskgate"], "exp": 2000});
+        assert!(auth(&listed_aud, SECRET, 1500).is_ok());
+        let no_exp = json!({"sub": "alice", "aud": "taskgate"});
+        assert_eq!(auth(&no_exp, SECRET, 1500), Err(AuthError::Token("it has no exp claim")));
+        // A token whose header claims "none" is refused whatever its signature.
+        let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#);
+        let body = URL_SAFE_NO_PAD.encode(good.to_string());
+        assert!(c.authenticate(Some(&format!("Bearer {head}.{body}.")), 1500).is_err());
+    }
+
+    #[test]
+    fn rs256_tokens_verify_with_the_public_key_and_tenant_claims_select_the_tenant() {
+        let rsa = Rsa::generate(2048).unwrap();
+        let private = PKey::from_rsa(rsa).unwrap();
+        let public_pem = String::from_utf8(private.public_key_to_pem().unwrap()).unwrap();
+        let mut config = config();
+        for id in ["acme", "globex"] {
+            let mut t = TenantConfig::new(id);
+            t.jwts.push(JwtConfig {
+                public_key: Some(public_pem.clone()),
+                tenant_claim: Some("org".into()),
+                ..jwt(JwtAlgorithm::RS256)
+            });
+            config.tenants.push(t);
+        }
+        config.tenants.remove(0);
+        let c = Credentials::build(&config, &|_| None).unwrap();
+        let sign = |claims: Value| {
+            let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256"}"#);
+            let body = URL_SAFE_NO_PAD.encode(claims.to_string());
+            let mut signer = Signer::new(MessageDigest::sha256(), &private).unwrap();
+            signer.update(format!("{head}.{body}").as_bytes()).unwrap();
+            format!("Bearer {head}.{body}.{}", URL_SAFE_NO_PAD.encode(signer.sign_to_vec().unwrap()))
+        };
+        let id = c
+            .authenticate(Some(&sign(json!({"sub": "bob", "org": "globex", "aud": "taskgate", "exp": 10}))), 5)
+            .unwrap();
+        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("globex", "bob"));
+        let unknown_org = sign(json!({"sub": "bob", "org": "initech", "aud": "taskgate", "exp": 10}));
+        assert!(c.authenticate(Some(&unknown_org), 5).is_err());
+        // An HS256 token "signed" with the public key as an HMAC secret is refused (alg confusion).
+        let confused = sign_hs256(&json!({"sub": "bob", "org": "acme", "aud": "taskgate", "exp": 10}), &public_pem);
+        assert!(c.authenticate(Some(&format!("Bearer {confused}")), 5).is_err());
+    }
+
+    #[test]
+    fn key_problems_are_reported_where_they_are() {
+        let mut config = config();
+        config.tenants[0].jwts = vec![
+            JwtConfig { secret_env: Some("NOT_SET".into()), ..jwt(JwtAlgorithm::HS256) },
+            JwtConfig { public_key: Some("not pem".into()), ..jwt(JwtAlgorithm::RS256) },
+        ];
+        let problems = Credentials::build(&config, &|_| None).err().unwrap();
+        let locations: Vec<_> = problems.iter().map(|p| p.location.as_str()).collect();
+        assert_eq!(locations, ["tenant[0] (\"acme\").jwt[0].secret_env", "tenant[0] (\"acme\").jwt[1].public_key"]);
+    }
+}

@@ -1,0 +1,201 @@
+//! Tenants: who is calling ([`auth`]), what they may see, and the limits the Supervisor enforces
+//! for them ([`limits`]). The tenant table is swapped whole on a reload; the rate buckets and
+//! task counts live on across reloads, so a new limit applies to the next request.
+
+pub mod auth;
+pub mod limits;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use taskgate_config::{Config, EffectiveTaskLimits, Problem, TenantConfig, TenantLimits};
+use taskgate_protocol::mcp::methods;
+
+use crate::clock::Clock;
+use crate::registry::Identity;
+use crate::GatewayError;
+use auth::Credentials;
+pub use auth::{hash_key, AuthError};
+pub use limits::{Bucket, Cap, Concurrency, RateLimiter, Rates, Refused, TaskPermit};
+
+/// The tenant every request belongs to when no `[[tenant]]` is configured.
+pub const IMPLICIT_TENANT: &str = "anonymous";
+
+/// One tenant's settings, as the gateway applies them.
+#[derive(Debug, Clone)]
+pub struct TenantPolicy {
+    /// The tenant id.
+    pub id: String,
+    /// The upstreams it sees; `None`: all.
+    pub upstreams: Option<BTreeSet<String>>,
+    /// Its limits as configured.
+    pub limits: TenantLimits,
+    /// ttl and pollInterval with the gateway's defaults applied.
+    pub tasks: EffectiveTaskLimits,
+    /// Largest POST body, the tenant's and the server's limit combined.
+    pub max_body_bytes: usize,
+}
+
+impl TenantPolicy {
+    fn new(tenant: &TenantConfig, config: &Config) -> TenantPolicy {
+        TenantPolicy {
+            id: tenant.id.clone(),
+            upstreams: tenant.upstreams.as_ref().map(|u| u.iter().cloned().collect()),
+            limits: tenant.limits.clone(),
+            tasks: tenant.limits.tasks(&config.tasks),
+            max_body_bytes: tenant.limits.max_body_bytes.unwrap_or(usize::MAX).min(config.server.max_body_bytes),
+        }
+    }
+
+    /// A tenant no longer configured (removed by a reload while its session was open): it
+    /// sees nothing.
+    fn removed(id: &str, config: &Config) -> TenantPolicy {
+        let mut policy = TenantPolicy::new(&TenantConfig::new(id), config);
+        policy.upstreams = Some(BTreeSet::new());
+        policy
+    }
+
+    /// Whether the tenant sees (and may call) an upstream's tools.
+    pub fn sees(&self, upstream: &str) -> bool {
+        self.upstreams.as_ref().is_none_or(|u| u.contains(upstream))
+    }
+}
+
+/// One configuration's tenants and credentials.
+struct TenantTable {
+    config: Config,
+    tenants: HashMap<String, Arc<TenantPolicy>>,
+    credentials: Credentials,
+}
+
+impl TenantTable {
+    fn build(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<TenantTable, Vec<Problem>> {
+        let credentials = Credentials::build(config, env)?;
+        let mut tenants: HashMap<String, Arc<TenantPolicy>> =
+            config.tenants.iter().map(|t| (t.id.clone(), Arc::new(TenantPolicy::new(t, config)))).collect();
+        if config.tenants.is_empty() {
+            let implicit = TenantConfig { anonymous: true, ..TenantConfig::new(IMPLICIT_TENANT) };
+            tenants.insert(IMPLICIT_TENANT.into(), Arc::new(TenantPolicy::new(&implicit, config)));
+        }
+        Ok(TenantTable { config: config.clone(), tenants, credentials })
+    }
+}
+
+/// Checks that a configuration's credentials can be loaded (keys read, secrets present),
+/// reporting every problem; `check-config` runs it too.
+pub fn check_credentials(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Vec<Problem>> {
+    Credentials::build(config, env).map(|_| ())
+}
+
+/// The tenants in force, the rate buckets and the task counts.
+pub struct Tenancy {
+    table: RwLock<Arc<TenantTable>>,
+    /// Request rates.
+    pub rates: RateLimiter,
+    /// Concurrent tasks.
+    pub concurrency: Concurrency,
+    clock: Arc<dyn Clock>,
+}
+
+/// Whether a method counts in the polling buckets.
+pub fn is_poll(method: &str) -> bool {
+    method == methods::TASKS_GET || method == methods::TASKS_LIST
+}
+
+impl Tenancy {
+    /// The tenants of `config`, reading secrets from the process environment.
+    pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Tenancy, Vec<Problem>> {
+        let table = TenantTable::build(config, &|k| std::env::var(k).ok())?;
+        Ok(Tenancy {
+            table: RwLock::new(Arc::new(table)),
+            rates: RateLimiter::default(),
+            concurrency: Concurrency::default(),
+            clock,
+        })
+    }
+
+    /// Replaces the tenants (and their credentials and limits) with those of `config`, or
+    /// keeps the current ones and returns every problem.
+    pub fn reload(&self, config: &Config) -> Result<(), Vec<Problem>> {
+        let table = TenantTable::build(config, &|k| std::env::var(k).ok())?;
+        *self.table.write() = Arc::new(table);
+        Ok(())
+    }
+
+    /// The tenant ids in force.
+    pub fn ids(&self) -> Vec<String> {
+        let mut ids: Vec<_> = self.table.read().tenants.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// The identity an `Authorization` header value authenticates.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, AuthError> {
+        let table = self.table.read().clone();
+        table.credentials.authenticate(authorization, self.clock.now_ms() / 1000)
+    }
+
+    /// The policy of a tenant (one removed by a reload sees nothing).
+    pub fn policy(&self, tenant: &str) -> Arc<TenantPolicy> {
+        let table = self.table.read();
+        match table.tenants.get(tenant) {
+            Some(policy) => policy.clone(),
+            None => Arc::new(TenantPolicy::removed(tenant, &table.config)),
+        }
+    }
+
+    /// Admits one request by rate, or refuses it with when to retry.
+    pub fn admit_request(&self, identity: &Identity, method: &str) -> Result<(), Refused> {
+        let policy = self.policy(&identity.tenant);
+        let poll = is_poll(method);
+        let l = &policy.limits;
+        let rates = if poll {
+            Rates { tenant: l.poll_rate, principal: l.principal_poll_rate, poll }
+        } else {
+            Rates { tenant: l.rate, principal: l.principal_rate, poll }
+        };
+        self.rates.check(&identity.tenant, &identity.principal, &rates, self.clock.now_ms())
+    }
+
+    /// Admits one more task under the tenant's caps.
+    pub fn admit_task(&self, identity: &Identity) -> Result<TaskPermit, GatewayError> {
+        let policy = self.policy(&identity.tenant);
+        let l = &policy.limits;
+        self.concurrency
+            .acquire(&identity.tenant, &identity.principal, l.max_concurrent_tasks, l.max_concurrent_tasks_per_principal)
+            .map_err(|cap| {
+                GatewayError::LimitExceeded(match cap {
+                    Cap::Tenant(n) => format!(
+                        "tenant \"{}\" already has its maximum of {n} tasks in progress (limits.max_concurrent_tasks); no task was created, retry when one finishes",
+                        identity.tenant
+                    ),
+                    Cap::Principal(n) => format!(
+                        "principal \"{}\" already has its maximum of {n} tasks in progress (limits.max_concurrent_tasks_per_principal); no task was created, retry when one finishes",
+                        identity.principal
+                    ),
+                })
+            })
+    }
+}
+
+/// The JSON-RPC error for a refused rate check.
+pub fn rate_error(identity: &Identity, refused: &Refused) -> GatewayError {
+    let who = match refused.bucket {
+        Bucket::Tenant | Bucket::TenantPoll => format!("tenant \"{}\"", identity.tenant),
+        Bucket::Principal | Bucket::PrincipalPoll => format!("principal \"{}\"", identity.principal),
+    };
+    let what = match refused.bucket {
+        Bucket::Tenant | Bucket::Principal => "requests",
+        Bucket::TenantPoll | Bucket::PrincipalPoll => "polls (tasks/get, tasks/list)",
+    };
+    GatewayError::RateLimited {
+        what: format!(
+            "{who} exceeds its rate of {} {what} per second (burst {}; limits.{})",
+            refused.rate.per_second,
+            refused.rate.burst,
+            refused.bucket.label().replace("tenant_", "")
+        ),
+        retry_after_ms: refused.retry_after_ms,
+    }
+}
