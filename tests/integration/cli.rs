@@ -12,16 +12,42 @@ fn repo_file(path: &str) -> std::path::PathBuf {
 
 #[test]
 fn the_example_config_is_valid() {
-    let out = std::process::Command::new(taskgate_bin())
-        .args(["check-config"])
-        .arg(repo_file("config/taskgate.toml"))
-        .output()
-        .unwrap();
+    let check = || {
+        let mut command = std::process::Command::new(taskgate_bin());
+        command.args(["check-config"]).arg(repo_file("config/taskgate.toml"));
+        command
+    };
+    let out = check().env("ACME_JWT_SECRET", "an-hs256-secret-of-at-least-32-bytes").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (2 upstreams)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (2 upstreams, 2 tenants)"));
+    // Secrets are checked as the gateway would load them.
+    let out = check().env_remove("ACME_JWT_SECRET").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("tenant[0] (\"acme\").jwt[0].secret_env"), "{err}");
     let config = taskgate_config::Config::load(&repo_file("config/taskgate.toml")).unwrap();
     assert_eq!(config.upstreams[1].name, "files");
     assert!(!config.upstreams[1].prefix);
+    assert_eq!(config.tenants.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["acme", "globex"]);
+    assert!(config.tenants.iter().all(|t| !t.anonymous), "no anonymous access in production");
+}
+
+#[test]
+fn hash_key_prints_the_sha256_of_a_key_given_or_piped() {
+    let out = std::process::Command::new(taskgate_bin()).args(["hash-key", "demo-key-0123456789"]).output().unwrap();
+    let given = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(given, taskgate_core::tenants::hash_key("demo-key-0123456789"));
+    let mut child = std::process::Command::new(taskgate_bin())
+        .arg("hash-key")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"demo-key-0123456789\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), given);
+    let short = std::process::Command::new(taskgate_bin()).args(["hash-key", "short"]).output().unwrap();
+    assert!(!short.status.success());
 }
 
 #[test]
@@ -73,7 +99,149 @@ async fn the_demo_answers_initialize_tools_list_and_tools_call() {
     assert_eq!(c.call("demo__add", json!({"a": 1, "b": 2})).await.unwrap()["structuredContent"]["sum"], 3.0);
     assert_eq!(c.call("local__echo", json!({"text": "stdio"})).await.unwrap()["content"][0]["text"], "stdio");
     assert_eq!(c.call("demo__fail", json!({})).await.unwrap()["isError"], true);
+    // The demo's second tenant: an API key, and only the "demo" upstream.
+    let mut team = McpClient::with_bearer(&url, "demo-key");
+    team.initialize().await;
+    let names = team.tool_names().await;
+    assert!(names.iter().all(|n| n.starts_with("demo__")), "{names:?}");
+    let wrong = McpClient::with_bearer(&url, "not-the-demo-key").try_initialize().await;
+    assert_eq!(wrong.status, reqwest::StatusCode::UNAUTHORIZED);
     child.kill().await.unwrap();
+}
+
+/// `taskgate serve` with a config file, its stderr (logs) delivered line by line.
+struct Served {
+    child: tokio::process::Child,
+    url: String,
+    logs: tokio::sync::mpsc::UnboundedReceiver<String>,
+    seen: Vec<String>,
+}
+
+impl Served {
+    async fn start(config: &std::path::Path) -> Served {
+        let mut child = tokio::process::Command::new(taskgate_bin())
+            .args(["serve", "--config"])
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = out.next_line().await.unwrap().expect("serve prints its address");
+        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
+        let (tx, logs) = tokio::sync::mpsc::unbounded_channel();
+        let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = err.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        Served { child, url: first.rsplit(' ').next().unwrap().to_owned(), logs, seen: Vec::new() }
+    }
+
+    /// Reads log lines until one contains `text` (bounded: a missing line fails the test).
+    async fn log_line(&mut self, text: &str) -> String {
+        let read = async {
+            loop {
+                let line = self.logs.recv().await.expect("the gateway's log ended");
+                self.seen.push(line.clone());
+                if line.contains(text) {
+                    return line;
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), read)
+            .await
+            .unwrap_or_else(|_| panic!("no log line with {text:?}"))
+    }
+}
+
+/// Replaces the file in one step (a rename), so the gateway's watcher never reads half of it.
+fn write_atomic(file: &std::path::Path, text: String) {
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
+}
+
+fn serve_config(upstream: &str, keys: &[(&str, &str)], max_tasks: usize, poll_ms: u64) -> String {
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nconfig_poll_ms = {poll_ms}\n[logging]\nlevel = \"info\"\n\
+         [[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"{upstream}\"\n\
+         [[tenant]]\nid = \"acme\"\n[tenant.limits]\nmax_concurrent_tasks = {max_tasks}\n"
+    );
+    for (principal, key) in keys {
+        let hash = taskgate_core::tenants::hash_key(key);
+        text.push_str(&format!("[[tenant.api_key]]\nprincipal = \"{principal}\"\nsha256 = \"{hash}\"\n"));
+    }
+    text
+}
+
+#[actix_rt::test]
+async fn serve_reloads_tenants_when_the_file_changes_and_keeps_sessions_tasks_and_bad_files_out() {
+    let upstream = taskgate_testkit::DemoUpstream::start();
+    let dir = std::env::temp_dir().join(format!("taskgate-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("taskgate.toml");
+    let (ci, ops) = ("acme-ci-key-0000000001", "acme-ops-key-000000002");
+    std::fs::write(&file, serve_config(&upstream.http.url, &[("ci", ci)], 5, 50)).unwrap();
+    let mut served = Served::start(&file).await;
+    let mut c = McpClient::with_bearer(&served.url, ci);
+    c.initialize().await;
+    let created =
+        c.request("tools/call", Some(json!({"name": "a__wait", "arguments": {"gate": "g"}, "task": {}}))).await;
+    let task = created.outcome().unwrap()["task"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        McpClient::with_bearer(&served.url, ops).try_initialize().await.status,
+        reqwest::StatusCode::UNAUTHORIZED
+    );
+    // A new key and a lower cap, by editing the file.
+    write_atomic(&file, serve_config(&upstream.http.url, &[("ci", ci), ("ops", ops)], 1, 50));
+    served.log_line("configuration reloaded").await;
+    McpClient::with_bearer(&served.url, ops).initialize().await;
+    let capped =
+        c.request("tools/call", Some(json!({"name": "a__echo", "arguments": {"text": "x"}, "task": {}}))).await;
+    assert_eq!(capped.outcome().unwrap_err().code, -32006, "the new cap applies to new requests");
+    // An invalid file is refused with its problems logged; the running tenants stay.
+    write_atomic(&file, serve_config(&upstream.http.url, &[], 0, 50));
+    let refused = served.log_line("configuration reload rejected").await;
+    assert!(refused.contains("max_concurrent_tasks") || refused.contains("problem"), "{refused}");
+    McpClient::with_bearer(&served.url, ops).initialize().await;
+    // The session and the task lived through it all.
+    upstream.demo.release("g");
+    let done = c.request("tasks/result", Some(json!({"taskId": task}))).await.outcome().unwrap();
+    assert_eq!(done["content"][0]["text"], "gate g opened");
+    served.log_line("task finished").await;
+    // Audit lines carry tenant and principal, and never a key.
+    assert!(served.seen.iter().any(|l| l.contains("task created") && l.contains("acme") && l.contains("ci")));
+    assert!(served.seen.iter().all(|l| !l.contains(ci) && !l.contains(ops)), "a key was logged");
+    served.child.kill().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[actix_rt::test]
+async fn serve_reloads_tenants_on_sighup() {
+    let upstream = taskgate_testkit::DemoUpstream::start();
+    let dir = std::env::temp_dir().join(format!("taskgate-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("taskgate.toml");
+    let (old, new) = ("acme-old-key-000000001", "acme-new-key-000000002");
+    // config_poll_ms = 0: only SIGHUP reloads.
+    std::fs::write(&file, serve_config(&upstream.http.url, &[("old", old)], 5, 0)).unwrap();
+    let mut served = Served::start(&file).await;
+    let mut session = McpClient::with_bearer(&served.url, old);
+    session.initialize().await;
+    std::fs::write(&file, serve_config(&upstream.http.url, &[("new", new)], 5, 0)).unwrap();
+    let pid = served.child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let line = served.log_line("reloading the configuration").await;
+    assert!(line.contains("SIGHUP"), "{line}");
+    served.log_line("configuration reloaded").await;
+    McpClient::with_bearer(&served.url, new).initialize().await;
+    // The old key is gone: its session is still there, but its requests are refused.
+    assert_eq!(session.request("ping", None).await.status, reqwest::StatusCode::UNAUTHORIZED);
+    served.child.kill().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[actix_rt::test]
