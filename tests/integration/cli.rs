@@ -157,6 +157,14 @@ impl Served {
     }
 }
 
+/// A fresh folder for one test's config file, and the file's path in it.
+fn config_file(test: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("taskgate-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("taskgate.toml");
+    (dir, file)
+}
+
 /// Replaces the file in one step (a rename), so the gateway's watcher never reads half of it.
 fn write_atomic(file: &std::path::Path, text: String) {
     let tmp = file.with_extension("tmp");
@@ -180,9 +188,7 @@ fn serve_config(upstream: &str, keys: &[(&str, &str)], max_tasks: usize, poll_ms
 #[actix_rt::test]
 async fn serve_reloads_tenants_when_the_file_changes_and_keeps_sessions_tasks_and_bad_files_out() {
     let upstream = taskgate_testkit::DemoUpstream::start();
-    let dir = std::env::temp_dir().join(format!("taskgate-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("taskgate.toml");
+    let (dir, file) = config_file("reload");
     let (ci, ops) = ("acme-ci-key-0000000001", "acme-ops-key-000000002");
     std::fs::write(&file, serve_config(&upstream.http.url, &[("ci", ci)], 5, 50)).unwrap();
     let mut served = Served::start(&file).await;
@@ -222,9 +228,7 @@ async fn serve_reloads_tenants_when_the_file_changes_and_keeps_sessions_tasks_an
 #[actix_rt::test]
 async fn serve_reloads_tenants_on_sighup() {
     let upstream = taskgate_testkit::DemoUpstream::start();
-    let dir = std::env::temp_dir().join(format!("taskgate-hup-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("taskgate.toml");
+    let (dir, file) = config_file("hup");
     let (old, new) = ("acme-old-key-000000001", "acme-new-key-000000002");
     // config_poll_ms = 0: only SIGHUP reloads.
     std::fs::write(&file, serve_config(&upstream.http.url, &[("old", old)], 5, 0)).unwrap();

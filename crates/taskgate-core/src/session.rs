@@ -284,14 +284,11 @@ impl SessionActor {
 
     /// One more task for this requestor under its tenant's caps.
     fn admit_task(&self) -> Result<crate::tenants::TaskPermit, GatewayError> {
-        self.shared.tenancy.admit_task(&self.identity).inspect_err(|e| {
-            let reason = if e.to_string().contains("per_principal") {
-                "max_concurrent_tasks_per_principal"
-            } else {
-                "max_concurrent_tasks"
-            };
+        self.shared.tenancy.admit_task(&self.identity).map_err(|cap| {
+            let reason = cap.label();
             self.shared.metrics.admission_rejected.with_label_values(&[&self.identity.tenant, reason]).inc();
             tracing::info!(target: "taskgate::audit", tenant = %self.identity.tenant, principal = %self.identity.principal, reason, "task refused at admission");
+            cap.error(&self.identity)
         })
     }
 

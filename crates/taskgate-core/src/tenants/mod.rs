@@ -159,23 +159,37 @@ impl Tenancy {
     }
 
     /// Admits one more task under the tenant's caps.
-    pub fn admit_task(&self, identity: &Identity) -> Result<TaskPermit, GatewayError> {
+    pub fn admit_task(&self, identity: &Identity) -> Result<TaskPermit, Cap> {
         let policy = self.policy(&identity.tenant);
         let l = &policy.limits;
-        self.concurrency
-            .acquire(&identity.tenant, &identity.principal, l.max_concurrent_tasks, l.max_concurrent_tasks_per_principal)
-            .map_err(|cap| {
-                GatewayError::LimitExceeded(match cap {
-                    Cap::Tenant(n) => format!(
-                        "tenant \"{}\" already has its maximum of {n} tasks in progress (limits.max_concurrent_tasks); no task was created, retry when one finishes",
-                        identity.tenant
-                    ),
-                    Cap::Principal(n) => format!(
-                        "principal \"{}\" already has its maximum of {n} tasks in progress (limits.max_concurrent_tasks_per_principal); no task was created, retry when one finishes",
-                        identity.principal
-                    ),
-                })
-            })
+        self.concurrency.acquire(
+            &identity.tenant,
+            &identity.principal,
+            l.max_concurrent_tasks,
+            l.max_concurrent_tasks_per_principal,
+        )
+    }
+}
+
+impl Cap {
+    /// The metric label and config key of the cap.
+    pub fn label(self) -> &'static str {
+        match self {
+            Cap::Tenant(_) => "max_concurrent_tasks",
+            Cap::Principal(_) => "max_concurrent_tasks_per_principal",
+        }
+    }
+
+    /// The JSON-RPC error for a task refused by this cap.
+    pub fn error(self, identity: &Identity) -> GatewayError {
+        let (who, n) = match self {
+            Cap::Tenant(n) => (format!("tenant \"{}\"", identity.tenant), n),
+            Cap::Principal(n) => (format!("principal \"{}\"", identity.principal), n),
+        };
+        GatewayError::LimitExceeded(format!(
+            "{who} already has its maximum of {n} tasks in progress (limits.{}); no task was created, retry when one finishes",
+            self.label()
+        ))
     }
 }
 
