@@ -75,6 +75,10 @@ pub enum GatewayError {
     /// A tenant's cap (concurrent tasks, sessions) is reached; nothing was created.
     #[error("Limit exceeded: {0}")]
     LimitExceeded(String),
+    /// The task store (the embedded database, or Redis) cannot be reached or failed; nothing
+    /// was changed, and the request may be retried.
+    #[error("Task store unavailable: {0}; retry later")]
+    StoreUnavailable(String),
     /// A bug or an impossible state.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -98,7 +102,7 @@ impl GatewayError {
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
             GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) => 429,
-            GatewayError::Overloaded(_) => 503,
+            GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) => 503,
             GatewayError::Internal(_) => 500,
             GatewayError::MethodNotFound(_)
             | GatewayError::InvalidParams(_)
@@ -115,6 +119,10 @@ impl GatewayError {
             GatewayError::InvalidParams(_) => codes::INVALID_PARAMS,
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,
             GatewayError::Overloaded(_) => codes::OVERLOADED,
+            GatewayError::StoreUnavailable(_) => {
+                return ErrorObject::new(codes::OVERLOADED, self.to_string())
+                    .with_data(json!({"component": "task_store", "reason": "store_unavailable"}));
+            }
             GatewayError::Unauthorized(_) => codes::UNAUTHORIZED,
             GatewayError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
             GatewayError::RateLimited { retry_after_ms, .. } => {
@@ -161,6 +169,7 @@ impl GatewayError {
             GatewayError::Rpc(_) => "task_outcome",
             GatewayError::Overloaded(_) => "overloaded",
             GatewayError::Internal(_) => "internal",
+            GatewayError::StoreUnavailable(_) => "store_unavailable",
             GatewayError::Unauthorized(_) => "unauthorized",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::LimitExceeded(_) => "limit_exceeded",
@@ -193,6 +202,7 @@ mod tests {
             (GatewayError::MethodNotFound("x".into()), 200, -32601),
             (GatewayError::InvalidParams("x".into()), 200, -32602),
             (GatewayError::Overloaded("x".into()), 503, -32002),
+            (GatewayError::StoreUnavailable("redis://127.0.0.1:1: refused".into()), 503, -32002),
             (GatewayError::Unauthorized("x".into()), 401, -32004),
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),

@@ -23,15 +23,12 @@ use crate::metrics::Metrics;
 use crate::registry::{Full, Identity, SessionEntry, Sessions};
 use crate::router::{Router, UpstreamHealth};
 use crate::session::{ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor};
-use crate::tasks::{Supervisor, Sweep, TaskActor};
+use crate::tasks::{Supervisor, Sweep, TaskService};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
 
 /// How long a message may wait for room in a session's mailbox before the client gets 503.
 const MAILBOX_WAIT: Duration = Duration::from_secs(2);
-
-/// Native tasks by (upstream, upstream task id): our task id and its actor.
-pub(crate) type NativeTasks = HashMap<(String, String), (String, Addr<TaskActor>)>;
 
 /// What every session and task shares.
 pub(crate) struct Shared {
@@ -40,26 +37,16 @@ pub(crate) struct Shared {
     pub catalog: Arc<RwLock<Catalog>>,
     pub connectors: HashMap<String, Connector>,
     pub sessions: Arc<Sessions>,
-    /// Task state (invariant 6: what another replica would need lives here).
-    pub store: Arc<dyn TaskStore>,
+    /// The task layer: the store, live task actors, the upstream maps, waiters (invariant 6:
+    /// what another replica would need lives in its store).
+    pub tasks: Arc<TaskService>,
     pub clock: Arc<dyn Clock>,
-    /// Live task actors by task id.
-    pub task_actors: RwLock<HashMap<String, Addr<TaskActor>>>,
-    /// Native tasks by (upstream, upstream task id): our task id and its actor, to map what the
-    /// upstream says about its task (status notifications, related-task `_meta`) to ours.
-    pub native_tasks: RwLock<NativeTasks>,
-    /// Upstream requests made for a task by (upstream, upstream request id): our task id. What
-    /// the upstream sends on their streams (elicitation…) belongs to that task.
-    pub task_calls: RwLock<HashMap<(String, taskgate_protocol::RequestId), String>>,
     /// Progress counters and the upstream token sequence.
     pub progress: Arc<crate::progress::ProgressStats>,
     /// Client requests in progress across all sessions.
     pub live_requests: std::sync::atomic::AtomicUsize,
     /// The Prometheus metrics.
     pub metrics: Arc<Metrics>,
-    /// When each task was last polled (for `taskgate_task_polls_early_total`); entries go with
-    /// their task, so it is bounded by `tasks.max_tasks`.
-    pub last_poll: parking_lot::Mutex<HashMap<String, std::time::Instant>>,
     /// Tenants, credentials, rate buckets and task counts.
     pub tenancy: Tenancy,
     /// The Supervisor, for actors that need restarting.
@@ -94,21 +81,18 @@ impl Gateway {
         let router = Router::new(connectors.clone(), catalog.clone(), sessions.clone(), list_timeout).start();
         let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
         let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(config.tasks.max_tasks));
+        let tasks = Arc::new(TaskService::new(store, metrics.clone(), clock.clone(), config.tasks.page_size));
         let shared = Arc::new(Shared {
             config,
             router,
             catalog,
             connectors,
             sessions,
-            store,
+            tasks,
             clock,
-            task_actors: RwLock::new(HashMap::new()),
-            native_tasks: RwLock::new(HashMap::new()),
-            task_calls: RwLock::new(HashMap::new()),
             progress: Arc::new(crate::progress::ProgressStats::new(&metrics)),
             live_requests: Default::default(),
             metrics,
-            last_poll: parking_lot::Mutex::new(HashMap::new()),
             tenancy,
             supervisor: std::sync::OnceLock::new(),
         });
@@ -217,7 +201,7 @@ impl Gateway {
         for (tenant, count) in self.shared.sessions.count_by_tenant() {
             m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
         }
-        m.task_actors.set(self.shared.task_actors.read().len() as i64);
+        m.task_actors.set(self.shared.tasks.live_actors() as i64);
         m.requests_in_progress.set(self.live_requests() as i64);
         m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
         m.catalog_collisions.set(self.shared.catalog.read().collisions().len() as i64);
@@ -241,7 +225,7 @@ impl Gateway {
     /// Supervisor restart it. False when the task has no live actor.
     #[doc(hidden)]
     pub async fn crash_task_actor(&self, task_id: &str) -> bool {
-        let actor = self.shared.task_actors.read().get(task_id).cloned();
+        let actor = self.shared.tasks.actor(task_id);
         match actor {
             // The panic drops the reply channel: the send fails, as a crash would make it.
             Some(actor) => {
@@ -255,7 +239,7 @@ impl Gateway {
     /// Whether a task has a live actor now.
     #[doc(hidden)]
     pub fn task_actor_alive(&self, task_id: &str) -> bool {
-        self.shared.task_actors.read().get(task_id).is_some_and(|a| a.connected())
+        self.shared.tasks.actor(task_id).is_some_and(|a| a.connected())
     }
 
     /// Progress counters: relayed, coalesced, dropped, live tokens.
@@ -270,12 +254,12 @@ impl Gateway {
 
     /// Task actors alive now.
     pub fn live_tasks(&self) -> usize {
-        self.shared.task_actors.read().len()
+        self.shared.tasks.live_actors()
     }
 
     /// Tasks held in the store (live and finished until their ttl).
     pub fn stored_tasks(&self) -> usize {
-        self.shared.store.len()
+        self.shared.tasks.store().len()
     }
 
     /// The configuration in force.

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use serde_json::Map;
 use taskgate_protocol::mcp::TaskSupport;
 use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus, TaskView};
-use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
+use taskgate_store::{TaskOutcome, TaskRecord};
 
 use crate::catalog::{Page, ToolEntry};
 use crate::gateway::Shared;
@@ -26,9 +26,7 @@ use crate::progress::{Abandon, Finish, Progress, ProgressActor, ProgressTarget};
 use crate::registry::Identity;
 use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
 use crate::stream::receiver_stream;
-use crate::tasks::{
-    self, AwaitResult, Cancel, InputProvided, InputRequested, TaskActor, TaskStart, UpstreamStatus, Work,
-};
+use crate::tasks::{self, InputProvided, InputRequested, TaskService, TaskStart, UpstreamStatus, Work};
 use crate::GatewayError;
 
 /// Events buffered from one upstream session before its reader waits for this actor.
@@ -312,61 +310,27 @@ impl SessionActor {
         }
     }
 
-    /// Stores the task, starts its actor, and answers `CreateTaskResult` at once (before the
+    /// Stores the task durably, starts its actor, and answers `CreateTaskResult` (before the
     /// upstream work finishes).
     fn create_task(&mut self, id: RequestId, start: TaskStart, extra: Map<String, Value>, ctx: &mut Context<Self>) {
-        let TaskStart { record, session, work, progress, permit, .. } = start;
-        let store = self.shared.store.clone();
-        let stored = record.clone();
-        let native_upstream = matches!(work, Work::Native { .. }).then(|| record.upstream.clone());
-        let progress_on_error = progress.clone();
-        let create = async move { store.create(stored).await };
-        ctx.spawn(create.into_actor(self).map(move |created, act, ctx| match created {
-            Ok(()) => {
-                let task = record.view().to_value();
-                let native = match &work {
-                    Work::Native { upstream_task_id, .. } => {
-                        Some((session.upstream().to_owned(), upstream_task_id.clone()))
-                    }
-                    Work::Wrapped { .. } => None,
-                };
-                let m = &act.shared.metrics;
-                m.tasks_created.with_label_values(&[&act.identity.tenant, &record.upstream]).inc();
-                m.tasks.with_label_values(&[&act.identity.tenant, record.status.as_str()]).inc();
-                tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %act.identity.tenant, principal = %act.identity.principal, upstream = %record.upstream, ttl_ms = ?record.ttl_ms, "task created");
-                let task_id = record.id.clone();
-                let task_id_for_map = task_id.clone();
-                let start = TaskStart { record, owner: act.identity.clone(), session, work, progress, permit };
-                let actor = TaskActor::new(act.shared.clone(), start).start();
-                // Registered before the answer, so a tasks/result right after finds the actor.
-                act.shared.task_actors.write().insert(task_id, actor.clone());
-                if let Some(key) = native {
-                    act.shared.native_tasks.write().insert(key, (task_id_for_map, actor));
-                }
-                let mut result = extra;
-                result.insert("task".into(), task);
-                act.finish(id, Ok(Value::Object(result)));
-                if let Some(upstream) = native_upstream {
-                    act.native_created(&upstream, ctx);
-                }
+        let native_upstream = matches!(start.work, Work::Native { .. }).then(|| start.record.upstream.clone());
+        let progress = start.progress.clone();
+        let create = TaskService::create(self.shared.clone(), start);
+        ctx.spawn(create.into_actor(self).map(move |created, act, ctx| {
+            if let Some(upstream) = native_upstream {
+                act.native_created(&upstream, ctx);
             }
-            Err(StoreError::Full { limit }) => {
-                if let Some(progress) = &progress_on_error {
+            let created = created.map(|record| {
+                let mut result = extra;
+                result.insert("task".into(), record.view().to_value());
+                Value::Object(result)
+            });
+            if created.is_err() {
+                if let Some(progress) = &progress {
                     let _ = progress.try_send(Abandon);
                 }
-                if let Some(upstream) = native_upstream {
-                    act.native_created(&upstream, ctx);
-                }
-                act.shared.metrics.admission_rejected.with_label_values(&[&act.identity.tenant, "max_tasks"]).inc();
-                let why = format!("the gateway holds its maximum of {limit} tasks (tasks.max_tasks); retry later");
-                act.finish(id, Err(GatewayError::Overloaded(why)))
             }
-            Err(e) => {
-                if let Some(upstream) = native_upstream {
-                    act.native_created(&upstream, ctx);
-                }
-                act.finish(id, Err(GatewayError::Internal(e.to_string())))
-            }
+            act.finish(id, created);
         }));
     }
 
@@ -513,43 +477,11 @@ impl SessionActor {
         ctx.spawn(work.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome)));
     }
 
-    /// The task, if it exists and belongs to this session's requestor; otherwise the one
-    /// not-found answer, whatever the reason.
-    fn owned_task(
-        &self,
-        task_id: String,
-    ) -> impl std::future::Future<Output = Result<TaskRecord, GatewayError>> + 'static {
-        let store = self.shared.store.clone();
-        let owner = tasks::owner(&self.identity);
-        let failures = self.shared.metrics.task_lookup_failures.with_label_values(&[&self.identity.tenant]);
-        async move {
-            match store.get(&task_id).await {
-                Ok(Some(record)) if record.owner == owner => Ok(record),
-                Ok(_) => {
-                    // Counted per tenant: a burst of these is a client guessing ids.
-                    failures.inc();
-                    tracing::info!(target: "taskgate::audit", tenant = %owner.tenant, principal = %owner.principal, task = %task_id, "task look-up failed: unknown, expired or another requestor's");
-                    Err(tasks::not_found())
-                }
-                Err(e) => Err(GatewayError::Internal(e.to_string())),
-            }
-        }
-    }
-
     fn get_task(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
-        let task_id = match task_id_param(params.as_ref(), methods::TASKS_GET) {
-            Ok(t) => t,
-            Err(e) => return self.finish(id, Err(e)),
-        };
-        let lookup = self.owned_task(task_id);
-        let (shared, tenant) = (self.shared.clone(), self.identity.tenant.clone());
-        let get = async move {
-            let record = lookup.await?;
-            count_poll(&shared, &tenant, &record);
-            // The result is the Task itself; no related-task _meta (the taskId is in it).
-            Ok(record.view().to_value())
-        };
-        self.answer_with(id, get, ctx);
+        match task_id_param(params.as_ref(), methods::TASKS_GET) {
+            Ok(task_id) => self.answer_with(id, self.shared.tasks.clone().get(self.identity.clone(), task_id), ctx),
+            Err(e) => self.finish(id, Err(e)),
+        }
     }
 
     fn task_result(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
@@ -557,32 +489,9 @@ impl SessionActor {
             Ok(t) => t,
             Err(e) => return self.finish(id, Err(e)),
         };
-        let lookup = self.owned_task(task_id.clone());
-        let shared = self.shared.clone();
-        let tenant = self.identity.tenant.clone();
-        let principal = self.identity.principal.clone();
+        let outcome = self.shared.tasks.clone().result(self.identity.clone(), task_id.clone());
         let wait = async move {
-            let record = lookup.await?;
-            let outcome = if record.status.is_terminal() {
-                record.outcome.unwrap_or_else(tasks::cancelled_outcome)
-            } else {
-                let _waiting = WaiterGauge::new(shared.metrics.task_result_waiters.with_label_values(&[&tenant]));
-                // Not terminal: block until it is (basic/utilities/tasks "Result Retrieval").
-                let actor = shared.task_actors.read().get(&task_id).cloned();
-                let waiter = match actor {
-                    Some(actor) => actor.send(AwaitResult).await.ok().and_then(Result::ok),
-                    None => None,
-                };
-                match waiter {
-                    Some(rx) => match rx.await {
-                        Ok(outcome) => outcome?,
-                        Err(_) => reread_outcome(&shared, &task_id).await?,
-                    },
-                    None => reread_outcome(&shared, &task_id).await?,
-                }
-            };
-            tracing::info!(target: "taskgate::audit", %tenant, %principal, task = %task_id, "task result retrieved");
-            match outcome {
+            match outcome.await? {
                 // The response MUST carry io.modelcontextprotocol/related-task.
                 TaskOutcome::Result(result) => Ok(wire_tasks::with_related_task(result, &task_id)),
                 // A JSON-RPC error is returned exactly as the request would have returned it.
@@ -593,83 +502,20 @@ impl SessionActor {
     }
 
     fn list_tasks(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
-        let cursor = match mcp::cursor(params.as_ref()) {
-            Ok(c) => c.map(str::to_owned),
-            Err(e) => return self.finish(id, Err(GatewayError::InvalidParams(e))),
-        };
-        let store = self.shared.store.clone();
-        let owner = tasks::owner(&self.identity);
-        let limit = self.shared.config.tasks.page_size;
-        let list = async move {
-            match store.list(&owner, cursor.as_deref(), limit).await {
-                Ok(page) => {
-                    let tasks: Vec<Value> = page.tasks.iter().map(|r| r.view().to_value()).collect();
-                    let mut result = json!({ "tasks": tasks });
-                    if let Some(next) = page.next_cursor {
-                        result["nextCursor"] = Value::from(next);
-                    }
-                    Ok(result)
-                }
-                Err(StoreError::BadCursor) => Err(GatewayError::InvalidParams(
-                    "Invalid cursor: it was not issued by this gateway for tasks/list".into(),
-                )),
-                Err(e) => Err(GatewayError::Internal(e.to_string())),
+        match mcp::cursor(params.as_ref()) {
+            Ok(cursor) => {
+                let list = self.shared.tasks.clone().list(self.identity.clone(), cursor.map(str::to_owned));
+                self.answer_with(id, list, ctx)
             }
-        };
-        self.answer_with(id, list, ctx);
+            Err(e) => self.finish(id, Err(GatewayError::InvalidParams(e))),
+        }
     }
 
     fn cancel_task(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
-        let task_id = match task_id_param(params.as_ref(), methods::TASKS_CANCEL) {
-            Ok(t) => t,
-            Err(e) => return self.finish(id, Err(e)),
-        };
-        let lookup = self.owned_task(task_id.clone());
-        let shared = self.shared.clone();
-        let cancel = async move {
-            let record = lookup.await?;
-            if record.status.is_terminal() {
-                // MUST reject with -32602 for tasks already terminal.
-                let why = format!("Cannot cancel task: already in terminal status '{}'", record.status);
-                return Err(GatewayError::InvalidParams(why));
-            }
-            let actor = shared.task_actors.read().get(&task_id).cloned();
-            if let Some(actor) = actor {
-                // The task is `cancelled` before this response is sent. If the actor stopped
-                // meanwhile (the task just finished), the store answers below.
-                if let Ok(cancelled) = actor.send(Cancel).await {
-                    return cancelled.map(|r| r.view().to_value());
-                }
-            }
-            let current = match shared.store.get(&task_id).await {
-                Ok(Some(current)) => current,
-                Ok(None) => return Err(tasks::not_found()),
-                Err(e) => return Err(GatewayError::Internal(e.to_string())),
-            };
-            if current.status.is_terminal() {
-                let why = format!("Cannot cancel task: already in terminal status '{}'", current.status);
-                return Err(GatewayError::InvalidParams(why));
-            }
-            let update = Update {
-                status: TaskStatus::Cancelled,
-                status_message: Some("The task was cancelled by request.".into()),
-                outcome: Some(tasks::cancelled_outcome()),
-                upstream_task_id: None,
-                now_ms: shared.clock.now_ms(),
-            };
-            let cancelled =
-                shared.store.compare_and_set(&task_id, current.status, update).await.map_err(|e| match e {
-                    StoreError::NotFound => tasks::not_found(),
-                    StoreError::Conflict { current } => GatewayError::InvalidParams(format!(
-                        "Cannot cancel task: already in terminal status '{current}'"
-                    )),
-                    e => GatewayError::Internal(e.to_string()),
-                })?;
-            shared.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, current.status.as_str()]).dec();
-            shared.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, cancelled.status.as_str()]).inc();
-            Ok(cancelled.view().to_value())
-        };
-        self.answer_with(id, cancel, ctx);
+        match task_id_param(params.as_ref(), methods::TASKS_CANCEL) {
+            Ok(task_id) => self.answer_with(id, self.shared.tasks.clone().cancel(self.identity.clone(), task_id), ctx),
+            Err(e) => self.finish(id, Err(e)),
+        }
     }
 
     /// notifications/cancelled from the client: forward to the one upstream that owns the
@@ -736,16 +582,14 @@ impl SessionActor {
     /// `_meta` is rewritten to the gateway's task id, or removed when it names no task of ours:
     /// an upstream's task id never reaches a client (invariant 5).
     fn task_of(&self, upstream: &str, related: Option<&RequestId>, params: &mut Option<Value>) -> Option<String> {
-        let by_call =
-            related.and_then(|r| self.shared.task_calls.read().get(&(upstream.to_owned(), r.clone())).cloned());
+        let by_call = related.and_then(|r| self.shared.tasks.task_of_call(&(upstream.to_owned(), r.clone())));
         let named = params
             .as_ref()
             .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let by_meta = named.as_ref().and_then(|upstream_task| {
-            self.shared.native_tasks.read().get(&(upstream.to_owned(), upstream_task.clone())).map(|(id, _)| id.clone())
-        });
+        let by_meta =
+            named.and_then(|upstream_task| self.shared.tasks.native_task(&(upstream.to_owned(), upstream_task)));
         let task = by_call.or(by_meta);
         if let Some(Value::Object(p)) = params {
             match &task {
@@ -822,7 +666,7 @@ impl SessionActor {
             }
         }
         self.next_relay += 1;
-        if let Some(actor) = task.as_ref().and_then(|t| self.shared.task_actors.read().get(t).cloned()) {
+        if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
             let _ = actor.try_send(InputRequested);
         }
         let progress_token = relayed_token;
@@ -845,9 +689,9 @@ impl SessionActor {
             UpstreamEvent::Notification { method, params, .. } if method == methods::TASKS_STATUS => {
                 // It names the upstream's task id: never forwarded, only fed to our task's actor.
                 if let Some(up) = params.as_ref().and_then(TaskView::from_value) {
-                    let actor = self.shared.native_tasks.read().get(&(upstream, up.task_id.clone())).cloned();
-                    if let Some(actor) = actor {
-                        let _ = actor.1.try_send(UpstreamStatus(up));
+                    let task = self.shared.tasks.native_task(&(upstream, up.task_id.clone()));
+                    if let Some(actor) = task.and_then(|t| self.shared.tasks.actor(&t)) {
+                        let _ = actor.try_send(UpstreamStatus(up));
                     }
                 }
             }
@@ -892,7 +736,7 @@ impl SessionActor {
             .as_ref()
             .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
             .and_then(Value::as_str);
-        named.is_some_and(|t| !self.shared.native_tasks.read().contains_key(&(upstream.to_owned(), t.to_owned())))
+        named.is_some_and(|t| !self.shared.tasks.knows_native(&(upstream.to_owned(), t.to_owned())))
     }
 
     /// A native task creation on `upstream` settled: replay what was held for it.
@@ -1012,33 +856,6 @@ pub(crate) async fn relay_call(
     outcome
 }
 
-/// Counts a `tasks/get` of an existing task, and whether it came sooner than the task's
-/// suggested pollInterval (the entry goes when the task is deleted).
-fn count_poll(shared: &Shared, tenant: &str, record: &TaskRecord) {
-    shared.metrics.task_polls.with_label_values(&[tenant]).inc();
-    let now = std::time::Instant::now();
-    let previous = shared.last_poll.lock().insert(record.id.clone(), now);
-    if previous.is_some_and(|at| now.duration_since(at) < std::time::Duration::from_millis(record.poll_interval_ms)) {
-        shared.metrics.task_polls_early.with_label_values(&[tenant]).inc();
-    }
-}
-
-/// Counts a `tasks/result` waiter for as long as it waits.
-struct WaiterGauge(prometheus::IntGauge);
-
-impl WaiterGauge {
-    fn new(gauge: prometheus::IntGauge) -> WaiterGauge {
-        gauge.inc();
-        WaiterGauge(gauge)
-    }
-}
-
-impl Drop for WaiterGauge {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
 /// `params.taskId` of a task method; the method parameter is the source of truth (any
 /// related-task `_meta` in the request is ignored).
 fn task_id_param(params: Option<&Value>, method: &str) -> Result<String, GatewayError> {
@@ -1046,16 +863,6 @@ fn task_id_param(params: Option<&Value>, method: &str) -> Result<String, Gateway
         Some(Value::String(id)) => Ok(id.clone()),
         Some(other) => Err(GatewayError::InvalidParams(format!("{method}: \"taskId\" must be a string, got {other}"))),
         None => Err(GatewayError::InvalidParams(format!("{method} needs params {{\"taskId\": string}}"))),
-    }
-}
-
-/// The outcome of a task whose actor is gone: it finished meanwhile, or it was lost.
-async fn reread_outcome(shared: &Shared, task_id: &str) -> Result<TaskOutcome, GatewayError> {
-    match shared.store.get(task_id).await {
-        Ok(Some(record)) if record.status.is_terminal() => Ok(record.outcome.unwrap_or_else(tasks::cancelled_outcome)),
-        Ok(Some(_)) => Err(GatewayError::Internal("the task is not terminal but nothing runs it".into())),
-        Ok(None) => Err(tasks::not_found()),
-        Err(e) => Err(GatewayError::Internal(e.to_string())),
     }
 }
 
@@ -1227,7 +1034,7 @@ impl Handler<ClientResponse> for SessionActor {
             RpcMessage::Error { error, .. } => RpcMessage::error(Some(upstream_id), error),
             _ => unreachable!("ClientResponse carries responses"),
         };
-        if let Some(actor) = task.as_ref().and_then(|t| self.shared.task_actors.read().get(t).cloned()) {
+        if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
             let _ = actor.try_send(InputProvided);
         }
         if let Some(session) = self.upstreams.get(&upstream).cloned() {

@@ -134,6 +134,10 @@ pub enum StoreError {
         /// The limit.
         limit: usize,
     },
+    /// The storage backend cannot be reached or failed to answer; nothing was changed and the
+    /// operation may be retried.
+    #[error("{0}")]
+    Unavailable(String),
     /// The storage backend failed.
     #[error("task store failure: {0}")]
     Backend(String),

@@ -1,11 +1,18 @@
-//! [`TaskActor`]: one per live task. It owns the upstream work, the ttl timer and the requestors
-//! waiting in `tasks/result`; status changes go through the store's compare-and-set, checked by
-//! the one transition rule. When the task is terminal and its waiters are answered the actor
+//! [`TaskActor`]: one per live task. It owns the upstream work and the ttl timer; status changes
+//! go through the store's compare-and-set, checked by the one transition rule. When the task is
+//! terminal it tells the [`super::TaskService`] (which wakes the `tasks/result` waiters) and
 //! stops; the record stays in the store until its ttl ends.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::{not_found, settle_call};
+use crate::gateway::Shared;
+use crate::progress::{Abandon, Finish, Progress, ProgressActor};
+use crate::registry::Identity;
+use crate::session::TaskStatusChanged;
+use crate::tenants::TaskPermit;
+use crate::GatewayError;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{meta, methods};
@@ -13,15 +20,6 @@ use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
 use taskgate_protocol::{codes, ErrorObject, RequestId};
 use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
 use taskgate_upstream::{UpstreamError, UpstreamSession};
-use tokio::sync::oneshot;
-
-use super::{cancelled_outcome, not_found, settle_call};
-use crate::gateway::Shared;
-use crate::progress::{Abandon, Finish, Progress, ProgressActor};
-use crate::registry::Identity;
-use crate::session::TaskStatusChanged;
-use crate::tenants::TaskPermit;
-use crate::GatewayError;
 
 /// Bounds on how often a native upstream task is polled.
 const MIN_POLL: Duration = Duration::from_millis(50);
@@ -72,7 +70,6 @@ pub(crate) struct Remains {
     pub owner: Identity,
     pub session: UpstreamSession,
     pub work: Work,
-    pub waiters: Vec<oneshot::Sender<Result<TaskOutcome, GatewayError>>>,
     pub progress: Option<Addr<ProgressActor>>,
     pub permit: Option<TaskPermit>,
     pub call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
@@ -88,9 +85,6 @@ pub struct TaskActor {
     expires_at_ms: Option<u64>,
     session: UpstreamSession,
     work: Work,
-    waiters: Vec<oneshot::Sender<Result<TaskOutcome, GatewayError>>>,
-    /// The answer for waiters once the task is settled (a waiter may arrive while it stops).
-    settled_outcome: Option<Result<TaskOutcome, GatewayError>>,
     running: Option<SpawnHandle>,
     progress: Option<Addr<ProgressActor>>,
     fetching_result: bool,
@@ -118,8 +112,6 @@ impl TaskActor {
             expires_at_ms: start.record.expires_at_ms(),
             session: start.session,
             work: start.work,
-            waiters: Vec::new(),
-            settled_outcome: None,
             running: None,
             progress: start.progress,
             fetching_result: false,
@@ -133,7 +125,7 @@ impl TaskActor {
     }
 
     /// An actor for a task whose previous actor stopped abnormally: its state comes from the
-    /// store, its work, waiters and permit from what the old actor left.
+    /// store, its work and permit from what the old actor left.
     pub(crate) fn restarted(shared: Arc<Shared>, record: &TaskRecord, remains: Remains) -> TaskActor {
         let start = TaskStart {
             record: record.clone(),
@@ -144,7 +136,6 @@ impl TaskActor {
             permit: remains.permit,
         };
         let mut actor = TaskActor::new(shared, start);
-        actor.waiters = remains.waiters;
         actor.call = remains.call;
         actor.restarted = true;
         actor
@@ -161,7 +152,7 @@ impl TaskActor {
     }
 
     /// Applies a status change through the store (compare-and-set against the status this actor
-    /// last saw), then tells the requestor and, when terminal, answers the waiters and stops.
+    /// last saw), then tells the requestor and, when terminal, wakes the waiters and stops.
     fn settle(
         &mut self,
         status: TaskStatus,
@@ -169,7 +160,7 @@ impl TaskActor {
         outcome: Option<TaskOutcome>,
         ctx: &mut Context<Self>,
     ) {
-        let store = self.shared.store.clone();
+        let store = self.shared.tasks.store().clone();
         let update = Update {
             status,
             status_message: message,
@@ -207,7 +198,6 @@ impl TaskActor {
                 // anyone hears of it, so a requestor told "done" may start another at once.
                 self.permit = None;
                 tracing::info!(target: "taskgate::audit", task = %self.id, tenant = %self.owner.tenant, principal = %self.owner.principal, status = %record.status, "task finished");
-                let outcome = record.outcome.clone().unwrap_or_else(cancelled_outcome);
                 // The last progress value goes out before the terminal status and the result;
                 // none after.
                 let progress = self.progress.take();
@@ -218,7 +208,7 @@ impl TaskActor {
                 };
                 ctx.wait(flushed.into_actor(self).map(move |_, act, ctx| {
                     act.announce(&record);
-                    act.answer(Ok(outcome));
+                    act.shared.tasks.finished(&act.id);
                     ctx.stop();
                 }));
             }
@@ -231,19 +221,12 @@ impl TaskActor {
                 }
             }
             Err(StoreError::NotFound) => {
-                self.answer(Err(not_found()));
+                self.shared.tasks.finished(&self.id);
                 self.stop_work(ctx);
                 ctx.stop();
             }
             Err(e) => tracing::warn!(task = %self.id, error = %e, "task status change refused"),
         }
-    }
-
-    fn answer(&mut self, outcome: Result<TaskOutcome, GatewayError>) {
-        for waiter in self.waiters.drain(..) {
-            let _ = waiter.send(outcome.clone());
-        }
-        self.settled_outcome = Some(outcome);
     }
 
     /// notifications/tasks/status to the requestor's sessions (their GET streams).
@@ -286,16 +269,15 @@ impl TaskActor {
     }
 
     fn expire(&mut self, ctx: &mut Context<Self>) {
-        let store = self.shared.store.clone();
+        let store = self.shared.tasks.store().clone();
         let id = self.id.clone();
         ctx.wait(async move { store.delete(&id).await }.into_actor(self).map(|deleted, act, ctx| {
-            if let Ok(Some(record)) = deleted {
-                act.shared.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
+            match deleted {
+                Ok(Some(record)) => act.shared.tasks.deleted(&record),
+                _ => act.shared.tasks.finished(&act.id),
             }
-            act.shared.last_poll.lock().remove(&act.id);
             act.permit = None;
             tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.tenant, principal = %act.owner.principal, "task ttl elapsed; task and result deleted");
-            act.answer(Err(not_found()));
             if !act.status.is_terminal() {
                 act.stop_work(ctx);
             }
@@ -392,10 +374,10 @@ impl TaskActor {
         let params = json!({"taskId": upstream_task_id});
         let request_id = session.next_request_id();
         let key = (session.upstream().to_owned(), request_id.clone());
-        self.shared.task_calls.write().insert(key.clone(), self.id.clone());
+        self.shared.tasks.track_call(key.clone(), &self.id);
         let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
         self.running = Some(ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
-            act.shared.task_calls.write().remove(&key);
+            act.shared.tasks.forget_call(&key);
             act.running = None;
             act.fetching_result = false;
             match result {
@@ -442,7 +424,7 @@ impl Actor for TaskActor {
         match &mut self.work {
             Work::Wrapped { upstream_id, params } => {
                 let key = (self.session.upstream().to_owned(), upstream_id.clone());
-                self.shared.task_calls.write().insert(key, self.id.clone());
+                self.shared.tasks.track_call(key, &self.id);
                 let session = self.session.clone();
                 // The params move into the call: one copy per task, not two.
                 let (id, params) = (upstream_id.clone(), std::mem::take(params));
@@ -464,7 +446,7 @@ impl Actor for TaskActor {
                 let handle = actix::spawn(async move {
                     let outcome = call.await;
                     *landing.lock() = Some(outcome);
-                    let actor = shared.task_actors.read().get(&id).cloned();
+                    let actor = shared.tasks.actor(&id);
                     if let Some(actor) = actor {
                         let _ = actor.send(CallDone).await;
                     }
@@ -503,45 +485,16 @@ impl Actor for TaskActor {
         if let Some((call, _)) = self.call.take() {
             call.abort();
         }
-        self.shared.task_actors.write().remove(&self.id);
         let upstream = self.session.upstream().to_owned();
         match &self.work {
             Work::Native { upstream_task_id, .. } => {
-                self.shared.native_tasks.write().remove(&(upstream, upstream_task_id.clone()));
+                self.shared.tasks.unregister(&self.id, Some(&(upstream, upstream_task_id.clone())));
             }
             Work::Wrapped { upstream_id, .. } => {
-                self.shared.task_calls.write().remove(&(upstream, upstream_id.clone()));
+                self.shared.tasks.unregister(&self.id, None);
+                self.shared.tasks.forget_call(&(upstream, upstream_id.clone()));
             }
         }
-        if !self.waiters.is_empty() {
-            let outcome = self
-                .settled_outcome
-                .clone()
-                .unwrap_or_else(|| Err(GatewayError::Internal("the task stopped without an outcome".into())));
-            self.answer(outcome);
-        }
-    }
-}
-
-/// `tasks/result` for a task that is not terminal yet: resolves when it is.
-pub(crate) struct AwaitResult;
-
-impl Message for AwaitResult {
-    type Result = Result<oneshot::Receiver<Result<TaskOutcome, GatewayError>>, GatewayError>;
-}
-
-impl Handler<AwaitResult> for TaskActor {
-    type Result = Result<oneshot::Receiver<Result<TaskOutcome, GatewayError>>, GatewayError>;
-
-    fn handle(&mut self, _: AwaitResult, _: &mut Context<Self>) -> Self::Result {
-        let (tx, rx) = oneshot::channel();
-        match &self.settled_outcome {
-            Some(outcome) => {
-                let _ = tx.send(outcome.clone());
-            }
-            None => self.waiters.push(tx),
-        }
-        Ok(rx)
     }
 }
 
@@ -556,14 +509,8 @@ impl Handler<Cancel> for TaskActor {
     type Result = ResponseActFuture<Self, Result<TaskRecord, GatewayError>>;
 
     fn handle(&mut self, _: Cancel, _: &mut Context<Self>) -> Self::Result {
-        let store = self.shared.store.clone();
-        let update = Update {
-            status: TaskStatus::Cancelled,
-            status_message: Some("The task was cancelled by request.".into()),
-            outcome: Some(cancelled_outcome()),
-            upstream_task_id: None,
-            now_ms: self.shared.clock.now_ms(),
-        };
+        let store = self.shared.tasks.store().clone();
+        let update = self.shared.tasks.cancel_update();
         let (id, expected) = (self.id.clone(), self.status);
         let change = async move { store.compare_and_set(&id, expected, update).await };
         Box::pin(change.into_actor(self).map(|result, act, ctx| match result {
@@ -578,7 +525,7 @@ impl Handler<Cancel> for TaskActor {
                 Err(GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{current}'")))
             }
             Err(StoreError::NotFound) => Err(not_found()),
-            Err(e) => Err(GatewayError::Internal(e.to_string())),
+            Err(e) => Err(super::service::store_error(e)),
         }))
     }
 }
@@ -696,7 +643,6 @@ impl Drop for TaskActor {
                 &mut self.work,
                 Work::Wrapped { upstream_id: RequestId::Number(0), params: Value::Null },
             ),
-            waiters: std::mem::take(&mut self.waiters),
             progress: self.progress.take(),
             permit: self.permit.take(),
             call: self.call.take(),

@@ -1,8 +1,9 @@
-//! Tasks at the gateway (basic/utilities/tasks): one [`TaskActor`] per task, the rules that
-//! decide whether a tool may run as a task, the ttl granted, and how a tool call's outcome
-//! becomes a task status.
+//! Tasks at the gateway (basic/utilities/tasks): the [`TaskService`] that owns task state, one
+//! [`TaskActor`] per live task, the [`Supervisor`], the rules that decide whether a tool may run
+//! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
+mod service;
 mod supervisor;
 
 use serde_json::Value;
@@ -15,7 +16,8 @@ use taskgate_upstream::UpstreamError;
 
 pub use actor::Crash;
 pub use actor::TaskActor;
-pub(crate) use actor::{AwaitResult, Cancel, InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
+pub(crate) use actor::{InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
+pub use service::TaskService;
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
 
 use crate::catalog::ToolEntry;

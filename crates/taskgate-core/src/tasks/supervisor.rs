@@ -11,7 +11,6 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::actor::{Expire, Remains, TaskActor};
-use super::not_found;
 use crate::gateway::Shared;
 use crate::session::CloseIfIdle;
 
@@ -33,15 +32,11 @@ impl Supervisor {
     /// After a burst of tasks ends, gives the freed memory back: glibc keeps freed pages in its
     /// arenas, so without this a gateway's resident memory stays at its peak.
     fn trim_after_bursts(&mut self) {
-        let held = self.shared.store.len();
+        let held = self.shared.tasks.store().len();
         // After a large release, or once the last task of a burst is gone.
         if self.peak_tasks >= held + TRIM_AFTER_RELEASED || (held == 0 && self.peak_tasks > 0) {
             // Tables keep their peak capacity until told otherwise.
-            self.shared.store.compact();
-            self.shared.task_actors.write().shrink_to_fit();
-            self.shared.task_calls.write().shrink_to_fit();
-            self.shared.native_tasks.write().shrink_to_fit();
-            self.shared.last_poll.lock().shrink_to_fit();
+            self.shared.tasks.compact();
             release_free_memory();
             self.peak_tasks = held;
         } else {
@@ -71,16 +66,15 @@ impl Supervisor {
     }
 
     fn sweep(&mut self, ctx: &mut Context<Self>) {
-        let store = self.shared.store.clone();
+        let store = self.shared.tasks.store().clone();
         let now = self.shared.clock.now_ms();
         let expire = async move { store.expire(now).await };
         ctx.wait(expire.into_actor(self).map(|removed, act, _| match removed {
             Ok(removed) => {
                 for record in &removed {
                     tracing::info!(task = %record.id, tenant = %record.owner.tenant, "task expired (sweep)");
-                    act.shared.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
-                    act.shared.last_poll.lock().remove(&record.id);
-                    if let Some(actor) = act.shared.task_actors.read().get(&record.id) {
+                    act.shared.tasks.deleted(record);
+                    if let Some(actor) = act.shared.tasks.actor(&record.id) {
                         let _ = actor.try_send(Expire);
                     }
                 }
@@ -145,45 +139,36 @@ impl Handler<Restart> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, Restart(remains): Restart, ctx: &mut Context<Self>) {
-        let store = self.shared.store.clone();
+        let store = self.shared.tasks.store().clone();
         let id = remains.id.clone();
         let read = async move { store.get(&id).await };
         ctx.spawn(read.into_actor(self).map(move |record, act, _| {
             let shared = act.shared.clone();
             shared.metrics.actor_restarts.with_label_values(&["task_actor_crashed"]).inc();
             let mut remains = *remains;
-            let record = match record {
-                Ok(Some(record)) if !record.status.is_terminal() => record,
-                // Expired, or settled by someone else (a cancel through the store): the waiters
-                // get what the store says, the permit and the work go.
-                other => {
-                    let outcome = match other {
-                        Ok(Some(record)) => Ok(record.outcome.unwrap_or_else(super::cancelled_outcome)),
-                        _ => Err(not_found()),
-                    };
-                    for waiter in remains.waiters.drain(..) {
-                        let _ = waiter.send(outcome.clone());
-                    }
-                    if let Some((call, _)) = remains.call.take() {
-                        call.abort();
-                    }
-                    shared.task_actors.write().remove(&remains.id);
-                    tracing::warn!(task = %remains.id, "task actor crashed after its task ended; nothing to restart");
-                    return;
-                }
-            };
             let native = match &remains.work {
                 super::Work::Native { upstream_task_id, .. } => {
                     Some((remains.session.upstream().to_owned(), upstream_task_id.clone()))
                 }
                 super::Work::Wrapped { .. } => None,
             };
+            let record = match record {
+                Ok(Some(record)) if !record.status.is_terminal() => record,
+                // Expired, or settled by someone else (a cancel through the store): the waiters
+                // read what the store says; the permit and the work go.
+                _ => {
+                    if let Some((call, _)) = remains.call.take() {
+                        call.abort();
+                    }
+                    shared.tasks.unregister(&remains.id, native.as_ref());
+                    shared.tasks.finished(&remains.id);
+                    tracing::warn!(task = %remains.id, "task actor crashed after its task ended; nothing to restart");
+                    return;
+                }
+            };
             let id = remains.id.clone();
             let actor = TaskActor::restarted(shared.clone(), &record, remains).start();
-            shared.task_actors.write().insert(id.clone(), actor.clone());
-            if let Some(key) = native {
-                shared.native_tasks.write().insert(key, (id, actor));
-            }
+            shared.tasks.register(&id, actor, native);
         }));
     }
 }

@@ -1,0 +1,372 @@
+//! [`TaskService`]: the one owner of task state. Sessions only parse a task method's params
+//! and dispatch here; task actors and the Supervisor read and change tasks through it.
+//!
+//! It owns:
+//! - the [`TaskStore`] (every backend plugs in behind it: memory, the embedded file, Redis);
+//! - the live [`TaskActor`]s by task id;
+//! - the maps from what upstreams say to our tasks: native upstream task ids, and the upstream
+//!   requests made for a task;
+//! - the `tasks/result` waiters, woken by [`TaskService::finished`] when a task turns terminal
+//!   or is deleted (locally, or on another replica through the store's events);
+//! - poll bookkeeping (`taskgate_task_polls_early_total`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use parking_lot::{Mutex, RwLock};
+use serde_json::{json, Value};
+use taskgate_protocol::tasks::TaskStatus;
+use taskgate_protocol::RequestId;
+use taskgate_store::{StoreError, TaskOutcome, TaskRecord, TaskStore, Update};
+use tokio::sync::watch;
+
+use super::actor::{Cancel, TaskActor, TaskStart, Work};
+use super::{cancelled_outcome, not_found, owner};
+use crate::gateway::Shared;
+use crate::metrics::Metrics;
+use crate::registry::Identity;
+use crate::GatewayError;
+
+/// (upstream, upstream task id) of a native task.
+pub(crate) type NativeKey = (String, String);
+/// (upstream, upstream-local request id) of a request made for a task.
+pub(crate) type CallKey = (String, RequestId);
+
+/// The task layer's state and operations.
+pub struct TaskService {
+    store: Arc<dyn TaskStore>,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn crate::clock::Clock>,
+    /// `tasks/list` page size.
+    page_size: usize,
+    /// Live task actors by task id.
+    actors: RwLock<HashMap<String, Addr<TaskActor>>>,
+    /// Native tasks: what the upstream calls them → our task id.
+    native: RwLock<HashMap<NativeKey, String>>,
+    /// Upstream requests made for a task → our task id. What the upstream sends on their
+    /// streams (elicitation…) belongs to that task.
+    calls: RwLock<HashMap<CallKey, String>>,
+    /// `tasks/result` waiters by task id; entries go with their last waiter.
+    waiting: Mutex<HashMap<String, watch::Sender<()>>>,
+    /// When each task was last polled; entries go with their task, so this is bounded by the
+    /// store's capacity.
+    last_poll: Mutex<HashMap<String, Instant>>,
+}
+
+impl TaskService {
+    pub(crate) fn new(
+        store: Arc<dyn TaskStore>,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn crate::clock::Clock>,
+        page_size: usize,
+    ) -> TaskService {
+        TaskService {
+            store,
+            metrics,
+            clock,
+            page_size,
+            actors: RwLock::default(),
+            native: RwLock::default(),
+            calls: RwLock::default(),
+            waiting: Mutex::default(),
+            last_poll: Mutex::default(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+
+    // ---- live actors and the upstream maps ----
+
+    /// The live actor of a task.
+    pub(crate) fn actor(&self, task_id: &str) -> Option<Addr<TaskActor>> {
+        self.actors.read().get(task_id).cloned()
+    }
+
+    /// Task actors alive now.
+    pub fn live_actors(&self) -> usize {
+        self.actors.read().len()
+    }
+
+    /// Registers a started actor (and, for a native task, the upstream's id for it).
+    pub(crate) fn register(&self, task_id: &str, actor: Addr<TaskActor>, native: Option<NativeKey>) {
+        self.actors.write().insert(task_id.to_owned(), actor);
+        if let Some(key) = native {
+            self.native.write().insert(key, task_id.to_owned());
+        }
+    }
+
+    /// Forgets a stopped actor and its native id.
+    pub(crate) fn unregister(&self, task_id: &str, native: Option<&NativeKey>) {
+        self.actors.write().remove(task_id);
+        if let Some(key) = native {
+            self.native.write().remove(key);
+        }
+    }
+
+    /// Our task for a native upstream task.
+    pub(crate) fn native_task(&self, key: &NativeKey) -> Option<String> {
+        self.native.read().get(key).cloned()
+    }
+
+    /// Whether an upstream task id is one of ours.
+    pub(crate) fn knows_native(&self, key: &NativeKey) -> bool {
+        self.native.read().contains_key(key)
+    }
+
+    /// Notes that an upstream request is made for a task.
+    pub(crate) fn track_call(&self, key: CallKey, task_id: &str) {
+        self.calls.write().insert(key, task_id.to_owned());
+    }
+
+    /// The request ended.
+    pub(crate) fn forget_call(&self, key: &CallKey) {
+        self.calls.write().remove(key);
+    }
+
+    /// The task an upstream request was made for.
+    pub(crate) fn task_of_call(&self, key: &CallKey) -> Option<String> {
+        self.calls.read().get(key).cloned()
+    }
+
+    /// Gives back memory the tables kept at their peak (after a burst).
+    pub(crate) fn compact(&self) {
+        self.store.compact();
+        self.actors.write().shrink_to_fit();
+        self.calls.write().shrink_to_fit();
+        self.native.write().shrink_to_fit();
+        self.last_poll.lock().shrink_to_fit();
+        self.waiting.lock().shrink_to_fit();
+    }
+
+    // ---- creation and the end of a task ----
+
+    /// Stores a new task durably, then starts its actor: the `CreateTaskResult` may be sent
+    /// once this returns (ext-tasks: a task handle MUST NOT be returned before the task is
+    /// durably created).
+    pub(crate) async fn create(shared: Arc<Shared>, start: TaskStart) -> Result<TaskRecord, GatewayError> {
+        let record = start.record.clone();
+        let service = &shared.tasks;
+        if let Err(e) = service.store.create(record.clone()).await {
+            return Err(match e {
+                StoreError::Full { limit } => {
+                    service.metrics.admission_rejected.with_label_values(&[&record.owner.tenant, "max_tasks"]).inc();
+                    GatewayError::Overloaded(format!(
+                        "the gateway holds its maximum of {limit} tasks (tasks.max_tasks); retry later"
+                    ))
+                }
+                e => store_error(e),
+            });
+        }
+        let native = match &start.work {
+            Work::Native { upstream_task_id, .. } => Some((record.upstream.clone(), upstream_task_id.clone())),
+            Work::Wrapped { .. } => None,
+        };
+        let m = &service.metrics;
+        m.tasks_created.with_label_values(&[&record.owner.tenant, &record.upstream]).inc();
+        m.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).inc();
+        tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %record.owner.tenant, principal = %record.owner.principal, upstream = %record.upstream, ttl_ms = ?record.ttl_ms, "task created");
+        let actor = TaskActor::new(shared.clone(), start).start();
+        // Registered before the answer, so a tasks/result right after finds the task running.
+        service.register(&record.id, actor, native);
+        Ok(record)
+    }
+
+    /// A task turned terminal or was deleted: wake its `tasks/result` waiters, which read the
+    /// store again.
+    pub(crate) fn finished(&self, task_id: &str) {
+        if let Some(waiters) = self.waiting.lock().get(task_id) {
+            waiters.send_replace(());
+        }
+    }
+
+    /// A task was deleted (ttl): forget its bookkeeping and wake its waiters.
+    pub(crate) fn deleted(&self, record: &TaskRecord) {
+        self.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
+        self.last_poll.lock().remove(&record.id);
+        self.finished(&record.id);
+    }
+
+    fn subscribe(self: &Arc<Self>, task_id: &str) -> Waiter {
+        let rx = self.waiting.lock().entry(task_id.to_owned()).or_insert_with(|| watch::channel(()).0).subscribe();
+        Waiter { service: self.clone(), task_id: task_id.to_owned(), rx }
+    }
+
+    // ---- the client's task methods ----
+
+    /// The task, if it exists and belongs to `identity`; otherwise the one not-found answer,
+    /// whatever the reason.
+    async fn owned(&self, identity: &Identity, task_id: &str) -> Result<TaskRecord, GatewayError> {
+        let owner = owner(identity);
+        match self.store.get(task_id).await {
+            Ok(Some(record)) if record.owner == owner => Ok(record),
+            Ok(_) => {
+                // Counted per tenant: a burst of these is a client guessing ids.
+                self.metrics.task_lookup_failures.with_label_values(&[&identity.tenant]).inc();
+                tracing::info!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, task = %task_id, "task look-up failed: unknown, expired or another requestor's");
+                Err(not_found())
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// `tasks/get`: the Task itself (no related-task `_meta`: the taskId is in it).
+    pub(crate) async fn get(self: Arc<Self>, identity: Identity, task_id: String) -> Result<Value, GatewayError> {
+        let record = self.owned(&identity, &task_id).await?;
+        self.count_poll(&identity.tenant, &record);
+        Ok(record.view().to_value())
+    }
+
+    /// `tasks/result`: the outcome, waiting until the task is terminal
+    /// (basic/utilities/tasks "Result Retrieval").
+    pub(crate) async fn result(
+        self: Arc<Self>,
+        identity: Identity,
+        task_id: String,
+    ) -> Result<TaskOutcome, GatewayError> {
+        let mut record = self.owned(&identity, &task_id).await?;
+        if !record.status.is_terminal() {
+            let _waiting = WaiterGauge::new(self.metrics.task_result_waiters.with_label_values(&[&identity.tenant]));
+            let mut waiter = self.subscribe(&task_id);
+            loop {
+                // Read again after subscribing: the task may have ended in between.
+                match self.store.get(&task_id).await.map_err(store_error)? {
+                    Some(now) if now.status.is_terminal() => {
+                        record = now;
+                        break;
+                    }
+                    Some(_) => {}
+                    None => return Err(not_found()),
+                }
+                if waiter.rx.changed().await.is_err() {
+                    return Err(GatewayError::Internal("the gateway is shutting down".into()));
+                }
+            }
+        }
+        tracing::info!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, task = %task_id, "task result retrieved");
+        Ok(record.outcome.unwrap_or_else(cancelled_outcome))
+    }
+
+    /// `tasks/list`: the requestor's tasks, oldest first, a page at a time.
+    pub(crate) async fn list(
+        self: Arc<Self>,
+        identity: Identity,
+        cursor: Option<String>,
+    ) -> Result<Value, GatewayError> {
+        let page =
+            self.store.list(&owner(&identity), cursor.as_deref(), self.page_size).await.map_err(|e| match e {
+                StoreError::BadCursor => GatewayError::InvalidParams(
+                    "Invalid cursor: it was not issued by this gateway for tasks/list".into(),
+                ),
+                e => store_error(e),
+            })?;
+        let tasks: Vec<Value> = page.tasks.iter().map(|r| r.view().to_value()).collect();
+        let mut result = json!({ "tasks": tasks });
+        if let Some(next) = page.next_cursor {
+            result["nextCursor"] = Value::from(next);
+        }
+        Ok(result)
+    }
+
+    /// `tasks/cancel`: the task is `cancelled` before the answer is sent, and its work stops.
+    pub(crate) async fn cancel(self: Arc<Self>, identity: Identity, task_id: String) -> Result<Value, GatewayError> {
+        let record = self.owned(&identity, &task_id).await?;
+        if record.status.is_terminal() {
+            // basic/utilities/tasks: MUST reject with -32602 for tasks already terminal.
+            return Err(already_terminal(record.status));
+        }
+        if let Some(actor) = self.actor(&task_id) {
+            // If the actor stopped meanwhile (the task just finished), the store answers below.
+            if let Ok(cancelled) = actor.send(Cancel).await {
+                return cancelled.map(|r| r.view().to_value());
+            }
+        }
+        let current = self.store.get(&task_id).await.map_err(store_error)?.ok_or_else(not_found)?;
+        if current.status.is_terminal() {
+            return Err(already_terminal(current.status));
+        }
+        let cancelled =
+            self.store.compare_and_set(&task_id, current.status, self.cancel_update()).await.map_err(|e| match e {
+                StoreError::NotFound => not_found(),
+                StoreError::Conflict { current } => already_terminal(current),
+                e => store_error(e),
+            })?;
+        self.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, current.status.as_str()]).dec();
+        self.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, cancelled.status.as_str()]).inc();
+        self.finished(&task_id);
+        tracing::info!(target: "taskgate::audit", task = %task_id, tenant = %identity.tenant, principal = %identity.principal, "task cancelled");
+        Ok(cancelled.view().to_value())
+    }
+
+    /// The change `tasks/cancel` makes.
+    pub(crate) fn cancel_update(&self) -> Update {
+        Update {
+            status: TaskStatus::Cancelled,
+            status_message: Some("The task was cancelled by request.".into()),
+            outcome: Some(cancelled_outcome()),
+            upstream_task_id: None,
+            now_ms: self.clock.now_ms(),
+        }
+    }
+
+    /// Counts a `tasks/get` of an existing task, and whether it came sooner than the task's
+    /// suggested pollInterval.
+    fn count_poll(&self, tenant: &str, record: &TaskRecord) {
+        self.metrics.task_polls.with_label_values(&[tenant]).inc();
+        let now = Instant::now();
+        let previous = self.last_poll.lock().insert(record.id.clone(), now);
+        if previous.is_some_and(|at| now.duration_since(at) < Duration::from_millis(record.poll_interval_ms)) {
+            self.metrics.task_polls_early.with_label_values(&[tenant]).inc();
+        }
+    }
+}
+
+/// A `tasks/result` waiting for one task; its entry goes with the task's last waiter.
+struct Waiter {
+    service: Arc<TaskService>,
+    task_id: String,
+    rx: watch::Receiver<()>,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut waiting = self.service.waiting.lock();
+        // This receiver still counts: it is the last one when the count is 1.
+        if waiting.get(&self.task_id).is_some_and(|tx| tx.receiver_count() <= 1) {
+            waiting.remove(&self.task_id);
+        }
+    }
+}
+
+/// Counts a `tasks/result` waiter for as long as it waits.
+struct WaiterGauge(prometheus::IntGauge);
+
+impl WaiterGauge {
+    fn new(gauge: prometheus::IntGauge) -> WaiterGauge {
+        gauge.inc();
+        WaiterGauge(gauge)
+    }
+}
+
+impl Drop for WaiterGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+fn already_terminal(status: TaskStatus) -> GatewayError {
+    GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{status}'"))
+}
+
+/// A store failure as the client sees it.
+pub(crate) fn store_error(e: StoreError) -> GatewayError {
+    match e {
+        StoreError::NotFound => not_found(),
+        StoreError::Unavailable(why) => GatewayError::StoreUnavailable(why),
+        e => GatewayError::Internal(e.to_string()),
+    }
+}
