@@ -72,9 +72,10 @@ fn check_config_prints_every_problem_with_its_location() {
 }
 
 /// Runs `taskgate demo --listen 127.0.0.1:0`; returns it and the URL it prints.
-async fn start_demo() -> (tokio::process::Child, String) {
+async fn start_demo(data: &std::path::Path) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(taskgate_bin())
-        .args(["demo", "--listen", "127.0.0.1:0"])
+        .args(["demo", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
         .env("TASKGATE_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -90,7 +91,8 @@ async fn start_demo() -> (tokio::process::Child, String) {
 
 #[actix_rt::test]
 async fn the_demo_answers_initialize_tools_list_and_tools_call() {
-    let (mut child, url) = start_demo().await;
+    let data = tempfile::tempdir().unwrap();
+    let (mut child, url) = start_demo(data.path()).await;
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
     let mut c = McpClient::new(&url);
     c.initialize().await;
@@ -175,6 +177,7 @@ fn write_atomic(file: &std::path::Path, text: String) {
 fn serve_config(upstream: &str, keys: &[(&str, &str)], max_tasks: usize, poll_ms: u64) -> String {
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nconfig_poll_ms = {poll_ms}\n[logging]\nlevel = \"info\"\n\
+         [store]\nbackend = \"memory\"\n\
          [[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"{upstream}\"\n\
          [[tenant]]\nid = \"acme\"\n[tenant.limits]\nmax_concurrent_tasks = {max_tasks}\n"
     );
@@ -250,7 +253,8 @@ async fn serve_reloads_tenants_on_sighup() {
 
 #[actix_rt::test]
 async fn the_typescript_sdk_client_works_against_the_demo() {
-    let (mut child, url) = start_demo().await;
+    let data = tempfile::tempdir().unwrap();
+    let (mut child, url) = start_demo(data.path()).await;
     let run = tokio::process::Command::new("node")
         .arg("demo-client.mjs")
         .arg(&url)

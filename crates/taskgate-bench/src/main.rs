@@ -209,7 +209,13 @@ async fn start_gateway(bin: &Path, config: &str) -> Result<(Process, String)> {
     std::fs::write(
         &file,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\nmax_sessions = 1000\nsession_mailbox = 4096\n\n{config}"
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\nmax_sessions = 1000\nsession_mailbox = 4096\n\n{config}{store}",
+            // The file store (the default) in this run's own directory, unless the config names one.
+            store = if config.contains("[store]") {
+                String::new()
+            } else {
+                format!("\n[store]\npath = {:?}\n", dir.join("data").display().to_string())
+            },
         ),
     )?;
     // TASKGATE_BENCH_WRAP runs the gateway under a profiler, e.g.

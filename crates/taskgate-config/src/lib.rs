@@ -58,6 +58,15 @@ pub mod defaults {
     pub const CONFIG_POLL_MS: u64 = 2000;
     /// Log filter.
     pub const LOG_LEVEL: &str = "info";
+    /// The file store's data directory.
+    pub const STORE_PATH: &str = "taskgate-data";
+    /// Prefix of every Redis key the gateway writes.
+    pub const REDIS_KEY_PREFIX: &str = "taskgate:";
+    /// How long a replica's claim on a running task lasts without renewal (Redis); another
+    /// replica takes the task over within about this time after its replica dies.
+    pub const LEASE_MS: u64 = 10_000;
+    /// Longest wait for one Redis operation.
+    pub const STORE_TIMEOUT_MS: u64 = 2_000;
     /// Origins allowed when none are configured: local pages only.
     pub fn allowed_origins() -> Vec<String> {
         ["http://localhost", "http://127.0.0.1", "http://[::1]"].map(String::from).to_vec()
@@ -83,6 +92,9 @@ pub struct Config {
     /// Progress relaying (basic/utilities/progress).
     #[serde(default)]
     pub progress: ProgressConfig,
+    /// Where task state lives.
+    #[serde(default)]
+    pub store: StoreConfig,
     /// The upstream MCP servers.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,
@@ -222,6 +234,72 @@ impl Default for TasksConfig {
             max_tasks: defaults::MAX_TASKS,
             sweep_interval_ms: defaults::SWEEP_INTERVAL_MS,
         }
+    }
+}
+
+/// Which task store the gateway uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    /// An embedded, crash-safe database in `path` (the default; one process).
+    File,
+    /// Memory only: tasks are lost on restart (tests).
+    Memory,
+    /// Redis at `url`, shared by many replicas.
+    Redis,
+}
+
+/// `[store]`: where task state lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `file` (default), `memory` or `redis`.
+    pub backend: StoreBackend,
+    /// `file`: the data directory (created if missing; relative to the working directory).
+    pub path: String,
+    /// `redis`: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
+    pub url: Option<String>,
+    /// `redis`: the environment variable holding the URL instead (keeps a password out of
+    /// the file).
+    pub url_env: Option<String>,
+    /// `redis`: the prefix of every key (several gateways may share a Redis with different ones).
+    pub key_prefix: String,
+    /// `redis`: how long a replica's claim on a running task lasts without renewal, in
+    /// milliseconds; a dead replica's tasks are taken over within about this time.
+    pub lease_ms: u64,
+    /// `redis`: the longest wait for one operation, in milliseconds; then the request fails
+    /// with a clear error (503, -32002).
+    pub timeout_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            backend: StoreBackend::File,
+            path: defaults::STORE_PATH.into(),
+            url: None,
+            url_env: None,
+            key_prefix: defaults::REDIS_KEY_PREFIX.into(),
+            lease_ms: defaults::LEASE_MS,
+            timeout_ms: defaults::STORE_TIMEOUT_MS,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Memory only (tests).
+    pub fn memory() -> StoreConfig {
+        StoreConfig { backend: StoreBackend::Memory, ..StoreConfig::default() }
+    }
+
+    /// The embedded file store in `path`.
+    pub fn file(path: impl Into<String>) -> StoreConfig {
+        StoreConfig { backend: StoreBackend::File, path: path.into(), ..StoreConfig::default() }
+    }
+
+    /// The Redis URL, from `url` or the variable `url_env` names.
+    pub fn redis_url(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        self.url.clone().or_else(|| self.url_env.as_deref().and_then(env))
     }
 }
 
@@ -448,6 +526,41 @@ impl Config {
         self.server.listen.parse().expect("validated listen address")
     }
 
+    fn validate_store(&self, bad: &mut dyn FnMut(String, String)) {
+        let store = &self.store;
+        match store.backend {
+            StoreBackend::File if store.path.trim().is_empty() => {
+                bad("store.path".into(), "the file store needs a data directory, e.g. path = \"taskgate-data\"".into())
+            }
+            StoreBackend::Redis => {
+                match (&store.url, &store.url_env) {
+                    (None, None) => bad(
+                        "store.url".into(),
+                        "the redis store needs url = \"redis://host:6379\" (or url_env naming a variable)".into(),
+                    ),
+                    (Some(_), Some(_)) => bad("store.url_env".into(), "give url or url_env, not both".into()),
+                    (Some(url), None) if !valid_redis_url(url) => {
+                        bad("store.url".into(), "must start with redis:// or rediss:// (TLS) and name a host".into())
+                    }
+                    _ => {}
+                }
+                if store.key_prefix.is_empty() {
+                    bad("store.key_prefix".into(), "must be non-empty, e.g. \"taskgate:\"".into());
+                }
+                if store.lease_ms < 100 {
+                    bad("store.lease_ms".into(), format!("{} is too short; use at least 100", store.lease_ms));
+                }
+                if store.timeout_ms == 0 {
+                    bad("store.timeout_ms".into(), "must be at least 1".into());
+                }
+            }
+            _ => {}
+        }
+        if store.backend != StoreBackend::Redis && (store.url.is_some() || store.url_env.is_some()) {
+            bad("store.url".into(), "url and url_env are for backend = \"redis\"".into());
+        }
+    }
+
     /// Checks everything and returns every problem found.
     pub fn validate(&self) -> Result<(), Vec<Problem>> {
         let mut problems = Vec::new();
@@ -504,6 +617,7 @@ impl Config {
                 format!("{} exceeds tasks.max_ttl_ms ({})", self.tasks.default_ttl_ms, self.tasks.max_ttl_ms),
             );
         }
+        self.validate_store(&mut bad);
         if self.federation.page_size > 10_000 {
             bad(
                 "federation.page_size".into(),
@@ -637,6 +751,42 @@ mod tests {
     }
 
     #[test]
+    fn store_keys_are_validated_with_their_location_and_never_echo_a_url() {
+        let c = Config::from_toml(
+            "[store]\nbackend = \"redis\"\nurl = \"redis://:pw@127.0.0.1:6379/0\"\n",
+            "t.toml",
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(c.store.backend, StoreBackend::Redis);
+        assert_eq!(Config::from_toml("", "t.toml", &no_env).unwrap().store, StoreConfig::file("taskgate-data"));
+        let cases = [
+            ("backend = \"redis\"", "store.url"),
+            ("backend = \"redis\"\nurl = \"http://:secret@host\"", "store.url"),
+            ("backend = \"redis\"\nurl = \"redis://h\"\nurl_env = \"X\"", "store.url_env"),
+            ("backend = \"redis\"\nurl = \"redis://h\"\nlease_ms = 5", "store.lease_ms"),
+            ("backend = \"redis\"\nurl = \"redis://h\"\nkey_prefix = \"\"", "store.key_prefix"),
+            ("backend = \"file\"\npath = \" \"", "store.path"),
+            ("backend = \"memory\"\nurl = \"redis://h\"", "store.url"),
+        ];
+        for (body, location) in cases {
+            let Err(ConfigError::Invalid { problems, .. }) =
+                Config::from_toml(&format!("[store]\n{body}\n"), "t.toml", &no_env)
+            else {
+                panic!("{body} should be invalid")
+            };
+            assert_eq!(problems.iter().map(|p| p.location.as_str()).collect::<Vec<_>>(), [location], "{body}");
+            assert!(problems.iter().all(|p| !p.message.contains("secret")), "{problems:?}");
+        }
+        let bad = Config::from_toml("[store]\nbackend = \"etcd\"\n", "t.toml", &no_env).unwrap_err().to_string();
+        assert!(bad.contains("etcd") && bad.contains("line 2"), "{bad}");
+        let env = |k: &str| (k == "REDIS_URL").then(|| "redis://127.0.0.1:1".to_string());
+        let c =
+            Config::from_toml("[store]\nbackend = \"redis\"\nurl_env = \"REDIS_URL\"\n", "t.toml", &no_env).unwrap();
+        assert_eq!(c.store.redis_url(&env).as_deref(), Some("redis://127.0.0.1:1"));
+    }
+
+    #[test]
     fn environment_overrides_listen_and_log_level() {
         let env = |k: &str| match k {
             "TASKGATE_LISTEN" => Some("127.0.0.1:9999".to_string()),
@@ -748,4 +898,11 @@ mod tenant_tests {
             ]
         );
     }
+}
+
+/// A Redis URL the client can use: `redis://` or `rediss://` with a host. The URL itself is
+/// never echoed in a problem (it may hold a password).
+fn valid_redis_url(url: &str) -> bool {
+    let rest = url.strip_prefix("redis://").or_else(|| url.strip_prefix("rediss://"));
+    rest.is_some_and(|r| r.rsplit('@').next().is_some_and(|host| !host.is_empty() && !host.starts_with('/')))
 }

@@ -15,7 +15,8 @@ use taskgate_protocol::{Message as RpcMessage, RequestId};
 use taskgate_upstream::{ClientIdentity, Connector};
 use tokio::sync::mpsc;
 
-use taskgate_store::{MemoryTaskStore, TaskStore};
+use taskgate_config::StoreBackend;
+use taskgate_store::{FileTaskStore, MemoryTaskStore, TaskStore};
 
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
@@ -40,6 +41,9 @@ pub(crate) struct Shared {
     /// The task layer: the store, live task actors, the upstream maps, waiters (invariant 6:
     /// what another replica would need lives in its store).
     pub tasks: Arc<TaskService>,
+    /// This process's id among the replicas sharing the store (a v4 UUID per start): the
+    /// tasks it runs are marked with it.
+    pub replica: String,
     pub clock: Arc<dyn Clock>,
     /// Progress counters and the upstream token sequence.
     pub progress: Arc<crate::progress::ProgressStats>,
@@ -51,6 +55,25 @@ pub(crate) struct Shared {
     pub tenancy: Tenancy,
     /// The Supervisor, for actors that need restarting.
     pub supervisor: std::sync::OnceLock<Addr<Supervisor>>,
+}
+
+/// Opens the configured task store; a directory that cannot be used is a problem at start.
+fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config::Problem>> {
+    let max_tasks = config.tasks.max_tasks;
+    match config.store.backend {
+        StoreBackend::Memory => Ok(Arc::new(MemoryTaskStore::new(max_tasks))),
+        StoreBackend::File => {
+            let store = FileTaskStore::open(std::path::Path::new(&config.store.path), max_tasks).map_err(|e| {
+                vec![taskgate_config::Problem { location: "store.path".into(), message: e.to_string() }]
+            })?;
+            tracing::info!(file = %store.path().display(), tasks = store.len(), "task store opened");
+            Ok(Arc::new(store))
+        }
+        StoreBackend::Redis => Err(vec![taskgate_config::Problem {
+            location: "store.backend".into(),
+            message: "the redis store is not available in this build".into(),
+        }]),
+    }
 }
 
 /// The running gateway core. Cheap to clone.
@@ -80,7 +103,8 @@ impl Gateway {
         let list_timeout = Duration::from_secs(config.federation.list_timeout_secs);
         let router = Router::new(connectors.clone(), catalog.clone(), sessions.clone(), list_timeout).start();
         let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
-        let store: Arc<dyn TaskStore> = Arc::new(MemoryTaskStore::new(config.tasks.max_tasks));
+        let store: Arc<dyn TaskStore> =
+            Arc::new(crate::tasks::ObservedStore::new(open_store(&config)?, metrics.clone()));
         let tasks = Arc::new(TaskService::new(store, metrics.clone(), clock.clone(), config.tasks.page_size));
         let shared = Arc::new(Shared {
             config,
@@ -89,6 +113,7 @@ impl Gateway {
             connectors,
             sessions,
             tasks,
+            replica: uuid::Uuid::new_v4().to_string(),
             clock,
             progress: Arc::new(crate::progress::ProgressStats::new(&metrics)),
             live_requests: Default::default(),
@@ -156,6 +181,7 @@ impl Gateway {
                     ("federation", config.federation != self.shared.config.federation),
                     ("tasks", config.tasks != self.shared.config.tasks),
                     ("progress", config.progress != self.shared.config.progress),
+                    ("store", config.store != self.shared.config.store),
                     ("upstream", config.upstreams != self.shared.config.upstreams),
                 ]
                 .into_iter()
@@ -214,6 +240,13 @@ impl Gateway {
         let states = self.shared.router.send(crate::router::UpstreamStates).await.unwrap_or_default();
         let ready = states.iter().all(|u| !u.required || u.reachable);
         (ready, states)
+    }
+
+    /// Takes over the tasks no live gateway process runs (this process's earlier life, after a
+    /// restart): native tasks on HTTP upstreams are followed again, the others fail with a
+    /// statusMessage that says why. Call once after [`Gateway::start`], before serving.
+    pub async fn recover(&self) -> Result<crate::tasks::Recovered, GatewayError> {
+        TaskService::recover(self.shared.clone()).await
     }
 
     /// Sweeps expired tasks now, and resolves when done.

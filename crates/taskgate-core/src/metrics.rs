@@ -73,6 +73,13 @@ pub struct Metrics {
     pub sessions_expired: IntCounterVec,
     /// Actors that stopped abnormally and were restarted from the store, by reason.
     pub actor_restarts: IntCounterVec,
+    /// Tasks taken over from a gateway process that stopped (a restart, a replica's death),
+    /// by outcome (`followed` again, or `failed`).
+    pub tasks_recovered: IntCounterVec,
+    /// Task store operations' latency, by operation.
+    pub store_duration: HistogramVec,
+    /// Task store operations that failed in the backend (not a refused change), by operation.
+    pub store_errors: IntCounterVec,
 }
 
 impl Metrics {
@@ -203,6 +210,22 @@ impl Metrics {
                 "taskgate_actor_restarts_total",
                 "Actors that stopped abnormally and were restarted from the store",
                 &["reason"],
+            ),
+            tasks_recovered: counter(
+                "taskgate_tasks_recovered_total",
+                "Tasks taken over from a gateway process that stopped, by outcome (followed again or failed)",
+                &["outcome"],
+            ),
+            store_duration: histogram(
+                "taskgate_store_operation_duration_seconds",
+                "Task store operation latency",
+                &["operation"],
+                &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5],
+            ),
+            store_errors: counter(
+                "taskgate_store_errors_total",
+                "Task store operations that failed in the backend",
+                &["operation"],
             ),
             registry,
         };

@@ -262,7 +262,7 @@ impl SessionActor {
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
             (Some(ttl), _) if entry.native => {
-                let record = self.new_task(&entry.upstream, ttl, None);
+                let record = self.new_task(&entry, ttl);
                 let progress = self.task_progress(&record.id, &mut upstream_params);
                 self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx)
             }
@@ -270,7 +270,7 @@ impl SessionActor {
                 if let Value::Object(p) = &mut upstream_params {
                     p.remove("task");
                 }
-                let record = self.new_task(&entry.upstream, ttl, None);
+                let record = self.new_task(&entry, ttl);
                 let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
                 let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
                 let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
@@ -290,7 +290,7 @@ impl SessionActor {
         })
     }
 
-    fn new_task(&self, upstream: &str, requested_ttl: Option<u64>, upstream_task_id: Option<String>) -> TaskRecord {
+    fn new_task(&self, entry: &ToolEntry, requested_ttl: Option<u64>) -> TaskRecord {
         let now = self.shared.clock.now_ms();
         let limits = self.shared.tenancy.policy(&self.identity.tenant).tasks.clone();
         let config = &limits;
@@ -304,8 +304,11 @@ impl SessionActor {
             last_updated_at_ms: now,
             ttl_ms: tasks::granted_ttl(requested_ttl, config),
             poll_interval_ms: config.poll_interval_ms,
-            upstream: upstream.to_owned(),
-            upstream_task_id,
+            upstream: entry.upstream.clone(),
+            tool: entry.tool.name.clone(),
+            upstream_task_id: None,
+            upstream_session: None,
+            replica: Some(self.shared.replica.clone()),
             outcome: None,
         }
     }
@@ -354,8 +357,12 @@ impl SessionActor {
             (session.route_progress(token, sink), notes, actor.clone())
         });
         let caller = session.clone();
-        let call = async move { caller.request(methods::TOOLS_CALL, Some(params)).await };
-        ctx.spawn(call.into_actor(self).map(move |result, act, ctx| {
+        let call = async move {
+            let result = caller.request(methods::TOOLS_CALL, Some(params)).await;
+            // Stored with the task, so that another gateway process can follow it again.
+            (result, caller.resume_point().await)
+        };
+        ctx.spawn(call.into_actor(self).map(move |(result, resume), act, ctx| {
             let abandon = |progress: &Option<(Addr<ProgressActor>, Value)>| {
                 if let Some((actor, _)) = progress {
                     let _ = actor.try_send(Abandon);
@@ -391,6 +398,10 @@ impl SessionActor {
             let poll_ms = up.poll_interval_ms.unwrap_or(record.poll_interval_ms);
             let mut record = record;
             record.upstream_task_id = Some(up.task_id.clone());
+            record.upstream_session = resume.map(|r| taskgate_store::UpstreamSessionRef {
+                session_id: r.session_id,
+                protocol_version: r.protocol_version,
+            });
             let poll = std::time::Duration::from_millis(poll_ms);
             let (progress_route, actor) = match route {
                 Some((guard, notes, actor)) => (Some((guard, notes)), Some(actor)),

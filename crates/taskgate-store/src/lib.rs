@@ -4,25 +4,39 @@
 //! - [`TaskRecord`]: one task: owner, status, times, ttl, the upstream that runs it, its outcome.
 //! - [`TaskStore`]: async operations; status changes are compare-and-set and checked by the one
 //!   transition rule ([`taskgate_protocol::tasks::transition`]).
-//! - [`MemoryTaskStore`]: the single-process implementation. Durable and shared (Redis)
-//!   implementations plug in behind the same trait.
+//! - [`MemoryTaskStore`]: one process, nothing kept across restarts (tests).
+//! - [`FileTaskStore`]: the default: an embedded, crash-safe database file (redb); a record is
+//!   on disk (fsynced) before the operation that wrote it returns.
+//!
+//! Records are encoded as JSON (serde): readable with any tool, and new fields can be added
+//! with defaults without migrating old files.
 
+#[cfg(test)]
+mod conformance;
+mod file;
 mod memory;
+
+#[cfg(test)]
+mod memory_conformance {
+    crate::store_conformance!(crate::MemoryTaskStore::new);
+}
 
 use std::future::Future;
 use std::pin::Pin;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use taskgate_protocol::tasks::{InvalidTransition, TaskStatus, TaskView};
 use taskgate_protocol::ErrorObject;
 
+pub use file::FileTaskStore;
 pub use memory::MemoryTaskStore;
 
 /// A boxed future, so the trait can be used as `dyn TaskStore`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// Who a task belongs to: the requestor's authorization context.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Owner {
     /// Tenant id.
     pub tenant: String,
@@ -31,7 +45,8 @@ pub struct Owner {
 }
 
 /// How the underlying request ended.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum TaskOutcome {
     /// The request's result (for `tools/call`, a `CallToolResult`).
     Result(Value),
@@ -39,8 +54,21 @@ pub enum TaskOutcome {
     Error(ErrorObject),
 }
 
+/// What is needed to follow a native task again after the gateway restarts: the upstream
+/// session it was created in (an HTTP upstream keeps a session across our restart; a stdio
+/// upstream's process ends with us, so its tasks cannot be followed again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamSessionRef {
+    /// The upstream's `Mcp-Session-Id`.
+    pub session_id: String,
+    /// The protocol version negotiated in it.
+    pub protocol_version: String,
+}
+
 /// One task.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TaskRecord {
     /// The gateway's task id (a v4 UUID).
     pub id: String,
@@ -60,8 +88,18 @@ pub struct TaskRecord {
     pub poll_interval_ms: u64,
     /// The upstream running it.
     pub upstream: String,
+    /// The tool called (the upstream's own name for it).
+    #[serde(default)]
+    pub tool: String,
     /// The upstream's own task id, for native tasks. Never shown to clients.
     pub upstream_task_id: Option<String>,
+    /// The upstream session a native task lives in, when it can be followed again from
+    /// another process.
+    #[serde(default)]
+    pub upstream_session: Option<UpstreamSessionRef>,
+    /// The gateway process (replica) running it, while it is not terminal.
+    #[serde(default)]
+    pub replica: Option<String>,
     /// The outcome, once terminal (cancelled tasks may have none).
     pub outcome: Option<TaskOutcome>,
 }
@@ -157,6 +195,10 @@ pub trait TaskStore: Send + Sync + 'static {
     fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>>;
     /// Removes one task.
     fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+    /// Hands `replica` the tasks that are not terminal and that no live replica runs (their
+    /// replica stopped: the process restarted, or another replica died), and returns them. The
+    /// caller follows each again or fails it. A task is handed out once.
+    fn claim_orphans<'a>(&'a self, replica: &'a str, now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>>;
     /// Tasks held now.
     fn len(&self) -> usize;
     /// Gives back memory held for tasks that are gone (after a burst). Optional.
@@ -165,4 +207,42 @@ pub trait TaskStore: Send + Sync + 'static {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Applies a status change to a record if it is still in `expected` and the lifecycle allows
+/// it (the one transition rule): every backend's compare-and-set.
+pub(crate) fn apply_update(record: &mut TaskRecord, expected: TaskStatus, update: Update) -> Result<(), StoreError> {
+    if record.status != expected {
+        return Err(StoreError::Conflict { current: record.status });
+    }
+    taskgate_protocol::tasks::transition(record.status, update.status).map_err(StoreError::Invalid)?;
+    record.status = update.status;
+    record.status_message = update.status_message;
+    record.last_updated_at_ms = update.now_ms.max(record.last_updated_at_ms);
+    if update.outcome.is_some() {
+        record.outcome = update.outcome;
+    }
+    if update.upstream_task_id.is_some() {
+        record.upstream_task_id = update.upstream_task_id;
+    }
+    if record.status.is_terminal() {
+        record.replica = None;
+    }
+    Ok(())
+}
+
+/// A `tasks/list` cursor: the position (creation time, id) of the last task returned, so it
+/// stays valid while tasks are created and deleted.
+pub(crate) fn encode_cursor(created: u64, id: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("tasks:{created}:{id}"))
+}
+
+/// The position in a cursor issued by [`encode_cursor`].
+pub(crate) fn decode_cursor(cursor: &str) -> Option<(u64, String)> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (created, id) = text.strip_prefix("tasks:")?.split_once(':')?;
+    Some((created.parse().ok()?, id.to_owned()))
 }

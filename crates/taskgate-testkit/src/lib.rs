@@ -33,6 +33,8 @@ pub struct TestGateway {
     /// The admin listener's address, when `server.admin_listen` is set.
     pub admin: Option<SocketAddr>,
     handle: ServerHandle,
+    /// The file store's data directory, when the test left the store at its default.
+    _data: Option<tempfile::TempDir>,
 }
 
 impl TestGateway {
@@ -46,6 +48,13 @@ impl TestGateway {
     pub fn start_with_clock(mut config: Config, clock: std::sync::Arc<dyn taskgate_core::clock::Clock>) -> TestGateway {
         config.server.listen = "127.0.0.1:0".into();
         config.server.workers = 2;
+        // The default store (a file in ./taskgate-data) gets a directory of its own, so tests
+        // run on the durable store without sharing one.
+        let data = (config.store == taskgate_config::StoreConfig::default()).then(|| {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            config.store = taskgate_config::StoreConfig::file(dir.path().display().to_string());
+            dir
+        });
         if let Err(problems) = config.validate() {
             panic!("invalid test configuration: {problems:?}");
         }
@@ -62,6 +71,7 @@ impl TestGateway {
             gateway,
             admin,
             handle: running.handle,
+            _data: data,
         }
     }
 

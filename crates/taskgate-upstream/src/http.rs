@@ -79,6 +79,19 @@ impl HttpChannel {
         *self.protocol_version.lock() = Some(version.to_owned());
     }
 
+    /// Continues a session the upstream gave an earlier process of the gateway.
+    pub(crate) fn adopt(&self, resume: &crate::SessionResume) {
+        *self.session_id.lock() = Some(resume.session_id.clone());
+        self.set_protocol_version(&resume.protocol_version);
+    }
+
+    /// The session's id and version, once the upstream has given one.
+    pub(crate) fn resume_point(&self) -> Option<crate::SessionResume> {
+        let session_id = self.session_id.lock().clone()?;
+        let protocol_version = self.protocol_version.lock().clone()?;
+        Some(crate::SessionResume { session_id, protocol_version })
+    }
+
     pub(crate) fn is_alive(&self) -> bool {
         !self.expired.load(Ordering::Relaxed)
     }

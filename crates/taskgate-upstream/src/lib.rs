@@ -18,4 +18,7 @@ mod session;
 pub mod stdio;
 
 pub use error::UpstreamError;
-pub use session::{ClientIdentity, Connector, ProgressRoute, RequestObserver, UpstreamEvent, UpstreamSession};
+pub use session::{
+    ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, UpstreamEvent, UpstreamSession,
+    WeakUpstreamSession,
+};

@@ -34,6 +34,15 @@ impl ClientIdentity {
     }
 }
 
+/// An upstream HTTP session, as another gateway process can continue it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionResume {
+    /// The upstream's `Mcp-Session-Id`.
+    pub session_id: String,
+    /// The protocol version negotiated in it.
+    pub protocol_version: String,
+}
+
 /// A message an upstream sent on its own initiative.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpstreamEvent {
@@ -204,6 +213,36 @@ impl Connector {
         self.inner.config.max_processes - self.inner.processes.available_permits()
     }
 
+    /// Continues, without `initialize`, an HTTP session this upstream gave an earlier process
+    /// of the gateway (to follow its native tasks again after a restart). If the upstream has
+    /// ended that session (404), the next request initializes a new one, as for any session.
+    /// `None` for a stdio upstream: its process ended with the earlier gateway.
+    pub fn resume(
+        &self,
+        identity: ClientIdentity,
+        events: mpsc::Sender<UpstreamEvent>,
+        resume: &SessionResume,
+    ) -> Option<UpstreamSession> {
+        if self.config().transport != Transport::Http {
+            return None;
+        }
+        let session = self.open(identity, events);
+        let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_BUFFER);
+        let channel = Arc::new(HttpChannel::new(
+            self.config(),
+            self.inner.http.clone(),
+            incoming_tx,
+            session.inner.routes.clone(),
+            session.inner.closed.subscribe(),
+        ));
+        channel.adopt(resume);
+        tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
+        channel.clone().listen();
+        let ready = Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: json!({}) });
+        *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
+        Some(session)
+    }
+
     /// Opens a session; nothing is sent until its first request. Messages the upstream sends
     /// on its own arrive on `events`.
     pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<UpstreamEvent>) -> UpstreamSession {
@@ -281,7 +320,25 @@ impl Channel {
     }
 }
 
+/// A hold on an [`UpstreamSession`] that does not keep it open.
+#[derive(Clone)]
+pub struct WeakUpstreamSession {
+    inner: Weak<SessionInner>,
+}
+
+impl WeakUpstreamSession {
+    /// The session, while something else holds it.
+    pub fn upgrade(&self) -> Option<UpstreamSession> {
+        self.inner.upgrade().map(|inner| UpstreamSession { inner })
+    }
+}
+
 impl UpstreamSession {
+    /// A hold that does not keep the session open.
+    pub fn downgrade(&self) -> WeakUpstreamSession {
+        WeakUpstreamSession { inner: Arc::downgrade(&self.inner) }
+    }
+
     /// The upstream's name.
     pub fn upstream(&self) -> &str {
         self.inner.connector.name()
@@ -373,6 +430,15 @@ impl UpstreamSession {
             reason: "the session that sent the request has ended".into(),
         })?;
         ready.channel.send(&response).await.map_err(|e| self.expired_twice(e))
+    }
+
+    /// What another gateway process needs to continue this session ([`Connector::resume`]):
+    /// for an HTTP upstream that has given a session id; `None` otherwise.
+    pub async fn resume_point(&self) -> Option<SessionResume> {
+        match &self.current().await?.channel {
+            Channel::Http(http) => http.resume_point(),
+            Channel::Stdio(_) => None,
+        }
     }
 
     /// The upstream's capabilities from `initialize`, initializing first if needed.

@@ -43,6 +43,9 @@ enum Command {
         /// Where the gateway listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// The task store's data directory (tasks survive a restart of the demo).
+        #[arg(long, default_value = "taskgate-demo-data")]
+        data: PathBuf,
     },
     /// Prints the SHA-256 of an API key, for `[[tenant.api_key]] sha256` (reads the key from
     /// stdin when it is not given, so it stays out of the shell history).
@@ -69,7 +72,7 @@ fn main() -> ExitCode {
             Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path))
         }
         Command::HashKey { key } => hash_key(key),
-        Command::Demo { listen } => demo(listen),
+        Command::Demo { listen, data } => demo(listen, data),
         Command::DemoUpstream { stdio, listen } => demo_upstream(stdio, listen),
     };
     match outcome {
@@ -142,6 +145,9 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
     actix_rt::System::new().block_on(async move {
         let poll = config.server.config_poll_ms;
         let gateway = Gateway::start(config).map_err(problems)?;
+        // Tasks the previous process left unfinished are followed again or failed before the
+        // first request is served.
+        recover(&gateway).await?;
         let hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
         actix_rt::spawn(watch_config(path, gateway.clone(), poll, hangup));
@@ -161,6 +167,19 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
         }
         Ok(())
     })
+}
+
+/// Takes over the tasks an earlier run of the gateway left unfinished.
+async fn recover(gateway: &Gateway) -> anyhow::Result<()> {
+    let recovered = gateway.recover().await.context("cannot take over the tasks of the previous run")?;
+    if recovered.followed + recovered.failed > 0 {
+        tracing::info!(
+            followed = recovered.followed,
+            failed = recovered.failed,
+            "tasks of the previous run taken over"
+        );
+    }
+    Ok(())
 }
 
 /// Reloads the configuration on SIGHUP, and when the file's bytes change (checked every
@@ -210,9 +229,10 @@ fn problems(problems: Vec<taskgate_config::Problem>) -> anyhow::Error {
 /// The demo's configuration: tenants and limits (its upstreams are added at start).
 const DEMO_CONFIG: &str = include_str!("../../../config/demo.toml");
 
-fn demo(listen: SocketAddr) -> anyhow::Result<()> {
+fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
     let mut config = Config::parse_unvalidated(DEMO_CONFIG, "config/demo.toml", &|key| std::env::var(key).ok())?;
     config.server.listen = listen.to_string();
+    config.store = taskgate_config::StoreConfig::file(data.display().to_string());
     init_logging(&config);
     let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
     actix_rt::System::new().block_on(async move {
@@ -223,6 +243,7 @@ fn demo(listen: SocketAddr) -> anyhow::Result<()> {
         config.upstreams.push(UpstreamConfig::stdio("local", exe.display().to_string(), vec!["demo-upstream".into(), "--stdio".into()]));
         config.validate().map_err(problems)?;
         let gateway = Gateway::start(config).map_err(problems)?;
+        recover(&gateway).await?;
         let running = taskgate_http::serve(gateway, None).context("cannot start the front door")?;
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);

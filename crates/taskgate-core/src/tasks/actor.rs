@@ -506,14 +506,17 @@ impl Message for Cancel {
 }
 
 impl Handler<Cancel> for TaskActor {
-    type Result = ResponseActFuture<Self, Result<TaskRecord, GatewayError>>;
+    // Atomic: no other message (the call's own completion) is handled while the cancel's
+    // compare-and-set is in flight, so whichever of the two the store applies first, the
+    // other sees it, and the cancel always gets its answer before the actor can stop.
+    type Result = AtomicResponse<Self, Result<TaskRecord, GatewayError>>;
 
     fn handle(&mut self, _: Cancel, _: &mut Context<Self>) -> Self::Result {
         let store = self.shared.tasks.store().clone();
         let update = self.shared.tasks.cancel_update();
         let (id, expected) = (self.id.clone(), self.status);
         let change = async move { store.compare_and_set(&id, expected, update).await };
-        Box::pin(change.into_actor(self).map(|result, act, ctx| match result {
+        AtomicResponse::new(Box::pin(change.into_actor(self).map(|result, act, ctx| match result {
             Ok(record) => {
                 act.stop_work(ctx);
                 act.settled(Ok(record.clone()), ctx);
@@ -526,7 +529,7 @@ impl Handler<Cancel> for TaskActor {
             }
             Err(StoreError::NotFound) => Err(not_found()),
             Err(e) => Err(super::service::store_error(e)),
-        }))
+        })))
     }
 }
 

@@ -3,6 +3,8 @@
 //! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
+mod observed;
+mod recovery;
 mod service;
 mod supervisor;
 
@@ -17,6 +19,8 @@ use taskgate_upstream::UpstreamError;
 pub use actor::Crash;
 pub use actor::TaskActor;
 pub(crate) use actor::{InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
+pub(crate) use observed::ObservedStore;
+pub use recovery::Recovered;
 pub use service::TaskService;
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
 

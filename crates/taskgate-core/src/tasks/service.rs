@@ -133,6 +133,12 @@ impl TaskService {
         self.calls.read().get(key).cloned()
     }
 
+    /// Claims the tasks no live gateway process runs (after a restart, or a replica's death)
+    /// and follows each again or fails it.
+    pub(crate) async fn recover(shared: Arc<Shared>) -> Result<super::Recovered, GatewayError> {
+        super::recovery::recover(shared).await.map_err(store_error)
+    }
+
     /// Gives back memory the tables kept at their peak (after a burst).
     pub(crate) fn compact(&self) {
         self.store.compact();

@@ -65,11 +65,12 @@ impl Supervisor {
         }
     }
 
-    fn sweep(&mut self, ctx: &mut Context<Self>) {
+    /// Deletes the expired tasks; the Supervisor handles nothing else until it is done.
+    fn sweep(&mut self) -> impl ActorFuture<Self, Output = ()> + 'static {
         let store = self.shared.tasks.store().clone();
         let now = self.shared.clock.now_ms();
         let expire = async move { store.expire(now).await };
-        ctx.wait(expire.into_actor(self).map(|removed, act, _| match removed {
+        expire.into_actor(self).map(|removed, act, _| match removed {
             Ok(removed) => {
                 for record in &removed {
                     tracing::info!(task = %record.id, tenant = %record.owner.tenant, "task expired (sweep)");
@@ -80,7 +81,7 @@ impl Supervisor {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
-        }));
+        })
     }
 }
 
@@ -90,7 +91,7 @@ impl Actor for Supervisor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let every = Duration::from_millis(self.shared.config.tasks.sweep_interval_ms);
         ctx.run_interval(every, |act, ctx| {
-            act.sweep(ctx);
+            ctx.wait(act.sweep());
             act.trim_after_bursts();
             ctx.spawn(act.expire_sessions().into_actor(act));
             act.shared.tenancy.rates.prune(act.shared.clock.now_ms());
@@ -106,10 +107,10 @@ impl Message for Sweep {
 }
 
 impl Handler<Sweep> for Supervisor {
-    type Result = ();
+    type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, _: Sweep, ctx: &mut Context<Self>) {
-        self.sweep(ctx);
+    fn handle(&mut self, _: Sweep, _: &mut Context<Self>) -> Self::Result {
+        AtomicResponse::new(Box::pin(self.sweep()))
     }
 }
 

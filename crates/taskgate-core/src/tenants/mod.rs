@@ -169,6 +169,12 @@ impl Tenancy {
             l.max_concurrent_tasks_per_principal,
         )
     }
+
+    /// The place of a task admitted before, now run by this process (after a restart or a
+    /// takeover): counted under the caps whatever they are now, never refused.
+    pub fn readmit_task(&self, identity: &Identity) -> TaskPermit {
+        self.concurrency.acquire(&identity.tenant, &identity.principal, None, None).expect("no cap, no refusal")
+    }
 }
 
 impl Cap {

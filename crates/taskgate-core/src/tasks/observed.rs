@@ -1,0 +1,77 @@
+//! [`ObservedStore`]: any [`TaskStore`] with each operation's latency and backend failures
+//! counted (`taskgate_store_operation_duration_seconds`, `taskgate_store_errors_total`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use taskgate_protocol::tasks::TaskStatus;
+use taskgate_store::{ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
+
+use crate::metrics::Metrics;
+
+/// A store whose operations are measured.
+pub(crate) struct ObservedStore {
+    inner: Arc<dyn TaskStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl ObservedStore {
+    pub(crate) fn new(inner: Arc<dyn TaskStore>, metrics: Arc<Metrics>) -> ObservedStore {
+        ObservedStore { inner, metrics }
+    }
+
+    fn observe<'a, T: Send + 'a>(
+        &'a self,
+        operation: &'static str,
+        work: impl Future<Output = Result<T, StoreError>> + Send + 'a,
+    ) -> StoreFuture<'a, T> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let outcome = work.await;
+            self.metrics.store_duration.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
+            if let Err(StoreError::Backend(_) | StoreError::Unavailable(_)) = &outcome {
+                self.metrics.store_errors.with_label_values(&[operation]).inc();
+            }
+            outcome
+        })
+    }
+}
+
+impl TaskStore for ObservedStore {
+    fn create(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
+        self.observe("create", self.inner.create(record))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.observe("get", self.inner.get(id))
+    }
+
+    fn compare_and_set<'a>(&'a self, id: &'a str, expected: TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord> {
+        self.observe("compare_and_set", self.inner.compare_and_set(id, expected, update))
+    }
+
+    fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage> {
+        self.observe("list", self.inner.list(owner, cursor, limit))
+    }
+
+    fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>> {
+        self.observe("expire", self.inner.expire(now_ms))
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.observe("delete", self.inner.delete(id))
+    }
+
+    fn claim_orphans<'a>(&'a self, replica: &'a str, now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.observe("claim_orphans", self.inner.claim_orphans(replica, now_ms))
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn compact(&self) {
+        self.inner.compact();
+    }
+}

@@ -1,0 +1,178 @@
+//! Tasks that no live gateway process runs any more (this process restarted, or another
+//! replica died) are claimed from the store and, each, followed again or failed:
+//!
+//! - a native task on an HTTP upstream is followed again in the upstream session it was
+//!   created in (the upstream keeps it across our restart), and finishes normally;
+//! - a wrapped task's upstream call, and a native task on a stdio upstream (whose process
+//!   ended with the gateway), died with the process: the task becomes `failed` with a
+//!   statusMessage that says so. Never "not found", never silently lost.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use taskgate_config::Transport;
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::tasks::{TaskStatus, TaskView};
+use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage};
+use taskgate_store::{TaskOutcome, TaskRecord, Update, UpstreamSessionRef};
+use taskgate_upstream::{ClientIdentity, SessionResume, UpstreamEvent, UpstreamSession};
+use tokio::sync::mpsc;
+
+use super::actor::{TaskActor, TaskStart, UpstreamStatus, Work};
+use crate::gateway::Shared;
+use crate::registry::Identity;
+
+/// Events buffered from a resumed upstream session.
+const RESUMED_EVENTS: usize = 64;
+
+/// What a recovery pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recovered {
+    /// Native tasks followed again.
+    pub followed: usize,
+    /// Tasks failed because their upstream work died with a gateway process.
+    pub failed: usize,
+}
+
+/// Claims the orphaned tasks and follows or fails each.
+pub(crate) async fn recover(shared: Arc<Shared>) -> Result<Recovered, taskgate_store::StoreError> {
+    let now = shared.clock.now_ms();
+    let orphans = shared.tasks.store().claim_orphans(&shared.replica, now).await?;
+    let mut done = Recovered::default();
+    // One resumed upstream session per (upstream, session): its tasks share it.
+    let mut sessions: HashMap<(String, String), UpstreamSession> = HashMap::new();
+    for record in orphans {
+        match follow_again(&shared, &record, &mut sessions) {
+            Some(session) => {
+                start_following(&shared, record, session);
+                done.followed += 1;
+            }
+            None => {
+                if fail(&shared, &record).await {
+                    done.failed += 1;
+                }
+            }
+        }
+    }
+    let m = &shared.metrics;
+    m.tasks_recovered.with_label_values(&["followed"]).inc_by(done.followed as u64);
+    m.tasks_recovered.with_label_values(&["failed"]).inc_by(done.failed as u64);
+    if done != Recovered::default() {
+        tracing::warn!(
+            followed = done.followed,
+            failed = done.failed,
+            "took over tasks left by a gateway process that stopped"
+        );
+    }
+    Ok(done)
+}
+
+/// The upstream session in which a native task can be followed again, if there is one.
+fn follow_again(
+    shared: &Arc<Shared>,
+    record: &TaskRecord,
+    sessions: &mut HashMap<(String, String), UpstreamSession>,
+) -> Option<UpstreamSession> {
+    let (Some(_), Some(UpstreamSessionRef { session_id, protocol_version })) =
+        (&record.upstream_task_id, &record.upstream_session)
+    else {
+        return None;
+    };
+    let connector = shared.connectors.get(&record.upstream)?;
+    let key = (record.upstream.clone(), session_id.clone());
+    if let Some(session) = sessions.get(&key) {
+        return Some(session.clone());
+    }
+    let (events, rx) = mpsc::channel(RESUMED_EVENTS);
+    let resume = SessionResume { session_id: session_id.clone(), protocol_version: protocol_version.clone() };
+    let session = connector.resume(ClientIdentity::gateway(), events, &resume)?;
+    actix::spawn(serve_resumed(shared.clone(), record.upstream.clone(), session.clone(), rx));
+    sessions.insert(key, session.clone());
+    Some(session)
+}
+
+fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSession) {
+    let owner = Identity { tenant: record.owner.tenant.clone(), principal: record.owner.principal.clone() };
+    let upstream_task_id = record.upstream_task_id.clone().expect("checked by follow_again");
+    let native = Some((record.upstream.clone(), upstream_task_id.clone()));
+    let poll = Duration::from_millis(record.poll_interval_ms);
+    shared.metrics.tasks.with_label_values(&[&owner.tenant, record.status.as_str()]).inc();
+    tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %owner.tenant, principal = %owner.principal, upstream = %record.upstream, "task followed again after a gateway restart");
+    let permit = Some(shared.tenancy.readmit_task(&owner));
+    let id = record.id.clone();
+    let work = Work::Native { upstream_task_id, poll, progress_route: None };
+    let start = TaskStart { record, owner, session, work, progress: None, permit };
+    let actor = TaskActor::new(shared.clone(), start).start();
+    shared.tasks.register(&id, actor, native);
+}
+
+/// Fails a task whose upstream work died with a gateway process; false when it was settled
+/// meanwhile (a cancel) or is gone.
+async fn fail(shared: &Arc<Shared>, record: &TaskRecord) -> bool {
+    let upstream = &record.upstream;
+    let why = match (&record.upstream_task_id, shared.connectors.get(upstream).map(|c| c.config().transport)) {
+        (_, None) => format!("The gateway restarted while the task ran, and upstream '{upstream}' is no longer configured"),
+        (Some(_), Some(Transport::Stdio)) => format!(
+            "The gateway restarted while the task ran; the stdio upstream '{upstream}' ran it in a process that ended with the gateway"
+        ),
+        (Some(_), Some(Transport::Http)) => format!(
+            "The gateway restarted while the task ran, and the upstream '{upstream}' session that runs it was not recorded"
+        ),
+        (None, _) => format!(
+            "The gateway restarted while the task ran; its call to upstream '{upstream}' ended with the gateway process. Run the tool again."
+        ),
+    };
+    let update = Update {
+        status: TaskStatus::Failed,
+        status_message: Some(why.clone()),
+        outcome: Some(TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, why))),
+        upstream_task_id: None,
+        now_ms: shared.clock.now_ms(),
+    };
+    match shared.tasks.store().compare_and_set(&record.id, record.status, update).await {
+        Ok(failed) => {
+            tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %record.owner.tenant, principal = %record.owner.principal, status = %failed.status, "task failed: its work ended with a gateway process");
+            shared.tasks.finished(&record.id);
+            true
+        }
+        Err(e) => {
+            tracing::info!(task = %record.id, error = %e, "an orphaned task was settled meanwhile");
+            false
+        }
+    }
+}
+
+/// What a resumed upstream session sends on its own: status notifications go to the task's
+/// actor; requests for the requestor (elicitation…) are refused, since no client session of
+/// the requestor is attached to it any more; the rest is dropped.
+async fn serve_resumed(
+    shared: Arc<Shared>,
+    upstream: String,
+    session: UpstreamSession,
+    mut events: mpsc::Receiver<UpstreamEvent>,
+) {
+    // Only a weak hold: the session ends when its last task does.
+    let session = session.downgrade();
+    while let Some(event) = events.recv().await {
+        match event {
+            UpstreamEvent::Notification { method, params, .. } if method == methods::TASKS_STATUS => {
+                if let Some(up) = params.as_ref().and_then(TaskView::from_value) {
+                    let task = shared.tasks.native_task(&(upstream.clone(), up.task_id.clone()));
+                    if let Some(actor) = task.and_then(|t| shared.tasks.actor(&t)) {
+                        let _ = actor.try_send(UpstreamStatus(up));
+                    }
+                }
+            }
+            UpstreamEvent::Request { id, method, .. } => {
+                let Some(session) = session.upgrade() else { return };
+                let why =
+                    format!("{method} cannot be relayed: the requestor's session ended when the gateway restarted");
+                let refusal = RpcMessage::error(Some(id), ErrorObject::new(codes::INTERNAL_ERROR, why));
+                let _ = session.respond(refusal).await;
+            }
+            UpstreamEvent::Notification { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The behaviour every [`TaskStore`] backend must have, checked against each of them.
+
+use std::future::Future;
+
+use serde_json::json;
+use taskgate_protocol::tasks::TaskStatus;
+
+use crate::{Owner, StoreError, TaskOutcome, TaskRecord, TaskStore, Update, UpstreamSessionRef};
+
+pub(crate) fn owner(name: &str) -> Owner {
+    Owner { tenant: "t".into(), principal: name.into() }
+}
+
+pub(crate) fn record(id: &str, owner: Owner, created: u64, ttl: Option<u64>) -> TaskRecord {
+    TaskRecord {
+        id: id.into(),
+        owner,
+        status: TaskStatus::Working,
+        status_message: None,
+        created_at_ms: created,
+        last_updated_at_ms: created,
+        ttl_ms: ttl,
+        poll_interval_ms: 1000,
+        upstream: "u".into(),
+        tool: "tool".into(),
+        upstream_task_id: None,
+        upstream_session: None,
+        replica: Some("r1".into()),
+        outcome: None,
+    }
+}
+
+fn update(status: TaskStatus, now: u64) -> Update {
+    Update { status, status_message: None, outcome: None, upstream_task_id: None, now_ms: now }
+}
+
+pub(crate) fn cancel(now: u64) -> Update {
+    update(TaskStatus::Cancelled, now)
+}
+
+/// Runs an async check to completion.
+pub(crate) fn run<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+pub(crate) async fn compare_and_set_checks_expected_status_and_lifecycle(s: &dyn TaskStore) {
+    s.create(record("a", owner("p"), 0, None)).await.unwrap();
+    let done = Update { outcome: Some(TaskOutcome::Result(json!({"ok": true}))), ..update(TaskStatus::Completed, 5) };
+    let r = s.compare_and_set("a", TaskStatus::Working, done).await.unwrap();
+    assert_eq!((r.status, r.last_updated_at_ms, r.replica), (TaskStatus::Completed, 5, None));
+    assert_eq!(s.get("a").await.unwrap().unwrap().outcome, Some(TaskOutcome::Result(json!({"ok": true}))));
+    // A racing cancel that still expects `working` loses.
+    assert_eq!(
+        s.compare_and_set("a", TaskStatus::Working, update(TaskStatus::Cancelled, 6)).await,
+        Err(StoreError::Conflict { current: TaskStatus::Completed })
+    );
+    // Terminal is final even when the expected status matches.
+    assert!(matches!(
+        s.compare_and_set("a", TaskStatus::Completed, update(TaskStatus::Working, 7)).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(
+        s.compare_and_set("zz", TaskStatus::Working, update(TaskStatus::Failed, 1)).await,
+        Err(StoreError::NotFound)
+    );
+}
+
+pub(crate) async fn listing_is_per_owner_in_creation_order_with_cursors(s: &dyn TaskStore) {
+    for i in 0..7 {
+        s.create(record(&format!("a{i}"), owner("alice"), i, None)).await.unwrap();
+    }
+    s.create(record("b0", owner("bob"), 3, None)).await.unwrap();
+    // An owner whose name starts like another's is another owner.
+    s.create(record("c0", owner("alice2"), 1, None)).await.unwrap();
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = s.list(&owner("alice"), cursor.as_deref(), 3).await.unwrap();
+        seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a0", "a1", "a2", "a3", "a4", "a5", "a6"]);
+    assert_eq!(s.list(&owner("bob"), None, 10).await.unwrap().tasks.len(), 1);
+    assert!(s.list(&owner("carol"), None, 10).await.unwrap().tasks.is_empty());
+    assert_eq!(s.list(&owner("alice"), Some("bogus"), 3).await, Err(StoreError::BadCursor));
+    // A page that ends exactly at the last task has no next cursor.
+    let page = s.list(&owner("alice"), None, 7).await.unwrap();
+    assert_eq!((page.tasks.len(), page.next_cursor), (7, None));
+}
+
+pub(crate) async fn expiry_removes_exactly_the_due_tasks_from_every_index(s: &dyn TaskStore) {
+    s.create(record("short", owner("p"), 0, Some(100))).await.unwrap();
+    s.create(record("long", owner("p"), 0, Some(1000))).await.unwrap();
+    s.create(record("forever", owner("p"), 0, None)).await.unwrap();
+    assert!(s.expire(99).await.unwrap().is_empty());
+    let gone: Vec<_> = s.expire(100).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(gone, ["short"]);
+    assert_eq!(s.get("short").await.unwrap(), None);
+    assert_eq!(s.list(&owner("p"), None, 10).await.unwrap().tasks.len(), 2);
+    s.expire(u64::MAX).await.unwrap();
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.delete("forever").await.unwrap().map(|r| r.id), Some("forever".into()));
+    assert_eq!(s.delete("forever").await.unwrap(), None);
+    assert!(s.is_empty());
+}
+
+pub(crate) async fn capacity_is_bounded(s: &dyn TaskStore) {
+    s.create(record("a", owner("p"), 0, None)).await.unwrap();
+    assert_eq!(s.create(record("b", owner("p"), 0, None)).await, Err(StoreError::Full { limit: 1 }));
+    s.delete("a").await.unwrap();
+    s.create(record("b", owner("p"), 0, None)).await.unwrap();
+}
+
+pub(crate) async fn orphans_are_claimed_once_and_terminal_tasks_never(s: &dyn TaskStore) {
+    let mut native = record("n", owner("p"), 0, None);
+    native.upstream_task_id = Some("up-1".into());
+    native.upstream_session =
+        Some(UpstreamSessionRef { session_id: "s-1".into(), protocol_version: "2025-11-25".into() });
+    s.create(native.clone()).await.unwrap();
+    s.create(record("w", owner("p"), 1, None)).await.unwrap();
+    s.create(record("done", owner("p"), 2, None)).await.unwrap();
+    s.compare_and_set("done", TaskStatus::Working, update(TaskStatus::Completed, 3)).await.unwrap();
+    // Its own tasks are not orphans for the replica running them.
+    assert!(s.claim_orphans("r1", 10).await.unwrap().is_empty());
+    let mut claimed = s.claim_orphans("r2", 10).await.unwrap();
+    claimed.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(claimed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["n", "w"]);
+    assert!(claimed.iter().all(|r| r.replica.as_deref() == Some("r2")));
+    assert_eq!(claimed[0].upstream_session, native.upstream_session);
+    assert!(s.claim_orphans("r2", 11).await.unwrap().is_empty());
+}
+
+/// One test per check, for a backend made by `$store` (given the capacity).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! store_conformance {
+    ($store:expr) => {
+        #[test]
+        fn compare_and_set_checks_expected_status_and_lifecycle() {
+            let s = $store(100);
+            $crate::conformance::run($crate::conformance::compare_and_set_checks_expected_status_and_lifecycle(&s));
+        }
+        #[test]
+        fn listing_is_per_owner_in_creation_order_with_cursors() {
+            let s = $store(100);
+            $crate::conformance::run($crate::conformance::listing_is_per_owner_in_creation_order_with_cursors(&s));
+        }
+        #[test]
+        fn expiry_removes_exactly_the_due_tasks_from_every_index() {
+            let s = $store(100);
+            $crate::conformance::run($crate::conformance::expiry_removes_exactly_the_due_tasks_from_every_index(&s));
+        }
+        #[test]
+        fn capacity_is_bounded() {
+            let s = $store(1);
+            $crate::conformance::run($crate::conformance::capacity_is_bounded(&s));
+        }
+        #[test]
+        fn orphans_are_claimed_once_and_terminal_tasks_never() {
+            let s = $store(100);
+            $crate::conformance::run($crate::conformance::orphans_are_claimed_once_and_terminal_tasks_never(&s));
+        }
+    };
+}

@@ -1,0 +1,523 @@
+//! The embedded, crash-safe [`TaskStore`]: one redb database file in a data directory.
+//!
+//! - Durability: every change is committed with `Durability::Immediate` (fsync) before the
+//!   operation's future resolves, so a task handle is only returned once the task is on disk.
+//! - Group commit: one writer thread takes the changes waiting in its queue (at most
+//!   [`MAX_BATCH`]), applies them in order in one write transaction and commits once; a burst
+//!   of creations costs one fsync, not one each. Each change still succeeds or fails on its own.
+//! - Reads (`get`, `list`) run inline on a read transaction (MVCC: they never wait for the
+//!   writer) and see every change whose future has resolved.
+//! - redb is copy-on-write with checksummed pages: a crash at any moment leaves the last
+//!   committed state, which it repairs to on the next open.
+//!
+//! Tables: `tasks` (id → record as JSON), `by_owner` (owner ‖ created ‖ id, for `tasks/list`),
+//! `by_expiry` (expiry ‖ id, for the sweep) and `live` (ids of tasks not yet terminal, for the
+//! restart).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
+use taskgate_protocol::tasks::TaskStatus;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
+
+const TASKS: TableDefinition<&str, &[u8]> = TableDefinition::new("tasks");
+const BY_OWNER: TableDefinition<&[u8], ()> = TableDefinition::new("by_owner");
+const BY_EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("by_expiry");
+const LIVE: TableDefinition<&str, ()> = TableDefinition::new("live");
+
+/// The database file's name inside the data directory.
+pub const FILE_NAME: &str = "tasks.redb";
+/// Changes committed together at most.
+const MAX_BATCH: usize = 512;
+/// Changes waiting for the writer at most; a full queue makes callers wait (backpressure).
+const QUEUE: usize = 4096;
+
+/// The file-backed store.
+pub struct FileTaskStore {
+    db: Arc<Database>,
+    /// `None` only while dropping.
+    writer: Option<mpsc::Sender<Op>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    count: Arc<AtomicUsize>,
+    path: PathBuf,
+}
+
+impl Drop for FileTaskStore {
+    /// Closes the queue and waits for the writer to finish what it took, so the database is
+    /// closed (and may be opened again) once the store is gone.
+    fn drop(&mut self) {
+        self.writer = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One change, with where its outcome goes.
+enum Op {
+    Create(Box<TaskRecord>, oneshot::Sender<Result<(), StoreError>>),
+    Cas(String, TaskStatus, Box<Update>, oneshot::Sender<Result<TaskRecord, StoreError>>),
+    Expire(u64, oneshot::Sender<Result<Vec<TaskRecord>, StoreError>>),
+    Delete(String, oneshot::Sender<Result<Option<TaskRecord>, StoreError>>),
+    Claim(String, oneshot::Sender<Result<Vec<TaskRecord>, StoreError>>),
+}
+
+impl Op {
+    fn fail(self, e: &StoreError) {
+        match self {
+            Op::Create(_, tx) => drop(tx.send(Err(e.clone()))),
+            Op::Cas(_, _, _, tx) => drop(tx.send(Err(e.clone()))),
+            Op::Expire(_, tx) | Op::Claim(_, tx) => drop(tx.send(Err(e.clone()))),
+            Op::Delete(_, tx) => drop(tx.send(Err(e.clone()))),
+        }
+    }
+}
+
+/// An applied change's outcome, sent once the batch is committed (or failed with it).
+enum Done {
+    Unit(oneshot::Sender<Result<(), StoreError>>, Result<(), StoreError>),
+    Record(oneshot::Sender<Result<TaskRecord, StoreError>>, Result<TaskRecord, StoreError>),
+    Removed(oneshot::Sender<Result<Option<TaskRecord>, StoreError>>, Result<Option<TaskRecord>, StoreError>),
+    Records(oneshot::Sender<Result<Vec<TaskRecord>, StoreError>>, Result<Vec<TaskRecord>, StoreError>),
+}
+
+impl Done {
+    fn send(self, failed: Option<&StoreError>) {
+        // A failed commit fails every change of its batch: none of them is on disk.
+        match self {
+            Done::Unit(tx, r) => drop(tx.send(failed.map_or(r, |e| Err(e.clone())))),
+            Done::Record(tx, r) => drop(tx.send(failed.map_or(r, |e| Err(e.clone())))),
+            Done::Removed(tx, r) => drop(tx.send(failed.map_or(r, |e| Err(e.clone())))),
+            Done::Records(tx, r) => drop(tx.send(failed.map_or(r, |e| Err(e.clone())))),
+        }
+    }
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn owner_prefix(owner: &Owner) -> Vec<u8> {
+    // Length-prefixed, so no owner's prefix is a prefix of another's.
+    let mut key = Vec::with_capacity(8 + owner.tenant.len() + owner.principal.len() + 8 + 36);
+    for part in [&owner.tenant, &owner.principal] {
+        key.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        key.extend_from_slice(part.as_bytes());
+    }
+    key
+}
+
+fn owner_key(owner: &Owner, created_ms: u64, id: &str) -> Vec<u8> {
+    let mut key = owner_prefix(owner);
+    key.extend_from_slice(&created_ms.to_be_bytes());
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+fn expiry_key(at_ms: u64, id: &str) -> Vec<u8> {
+    let mut key = at_ms.to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Backend(format!("a stored task does not decode: {e}")))
+}
+
+fn encode(record: &TaskRecord) -> Vec<u8> {
+    serde_json::to_vec(record).expect("a task record always encodes")
+}
+
+impl FileTaskStore {
+    /// Opens (or creates) the store in `dir`, holding at most `max_tasks` tasks. Fails with a
+    /// message naming the directory when it cannot be created or written, when another
+    /// process has the database open, or when the file is not a valid database.
+    pub fn open(dir: &Path, max_tasks: usize) -> Result<FileTaskStore, StoreError> {
+        let shown = dir.display();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Backend(format!("cannot create the data directory {shown}: {e}")))?;
+        let path = dir.join(FILE_NAME);
+        let db = Database::create(&path).map_err(|e| {
+            StoreError::Backend(match e {
+                redb::DatabaseError::DatabaseAlreadyOpen => {
+                    format!(
+                        "{} is already open in another taskgate process (one data directory per process)",
+                        path.display()
+                    )
+                }
+                e => format!(
+                    "cannot open the task database {}: {e} (is it a taskgate data directory, and writable?)",
+                    path.display()
+                ),
+            })
+        })?;
+        let count = {
+            let txn = db.begin_write().map_err(backend)?;
+            let count = {
+                let tasks = txn.open_table(TASKS).map_err(backend)?;
+                txn.open_table(BY_OWNER).map_err(backend)?;
+                txn.open_table(BY_EXPIRY).map_err(backend)?;
+                txn.open_table(LIVE).map_err(backend)?;
+                tasks.len().map_err(backend)? as usize
+            };
+            txn.commit().map_err(|e| StoreError::Backend(format!("cannot write to {}: {e}", path.display())))?;
+            count
+        };
+        let db = Arc::new(db);
+        let count = Arc::new(AtomicUsize::new(count));
+        let (writer, queue) = mpsc::channel(QUEUE);
+        let worker = Writer { db: db.clone(), count: count.clone(), max_tasks };
+        let thread = std::thread::Builder::new()
+            .name("taskgate-store-writer".into())
+            .spawn(move || worker.run(queue))
+            .map_err(|e| StoreError::Backend(format!("cannot start the store's writer thread: {e}")))?;
+        Ok(FileTaskStore { db, writer: Some(writer), thread: Some(thread), count, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn submit<'a, T: Send + 'a>(
+        &'a self,
+        op: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Op,
+    ) -> StoreFuture<'a, T> {
+        let (tx, rx) = oneshot::channel();
+        let op = op(tx);
+        Box::pin(async move {
+            let writer = self.writer.as_ref().ok_or_else(|| StoreError::Backend("the store is closing".into()))?;
+            writer.send(op).await.map_err(|_| StoreError::Backend("the store's writer has stopped".into()))?;
+            rx.await.map_err(|_| StoreError::Backend("the task database failed while applying the change".into()))?
+        })
+    }
+
+    fn read_record(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let tasks = txn.open_table(TASKS).map_err(backend)?;
+        let found = tasks.get(id).map_err(backend)?;
+        found.map(|bytes| decode(bytes.value())).transpose()
+    }
+
+    fn read_page(&self, owner: &Owner, cursor: Option<&str>, limit: usize) -> Result<ListPage, StoreError> {
+        let prefix = owner_prefix(owner);
+        let start = match cursor {
+            None => prefix.clone(),
+            Some(c) => {
+                let (created, id) = crate::decode_cursor(c).ok_or(StoreError::BadCursor)?;
+                // Just after the cursor's key.
+                let mut key = owner_key(owner, created, &id);
+                key.push(0);
+                key
+            }
+        };
+        let start_of_id = prefix.len() + 8;
+        let mut end = prefix;
+        end.extend_from_slice(&[0xFF; 9]);
+        let txn = self.db.begin_read().map_err(backend)?;
+        let index = txn.open_table(BY_OWNER).map_err(backend)?;
+        let tasks_table = txn.open_table(TASKS).map_err(backend)?;
+        let mut tasks = Vec::new();
+        let mut more = false;
+        for entry in index.range(start.as_slice()..end.as_slice()).map_err(backend)? {
+            let (key, _) = entry.map_err(backend)?;
+            if tasks.len() == limit {
+                more = true;
+                break;
+            }
+            // The key is the owner's prefix, the creation time, then the id.
+            let id = String::from_utf8_lossy(key.value().get(start_of_id..).unwrap_or_default()).into_owned();
+            if let Some(bytes) = tasks_table.get(id.as_str()).map_err(backend)? {
+                tasks.push(decode(bytes.value())?);
+            }
+        }
+        let next_cursor = match (more, tasks.last()) {
+            (true, Some(last)) => Some(crate::encode_cursor(last.created_at_ms, &last.id)),
+            _ => None,
+        };
+        Ok(ListPage { tasks, next_cursor })
+    }
+}
+
+impl TaskStore for FileTaskStore {
+    fn create(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
+        self.submit(|tx| Op::Create(Box::new(record), tx))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        Box::pin(std::future::ready(self.read_record(id)))
+    }
+
+    fn compare_and_set<'a>(&'a self, id: &'a str, expected: TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord> {
+        self.submit(|tx| Op::Cas(id.to_owned(), expected, Box::new(update), tx))
+    }
+
+    fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage> {
+        Box::pin(std::future::ready(self.read_page(owner, cursor, limit)))
+    }
+
+    fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>> {
+        self.submit(|tx| Op::Expire(now_ms, tx))
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.submit(|tx| Op::Delete(id.to_owned(), tx))
+    }
+
+    fn claim_orphans<'a>(&'a self, replica: &'a str, _now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.submit(|tx| Op::Claim(replica.to_owned(), tx))
+    }
+
+    fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    db: Arc<Database>,
+    count: Arc<AtomicUsize>,
+    max_tasks: usize,
+}
+
+impl Writer {
+    fn run(self, mut queue: mpsc::Receiver<Op>) {
+        // Ends when the store is dropped (every sender gone).
+        while let Some(first) = queue.blocking_recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+        }
+    }
+
+    fn commit(&self, batch: Vec<Op>) {
+        let mut count = self.count.load(Ordering::Relaxed);
+        let mut done = Vec::with_capacity(batch.len());
+        let mut ops = batch.into_iter();
+        let outcome = self.db.begin_write().map_err(backend).and_then(|txn| {
+            for op in ops.by_ref() {
+                done.push(self.apply(&txn, op, &mut count)?);
+            }
+            txn.commit().map_err(backend)
+        });
+        match outcome {
+            Ok(()) => {
+                self.count.store(count, Ordering::Relaxed);
+                done.into_iter().for_each(|d| d.send(None));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the task store could not commit a batch of changes; none was applied");
+                // Nothing of the batch is on disk: every change in it fails with the error.
+                done.into_iter().for_each(|d| d.send(Some(&e)));
+                ops.for_each(|op| op.fail(&e));
+            }
+        }
+    }
+
+    /// Applies one change in `txn`. `Err` is a storage failure that aborts the whole batch;
+    /// a change refused on its own (not found, conflict, full) is an `Ok(Done)` carrying it.
+    fn apply(&self, txn: &WriteTransaction, op: Op, count: &mut usize) -> Result<Done, StoreError> {
+        let mut tasks = txn.open_table(TASKS).map_err(backend)?;
+        let mut by_owner = txn.open_table(BY_OWNER).map_err(backend)?;
+        let mut by_expiry = txn.open_table(BY_EXPIRY).map_err(backend)?;
+        let mut live = txn.open_table(LIVE).map_err(backend)?;
+        Ok(match op {
+            Op::Create(record, tx) => {
+                let result = if *count >= self.max_tasks {
+                    Err(StoreError::Full { limit: self.max_tasks })
+                } else if tasks.get(record.id.as_str()).map_err(backend)?.is_some() {
+                    Err(StoreError::Backend(format!("task id {} already exists", record.id)))
+                } else {
+                    tasks.insert(record.id.as_str(), encode(&record).as_slice()).map_err(backend)?;
+                    by_owner
+                        .insert(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice(), ())
+                        .map_err(backend)?;
+                    if let Some(at) = record.expires_at_ms() {
+                        by_expiry.insert(expiry_key(at, &record.id).as_slice(), ()).map_err(backend)?;
+                    }
+                    if !record.status.is_terminal() {
+                        live.insert(record.id.as_str(), ()).map_err(backend)?;
+                    }
+                    *count += 1;
+                    Ok(())
+                };
+                Done::Unit(tx, result)
+            }
+            Op::Cas(id, expected, update, tx) => {
+                let current = tasks.get(id.as_str()).map_err(backend)?.map(|b| decode(b.value())).transpose()?;
+                let result = match current {
+                    None => Err(StoreError::NotFound),
+                    Some(mut record) => match crate::apply_update(&mut record, expected, *update) {
+                        Ok(()) => {
+                            tasks.insert(id.as_str(), encode(&record).as_slice()).map_err(backend)?;
+                            if record.status.is_terminal() {
+                                live.remove(id.as_str()).map_err(backend)?;
+                            }
+                            Ok(record)
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                Done::Record(tx, result)
+            }
+            Op::Expire(now_ms, tx) => {
+                let mut due = Vec::new();
+                for entry in by_expiry.range(..expiry_key(now_ms.saturating_add(1), "").as_slice()).map_err(backend)? {
+                    let (key, _) = entry.map_err(backend)?;
+                    due.push(String::from_utf8_lossy(&key.value()[8..]).into_owned());
+                }
+                let mut removed = Vec::with_capacity(due.len());
+                for id in due {
+                    if let Some(record) = remove(&mut tasks, &mut by_owner, &mut by_expiry, &mut live, &id)? {
+                        *count = count.saturating_sub(1);
+                        removed.push(record);
+                    }
+                }
+                Done::Records(tx, Ok(removed))
+            }
+            Op::Delete(id, tx) => {
+                let removed = remove(&mut tasks, &mut by_owner, &mut by_expiry, &mut live, &id)?;
+                if removed.is_some() {
+                    *count = count.saturating_sub(1);
+                }
+                Done::Removed(tx, Ok(removed))
+            }
+            Op::Claim(replica, tx) => {
+                let mut ids = Vec::new();
+                for entry in live.iter().map_err(backend)? {
+                    let (id, _) = entry.map_err(backend)?;
+                    ids.push(id.value().to_owned());
+                }
+                let mut claimed = Vec::new();
+                for id in ids {
+                    let Some(mut record) =
+                        tasks.get(id.as_str()).map_err(backend)?.map(|b| decode(b.value())).transpose()?
+                    else {
+                        live.remove(id.as_str()).map_err(backend)?;
+                        continue;
+                    };
+                    if record.replica.as_deref() == Some(replica.as_str()) || record.status.is_terminal() {
+                        continue;
+                    }
+                    record.replica = Some(replica.clone());
+                    tasks.insert(id.as_str(), encode(&record).as_slice()).map_err(backend)?;
+                    claimed.push(record);
+                }
+                Done::Records(tx, Ok(claimed))
+            }
+        })
+    }
+}
+
+type Table<'t, K, V> = redb::Table<'t, K, V>;
+
+/// Removes a task from every table.
+fn remove(
+    tasks: &mut Table<'_, &'static str, &'static [u8]>,
+    by_owner: &mut Table<'_, &'static [u8], ()>,
+    by_expiry: &mut Table<'_, &'static [u8], ()>,
+    live: &mut Table<'_, &'static str, ()>,
+    id: &str,
+) -> Result<Option<TaskRecord>, StoreError> {
+    let Some(bytes) = tasks.remove(id).map_err(backend)? else { return Ok(None) };
+    let record = decode(bytes.value())?;
+    drop(bytes);
+    by_owner.remove(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice()).map_err(backend)?;
+    if let Some(at) = record.expires_at_ms() {
+        by_expiry.remove(expiry_key(at, &record.id).as_slice()).map_err(backend)?;
+    }
+    live.remove(id).map_err(backend)?;
+    Ok(Some(record))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::{owner, record, run};
+
+    fn store(max_tasks: usize) -> FileTaskStore {
+        // The directory is removed when the test process ends; the open file keeps it usable.
+        let dir = tempfile::tempdir().unwrap().keep();
+        FileTaskStore::open(&dir, max_tasks).unwrap()
+    }
+
+    crate::store_conformance!(store);
+
+    #[test]
+    fn tasks_survive_reopening_and_unfinished_ones_become_orphans() {
+        let dir = tempfile::tempdir().unwrap();
+        run(async {
+            let s = FileTaskStore::open(dir.path(), 10).unwrap();
+            s.create(record("done", owner("p"), 0, Some(60_000))).await.unwrap();
+            let update = Update {
+                status: TaskStatus::Completed,
+                status_message: None,
+                outcome: Some(crate::TaskOutcome::Result(serde_json::json!({"content": []}))),
+                upstream_task_id: None,
+                now_ms: 5,
+            };
+            s.compare_and_set("done", TaskStatus::Working, update).await.unwrap();
+            s.create(record("running", owner("p"), 1, None)).await.unwrap();
+        });
+        // Reopened, as a restarted process would.
+        run(async {
+            let s = FileTaskStore::open(dir.path(), 10).unwrap();
+            assert_eq!(s.len(), 2);
+            let done = s.get("done").await.unwrap().unwrap();
+            assert_eq!((done.status, done.last_updated_at_ms), (TaskStatus::Completed, 5));
+            assert_eq!(s.list(&owner("p"), None, 10).await.unwrap().tasks.len(), 2);
+            let orphans = s.claim_orphans("after-restart", 10).await.unwrap();
+            assert_eq!(orphans.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["running"]);
+        });
+    }
+
+    #[test]
+    fn concurrent_changes_are_committed_together_and_each_answered() {
+        run(async {
+            let s = store(10_000);
+            let creates = (0..500).map(|i| s.create(record(&format!("t{i:03}"), owner("p"), i, None)));
+            let results = futures_util::future::join_all(creates).await;
+            assert!(results.iter().all(Result::is_ok));
+            // A conflicting change in a batch fails alone.
+            let a = s.compare_and_set("t001", TaskStatus::Working, crate::conformance::cancel(9));
+            let b = s.compare_and_set("t001", TaskStatus::Working, crate::conformance::cancel(9));
+            let (a, b) = futures_util::future::join(a, b).await;
+            assert!(a.is_ok() != b.is_ok(), "exactly one of two racing changes wins: {a:?} {b:?}");
+            assert_eq!(s.len(), 500);
+        });
+    }
+
+    #[test]
+    fn a_second_process_on_the_same_directory_is_refused_with_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = FileTaskStore::open(dir.path(), 10).unwrap();
+        let second = FileTaskStore::open(dir.path(), 10).err().unwrap().to_string();
+        assert!(second.contains("already open in another taskgate process"), "{second}");
+    }
+
+    #[test]
+    fn a_corrupt_file_is_a_clear_error_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), vec![0x5a; 64 * 1024]).unwrap();
+        let e = FileTaskStore::open(dir.path(), 10).err().expect("a corrupt file is refused").to_string();
+        assert!(e.contains("cannot open the task database") && e.contains(FILE_NAME), "{e}");
+    }
+
+    #[test]
+    fn an_unwritable_directory_is_a_clear_error_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        let e = FileTaskStore::open(&file.join("data"), 10).err().unwrap().to_string();
+        assert!(e.contains("cannot create the data directory"), "{e}");
+    }
+}
