@@ -3,7 +3,7 @@
 use std::process::Stdio;
 
 use serde_json::json;
-use taskgate_testkit::{taskgate_bin, McpClient};
+use taskgate_testkit::{taskgate_bin, McpClient, ServedGateway};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn repo_file(path: &str) -> std::path::PathBuf {
@@ -111,54 +111,6 @@ async fn the_demo_answers_initialize_tools_list_and_tools_call() {
     child.kill().await.unwrap();
 }
 
-/// `taskgate serve` with a config file, its stderr (logs) delivered line by line.
-struct Served {
-    child: tokio::process::Child,
-    url: String,
-    logs: tokio::sync::mpsc::UnboundedReceiver<String>,
-    seen: Vec<String>,
-}
-
-impl Served {
-    async fn start(config: &std::path::Path) -> Served {
-        let mut child = tokio::process::Command::new(taskgate_bin())
-            .args(["serve", "--config"])
-            .arg(config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = out.next_line().await.unwrap().expect("serve prints its address");
-        tokio::spawn(async move { while let Ok(Some(_)) = out.next_line().await {} });
-        let (tx, logs) = tokio::sync::mpsc::unbounded_channel();
-        let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = err.next_line().await {
-                let _ = tx.send(line);
-            }
-        });
-        Served { child, url: first.rsplit(' ').next().unwrap().to_owned(), logs, seen: Vec::new() }
-    }
-
-    /// Reads log lines until one contains `text` (bounded: a missing line fails the test).
-    async fn log_line(&mut self, text: &str) -> String {
-        let read = async {
-            loop {
-                let line = self.logs.recv().await.expect("the gateway's log ended");
-                self.seen.push(line.clone());
-                if line.contains(text) {
-                    return line;
-                }
-            }
-        };
-        tokio::time::timeout(std::time::Duration::from_secs(30), read)
-            .await
-            .unwrap_or_else(|_| panic!("no log line with {text:?}"))
-    }
-}
-
 /// A fresh folder for one test's config file, and the file's path in it.
 fn config_file(test: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("taskgate-{test}-{}", std::process::id()));
@@ -194,7 +146,7 @@ async fn serve_reloads_tenants_when_the_file_changes_and_keeps_sessions_tasks_an
     let (dir, file) = config_file("reload");
     let (ci, ops) = ("acme-ci-key-0000000001", "acme-ops-key-000000002");
     std::fs::write(&file, serve_config(&upstream.http.url, &[("ci", ci)], 5, 50)).unwrap();
-    let mut served = Served::start(&file).await;
+    let mut served = ServedGateway::start(&file).await;
     let mut c = McpClient::with_bearer(&served.url, ci);
     c.initialize().await;
     let created =
@@ -235,7 +187,7 @@ async fn serve_reloads_tenants_on_sighup() {
     let (old, new) = ("acme-old-key-000000001", "acme-new-key-000000002");
     // config_poll_ms = 0: only SIGHUP reloads.
     std::fs::write(&file, serve_config(&upstream.http.url, &[("old", old)], 5, 0)).unwrap();
-    let mut served = Served::start(&file).await;
+    let mut served = ServedGateway::start(&file).await;
     let mut session = McpClient::with_bearer(&served.url, old);
     session.initialize().await;
     std::fs::write(&file, serve_config(&upstream.http.url, &[("new", new)], 5, 0)).unwrap();

@@ -31,9 +31,14 @@ async fn start_node_server(script: &str) -> (tokio::process::Child, String) {
 
 /// Runs `node client.mjs URL` and returns what it printed.
 pub async fn run_ts_client(script: &str, url: &str) -> Value {
+    run_ts_client_with(script, &[url]).await
+}
+
+/// Runs `node client.mjs ARGS…` and returns the JSON it printed last.
+pub async fn run_ts_client_with(script: &str, args: &[&str]) -> Value {
     let run = tokio::process::Command::new("node")
         .arg(script)
-        .arg(url)
+        .args(args)
         .current_dir(interop_dir())
         .kill_on_drop(true)
         .output();

@@ -10,6 +10,7 @@
 //! ```
 
 mod client;
+mod process;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use taskgate_demo::http::DemoHttp;
 use taskgate_demo::DemoServer;
 
 pub use client::{McpClient, Reply, SseReader};
+pub use process::ServedGateway;
 
 /// The gateway, running on a free loopback port.
 pub struct TestGateway {
