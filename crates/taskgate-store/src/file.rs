@@ -453,6 +453,11 @@ mod tests {
     crate::store_conformance!(store);
 
     #[test]
+    fn orphans_are_claimed_once_and_terminal_tasks_never() {
+        run(async { crate::conformance::orphans_are_claimed_once_and_terminal_tasks_never(&store(10)).await });
+    }
+
+    #[test]
     fn tasks_survive_reopening_and_unfinished_ones_become_orphans() {
         let dir = tempfile::tempdir().unwrap();
         run(async {

@@ -7,6 +7,8 @@
 //! - [`MemoryTaskStore`]: one process, nothing kept across restarts (tests).
 //! - [`FileTaskStore`]: the default: an embedded, crash-safe database file (redb); a record is
 //!   on disk (fsynced) before the operation that wrote it returns.
+//! - [`RedisTaskStore`]: shared by many replicas: records, indexes and leases in Redis, and
+//!   [`StoreEvent`]s between replicas over pub/sub.
 //!
 //! Records are encoded as JSON (serde): readable with any tool, and new fields can be added
 //! with defaults without migrating old files.
@@ -15,10 +17,104 @@
 mod conformance;
 mod file;
 mod memory;
+mod redis;
+#[doc(hidden)]
+pub mod testing;
 
 #[cfg(test)]
 mod memory_conformance {
     crate::store_conformance!(crate::MemoryTaskStore::new);
+
+    #[test]
+    fn orphans_are_claimed_once_and_terminal_tasks_never() {
+        let s = crate::MemoryTaskStore::new(10);
+        crate::conformance::run(crate::conformance::orphans_are_claimed_once_and_terminal_tasks_never(&s));
+    }
+}
+
+#[cfg(test)]
+mod redis_conformance {
+    use std::sync::OnceLock;
+
+    use crate::testing::RedisServer;
+
+    /// One server for these tests; each store gets a key prefix of its own.
+    fn server() -> &'static RedisServer {
+        static SERVER: OnceLock<RedisServer> = OnceLock::new();
+        SERVER.get_or_init(RedisServer::start)
+    }
+
+    fn store(max_tasks: usize) -> crate::RedisTaskStore {
+        let prefix = format!("t{}:", uuid_like());
+        crate::RedisTaskStore::open(&server().url, &prefix, max_tasks, 10_000, std::time::Duration::from_secs(5))
+            .unwrap()
+    }
+
+    fn uuid_like() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    crate::store_conformance!(store);
+
+    #[test]
+    fn a_task_is_an_orphan_once_its_lease_lapses_and_is_claimed_once() {
+        use crate::conformance::{owner, record, run};
+        use crate::TaskStore;
+        run(async {
+            let s = store(100);
+            let prefix = s.prefix().to_owned();
+            s.create(record("n", owner("p"), 0, None)).await.unwrap();
+            s.create(record("w", owner("p"), 1, None)).await.unwrap();
+            // Leases held by r1: nothing to take.
+            assert!(s.claim_orphans("r2", 0).await.unwrap().is_empty());
+            assert!(s.renew_leases("r1", &["n".into(), "w".into()]).await.unwrap().is_empty());
+            // r1 dies: its leases lapse (deleted here, as their time limit would).
+            let client = redis::Client::open(server().url.as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let _: i64 =
+                redis::AsyncCommands::del(&mut c, vec![format!("{prefix}lease:n"), format!("{prefix}lease:w")])
+                    .await
+                    .unwrap();
+            let mut claimed: Vec<String> = s.claim_orphans("r2", 0).await.unwrap().into_iter().map(|r| r.id).collect();
+            claimed.sort();
+            assert_eq!(claimed, ["n", "w"]);
+            assert_eq!(s.get("n").await.unwrap().unwrap().replica.as_deref(), Some("r2"));
+            assert!(s.claim_orphans("r3", 0).await.unwrap().is_empty(), "claimed once");
+            // r1 comes back: it no longer holds them, r2 does.
+            let mut lost = s.renew_leases("r1", &["n".into(), "w".into()]).await.unwrap();
+            lost.sort();
+            assert_eq!(lost, ["n", "w"]);
+            assert!(s.renew_leases("r2", &["n".into(), "w".into()]).await.unwrap().is_empty());
+            // A terminal task holds no lease and is never an orphan.
+            let done = crate::Update {
+                status: taskgate_protocol::tasks::TaskStatus::Completed,
+                status_message: None,
+                outcome: None,
+                upstream_task_id: None,
+                now_ms: 2,
+            };
+            s.compare_and_set("n", taskgate_protocol::tasks::TaskStatus::Working, done).await.unwrap();
+            assert_eq!(s.renew_leases("r2", &["n".into()]).await.unwrap(), ["n"]);
+        });
+    }
+
+    #[test]
+    fn an_unreachable_redis_is_a_clear_error_that_never_shows_the_password() {
+        use crate::conformance::{owner, record, run};
+        use crate::TaskStore;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        run(async {
+            let url = format!("redis://:hunter2@127.0.0.1:{port}/0");
+            let s = crate::RedisTaskStore::open(&url, "x:", 10, 1000, std::time::Duration::from_millis(500)).unwrap();
+            let e = s.create(record("a", owner("p"), 0, None)).await.unwrap_err();
+            assert!(matches!(e, crate::StoreError::Unavailable(_)), "{e:?}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("127.0.0.1:{port}")) && !text.contains("hunter2"), "{text}");
+            assert!(s.health().await.is_err());
+        });
+    }
 }
 
 use std::future::Future;
@@ -31,6 +127,7 @@ use taskgate_protocol::ErrorObject;
 
 pub use file::FileTaskStore;
 pub use memory::MemoryTaskStore;
+pub use redis::{redact, RedisTaskStore};
 
 /// A boxed future, so the trait can be used as `dyn TaskStore`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -148,6 +245,50 @@ pub struct ListPage {
     pub next_cursor: Option<String>,
 }
 
+/// Something one replica tells the others, through a shared store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum StoreEvent {
+    /// The task is terminal or deleted: wake its `tasks/result` waiters (they read the store).
+    #[serde(rename_all = "camelCase")]
+    Finished {
+        /// The task.
+        task_id: String,
+    },
+    /// The task was cancelled in the store: the replica running it stops its upstream work.
+    #[serde(rename_all = "camelCase")]
+    Cancelled {
+        /// The task.
+        task_id: String,
+    },
+    /// `notifications/tasks/status` for the owner's sessions wherever they are.
+    Status {
+        /// Whose sessions.
+        owner: Owner,
+        /// The Task object.
+        task: Value,
+    },
+    /// Task progress (`notifications/progress` params) for the owner's sessions.
+    #[serde(rename_all = "camelCase")]
+    Progress {
+        /// Whose sessions.
+        owner: Owner,
+        /// The task it is about.
+        task_id: String,
+        /// The notification's params, under the client's own token.
+        params: Value,
+    },
+}
+
+/// An event with the replica that sent it (a replica ignores its own).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventEnvelope {
+    /// The sending replica.
+    pub from: String,
+    /// What it says.
+    pub event: StoreEvent,
+}
+
 /// What a store operation can fail with.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StoreError {
@@ -199,6 +340,32 @@ pub trait TaskStore: Send + Sync + 'static {
     /// replica stopped: the process restarted, or another replica died), and returns them. The
     /// caller follows each again or fails it. A task is handed out once.
     fn claim_orphans<'a>(&'a self, replica: &'a str, now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// Renews `replica`'s leases on the tasks it runs; returns those it no longer holds (the
+    /// lease lapsed and another replica took the task, or the task ended elsewhere). Stores
+    /// that are not shared hold no leases.
+    fn renew_leases<'a>(&'a self, _replica: &'a str, _ids: &'a [String]) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+    /// Whether other gateway processes share this store (and its events).
+    fn shared(&self) -> bool {
+        false
+    }
+    /// How long a replica's claim on a task lasts without renewal, for a shared store.
+    fn lease_ms(&self) -> Option<u64> {
+        None
+    }
+    /// Tells the other replicas something (a shared store); nothing to do otherwise.
+    fn publish(&self, _event: EventEnvelope) -> StoreFuture<'_, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// What the other replicas publish, from now on (a shared store).
+    fn subscribe(&self) -> Option<tokio::sync::mpsc::Receiver<EventEnvelope>> {
+        None
+    }
+    /// Whether the backend answers now (for `/readyz`).
+    fn health(&self) -> StoreFuture<'_, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// Tasks held now.
     fn len(&self) -> usize;
     /// Gives back memory held for tasks that are gone (after a burst). Optional.

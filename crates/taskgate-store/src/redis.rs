@@ -1,0 +1,551 @@
+//! The [`TaskStore`] many replicas share: Redis.
+//!
+//! Keys, under the configured prefix `P`:
+//! - `P task:{id}`: the record (JSON); `PEXPIRE` at its ttl plus a grace period, a safety net
+//!   for when no gateway sweeps (the sweep, by the gateway's clock, deletes it first);
+//! - `P owner:{owner}`: a sorted set of `{created:020}:{id}` (lexical order is creation order),
+//!   for `tasks/list` cursors;
+//! - `P expiry`: a sorted set of ids by expiry time, for the sweep;
+//! - `P live`: the ids of tasks not yet terminal;
+//! - `P lease:{id}`: the replica running a live task, with a time limit (`store.lease_ms`) it
+//!   renews; a task whose lease lapsed is an orphan another replica takes over;
+//! - `P count`: tasks held, for `tasks.max_tasks` across replicas;
+//! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
+//!
+//! A status change is decided in Rust by the one transition rule ([`crate::apply_update`]) on
+//! the record as read, and written by a script only if the record is still exactly what was
+//! read (compare-and-set by value; on a race it is read and decided again).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use taskgate_protocol::tasks::TaskStatus;
+use tokio::sync::mpsc;
+
+use crate::{
+    decode_cursor, encode_cursor, EventEnvelope, ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore,
+    Update,
+};
+
+/// How long Redis keeps a record after its ttl if no gateway sweeps it.
+const EXPIRY_GRACE_MS: u64 = 60 * 60 * 1000;
+/// Attempts of a compare-and-set that keeps losing races before it gives up.
+const MAX_CAS_ATTEMPTS: usize = 32;
+/// Ids handled per round trip when sweeping, claiming and renewing.
+const BATCH: usize = 500;
+/// Events buffered for the gateway from the subscription.
+const EVENTS_BUFFER: usize = 4096;
+
+const CREATE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then return -2 end
+local held = tonumber(redis.call('GET', KEYS[6]) or '0')
+if held >= tonumber(ARGV[7]) then return -1 end
+redis.call('SET', KEYS[1], ARGV[1])
+if ARGV[3] ~= '' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+end
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+if ARGV[9] == '1' then
+  redis.call('SADD', KEYS[4], ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
+end
+return redis.call('INCR', KEYS[6])
+"#;
+
+/// Replaces the record if it is still exactly `ARGV[1]`; a terminal one leaves `live` and its
+/// lease. 1 done, 0 gone, -1 changed meanwhile.
+const REPLACE: &str = r#"
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+if current ~= ARGV[1] then return -1 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+if ARGV[3] == '1' then
+  redis.call('SREM', KEYS[2], ARGV[4])
+  redis.call('DEL', KEYS[3])
+end
+return 1
+"#;
+
+/// Deletes a task from every key; returns the record, if it was still there.
+/// KEYS: task, owner index, live, lease, count, expiry. ARGV: id, owner index member.
+const DELETE: &str = r#"
+local current = redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then redis.call('ZREM', KEYS[2], ARGV[2]) end
+redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('DEL', KEYS[4])
+local indexed = redis.call('ZREM', KEYS[6], ARGV[1])
+if current or indexed == 1 then
+  local left = redis.call('DECR', KEYS[5])
+  if left < 0 then redis.call('SET', KEYS[5], 0) end
+end
+return current
+"#;
+
+/// Takes a live task whose lease lapsed: its record, or nil (someone holds it, or it is gone).
+const CLAIM: &str = r#"
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local current = redis.call('GET', KEYS[2])
+if not current then
+  redis.call('SREM', KEYS[3], ARGV[3])
+  redis.call('DEL', KEYS[1])
+  return false
+end
+return current
+"#;
+
+/// Renews this replica's leases; returns the ids it no longer holds (lapsed and taken, or the
+/// task ended elsewhere).
+const RENEW: &str = r#"
+local lost = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2])
+  else
+    table.insert(lost, ARGV[i + 2])
+  end
+end
+return lost
+"#;
+
+/// The Redis store.
+pub struct RedisTaskStore {
+    connection: ConnectionManager,
+    client: redis::Client,
+    prefix: String,
+    /// The URL without credentials, for messages.
+    shown: String,
+    max_tasks: usize,
+    lease_ms: u64,
+    timeout: Duration,
+    /// Tasks held, as last seen (a create or a sweep tells).
+    held: Arc<AtomicUsize>,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    create: Script,
+    replace: Script,
+    delete: Script,
+    claim: Script,
+    renew: Script,
+}
+
+/// The URL as it may be shown: scheme, host, port and database, never credentials.
+pub fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.rsplit('@').next().unwrap_or_default()),
+        None => "redis".into(),
+    }
+}
+
+impl RedisTaskStore {
+    /// A store on the Redis at `url`. It connects lazily and reconnects by itself: Redis being
+    /// down at start is not an error here (requests fail with a clear error until it is back).
+    pub fn open(
+        url: &str,
+        prefix: &str,
+        max_tasks: usize,
+        lease_ms: u64,
+        timeout: Duration,
+    ) -> Result<RedisTaskStore, StoreError> {
+        let shown = redact(url);
+        let client =
+            redis::Client::open(url).map_err(|e| StoreError::Backend(format!("invalid Redis URL {shown}: {e}")))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(2));
+        let connection = client
+            .get_connection_manager_lazy(config)
+            .map_err(|e| StoreError::Backend(format!("cannot use the Redis at {shown}: {e}")))?;
+        Ok(RedisTaskStore {
+            connection,
+            client,
+            prefix: prefix.to_owned(),
+            shown,
+            max_tasks,
+            lease_ms,
+            timeout,
+            held: Arc::default(),
+            scripts: Scripts {
+                create: Script::new(CREATE),
+                replace: Script::new(REPLACE),
+                delete: Script::new(DELETE),
+                claim: Script::new(CLAIM),
+                renew: Script::new(RENEW),
+            },
+        })
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Where it is, for messages (no credentials).
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn key(&self, parts: &[&str]) -> String {
+        let mut key = self.prefix.clone();
+        for part in parts {
+            key.push_str(part);
+        }
+        key
+    }
+
+    fn task_key(&self, id: &str) -> String {
+        self.key(&["task:", id])
+    }
+
+    fn lease_key(&self, id: &str) -> String {
+        self.key(&["lease:", id])
+    }
+
+    fn owner_key(&self, owner: &Owner) -> String {
+        // Hex of the length-prefixed owner: any tenant or principal text is a safe key.
+        let mut hex = String::with_capacity(2 * (8 + owner.tenant.len() + owner.principal.len()));
+        for part in [&owner.tenant, &owner.principal] {
+            for byte in (part.len() as u32).to_be_bytes().iter().chain(part.as_bytes()) {
+                hex.push_str(&format!("{byte:02x}"));
+            }
+        }
+        self.key(&["owner:", &hex])
+    }
+
+    fn channel(&self) -> String {
+        self.key(&["events"])
+    }
+
+    fn failed(&self, e: redis::RedisError) -> StoreError {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+            StoreError::Unavailable(format!("Redis at {} is unreachable ({e})", self.shown))
+        } else {
+            StoreError::Backend(format!("Redis at {}: {e}", self.shown))
+        }
+    }
+
+    /// Runs one Redis exchange under the store's time limit.
+    async fn run<T>(&self, work: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(result) => result.map_err(|e| self.failed(e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "Redis at {} did not answer within {} ms (store.timeout_ms)",
+                self.shown,
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+
+    async fn read(&self, id: &str) -> Result<Option<(String, TaskRecord)>, StoreError> {
+        let mut c = self.connection.clone();
+        let text: Option<String> = self.run(c.get(self.task_key(id))).await?;
+        text.map(|t| decode(&t).map(|r| (t, r))).transpose()
+    }
+
+    async fn replace(&self, old: &str, record: &TaskRecord) -> Result<i64, StoreError> {
+        let mut c = self.connection.clone();
+        let new = encode(record);
+        let terminal = if record.status.is_terminal() { "1" } else { "0" };
+        let mut invocation = self.scripts.replace.key(self.task_key(&record.id));
+        invocation.key(self.key(&["live"])).key(self.lease_key(&record.id));
+        invocation.arg(old).arg(new).arg(terminal).arg(&record.id);
+        self.run(invocation.invoke_async(&mut c)).await
+    }
+
+    async fn delete_one(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let record = self.read(id).await?.map(|(_, r)| r);
+        let member = record.as_ref().map(|r| format!("{:020}:{}", r.created_at_ms, r.id)).unwrap_or_default();
+        let owner = record.as_ref().map(|r| self.owner_key(&r.owner)).unwrap_or_else(|| self.key(&["owner:none"]));
+        let mut c = self.connection.clone();
+        let mut invocation = self.scripts.delete.key(self.task_key(id));
+        invocation
+            .key(owner)
+            .key(self.key(&["live"]))
+            .key(self.lease_key(id))
+            .key(self.key(&["count"]))
+            .key(self.key(&["expiry"]));
+        invocation.arg(id).arg(member);
+        let removed: Option<String> = self.run(invocation.invoke_async(&mut c)).await?;
+        if removed.is_some() || record.is_some() {
+            let _ = self.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+        }
+        removed.map(|t| decode(&t)).transpose()
+    }
+
+    async fn create_inner(&self, record: TaskRecord) -> Result<(), StoreError> {
+        let mut c = self.connection.clone();
+        let expires = record.expires_at_ms().map(|at| at.to_string()).unwrap_or_default();
+        let pexpire = record.ttl_ms.map(|ttl| ttl.saturating_add(EXPIRY_GRACE_MS).to_string()).unwrap_or_default();
+        let member = format!("{:020}:{}", record.created_at_ms, record.id);
+        let live = if record.status.is_terminal() { "0" } else { "1" };
+        let mut invocation = self.scripts.create.key(self.task_key(&record.id));
+        invocation
+            .key(self.owner_key(&record.owner))
+            .key(self.key(&["expiry"]))
+            .key(self.key(&["live"]))
+            .key(self.lease_key(&record.id))
+            .key(self.key(&["count"]));
+        invocation
+            .arg(encode(&record))
+            .arg(member)
+            .arg(expires)
+            .arg(&record.id)
+            .arg(record.replica.as_deref().unwrap_or_default())
+            .arg(self.lease_ms)
+            .arg(self.max_tasks)
+            .arg(pexpire)
+            .arg(live);
+        let held: i64 = self.run(invocation.invoke_async(&mut c)).await?;
+        match held {
+            -2 => Err(StoreError::Backend(format!("task id {} already exists", record.id))),
+            -1 => Err(StoreError::Full { limit: self.max_tasks }),
+            n => {
+                self.held.store(n.max(0) as usize, Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    async fn cas(&self, id: &str, expected: TaskStatus, update: Update) -> Result<TaskRecord, StoreError> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((old, mut record)) = self.read(id).await? else { return Err(StoreError::NotFound) };
+            crate::apply_update(&mut record, expected, update.clone())?;
+            match self.replace(&old, &record).await? {
+                1 => return Ok(record),
+                0 => return Err(StoreError::NotFound),
+                _ => continue, // changed meanwhile: read and decide again
+            }
+        }
+        Err(StoreError::Backend(format!("task {id} kept changing; the change was not applied")))
+    }
+
+    async fn page(&self, owner: &Owner, cursor: Option<&str>, limit: usize) -> Result<ListPage, StoreError> {
+        let start = match cursor {
+            None => "-".to_owned(),
+            Some(c) => {
+                let (created, id) = decode_cursor(c).ok_or(StoreError::BadCursor)?;
+                format!("({created:020}:{id}")
+            }
+        };
+        let key = self.owner_key(owner);
+        let mut c = self.connection.clone();
+        let members: Vec<String> = self
+            .run(
+                redis::cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(&start)
+                    .arg("+")
+                    .arg("BYLEX")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit + 1)
+                    .query_async(&mut c),
+            )
+            .await?;
+        let more = members.len() > limit;
+        let members = &members[..members.len().min(limit)];
+        let ids: Vec<&str> = members.iter().map(|m| m.split_once(':').map_or(m.as_str(), |(_, id)| id)).collect();
+        let mut tasks = Vec::with_capacity(ids.len());
+        if !ids.is_empty() {
+            let keys: Vec<String> = ids.iter().map(|id| self.task_key(id)).collect();
+            let texts: Vec<Option<String>> = self.run(redis::cmd("MGET").arg(&keys).query_async(&mut c)).await?;
+            let mut stale = Vec::new();
+            for (text, member) in texts.into_iter().zip(members) {
+                match text {
+                    Some(text) => tasks.push(decode(&text)?),
+                    // Its record expired in Redis: the index entry goes too.
+                    None => stale.push(member.clone()),
+                }
+            }
+            if !stale.is_empty() {
+                let _: i64 = self.run(c.zrem(&key, stale)).await?;
+            }
+        }
+        let next_cursor = match (more, tasks.last()) {
+            (true, Some(last)) => Some(encode_cursor(last.created_at_ms, &last.id)),
+            _ => None,
+        };
+        Ok(ListPage { tasks, next_cursor })
+    }
+
+    async fn sweep(&self, now_ms: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut removed = Vec::new();
+        loop {
+            let mut c = self.connection.clone();
+            let due: Vec<String> =
+                self.run(c.zrangebyscore_limit(self.key(&["expiry"]), "-inf", now_ms, 0, BATCH as isize)).await?;
+            for id in &due {
+                if let Some(record) = self.delete_one(id).await? {
+                    removed.push(record);
+                }
+            }
+            if due.len() < BATCH {
+                return Ok(removed);
+            }
+        }
+    }
+
+    async fn claim(&self, replica: &str) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut c = self.connection.clone();
+        let live: Vec<String> = self.run(c.smembers(self.key(&["live"]))).await?;
+        let mut claimed = Vec::new();
+        for id in live {
+            let mut invocation = self.scripts.claim.key(self.lease_key(&id));
+            invocation.key(self.task_key(&id)).key(self.key(&["live"]));
+            invocation.arg(replica).arg(self.lease_ms).arg(&id);
+            let text: Option<String> = self.run(invocation.invoke_async(&mut c)).await?;
+            let Some(text) = text else { continue };
+            let mut record = decode(&text)?;
+            if record.status.is_terminal() {
+                // It ended: no longer live, nothing to run.
+                let _: () = self
+                    .run(redis::pipe().srem(self.key(&["live"]), &id).del(self.lease_key(&id)).query_async(&mut c))
+                    .await?;
+                continue;
+            }
+            record.replica = Some(replica.to_owned());
+            if self.replace(&text, &record).await? == 1 {
+                claimed.push(record);
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn renew(&self, replica: &str, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut lost = Vec::new();
+        let mut c = self.connection.clone();
+        for chunk in ids.chunks(BATCH) {
+            let mut invocation = self.scripts.renew.prepare_invoke();
+            for id in chunk {
+                invocation.key(self.lease_key(id));
+            }
+            invocation.arg(replica).arg(self.lease_ms);
+            for id in chunk {
+                invocation.arg(id);
+            }
+            let gone: Vec<String> = self.run(invocation.invoke_async(&mut c)).await?;
+            lost.extend(gone);
+        }
+        Ok(lost)
+    }
+}
+
+fn decode(text: &str) -> Result<TaskRecord, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Backend(format!("a stored task does not decode: {e}")))
+}
+
+fn encode(record: &TaskRecord) -> String {
+    serde_json::to_string(record).expect("a task record always encodes")
+}
+
+impl TaskStore for RedisTaskStore {
+    fn create(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.create_inner(record))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        Box::pin(async move { Ok(self.read(id).await?.map(|(_, r)| r)) })
+    }
+
+    fn compare_and_set<'a>(&'a self, id: &'a str, expected: TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord> {
+        Box::pin(self.cas(id, expected, update))
+    }
+
+    fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage> {
+        Box::pin(self.page(owner, cursor, limit))
+    }
+
+    fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>> {
+        Box::pin(self.sweep(now_ms))
+    }
+
+    fn delete<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        Box::pin(self.delete_one(id))
+    }
+
+    fn claim_orphans<'a>(&'a self, replica: &'a str, _now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>> {
+        Box::pin(self.claim(replica))
+    }
+
+    fn renew_leases<'a>(&'a self, replica: &'a str, ids: &'a [String]) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(self.renew(replica, ids))
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn lease_ms(&self) -> Option<u64> {
+        Some(self.lease_ms)
+    }
+
+    fn publish(&self, envelope: EventEnvelope) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let mut c = self.connection.clone();
+            let text = serde_json::to_string(&envelope).expect("an event always encodes");
+            let _: i64 = self.run(c.publish(self.channel(), text)).await?;
+            Ok(())
+        })
+    }
+
+    fn subscribe(&self) -> Option<mpsc::Receiver<EventEnvelope>> {
+        let (tx, rx) = mpsc::channel(EVENTS_BUFFER);
+        let (client, channel, shown) = (self.client.clone(), self.channel(), self.shown.clone());
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            // Reconnects until the gateway stops listening.
+            while !tx.is_closed() {
+                match client.get_async_pubsub().await {
+                    Ok(mut pubsub) => {
+                        if pubsub.subscribe(&channel).await.is_ok() {
+                            backoff = Duration::from_millis(100);
+                            let mut messages = pubsub.on_message();
+                            while let Some(message) = messages.next().await {
+                                let Ok(text) = message.get_payload::<String>() else { continue };
+                                match serde_json::from_str::<EventEnvelope>(&text) {
+                                    Ok(envelope) => {
+                                        if tx.send(envelope).await.is_err() {
+                                            return;
+                                        }
+                                    }
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "an event from another replica does not decode; dropped")
+                                    }
+                                }
+                            }
+                        }
+                        tracing::warn!(redis = %shown, "the subscription to other replicas' events ended; reconnecting");
+                    }
+                    Err(e) => {
+                        tracing::debug!(redis = %shown, error = %e, "cannot subscribe to other replicas' events yet")
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        });
+        Some(rx)
+    }
+
+    fn health(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let mut c = self.connection.clone();
+            let held: Option<i64> = self.run(c.get(self.key(&["count"]))).await?;
+            self.held.store(held.unwrap_or(0).max(0) as usize, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,84 @@
+//! For tests: a real `redis-server` on a free loopback port with a temporary directory of its
+//! own, stopped when dropped. Never a system service.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// `redis://127.0.0.1:PORT`.
+    pub url: String,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one, with every write fsynced to its append-only file (so a restart keeps
+    /// every acknowledged write), and waits until it answers.
+    pub fn start() -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        let dir = std::env::temp_dir().join(format!("taskgate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut server = RedisServer { child: None, port, url: format!("redis://127.0.0.1:{port}"), dir };
+        server.restart();
+        server
+    }
+
+    /// Stops it abruptly (SIGKILL), as a crash would.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data (after [`RedisServer::stop`]).
+    pub fn restart(&mut self) {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", "", "--appendonly", "yes"])
+            .args(["--appendfsync", "always", "--protected-mode", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs (apt-get install redis-server; .ci/run installs it)");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Waits (bounded) until it answers PING.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.answers() {
+                return;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("redis-server exited at start: {status}");
+            }
+            assert!(Instant::now() < deadline, "redis-server did not answer within 20 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answers(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
