@@ -7,6 +7,7 @@ mod front_door;
 mod interop;
 mod operations;
 mod progress;
+mod replicas;
 mod restart;
 mod tasks;
 mod tenants;

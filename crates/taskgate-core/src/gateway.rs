@@ -16,7 +16,7 @@ use taskgate_upstream::{ClientIdentity, Connector};
 use tokio::sync::mpsc;
 
 use taskgate_config::StoreBackend;
-use taskgate_store::{FileTaskStore, MemoryTaskStore, TaskStore};
+use taskgate_store::{FileTaskStore, MemoryTaskStore, RedisTaskStore, TaskStore};
 
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
@@ -69,10 +69,21 @@ fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config
             tracing::info!(file = %store.path().display(), tasks = store.len(), "task store opened");
             Ok(Arc::new(store))
         }
-        StoreBackend::Redis => Err(vec![taskgate_config::Problem {
-            location: "store.backend".into(),
-            message: "the redis store is not available in this build".into(),
-        }]),
+        StoreBackend::Redis => {
+            let problem =
+                |location: &str, message: String| vec![taskgate_config::Problem { location: location.into(), message }];
+            let url = config.store.redis_url(&|k| std::env::var(k).ok()).ok_or_else(|| {
+                problem(
+                    "store.url_env",
+                    format!("the variable {:?} is not set", config.store.url_env.as_deref().unwrap_or("")),
+                )
+            })?;
+            let timeout = Duration::from_millis(config.store.timeout_ms);
+            let store = RedisTaskStore::open(&url, &config.store.key_prefix, max_tasks, config.store.lease_ms, timeout)
+                .map_err(|e| problem("store.url", e.to_string()))?;
+            tracing::info!(redis = %store.shown(), prefix = %config.store.key_prefix, "task store: Redis, shared with the other replicas");
+            Ok(Arc::new(store))
+        }
     }
 }
 
@@ -105,7 +116,18 @@ impl Gateway {
         let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
         let store: Arc<dyn TaskStore> =
             Arc::new(crate::tasks::ObservedStore::new(open_store(&config)?, metrics.clone()));
-        let tasks = Arc::new(TaskService::new(store, metrics.clone(), clock.clone(), config.tasks.page_size));
+        let replica = uuid::Uuid::new_v4().to_string();
+        let (publisher, outgoing) = crate::tasks::Publisher::new(store.shared(), replica.clone());
+        let incoming = store.subscribe();
+        let lease = store.lease_ms().map(Duration::from_millis);
+        let tasks = Arc::new(TaskService::new(
+            store,
+            metrics.clone(),
+            clock.clone(),
+            config.tasks.page_size,
+            sessions.clone(),
+            publisher,
+        ));
         let shared = Arc::new(Shared {
             config,
             router,
@@ -113,7 +135,7 @@ impl Gateway {
             connectors,
             sessions,
             tasks,
-            replica: uuid::Uuid::new_v4().to_string(),
+            replica,
             clock,
             progress: Arc::new(crate::progress::ProgressStats::new(&metrics)),
             live_requests: Default::default(),
@@ -123,6 +145,16 @@ impl Gateway {
         });
         let supervisor = Supervisor::new(shared.clone()).start();
         let _ = shared.supervisor.set(supervisor.clone());
+        // Replicas sharing the store: events both ways, leases on the tasks run here.
+        if let Some(outgoing) = outgoing {
+            actix::spawn(crate::tasks::publish_loop(shared.clone(), outgoing));
+        }
+        if let Some(incoming) = incoming {
+            actix::spawn(crate::tasks::listen(shared.clone(), incoming));
+        }
+        if let Some(lease) = lease {
+            actix::spawn(crate::tasks::keep_leases(shared.clone(), lease));
+        }
         if shared.config.tenants.is_empty() {
             tracing::warn!(
                 "no [[tenant]] is configured: every request is served, without credentials, as tenant \"{}\"",
@@ -220,6 +252,7 @@ impl Gateway {
     pub async fn render_metrics(&self) -> String {
         let m = &self.shared.metrics;
         let (_, upstreams) = self.readiness().await;
+        let _ = self.store_health().await;
         for u in upstreams {
             m.upstream_reachable.with_label_values(&[&u.name]).set(i64::from(u.reachable));
         }
@@ -232,6 +265,13 @@ impl Gateway {
         m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
         m.catalog_collisions.set(self.shared.catalog.read().collisions().len() as i64);
         m.render()
+    }
+
+    /// Whether the task store answers now (`Err` says why); kept in `taskgate_store_up`.
+    pub async fn store_health(&self) -> Result<(), String> {
+        let health = self.shared.tasks.store().health().await.map_err(|e| e.to_string());
+        self.shared.metrics.store_up.set(i64::from(health.is_ok()));
+        health
     }
 
     /// Whether the gateway is ready, and each upstream's reachability: ready when every upstream

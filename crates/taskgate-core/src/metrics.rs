@@ -80,6 +80,10 @@ pub struct Metrics {
     pub store_duration: HistogramVec,
     /// Task store operations that failed in the backend (not a refused change), by operation.
     pub store_errors: IntCounterVec,
+    /// Events between replicas: published, lost (could not be published) or received, by kind.
+    pub store_events: IntCounterVec,
+    /// 1 while the task store answers, 0 while it does not.
+    pub store_up: IntGauge,
 }
 
 impl Metrics {
@@ -227,6 +231,12 @@ impl Metrics {
                 "Task store operations that failed in the backend",
                 &["operation"],
             ),
+            store_events: counter(
+                "taskgate_store_events_total",
+                "Events between replicas: published, lost or received, by kind",
+                &["direction", "kind"],
+            ),
+            store_up: single("taskgate_store_up", "1 while the task store answers, 0 while it does not"),
             registry,
         };
         metrics.names = names.into_inner();

@@ -12,13 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use serde_json::{json, Value};
-use taskgate_protocol::mcp::{meta, methods};
+use serde_json::Value;
+use taskgate_protocol::mcp::methods;
 use taskgate_protocol::Message as RpcMessage;
 use tokio::sync::mpsc;
 
-use crate::registry::{Identity, Sessions};
-use crate::session::TaskProgress;
+use crate::registry::Identity;
 
 /// Counters of what happened to progress notifications (also read by tests), mirrored into
 /// `taskgate_progress_notifications_total`.
@@ -80,7 +79,7 @@ pub(crate) enum ProgressTarget {
     Request(mpsc::Sender<RpcMessage>),
     /// A task: the requestor's sessions (its `tasks/result` stream for the task, else its GET
     /// stream), with the task's related-task `_meta`.
-    Task { task_id: String, owner: Identity, sessions: Arc<Sessions> },
+    Task { task_id: String, owner: Identity, tasks: Arc<crate::tasks::TaskService> },
 }
 
 /// One live progress token.
@@ -120,18 +119,7 @@ impl ProgressActor {
             ProgressTarget::Request(reply) => {
                 reply.try_send(RpcMessage::notification(methods::PROGRESS, Some(params))).is_ok()
             }
-            ProgressTarget::Task { task_id, owner, sessions } => {
-                let mut params = params;
-                params["_meta"] = json!({ meta::RELATED_TASK: { "taskId": task_id } });
-                let notification = RpcMessage::notification(methods::PROGRESS, Some(params));
-                let mut any = false;
-                for session in sessions.of(owner) {
-                    any |= session
-                        .try_send(TaskProgress { task_id: task_id.clone(), notification: notification.clone() })
-                        .is_ok();
-                }
-                any
-            }
+            ProgressTarget::Task { task_id, owner, tasks } => tasks.task_progress(owner, task_id, params),
         };
         self.stats.count(if delivered { Outcome::Relayed } else { Outcome::Dropped });
     }

@@ -466,7 +466,7 @@ impl SessionActor {
         let target = ProgressTarget::Task {
             task_id: task_id.to_owned(),
             owner: self.identity.clone(),
-            sessions: self.shared.sessions.clone(),
+            tasks: self.shared.tasks.clone(),
         };
         let actor = self.start_progress(token, params, target);
         let upstream = params.pointer("/_meta/progressToken").cloned().unwrap_or(Value::Null);

@@ -1,6 +1,6 @@
 //! Operations endpoints: `/metrics` (Prometheus text format), `/healthz` (the process is alive)
-//! and `/readyz` (configuration loaded; each upstream's reachability; ready when every upstream
-//! marked `required` is reachable).
+//! and `/readyz` (configuration loaded; the task store's and each upstream's reachability; ready
+//! when the store answers and every upstream marked `required` is reachable).
 
 use actix_web::{web, HttpResponse};
 use serde_json::json;
@@ -18,12 +18,15 @@ pub async fn healthz() -> HttpResponse {
 
 /// `GET /readyz`: 200 when ready, 503 otherwise; the body lists every upstream.
 pub async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
-    let (ready, upstreams) = gateway.readiness().await;
+    let (upstreams_ready, upstreams) = gateway.readiness().await;
+    let store = gateway.store_health().await;
+    let ready = upstreams_ready && store.is_ok();
     let upstreams: Vec<_> = upstreams
         .into_iter()
         .map(|u| json!({"name": u.name, "required": u.required, "reachable": u.reachable, "error": u.error}))
         .collect();
-    let body = json!({"ready": ready, "config": "loaded", "upstreams": upstreams});
+    let store = json!({"reachable": store.is_ok(), "error": store.err()});
+    let body = json!({"ready": ready, "config": "loaded", "store": store, "upstreams": upstreams});
     if ready {
         HttpResponse::Ok().json(body)
     } else {

@@ -10,7 +10,6 @@ use super::{not_found, settle_call};
 use crate::gateway::Shared;
 use crate::progress::{Abandon, Finish, Progress, ProgressActor};
 use crate::registry::Identity;
-use crate::session::TaskStatusChanged;
 use crate::tenants::TaskPermit;
 use crate::GatewayError;
 use actix::prelude::*;
@@ -229,14 +228,21 @@ impl TaskActor {
         }
     }
 
-    /// notifications/tasks/status to the requestor's sessions (their GET streams).
+    /// notifications/tasks/status to the requestor's sessions, on every replica.
     fn announce(&self, record: &TaskRecord) {
-        let task = record.view().to_value();
-        for session in self.shared.sessions.of(&self.owner) {
-            if session.try_send(TaskStatusChanged(task.clone())).is_err() {
-                self.shared.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
-                tracing::debug!(task = %self.id, "a session's queue is full; a task status notification was dropped");
-            }
+        self.shared.tasks.announce(&self.owner, record.view().to_value());
+    }
+
+    /// Stops the upstream work here without telling the upstream (another replica follows it).
+    fn drop_work(&mut self, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.running.take() {
+            ctx.cancel_future(handle);
+        }
+        if let Some((call, _)) = self.call.take() {
+            call.abort();
+        }
+        if let Some(progress) = self.progress.take() {
+            let _ = progress.try_send(Abandon);
         }
     }
 
@@ -611,6 +617,32 @@ impl Handler<CallDone> for TaskActor {
 
     fn handle(&mut self, _: CallDone, ctx: &mut Context<Self>) {
         self.take_call_outcome(ctx);
+    }
+}
+
+/// The task is no longer this actor's to run: it was cancelled through the store (on another
+/// replica: `cancelled`, and the upstream is told), or another replica took it over.
+pub(crate) struct StoppedElsewhere {
+    /// Cancelled: stop the upstream work too.
+    pub cancelled: bool,
+}
+
+impl Message for StoppedElsewhere {
+    type Result = ();
+}
+
+impl Handler<StoppedElsewhere> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: StoppedElsewhere, ctx: &mut Context<Self>) {
+        self.permit = None;
+        if msg.cancelled {
+            self.stop_work(ctx);
+        } else {
+            self.drop_work(ctx);
+        }
+        tracing::info!(task = %self.id, cancelled = msg.cancelled, "task stopped here: it was settled or taken over elsewhere");
+        ctx.stop();
     }
 }
 

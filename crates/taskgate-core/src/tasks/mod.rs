@@ -5,6 +5,7 @@
 mod actor;
 mod observed;
 mod recovery;
+mod replicas;
 mod service;
 mod supervisor;
 
@@ -21,6 +22,7 @@ pub use actor::TaskActor;
 pub(crate) use actor::{InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
 pub(crate) use observed::ObservedStore;
 pub use recovery::Recovered;
+pub(crate) use replicas::{keep_leases, listen, publish_loop, Publisher};
 pub use service::TaskService;
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
 

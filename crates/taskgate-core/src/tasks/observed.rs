@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use taskgate_protocol::tasks::TaskStatus;
-use taskgate_store::{ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
+use taskgate_store::{EventEnvelope, ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
 
 use crate::metrics::Metrics;
 
@@ -65,6 +65,30 @@ impl TaskStore for ObservedStore {
 
     fn claim_orphans<'a>(&'a self, replica: &'a str, now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>> {
         self.observe("claim_orphans", self.inner.claim_orphans(replica, now_ms))
+    }
+
+    fn renew_leases<'a>(&'a self, replica: &'a str, ids: &'a [String]) -> StoreFuture<'a, Vec<String>> {
+        self.observe("renew_leases", self.inner.renew_leases(replica, ids))
+    }
+
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+
+    fn lease_ms(&self) -> Option<u64> {
+        self.inner.lease_ms()
+    }
+
+    fn publish(&self, event: EventEnvelope) -> StoreFuture<'_, ()> {
+        self.observe("publish", self.inner.publish(event))
+    }
+
+    fn subscribe(&self) -> Option<tokio::sync::mpsc::Receiver<EventEnvelope>> {
+        self.inner.subscribe()
+    }
+
+    fn health(&self) -> StoreFuture<'_, ()> {
+        self.observe("health", self.inner.health())
     }
 
     fn len(&self) -> usize {

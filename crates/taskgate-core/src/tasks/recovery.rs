@@ -44,6 +44,11 @@ pub(crate) async fn recover(shared: Arc<Shared>) -> Result<Recovered, taskgate_s
     // One resumed upstream session per (upstream, session): its tasks share it.
     let mut sessions: HashMap<(String, String), UpstreamSession> = HashMap::new();
     for record in orphans {
+        if shared.tasks.actor(&record.id).is_some() {
+            // Its lease lapsed while this process kept running it (cut off from the store for
+            // a while); it has the lease again and carries on.
+            continue;
+        }
         match follow_again(&shared, &record, &mut sessions) {
             Some(session) => {
                 start_following(&shared, record, session);

@@ -8,6 +8,8 @@
 //!   requests made for a task;
 //! - the `tasks/result` waiters, woken by [`TaskService::finished`] when a task turns terminal
 //!   or is deleted (locally, or on another replica through the store's events);
+//! - what the owner's sessions hear about its tasks (status, progress), here and, through the
+//!   store's events, on the other replicas;
 //! - poll bookkeeping (`taskgate_task_polls_early_total`).
 
 use std::collections::HashMap;
@@ -19,7 +21,7 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::{json, Value};
 use taskgate_protocol::tasks::TaskStatus;
 use taskgate_protocol::RequestId;
-use taskgate_store::{StoreError, TaskOutcome, TaskRecord, TaskStore, Update};
+use taskgate_store::{StoreError, StoreEvent, TaskOutcome, TaskRecord, TaskStore, Update};
 use tokio::sync::watch;
 
 use super::actor::{Cancel, TaskActor, TaskStart, Work};
@@ -38,6 +40,8 @@ pub(crate) type CallKey = (String, RequestId);
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
     metrics: Arc<Metrics>,
+    sessions: Arc<crate::registry::Sessions>,
+    publisher: super::replicas::Publisher,
     clock: Arc<dyn crate::clock::Clock>,
     /// `tasks/list` page size.
     page_size: usize,
@@ -61,10 +65,14 @@ impl TaskService {
         metrics: Arc<Metrics>,
         clock: Arc<dyn crate::clock::Clock>,
         page_size: usize,
+        sessions: Arc<crate::registry::Sessions>,
+        publisher: super::replicas::Publisher,
     ) -> TaskService {
         TaskService {
             store,
             metrics,
+            sessions,
+            publisher,
             clock,
             page_size,
             actors: RwLock::default(),
@@ -90,6 +98,11 @@ impl TaskService {
     /// Task actors alive now.
     pub fn live_actors(&self) -> usize {
         self.actors.read().len()
+    }
+
+    /// The tasks this process runs now.
+    pub(crate) fn running_ids(&self) -> Vec<String> {
+        self.actors.read().keys().cloned().collect()
     }
 
     /// Registers a started actor (and, for a native task, the upstream's id for it).
@@ -182,12 +195,67 @@ impl TaskService {
         Ok(record)
     }
 
-    /// A task turned terminal or was deleted: wake its `tasks/result` waiters, which read the
-    /// store again.
+    /// A task turned terminal or was deleted: wake its `tasks/result` waiters here and on the
+    /// other replicas; they read the store again.
     pub(crate) fn finished(&self, task_id: &str) {
+        self.wake(task_id);
+        self.publish(StoreEvent::Finished { task_id: task_id.to_owned() });
+    }
+
+    /// Wakes this process's waiters of a task.
+    pub(crate) fn wake(&self, task_id: &str) {
         if let Some(waiters) = self.waiting.lock().get(task_id) {
             waiters.send_replace(());
         }
+    }
+
+    fn publish(&self, event: StoreEvent) {
+        if !self.publisher.publish(event) {
+            self.metrics.store_events.with_label_values(&["dropped", "queue_full"]).inc();
+        }
+    }
+
+    /// `notifications/tasks/status` to the owner's sessions, here and on the other replicas.
+    pub(crate) fn announce(&self, owner: &Identity, task: Value) {
+        self.status_to_sessions(owner, task.clone());
+        self.publish(StoreEvent::Status { owner: super::owner(owner), task });
+    }
+
+    /// `notifications/tasks/status` to the owner's sessions on this replica (their GET streams).
+    pub(crate) fn status_to_sessions(&self, owner: &Identity, task: Value) {
+        for session in self.sessions.of(owner) {
+            if session.try_send(crate::session::TaskStatusChanged(task.clone())).is_err() {
+                self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+                tracing::debug!("a session's queue is full; a task status notification was dropped");
+            }
+        }
+    }
+
+    /// A task's progress (`notifications/progress` params under the client's token) to the
+    /// owner's sessions, here and on the other replicas. False when no session here took it
+    /// and there are no other replicas.
+    pub(crate) fn task_progress(&self, owner: &Identity, task_id: &str, params: Value) -> bool {
+        let here = self.progress_to_sessions(owner, task_id, params.clone());
+        let shared = self.store.shared();
+        if shared {
+            self.publish(StoreEvent::Progress { owner: super::owner(owner), task_id: task_id.to_owned(), params });
+        }
+        here || shared
+    }
+
+    /// A task's progress to the owner's sessions on this replica: its open `tasks/result`
+    /// stream for the task, else its GET stream, with the task's related-task `_meta`.
+    pub(crate) fn progress_to_sessions(&self, owner: &Identity, task_id: &str, mut params: Value) -> bool {
+        params["_meta"] = json!({ taskgate_protocol::mcp::meta::RELATED_TASK: { "taskId": task_id } });
+        let notification =
+            taskgate_protocol::Message::notification(taskgate_protocol::mcp::methods::PROGRESS, Some(params));
+        let mut any = false;
+        for session in self.sessions.of(owner) {
+            let progress =
+                crate::session::TaskProgress { task_id: task_id.to_owned(), notification: notification.clone() };
+            any |= session.try_send(progress).is_ok();
+        }
+        any
     }
 
     /// A task was deleted (ttl): forget its bookkeeping and wake its waiters.
@@ -238,6 +306,9 @@ impl TaskService {
         if !record.status.is_terminal() {
             let _waiting = WaiterGauge::new(self.metrics.task_result_waiters.with_label_values(&[&identity.tenant]));
             let mut waiter = self.subscribe(&task_id);
+            // With other replicas, an event may be lost (a subscription cut off): read the
+            // store again at least this often.
+            let recheck = self.store.lease_ms().map(Duration::from_millis);
             loop {
                 // Read again after subscribing: the task may have ended in between.
                 match self.store.get(&task_id).await.map_err(store_error)? {
@@ -248,7 +319,11 @@ impl TaskService {
                     Some(_) => {}
                     None => return Err(not_found()),
                 }
-                if waiter.rx.changed().await.is_err() {
+                let changed = match recheck {
+                    Some(every) => tokio::time::timeout(every, waiter.rx.changed()).await.unwrap_or(Ok(())),
+                    None => waiter.rx.changed().await,
+                };
+                if changed.is_err() {
                     return Err(GatewayError::Internal("the gateway is shutting down".into()));
                 }
             }
@@ -303,6 +378,9 @@ impl TaskService {
             })?;
         self.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, current.status.as_str()]).dec();
         self.metrics.tasks.with_label_values(&[&cancelled.owner.tenant, cancelled.status.as_str()]).inc();
+        // Another replica may run it: its work stops there.
+        self.publish(StoreEvent::Cancelled { task_id: task_id.clone() });
+        self.announce(&identity, cancelled.view().to_value());
         self.finished(&task_id);
         tracing::info!(target: "taskgate::audit", task = %task_id, tenant = %identity.tenant, principal = %identity.principal, "task cancelled");
         Ok(cancelled.view().to_value())

@@ -1,0 +1,124 @@
+//! What replicas sharing a store (Redis) tell each other, and the leases on running tasks.
+//!
+//! - Out: [`Publisher`]: events go into a bounded queue and one loop publishes them (a full
+//!   queue drops the event and counts it; waiters also re-read the store on their own).
+//! - In: [`listen`]: another replica's events are applied here: a task finished there wakes
+//!   the `tasks/result` waiters here; a task cancelled here or there stops its work where it
+//!   runs; task status and progress reach the owner's sessions on this replica.
+//! - Leases: [`keep_leases`] renews this replica's leases on the tasks it runs, stops running
+//!   those it no longer holds (another replica took them over while this one was cut off, or
+//!   they ended elsewhere), and takes over orphans: tasks whose replica died.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use taskgate_store::{EventEnvelope, StoreEvent};
+use tokio::sync::mpsc;
+
+use super::actor::StoppedElsewhere;
+use crate::gateway::Shared;
+use crate::registry::Identity;
+
+/// Events waiting to be published, at most.
+const PUBLISH_QUEUE: usize = 4096;
+
+/// The outgoing half: a bounded queue to one publishing loop.
+pub(crate) struct Publisher {
+    queue: Option<mpsc::Sender<EventEnvelope>>,
+    replica: String,
+}
+
+impl Publisher {
+    /// A publisher for a shared store; for one that is not shared, publishing does nothing.
+    pub(crate) fn new(shared_store: bool, replica: String) -> (Publisher, Option<mpsc::Receiver<EventEnvelope>>) {
+        if !shared_store {
+            return (Publisher { queue: None, replica }, None);
+        }
+        let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
+        (Publisher { queue: Some(tx), replica }, Some(rx))
+    }
+
+    /// Queues an event for the other replicas; false when it was dropped (queue full).
+    pub(crate) fn publish(&self, event: StoreEvent) -> bool {
+        let Some(queue) = &self.queue else { return true };
+        queue.try_send(EventEnvelope { from: self.replica.clone(), event }).is_ok()
+    }
+}
+
+/// Publishes what the queue receives, in order.
+pub(crate) async fn publish_loop(shared: Arc<Shared>, mut queue: mpsc::Receiver<EventEnvelope>) {
+    while let Some(envelope) = queue.recv().await {
+        let kind = kind(&envelope.event);
+        match shared.tasks.store().publish(envelope).await {
+            Ok(()) => shared.metrics.store_events.with_label_values(&["published", kind]).inc(),
+            Err(e) => {
+                shared.metrics.store_events.with_label_values(&["lost", kind]).inc();
+                tracing::warn!(error = %e, kind, "an event for the other replicas could not be published");
+            }
+        }
+    }
+}
+
+fn kind(event: &StoreEvent) -> &'static str {
+    match event {
+        StoreEvent::Finished { .. } => "finished",
+        StoreEvent::Cancelled { .. } => "cancelled",
+        StoreEvent::Status { .. } => "status",
+        StoreEvent::Progress { .. } => "progress",
+    }
+}
+
+/// Applies the other replicas' events on this one.
+pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<EventEnvelope>) {
+    while let Some(EventEnvelope { from, event }) = events.recv().await {
+        if from == shared.replica {
+            continue; // its own, already applied here
+        }
+        shared.metrics.store_events.with_label_values(&["received", kind(&event)]).inc();
+        let tasks = &shared.tasks;
+        match event {
+            StoreEvent::Finished { task_id } => tasks.wake(&task_id),
+            StoreEvent::Cancelled { task_id } => {
+                if let Some(actor) = tasks.actor(&task_id) {
+                    let _ = actor.try_send(StoppedElsewhere { cancelled: true });
+                }
+                tasks.wake(&task_id);
+            }
+            StoreEvent::Status { owner, task } => {
+                let owner = Identity { tenant: owner.tenant, principal: owner.principal };
+                tasks.status_to_sessions(&owner, task);
+            }
+            StoreEvent::Progress { owner, task_id, params } => {
+                let owner = Identity { tenant: owner.tenant, principal: owner.principal };
+                tasks.progress_to_sessions(&owner, &task_id, params);
+            }
+        }
+    }
+}
+
+/// Renews this replica's leases about three times per lease period, and takes over orphans.
+pub(crate) async fn keep_leases(shared: Arc<Shared>, lease: Duration) {
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let running = shared.tasks.running_ids();
+        match shared.tasks.store().renew_leases(&shared.replica, &running).await {
+            Ok(lost) => {
+                for id in lost {
+                    let Some(actor) = shared.tasks.actor(&id) else { continue };
+                    // Cancelled elsewhere (an event this replica missed): the upstream is told;
+                    // taken over: the other replica follows the upstream work, so it is left be.
+                    let record = shared.tasks.store().get(&id).await.ok().flatten();
+                    let cancelled = record.is_none_or(|r| r.status == taskgate_protocol::tasks::TaskStatus::Cancelled);
+                    tracing::warn!(task = %id, cancelled, "this replica no longer holds the task; it stops running it here");
+                    let _ = actor.try_send(StoppedElsewhere { cancelled });
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "renewing task leases failed"),
+        }
+        if let Err(e) = super::TaskService::recover(shared.clone()).await {
+            tracing::debug!(error = %e, "looking for orphaned tasks failed");
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Many replicas: real `taskgate serve` processes sharing a real Redis (started by the test on
+//! a free loopback port, with a temporary directory, and stopped after it).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskgate_protocol::ErrorObject;
+use taskgate_store::testing::RedisServer;
+use taskgate_testkit::{DemoUpstream, McpClient, ServedGateway};
+
+const KEY: &str = "acme-replicas-key-000001";
+
+async fn within<F: std::future::Future>(event: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")
+}
+
+async fn create(c: &mut McpClient, tool: &str, args: Value) -> String {
+    let created =
+        c.request("tools/call", Some(json!({"name": tool, "arguments": args, "task": {"ttl": 600_000}}))).await;
+    created.outcome().expect("CreateTaskResult")["task"]["taskId"].as_str().unwrap().to_owned()
+}
+
+async fn method(c: &mut McpClient, name: &str, task_id: &str) -> Result<Value, ErrorObject> {
+    c.request(name, Some(json!({"taskId": task_id}))).await.outcome()
+}
+
+/// Polls `tasks/get` (one real request each time) until the task has `status`.
+async fn until_status(c: &mut McpClient, task_id: &str, status: &str) -> Value {
+    within(async {
+        loop {
+            let task = method(c, "tasks/get", task_id).await.unwrap();
+            if task["status"] == status {
+                return task;
+            }
+            let _ = c.request("ping", None).await;
+        }
+    })
+    .await
+}
+
+/// Replicas' shared configuration: Redis, a short lease, one tenant with `limits`.
+fn config(redis: &RedisServer, prefix: &str, native: &DemoUpstream, plain: &DemoUpstream, limits: &str) -> String {
+    let hash = taskgate_core::tenants::hash_key(KEY);
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[logging]\nlevel = \"info\"\n\
+         [store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\nlease_ms = 600\n\
+         [[upstream]]\nname = \"native\"\ntransport = \"http\"\nurl = \"{}\"\n\
+         [[upstream]]\nname = \"plain\"\ntransport = \"http\"\nurl = \"{}\"\n\
+         [[tenant]]\nid = \"acme\"\n[[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{hash}\"\n[tenant.limits]\n{limits}\n",
+        redis.url, native.http.url, plain.http.url
+    )
+}
+
+struct Cluster {
+    redis: RedisServer,
+    native: DemoUpstream,
+    plain: DemoUpstream,
+    replicas: Vec<ServedGateway>,
+    _dir: tempfile::TempDir,
+}
+
+async fn cluster(n: usize, limits: &str) -> Cluster {
+    let redis = RedisServer::start();
+    let native = DemoUpstream::start_with_tasks();
+    let plain = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, config(&redis, "replicas:", &native, &plain, limits)).unwrap();
+    let mut replicas = Vec::new();
+    for _ in 0..n {
+        replicas.push(ServedGateway::start(&file).await);
+    }
+    Cluster { redis, native, plain, replicas, _dir: dir }
+}
+
+async fn client(gw: &ServedGateway) -> McpClient {
+    let mut c = McpClient::with_bearer(&gw.url, KEY);
+    c.initialize().await;
+    c
+}
+
+#[actix_rt::test]
+async fn any_replica_answers_for_a_task_another_runs_and_waiters_and_cancels_cross_over() {
+    let cl = cluster(2, "").await;
+    let (mut a, mut b) = (client(&cl.replicas[0]).await, client(&cl.replicas[1]).await);
+
+    // Created on A: B gets, lists and waits on it; its completion on A releases B's waiter.
+    let id = create(&mut a, "plain__wait", json!({"gate": "g1"})).await;
+    assert_eq!(method(&mut b, "tasks/get", &id).await.unwrap()["status"], "working");
+    let listed = b.request("tasks/list", None).await.outcome().unwrap();
+    assert_eq!(listed["tasks"][0]["taskId"], id.as_str());
+    let mut b_stream = b.open_stream().await.unwrap();
+    let mut waiter = b.clone();
+    let waited = id.clone();
+    let waiting = actix_rt::spawn(async move { method(&mut waiter, "tasks/result", &waited).await });
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    cl.plain.demo.release("g1");
+    let result = within(waiting).await.unwrap().unwrap();
+    assert_eq!(result["content"][0]["text"], "gate g1 opened");
+    // notifications/tasks/status reached the requestor's stream on B.
+    let status = within(async {
+        loop {
+            let message = b_stream.next().await.expect("B's stream stays open");
+            if let taskgate_protocol::Message::Notification { method, params: Some(params) } = message {
+                if method == "notifications/tasks/status" && params["status"] == "completed" {
+                    return params;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(status["taskId"], id.as_str());
+
+    // Cancelled on B while it runs on A: the work stops at the upstream.
+    let id = create(&mut a, "plain__wait", json!({"gate": "never"})).await;
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    let cancelled = method(&mut b, "tasks/cancel", &id).await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled");
+    within(cl.plain.demo.wait_in_flight(|n| *n == 0)).await;
+    assert_eq!(method(&mut a, "tasks/get", &id).await.unwrap()["status"], "cancelled");
+
+    // Sessions stay on the replica that created them: another answers 404.
+    let mut stray = McpClient::with_bearer(&cl.replicas[1].url, KEY);
+    stray.session = a.session.clone();
+    stray.protocol_version = Some("2025-11-25".into());
+    assert_eq!(stray.request("ping", None).await.status, reqwest::StatusCode::NOT_FOUND);
+}
+
+#[actix_rt::test]
+async fn a_killed_replicas_tasks_are_taken_over_native_ones_finish_and_wrapped_ones_fail() {
+    let mut cl = cluster(2, "").await;
+    let mut a = client(&cl.replicas[0]).await;
+    let native = create(&mut a, "native__wait", json!({"gate": "n1"})).await;
+    let wrapped = create(&mut a, "plain__wait", json!({"gate": "never"})).await;
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    let mut b = client(&cl.replicas[1]).await;
+    let mut waiter = b.clone();
+    let waited = native.clone();
+    let waiting = actix_rt::spawn(async move { method(&mut waiter, "tasks/result", &waited).await });
+
+    cl.replicas.remove(0).kill().await;
+    // B takes both over once A's leases lapse.
+    let failed = until_status(&mut b, &wrapped, "failed").await;
+    assert!(failed["statusMessage"].as_str().unwrap().contains("gateway restarted while the task ran"), "{failed}");
+    cl.native.demo.release("n1");
+    let result = within(waiting).await.unwrap().unwrap();
+    assert_eq!(result["content"][0]["text"], "gate n1 opened", "{result}");
+    assert_eq!(method(&mut b, "tasks/get", &native).await.unwrap()["status"], "completed");
+    let _ = &mut cl.redis;
+}
+
+#[actix_rt::test]
+async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowledged_task() {
+    let mut cl = cluster(1, "").await;
+    let mut a = client(&cl.replicas[0]).await;
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        acknowledged.push(create(&mut a, "plain__echo", json!({"text": format!("t{i}")})).await);
+    }
+    let admin = cl.replicas[0].url.replace("/mcp", "/readyz");
+    assert_eq!(reqwest::get(&admin).await.unwrap().status(), reqwest::StatusCode::OK);
+
+    cl.redis.stop();
+    let reply =
+        a.request("tools/call", Some(json!({"name": "plain__echo", "arguments": {"text": "x"}, "task": {}}))).await;
+    let error = reply.outcome().unwrap_err();
+    assert_eq!(error.code, -32002, "{error:?}");
+    assert!(error.message.contains("Task store unavailable") && error.message.contains("Redis"), "{}", error.message);
+    let get = method(&mut a, "tasks/get", &acknowledged[0]).await.unwrap_err();
+    assert_eq!(get.code, -32002);
+    let ready = reqwest::get(&admin).await.unwrap();
+    assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+    assert_eq!(body["store"]["reachable"], false, "{body}");
+    // Plain calls that need no store still work.
+    assert_eq!(a.call("plain__echo", json!({"text": "still"})).await.unwrap()["content"][0]["text"], "still");
+
+    cl.redis.restart();
+    let resumed = within(async {
+        loop {
+            if let Ok(task) = method(&mut a, "tasks/get", &acknowledged[0]).await {
+                return task;
+            }
+        }
+    })
+    .await;
+    assert_eq!(resumed["taskId"], acknowledged[0].as_str());
+    for id in &acknowledged {
+        let task = method(&mut a, "tasks/get", id).await.unwrap();
+        assert!(["working", "completed"].contains(&task["status"].as_str().unwrap()), "{task}");
+    }
+    assert_eq!(reqwest::get(&admin).await.unwrap().status(), reqwest::StatusCode::OK);
+    create(&mut a, "plain__echo", json!({"text": "after"})).await;
+}
