@@ -192,3 +192,55 @@ async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowle
     assert_eq!(reqwest::get(&admin).await.unwrap().status(), reqwest::StatusCode::OK);
     create(&mut a, "plain__echo", json!({"text": "after"})).await;
 }
+
+#[actix_rt::test]
+async fn a_tenants_cap_and_rate_hold_across_three_replicas_under_a_concurrent_burst() {
+    let cl = cluster(3, "max_concurrent_tasks = 10\nrate = { per_second = 0.01, burst = 60 }").await;
+    let mut clients = Vec::new();
+    for gw in &cl.replicas {
+        clients.push(client(gw).await);
+    }
+    // 30 task creations at once, ten through each replica: exactly ten are admitted.
+    let mut burst = Vec::new();
+    for i in 0..30 {
+        let mut c = clients[i % 3].clone();
+        burst.push(actix_rt::spawn(async move {
+            let args = json!({"name": "plain__wait", "arguments": {"gate": "cap"}, "task": {}});
+            c.request("tools/call", Some(args)).await.outcome()
+        }));
+    }
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    for outcome in burst {
+        match within(outcome).await.unwrap() {
+            Ok(created) => admitted.push(created["task"]["taskId"].as_str().unwrap().to_owned()),
+            Err(e) => {
+                assert_eq!(e.code, -32006, "{e:?}");
+                assert!(e.message.contains("max_concurrent_tasks"), "{}", e.message);
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((admitted.len(), refused), (10, 20));
+    within(cl.plain.demo.wait_in_flight(|n| *n == 10)).await;
+    // When they end, their places are free on every replica.
+    cl.plain.demo.release("cap");
+    for id in &admitted {
+        method(&mut clients[1], "tasks/result", id).await.unwrap();
+    }
+    create(&mut clients[2], "plain__echo", json!({"text": "room again"})).await;
+
+    // The rate is one bucket for the three replicas: 60 requests in all, not 60 each. So far
+    // 3 initializes, 30 creations, 10 results and 1 creation took 44; 16 remain.
+    let mut admitted = 0;
+    let mut limited = 0;
+    for i in 0..30 {
+        let reply = clients[i % 3].request("ping", None).await;
+        match reply.status.as_u16() {
+            200 => admitted += 1,
+            429 => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((admitted, limited), (16, 14));
+}

@@ -175,9 +175,30 @@ impl Gateway {
     }
 
     /// Admits one JSON-RPC request of `identity` by its tenant's and principal's rates
-    /// (`tasks/get` and `tasks/list` count in the polling buckets).
-    pub fn admit(&self, identity: &Identity, method: &str) -> Result<(), GatewayError> {
-        self.shared.tenancy.admit_request(identity, method).map_err(|refused| {
+    /// (`tasks/get` and `tasks/list` count in the polling buckets). With a shared store the
+    /// buckets are shared by every replica (so N replicas do not grant N times a rate); while
+    /// the store is unreachable each replica falls back to its own buckets.
+    pub async fn admit(&self, identity: &Identity, method: &str) -> Result<(), GatewayError> {
+        let tenancy = &self.shared.tenancy;
+        let store = self.shared.tasks.store();
+        let outcome = if store.shared() {
+            let buckets = tenancy.shared_buckets(identity, method);
+            let names: Vec<taskgate_store::RateBucket> = buckets.iter().map(|(_, _, b)| b.clone()).collect();
+            match store.admit_rates(&names).await {
+                Ok(None) => Ok(()),
+                Ok(Some((index, retry_after_ms))) => {
+                    let (bucket, rate, _) = buckets[index].clone();
+                    Err(tenants::Refused { bucket, retry_after_ms, rate })
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "shared rate buckets unreachable; this replica's own apply");
+                    tenancy.admit_request(identity, method)
+                }
+            }
+        } else {
+            tenancy.admit_request(identity, method)
+        };
+        outcome.map_err(|refused| {
             let m = &self.shared.metrics;
             m.rate_limited.with_label_values(&[&identity.tenant, refused.bucket.label()]).inc();
             tracing::debug!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, %method, bucket = refused.bucket.label(), "rate limited");

@@ -240,14 +240,6 @@ impl SessionActor {
         };
         let mut upstream_params = params.unwrap_or_else(|| json!({}));
         upstream_params["name"] = Value::from(entry.tool.name.clone());
-        // The Supervisor's caps: over one, a clear error and no task (nothing reaches the upstream).
-        let permit = match (requested, support) {
-            (Some(_), TaskSupport::Optional | TaskSupport::Required) => match self.admit_task() {
-                Ok(permit) => Some(permit),
-                Err(e) => return self.finish(id, Err(e)),
-            },
-            _ => None,
-        };
         match (requested, support) {
             // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
             (Some(_), TaskSupport::Forbidden) => {
@@ -261,23 +253,61 @@ impl SessionActor {
                 let why = format!("tool {name} requires task-augmented execution: add \"task\": {{}} to the params");
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
-            (Some(ttl), _) if entry.native => {
-                let record = self.new_task(&entry, ttl);
-                let progress = self.task_progress(&record.id, &mut upstream_params);
-                self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx)
-            }
             (Some(ttl), _) => {
-                if let Value::Object(p) = &mut upstream_params {
-                    p.remove("task");
-                }
                 let record = self.new_task(&entry, ttl);
-                let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
-                let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
-                let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
-                self.create_task(id, start, Map::new(), ctx);
+                if !self.shared.tasks.store().shared() {
+                    // The Supervisor's caps: over one, a clear error and no task (nothing
+                    // reaches the upstream).
+                    match self.admit_task() {
+                        Ok(permit) => {
+                            self.start_task(id, upstream_params, record, entry.native, session, Some(permit), ctx)
+                        }
+                        Err(e) => self.finish(id, Err(e)),
+                    }
+                    return;
+                }
+                // Replicas share the caps: a place is reserved in the store first.
+                let hold_ms = session_timeout_ms(&self.shared, &entry.upstream);
+                let caps = self.shared.tenancy.caps(&self.identity.tenant);
+                let reserve =
+                    self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
+                ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
+                    Ok(()) => act.start_task(id, upstream_params, record, entry.native, session, None, ctx),
+                    Err(e) => act.finish(id, Err(e)),
+                }));
             }
             (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
         }
+    }
+
+    /// Runs an admitted task: as a native upstream task, or wrapped by the gateway.
+    #[allow(clippy::too_many_arguments)]
+    fn start_task(
+        &mut self,
+        id: RequestId,
+        mut upstream_params: Value,
+        record: TaskRecord,
+        native: bool,
+        session: UpstreamSession,
+        permit: Option<crate::tenants::TaskPermit>,
+        ctx: &mut Context<Self>,
+    ) {
+        if !self.requests.contains_key(&id) {
+            // Cancelled while it was being admitted: its reservation goes back.
+            self.shared.tasks.release(&record);
+            return;
+        }
+        if native {
+            let progress = self.task_progress(&record.id, &mut upstream_params);
+            return self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx);
+        }
+        if let Value::Object(p) = &mut upstream_params {
+            p.remove("task");
+        }
+        let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
+        let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
+        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
+        self.create_task(id, start, Map::new(), ctx);
     }
 
     /// One more task for this requestor under its tenant's caps.
@@ -367,6 +397,8 @@ impl SessionActor {
                 if let Some((actor, _)) = progress {
                     let _ = actor.try_send(Abandon);
                 }
+                // No task: its place under the caps goes back.
+                act.shared.tasks.release(&record);
             };
             let result = match result {
                 Ok(result) => result,
@@ -1197,4 +1229,11 @@ impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
     fn finished(&mut self, _: &mut Context<Self>) {
         // An upstream session's event stream ends when it closes; the actor lives on.
     }
+}
+
+/// How long a task's reservation under the caps holds before its creation: the upstream's
+/// response time limit, and a minute more.
+fn session_timeout_ms(shared: &Shared, upstream: &str) -> u64 {
+    let secs = shared.connectors.get(upstream).map_or(300, |c| c.config().timeout_secs);
+    secs.saturating_add(60).saturating_mul(1000)
 }

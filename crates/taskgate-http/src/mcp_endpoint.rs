@@ -67,7 +67,7 @@ async fn dispatch(
     let id = message.id().cloned();
     if let Message::Request { id, method, params } = &message {
         // Rates per tenant and principal (polling in its own bucket): 429 with Retry-After.
-        gateway.admit(&identity, method).map_err(|e| (e, Some(id.clone())))?;
+        gateway.admit(&identity, method).await.map_err(|e| (e, Some(id.clone())))?;
         // The client MUST accept both JSON and SSE; a gateway can answer with either one it accepts.
         if !accepts.json && !accepts.sse {
             return Err((

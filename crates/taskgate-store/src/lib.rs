@@ -101,6 +101,71 @@ mod redis_conformance {
     }
 
     #[test]
+    fn caps_count_reservations_and_live_tasks_until_they_end() {
+        use crate::conformance::{owner, record, run};
+        use crate::{CapRefused, Caps, TaskStore};
+        run(async {
+            let s = store(100);
+            let caps = Caps { tenant: Some(3), principal: Some(2) };
+            let (alice, bob) = (owner("alice"), owner("bob"));
+            assert_eq!(s.reserve(&alice, "a1", caps, 60_000).await.unwrap(), Ok(()));
+            assert_eq!(s.reserve(&alice, "a2", caps, 60_000).await.unwrap(), Ok(()));
+            assert_eq!(s.reserve(&alice, "a3", caps, 60_000).await.unwrap(), Err(CapRefused::Principal));
+            assert_eq!(s.reserve(&bob, "b1", caps, 60_000).await.unwrap(), Ok(()));
+            assert_eq!(s.reserve(&bob, "b2", caps, 60_000).await.unwrap(), Err(CapRefused::Tenant));
+            // A created task counts until it is terminal; a released reservation frees its place.
+            s.create(record("a1", alice.clone(), 0, None)).await.unwrap();
+            s.release(&bob, "b1").await.unwrap();
+            assert_eq!(s.reserve(&bob, "b2", caps, 60_000).await.unwrap(), Ok(()));
+            assert_eq!(s.reserve(&bob, "b3", caps, 60_000).await.unwrap(), Err(CapRefused::Tenant));
+            let done = crate::Update {
+                status: taskgate_protocol::tasks::TaskStatus::Failed,
+                status_message: None,
+                outcome: None,
+                upstream_task_id: None,
+                now_ms: 1,
+            };
+            s.compare_and_set("a1", taskgate_protocol::tasks::TaskStatus::Working, done).await.unwrap();
+            assert_eq!(s.reserve(&bob, "b3", caps, 60_000).await.unwrap(), Ok(()));
+            // A reservation whose time ran out (its replica died before creating the task) lapses.
+            assert_eq!(
+                s.reserve(&owner("carol"), "c1", Caps { tenant: None, principal: Some(1) }, 0).await.unwrap(),
+                Ok(())
+            );
+            assert_eq!(
+                s.reserve(&owner("carol"), "c2", Caps { tenant: None, principal: Some(1) }, 60_000).await.unwrap(),
+                Ok(())
+            );
+        });
+    }
+
+    #[test]
+    fn rates_are_one_gcra_bucket_for_every_replica_and_refusals_take_nothing() {
+        use crate::conformance::run;
+        use crate::{RateBucket, TaskStore};
+        run(async {
+            // Two stores on one Redis, as two replicas.
+            let a = store(10);
+            let b =
+                crate::RedisTaskStore::open(&server().url, a.prefix(), 10, 10_000, std::time::Duration::from_secs(5))
+                    .unwrap();
+            let tenant = RateBucket { name: "acme".into(), per_second: 0.001, burst: 3 };
+            let principal = RateBucket { name: "acme/ci".into(), per_second: 0.001, burst: 5 };
+            let both = [tenant.clone(), principal.clone()];
+            assert_eq!(a.admit_rates(&both).await.unwrap(), None);
+            assert_eq!(b.admit_rates(&both).await.unwrap(), None);
+            assert_eq!(a.admit_rates(&both).await.unwrap(), None);
+            let (index, retry) = b.admit_rates(&both).await.unwrap().expect("the fourth is refused");
+            assert_eq!(index, 0, "the tenant's bucket refuses");
+            assert!(retry > 900_000, "{retry}");
+            // The refusal took nothing from the principal's bucket: two more fit there.
+            assert_eq!(a.admit_rates(std::slice::from_ref(&principal)).await.unwrap(), None);
+            assert_eq!(a.admit_rates(std::slice::from_ref(&principal)).await.unwrap(), None);
+            assert_eq!(a.admit_rates(std::slice::from_ref(&principal)).await.unwrap().map(|(i, _)| i), Some(0));
+        });
+    }
+
+    #[test]
     fn an_unreachable_redis_is_a_clear_error_that_never_shows_the_password() {
         use crate::conformance::{owner, record, run};
         use crate::TaskStore;
@@ -280,6 +345,35 @@ pub enum StoreEvent {
     },
 }
 
+/// A tenant's caps on tasks not yet terminal (`None`: no cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Caps {
+    /// Per tenant.
+    pub tenant: Option<usize>,
+    /// Per principal.
+    pub principal: Option<usize>,
+}
+
+/// Which cap refused a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapRefused {
+    /// The tenant's.
+    Tenant,
+    /// The principal's.
+    Principal,
+}
+
+/// One rate bucket, shared by every replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateBucket {
+    /// Its name (unique per tenant, principal and kind).
+    pub name: String,
+    /// Sustained rate.
+    pub per_second: f64,
+    /// Requests admitted at once.
+    pub burst: u32,
+}
+
 /// An event with the replica that sent it (a replica ignores its own).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventEnvelope {
@@ -361,6 +455,28 @@ pub trait TaskStore: Send + Sync + 'static {
     /// What the other replicas publish, from now on (a shared store).
     fn subscribe(&self) -> Option<tokio::sync::mpsc::Receiver<EventEnvelope>> {
         None
+    }
+    /// Reserves a place for a task under its tenant's caps across every replica, before
+    /// anything reaches the upstream; held `hold_ms` unless the task is created meanwhile, in
+    /// which case it counts until the task is terminal or deleted. Only shared stores count
+    /// (a single process counts in memory); others admit.
+    fn reserve<'a>(
+        &'a self,
+        _owner: &'a Owner,
+        _task_id: &'a str,
+        _caps: Caps,
+        _hold_ms: u64,
+    ) -> StoreFuture<'a, Result<(), CapRefused>> {
+        Box::pin(std::future::ready(Ok(Ok(()))))
+    }
+    /// Gives back a reservation whose task was not created.
+    fn release<'a>(&'a self, _owner: &'a Owner, _task_id: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// Admits one request in every bucket (GCRA, all or nothing) across every replica, or
+    /// says which bucket (its index) refused and in how many ms it admits. Only shared stores.
+    fn admit_rates<'a>(&'a self, _buckets: &'a [RateBucket]) -> StoreFuture<'a, Option<(usize, u64)>> {
+        Box::pin(std::future::ready(Ok(None)))
     }
     /// Whether the backend answers now (for `/readyz`).
     fn health(&self) -> StoreFuture<'_, ()> {

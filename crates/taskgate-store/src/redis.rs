@@ -27,8 +27,8 @@ use taskgate_protocol::tasks::TaskStatus;
 use tokio::sync::mpsc;
 
 use crate::{
-    decode_cursor, encode_cursor, EventEnvelope, ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore,
-    Update,
+    decode_cursor, encode_cursor, CapRefused, Caps, EventEnvelope, ListPage, Owner, RateBucket, StoreError,
+    StoreFuture, TaskRecord, TaskStore, Update,
 };
 
 /// How long Redis keeps a record after its ttl if no gateway sweeps it.
@@ -53,6 +53,8 @@ redis.call('ZADD', KEYS[2], 0, ARGV[2])
 if ARGV[9] == '1' then
   redis.call('SADD', KEYS[4], ARGV[4])
   redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
+  redis.call('ZADD', KEYS[7], '+inf', ARGV[4])
+  redis.call('ZADD', KEYS[8], '+inf', ARGV[4])
 end
 return redis.call('INCR', KEYS[6])
 "#;
@@ -67,15 +69,20 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 if ARGV[3] == '1' then
   redis.call('SREM', KEYS[2], ARGV[4])
   redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[4])
+  redis.call('ZREM', KEYS[5], ARGV[4])
 end
 return 1
 "#;
 
 /// Deletes a task from every key; returns the record, if it was still there.
-/// KEYS: task, owner index, live, lease, count, expiry. ARGV: id, owner index member.
+/// KEYS: task, owner index, live, lease, count, expiry, running (tenant), running (principal).
+/// ARGV: id, owner index member.
 const DELETE: &str = r#"
 local current = redis.call('GET', KEYS[1])
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
 if ARGV[2] ~= '' then redis.call('ZREM', KEYS[2], ARGV[2]) end
 redis.call('SREM', KEYS[3], ARGV[1])
 redis.call('DEL', KEYS[4])
@@ -113,6 +120,41 @@ end
 return lost
 "#;
 
+/// Reserves a place for a task under its tenant's caps, before anything reaches the upstream.
+/// KEYS: running (tenant), running (principal). ARGV: id, tenant cap or '', principal cap or
+/// '', how long the reservation holds (ms). Returns 'ok', 'tenant' or 'principal'.
+const RESERVE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if ARGV[2] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 'tenant' end
+if ARGV[3] ~= '' and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 'principal' end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), ARGV[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
+return 'ok'
+"#;
+
+/// GCRA over several buckets, all or nothing, by Redis's clock. KEYS: the buckets. ARGV: per
+/// bucket its emission interval and its tolerance (ms). Returns {} when admitted, else
+/// {index of the refusing bucket (1-based), ms until it admits}.
+const RATES: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local next = {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[2 * i - 1])
+  local tau = tonumber(ARGV[2 * i])
+  local tat = math.max(tonumber(redis.call('GET', key) or '0'), now)
+  if tat - now > tau then return {i, math.max(1, math.ceil(tat - now - tau))} end
+  next[i] = tat + interval
+end
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, tostring(next[i]), 'PX', math.ceil(next[i] - now) + 1)
+end
+return {}
+"#;
+
 /// The Redis store.
 pub struct RedisTaskStore {
     connection: ConnectionManager,
@@ -134,6 +176,8 @@ struct Scripts {
     delete: Script,
     claim: Script,
     renew: Script,
+    reserve: Script,
+    rates: Script,
 }
 
 /// The URL as it may be shown: scheme, host, port and database, never credentials.
@@ -180,6 +224,8 @@ impl RedisTaskStore {
                 delete: Script::new(DELETE),
                 claim: Script::new(CLAIM),
                 renew: Script::new(RENEW),
+                reserve: Script::new(RESERVE),
+                rates: Script::new(RATES),
             },
         })
     }
@@ -211,14 +257,15 @@ impl RedisTaskStore {
     }
 
     fn owner_key(&self, owner: &Owner) -> String {
-        // Hex of the length-prefixed owner: any tenant or principal text is a safe key.
-        let mut hex = String::with_capacity(2 * (8 + owner.tenant.len() + owner.principal.len()));
-        for part in [&owner.tenant, &owner.principal] {
-            for byte in (part.len() as u32).to_be_bytes().iter().chain(part.as_bytes()) {
-                hex.push_str(&format!("{byte:02x}"));
-            }
-        }
-        self.key(&["owner:", &hex])
+        self.key(&["owner:", &hex_parts(&[&owner.tenant, &owner.principal])])
+    }
+
+    /// The running tasks (and reservations) of the owner's tenant, and of the owner.
+    fn running_keys(&self, owner: &Owner) -> (String, String) {
+        (
+            self.key(&["running:t:", &hex_parts(&[&owner.tenant])]),
+            self.key(&["running:p:", &hex_parts(&[&owner.tenant, &owner.principal])]),
+        )
     }
 
     fn channel(&self) -> String {
@@ -255,8 +302,9 @@ impl RedisTaskStore {
         let mut c = self.connection.clone();
         let new = encode(record);
         let terminal = if record.status.is_terminal() { "1" } else { "0" };
+        let (tenant_running, owner_running) = self.running_keys(&record.owner);
         let mut invocation = self.scripts.replace.key(self.task_key(&record.id));
-        invocation.key(self.key(&["live"])).key(self.lease_key(&record.id));
+        invocation.key(self.key(&["live"])).key(self.lease_key(&record.id)).key(tenant_running).key(owner_running);
         invocation.arg(old).arg(new).arg(terminal).arg(&record.id);
         self.run(invocation.invoke_async(&mut c)).await
     }
@@ -265,6 +313,10 @@ impl RedisTaskStore {
         let record = self.read(id).await?.map(|(_, r)| r);
         let member = record.as_ref().map(|r| format!("{:020}:{}", r.created_at_ms, r.id)).unwrap_or_default();
         let owner = record.as_ref().map(|r| self.owner_key(&r.owner)).unwrap_or_else(|| self.key(&["owner:none"]));
+        let (tenant_running, owner_running) = match &record {
+            Some(r) => self.running_keys(&r.owner),
+            None => (self.key(&["running:none"]), self.key(&["running:none"])),
+        };
         let mut c = self.connection.clone();
         let mut invocation = self.scripts.delete.key(self.task_key(id));
         invocation
@@ -272,7 +324,9 @@ impl RedisTaskStore {
             .key(self.key(&["live"]))
             .key(self.lease_key(id))
             .key(self.key(&["count"]))
-            .key(self.key(&["expiry"]));
+            .key(self.key(&["expiry"]))
+            .key(tenant_running)
+            .key(owner_running);
         invocation.arg(id).arg(member);
         let removed: Option<String> = self.run(invocation.invoke_async(&mut c)).await?;
         if removed.is_some() || record.is_some() {
@@ -294,6 +348,8 @@ impl RedisTaskStore {
             .key(self.key(&["live"]))
             .key(self.lease_key(&record.id))
             .key(self.key(&["count"]));
+        let (tenant_running, owner_running) = self.running_keys(&record.owner);
+        invocation.key(tenant_running).key(owner_running);
         invocation
             .arg(encode(&record))
             .arg(member)
@@ -439,6 +495,17 @@ impl RedisTaskStore {
     }
 }
 
+/// Hex of length-prefixed parts: any tenant or principal text makes a safe, unambiguous key.
+fn hex_parts(parts: &[&str]) -> String {
+    let mut hex = String::new();
+    for part in parts {
+        for byte in (part.len() as u32).to_be_bytes().iter().chain(part.as_bytes()) {
+            hex.push_str(&format!("{byte:02x}"));
+        }
+    }
+    hex
+}
+
 fn decode(text: &str) -> Result<TaskRecord, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Backend(format!("a stored task does not decode: {e}")))
 }
@@ -534,6 +601,61 @@ impl TaskStore for RedisTaskStore {
             }
         });
         Some(rx)
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        owner: &'a Owner,
+        task_id: &'a str,
+        caps: Caps,
+        hold_ms: u64,
+    ) -> StoreFuture<'a, Result<(), CapRefused>> {
+        Box::pin(async move {
+            let (tenant_running, owner_running) = self.running_keys(owner);
+            let cap = |c: Option<usize>| c.map(|n| n.to_string()).unwrap_or_default();
+            let mut invocation = self.scripts.reserve.key(tenant_running);
+            invocation.key(owner_running).arg(task_id).arg(cap(caps.tenant)).arg(cap(caps.principal)).arg(hold_ms);
+            let mut c = self.connection.clone();
+            let answer: String = self.run(invocation.invoke_async(&mut c)).await?;
+            Ok(match answer.as_str() {
+                "tenant" => Err(CapRefused::Tenant),
+                "principal" => Err(CapRefused::Principal),
+                _ => Ok(()),
+            })
+        })
+    }
+
+    fn release<'a>(&'a self, owner: &'a Owner, task_id: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let (tenant_running, owner_running) = self.running_keys(owner);
+            let mut c = self.connection.clone();
+            let _: () = self
+                .run(redis::pipe().zrem(tenant_running, task_id).zrem(owner_running, task_id).query_async(&mut c))
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn admit_rates<'a>(&'a self, buckets: &'a [RateBucket]) -> StoreFuture<'a, Option<(usize, u64)>> {
+        Box::pin(async move {
+            if buckets.is_empty() {
+                return Ok(None);
+            }
+            let mut invocation = self.scripts.rates.prepare_invoke();
+            for bucket in buckets {
+                invocation.key(self.key(&["rate:", &hex_parts(&[&bucket.name])]));
+            }
+            for bucket in buckets {
+                let interval = 1000.0 / bucket.per_second;
+                invocation.arg(interval).arg(interval * f64::from(bucket.burst.saturating_sub(1)));
+            }
+            let mut c = self.connection.clone();
+            let refused: Vec<u64> = self.run(invocation.invoke_async(&mut c)).await?;
+            Ok(match refused.as_slice() {
+                [index, retry] => Some((*index as usize - 1, *retry)),
+                _ => None,
+            })
+        })
     }
 
     fn health(&self) -> StoreFuture<'_, ()> {

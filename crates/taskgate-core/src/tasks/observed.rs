@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use taskgate_protocol::tasks::TaskStatus;
-use taskgate_store::{EventEnvelope, ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
+use taskgate_store::{
+    CapRefused, Caps, EventEnvelope, ListPage, Owner, RateBucket, StoreError, StoreFuture, TaskRecord, TaskStore,
+    Update,
+};
 
 use crate::metrics::Metrics;
 
@@ -85,6 +88,24 @@ impl TaskStore for ObservedStore {
 
     fn subscribe(&self) -> Option<tokio::sync::mpsc::Receiver<EventEnvelope>> {
         self.inner.subscribe()
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        owner: &'a Owner,
+        task_id: &'a str,
+        caps: Caps,
+        hold_ms: u64,
+    ) -> StoreFuture<'a, Result<(), CapRefused>> {
+        self.observe("reserve", self.inner.reserve(owner, task_id, caps, hold_ms))
+    }
+
+    fn release<'a>(&'a self, owner: &'a Owner, task_id: &'a str) -> StoreFuture<'a, ()> {
+        self.observe("release", self.inner.release(owner, task_id))
+    }
+
+    fn admit_rates<'a>(&'a self, buckets: &'a [RateBucket]) -> StoreFuture<'a, Option<(usize, u64)>> {
+        self.observe("admit_rates", self.inner.admit_rates(buckets))
     }
 
     fn health(&self) -> StoreFuture<'_, ()> {

@@ -105,7 +105,8 @@ fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSe
     let poll = Duration::from_millis(record.poll_interval_ms);
     shared.metrics.tasks.with_label_values(&[&owner.tenant, record.status.as_str()]).inc();
     tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %owner.tenant, principal = %owner.principal, upstream = %record.upstream, "task followed again after a gateway restart");
-    let permit = Some(shared.tenancy.readmit_task(&owner));
+    // A shared store counts the task under its caps itself (until it is terminal).
+    let permit = (!shared.tasks.store().shared()).then(|| shared.tenancy.readmit_task(&owner));
     let id = record.id.clone();
     let work = Work::Native { upstream_task_id, poll, progress_route: None };
     let start = TaskStart { record, owner, session, work, progress: None, permit };

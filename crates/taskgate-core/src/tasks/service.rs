@@ -164,6 +164,45 @@ impl TaskService {
 
     // ---- creation and the end of a task ----
 
+    /// Reserves a place for a new task under its tenant's caps across every replica (a shared
+    /// store): over a cap, the same clear error as a single process gives, and no task.
+    pub(crate) async fn reserve(
+        self: Arc<Self>,
+        identity: Identity,
+        task_id: String,
+        caps: taskgate_store::Caps,
+        hold_ms: u64,
+    ) -> Result<(), GatewayError> {
+        match self.store.reserve(&owner(&identity), &task_id, caps, hold_ms).await.map_err(store_error)? {
+            Ok(()) => Ok(()),
+            Err(refused) => {
+                let cap = match refused {
+                    taskgate_store::CapRefused::Tenant => crate::tenants::Cap::Tenant(caps.tenant.unwrap_or(0)),
+                    taskgate_store::CapRefused::Principal => {
+                        crate::tenants::Cap::Principal(caps.principal.unwrap_or(0))
+                    }
+                };
+                let reason = cap.label();
+                self.metrics.admission_rejected.with_label_values(&[&identity.tenant, reason]).inc();
+                tracing::info!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, reason, "task refused at admission");
+                Err(cap.error(&identity))
+            }
+        }
+    }
+
+    /// Gives back the reservation of a task that was not created (shared stores).
+    pub(crate) fn release(&self, record: &TaskRecord) {
+        if !self.store.shared() {
+            return;
+        }
+        let (store, owner, id) = (self.store.clone(), record.owner.clone(), record.id.clone());
+        actix::spawn(async move {
+            if let Err(e) = store.release(&owner, &id).await {
+                tracing::warn!(task = %id, error = %e, "a task's reservation could not be given back; it lapses by itself");
+            }
+        });
+    }
+
     /// Stores a new task durably, then starts its actor: the `CreateTaskResult` may be sent
     /// once this returns (ext-tasks: a task handle MUST NOT be returned before the task is
     /// durably created).
@@ -171,6 +210,7 @@ impl TaskService {
         let record = start.record.clone();
         let service = &shared.tasks;
         if let Err(e) = service.store.create(record.clone()).await {
+            service.release(&record);
             return Err(match e {
                 StoreError::Full { limit } => {
                     service.metrics.admission_rejected.with_label_values(&[&record.owner.tenant, "max_tasks"]).inc();

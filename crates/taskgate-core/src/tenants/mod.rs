@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use taskgate_config::{Config, EffectiveTaskLimits, Problem, TenantConfig, TenantLimits};
+use taskgate_config::{Config, EffectiveTaskLimits, Problem, Rate, TenantConfig, TenantLimits};
 use taskgate_protocol::mcp::methods;
 
 use crate::clock::Clock;
@@ -145,17 +145,58 @@ impl Tenancy {
         }
     }
 
-    /// Admits one request by rate, or refuses it with when to retry.
-    pub fn admit_request(&self, identity: &Identity, method: &str) -> Result<(), Refused> {
+    /// The rates that apply to a request of `identity`.
+    fn rates_for(&self, identity: &Identity, method: &str) -> Rates {
         let policy = self.policy(&identity.tenant);
         let poll = is_poll(method);
         let l = &policy.limits;
-        let rates = if poll {
+        if poll {
             Rates { tenant: l.poll_rate, principal: l.principal_poll_rate, poll }
         } else {
             Rates { tenant: l.rate, principal: l.principal_rate, poll }
-        };
+        }
+    }
+
+    /// Admits one request by rate, or refuses it with when to retry.
+    pub fn admit_request(&self, identity: &Identity, method: &str) -> Result<(), Refused> {
+        let rates = self.rates_for(identity, method);
         self.rates.check(&identity.tenant, &identity.principal, &rates, self.clock.now_ms())
+    }
+
+    /// The buckets of a request as every replica shares them (a shared store counts them),
+    /// each with the bucket kind it stands for; empty when no rate applies.
+    pub fn shared_buckets(&self, identity: &Identity, method: &str) -> Vec<(Bucket, Rate, taskgate_store::RateBucket)> {
+        let rates = self.rates_for(identity, method);
+        let (tenant_kind, principal_kind) =
+            if rates.poll { (Bucket::TenantPoll, Bucket::PrincipalPoll) } else { (Bucket::Tenant, Bucket::Principal) };
+        let mut buckets = Vec::with_capacity(2);
+        // The principal's first: its refusal is the more specific answer.
+        if let Some(rate) = rates.principal {
+            let name = format!("{}:{}\u{0}{}", principal_kind.label(), identity.tenant, identity.principal);
+            buckets.push((
+                principal_kind,
+                rate,
+                taskgate_store::RateBucket { name, per_second: rate.per_second, burst: rate.burst },
+            ));
+        }
+        if let Some(rate) = rates.tenant {
+            let name = format!("{}:{}", tenant_kind.label(), identity.tenant);
+            buckets.push((
+                tenant_kind,
+                rate,
+                taskgate_store::RateBucket { name, per_second: rate.per_second, burst: rate.burst },
+            ));
+        }
+        buckets
+    }
+
+    /// A tenant's caps on tasks not yet terminal.
+    pub fn caps(&self, tenant: &str) -> taskgate_store::Caps {
+        let policy = self.policy(tenant);
+        taskgate_store::Caps {
+            tenant: policy.limits.max_concurrent_tasks,
+            principal: policy.limits.max_concurrent_tasks_per_principal,
+        }
     }
 
     /// Admits one more task under the tenant's caps.
