@@ -18,6 +18,8 @@ use taskgate_testkit::McpClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod stores;
+
 /// Counts for one run.
 struct Plan {
     quick: bool,
@@ -68,7 +70,7 @@ fn main() -> Result<()> {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let mut plan = Plan::new(quick);
-    // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation);
+    // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation, stores);
     // `--tasks N` changes the task-scale count.
     plan.only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     if let Some(n) = args.iter().position(|a| a == "--tasks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok())
@@ -113,6 +115,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("cancellation") {
         cancellation(&plan, &bin).await?;
+    }
+    if run("stores") {
+        stores::stores(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());
@@ -461,29 +466,7 @@ async fn polling(plan: &Plan, bin: &Path) -> Result<()> {
     }
     let mut fixed = McpClient::new(&fixed_url);
     fixed.session = client.session.clone();
-    let measure = |c: McpClient| {
-        let task_id = task_id.clone();
-        async move {
-            let started = Instant::now();
-            let per = plan.concurrent_total / plan.concurrency;
-            let workers = (0..plan.concurrency).map(|w| {
-                let c = c.clone();
-                let task_id = task_id.clone();
-                async move {
-                    for i in 0..per {
-                        // Each request in flight needs its own id.
-                        let id = (w * per + i) as i64 + 10;
-                        let poll =
-                            json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": task_id}});
-                        let reply = c.post_raw(poll.to_string(), &[("accept", "application/json")]).await;
-                        assert_eq!(reply.status, 200, "{reply:?}");
-                    }
-                }
-            });
-            join_all(workers).await;
-            (per * plan.concurrency) as f64 / started.elapsed().as_secs_f64()
-        }
-    };
+    let measure = |c: McpClient| tasks_get_rps(plan, c, task_id.clone());
     let _ = measure(client.clone()).await; // warm up
     let gateway_rps = measure(client.clone()).await;
     let fixed_rps = measure(fixed).await;
@@ -496,6 +479,27 @@ async fn polling(plan: &Plan, bin: &Path) -> Result<()> {
     println!("- ratio {:.2} (target ≥ 0.6: {})", ratio, verdict(ratio >= 0.6));
     println!();
     Ok(())
+}
+
+/// `tasks/get` of one task, `plan.concurrency` at a time: requests per second.
+async fn tasks_get_rps(plan: &Plan, client: McpClient, task_id: String) -> f64 {
+    let started = Instant::now();
+    let per = plan.concurrent_total / plan.concurrency;
+    let workers = (0..plan.concurrency).map(|w| {
+        let c = client.clone();
+        let task_id = task_id.clone();
+        async move {
+            for i in 0..per {
+                // Each request in flight needs its own id.
+                let id = (w * per + i) as i64 + 10;
+                let poll = json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"taskId": task_id}});
+                let reply = c.post_raw(poll.to_string(), &[("accept", "application/json")]).await;
+                assert_eq!(reply.status, 200, "{reply:?}");
+            }
+        }
+    });
+    join_all(workers).await;
+    (per * plan.concurrency) as f64 / started.elapsed().as_secs_f64()
 }
 
 /// Answers every POST /mcp with `body`: what this HTTP stack does with no work at all.
@@ -544,8 +548,10 @@ async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     println!("## 3. Task scale: {} wrapped tasks on a slow upstream", plan.tasks);
     println!();
     let ttl_ms: u64 = if plan.quick { 5_000 } else { 30_000 };
+    // The memory store: this section measures the gateway's own cost per task; section 6
+    // measures each store's.
     let config = format!(
-        "[tasks]\ndefault_ttl_ms = {ttl_ms}\nmax_ttl_ms = {ttl_ms}\nmax_tasks = {}\nsweep_interval_ms = 500\n\n\
+        "[store]\nbackend = \"memory\"\n[tasks]\ndefault_ttl_ms = {ttl_ms}\nmax_ttl_ms = {ttl_ms}\nmax_tasks = {}\nsweep_interval_ms = 500\n\n\
          [[upstream]]\nname = \"local\"\ntransport = \"stdio\"\ncommand = \"{}\"\nargs = [\"demo-upstream\", \"--stdio\"]\n",
         plan.tasks * 2,
         bin.display()
