@@ -157,6 +157,8 @@ async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowle
     for i in 0..20 {
         acknowledged.push(create(&mut a, "plain__echo", json!({"text": format!("t{i}")})).await);
     }
+    let running = create(&mut a, "plain__wait", json!({"gate": "outage"})).await;
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
     let admin = cl.replicas[0].url.replace("/mcp", "/readyz");
     assert_eq!(reqwest::get(&admin).await.unwrap().status(), reqwest::StatusCode::OK);
 
@@ -191,6 +193,32 @@ async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowle
     }
     assert_eq!(reqwest::get(&admin).await.unwrap().status(), reqwest::StatusCode::OK);
     create(&mut a, "plain__echo", json!({"text": "after"})).await;
+
+    // The outage outlasted the running task's lease (its key is gone, as its time limit would
+    // have it); the replica that runs it takes it back, and after two lease periods of renewals
+    // and orphan searches it still runs here and completes.
+    let client = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::AsyncCommands::del(&mut conn, format!("replicas:lease:{running}")).await.unwrap();
+    let metrics = cl.replicas[0].url.replace("/mcp", "/metrics");
+    let renewals = || async {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("taskgate_store_operation_duration_seconds_count{operation=\"renew_leases\"}"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = renewals().await;
+    within(async {
+        while renewals().await < before + 6.0 {
+            let _ = a.request("ping", None).await;
+        }
+    })
+    .await;
+    assert_eq!(method(&mut a, "tasks/get", &running).await.unwrap()["status"], "working");
+    cl.plain.demo.release("outage");
+    let done = method(&mut a, "tasks/result", &running).await.unwrap();
+    assert_eq!(done["content"][0]["text"], "gate outage opened");
 }
 
 #[actix_rt::test]

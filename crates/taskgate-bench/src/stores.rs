@@ -29,7 +29,9 @@ struct Row {
 async fn create(client: &McpClient, tool: &str) -> Result<Duration> {
     let mut c = client.clone();
     let started = Instant::now();
-    let reply = c.request("tools/call", Some(json!({"name": tool, "arguments": {"gate": "never", "text": "x"}, "task": {}}))).await;
+    let reply = c
+        .request("tools/call", Some(json!({"name": tool, "arguments": {"gate": "never", "text": "x"}, "task": {}})))
+        .await;
     let took = started.elapsed();
     reply.outcome().map_err(|e| anyhow::anyhow!("creating a {tool} task failed: {e:?}"))?;
     Ok(took)
@@ -38,7 +40,9 @@ async fn create(client: &McpClient, tool: &str) -> Result<Duration> {
 /// Bytes used by the files under `dir`.
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .map(|entries| {
+            entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+        })
         .unwrap_or(0)
 }
 
@@ -62,7 +66,16 @@ fn redis_used_memory(port: u16) -> Result<u64> {
         .context("no used_memory in INFO")
 }
 
-async fn measure(plan: &Plan, bin: &Path, demo_url: &str, name: &'static str, store: &str, held: usize, storage: impl Fn() -> Option<u64>, what: &'static str) -> Result<Row> {
+async fn measure(
+    plan: &Plan,
+    bin: &Path,
+    demo_url: &str,
+    name: &'static str,
+    store: &str,
+    held: usize,
+    storage: impl Fn() -> Option<u64>,
+    what: &'static str,
+) -> Result<Row> {
     let config = format!(
         "{store}\n[tasks]\nmax_tasks = {}\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n",
         held * 2 + 10_000
@@ -71,8 +84,12 @@ async fn measure(plan: &Plan, bin: &Path, demo_url: &str, name: &'static str, st
     let client = connect(&url).await?;
     // tasks/get of a live task, 64 clients.
     let mut c = client.clone();
-    let created = c.request("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}, "task": {}}))).await;
-    let task_id = created.outcome().map_err(|e| anyhow::anyhow!("{e:?}"))?["task"]["taskId"].as_str().unwrap_or_default().to_owned();
+    let created =
+        c.request("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}, "task": {}}))).await;
+    let task_id = created.outcome().map_err(|e| anyhow::anyhow!("{e:?}"))?["task"]["taskId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let _ = tasks_get_rps(plan, client.clone(), task_id.clone()).await; // warm up
     let get_rps = tasks_get_rps(plan, client.clone(), task_id).await;
     // CreateTaskResult and ping, one at a time, alternating so that noise hits both alike.
@@ -126,7 +143,10 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
     if let Some(redis) = &redis {
         let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"", redis.url);
         let port = redis.port;
-        rows.push(measure(plan, bin, &demo_url, "redis", &store, held, || redis_used_memory(port).ok(), "Redis memory").await?);
+        rows.push(
+            measure(plan, bin, &demo_url, "redis", &store, held, || redis_used_memory(port).ok(), "Redis memory")
+                .await?,
+        );
     }
     let _ = std::fs::remove_dir_all(&data);
 
@@ -149,7 +169,11 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
     let memory = &rows[0];
     for (row, target) in rows.iter().skip(1).zip([0.8, 0.5]) {
         let ratio = row.get_rps / memory.get_rps;
-        println!("- tasks/get throughput, {} / memory: {ratio:.2} (target ≥ {target}: {})", row.name, verdict(ratio >= target));
+        println!(
+            "- tasks/get throughput, {} / memory: {ratio:.2} (target ≥ {target}: {})",
+            row.name,
+            verdict(ratio >= target)
+        );
     }
     for row in rows.iter().skip(1) {
         let ratio = row.create.1.as_secs_f64() / memory.create.1.as_secs_f64().max(1e-9);
@@ -182,13 +206,22 @@ async fn takeover(plan: &Plan, bin: &Path, demo_url: &str, redis: &RedisServer) 
         let (b, b_url) = start_gateway(bin, &config).await?;
         let mut on_a = connect(&a_url).await?;
         let mut on_b = connect(&b_url).await?;
-        let created = on_a.request("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}, "task": {}}))).await;
-        let task_id = created.outcome().map_err(|e| anyhow::anyhow!("{e:?}"))?["task"]["taskId"].as_str().unwrap_or_default().to_owned();
+        let created = on_a
+            .request("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}, "task": {}})))
+            .await;
+        let task_id = created.outcome().map_err(|e| anyhow::anyhow!("{e:?}"))?["task"]["taskId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let mut a = a;
         a.child.kill().await?;
         let killed = Instant::now();
         loop {
-            let task = on_b.request("tasks/get", Some(json!({"taskId": task_id}))).await.outcome().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let task = on_b
+                .request("tasks/get", Some(json!({"taskId": task_id})))
+                .await
+                .outcome()
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
             if task["status"] == "failed" {
                 break;
             }

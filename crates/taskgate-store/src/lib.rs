@@ -70,13 +70,16 @@ mod redis_conformance {
             // Leases held by r1: nothing to take.
             assert!(s.claim_orphans("r2", 0).await.unwrap().is_empty());
             assert!(s.renew_leases("r1", &["n".into(), "w".into()]).await.unwrap().is_empty());
-            // r1 dies: its leases lapse (deleted here, as their time limit would).
+            // Its leases lapse (deleted here, as their time limit would) while r1 is cut off from
+            // Redis; no one takes them meanwhile: r1's renewal takes them back.
             let client = redis::Client::open(server().url.as_str()).unwrap();
             let mut c = client.get_multiplexed_async_connection().await.unwrap();
-            let _: i64 =
-                redis::AsyncCommands::del(&mut c, vec![format!("{prefix}lease:n"), format!("{prefix}lease:w")])
-                    .await
-                    .unwrap();
+            let leases = vec![format!("{prefix}lease:n"), format!("{prefix}lease:w")];
+            let _: i64 = redis::AsyncCommands::del(&mut c, leases.clone()).await.unwrap();
+            assert!(s.renew_leases("r1", &["n".into(), "w".into()]).await.unwrap().is_empty());
+            assert!(s.claim_orphans("r2", 0).await.unwrap().is_empty());
+            // r1 dies: its leases lapse, and r2 takes the tasks over.
+            let _: i64 = redis::AsyncCommands::del(&mut c, leases).await.unwrap();
             let mut claimed: Vec<String> = s.claim_orphans("r2", 0).await.unwrap().into_iter().map(|r| r.id).collect();
             claimed.sort();
             assert_eq!(claimed, ["n", "w"]);

@@ -106,15 +106,21 @@ end
 return current
 "#;
 
-/// Renews this replica's leases; returns the ids it no longer holds (lapsed and taken, or the
-/// task ended elsewhere).
+/// Renews this replica's leases; returns the ids it no longer holds (another replica took the
+/// task, or it ended elsewhere). A lease that lapsed while Redis was out of reach, and that no
+/// one took meanwhile, is this replica's again. KEYS: live, then the leases. ARGV: replica,
+/// lease ms, then the ids.
 const RENEW: &str = r#"
 local lost = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('PEXPIRE', key, ARGV[2])
+for i = 2, #KEYS do
+  local id = ARGV[i + 1]
+  local holder = redis.call('GET', KEYS[i])
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  elseif not holder and redis.call('SISMEMBER', KEYS[1], id) == 1 then
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   else
-    table.insert(lost, ARGV[i + 2])
+    table.insert(lost, id)
   end
 end
 return lost
@@ -480,7 +486,7 @@ impl RedisTaskStore {
         let mut lost = Vec::new();
         let mut c = self.connection.clone();
         for chunk in ids.chunks(BATCH) {
-            let mut invocation = self.scripts.renew.prepare_invoke();
+            let mut invocation = self.scripts.renew.key(self.key(&["live"]));
             for id in chunk {
                 invocation.key(self.lease_key(id));
             }

@@ -97,14 +97,19 @@ pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<Event
 }
 
 /// Renews this replica's leases about three times per lease period, and takes over orphans.
+/// After the store was out of reach, every replica's leases may have lapsed at once: orphans
+/// are claimed only once the store has answered for a whole lease period again, so that every
+/// live replica has taken its own leases back first.
 pub(crate) async fn keep_leases(shared: Arc<Shared>, lease: Duration) {
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reachable_since: Option<tokio::time::Instant> = None;
     loop {
         tick.tick().await;
         let running = shared.tasks.running_ids();
         match shared.tasks.store().renew_leases(&shared.replica, &running).await {
             Ok(lost) => {
+                reachable_since.get_or_insert_with(tokio::time::Instant::now);
                 for id in lost {
                     let Some(actor) = shared.tasks.actor(&id) else { continue };
                     // Cancelled elsewhere (an event this replica missed): the upstream is told;
@@ -115,10 +120,16 @@ pub(crate) async fn keep_leases(shared: Arc<Shared>, lease: Duration) {
                     let _ = actor.try_send(StoppedElsewhere { cancelled });
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "renewing task leases failed"),
+            Err(e) => {
+                reachable_since = None;
+                tracing::warn!(error = %e, "renewing task leases failed");
+                continue;
+            }
         }
-        if let Err(e) = super::TaskService::recover(shared.clone()).await {
-            tracing::debug!(error = %e, "looking for orphaned tasks failed");
+        if reachable_since.is_some_and(|since| since.elapsed() >= lease) {
+            if let Err(e) = super::TaskService::recover(shared.clone()).await {
+                tracing::debug!(error = %e, "looking for orphaned tasks failed");
+            }
         }
     }
 }
