@@ -1,6 +1,6 @@
-//! 6. Task stores side by side in one run: the memory store, the embedded file store (redb,
-//! fsync on every commit) and Redis (AOF with `appendfsync always`, started here on a free
-//! loopback port); and the takeover time of a killed replica's task.
+//! Section 6, task stores side by side in one run: the memory store, the embedded file store
+//! (redb, fsync on every commit) and Redis (AOF with `appendfsync always`, started here on a
+//! free loopback port); and the takeover time of a killed replica's task.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -66,16 +66,16 @@ fn redis_used_memory(port: u16) -> Result<u64> {
         .context("no used_memory in INFO")
 }
 
-async fn measure(
-    plan: &Plan,
-    bin: &Path,
-    demo_url: &str,
+/// A store to measure: its name, its `[store]` section, and how to read what it stores.
+struct Candidate<'a> {
     name: &'static str,
-    store: &str,
-    held: usize,
-    storage: impl Fn() -> Option<u64>,
+    config: String,
+    storage: Box<dyn Fn() -> Option<u64> + 'a>,
     what: &'static str,
-) -> Result<Row> {
+}
+
+async fn measure(plan: &Plan, bin: &Path, demo_url: &str, candidate: Candidate<'_>, held: usize) -> Result<Row> {
+    let Candidate { name, config: store, storage, what } = candidate;
     let config = format!(
         "{store}\n[tasks]\nmax_tasks = {}\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n",
         held * 2 + 10_000
@@ -136,17 +136,30 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
     let data = std::env::temp_dir().join(format!("taskgate-bench-store-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let mut rows = Vec::new();
-    rows.push(measure(plan, bin, &demo_url, "memory", "[store]\nbackend = \"memory\"", held, || None, "").await?);
-    let file_store = format!("[store]\npath = {:?}", data.display().to_string());
-    rows.push(measure(plan, bin, &demo_url, "file", &file_store, held, || Some(dir_bytes(&data)), "disk").await?);
+    let memory = Candidate {
+        name: "memory",
+        config: "[store]\nbackend = \"memory\"".into(),
+        storage: Box::new(|| None),
+        what: "",
+    };
+    rows.push(measure(plan, bin, &demo_url, memory, held).await?);
+    let file = Candidate {
+        name: "file",
+        config: format!("[store]\npath = {:?}", data.display().to_string()),
+        storage: Box::new(|| Some(dir_bytes(&data))),
+        what: "disk",
+    };
+    rows.push(measure(plan, bin, &demo_url, file, held).await?);
     let redis = redis_installed().then(RedisServer::start);
     if let Some(redis) = &redis {
-        let store = format!("[store]\nbackend = \"redis\"\nurl = \"{}\"", redis.url);
         let port = redis.port;
-        rows.push(
-            measure(plan, bin, &demo_url, "redis", &store, held, || redis_used_memory(port).ok(), "Redis memory")
-                .await?,
-        );
+        let shared = Candidate {
+            name: "redis",
+            config: format!("[store]\nbackend = \"redis\"\nurl = \"{}\"", redis.url),
+            storage: Box::new(move || redis_used_memory(port).ok()),
+            what: "Redis memory",
+        };
+        rows.push(measure(plan, bin, &demo_url, shared, held).await?);
     }
     let _ = std::fs::remove_dir_all(&data);
 
