@@ -187,6 +187,17 @@ async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowle
     })
     .await;
     assert_eq!(resumed["taskId"], acknowledged[0].as_str());
+
+    // Mid-load: four clients keep creating tasks while Redis is stopped and started again.
+    // Every creation either is acknowledged or gets -32002; every acknowledged task is there after.
+    let load = Load::start(&a, 4);
+    load.until(|acked, _| acked >= 40).await;
+    cl.redis.stop();
+    load.until(|_, refused| refused >= 8).await;
+    cl.redis.restart();
+    let (acked_before, _) = load.counts();
+    load.until(|acked, _| acked >= acked_before + 40).await;
+    acknowledged.extend(load.stop().await);
     for id in &acknowledged {
         let task = method(&mut a, "tasks/get", id).await.unwrap();
         assert!(["working", "completed"].contains(&task["status"].as_str().unwrap()), "{task}");
@@ -271,4 +282,76 @@ async fn a_tenants_cap_and_rate_hold_across_three_replicas_under_a_concurrent_bu
         }
     }
     assert_eq!((admitted, limited), (16, 14));
+}
+
+/// Clients creating tasks in a loop (bounded: at most 5000 each), counting what was
+/// acknowledged and what was refused with -32002 (anything else fails the test).
+struct Load {
+    acknowledged: std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: tokio::sync::watch::Sender<bool>,
+    workers: Vec<actix_rt::task::JoinHandle<()>>,
+    progress: tokio::sync::watch::Receiver<usize>,
+}
+
+impl Load {
+    fn start(client: &McpClient, n: usize) -> Load {
+        let acknowledged = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (tick, progress) = tokio::sync::watch::channel(0usize);
+        let tick = std::sync::Arc::new(tick);
+        let workers = (0..n)
+            .map(|w| {
+                let (mut c, acknowledged, refused, stopped, tick) =
+                    (client.clone(), acknowledged.clone(), refused.clone(), stopped.clone(), tick.clone());
+                actix_rt::spawn(async move {
+                    for i in 0..5000 {
+                        if *stopped.borrow() {
+                            return;
+                        }
+                        let args =
+                            json!({"name": "plain__echo", "arguments": {"text": format!("{w}-{i}")}, "task": {}});
+                        match c.request("tools/call", Some(args)).await.outcome() {
+                            Ok(created) => {
+                                acknowledged.lock().push(created["task"]["taskId"].as_str().unwrap().to_owned())
+                            }
+                            Err(e) => {
+                                assert_eq!(e.code, -32002, "only the store's unavailability may refuse: {e:?}");
+                                refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        tick.send_modify(|n| *n += 1);
+                    }
+                })
+            })
+            .collect();
+        Load { acknowledged, refused, stop, workers, progress }
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.acknowledged.lock().len(), self.refused.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Waits (bounded) until the counts satisfy `condition`, woken by each finished request.
+    async fn until(&self, condition: impl Fn(usize, usize) -> bool) {
+        let mut progress = self.progress.clone();
+        within(async {
+            while !{
+                let (acked, refused) = self.counts();
+                condition(acked, refused)
+            } {
+                progress.changed().await.expect("the load runs");
+            }
+        })
+        .await;
+    }
+
+    async fn stop(self) -> Vec<String> {
+        self.stop.send_replace(true);
+        for worker in self.workers {
+            worker.await.unwrap();
+        }
+        std::mem::take(&mut *self.acknowledged.lock())
+    }
 }

@@ -95,7 +95,9 @@ async fn measure(plan: &Plan, bin: &Path, demo_url: &str, candidate: Candidate<'
     // CreateTaskResult and ping, one at a time, alternating so that noise hits both alike.
     let (mut creates, mut pings) = (Vec::new(), Vec::new());
     for _ in 0..plan.sequential.min(1000) {
-        creates.push(create(&client, "demo__echo").await?);
+        // A task that keeps running: only its creation is measured (a task that finished at
+        // once would put its own status change in front of the next creation).
+        creates.push(create(&client, "demo__wait").await?);
         let started = Instant::now();
         let mut c = client.clone();
         c.request("ping", None).await.outcome().map_err(|e| anyhow::anyhow!("{e:?}"))?;

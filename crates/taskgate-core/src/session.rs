@@ -255,7 +255,9 @@ impl SessionActor {
             }
             (Some(ttl), _) => {
                 let record = self.new_task(&entry, ttl);
-                if !self.shared.tasks.store().shared() {
+                let caps = self.shared.tenancy.caps(&self.identity.tenant);
+                let uncapped = caps.tenant.is_none() && caps.principal.is_none();
+                if !self.shared.tasks.store().shared() || uncapped {
                     // The Supervisor's caps: over one, a clear error and no task (nothing
                     // reaches the upstream).
                     match self.admit_task() {
@@ -266,9 +268,9 @@ impl SessionActor {
                     }
                     return;
                 }
-                // Replicas share the caps: a place is reserved in the store first.
+                // Replicas share the caps: a place is reserved in the store first (a tenant
+                // without caps needs none; its live tasks are counted all the same).
                 let hold_ms = session_timeout_ms(&self.shared, &entry.upstream);
-                let caps = self.shared.tenancy.caps(&self.identity.tenant);
                 let reserve =
                     self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
                 ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
