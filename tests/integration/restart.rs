@@ -190,3 +190,35 @@ async fn the_typescript_sdk_client_gets_its_task_results_from_a_new_connection_a
     assert!(listed.iter().all(|t| t["status"] == "completed"), "{after}");
     gw.kill().await;
 }
+
+#[actix_rt::test]
+async fn a_native_task_on_a_stdio_upstream_fails_after_a_restart_saying_its_process_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("taskgate.toml");
+    let script = taskgate_testkit::interop_dir().join("task-server.mjs");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\npath = {:?}\n[[upstream]]\nname = \"tsstdio\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [{:?}, \"--stdio\"]\n",
+            dir.path().join("data").display().to_string(),
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // The SDK server runs it natively; the gateway follows it under its own id.
+    let id = create(&mut c, "tsstdio__delay", json!({"ms": 600_000})).await;
+    assert_eq!(method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
+    gw.kill().await;
+
+    let gw = ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let task = method(&mut c, "tasks/get", &id).await.unwrap();
+    assert_eq!(task["status"], "failed", "{task}");
+    let message = task["statusMessage"].as_str().unwrap();
+    assert!(message.contains("stdio upstream 'tsstdio' ran it in a process that ended with the gateway"), "{message}");
+    gw.kill().await;
+}

@@ -1,8 +1,10 @@
 // An MCP server built with the official TypeScript SDK that runs tasks natively
-// (server.experimental.tasks.registerToolTask). Streamable HTTP on 127.0.0.1, a free port;
-// prints {"port": N}.
+// (server.experimental.tasks.registerToolTask).
+//   node task-server.mjs          Streamable HTTP on 127.0.0.1, a free port; prints {"port": N}
+//   node task-server.mjs --stdio  stdio; exits when its stdin closes
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { serveHttp } from "./http-harness.mjs";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { InMemoryTaskStore, InMemoryTaskMessageQueue } from "@modelcontextprotocol/sdk/experimental/tasks/stores/in-memory.js";
 import { z } from "zod";
 
@@ -43,4 +45,10 @@ function buildServer() {
   return server;
 }
 
-serveHttp(buildServer);
+if (process.argv.includes("--stdio")) {
+  await buildServer().connect(new StdioServerTransport());
+  // The client went away (its end of the pipe closed): so does this server and its tasks.
+  process.stdin.on("end", () => process.exit(0));
+} else {
+  serveHttp(buildServer);
+}
