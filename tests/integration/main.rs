@@ -9,6 +9,7 @@ mod operations;
 mod progress;
 mod replicas;
 mod restart;
+mod support;
 mod tasks;
 mod tenants;
 mod upstreams;

@@ -1,28 +1,12 @@
 //! Many replicas: real `taskgate serve` processes sharing a real Redis (started by the test on
 //! a free loopback port, with a temporary directory, and stopped after it).
 
-use std::time::Duration;
-
+use crate::support::{create, method, within};
 use serde_json::{json, Value};
-use taskgate_protocol::ErrorObject;
 use taskgate_store::testing::RedisServer;
 use taskgate_testkit::{DemoUpstream, McpClient, ServedGateway};
 
 const KEY: &str = "acme-replicas-key-000001";
-
-async fn within<F: std::future::Future>(event: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")
-}
-
-async fn create(c: &mut McpClient, tool: &str, args: Value) -> String {
-    let created =
-        c.request("tools/call", Some(json!({"name": tool, "arguments": args, "task": {"ttl": 600_000}}))).await;
-    created.outcome().expect("CreateTaskResult")["task"]["taskId"].as_str().unwrap().to_owned()
-}
-
-async fn method(c: &mut McpClient, name: &str, task_id: &str) -> Result<Value, ErrorObject> {
-    c.request(name, Some(json!({"taskId": task_id}))).await.outcome()
-}
 
 /// Polls `tasks/get` (one real request each time) until the task has `status`.
 async fn until_status(c: &mut McpClient, task_id: &str, status: &str) -> Value {

@@ -2,30 +2,14 @@
 //! started again on the same data directory (ext-tasks: a task handle is returned only once the
 //! task is durably created; basic/utilities/tasks: tasks are durable state machines).
 
-use std::time::Duration;
-
-use serde_json::{json, Value};
-use taskgate_protocol::ErrorObject;
+use crate::support::{create, method, within};
+use serde_json::json;
 use taskgate_testkit::{stdio_demo_upstream, DemoUpstream, McpClient, ServedGateway};
 
 use crate::interop::run_ts_client_with;
 
 const ACME: &str = "acme-restart-key-000001";
 const GLOBEX: &str = "globex-restart-key-00002";
-
-async fn within<F: std::future::Future>(event: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")
-}
-
-async fn create(c: &mut McpClient, tool: &str, args: Value) -> String {
-    let created =
-        c.request("tools/call", Some(json!({"name": tool, "arguments": args, "task": {"ttl": 600_000}}))).await;
-    created.outcome().expect("CreateTaskResult")["task"]["taskId"].as_str().unwrap().to_owned()
-}
-
-async fn method(c: &mut McpClient, name: &str, task_id: &str) -> Result<Value, ErrorObject> {
-    c.request(name, Some(json!({"taskId": task_id}))).await.outcome()
-}
 
 /// A config with two tenants, a native-task HTTP upstream, a plain HTTP one and a stdio one,
 /// and the file store in `data`.
@@ -50,13 +34,27 @@ fn config(native: &DemoUpstream, plain: &DemoUpstream, data: &std::path::Path) -
     text
 }
 
-#[actix_rt::test]
-async fn after_sigkill_finished_tasks_answer_as_before_native_ones_finish_and_the_rest_fail_saying_why() {
+/// The upstreams (in this process: they outlive the gateway) and the config file of a gateway
+/// that is killed and started again on the same data.
+struct Setup {
+    native: DemoUpstream,
+    plain: DemoUpstream,
+    _dir: tempfile::TempDir,
+    file: std::path::PathBuf,
+}
+
+fn setup() -> Setup {
     let native = DemoUpstream::start_with_tasks();
     let plain = DemoUpstream::start();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("taskgate.toml");
     std::fs::write(&file, config(&native, &plain, &dir.path().join("data"))).unwrap();
+    Setup { native, plain, _dir: dir, file }
+}
+
+#[actix_rt::test]
+async fn after_sigkill_finished_tasks_answer_as_before_native_ones_finish_and_the_rest_fail_saying_why() {
+    let Setup { native, plain, _dir, file } = setup();
     let gw = ServedGateway::start(&file).await;
     let mut a = McpClient::with_bearer(&gw.url, ACME);
     a.initialize().await;
@@ -167,11 +165,7 @@ async fn a_data_directory_that_cannot_be_used_stops_the_start_with_a_clear_error
 
 #[actix_rt::test]
 async fn the_typescript_sdk_client_gets_its_task_results_from_a_new_connection_after_a_restart() {
-    let native = DemoUpstream::start_with_tasks();
-    let plain = DemoUpstream::start();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("taskgate.toml");
-    std::fs::write(&file, config(&native, &plain, &dir.path().join("data"))).unwrap();
+    let Setup { native, _dir, file, .. } = setup();
     let gw = ServedGateway::start(&file).await;
     let created = run_ts_client_with("restart-client.mjs", &[&gw.url, ACME, "create"]).await;
     let id = |key: &str| created[key].as_str().unwrap_or_else(|| panic!("no {key} task in {created}")).to_owned();

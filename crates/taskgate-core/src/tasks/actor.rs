@@ -248,15 +248,7 @@ impl TaskActor {
 
     /// Stops the upstream work: drops the running request and tells the upstream.
     fn stop_work(&mut self, ctx: &mut Context<Self>) {
-        if let Some(handle) = self.running.take() {
-            ctx.cancel_future(handle);
-        }
-        if let Some((call, _)) = self.call.take() {
-            call.abort();
-        }
-        if let Some(progress) = self.progress.take() {
-            let _ = progress.try_send(Abandon);
-        }
+        self.drop_work(ctx);
         let session = self.session.clone();
         match &self.work {
             Work::Wrapped { upstream_id, .. } => {
