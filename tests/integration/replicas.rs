@@ -189,12 +189,12 @@ async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowle
     assert_eq!(reqwest::get(&admin).await.unwrap().status(), reqwest::StatusCode::OK);
     create(&mut a, "plain__echo", json!({"text": "after"})).await;
 
-    // The outage outlasted the running task's lease (its key is gone, as its time limit would
+    // The outage outlasted the running task's lease (its end set in the past, as time would
     // have it); the replica that runs it takes it back, and after two lease periods of renewals
     // and orphan searches it still runs here and completes.
     let client = redis::Client::open(cl.redis.url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let _: i64 = redis::AsyncCommands::del(&mut conn, format!("replicas:lease:{running}")).await.unwrap();
+    let _: i64 = redis::AsyncCommands::zadd(&mut conn, "replicas:leases", &running, 0).await.unwrap();
     let metrics = cl.replicas[0].url.replace("/mcp", "/metrics");
     let renewals = || async {
         let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
@@ -266,6 +266,38 @@ async fn a_tenants_cap_and_rate_hold_across_three_replicas_under_a_concurrent_bu
         }
     }
     assert_eq!((admitted, limited), (16, 14));
+}
+
+#[actix_rt::test]
+async fn a_gateway_started_while_redis_is_down_serves_and_recovers_when_it_comes_up() {
+    let mut redis = RedisServer::start();
+    let (native, plain) = (DemoUpstream::start_with_tasks(), DemoUpstream::start());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, config(&redis, "late:", &native, &plain, "")).unwrap();
+    redis.stop();
+    let gw = ServedGateway::start(&file).await;
+    let mut c = client(&gw).await;
+    let ready = reqwest::get(gw.url.replace("/mcp", "/readyz")).await.unwrap();
+    assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let refused =
+        c.request("tools/call", Some(json!({"name": "plain__echo", "arguments": {"text": "x"}, "task": {}}))).await;
+    let refused = refused.outcome().unwrap_err();
+    assert_eq!(refused.code, -32002, "{refused:?}");
+    assert_eq!(c.call("plain__echo", json!({"text": "plain"})).await.unwrap()["content"][0]["text"], "plain");
+    redis.restart();
+    let id = within(async {
+        loop {
+            let reply = c
+                .request("tools/call", Some(json!({"name": "plain__echo", "arguments": {"text": "up"}, "task": {}})))
+                .await;
+            if let Ok(created) = reply.outcome() {
+                return created["task"]["taskId"].as_str().unwrap().to_owned();
+            }
+        }
+    })
+    .await;
+    assert_eq!(method(&mut c, "tasks/result", &id).await.unwrap()["content"][0]["text"], "up");
 }
 
 /// Clients creating tasks in a loop (bounded: at most 5000 each), counting what was

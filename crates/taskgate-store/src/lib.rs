@@ -70,16 +70,24 @@ mod redis_conformance {
             // Leases held by r1: nothing to take.
             assert!(s.claim_orphans("r2", 0).await.unwrap().is_empty());
             assert!(s.renew_leases("r1", &["n".into(), "w".into()]).await.unwrap().is_empty());
-            // Its leases lapse (deleted here, as their time limit would) while r1 is cut off from
-            // Redis; no one takes them meanwhile: r1's renewal takes them back.
+            // Its leases end (their score set in the past, as time would) while r1 is cut off from
+            // Redis; no one takes them meanwhile: r1's renewal keeps them.
             let client = redis::Client::open(server().url.as_str()).unwrap();
             let mut c = client.get_multiplexed_async_connection().await.unwrap();
-            let leases = vec![format!("{prefix}lease:n"), format!("{prefix}lease:w")];
-            let _: i64 = redis::AsyncCommands::del(&mut c, leases.clone()).await.unwrap();
+            let leases = format!("{prefix}leases");
+            let lapse = |c: &mut redis::aio::MultiplexedConnection| {
+                let mut c = c.clone();
+                let leases = leases.clone();
+                async move {
+                    let _: i64 =
+                        redis::AsyncCommands::zadd_multiple(&mut c, leases, &[(0, "n"), (0, "w")]).await.unwrap();
+                }
+            };
+            lapse(&mut c).await;
             assert!(s.renew_leases("r1", &["n".into(), "w".into()]).await.unwrap().is_empty());
             assert!(s.claim_orphans("r2", 0).await.unwrap().is_empty());
-            // r1 dies: its leases lapse, and r2 takes the tasks over.
-            let _: i64 = redis::AsyncCommands::del(&mut c, leases).await.unwrap();
+            // r1 dies: its leases end, and r2 takes the tasks over.
+            lapse(&mut c).await;
             let mut claimed: Vec<String> = s.claim_orphans("r2", 0).await.unwrap().into_iter().map(|r| r.id).collect();
             claimed.sort();
             assert_eq!(claimed, ["n", "w"]);
@@ -165,6 +173,28 @@ mod redis_conformance {
             assert_eq!(a.admit_rates(std::slice::from_ref(&principal)).await.unwrap(), None);
             assert_eq!(a.admit_rates(std::slice::from_ref(&principal)).await.unwrap(), None);
             assert_eq!(a.admit_rates(std::slice::from_ref(&principal)).await.unwrap().map(|(i, _)| i), Some(0));
+        });
+    }
+
+    #[test]
+    fn only_tasks_whose_lease_ended_are_claimed_and_more_than_a_batch_of_them() {
+        use crate::conformance::{owner, record, run};
+        use crate::TaskStore;
+        run(async {
+            let s = store(10_000);
+            for i in 0..530 {
+                s.create(record(&format!("t{i:03}"), owner("p"), i, None)).await.unwrap();
+            }
+            // The leases of t000..t519 end (a dead replica's); t520..t529 stay held.
+            let client = redis::Client::open(server().url.as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let ended: Vec<(i64, String)> = (0..520).map(|i| (0, format!("t{i:03}"))).collect();
+            let _: i64 =
+                redis::AsyncCommands::zadd_multiple(&mut c, format!("{}leases", s.prefix()), &ended).await.unwrap();
+            let claimed = s.claim_orphans("r2", 0).await.unwrap();
+            assert_eq!(claimed.len(), 520);
+            assert!(claimed.iter().all(|r| r.replica.as_deref() == Some("r2")));
+            assert!(s.claim_orphans("r3", 0).await.unwrap().is_empty());
         });
     }
 

@@ -6,9 +6,10 @@
 //! - `P owner:{owner}`: a sorted set of `{created:020}:{id}` (lexical order is creation order),
 //!   for `tasks/list` cursors;
 //! - `P expiry`: a sorted set of ids by expiry time, for the sweep;
-//! - `P live`: the ids of tasks not yet terminal;
-//! - `P lease:{id}`: the replica running a live task, with a time limit (`store.lease_ms`) it
-//!   renews; a task whose lease lapsed is an orphan another replica takes over;
+//! - `P leases`: the tasks not yet terminal, scored by when their lease ends (Redis's clock),
+//!   and `P holders`: which replica holds each lease. The holder renews it every third of
+//!   `store.lease_ms`; a task whose lease ended is an orphan another replica takes over. Finding
+//!   orphans costs in proportion to the leases that ended, not to the tasks running;
 //! - `P count`: tasks held, for `tasks.max_tasks` across replicas;
 //! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
 //!
@@ -40,6 +41,9 @@ const BATCH: usize = 500;
 /// Events buffered for the gateway from the subscription.
 const EVENTS_BUFFER: usize = 4096;
 
+/// KEYS: task, owner index, expiry, leases, holders, count, running (tenant), running
+/// (principal). ARGV: record, owner index member, expiry or '', id, replica, lease ms,
+/// max tasks, PEXPIRE ms or '', '1' when not terminal.
 const CREATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return -2 end
 local held = tonumber(redis.call('GET', KEYS[6]) or '0')
@@ -51,24 +55,27 @@ if ARGV[3] ~= '' then
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[2])
 if ARGV[9] == '1' then
-  redis.call('SADD', KEYS[4], ARGV[4])
-  redis.call('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[6]), ARGV[4])
+  redis.call('HSET', KEYS[5], ARGV[4], ARGV[5])
   redis.call('ZADD', KEYS[7], '+inf', ARGV[4])
   redis.call('ZADD', KEYS[8], '+inf', ARGV[4])
 end
 return redis.call('INCR', KEYS[6])
 "#;
 
-/// Replaces the record if it is still exactly `ARGV[1]`; a terminal one leaves `live` and its
-/// lease. 1 done, 0 gone, -1 changed meanwhile.
+/// Replaces the record if it is still exactly `ARGV[1]`; a terminal one leaves the leases and
+/// the caps' counts. 1 done, 0 gone, -1 changed meanwhile. KEYS: task, leases, holders,
+/// running (tenant), running (principal). ARGV: old, new, '1' when terminal, id.
 const REPLACE: &str = r#"
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
 if current ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 if ARGV[3] == '1' then
-  redis.call('SREM', KEYS[2], ARGV[4])
-  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('HDEL', KEYS[3], ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
   redis.call('ZREM', KEYS[5], ARGV[4])
 end
@@ -76,7 +83,7 @@ return 1
 "#;
 
 /// Deletes a task from every key; returns the record, if it was still there.
-/// KEYS: task, owner index, live, lease, count, expiry, running (tenant), running (principal).
+/// KEYS: task, owner index, leases, holders, count, expiry, running (tenant), running (principal).
 /// ARGV: id, owner index member.
 const DELETE: &str = r#"
 local current = redis.call('GET', KEYS[1])
@@ -84,8 +91,8 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('ZREM', KEYS[8], ARGV[1])
 if ARGV[2] ~= '' then redis.call('ZREM', KEYS[2], ARGV[2]) end
-redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('DEL', KEYS[4])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 local indexed = redis.call('ZREM', KEYS[6], ARGV[1])
 if current or indexed == 1 then
   local left = redis.call('DECR', KEYS[5])
@@ -94,31 +101,31 @@ end
 return current
 "#;
 
-/// Takes a live task whose lease lapsed: its record, or nil (someone holds it, or it is gone).
+/// Takes up to ARGV[3] tasks whose lease ended: they are `ARGV[1]`'s for `ARGV[2]` ms; returns
+/// their ids. KEYS: leases, holders.
 const CLAIM: &str = r#"
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
-local current = redis.call('GET', KEYS[2])
-if not current then
-  redis.call('SREM', KEYS[3], ARGV[3])
-  redis.call('DEL', KEYS[1])
-  return false
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(due) do
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), id)
+  redis.call('HSET', KEYS[2], id, ARGV[1])
 end
-return current
+return due
 "#;
 
 /// Renews this replica's leases; returns the ids it no longer holds (another replica took the
-/// task, or it ended elsewhere). A lease that lapsed while Redis was out of reach, and that no
-/// one took meanwhile, is this replica's again. KEYS: live, then the leases. ARGV: replica,
-/// lease ms, then the ids.
+/// task, or it ended elsewhere). A lease that ended while Redis was out of reach, and that no
+/// one took meanwhile, is still this replica's and is renewed. KEYS: leases, holders. ARGV:
+/// replica, lease ms, then the ids.
 const RENEW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lost = {}
-for i = 2, #KEYS do
-  local id = ARGV[i + 1]
-  local holder = redis.call('GET', KEYS[i])
-  if holder == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  elseif not holder and redis.call('SISMEMBER', KEYS[1], id) == 1 then
-    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if redis.call('HGET', KEYS[2], id) == ARGV[1] and redis.call('ZSCORE', KEYS[1], id) then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), id)
   else
     table.insert(lost, id)
   end
@@ -258,8 +265,12 @@ impl RedisTaskStore {
         self.key(&["task:", id])
     }
 
-    fn lease_key(&self, id: &str) -> String {
-        self.key(&["lease:", id])
+    fn leases(&self) -> String {
+        self.key(&["leases"])
+    }
+
+    fn holders(&self) -> String {
+        self.key(&["holders"])
     }
 
     fn owner_key(&self, owner: &Owner) -> String {
@@ -310,7 +321,7 @@ impl RedisTaskStore {
         let terminal = if record.status.is_terminal() { "1" } else { "0" };
         let (tenant_running, owner_running) = self.running_keys(&record.owner);
         let mut invocation = self.scripts.replace.key(self.task_key(&record.id));
-        invocation.key(self.key(&["live"])).key(self.lease_key(&record.id)).key(tenant_running).key(owner_running);
+        invocation.key(self.leases()).key(self.holders()).key(tenant_running).key(owner_running);
         invocation.arg(old).arg(new).arg(terminal).arg(&record.id);
         self.run(invocation.invoke_async(&mut c)).await
     }
@@ -327,8 +338,8 @@ impl RedisTaskStore {
         let mut invocation = self.scripts.delete.key(self.task_key(id));
         invocation
             .key(owner)
-            .key(self.key(&["live"]))
-            .key(self.lease_key(id))
+            .key(self.leases())
+            .key(self.holders())
             .key(self.key(&["count"]))
             .key(self.key(&["expiry"]))
             .key(tenant_running)
@@ -351,8 +362,8 @@ impl RedisTaskStore {
         invocation
             .key(self.owner_key(&record.owner))
             .key(self.key(&["expiry"]))
-            .key(self.key(&["live"]))
-            .key(self.lease_key(&record.id))
+            .key(self.leases())
+            .key(self.holders())
             .key(self.key(&["count"]));
         let (tenant_running, owner_running) = self.running_keys(&record.owner);
         invocation.key(tenant_running).key(owner_running);
@@ -457,40 +468,40 @@ impl RedisTaskStore {
     }
 
     async fn claim(&self, replica: &str) -> Result<Vec<TaskRecord>, StoreError> {
-        let mut c = self.connection.clone();
-        let live: Vec<String> = self.run(c.smembers(self.key(&["live"]))).await?;
         let mut claimed = Vec::new();
-        for id in live {
-            let mut invocation = self.scripts.claim.key(self.lease_key(&id));
-            invocation.key(self.task_key(&id)).key(self.key(&["live"]));
-            invocation.arg(replica).arg(self.lease_ms).arg(&id);
-            let text: Option<String> = self.run(invocation.invoke_async(&mut c)).await?;
-            let Some(text) = text else { continue };
-            let mut record = decode(&text)?;
-            if record.status.is_terminal() {
-                // It ended: no longer live, nothing to run.
-                let _: () = self
-                    .run(redis::pipe().srem(self.key(&["live"]), &id).del(self.lease_key(&id)).query_async(&mut c))
-                    .await?;
-                continue;
+        loop {
+            let mut c = self.connection.clone();
+            let mut invocation = self.scripts.claim.key(self.leases());
+            invocation.key(self.holders()).arg(replica).arg(self.lease_ms).arg(BATCH);
+            let due: Vec<String> = self.run(invocation.invoke_async(&mut c)).await?;
+            for id in &due {
+                match self.read(id).await? {
+                    Some((text, mut record)) if !record.status.is_terminal() => {
+                        record.replica = Some(replica.to_owned());
+                        if self.replace(&text, &record).await? == 1 {
+                            claimed.push(record);
+                        }
+                    }
+                    // Gone, or it ended: nothing to run and no lease to hold.
+                    _ => {
+                        let _: () = self
+                            .run(redis::pipe().zrem(self.leases(), id).hdel(self.holders(), id).query_async(&mut c))
+                            .await?;
+                    }
+                }
             }
-            record.replica = Some(replica.to_owned());
-            if self.replace(&text, &record).await? == 1 {
-                claimed.push(record);
+            if due.len() < BATCH {
+                return Ok(claimed);
             }
         }
-        Ok(claimed)
     }
 
     async fn renew(&self, replica: &str, ids: &[String]) -> Result<Vec<String>, StoreError> {
         let mut lost = Vec::new();
         let mut c = self.connection.clone();
         for chunk in ids.chunks(BATCH) {
-            let mut invocation = self.scripts.renew.key(self.key(&["live"]));
-            for id in chunk {
-                invocation.key(self.lease_key(id));
-            }
-            invocation.arg(replica).arg(self.lease_ms);
+            let mut invocation = self.scripts.renew.key(self.leases());
+            invocation.key(self.holders()).arg(replica).arg(self.lease_ms);
             for id in chunk {
                 invocation.arg(id);
             }
