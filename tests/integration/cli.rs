@@ -71,6 +71,24 @@ fn check_config_prints_every_problem_with_its_location() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[test]
+fn check_config_names_an_unset_redis_url_variable() {
+    let (dir, file) = config_file("redis-url-env");
+    std::fs::write(&file, "[store]\nbackend = \"redis\"\nurl_env = \"TASKGATE_TEST_REDIS_URL_NOT_SET\"\n").unwrap();
+    let check = || {
+        let mut command = std::process::Command::new(taskgate_bin());
+        command.arg("check-config").arg(&file).env_remove("TASKGATE_TEST_REDIS_URL_NOT_SET");
+        command
+    };
+    let out = check().output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("store.url_env") && err.contains("is not set"), "{err}");
+    let out = check().env("TASKGATE_TEST_REDIS_URL_NOT_SET", "redis://:secret@127.0.0.1:1").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("secret"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Runs `taskgate demo --listen 127.0.0.1:0`; returns it and the URL it prints.
 async fn start_demo(data: &std::path::Path) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(taskgate_bin())

@@ -306,8 +306,18 @@ impl Gateway {
     /// Takes over the tasks no live gateway process runs (this process's earlier life, after a
     /// restart): native tasks on HTTP upstreams are followed again, the others fail with a
     /// statusMessage that says why. Call once after [`Gateway::start`], before serving.
+    ///
+    /// A shared store (Redis) that does not answer yet is not an error: the gateway serves,
+    /// answers task methods with 503 until it is back, and its lease loop takes orphans over
+    /// then. A local store that cannot be read is an error.
     pub async fn recover(&self) -> Result<crate::tasks::Recovered, GatewayError> {
-        TaskService::recover(self.shared.clone()).await
+        match TaskService::recover(self.shared.clone()).await {
+            Err(GatewayError::StoreUnavailable(why)) if self.shared.tasks.store().shared() => {
+                tracing::warn!(%why, "the task store does not answer yet; serving, and taking orphaned tasks over once it does");
+                Ok(crate::tasks::Recovered::default())
+            }
+            other => other,
+        }
     }
 
     /// Sweeps expired tasks now, and resolves when done.

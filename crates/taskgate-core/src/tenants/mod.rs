@@ -85,7 +85,22 @@ impl TenantTable {
 /// Checks that a configuration's credentials can be loaded (keys read, secrets present),
 /// reporting every problem; `check-config` runs it too.
 pub fn check_credentials(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Vec<Problem>> {
-    Credentials::build(config, env).map(|_| ())
+    let mut problems = Credentials::build(config, env).err().unwrap_or_default();
+    // The Redis URL may come from the environment too (it can hold a password).
+    let store = &config.store;
+    if store.backend == taskgate_config::StoreBackend::Redis && store.redis_url(env).is_none() {
+        if let Some(variable) = &store.url_env {
+            problems.push(Problem {
+                location: "store.url_env".into(),
+                message: format!("the variable {variable:?} is not set"),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
 }
 
 /// The tenants in force, the rate buckets and the task counts.
