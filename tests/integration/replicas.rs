@@ -152,8 +152,11 @@ async fn a_lost_redis_gives_clear_errors_and_service_resumes_with_every_acknowle
     let error = reply.outcome().unwrap_err();
     assert_eq!(error.code, -32002, "{error:?}");
     assert!(error.message.contains("Task store unavailable") && error.message.contains("Redis"), "{}", error.message);
-    let get = method(&mut a, "tasks/get", &acknowledged[0]).await.unwrap_err();
-    assert_eq!(get.code, -32002);
+    let get = a.request("tasks/get", Some(json!({"taskId": acknowledged[0]}))).await;
+    // A JSON answer is an HTTP 503 with Retry-After, with the JSON-RPC error as its body.
+    assert_eq!(get.status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(get.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    assert_eq!(get.outcome().unwrap_err().code, -32002);
     let ready = reqwest::get(&admin).await.unwrap();
     assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
     let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();

@@ -177,6 +177,13 @@ impl GatewayError {
     }
 }
 
+/// Whether a JSON-RPC error says the task store is unavailable (a [`GatewayError::StoreUnavailable`]
+/// that travelled as a message): the front door answers it with HTTP 503 when it can.
+pub fn is_store_unavailable(error: &ErrorObject) -> bool {
+    error.code == codes::OVERLOADED
+        && error.data.as_ref().and_then(|d| d.get("component")).and_then(|c| c.as_str()) == Some("task_store")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +214,8 @@ mod tests {
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),
         ];
+        assert!(is_store_unavailable(&GatewayError::StoreUnavailable("down".into()).error_object()));
+        assert!(!is_store_unavailable(&GatewayError::Overloaded("full".into()).error_object()));
         for (e, status, code) in cases {
             assert_eq!((e.http_status(), e.error_object().code), (status, code), "{e}");
         }

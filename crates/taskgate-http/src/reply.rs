@@ -15,7 +15,7 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
         response.insert_header(("Allow", "GET, POST, DELETE"));
     }
     match e {
-        GatewayError::Overloaded(_) => {
+        GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) => {
             response.insert_header(("Retry-After", "1"));
         }
         // RFC 9110 "Retry-After": whole seconds, rounded up so a client that obeys it is admitted.
@@ -31,7 +31,17 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
     response.content_type("application/json").body(Message::error(id, e.error_object()).to_json())
 }
 
-/// A JSON-RPC message as a 200 `application/json` response.
+/// A JSON-RPC message as an `application/json` response: 200, except an error saying the task
+/// store is unavailable, which is a 503 with Retry-After (load balancers and clients see the
+/// outage; the body is the same JSON-RPC error).
 pub fn json(message: &Message) -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(message.to_json())
+    let mut response = match message {
+        Message::Error { error, .. } if taskgate_core::error::is_store_unavailable(error) => {
+            let mut unavailable = HttpResponse::ServiceUnavailable();
+            unavailable.insert_header(("Retry-After", "1"));
+            unavailable
+        }
+        _ => HttpResponse::Ok(),
+    };
+    response.content_type("application/json").body(message.to_json())
 }
