@@ -54,9 +54,10 @@ pub struct TaskService {
     calls: RwLock<HashMap<CallKey, String>>,
     /// `tasks/result` waiters by task id; entries go with their last waiter.
     waiting: Mutex<HashMap<String, watch::Sender<()>>>,
-    /// When each task was last polled; entries go with their task, so this is bounded by the
-    /// store's capacity.
-    last_poll: Mutex<HashMap<String, Instant>>,
+    /// When each task was last polled, and its suggested interval. An entry is useful only for
+    /// that interval: the Supervisor prunes older ones ([`TaskService::prune_polls`]), so a task
+    /// deleted by another replica leaves nothing here for long.
+    last_poll: Mutex<HashMap<String, (Instant, Duration)>>,
 }
 
 impl TaskService {
@@ -150,6 +151,11 @@ impl TaskService {
     /// and follows each again or fails it.
     pub(crate) async fn recover(shared: Arc<Shared>) -> Result<super::Recovered, GatewayError> {
         super::recovery::recover(shared).await.map_err(store_error)
+    }
+
+    /// Forgets polls older than their task's interval: they can no longer make a poll early.
+    pub(crate) fn prune_polls(&self) {
+        self.last_poll.lock().retain(|_, (at, interval)| at.elapsed() < *interval);
     }
 
     /// Gives back memory the tables kept at their peak (after a burst).
@@ -442,8 +448,9 @@ impl TaskService {
     fn count_poll(&self, tenant: &str, record: &TaskRecord) {
         self.metrics.task_polls.with_label_values(&[tenant]).inc();
         let now = Instant::now();
-        let previous = self.last_poll.lock().insert(record.id.clone(), now);
-        if previous.is_some_and(|at| now.duration_since(at) < Duration::from_millis(record.poll_interval_ms)) {
+        let interval = Duration::from_millis(record.poll_interval_ms);
+        let previous = self.last_poll.lock().insert(record.id.clone(), (now, interval));
+        if previous.is_some_and(|(at, _)| now.duration_since(at) < interval) {
             self.metrics.task_polls_early.with_label_values(&[tenant]).inc();
         }
     }
@@ -492,5 +499,56 @@ pub(crate) fn store_error(e: StoreError) -> GatewayError {
         StoreError::NotFound => not_found(),
         StoreError::Unavailable(why) => GatewayError::StoreUnavailable(why),
         e => GatewayError::Internal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskgate_store::{MemoryTaskStore, Owner};
+
+    fn service() -> TaskService {
+        let metrics = Arc::new(Metrics::new());
+        let (publisher, _) = super::super::replicas::Publisher::new(false, "r".into());
+        TaskService::new(
+            Arc::new(MemoryTaskStore::new(10)),
+            metrics,
+            Arc::new(crate::clock::SystemClock),
+            10,
+            Arc::new(crate::registry::Sessions::new(10)),
+            publisher,
+        )
+    }
+
+    fn polled(id: &str, poll_interval_ms: u64) -> TaskRecord {
+        TaskRecord {
+            id: id.into(),
+            owner: Owner { tenant: "t".into(), principal: "p".into() },
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: 0,
+            last_updated_at_ms: 0,
+            ttl_ms: None,
+            poll_interval_ms,
+            upstream: "u".into(),
+            tool: "x".into(),
+            upstream_task_id: None,
+            upstream_session: None,
+            replica: None,
+            outcome: None,
+        }
+    }
+
+    #[test]
+    fn poll_bookkeeping_forgets_polls_older_than_their_interval() {
+        let s = service();
+        s.count_poll("t", &polled("gone", 0));
+        s.count_poll("t", &polled("kept", 3_600_000));
+        // An early second poll of the kept task is counted.
+        s.count_poll("t", &polled("kept", 3_600_000));
+        assert_eq!(s.metrics.task_polls_early.with_label_values(&["t"]).get(), 1);
+        s.prune_polls();
+        let left: Vec<String> = s.last_poll.lock().keys().cloned().collect();
+        assert_eq!(left, ["kept"]);
     }
 }
