@@ -22,11 +22,13 @@ pub struct Supervisor {
     shared: Arc<Shared>,
     /// The most tasks held since the last trim.
     peak_tasks: usize,
+    /// A periodic sweep is running (it runs beside the mailbox; one at a time).
+    sweeping: bool,
 }
 
 impl Supervisor {
     pub(crate) fn new(shared: Arc<Shared>) -> Supervisor {
-        Supervisor { shared, peak_tasks: 0 }
+        Supervisor { shared, peak_tasks: 0, sweeping: false }
     }
 
     /// After a burst of tasks ends, gives the freed memory back: glibc keeps freed pages in its
@@ -91,7 +93,12 @@ impl Actor for Supervisor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let every = Duration::from_millis(self.shared.config.tasks.sweep_interval_ms);
         ctx.run_interval(every, |act, ctx| {
-            ctx.wait(act.sweep());
+            // Beside the mailbox: a sweep of a large store (many round trips to Redis) must not
+            // hold up restarts or idle sessions.
+            if !act.sweeping {
+                act.sweeping = true;
+                ctx.spawn(act.sweep().map(|(), act, _| act.sweeping = false));
+            }
             act.trim_after_bursts();
             ctx.spawn(act.expire_sessions().into_actor(act));
             act.shared.tenancy.rates.prune(act.shared.clock.now_ms());
