@@ -241,3 +241,58 @@ async fn the_typescript_sdk_client_works_against_the_demo() {
     assert_eq!(out["echo"]["content"][0]["text"], "from the SDK");
     child.kill().await.unwrap();
 }
+
+#[test]
+fn every_config_file_the_docs_name_exists() {
+    let mut named = Vec::new();
+    let mut sources: Vec<std::path::PathBuf> = std::fs::read_dir(repo_file("config"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    sources.push(repo_file("README.md"));
+    sources.push(repo_file("ARCHITECTURE.md"));
+    for source in sources {
+        let text = std::fs::read_to_string(&source).unwrap();
+        for (i, _) in text.match_indices("config/") {
+            let rest = &text[i..];
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "/_-.".contains(c))).unwrap_or(rest.len());
+            let path = rest[..end].trim_end_matches('.');
+            if path.ends_with(".toml") {
+                named.push((source.display().to_string(), path.to_owned()));
+            }
+        }
+    }
+    assert!(named.len() >= 3, "{named:?}");
+    for (source, path) in named {
+        assert!(repo_file(&path).exists(), "{source} names {path}, which does not exist");
+    }
+}
+
+#[tokio::test]
+async fn the_stdio_demo_upstream_exits_when_its_stdin_closes() {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(taskgate_bin())
+        .args(["demo-upstream", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    stdin.write_all(format!("{ping}\n").as_bytes()).await.unwrap();
+    let answer = out.next_line().await.unwrap().unwrap();
+    assert!(answer.contains(r#""id":1"#), "{answer}");
+    // A call still running when stdin closes (it waits for its gate) must not keep it alive.
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"gate":"never"}}});
+    stdin.write_all(format!("{call}\n").as_bytes()).await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("the stdio demo upstream did not exit after its stdin closed")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}

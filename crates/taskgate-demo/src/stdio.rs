@@ -47,6 +47,9 @@ pub async fn serve(demo: DemoServer) -> std::io::Result<()> {
     }
     drop(out);
     eprintln!("taskgate demo upstream: stdin closed, exiting");
-    let _ = writer.await;
+    // Replies already on their way get a moment to be written; calls still running (one may
+    // wait for a client's answer that can no longer come) are abandoned: with stdin closed the
+    // client is gone (basic/lifecycle "Shutdown", stdio).
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), writer).await;
     Ok(())
 }

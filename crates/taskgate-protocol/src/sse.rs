@@ -36,6 +36,9 @@ pub struct Event {
 #[derive(Debug, Default)]
 pub struct Decoder {
     buffer: Vec<u8>,
+    /// How much of `buffer` is known to hold no line end: a long line arriving in many chunks
+    /// is scanned once, not once per chunk.
+    scanned: usize,
     current: Event,
     has_data: bool,
     max_event_bytes: usize,
@@ -56,19 +59,25 @@ impl Decoder {
         self.buffer.extend_from_slice(bytes);
         let mut events = Vec::new();
         let mut start = 0;
-        while let Some(pos) = self.buffer[start..].iter().position(|b| *b == b'\n') {
-            let end = start + pos;
+        let mut from = self.scanned;
+        while let Some(pos) = self.buffer[from..].iter().position(|b| *b == b'\n') {
+            let end = from + pos;
             let mut line = &self.buffer[start..end];
             if line.last() == Some(&b'\r') {
                 line = &line[..line.len() - 1];
             }
             let line = String::from_utf8_lossy(line).into_owned();
             start = end + 1;
+            from = start;
             if let Some(event) = self.line(&line) {
                 events.push(event);
             }
         }
-        self.buffer.drain(..start);
+        // A line arriving in pieces stays in place until it is whole (one copy, at the end).
+        if start > 0 {
+            self.buffer.drain(..start);
+        }
+        self.scanned = self.buffer.len();
         if self.buffer.len() + self.current.data.len() > self.max_event_bytes {
             return Err(EventTooLarge(self.max_event_bytes));
         }
@@ -132,6 +141,21 @@ mod tests {
     fn refuses_oversized_events() {
         let mut d = Decoder::new(8);
         assert!(d.feed(b"data: 0123456789").is_err());
+    }
+
+    #[test]
+    fn a_long_line_in_many_chunks_is_scanned_once() {
+        // 4 MiB of data in 4 KiB chunks: each byte is looked at a bounded number of times.
+        let mut d = Decoder::new(8 << 20);
+        let chunk = vec![b'x'; 4096];
+        assert!(d.feed(b"data: ").unwrap().is_empty());
+        for _ in 0..1024 {
+            assert!(d.feed(&chunk).unwrap().is_empty());
+            assert_eq!(d.scanned, d.buffer.len());
+        }
+        let events = d.feed(b"\n\n").unwrap();
+        assert_eq!(events[0].data.len(), 4 << 20);
+        assert!(d.buffer.is_empty() && d.scanned == 0);
     }
 
     #[test]

@@ -166,7 +166,8 @@ impl HttpChannel {
                 .ok_or_else(|| self.unavailable("the response stream ended before the response arrived").into())
         } else if content_type.starts_with("application/json") {
             let body = self.read_body(response).await?;
-            let reply = Message::from_slice(&body)
+            let reply = crate::decode(body)
+                .await
                 .map_err(|e| self.protocol(format!("response is not JSON: {e}")))?
                 .map_err(|e| self.protocol(e.to_string()))?;
             self.outcome(&id, reply)
@@ -232,7 +233,7 @@ impl HttpChannel {
                 if event.data.trim().is_empty() {
                     continue; // priming event or keep-alive
                 }
-                let message = match Message::from_slice(event.data.as_bytes()) {
+                let message = match crate::decode(event.data.into_bytes()).await {
                     Ok(Ok(m)) => m,
                     Ok(Err(e)) => {
                         tracing::warn!(upstream = %self.name, error = %e, "upstream sent an invalid JSON-RPC message; dropped");

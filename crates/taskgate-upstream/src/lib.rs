@@ -18,6 +18,23 @@ mod session;
 pub mod stdio;
 
 pub use error::UpstreamError;
+
+use taskgate_protocol::{Message, MessageError};
+
+/// Messages larger than this are parsed on tokio's blocking pool, so a multi-megabyte event
+/// never holds up the I/O worker that serves other clients' streams.
+const LARGE_MESSAGE: usize = 256 * 1024;
+
+/// Parses one JSON-RPC message an upstream sent; a large one off the I/O worker.
+pub(crate) async fn decode(bytes: Vec<u8>) -> Result<Result<Message, MessageError>, serde_json::Error> {
+    if bytes.len() < LARGE_MESSAGE {
+        return Message::from_slice(&bytes);
+    }
+    match tokio::task::spawn_blocking(move || Message::from_slice(&bytes)).await {
+        Ok(parsed) => parsed,
+        Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
+    }
+}
 pub use session::{
     ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, UpstreamEvent, UpstreamSession,
     WeakUpstreamSession,

@@ -179,12 +179,12 @@ async fn read_stdout(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let message = match Message::from_slice(&line) {
+        let parsed = crate::decode(line).await;
+        let message = match parsed {
             Ok(Ok(m)) => m,
             _ => {
                 // The server MUST NOT write anything to stdout that is not an MCP message.
-                let text = String::from_utf8_lossy(&line);
-                tracing::warn!(upstream = %name, line = %text.chars().take(200).collect::<String>(), "upstream wrote a non-MCP line to stdout; ignored");
+                tracing::warn!(upstream = %name, "upstream wrote a non-MCP line to stdout; ignored");
                 continue;
             }
         };
@@ -250,31 +250,49 @@ async fn supervise(
     drop(permit);
 }
 
-/// Reads `\n`-terminated lines with a bound on their length.
+/// Reads `\n`-terminated lines with a bound on their length, in linear time however the
+/// bytes arrive: each byte is scanned once and copied out once.
 struct LineReader<R> {
     reader: R,
     buffer: Vec<u8>,
+    /// Where the next line starts in `buffer` (what lies before it was handed out).
+    start: usize,
+    /// How far from `start` the buffer is known to hold no `\n`.
+    scanned: usize,
     max_line: usize,
     eof: bool,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
     fn new(reader: R, max_line: usize) -> Self {
-        LineReader { reader, buffer: Vec::with_capacity(8 * 1024), max_line, eof: false }
+        LineReader { reader, buffer: Vec::with_capacity(8 * 1024), start: 0, scanned: 0, max_line, eof: false }
     }
 
     async fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
         loop {
-            if let Some(pos) = self.buffer.iter().position(|b| *b == b'\n') {
-                let mut line: Vec<u8> = self.buffer.drain(..=pos).collect();
-                line.pop();
+            let from = self.start + self.scanned;
+            if let Some(pos) = self.buffer[from..].iter().position(|b| *b == b'\n') {
+                let end = from + pos;
+                let line = self.buffer[self.start..end].to_vec();
+                self.start = end + 1;
+                self.scanned = 0;
                 return Ok(Some(line));
             }
+            self.scanned = self.buffer.len() - self.start;
             if self.eof {
-                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
+                let rest = self.buffer.split_off(self.start);
+                self.buffer.clear();
+                self.start = 0;
+                self.scanned = 0;
+                return Ok((!rest.is_empty()).then_some(rest));
             }
-            if self.buffer.len() > self.max_line {
+            if self.scanned > self.max_line {
                 return Err(std::io::Error::other(format!("a line exceeds {} bytes", self.max_line)));
+            }
+            // What was handed out goes before reading more (amortised: at most once per byte).
+            if self.start > 0 && self.start >= self.buffer.len() / 2 {
+                self.buffer.drain(..self.start);
+                self.start = 0;
             }
             let mut chunk = [0u8; 8192];
             let n = self.reader.read(&mut chunk).await?;
@@ -284,5 +302,34 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 self.buffer.extend_from_slice(&chunk[..n]);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineReader;
+
+    #[tokio::test]
+    async fn lines_of_every_size_arrive_whole_and_in_order() {
+        let mut input = Vec::new();
+        for i in 0..500 {
+            input.extend_from_slice(format!("line {i}\n").as_bytes());
+        }
+        input.extend(std::iter::repeat_n(b'x', 100_000));
+        input.extend_from_slice(b"\nlast without newline");
+        let mut lines = LineReader::new(&input[..], 1 << 20);
+        for i in 0..500 {
+            assert_eq!(lines.next().await.unwrap().unwrap(), format!("line {i}").into_bytes());
+        }
+        assert_eq!(lines.next().await.unwrap().unwrap().len(), 100_000);
+        assert_eq!(lines.next().await.unwrap().unwrap(), b"last without newline");
+        assert!(lines.next().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_line_over_the_bound_is_an_error() {
+        let input = vec![b'x'; 50_000];
+        let mut lines = LineReader::new(&input[..], 10_000);
+        assert!(lines.next().await.is_err());
     }
 }
