@@ -287,7 +287,8 @@ async fn the_stdio_demo_upstream_exits_when_its_stdin_closes() {
     let answer = out.next_line().await.unwrap().unwrap();
     assert!(answer.contains(r#""id":1"#), "{answer}");
     // A call still running when stdin closes (it waits for its gate) must not keep it alive.
-    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"gate":"never"}}});
+    let call =
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"gate":"never"}}});
     stdin.write_all(format!("{call}\n").as_bytes()).await.unwrap();
     drop(stdin);
     let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())

@@ -5,8 +5,21 @@ use serde_json::json;
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient, TestGateway};
 
-const DEMO_TOOLS: [&str; 10] =
-    ["add", "ask", "echo", "error", "fail", "late_progress", "progress", "slow", "toggle_extra", "wait"];
+const DEMO_TOOLS: [&str; 13] = [
+    "add",
+    "ask",
+    "blob",
+    "broken",
+    "chatter",
+    "echo",
+    "error",
+    "fail",
+    "late_progress",
+    "progress",
+    "slow",
+    "toggle_extra",
+    "wait",
+];
 
 #[actix_rt::test]
 async fn tools_list_merges_upstreams_in_a_deterministic_prefixed_order() {

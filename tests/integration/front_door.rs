@@ -98,14 +98,10 @@ async fn every_bad_input_gets_a_clear_error_and_the_session_keeps_working() {
         (r#"{"id":1,"method":"ping"}"#, "jsonrpc"),
         (r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#, "\"id\""),
         (r#""hello""#, "object"),
-        (r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#, ""),
+        // MCP params are always an object (JSON-RPC's by-position params are not MCP).
+        (r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[1]}"#, "object"),
     ] {
         let r = c.post_raw(body, &[]).await;
-        if says.is_empty() {
-            // By-position params are a valid envelope; ping ignores them.
-            assert_eq!(r.status, 200, "{body}");
-            continue;
-        }
         assert_eq!((r.status.as_u16(), error_code(&r)), (400, -32600), "{body}");
         assert!(r.outcome().unwrap_err().message.contains(says), "{body}: {:?}", r.outcome());
     }
@@ -196,9 +192,18 @@ async fn get_stream_delete_and_other_http_methods() {
     let (_demo, gw) = gateway_with_demo();
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
-    let stream = c.open_stream().await.expect("GET stream");
-    // A second GET stream while one is open → 409.
-    assert_eq!(c.open_stream().await.err(), Some(reqwest::StatusCode::CONFLICT));
+    let mut first = c.open_stream().await.expect("GET stream");
+    // A second GET replaces the first at once (one GET stream per session, so no message goes
+    // on two): the first ends, the second carries what follows.
+    let mut second = c.open_stream().await.expect("a second GET replaces the first");
+    assert!(crate::support::within(first.next()).await.is_none(), "the replaced stream ends");
+    c.call("demo__toggle_extra", json!({})).await.unwrap();
+    let changed = crate::support::within(second.next()).await.expect("list_changed on the new stream");
+    assert_eq!(changed.method(), Some("notifications/tools/list_changed"));
+    // A client that closes its stream reopens it at once (no 409 while the gateway has not
+    // noticed the closed connection yet).
+    drop(second);
+    let stream = c.open_stream().await.expect("reopened at once");
     drop(stream);
     // PUT → 405 with Allow.
     let r = reqwest::Client::new().put(&gw.url).send().await.unwrap();

@@ -4,6 +4,7 @@
 mod cli;
 mod federation;
 mod front_door;
+mod hostile;
 mod interop;
 mod operations;
 mod progress;

@@ -26,6 +26,14 @@ pub mod defaults {
     pub const SESSION_MAILBOX: usize = 256;
     /// Messages buffered per outbound SSE stream before the stream is considered stuck.
     pub const STREAM_BUFFER: usize = 256;
+    /// Bytes buffered per outbound SSE stream before its client is dropped as not reading.
+    pub const STREAM_BUFFER_BYTES: usize = 2 * 1024 * 1024;
+    /// Bytes buffered across all the outbound streams of one session.
+    pub const SESSION_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+    /// Longest time a client may take to send a request body, in milliseconds.
+    pub const BODY_TIMEOUT_MS: u64 = 10_000;
+    /// Longest time in-flight requests get to finish after SIGTERM or SIGINT.
+    pub const SHUTDOWN_GRACE_SECS: u64 = 30;
     /// Seconds to wait for an upstream response.
     pub const UPSTREAM_TIMEOUT_SECS: u64 = 300;
     /// Tool name separator between upstream and tool.
@@ -36,6 +44,8 @@ pub mod defaults {
     pub const LIST_TIMEOUT_SECS: u64 = 10;
     /// Task ttl when none is requested: one hour.
     pub const DEFAULT_TTL_MS: u64 = 60 * 60 * 1000;
+    /// Smallest task ttl granted: ten seconds.
+    pub const MIN_TTL_MS: u64 = 10_000;
     /// Largest task ttl: one day.
     pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
     /// Suggested polling interval.
@@ -120,8 +130,24 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// Messages a session may have queued; requests beyond it get 503.
     pub session_mailbox: usize,
-    /// Messages buffered per outbound SSE stream.
+    /// Messages buffered per outbound SSE stream; one more drops the client as not reading.
     pub stream_buffer: usize,
+    /// Bytes buffered per outbound SSE stream (a request's reply or the GET stream); a client
+    /// that lets more pile up is dropped (its request cancelled upstream). One message always
+    /// fits a stream that has nothing queued.
+    pub stream_buffer_bytes: usize,
+    /// Bytes buffered across all the outbound streams of one session, and the messages queued
+    /// for it while it has no stream open.
+    pub session_buffer_bytes: usize,
+    /// Longest time a client may take to send a request's body, in milliseconds (408 after).
+    pub body_timeout_ms: u64,
+    /// Most connections open at once on each listener; 0 sizes it from the open-file limit
+    /// (raised to its hard limit at start), keeping a quarter of the descriptors for upstreams,
+    /// the store and the admin listener.
+    pub max_connections: usize,
+    /// After SIGTERM or SIGINT, how long requests in flight may take to finish before their
+    /// streams are ended, in seconds.
+    pub shutdown_grace_secs: u64,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
     /// A second listener for `/metrics`, `/healthz` and `/readyz` only (they are also on the main
@@ -145,6 +171,11 @@ impl Default for ServerConfig {
             max_sessions: defaults::MAX_SESSIONS,
             session_mailbox: defaults::SESSION_MAILBOX,
             stream_buffer: defaults::STREAM_BUFFER,
+            stream_buffer_bytes: defaults::STREAM_BUFFER_BYTES,
+            session_buffer_bytes: defaults::SESSION_BUFFER_BYTES,
+            body_timeout_ms: defaults::BODY_TIMEOUT_MS,
+            max_connections: 0,
+            shutdown_grace_secs: defaults::SHUTDOWN_GRACE_SECS,
             workers: 0,
             admin_listen: None,
             session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
@@ -210,6 +241,9 @@ pub struct TasksConfig {
     pub default_ttl_ms: u64,
     /// Largest ttl granted, in milliseconds; a larger request is lowered to it.
     pub max_ttl_ms: u64,
+    /// Smallest ttl granted, in milliseconds; a smaller request (0 included) is raised to it,
+    /// so a result is never gone before the client can fetch it.
+    pub min_ttl_ms: u64,
     /// When true, a task created without a ttl is kept until cancelled or done and its ttl is
     /// `null`, and requested ttls are not capped.
     pub unlimited_ttl: bool,
@@ -228,6 +262,7 @@ impl Default for TasksConfig {
         TasksConfig {
             default_ttl_ms: defaults::DEFAULT_TTL_MS,
             max_ttl_ms: defaults::MAX_TTL_MS,
+            min_ttl_ms: defaults::MIN_TTL_MS,
             unlimited_ttl: false,
             poll_interval_ms: defaults::POLL_INTERVAL_MS,
             page_size: defaults::TASKS_PAGE_SIZE,
@@ -592,6 +627,9 @@ impl Config {
             ("server.max_sessions", self.server.max_sessions),
             ("server.session_mailbox", self.server.session_mailbox),
             ("server.stream_buffer", self.server.stream_buffer),
+            ("server.stream_buffer_bytes", self.server.stream_buffer_bytes),
+            ("server.session_buffer_bytes", self.server.session_buffer_bytes),
+            ("server.body_timeout_ms", self.server.body_timeout_ms as usize),
             ("federation.page_size", self.federation.page_size),
             ("federation.list_timeout_secs", self.federation.list_timeout_secs as usize),
         ] {

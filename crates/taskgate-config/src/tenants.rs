@@ -162,6 +162,8 @@ pub struct EffectiveTaskLimits {
     pub default_ttl_ms: Option<u64>,
     /// Largest ttl; `None` means uncapped.
     pub max_ttl_ms: Option<u64>,
+    /// Smallest ttl granted.
+    pub min_ttl_ms: u64,
     /// Suggested polling interval.
     pub poll_interval_ms: u64,
 }
@@ -178,6 +180,8 @@ impl TenantLimits {
         EffectiveTaskLimits {
             default_ttl_ms,
             max_ttl_ms,
+            // Never above what the operator grants by default or at most.
+            min_ttl_ms: tasks.min_ttl_ms.min(max_ttl_ms.unwrap_or(u64::MAX)).min(default_ttl_ms.unwrap_or(u64::MAX)),
             poll_interval_ms: self.poll_interval_ms.unwrap_or(tasks.poll_interval_ms),
         }
     }

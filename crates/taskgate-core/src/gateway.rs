@@ -13,7 +13,6 @@ use taskgate_config::Config;
 use taskgate_protocol::mcp::{self, InitializeView};
 use taskgate_protocol::{Message as RpcMessage, RequestId};
 use taskgate_upstream::{ClientIdentity, Connector};
-use tokio::sync::mpsc;
 
 use taskgate_config::StoreBackend;
 use taskgate_store::{FileTaskStore, MemoryTaskStore, RedisTaskStore, TaskStore};
@@ -21,9 +20,12 @@ use taskgate_store::{FileTaskStore, MemoryTaskStore, RedisTaskStore, TaskStore};
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
+use crate::outbound::{Limits, Outbound, OutboundReceiver, SessionBudget};
 use crate::registry::{Full, Identity, SessionEntry, Sessions};
 use crate::router::{Router, UpstreamHealth};
-use crate::session::{ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor};
+use crate::session::{
+    ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor, StreamOverflowed,
+};
 use crate::tasks::{Supervisor, Sweep, TaskService};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
@@ -169,7 +171,9 @@ impl Gateway {
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, GatewayError> {
         self.shared.tenancy.authenticate(authorization).map_err(|e| {
             self.shared.metrics.auth_failures.with_label_values(&[e.reason()]).inc();
-            tracing::info!(target: "taskgate::audit", reason = e.reason(), "credentials refused");
+            if let Some(suppressed) = crate::logs::limiter().allow("credentials_refused") {
+                tracing::info!(target: "taskgate::audit", reason = e.reason(), suppressed, "credentials refused");
+            }
             GatewayError::Unauthorized(e.to_string())
         })
     }
@@ -281,6 +285,7 @@ impl Gateway {
         for (tenant, count) in self.shared.sessions.count_by_tenant() {
             m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
         }
+        m.stream_bytes.set(self.shared.sessions.stream_bytes() as i64);
         m.task_actors.set(self.shared.tasks.live_actors() as i64);
         m.requests_in_progress.set(self.live_requests() as i64);
         m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
@@ -401,7 +406,9 @@ impl Gateway {
         let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client).start();
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
         let tenant = identity.tenant.clone();
-        let entry = SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms };
+        let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
+        let entry =
+            SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms, budget };
         if let Err(full) = self.shared.sessions.insert(id.clone(), entry, tenant_cap) {
             actor.do_send(Close);
             return Err(match full {
@@ -433,11 +440,14 @@ impl Gateway {
     pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
         let now = self.shared.clock.now_ms();
         let entry = self.shared.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
+        let server = &self.shared.config.server;
         Ok(SessionHandle {
             addr: entry.addr,
             metrics: self.shared.metrics.clone(),
             protocol_version: entry.protocol_version,
-            stream_buffer: self.shared.config.server.stream_buffer,
+            tenant: entry.identity.tenant,
+            limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
+            budget: entry.budget,
         })
     }
 
@@ -455,7 +465,9 @@ pub struct SessionHandle {
     addr: Addr<SessionActor>,
     metrics: Arc<Metrics>,
     protocol_version: String,
-    stream_buffer: usize,
+    tenant: String,
+    limits: Limits,
+    budget: Arc<SessionBudget>,
 }
 
 impl SessionHandle {
@@ -482,14 +494,25 @@ impl SessionHandle {
         }
     }
 
+    /// A stream bounded by the session's budgets; when its client stops reading and it
+    /// overflows, the drop is counted and the session told.
+    fn outbound(&self, stream: &'static str, request: Option<RequestId>) -> (Outbound, OutboundReceiver) {
+        let (addr, metrics, tenant) = (self.addr.clone(), self.metrics.clone(), self.tenant.clone());
+        let on_overflow = move || {
+            metrics.streams_dropped.with_label_values(&[&tenant, stream]).inc();
+            addr.do_send(StreamOverflowed(request.clone()));
+        };
+        crate::outbound::channel(self.limits, self.budget.clone(), Box::new(on_overflow))
+    }
+
     /// Sends a request. The receiver yields messages about it, then its response, then ends.
     pub async fn request(
         &self,
         id: RequestId,
         method: String,
         params: Option<Value>,
-    ) -> Result<mpsc::Receiver<RpcMessage>, GatewayError> {
-        let (reply, rx) = mpsc::channel(self.stream_buffer);
+    ) -> Result<OutboundReceiver, GatewayError> {
+        let (reply, rx) = self.outbound("request", Some(id.clone()));
         self.deliver(ClientRequest { id, method, params, reply }).await??;
         Ok(rx)
     }
@@ -505,8 +528,8 @@ impl SessionHandle {
     }
 
     /// Opens the session's GET stream.
-    pub async fn open_stream(&self) -> Result<mpsc::Receiver<RpcMessage>, GatewayError> {
-        let (tx, rx) = mpsc::channel(self.stream_buffer);
+    pub async fn open_stream(&self) -> Result<OutboundReceiver, GatewayError> {
+        let (tx, rx) = self.outbound("get", None);
         self.deliver(OpenStream(tx)).await??;
         Ok(rx)
     }

@@ -84,6 +84,11 @@ pub struct Metrics {
     pub store_events: IntCounterVec,
     /// 1 while the task store answers, 0 while it does not.
     pub store_up: IntGauge,
+    /// Client streams ended because their client stopped reading and their byte or message
+    /// budget ran out, by tenant and stream (`request` or `get`).
+    pub streams_dropped: IntCounterVec,
+    /// Bytes queued on client streams now, all sessions.
+    pub stream_bytes: IntGauge,
 }
 
 impl Metrics {
@@ -237,6 +242,12 @@ impl Metrics {
                 &["direction", "kind"],
             ),
             store_up: single("taskgate_store_up", "1 while the task store answers, 0 while it does not"),
+            streams_dropped: counter(
+                "taskgate_client_streams_dropped_total",
+                "Client streams ended because the client stopped reading and the stream's budget ran out",
+                &["tenant", "stream"],
+            ),
+            stream_bytes: single("taskgate_client_stream_bytes", "Bytes queued on client streams, all sessions"),
             registry,
         };
         metrics.names = names.into_inner();

@@ -15,7 +15,6 @@ use actix::prelude::*;
 use serde_json::Value;
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::Message as RpcMessage;
-use tokio::sync::mpsc;
 
 use crate::registry::Identity;
 
@@ -76,7 +75,7 @@ impl ProgressStats {
 /// Where a token's notifications go.
 pub(crate) enum ProgressTarget {
     /// A plain call: its own response stream.
-    Request(mpsc::Sender<RpcMessage>),
+    Request(crate::outbound::Outbound),
     /// A task: the requestor's sessions (its `tasks/result` stream for the task, else its GET
     /// stream), with the task's related-task `_meta`.
     Task { task_id: String, owner: Identity, tasks: Arc<crate::tasks::TaskService> },
@@ -117,7 +116,7 @@ impl ProgressActor {
         self.last_sent = Some(Instant::now());
         let delivered = match &self.target {
             ProgressTarget::Request(reply) => {
-                reply.try_send(RpcMessage::notification(methods::PROGRESS, Some(params))).is_ok()
+                reply.send(&RpcMessage::notification(methods::PROGRESS, Some(params))).is_ok()
             }
             ProgressTarget::Task { task_id, owner, tasks } => tasks.task_progress(owner, task_id, params),
         };

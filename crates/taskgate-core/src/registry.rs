@@ -33,6 +33,8 @@ pub(crate) struct SessionEntry {
     pub protocol_version: String,
     /// When the session last received a request (ms, the gateway clock).
     pub last_seen_ms: Arc<AtomicU64>,
+    /// The bytes all its outbound streams may hold together.
+    pub budget: Arc<crate::outbound::SessionBudget>,
 }
 
 /// Why a session could not be added.
@@ -52,6 +54,11 @@ pub(crate) struct Sessions {
 impl Sessions {
     pub fn new(max: usize) -> Sessions {
         Sessions { map: RwLock::new(HashMap::new()), max }
+    }
+
+    /// Bytes queued on the outbound streams of every session now.
+    pub fn stream_bytes(&self) -> usize {
+        self.map.read().values().map(|e| e.budget.used()).sum()
     }
 
     /// Adds a session unless the gateway or its tenant is at its limit.

@@ -15,6 +15,8 @@ use taskgate_protocol::{ErrorObject, Message as RpcMessage, RequestId};
 use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
 use tokio::sync::mpsc;
 
+use crate::outbound::{Frame, Outbound};
+
 use serde_json::Map;
 use taskgate_protocol::mcp::TaskSupport;
 use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus, TaskView};
@@ -46,7 +48,7 @@ pub struct SessionActor {
     client: ClientIdentity,
     upstreams: HashMap<String, UpstreamSession>,
     /// The standalone GET stream, when the client has one open.
-    get_stream: Option<mpsc::Sender<RpcMessage>>,
+    get_stream: Option<Outbound>,
     /// In-flight client requests by the client's id.
     requests: HashMap<RequestId, InFlight>,
     /// (upstream, upstream-local id) → the client's id, for routing what an upstream sends.
@@ -61,11 +63,21 @@ pub struct SessionActor {
     held: Vec<(String, UpstreamEvent)>,
     /// Task-related messages for the client while it has no stream open: delivered on the next
     /// `tasks/result` for that task, or the next GET stream.
-    queued: Vec<(String, RpcMessage)>,
+    queued: Vec<Queued>,
+    /// The bytes in `queued` (bounded by `server.session_buffer_bytes`).
+    queued_bytes: usize,
+}
+
+/// A message waiting for a stream: the task it is about, the request id it carries (a relayed
+/// request), and the message as it will be sent.
+struct Queued {
+    task: String,
+    id: Option<RequestId>,
+    frame: Frame,
 }
 
 struct InFlight {
-    reply: mpsc::Sender<RpcMessage>,
+    reply: Outbound,
     upstream: Option<(String, RequestId)>,
     /// For `tasks/result`: the task waited on (requests for that task go on this stream).
     task: Option<String>,
@@ -85,7 +97,7 @@ struct Relayed {
     /// The progress token in the upstream's request: client progress naming it goes back there.
     progress_token: Option<Value>,
     /// The stream it went on (empty while queued): its cancellation follows it there.
-    stream: Option<mpsc::Sender<RpcMessage>>,
+    stream: Option<Outbound>,
 }
 
 impl SessionActor {
@@ -104,6 +116,7 @@ impl SessionActor {
             native_creating: HashMap::new(),
             held: Vec::new(),
             queued: Vec::new(),
+            queued_bytes: 0,
         }
     }
 
@@ -138,11 +151,13 @@ impl SessionActor {
         let message = match outcome {
             Ok(result) => RpcMessage::response(id, result),
             Err(e) => {
-                tracing::debug!(session = %self.id, reason = e.reason(), error = %e, "request failed");
+                tracing::debug!(session = %self.id, reason = e.reason(), error = %crate::logs::Untrusted(&e.to_string()), "request failed");
                 RpcMessage::error(Some(id), e.error_object())
             }
         };
-        send_final(request.reply, message);
+        // The stream ends with its response, whatever else still holds it (a relayed request
+        // the upstream never saw answered).
+        let _ = request.reply.send_final(&message);
     }
 
     fn list_tools(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
@@ -475,7 +490,7 @@ impl SessionActor {
             upstream = %upstream_name,
         );
         let call = tracing::Instrument::instrument(
-            relay_call(session, upstream_id, params, Some(reply), progress, true),
+            relay_call(session, upstream_id, params, Some(reply), progress, true, Some(ctx.address())),
             span,
         );
         let finished = id.clone();
@@ -488,7 +503,7 @@ impl SessionActor {
     }
 
     /// A progress actor for a plain call's token, which is replaced upstream by a fresh one.
-    fn request_progress(&self, params: &mut Value, reply: &mpsc::Sender<RpcMessage>) -> Option<Addr<ProgressActor>> {
+    fn request_progress(&self, params: &mut Value, reply: &Outbound) -> Option<Addr<ProgressActor>> {
         let token = params.pointer("/_meta/progressToken").cloned()?;
         Some(self.start_progress(token, params, ProgressTarget::Request(reply.clone())))
     }
@@ -576,33 +591,44 @@ impl SessionActor {
         };
         match self.requests.get(&id) {
             None => {
-                tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for an unknown or finished request (or initialize)");
+                if let Some(suppressed) = crate::logs::limiter().allow("cancel_ignored") {
+                    tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), suppressed, "ignored notifications/cancelled for an unknown or finished request (or initialize)");
+                }
                 ignored("unknown_request");
                 return;
             }
             Some(request) if request.task_augmented => {
                 // basic/utilities/cancellation: task-augmented requests use tasks/cancel.
-                tracing::info!(session = %self.id, request = %id, "ignored notifications/cancelled for a task-augmented request; use tasks/cancel");
+                tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), "ignored notifications/cancelled for a task-augmented request; use tasks/cancel");
                 ignored("task_augmented");
                 return;
             }
             Some(_) => {}
         }
         let reason = params.as_ref().and_then(|p| p.get("reason")).and_then(Value::as_str).unwrap_or("none given");
-        tracing::info!(session = %self.id, request = %id, %reason, "client cancelled a request");
-        let Some(request) = self.forget(&id) else { return };
+        tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), reason = %crate::logs::Untrusted(reason), "client cancelled a request");
+        self.abort_request(&id, params.unwrap_or_else(|| json!({})), ctx);
+    }
+
+    /// Ends a request without a response: its work stops, and its upstream request (if any) is
+    /// cancelled with `notice` (the params of `notifications/cancelled`, its id rewritten).
+    fn abort_request(&mut self, id: &RequestId, mut notice: Value, ctx: &mut Context<Self>) {
+        let Some(request) = self.forget(id) else { return };
         if let Some(handle) = request.running {
             ctx.cancel_future(handle);
         }
         if let Some(progress) = request.progress {
             let _ = progress.try_send(Abandon);
         }
+        request.reply.close();
         let Some((upstream, upstream_id)) = request.upstream else { return };
-        cancellations.with_label_values(&["forwarded", "none"]).inc();
+        if request.task_augmented {
+            return; // the task lives on; tasks/cancel stops it
+        }
+        self.shared.metrics.cancellations.with_label_values(&["forwarded", "none"]).inc();
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
-            let mut forwarded = params.unwrap_or_else(|| json!({}));
-            forwarded["requestId"] = upstream_id.to_value();
-            let notify = async move { session.notify(methods::CANCELLED, Some(forwarded)).await };
+            notice["requestId"] = upstream_id.to_value();
+            let notify = async move { session.notify(methods::CANCELLED, Some(notice)).await };
             ctx.spawn(notify.into_actor(self).map(move |sent, _, _| {
                 if let Err(e) = sent {
                     tracing::info!(%upstream, error = %e, "could not forward a cancellation");
@@ -613,7 +639,7 @@ impl SessionActor {
 
     /// The stream a message about `related` (an upstream-local id) should go on: the client
     /// request's stream when it is still open, otherwise the GET stream.
-    fn stream_for(&self, upstream: &str, related: Option<&RequestId>) -> Option<mpsc::Sender<RpcMessage>> {
+    fn stream_for(&self, upstream: &str, related: Option<&RequestId>) -> Option<Outbound> {
         related
             .and_then(|r| self.by_upstream.get(&(upstream.to_owned(), r.clone())))
             .and_then(|client_id| self.requests.get(client_id))
@@ -679,15 +705,24 @@ impl SessionActor {
         });
         let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
         let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
-        let refuse = |why: String| {
-            let reply =
-                RpcMessage::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::INTERNAL_ERROR, why));
+        let refuse = |code: i64, why: String| {
+            let reply = RpcMessage::error(Some(id.clone()), ErrorObject::new(code, why));
             async move {
                 let _ = session.respond(reply).await;
             }
         };
+        // A request for a capability the client did not declare is answered on its behalf
+        // (basic/lifecycle "Capability Negotiation": both parties respect what was negotiated).
+        if let Some(capability) = mcp::client_capability_for(&method) {
+            if self.client.capabilities.get(capability).is_none() {
+                let why = format!("the client did not declare the {capability} capability; {method} was not relayed");
+                ctx.spawn(refuse(taskgate_protocol::codes::METHOD_NOT_FOUND, why).into_actor(self));
+                return;
+            }
+        }
+        let internal = taskgate_protocol::codes::INTERNAL_ERROR;
         if self.relayed.len() >= MAX_RELAYED {
-            ctx.spawn(refuse(format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
+            ctx.spawn(refuse(internal, format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
             return;
         }
         let gateway_id = RequestId::String(format!("taskgate-{}", self.next_relay));
@@ -695,18 +730,26 @@ impl SessionActor {
         let used = stream.clone();
         match (stream, &task) {
             (Some(stream), _) => {
-                if stream.try_send(message).is_err() {
-                    ctx.spawn(refuse("the client's stream is full".into()).into_actor(self));
+                if stream.send(&message).is_err() {
+                    ctx.spawn(refuse(internal, "the client stopped reading its stream".into()).into_actor(self));
                     return;
                 }
             }
             // A task's request waits for the client to look (tasks/result or a GET stream):
             // the task is input_required meanwhile.
-            (None, Some(task)) if self.queued.len() < MAX_QUEUED => self.queued.push((task.clone(), message)),
+            (None, Some(task)) if self.queued.len() < MAX_QUEUED => {
+                let frame = Frame::new(&message);
+                if self.queued_bytes + frame.json.len() > self.shared.config.server.session_buffer_bytes {
+                    let why = "the client has too much waiting for it (server.session_buffer_bytes)".to_owned();
+                    ctx.spawn(refuse(internal, why).into_actor(self));
+                    return;
+                }
+                self.queued_bytes += frame.json.len();
+                self.queued.push(Queued { task: task.clone(), id: Some(gateway_id.clone()), frame });
+            }
             (None, _) => {
-                ctx.spawn(
-                    refuse(format!("the client has no open stream on which to receive {method}")).into_actor(self),
-                );
+                let why = format!("the client has no open stream on which to receive {method}");
+                ctx.spawn(refuse(internal, why).into_actor(self));
                 return;
             }
         }
@@ -761,7 +804,7 @@ impl SessionActor {
                 self.task_of(&upstream, related.as_ref(), &mut params);
                 match self.stream_for(&upstream, related.as_ref()) {
                     Some(stream) => {
-                        if stream.try_send(RpcMessage::notification(method, params)).is_err() {
+                        if stream.send(&RpcMessage::notification(method, params)).is_err() {
                             tracing::debug!(session = %self.id, %upstream, "client stream full; notification dropped");
                         }
                     }
@@ -834,10 +877,20 @@ impl SessionActor {
             relayed.stream.filter(|s| !s.is_closed()).or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
         match stream {
             Some(stream) => {
-                let _ = stream.try_send(RpcMessage::notification(methods::CANCELLED, Some(forwarded)));
+                let _ = stream.send(&RpcMessage::notification(methods::CANCELLED, Some(forwarded)));
             }
-            None => self.queued.retain(|(_, m)| m.id() != Some(&gateway_id)),
+            None => {
+                self.unqueue(|q| q.id.as_ref() == Some(&gateway_id));
+            }
         }
+    }
+
+    /// Takes the queued messages that `which` selects, in order.
+    fn unqueue(&mut self, which: impl Fn(&Queued) -> bool) -> Vec<Queued> {
+        let (taken, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queued).into_iter().partition(|q| which(q));
+        self.queued = rest;
+        self.queued_bytes = self.queued.iter().map(|q| q.frame.json.len()).sum();
+        taken
     }
 
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
@@ -854,18 +907,29 @@ pub(crate) async fn relay_call(
     session: UpstreamSession,
     upstream_id: RequestId,
     params: Value,
-    reply: Option<mpsc::Sender<RpcMessage>>,
+    reply: Option<Outbound>,
     progress: Option<Addr<ProgressActor>>,
     finish: bool,
+    relay: Option<Addr<SessionActor>>,
 ) -> Result<Value, taskgate_upstream::UpstreamError> {
     let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
-    let call = session.request_routed(upstream_id, methods::TOOLS_CALL, Some(params), Some(related));
+    let call = session.request_routed(upstream_id.clone(), methods::TOOLS_CALL, Some(params), Some(related));
     tokio::pin!(call);
     let forward = |note: RpcMessage| {
         let progress = progress.clone();
         let reply = reply.clone();
+        let (relay, session, related) = (relay.clone(), session.clone(), upstream_id.clone());
         async move {
             match (note, &progress) {
+                // A request the upstream sent on the call's stream: relayed (awaited) before
+                // anything after it, so the client sees it before the response.
+                (request @ RpcMessage::Request { .. }, _) => match relay {
+                    Some(session_actor) => {
+                        let upstream = session.upstream().to_owned();
+                        let _ = session_actor.send(RelayFromCall { upstream, request, related }).await;
+                    }
+                    None => session.hand_over(request, related).await,
+                },
                 (RpcMessage::Notification { method, params: Some(params) }, Some(actor))
                     if method == methods::PROGRESS =>
                 {
@@ -873,26 +937,29 @@ pub(crate) async fn relay_call(
                 }
                 (RpcMessage::Notification { method, .. }, _) if method == methods::PROGRESS => {}
                 (note, _) => {
-                    // A client that stopped reading loses notifications, never the response.
+                    // A client that stopped reading overflows its stream: the session is told
+                    // and cancels the call.
                     if let Some(reply) = &reply {
-                        if reply.try_send(note).is_err() {
-                            tracing::debug!("client stream full or closed; a notification was dropped");
+                        if reply.send(&note).is_err() {
+                            tracing::debug!("client stream overflowed or closed; a notification was dropped");
                         }
                     }
                 }
             }
         }
     };
+    // The call first: its timeout must fire on time even while the upstream floods
+    // notifications. What it sent before its response is already queued and goes first.
     let outcome = loop {
         tokio::select! {
             biased;
-            Some(note) = notes.recv() => forward(note).await,
             outcome = &mut call => {
                 while let Ok(note) = notes.try_recv() {
                     forward(note).await;
                 }
                 break outcome;
             }
+            Some(note) = notes.recv() => forward(note).await,
         }
     };
     if let (true, Some(actor)) = (finish, &progress) {
@@ -908,19 +975,6 @@ fn task_id_param(params: Option<&Value>, method: &str) -> Result<String, Gateway
         Some(Value::String(id)) => Ok(id.clone()),
         Some(other) => Err(GatewayError::InvalidParams(format!("{method}: \"taskId\" must be a string, got {other}"))),
         None => Err(GatewayError::InvalidParams(format!("{method} needs params {{\"taskId\": string}}"))),
-    }
-}
-
-/// Sends the last message of a request stream without blocking the actor.
-fn send_final(reply: mpsc::Sender<RpcMessage>, message: RpcMessage) {
-    match reply.try_send(message) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(message)) => {
-            actix::spawn(async move {
-                let _ = reply.send(message).await;
-            });
-        }
-        Err(mpsc::error::TrySendError::Closed(_)) => {} // the client went away; nothing to deliver to
     }
 }
 
@@ -952,7 +1006,7 @@ pub(crate) struct ClientRequest {
     pub id: RequestId,
     pub method: String,
     pub params: Option<Value>,
-    pub reply: mpsc::Sender<RpcMessage>,
+    pub reply: Outbound,
 }
 
 impl Message for ClientRequest {
@@ -983,11 +1037,8 @@ impl Handler<ClientRequest> for SessionActor {
             .flatten();
         if let Some(task) = &task {
             // Deliver what waited for this task's requestor on this tasks/result stream.
-            let (mine, rest): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut self.queued).into_iter().partition(|(t, _)| t == task);
-            self.queued = rest;
-            for (_, message) in mine {
-                let _ = reply.try_send(message);
+            for queued in self.unqueue(|q| &q.task == task) {
+                let _ = reply.send_frame(queued.frame);
             }
         }
         let task_augmented = method == methods::TOOLS_CALL && params.as_ref().is_some_and(|p| p.get("task").is_some());
@@ -1050,7 +1101,9 @@ impl Handler<ClientNotification> for SessionActor {
                     );
                 }
             }
-            other => tracing::debug!(session = %self.id, method = other, "client notification ignored"),
+            other => {
+                tracing::debug!(session = %self.id, method = %crate::logs::Untrusted(other), "client notification ignored")
+            }
         }
     }
 }
@@ -1097,7 +1150,7 @@ impl Handler<ClientResponse> for SessionActor {
 }
 
 /// The client opened its GET stream.
-pub(crate) struct OpenStream(pub mpsc::Sender<RpcMessage>);
+pub(crate) struct OpenStream(pub Outbound);
 
 impl Message for OpenStream {
     type Result = Result<(), GatewayError>;
@@ -1108,15 +1161,70 @@ impl Handler<OpenStream> for SessionActor {
 
     fn handle(&mut self, OpenStream(tx): OpenStream, _: &mut Context<Self>) -> Self::Result {
         // One GET stream at a time, so no message is sent on two streams (basic/transports
-        // "Multiple Connections"); a closed one is replaced.
-        if self.get_stream.as_ref().is_some_and(|s| !s.is_closed()) {
-            return Err(GatewayError::StreamConflict);
+        // "Multiple Connections"). A new one replaces the old at once, taking over what it had
+        // not delivered: a client whose connection dropped reconnects without waiting for the
+        // gateway to notice the dead one.
+        if let Some(old) = self.get_stream.take() {
+            tx.take_over(&old);
         }
-        for (_, message) in std::mem::take(&mut self.queued) {
-            let _ = tx.try_send(message);
+        for queued in self.unqueue(|_| true) {
+            let _ = tx.send_frame(queued.frame);
         }
         self.get_stream = Some(tx);
         Ok(())
+    }
+}
+
+/// A request an upstream sent on the response stream of a call of this session.
+pub(crate) struct RelayFromCall {
+    pub upstream: String,
+    pub request: RpcMessage,
+    /// The call's upstream-local id.
+    pub related: RequestId,
+}
+
+impl Message for RelayFromCall {
+    type Result = ();
+}
+
+impl Handler<RelayFromCall> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, RelayFromCall { upstream, request, related }: RelayFromCall, ctx: &mut Context<Self>) {
+        if let RpcMessage::Request { id, method, params } = request {
+            self.relay_request(upstream, id, method, params, Some(related), ctx);
+        }
+    }
+}
+
+/// A stream of this session overflowed: its client stopped reading (the request's, or the GET
+/// stream when `None`).
+pub(crate) struct StreamOverflowed(pub Option<RequestId>);
+
+impl Message for StreamOverflowed {
+    type Result = ();
+}
+
+impl Handler<StreamOverflowed> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, StreamOverflowed(request): StreamOverflowed, ctx: &mut Context<Self>) {
+        let tenant = &self.identity.tenant;
+        match request {
+            // The id may name a newer request by now: only the overflowed stream's is stopped.
+            Some(id) if self.requests.get(&id).is_some_and(|r| r.reply.overflowed()) => {
+                tracing::warn!(session = %self.id, %tenant, request = %crate::logs::Untrusted(&id.to_string()), "the client stopped reading a reply stream and its budget ran out; the request is cancelled");
+                let notice = json!({ "reason": "the client stopped reading its response stream" });
+                self.abort_request(&id, notice, ctx);
+            }
+            Some(_) => {}
+            None => {
+                if self.get_stream.as_ref().is_some_and(Outbound::overflowed) {
+                    tracing::warn!(session = %self.id, %tenant, "the client stopped reading its GET stream and its budget ran out; the stream is closed");
+                    self.get_stream = None;
+                }
+            }
+        }
     }
 }
 
@@ -1172,7 +1280,7 @@ impl Handler<ToolsChanged> for SessionActor {
 
     fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
         if let Some(stream) = &self.get_stream {
-            let _ = stream.try_send(RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+            let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
         }
     }
 }
@@ -1200,7 +1308,7 @@ impl Handler<TaskProgress> for SessionActor {
             .filter(|s| !s.is_closed())
             .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
         if let Some(stream) = stream {
-            let _ = stream.try_send(notification);
+            let _ = stream.send(&notification);
         }
     }
 }
@@ -1218,7 +1326,7 @@ impl Handler<TaskStatusChanged> for SessionActor {
 
     fn handle(&mut self, TaskStatusChanged(task): TaskStatusChanged, _: &mut Context<Self>) {
         if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
-            let _ = stream.try_send(RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
+            let _ = stream.send(&RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
         }
     }
 }

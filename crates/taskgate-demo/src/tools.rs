@@ -191,8 +191,14 @@ impl DemoServer {
                    "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
             json!({"name":"late_progress","description":"Returns, then reports progress for the finished call (which must not reach anyone).",
                    "inputSchema":object(json!({}), &[])}),
-            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer.",
-                   "inputSchema":object(json!({"question":{"type":"string"}}), &[])}),
+            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false).",
+                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"}}), &[])}),
+            json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call, then waits at gate, if given, until it opens or the call is cancelled.",
+                   "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
+            json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
+                   "inputSchema":object(json!({}), &[])}),
+            json!({"name":"blob","description":"Returns a text of bytes bytes.",
+                   "inputSchema":object(json!({"bytes":{"type":"integer"}}), &["bytes"])}),
         ];
         if self.inner.native_tasks {
             for tool in tools.iter_mut() {
@@ -517,6 +523,10 @@ impl DemoServer {
                     "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
                 });
                 let _ = related.send(Message::request(ask_id.clone(), "elicitation/create", Some(params))).await;
+                if args.get("wait").and_then(Value::as_bool) == Some(false) {
+                    // It asked and moves on: the question stays unanswered as far as it cares.
+                    return Ok(json!({"content": [{"type": "text", "text": "asked"}], "isError": false}));
+                }
                 if args.get("withdraw").and_then(Value::as_bool) == Some(true) {
                     // The server changes its mind: it cancels its own request.
                     self.inner.asked.lock().remove(&ask_id);
@@ -530,6 +540,45 @@ impl DemoServer {
                     other => format!("no answer ({})", other.unwrap_or("?")),
                 };
                 Ok(json!({"content": [{"type": "text", "text": text}], "isError": false}))
+            }
+            "chatter" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(10).min(1_000_000);
+                let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(100).min(16 << 20) as usize;
+                let data = "x".repeat(bytes);
+                let gate = args.get("gate").and_then(Value::as_str).map(|g| self.gate(g));
+                let stop = self.track(connection, id);
+                let outcome = async {
+                    for i in 0..count {
+                        let note = json!({"level": "info", "logger": "chatter", "data": {"n": i, "text": data}});
+                        tokio::select! {
+                            sent = related.send(Message::notification(methods::LOG_MESSAGE, Some(note))) => {
+                                if sent.is_err() { break; }
+                            }
+                            _ = stop.notified() => return Err(()),
+                        }
+                    }
+                    let Some(gate) = gate else { return Ok(()) };
+                    loop {
+                        let opened = gate.notify.notified();
+                        if gate.open.load(Ordering::SeqCst) {
+                            return Ok(());
+                        }
+                        tokio::select! {
+                            _ = opened => {}
+                            _ = stop.notified() => return Err(()),
+                        }
+                    }
+                }
+                .await;
+                self.untrack(connection, id, outcome.is_err());
+                outcome
+                    .map(|()| text(format!("sent {count} messages")))
+                    .map_err(|()| ErrorObject::new(-32800, "request cancelled"))
+            }
+            "broken" => Ok(Value::Null),
+            "blob" => {
+                let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0).min(64 << 20) as usize;
+                Ok(text("b".repeat(bytes)))
             }
             "toggle_extra" => {
                 let now = !self.inner.extra_tool.fetch_xor(true, Ordering::SeqCst);

@@ -3,8 +3,11 @@
 use actix_web::http::header::{self, HeaderMap};
 use actix_web::web;
 use futures_util::StreamExt;
+use serde_json::Value;
+use taskgate_core::logs::Untrusted;
 use taskgate_core::GatewayError;
-use taskgate_protocol::mcp;
+use taskgate_protocol::jsonrpc::json_kind;
+use taskgate_protocol::{mcp, Message, RequestId};
 
 /// The `Mcp-Session-Id` header.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -86,16 +89,56 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
 }
 
 /// basic/transports "Protocol Version Header": an invalid or unsupported version MUST get 400.
-/// Without the header, the version negotiated at initialize applies.
-pub fn protocol_version(headers: &HeaderMap) -> Result<(), GatewayError> {
+/// Without the header, the version negotiated at initialize applies; with it, it must be that
+/// version (a session negotiated at one revision is not served at another).
+pub fn protocol_version(headers: &HeaderMap, negotiated: &str) -> Result<(), GatewayError> {
     match headers.get(VERSION_HEADER) {
         None => Ok(()),
-        Some(v) => match v.to_str() {
-            Ok(v) if mcp::is_supported_version(v.trim()) => Ok(()),
-            Ok(v) => Err(GatewayError::UnsupportedProtocolVersion(v.to_owned())),
+        Some(v) => match v.to_str().map(str::trim) {
+            Ok(v) if v == negotiated => Ok(()),
+            Ok(v) if mcp::is_supported_version(v) => Err(GatewayError::UnsupportedProtocolVersion(format!(
+                "{v} (this session negotiated {negotiated} at initialize)"
+            ))),
+            Ok(v) => Err(GatewayError::UnsupportedProtocolVersion(Untrusted(v).to_string())),
             Err(_) => Err(GatewayError::UnsupportedProtocolVersion("<not ASCII>".into())),
         },
     }
+}
+
+/// Client-chosen identifiers are bounded, and typed as MCP says: the request id, the progress
+/// token (a string or an integer, basic/utilities/progress), and a `taskId` or `cursor` param
+/// are at most [`mcp::MAX_ID_BYTES`] bytes. Refused with -32602; an id too long to echo is
+/// answered with a null id.
+pub fn identifiers(message: &Message) -> Result<(), (GatewayError, Option<RequestId>)> {
+    let max = mcp::MAX_ID_BYTES;
+    let too_long = |what: &str| GatewayError::InvalidParams(format!("{what} is longer than {max} bytes"));
+    let id = message.id().cloned();
+    if let Some(RequestId::String(s)) = &id {
+        if s.len() > max {
+            return Err((too_long("the request id"), None));
+        }
+    }
+    let (Message::Request { params: Some(params), .. } | Message::Notification { params: Some(params), .. }) = message
+    else {
+        return Ok(());
+    };
+    if let Some(token) = params.get("_meta").and_then(|m| m.get(mcp::meta::PROGRESS_TOKEN)) {
+        match token {
+            Value::String(s) if s.len() > max => return Err((too_long("_meta.progressToken"), id)),
+            Value::String(_) => {}
+            Value::Number(n) if n.is_i64() || n.is_u64() => {}
+            other => {
+                let why = format!("_meta.progressToken must be a string or an integer, got {}", json_kind(other));
+                return Err((GatewayError::InvalidParams(why), id));
+            }
+        }
+    }
+    for key in ["taskId", "cursor"] {
+        if params.get(key).and_then(Value::as_str).is_some_and(|s| s.len() > max) {
+            return Err((too_long(key), id));
+        }
+    }
+    Ok(())
 }
 
 /// The session id header, if present.
@@ -170,8 +213,9 @@ mod tests {
         assert!(content_type(&headers(&[("content-type", "application/json; charset=utf-8")])).is_ok());
         assert!(content_type(&headers(&[("content-type", "text/plain")])).is_err());
         assert!(content_type(&headers(&[])).is_err());
-        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-06-18")])).is_ok());
-        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2024-01-01")])).is_err());
-        assert!(protocol_version(&headers(&[])).is_ok());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-06-18")]), "2025-06-18").is_ok());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-11-25")]), "2025-03-26").is_err());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2024-01-01")]), "2025-11-25").is_err());
+        assert!(protocol_version(&headers(&[]), "2025-03-26").is_ok());
     }
 }

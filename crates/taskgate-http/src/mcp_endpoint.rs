@@ -2,6 +2,7 @@
 
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
+use taskgate_core::logs::Untrusted;
 use taskgate_core::{Gateway, GatewayError, Identity};
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::{Message, MessageError};
@@ -26,7 +27,7 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
         // Credentials before the body: the body limit is the tenant's.
         let identity = identity(headers, &gateway)?;
         let body = checks::body(headers, payload, gateway.max_body_bytes(&identity)).await?;
-        let message = match Message::from_slice(&body) {
+        let message = match Message::from_slice_strict(&body) {
             Err(e) => Err(GatewayError::Parse(e.to_string())),
             Ok(Err(MessageError::Batch)) => {
                 Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
@@ -42,12 +43,13 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
     };
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
     // the core).
+    // The session id and the method are the client's: cut and escaped in the log.
     let span = tracing::info_span!(
         "mcp_request",
         tenant = %identity.tenant,
-        principal = %identity.principal,
-        session = checks::session_id(headers).unwrap_or("-"),
-        method = message.method().unwrap_or("response"),
+        principal = %Untrusted(&identity.principal),
+        session = %Untrusted(checks::session_id(headers).unwrap_or("-")),
+        method = %Untrusted(message.method().unwrap_or("response")),
     );
     match tracing::Instrument::instrument(dispatch(headers, identity, message, &gateway), span).await {
         Ok(response) => response,
@@ -64,6 +66,7 @@ async fn dispatch(
     gateway: &Gateway,
 ) -> Result<HttpResponse, Refusal> {
     let accepts = checks::accepts(headers);
+    checks::identifiers(&message)?;
     let id = message.id().cloned();
     if let Message::Request { id, method, params } = &message {
         // Rates per tenant and principal (polling in its own bucket): 429 with Retry-After.
@@ -103,7 +106,7 @@ async fn dispatch(
     }
     let session_id = checks::session_id(headers).ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;
-    checks::protocol_version(headers).map_err(|e| (e, id.clone()))?;
+    checks::protocol_version(headers, session.protocol_version()).map_err(|e| (e, id.clone()))?;
     match message {
         Message::Notification { method, params } => {
             session.notify(method, params).await.map_err(|e| (e, None))?;
@@ -123,9 +126,9 @@ async fn dispatch(
             if stream {
                 return Ok(sse::response(messages));
             }
-            while let Some(m) = messages.recv().await {
-                if m.is_response() {
-                    return Ok(reply::json(&m));
+            while let Some(frame) = messages.recv().await {
+                if frame.response {
+                    return Ok(reply::frame(frame));
                 }
             }
             Err((GatewayError::SessionNotFound, Some(id)))
@@ -146,7 +149,7 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
         let identity = identity(headers, &gateway)?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         let session = gateway.session(session_id, &identity)?;
-        checks::protocol_version(headers)?;
+        checks::protocol_version(headers, session.protocol_version())?;
         session.open_stream().await
     };
     match opened.await {

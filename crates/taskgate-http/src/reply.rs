@@ -9,7 +9,10 @@ use taskgate_protocol::{Message, RequestId};
 /// An error as the whole HTTP answer: its status, and a JSON-RPC error body.
 pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    tracing::debug!(status = status.as_u16(), reason = e.reason(), error = %e, "request refused");
+    if let Some(suppressed) = taskgate_core::logs::limiter().allow("request_refused") {
+        let error = e.to_string();
+        tracing::debug!(status = status.as_u16(), reason = e.reason(), error = %taskgate_core::logs::Untrusted(&error), suppressed, "request refused");
+    }
     let mut response = HttpResponse::build(status);
     if status == StatusCode::METHOD_NOT_ALLOWED {
         response.insert_header(("Allow", "GET, POST, DELETE"));
@@ -44,4 +47,16 @@ pub fn json(message: &Message) -> HttpResponse {
         _ => HttpResponse::Ok(),
     };
     response.content_type("application/json").body(message.to_json())
+}
+
+/// A serialised response as an `application/json` response, with the status [`json`] gives.
+pub fn frame(frame: taskgate_core::outbound::Frame) -> HttpResponse {
+    let mut response = if frame.store_unavailable {
+        let mut unavailable = HttpResponse::ServiceUnavailable();
+        unavailable.insert_header(("Retry-After", "1"));
+        unavailable
+    } else {
+        HttpResponse::Ok()
+    };
+    response.content_type("application/json").body(frame.json)
 }

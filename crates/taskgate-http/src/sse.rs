@@ -8,21 +8,26 @@ use std::time::Duration;
 use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
-use taskgate_protocol::sse::encode_event;
-use taskgate_protocol::Message;
-use tokio::sync::mpsc;
+use taskgate_core::outbound::OutboundReceiver;
 
 /// How often an idle stream carries a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// Frames one serialised message as an SSE event (`event: message`; the JSON has no newline).
+fn event(json: String) -> Bytes {
+    let mut out = String::with_capacity(json.len() + 24);
+    out.push_str("event: message\ndata: ");
+    out.push_str(&json);
+    out.push_str("\n\n");
+    Bytes::from(out)
+}
+
 /// A `text/event-stream` response that ends when `messages` ends.
-pub fn response(mut messages: mpsc::Receiver<Message>) -> HttpResponse {
+pub fn response(mut messages: OutboundReceiver) -> HttpResponse {
     let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
     let body = futures_util::stream::poll_fn(move |cx| {
         match messages.poll_recv(cx) {
-            Poll::Ready(Some(m)) => {
-                return Poll::Ready(Some(Ok::<_, Infallible>(Bytes::from(encode_event(None, &m.to_json())))))
-            }
+            Poll::Ready(Some(m)) => return Poll::Ready(Some(Ok::<_, Infallible>(event(m.json)))),
             Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => {}
         }

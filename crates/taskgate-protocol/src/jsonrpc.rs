@@ -206,6 +206,17 @@ impl Message {
         }
     }
 
+    /// [`Message::from_slice`], and a JSON object with the same key twice is a syntax error
+    /// (RFC 8259 says names SHOULD be unique; which of two values counts is undefined, so the
+    /// front door refuses to guess).
+    pub fn from_slice_strict(bytes: &[u8]) -> Result<Result<Message, MessageError>, serde_json::Error> {
+        use serde::de::DeserializeSeed;
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        let value = strict::Strict.deserialize(&mut deserializer)?;
+        deserializer.end()?;
+        Ok(Message::parse(value))
+    }
+
     /// Parses raw bytes; JSON syntax errors are reported separately from envelope errors.
     pub fn from_slice(bytes: &[u8]) -> Result<Result<Message, MessageError>, serde_json::Error> {
         let value: Value = serde_json::from_slice(bytes)?;
@@ -296,8 +307,8 @@ fn take_params(object: &mut Map<String, Value>) -> Result<Option<Value>, Message
     match object.remove("params") {
         None => Ok(None),
         Some(p @ Value::Object(_)) => Ok(Some(p)),
-        // JSON-RPC allows by-position params; MCP never uses them, but they are valid envelopes.
-        Some(p @ Value::Array(_)) => Ok(Some(p)),
+        // JSON-RPC allows by-position params; MCP's are always an object (schema: `params?: {…}`).
+        Some(Value::Array(_)) => Err(MessageError::Invalid("\"params\" must be an object, got an array".into())),
         Some(other) => Err(MessageError::Invalid(format!("\"params\" must be an object, got {}", json_kind(&other)))),
     }
 }
@@ -343,6 +354,7 @@ mod tests {
             json!({"jsonrpc":"2.0","id":{},"method":"x"}),
             json!({"jsonrpc":"2.0","id":1,"method":7}),
             json!({"jsonrpc":"2.0","id":1,"method":"x","params":"s"}),
+            json!({"jsonrpc":"2.0","id":1,"method":"x","params":[]}),
             json!({"jsonrpc":"2.0","id":1}),
             json!({"jsonrpc":"2.0","result":{}}),
             json!({"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}),
@@ -353,11 +365,101 @@ mod tests {
     }
 
     #[test]
+    fn the_strict_reader_refuses_duplicate_keys_at_any_depth() {
+        let ok = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":[{"b":1.5,"c":null}],"d":-3}}"#;
+        assert!(Message::from_slice_strict(ok).unwrap().is_ok());
+        assert_eq!(Message::from_slice_strict(ok).unwrap(), Message::from_slice(ok).unwrap());
+        for dup in [
+            &br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"b":1,"b":2}}}"#,
+        ] {
+            let e = Message::from_slice_strict(dup).unwrap_err();
+            assert!(e.to_string().contains("duplicate key"), "{e}");
+        }
+        assert!(Message::from_slice_strict(b"{} x").is_err(), "trailing bytes");
+    }
+
+    #[test]
     fn round_trips_unknown_param_fields() {
         let v = json!({"jsonrpc":"2.0","id":"7","method":"tools/call",
             "params":{"name":"t","x-extra":{"a":[1,2]},"_meta":{"vendor/key":true}}});
         let m = Message::parse(v.clone()).unwrap();
         assert_eq!(m.to_value(), v);
         assert!(!m.to_json().contains('\n'));
+    }
+}
+
+/// A JSON value reader that refuses duplicate object keys.
+mod strict {
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    pub(super) struct Strict;
+
+    impl<'de> DeserializeSeed<'de> for Strict {
+        type Value = Value;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+            deserializer.deserialize_any(Strict)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Strict {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+            while let Some(item) = seq.next_element_seed(Strict)? {
+                items.push(item);
+            }
+            Ok(Value::Array(items))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut object = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if object.contains_key(&key) {
+                    let shown: String = key.chars().take(64).collect();
+                    return Err(de::Error::custom(format!("duplicate key {shown:?} in an object")));
+                }
+                let value = map.next_value_seed(Strict)?;
+                object.insert(key, value);
+            }
+            Ok(Value::Object(object))
+        }
     }
 }

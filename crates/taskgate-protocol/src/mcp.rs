@@ -23,6 +23,21 @@ pub fn negotiate_version(requested: &str) -> &'static str {
     SUPPORTED_PROTOCOL_VERSIONS.iter().find(|v| **v == requested).copied().unwrap_or(LATEST_PROTOCOL_VERSION)
 }
 
+/// The client capability a server-to-client request needs (basic/lifecycle "Capability
+/// Negotiation"): `elicitation`, `sampling` or `roots`; `None` for other methods (`ping`).
+pub fn client_capability_for(method: &str) -> Option<&'static str> {
+    match method {
+        "elicitation/create" => Some("elicitation"),
+        "sampling/createMessage" => Some("sampling"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+/// Longest client-chosen identifier (a request id, a progress token, a task id, a cursor), in
+/// bytes once serialised; a longer one gets -32602.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Method names.
 pub mod methods {
     /// `initialize`

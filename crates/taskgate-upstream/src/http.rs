@@ -260,9 +260,16 @@ impl HttpChannel {
                 // order, before its response. Requests go to the session's owner to be relayed.
                 // A cancellation names one of the upstream's own requests: it goes the way requests
                 // go, so that it is mapped to the id the client knows.
+                // Requests on a request's stream go with its notifications, in order, so that
+                // they reach the client before the response does.
                 let is_cancel = message.method() == Some(taskgate_protocol::mcp::methods::CANCELLED);
+                let is_ping = message.method() == Some(taskgate_protocol::mcp::methods::PING);
                 let delivered = match (&message, sink, awaiting) {
                     (Message::Notification { .. }, Some(sink), _) if !is_cancel => {
+                        let _ = sink.send(message).await;
+                        true
+                    }
+                    (Message::Request { .. }, Some(sink), Some(_)) if !is_ping => {
                         let _ = sink.send(message).await;
                         true
                     }

@@ -366,7 +366,8 @@ impl UpstreamSession {
     }
 
     /// Sends a request; notifications about it (those on its response stream, and progress
-    /// naming its token) go to `related`, each before the result is returned.
+    /// naming its token) and requests the upstream sends on its response stream (other than
+    /// `ping`) go to `related`, each before the result is returned, in the order sent.
     pub async fn request_routed(
         &self,
         id: RequestId,
@@ -404,6 +405,12 @@ impl UpstreamSession {
             }
         };
         match tokio::time::timeout(timeout, attempt).await {
+            // Every MCP result is an object (schema.ts `Result`); `null` or a bare value is the
+            // upstream's mistake, answered as one, never passed on.
+            Ok(Ok(result)) if !result.is_object() => Err(UpstreamError::Protocol {
+                upstream: self.upstream().into(),
+                reason: format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result)),
+            }),
             Ok(result) => result,
             Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
         }
@@ -421,6 +428,16 @@ impl UpstreamSession {
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
         let ready = self.ready().await?;
         ready.channel.send(&Message::notification(method, params)).await.map_err(|e| self.expired_twice(e))
+    }
+
+    /// Hands a request the upstream sent on a request's own stream (it arrived with that
+    /// request's notifications, see [`Self::request_routed`]) to the session's owner as an
+    /// [`UpstreamEvent::Request`] related to `related`, as if it had come on its own.
+    pub async fn hand_over(&self, request: Message, related: RequestId) {
+        if let Message::Request { id, method, params } = request {
+            let event = UpstreamEvent::Request { id, method, params, related: Some(related) };
+            let _ = self.inner.events.send(event).await;
+        }
     }
 
     /// Answers a request the upstream sent (an [`UpstreamEvent::Request`]).

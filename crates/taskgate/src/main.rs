@@ -131,7 +131,10 @@ fn init_logging(config: &Config) {
         eprintln!("taskgate: invalid log filter {:?} ({e}); using \"info\"", config.logging.level);
         EnvFilter::new("info")
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Every line is escaped and bounded whatever a field holds (invariant: a client cannot
+    // forge or flood log lines).
+    let writer = || taskgate_core::logs::SafeWriter(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     let _ = match config.logging.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Human => builder.try_init(),

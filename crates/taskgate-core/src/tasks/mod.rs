@@ -49,7 +49,7 @@ pub fn task_support(entry: &ToolEntry, upstream: Option<&UpstreamConfig>) -> Tas
 /// (basic/utilities/tasks "TTL and Resource Management": receivers MAY override it, and MUST
 /// report the actual one). `None` is unlimited.
 pub fn granted_ttl(requested: Option<u64>, limits: &EffectiveTaskLimits) -> Option<u64> {
-    let ttl = requested.or(limits.default_ttl_ms)?;
+    let ttl = requested.or(limits.default_ttl_ms)?.max(limits.min_ttl_ms);
     Some(limits.max_ttl_ms.map_or(ttl, |max| ttl.min(max)))
 }
 

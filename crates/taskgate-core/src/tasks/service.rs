@@ -327,7 +327,10 @@ impl TaskService {
             Ok(_) => {
                 // Counted per tenant: a burst of these is a client guessing ids.
                 self.metrics.task_lookup_failures.with_label_values(&[&identity.tenant]).inc();
-                tracing::info!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, task = %task_id, "task look-up failed: unknown, expired or another requestor's");
+                // The id is the client's: cut and escaped, and a burst is logged in part.
+                if let Some(suppressed) = crate::logs::limiter().allow("task_lookup_failed") {
+                    tracing::info!(target: "taskgate::audit", tenant = %identity.tenant, principal = %crate::logs::Untrusted(&identity.principal), task = %crate::logs::Untrusted(task_id), suppressed, "task look-up failed: unknown, expired or another requestor's");
+                }
                 Err(not_found())
             }
             Err(e) => Err(store_error(e)),
