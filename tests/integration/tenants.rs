@@ -283,7 +283,7 @@ async fn concurrency_caps_refuse_tasks_with_a_clear_error_and_create_nothing() {
     create(&mut alice, "n__wait", json!({"gate": "g2"})).await.unwrap();
     let per_principal = create(&mut alice, "a__wait", json!({"gate": "g1"})).await.unwrap_err();
     assert_eq!(per_principal.code, -32006);
-    assert!(per_principal.message.contains("principal \"alice\"") && per_principal.message.contains("2 tasks"));
+    assert!(per_principal.message.contains("principal \"key:alice\"") && per_principal.message.contains("2 tasks"));
     create(&mut bob, "a__wait", json!({"gate": "g1"})).await.unwrap();
     let per_tenant = create(&mut eve, "n__wait", json!({"gate": "g2"})).await.unwrap_err();
     assert_eq!(per_tenant.code, -32006);
@@ -334,7 +334,7 @@ async fn rates_answer_429_with_retry_after_and_polling_has_its_own_bucket() {
     assert_eq!(reply.headers.get("retry-after").unwrap(), "1");
     let error = reply.outcome().unwrap_err();
     assert_eq!(error.code, -32005);
-    assert!(error.message.contains("principal \"alice\"") && error.message.contains("limits.principal_rate"));
+    assert!(error.message.contains("principal \"key:alice\"") && error.message.contains("limits.principal_rate"));
     assert_eq!(error.data.unwrap()["retryAfterMs"], 1000);
     assert!(!matches!(reply.response(), taskgate_protocol::Message::Error { id: None, .. }), "the id is kept");
     // Polling is counted apart: three tasks/list pass while requests are refused, then 429.
@@ -584,4 +584,27 @@ async fn a_reload_changes_limits_and_credentials_for_new_requests_and_keeps_sess
     assert_eq!(done["content"][0]["text"], "gate r opened");
     assert_eq!(metric(&gw, "taskgate_config_reloads_total{status=\"applied\"}").await, 1.0);
     assert_eq!(metric(&gw, "taskgate_config_reloads_total{status=\"rejected\"}").await, 1.0);
+}
+
+#[actix_rt::test]
+async fn equal_principal_names_from_an_api_key_and_a_token_are_two_requestors() {
+    let (a, b) = (DemoUpstream::start(), DemoUpstream::start());
+    let mut config = config_with(vec![a.upstream("a"), b.upstream("b")]);
+    // One tenant, an API key whose principal is "x-user" and tokens whose email is "x-user".
+    let mut globex = tenant("globex", &[("x-user", "globex-x-user-key-01")]);
+    globex.jwts.push(hs256_jwt());
+    config.tenants = vec![globex];
+    let gw = TestGateway::start(config);
+    let mut by_key = McpClient::with_bearer(&gw.url, "globex-x-user-key-01");
+    by_key.initialize().await;
+    let mut by_token = McpClient::with_bearer(&gw.url, &globex_token("x-user"));
+    by_token.initialize().await;
+    let task = task_id(&create(&mut by_key, "a__echo", json!({"text": "key's"})).await.unwrap());
+    let theirs = by_token.request("tasks/result", Some(json!({"taskId": task}))).await.outcome();
+    assert_eq!(theirs.unwrap_err().message, "Failed to retrieve task: Task not found");
+    let listed = by_token.request("tasks/list", None).await.outcome().unwrap();
+    assert_eq!(listed["tasks"], json!([]));
+    // The key's own principal still reads it.
+    let mine = by_key.request("tasks/result", Some(json!({"taskId": task}))).await.outcome().unwrap();
+    assert_eq!(mine["content"][0]["text"], "key's");
 }

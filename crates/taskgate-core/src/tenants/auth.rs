@@ -59,6 +59,9 @@ struct JwtVerifier {
     key: Key,
     audience: String,
     issuer: Option<String>,
+    /// Where its principals come from, in their names: `jwt:<issuer>|` (or `jwt:#<n>|` for the
+    /// tenant's n-th verifier when it names no issuer).
+    source: String,
     principal_claim: String,
     tenant_claim: Option<String>,
     leeway_secs: u64,
@@ -85,7 +88,10 @@ impl Credentials {
             }
             for key in &tenant.api_keys {
                 if let Some(hash) = decode_hex32(&key.sha256) {
-                    let identity = Identity { tenant: tenant.id.clone(), principal: key.principal.clone() };
+                    // A principal's name says where it came from: an API key's `key:<name>`
+                    // never equals a token's `jwt:<issuer>|<sub>` (issue: equal names from two
+                    // credential kinds are two requestors).
+                    let identity = Identity { tenant: tenant.id.clone(), principal: format!("key:{}", key.principal) };
                     api_keys.insert(hash, identity);
                 }
             }
@@ -98,6 +104,10 @@ impl Credentials {
                         key,
                         audience: jwt.audience.clone(),
                         issuer: jwt.issuer.clone(),
+                        source: match &jwt.issuer {
+                            Some(issuer) => format!("jwt:{issuer}|"),
+                            None => format!("jwt:#{j}|"),
+                        },
                         principal_claim: jwt.principal_claim.clone(),
                         tenant_claim: jwt.tenant_claim.clone(),
                         leeway_secs: jwt.leeway_secs,
@@ -192,7 +202,7 @@ impl Credentials {
             Some(Value::Number(n)) => n.to_string(),
             _ => return Err(AuthError::Token("it lacks the configured principal claim")),
         };
-        Ok(Identity { tenant: verifier.tenant.clone(), principal })
+        Ok(Identity { tenant: verifier.tenant.clone(), principal: format!("{}{principal}", verifier.source) })
     }
 }
 
@@ -307,7 +317,7 @@ mod tests {
     fn api_keys_resolve_by_hash_and_unknown_ones_are_refused() {
         let c = Credentials::build(&config(), &|_| None).unwrap();
         let id = c.authenticate(Some("Bearer key-1"), 0).unwrap();
-        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("acme", "ci"));
+        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("acme", "key:ci"));
         assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
         assert_eq!(c.authenticate(Some("Bearer key-2"), 0), Err(AuthError::UnknownKey));
         assert_eq!(c.authenticate(Some("Basic a2V5"), 0), Err(AuthError::Malformed));
@@ -322,7 +332,7 @@ mod tests {
         let auth = |claims: &Value, secret: &str, now| {
             c.authenticate(Some(&format!("Bearer {}", sign_hs256(claims, secret))), now)
         };
-        assert_eq!(auth(&good, SECRET, 1500).unwrap().principal, "alice");
+        assert_eq!(auth(&good, SECRET, 1500).unwrap().principal, "jwt:#0|alice");
         assert_eq!(auth(&good, SECRET, 2001), Err(AuthError::Token("it has expired")));
         assert_eq!(auth(&good, SECRET, 999), Err(AuthError::Token("it is not valid yet (nbf)")));
         assert_eq!(
@@ -368,7 +378,7 @@ mod tests {
         let id = c
             .authenticate(Some(&sign(json!({"sub": "bob", "org": "globex", "aud": "taskgate", "exp": 10}))), 5)
             .unwrap();
-        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("globex", "bob"));
+        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("globex", "jwt:#0|bob"));
         let unknown_org = sign(json!({"sub": "bob", "org": "initech", "aud": "taskgate", "exp": 10}));
         assert!(c.authenticate(Some(&unknown_org), 5).is_err());
         // An HS256 token "signed" with the public key as an HMAC secret is refused (alg confusion).
