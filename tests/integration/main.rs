@@ -10,6 +10,7 @@ mod operations;
 mod progress;
 mod replicas;
 mod restart;
+mod served;
 mod support;
 mod tasks;
 mod tenants;

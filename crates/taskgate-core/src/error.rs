@@ -31,6 +31,12 @@ pub enum GatewayError {
     /// The `Content-Type` is not `application/json`.
     #[error("Unsupported Media Type: {0}")]
     UnsupportedMediaType(String),
+    /// The body did not arrive whole within `server.body_timeout_ms`.
+    #[error("Request Timeout: the body did not arrive within {ms} ms (server.body_timeout_ms)")]
+    BodyTimeout {
+        /// The limit.
+        ms: u64,
+    },
     /// The body is larger than `server.max_body_bytes`.
     #[error("Payload Too Large: the body exceeds the limit of {limit} bytes (server.max_body_bytes, or the tenant's limits.max_body_bytes)")]
     PayloadTooLarge {
@@ -98,6 +104,7 @@ impl GatewayError {
             GatewayError::SessionNotFound => 404,
             GatewayError::HttpMethodNotAllowed(_) => 405,
             GatewayError::NotAcceptable(_) => 406,
+            GatewayError::BodyTimeout { .. } => 408,
             GatewayError::StreamConflict => 409,
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
@@ -160,6 +167,7 @@ impl GatewayError {
             GatewayError::NotAcceptable(_) => "not_acceptable",
             GatewayError::UnsupportedMediaType(_) => "unsupported_media_type",
             GatewayError::PayloadTooLarge { .. } => "payload_too_large",
+            GatewayError::BodyTimeout { .. } => "body_timeout",
             GatewayError::UnsupportedProtocolVersion(_) => "unsupported_protocol_version",
             GatewayError::HttpMethodNotAllowed(_) => "http_method_not_allowed",
             GatewayError::StreamConflict => "stream_conflict",
@@ -204,6 +212,7 @@ mod tests {
             (GatewayError::SessionNotFound, 404, -32600),
             (GatewayError::OriginNotAllowed("http://evil".into()), 403, -32600),
             (GatewayError::PayloadTooLarge { limit: 10 }, 413, -32600),
+            (GatewayError::BodyTimeout { ms: 10 }, 408, -32600),
             (GatewayError::UnsupportedMediaType("x".into()), 415, -32600),
             (GatewayError::NotAcceptable("x".into()), 406, -32600),
             (GatewayError::MethodNotFound("x".into()), 200, -32601),

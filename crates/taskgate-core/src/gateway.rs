@@ -57,6 +57,9 @@ pub(crate) struct Shared {
     pub tenancy: Tenancy,
     /// The Supervisor, for actors that need restarting.
     pub supervisor: std::sync::OnceLock<Addr<Supervisor>>,
+    /// Set on SIGTERM/SIGINT: new requests are refused, `/readyz` says 503, in-flight work
+    /// finishes.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 /// Opens the configured task store; a directory that cannot be used is a problem at start.
@@ -144,6 +147,7 @@ impl Gateway {
             metrics,
             tenancy,
             supervisor: std::sync::OnceLock::new(),
+            draining: Default::default(),
         });
         let supervisor = Supervisor::new(shared.clone()).start();
         let _ = shared.supervisor.set(supervisor.clone());
@@ -301,11 +305,57 @@ impl Gateway {
     }
 
     /// Whether the gateway is ready, and each upstream's reachability: ready when every upstream
-    /// marked `required` has answered its `tools/list`.
+    /// marked `required` has answered its `tools/list`, and the gateway is not shutting down.
     pub async fn readiness(&self) -> (bool, Vec<UpstreamHealth>) {
         let states = self.shared.router.send(crate::router::UpstreamStates).await.unwrap_or_default();
-        let ready = states.iter().all(|u| !u.required || u.reachable);
+        let ready = states.iter().all(|u| !u.required || u.reachable) && !self.draining();
         (ready, states)
+    }
+
+    /// Whether the gateway is shutting down (new requests get 503).
+    pub fn draining(&self) -> bool {
+        self.shared.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The first step of a graceful shutdown: new requests are refused from now on, `/readyz`
+    /// answers 503 so load balancers move away, and every GET stream ends (clients reconnect
+    /// elsewhere); requests in flight go on.
+    pub fn begin_drain(&self) {
+        self.shared.draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        for session in self.shared.sessions.all() {
+            session.do_send(crate::session::EndGetStream);
+        }
+        tracing::info!(
+            requests = self.live_requests(),
+            "shutting down: new requests are refused, requests in flight finish"
+        );
+    }
+
+    /// Waits until no client request is in flight, or `grace` has passed; true when drained.
+    pub async fn drained(&self, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            if self.live_requests() == 0 {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(requests = self.live_requests(), "the shutdown grace ran out; their streams end now");
+                return false;
+            }
+            tick.tick().await;
+        }
+    }
+
+    /// The last step of a shutdown: every session ends (their remaining streams end), and every
+    /// stdio upstream process is stopped (stdin closed, then SIGTERM, then SIGKILL) and waited
+    /// for.
+    pub async fn shutdown(&self) {
+        for session in self.shared.sessions.all() {
+            let _ = session.send(Close).await;
+        }
+        let stops: Vec<_> = self.shared.connectors.values().map(|c| c.shutdown()).collect();
+        futures_util::future::join_all(stops).await;
     }
 
     /// Takes over the tasks no live gateway process runs (this process's earlier life, after a

@@ -1228,6 +1228,23 @@ impl Handler<StreamOverflowed> for SessionActor {
     }
 }
 
+/// The gateway is shutting down: the GET stream ends now.
+pub(crate) struct EndGetStream;
+
+impl Message for EndGetStream {
+    type Result = ();
+}
+
+impl Handler<EndGetStream> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: EndGetStream, _: &mut Context<Self>) {
+        if let Some(stream) = self.get_stream.take() {
+            stream.close();
+        }
+    }
+}
+
 /// The Supervisor found the session idle: it closes unless a request came in since, one is in
 /// flight, or its GET stream is open. Answers whether it closed.
 pub(crate) struct CloseIfIdle {

@@ -146,22 +146,35 @@ pub fn session_id(headers: &HeaderMap) -> Option<&str> {
     header_str(headers, SESSION_HEADER)
 }
 
-/// Reads the body, refusing more than `limit` bytes as soon as they arrive.
-pub async fn body(headers: &HeaderMap, mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, GatewayError> {
+/// Reads the body, refusing more than `limit` bytes as soon as they arrive, and a body that
+/// takes longer than `timeout` in all (a client trickling bytes holds a connection and a
+/// descriptor; it gets 408 and the connection closes).
+pub async fn body(
+    headers: &HeaderMap,
+    mut payload: web::Payload,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<web::BytesMut, GatewayError> {
     if let Some(length) = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok()) {
         if length > limit {
             return Err(GatewayError::PayloadTooLarge { limit });
         }
     }
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(GatewayError::PayloadTooLarge { limit });
+    let read = async {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(GatewayError::PayloadTooLarge { limit });
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(body)
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(read) => read,
+        Err(_) => Err(GatewayError::BodyTimeout { ms: timeout.as_millis() as u64 }),
     }
-    Ok(body)
 }
 
 #[cfg(test)]

@@ -15,4 +15,5 @@ pub mod reply;
 pub mod server;
 pub mod sse;
 
+pub use actix_web::dev::ServerHandle;
 pub use server::{serve, Running};

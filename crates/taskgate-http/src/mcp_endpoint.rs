@@ -26,7 +26,8 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
         checks::content_type(headers)?;
         // Credentials before the body: the body limit is the tenant's.
         let identity = identity(headers, &gateway)?;
-        let body = checks::body(headers, payload, gateway.max_body_bytes(&identity)).await?;
+        let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
+        let body = checks::body(headers, payload, gateway.max_body_bytes(&identity), timeout).await?;
         let message = match Message::from_slice_strict(&body) {
             Err(e) => Err(GatewayError::Parse(e.to_string())),
             Ok(Err(MessageError::Batch)) => {
@@ -68,6 +69,13 @@ async fn dispatch(
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
     let id = message.id().cloned();
+    if let Message::Request { id, .. } = &message {
+        // Shutting down: requests go elsewhere (notifications and responses still reach the
+        // requests in flight).
+        if gateway.draining() {
+            return Err((shutting_down(), Some(id.clone())));
+        }
+    }
     if let Message::Request { id, method, params } = &message {
         // Rates per tenant and principal (polling in its own bucket): 429 with Retry-After.
         gateway.admit(&identity, method).await.map_err(|e| (e, Some(id.clone())))?;
@@ -147,6 +155,9 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
             ));
         }
         let identity = identity(headers, &gateway)?;
+        if gateway.draining() {
+            return Err(shutting_down());
+        }
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         let session = gateway.session(session_id, &identity)?;
         checks::protocol_version(headers, session.protocol_version())?;
@@ -156,6 +167,12 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
         Ok(messages) => sse::response(messages),
         Err(e) => reply::error(&e, None),
     }
+}
+
+fn shutting_down() -> GatewayError {
+    GatewayError::Overloaded(
+        "the gateway is shutting down; retry (another replica, or this one after its restart)".into(),
+    )
 }
 
 /// `DELETE /mcp`: ends the session.

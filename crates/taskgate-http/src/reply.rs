@@ -17,6 +17,10 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
     if status == StatusCode::METHOD_NOT_ALLOWED {
         response.insert_header(("Allow", "GET, POST, DELETE"));
     }
+    if status == StatusCode::REQUEST_TIMEOUT {
+        // The rest of a trickled body never gets read: the connection closes.
+        response.force_close();
+    }
     match e {
         GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) => {
             response.insert_header(("Retry-After", "1"));

@@ -15,6 +15,38 @@ pub fn set_nodelay(connection: &dyn std::any::Any, _: &mut actix_web::dev::Exten
     }
 }
 
+/// Raises the soft limit on open files to the hard limit (a gateway holds a descriptor per
+/// client connection, upstream connection and stdio pipe) and returns the limit in force.
+pub fn raise_open_file_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                tracing::debug!(from = limit.rlim_cur, to = limit.rlim_max, "raised the open-file limit");
+                limit = raised;
+            }
+        }
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
+    let open_files = limit.rlim_cur as u64;
+    open_files
+}
+
+/// Connections each listener holds at most: `server.max_connections`, or three quarters of
+/// the open-file limit (the rest stays for upstreams, the store, stdio pipes and the admin
+/// listener, so a flood of client connections never exhausts the descriptors).
+pub fn connection_cap(configured: usize, open_files: u64) -> usize {
+    match configured {
+        0 => ((open_files.saturating_mul(3) / 4) as usize).max(16),
+        n => n,
+    }
+}
+
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
 
@@ -39,6 +71,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
     };
+    let connections = connection_cap(config.server.max_connections, raise_open_file_limit());
     let data = web::Data::new(gateway);
     let main_data = data.clone();
     let server = HttpServer::new(move || {
@@ -67,16 +100,19 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
             .configure(operations::routes)
     })
     .workers(workers)
+    // actix counts connections per worker.
+    .max_connections(connections.div_ceil(workers).max(1))
     // Responses are streamed in small writes (SSE events): without TCP_NODELAY, Nagle's
     // algorithm and the client's delayed ACK add ~40 ms to a call.
     .on_connect(set_nodelay)
     .disable_signals()
-    .shutdown_timeout(5)
+    // The graceful drain happens before the server is stopped (see `taskgate serve`).
+    .shutdown_timeout(1)
     .bind(addr)?;
     let addr = server.addrs()[0];
     let server = server.run();
     let handle = server.handle();
-    tracing::info!(%addr, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
+    tracing::info!(%addr, max_connections = connections, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
     let admin = match &config.server.admin_listen {
         Some(admin) => {
             let admin_data = data.clone();

@@ -179,6 +179,8 @@ struct ConnectorInner {
     http: reqwest::Client,
     processes: Arc<Semaphore>,
     observer: Option<Arc<dyn RequestObserver>>,
+    /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Connector {
@@ -195,7 +197,19 @@ impl Connector {
             .build()
             .expect("an HTTP client with default TLS builds");
         let processes = Arc::new(Semaphore::new(config.max_processes));
-        Connector { inner: Arc::new(ConnectorInner { config, http, processes, observer }) }
+        let shutdown = tokio::sync::watch::channel(false).0;
+        Connector { inner: Arc::new(ConnectorInner { config, http, processes, observer, shutdown }) }
+    }
+
+    /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
+    /// gives for stdio: close its stdin, wait; SIGTERM, wait; SIGKILL. Resolves once all have
+    /// exited; no process is started after it.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+        let all = self.inner.config.max_processes as u32;
+        // Each process holds a permit until it has exited.
+        let _ = self.inner.processes.acquire_many(all).await;
+        self.inner.processes.close();
     }
 
     /// The upstream's configured name.
@@ -536,7 +550,8 @@ impl UpstreamSession {
                         ),
                     }
                 })?;
-                Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone())?)
+                let shutdown = self.inner.connector.inner.shutdown.subscribe();
+                Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), shutdown)?)
             }
         };
         tokio::spawn(pump(Arc::downgrade(&self.inner), incoming_rx));

@@ -13,14 +13,15 @@ use taskgate_config::UpstreamConfig;
 use taskgate_protocol::{Message, RequestId};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit};
 
 use crate::session::{ChannelError, Incoming, Routes};
 use crate::UpstreamError;
 
 /// Lines queued for the process's stdin.
 const STDIN_BUFFER: usize = 256;
-/// How long a process may take to exit after its stdin closes, before it is killed.
+/// How long a process may take to exit after its stdin closes, and again after SIGTERM,
+/// before the next step.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Message>>>>;
@@ -43,21 +44,37 @@ impl StdioChannel {
         permit: OwnedSemaphorePermit,
         incoming: mpsc::Sender<Incoming>,
         routes: Arc<Routes>,
+        shutdown: watch::Receiver<bool>,
     ) -> Result<StdioChannel, UpstreamError> {
         let name = config.name.clone();
         let program = config.command.clone().unwrap_or_default();
-        let mut child = Command::new(&program)
+        let mut command = Command::new(&program);
+        command
             .args(&config.args)
             .envs(&config.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| UpstreamError::Unavailable {
-                upstream: name.clone(),
-                reason: format!("cannot start {program:?}: {e}"),
-            })?;
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, _exit).
+        unsafe {
+            command.pre_exec(|| {
+                // No process outlives the gateway, even one killed with SIGKILL: the child gets
+                // SIGTERM when the gateway's thread that started it ends (the arbiter threads
+                // that start them live as long as the process).
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() == 1 {
+                    libc::_exit(1); // the gateway died before the prctl took effect
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| UpstreamError::Unavailable {
+            upstream: name.clone(),
+            reason: format!("cannot start {program:?}: {e}"),
+        })?;
         let pid = child.id();
         tracing::info!(upstream = %name, ?pid, "started stdio upstream process");
 
@@ -66,7 +83,7 @@ impl StdioChannel {
         let exit = Arc::new(Mutex::new(None));
         let (stdin_tx, stdin_rx) = mpsc::channel::<String>(STDIN_BUFFER);
 
-        tokio::spawn(write_stdin(child.stdin.take().expect("piped stdin"), stdin_rx));
+        tokio::spawn(write_stdin(child.stdin.take().expect("piped stdin"), stdin_rx, shutdown.clone()));
         tokio::spawn(read_stdout(
             name.clone(),
             child.stdout.take().expect("piped stdout"),
@@ -77,7 +94,9 @@ impl StdioChannel {
         ));
         tokio::spawn(log_stderr(name.clone(), child.stderr.take().expect("piped stderr")));
         let (stop_tx, stop_rx) = oneshot::channel();
-        tokio::spawn(supervise(name.clone(), child, permit, stop_rx, pending.clone(), alive.clone(), exit.clone()));
+        let supervised =
+            Supervised { name: name.clone(), pending: pending.clone(), alive: alive.clone(), exit: exit.clone() };
+        tokio::spawn(supervise(supervised, child, permit, stop_rx, shutdown));
 
         Ok(StdioChannel {
             name,
@@ -144,8 +163,17 @@ impl Drop for PendingEntry<'_> {
     }
 }
 
-async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut lines: mpsc::Receiver<String>) {
-    while let Some(line) = lines.recv().await {
+async fn write_stdin(
+    mut stdin: tokio::process::ChildStdin,
+    mut lines: mpsc::Receiver<String>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            _ = shutdown.wait_for(|s| *s) => None,
+        };
+        let Some(line) = line else { break };
         let written = async {
             stdin.write_all(line.as_bytes()).await?;
             stdin.write_all(b"\n").await?;
@@ -216,25 +244,49 @@ async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
     }
 }
 
-/// Waits for the process. When told to stop, it closes stdin and allows a grace period before
-/// killing (basic/lifecycle "Shutdown", stdio).
-async fn supervise(
+/// What the supervisor reports a process's end to.
+struct Supervised {
     name: String,
-    mut child: Child,
-    permit: OwnedSemaphorePermit,
-    stop: oneshot::Receiver<()>,
     pending: Pending,
     alive: Arc<AtomicBool>,
     exit: Arc<Mutex<Option<String>>>,
+}
+
+/// Waits for the process. When told to stop (its session ended, or the gateway shuts down),
+/// it stops it as basic/lifecycle "Shutdown" says for stdio: stdin closed (by the writer),
+/// then SIGTERM after a grace period, then SIGKILL after another.
+async fn supervise(
+    supervised: Supervised,
+    mut child: Child,
+    permit: OwnedSemaphorePermit,
+    stop: oneshot::Receiver<()>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
+    let Supervised { name, pending, alive, exit } = supervised;
+    let stopping = async {
+        tokio::select! {
+            _ = stop => {}
+            _ = shutdown.wait_for(|s| *s) => {}
+        }
+    };
     let status = tokio::select! {
         status = child.wait() => status,
-        _ = stop => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+        _ = stopping => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                tracing::warn!(upstream = %name, "stdio upstream did not exit after its stdin closed; killing it");
-                let _ = child.start_kill();
-                child.wait().await
+                tracing::warn!(upstream = %name, "stdio upstream did not exit after its stdin closed; sending SIGTERM");
+                if let Some(pid) = child.id() {
+                    // SAFETY: kill only sends a signal to the child we started and still own.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                }
+                match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        tracing::warn!(upstream = %name, "stdio upstream did not exit after SIGTERM; killing it");
+                        let _ = child.start_kill();
+                        child.wait().await
+                    }
+                }
             }
         },
     };

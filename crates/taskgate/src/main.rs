@@ -161,15 +161,31 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
             println!("admin listener on http://{addr} (/metrics, /healthz, /readyz)");
             actix_rt::spawn(admin);
         }
+        let grace = std::time::Duration::from_secs(gateway.config().server.shutdown_grace_secs);
+        // The server runs on its own task: it must go on serving (and obey pause and stop)
+        // while the shutdown drains it.
+        let mut server = actix_rt::spawn(running.server);
         tokio::select! {
-            result = running.server => result.context("the server failed")?,
+            result = &mut server => result.context("the server task failed")?.context("the server failed")?,
             _ = shutdown_signal() => {
-                tracing::info!("shutting down");
-                handle.stop(true).await;
+                graceful_shutdown(&gateway, &handle, grace).await;
+                let _ = server.await;
             }
         }
         Ok(())
     })
+}
+
+/// SIGTERM or SIGINT: stop accepting connections, answer `/readyz` 503 and refuse new
+/// requests, let requests in flight finish for up to `grace`, then end every stream and stop
+/// every stdio upstream process (stdin, SIGTERM, SIGKILL) before exiting.
+async fn graceful_shutdown(gateway: &Gateway, handle: &taskgate_http::ServerHandle, grace: std::time::Duration) {
+    handle.pause().await;
+    gateway.begin_drain();
+    let drained = gateway.drained(grace).await;
+    gateway.shutdown().await;
+    handle.stop(true).await;
+    tracing::info!(drained, "taskgate stopped");
 }
 
 /// Takes over the tasks an earlier run of the gateway left unfinished.
@@ -247,7 +263,7 @@ fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
         config.validate().map_err(problems)?;
         let gateway = Gateway::start(config).map_err(problems)?;
         recover(&gateway).await?;
-        let running = taskgate_http::serve(gateway, None).context("cannot start the front door")?;
+        let running = taskgate_http::serve(gateway.clone(), None).context("cannot start the front door")?;
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);
         println!("taskgate demo listening on {url}");
@@ -256,10 +272,13 @@ fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
         println!("  tenants: 'local' (no credentials needed) and 'team' (Authorization: Bearer demo-key; sees 'demo' only)");
         println!("Try: curl -si {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\");
         println!("       -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{}},\"clientInfo\":{{\"name\":\"curl\",\"version\":\"1\"}}}}}}'");
+        let grace = std::time::Duration::from_secs(gateway.config().server.shutdown_grace_secs);
+        let mut server = actix_rt::spawn(running.server);
         tokio::select! {
-            result = running.server => result.context("the server failed")?,
+            result = &mut server => result.context("the server task failed")?.context("the server failed")?,
             _ = shutdown_signal() => {
-                handle.stop(true).await;
+                graceful_shutdown(&gateway, &handle, grace).await;
+                let _ = server.await;
                 upstream.stop().await;
             }
         }

@@ -1,0 +1,176 @@
+//! The real `taskgate serve` binary under an operator's and an attacker's hands (issue 12):
+//! SIGTERM drains, descriptors are bounded, log lines cannot be forged or flooded, and a client
+//! that stops reading holds a bounded amount of memory.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+use taskgate_testkit::{stdio_demo_upstream, DemoUpstream, McpClient, ServedGateway};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{create, within};
+
+/// Writes a config with the demo upstream over HTTP (in this process) and the stdio demo, the
+/// memory store, and `extra` TOML lines appended to `[server]`.
+fn config(dir: &tempfile::TempDir, demo: &DemoUpstream, server: &str) -> PathBuf {
+    let stdio = stdio_demo_upstream("local");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n{server}\n[logging]\nlevel = \"info\"\n[store]\nbackend = \"memory\"\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+         [[upstream]]\nname = \"local\"\ntransport = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--stdio\"]\n",
+        demo.http.url,
+        stdio.command.unwrap(),
+    );
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+fn result_of(message: &taskgate_protocol::Message) -> serde_json::Value {
+    match message {
+        taskgate_protocol::Message::Response { result, .. } => result.clone(),
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+async fn status(url: &str) -> u16 {
+    reqwest::get(url).await.map_or(0, |r| r.status().as_u16())
+}
+
+#[actix_rt::test]
+async fn sigterm_lets_requests_in_flight_finish_then_ends_streams_and_stdio_children() {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(&dir, &demo, "admin_listen = \"127.0.0.1:0\"\nshutdown_grace_secs = 30");
+    let mut gw = ServedGateway::start(&file).await;
+    let admin = gw.admin.clone().expect("the admin listener's address");
+    let mut caller = McpClient::new(&gw.url);
+    caller.initialize().await;
+    let mut waiter = McpClient::new(&gw.url);
+    waiter.initialize().await;
+    let mut watcher = McpClient::new(&gw.url);
+    watcher.initialize().await;
+    let mut late = McpClient::new(&gw.url);
+    late.initialize().await;
+    // A stdio task is running (its child process exists), a call is in flight, a tasks/result
+    // waits, a GET stream is open.
+    let task = create(&mut waiter, "local__slow", json!({"ms": 1500, "steps": 1})).await;
+    let children = gw.children();
+    assert!(!children.is_empty(), "the stdio upstream runs");
+    let mut result = waiter.request_stream("tasks/result", Some(json!({"taskId": task}))).await;
+    let mut call = caller
+        .request_stream("tools/call", Some(json!({"name": "demo__slow", "arguments": {"ms": 1500, "steps": 1}})))
+        .await;
+    within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+    let mut stream = watcher.open_stream().await.expect("GET stream");
+
+    gw.terminate();
+    // The GET stream ends at once, /readyz turns 503, new requests are refused with 503.
+    assert!(within(stream.next()).await.is_none(), "the GET stream ends");
+    assert_eq!(status(&format!("{admin}/readyz")).await, 503);
+    let refused = late.request("ping", None).await;
+    assert_eq!(refused.status, 503);
+    assert!(refused.outcome().unwrap_err().message.contains("shutting down"));
+    // What was in flight finishes.
+    let done = within(call.next()).await.expect("the call's response");
+    assert_eq!(result_of(&done)["content"][0]["text"], "slept 1500 ms");
+    let fetched = within(result.next()).await.expect("the task's result");
+    assert_eq!(result_of(&fetched)["content"][0]["text"], "slept 1500 ms");
+    let exit = gw.exited().await;
+    assert!(exit.success(), "{exit}");
+    for child in children {
+        // The child exited (and was reaped) before the gateway did.
+        assert!(!std::path::Path::new(&format!("/proc/{child}")).exists(), "stdio child {child} outlived the gateway");
+    }
+}
+
+#[actix_rt::test]
+async fn trickled_bodies_time_out_and_connections_stay_below_the_open_file_limit() {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(&dir, &demo, "admin_listen = \"127.0.0.1:0\"\nbody_timeout_ms = 2000\nworkers = 2");
+    // With 256 descriptors, 300 connections would exhaust them without a cap.
+    let gw = ServedGateway::start_with_open_files(&file, 256).await;
+    let admin = gw.admin.clone().unwrap();
+    let addr = gw.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let mut trickling = Vec::new();
+    for _ in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                    Accept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{";
+        let _ = s.write_all(head.as_bytes()).await;
+        trickling.push(s);
+    }
+    // The admin listener still answers: descriptors are left for it.
+    assert_eq!(status(&format!("{admin}/healthz")).await, 200);
+    assert!(gw.open_files() < 256, "{} open files", gw.open_files());
+    // A trickled body gets 408 once its time is up, and its connection closes.
+    let mut first = trickling.remove(0);
+    let mut answer = Vec::new();
+    within(first.read_to_end(&mut answer)).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:.200}");
+    assert!(answer.contains("body_timeout_ms"), "{answer:.400}");
+    // Once they are gone, everyone is served again.
+    drop(trickling);
+    let mut c = McpClient::new(&gw.url);
+    within(c.initialize()).await;
+    assert_eq!(c.call("demo__echo", json!({"text": "served"})).await.unwrap()["content"][0]["text"], "served");
+}
+
+#[actix_rt::test]
+async fn client_strings_cannot_forge_or_flood_log_lines() {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(&dir, &demo, "");
+    let mut gw = ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let forged = "x\nINFO taskgate::audit: task created task=forged tenant=victim";
+    c.request("tasks/get", Some(json!({"taskId": forged}))).await;
+    let line = gw.log_line("task look-up failed").await;
+    assert!(line.contains(r"x\nINFO taskgate::audit: task created task=forged"), "{line}");
+    // A burst of failed look-ups is logged in part, each id cut to 128 bytes.
+    let started = std::time::Instant::now();
+    let long_id = "y".repeat(250);
+    for _ in 0..100 {
+        c.request("tasks/get", Some(json!({"taskId": long_id}))).await;
+    }
+    let elapsed = started.elapsed().as_secs();
+    // A sentinel after the burst: every line of the burst is read before it.
+    McpClient::new(&gw.url).initialize().await;
+    gw.log_line("session started").await;
+    let failures: Vec<&String> = gw.seen.iter().filter(|l| l.contains("task look-up failed")).collect();
+    let bound = taskgate_core::logs::LINES_PER_SECOND as usize * (elapsed as usize + 2);
+    assert!(failures.len() <= bound, "{} lines in {elapsed} s", failures.len());
+    assert!(failures.iter().all(|l| l.len() < 1024 && !l.contains(&long_id)), "ids are cut");
+    assert!(!gw.seen.iter().any(|l| l.starts_with("INFO taskgate::audit: task created")), "no forged line");
+}
+
+#[actix_rt::test]
+async fn clients_that_never_read_hold_a_bounded_amount_of_memory() {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(&dir, &demo, "");
+    let gw = ServedGateway::start(&file).await;
+    let mut warm = McpClient::new(&gw.url);
+    warm.initialize().await;
+    warm.call("demo__chatter", json!({"count": 20, "bytes": 100_000})).await.unwrap();
+    let before = gw.rss_bytes();
+    // Three clients each ask for 300 MB of notifications and never read a byte of them.
+    let mut unread = Vec::new();
+    for id in 0..3 {
+        let mut c = McpClient::new(&gw.url);
+        c.initialize().await;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "demo__chatter", "arguments": {"count": 3000, "bytes": 100_000, "gate": "never"}}});
+        let r = reqwest::Client::new().post(&c.url).headers(c.headers()).body(body.to_string()).send().await.unwrap();
+        unread.push((c, r));
+    }
+    let stats = demo.demo.clone();
+    within(demo.demo.wait_in_flight(|_| stats.stats().cancelled >= 3)).await;
+    let after = gw.rss_bytes();
+    let ratio = after as f64 / before as f64;
+    eprintln!("RSS before {before} after {after} ({ratio:.2}x)");
+    assert!(ratio < 2.0, "RSS grew {ratio:.2}x ({before} → {after} bytes)");
+}
