@@ -84,6 +84,18 @@ fn every_dashboard_and_alert_rule_uses_only_exported_metrics() {
         }
     }
     assert!(checked > 20);
+    // Every counter is charted or alerted on (what cannot be seen is not operated).
+    let mut used = BTreeSet::new();
+    for entry in std::fs::read_dir(repo("dashboards/grafana")).unwrap() {
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        let mut exprs = Vec::new();
+        collect_exprs(&dashboard, &mut exprs);
+        exprs.iter().for_each(|e| used.extend(metric_names(e)));
+    }
+    rules.lines().filter_map(|l| l.trim().strip_prefix("expr:")).for_each(|e| used.extend(metric_names(e)));
+    for counter in exported.iter().filter(|n| n.ends_with("_total")) {
+        assert!(used.contains(counter), "{counter} is in no dashboard and no alert rule");
+    }
     let scrape = std::fs::read_to_string(repo("dashboards/prometheus/prometheus.yml")).unwrap();
     assert!(scrape.contains("metrics_path: /metrics") && scrape.contains("alerts.yml"));
 }
@@ -206,4 +218,53 @@ async fn readyz_is_503_while_a_required_upstream_is_down() {
     let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
     assert_eq!(body["ready"], false);
     assert_eq!(body["upstreams"][0]["name"], "dead");
+}
+
+#[test]
+fn promtool_accepts_the_alert_rules() {
+    let out = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(repo("dashboards/prometheus/alerts.yml"))
+        .output()
+        .unwrap_or_else(|e| panic!("promtool is needed: apt-get install prometheus ({e})"));
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[actix_rt::test]
+async fn a_fresh_gateway_exports_its_known_series_at_zero() {
+    let demo = DemoUpstream::start();
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
+    let text = gw.gateway.render_metrics().await;
+    for series in [
+        r#"taskgate_cancellations_total{reason="none",status="forwarded"} 0"#,
+        r#"taskgate_admission_rejected_total{reason="max_tasks",tenant="anonymous"} 0"#,
+        r#"taskgate_upstream_errors_total{reason="unavailable",upstream="demo"} 0"#,
+        r#"taskgate_tasks_finished_total{status="completed",tenant="anonymous",upstream="demo"} 0"#,
+        r#"taskgate_task_duration_seconds_count{status="failed",tenant="anonymous",upstream="demo"} 0"#,
+        r#"taskgate_mailbox_full_total{reason="session_mailbox"} 0"#,
+    ] {
+        assert!(text.contains(series), "a fresh /metrics lacks {series}");
+    }
+}
+
+#[actix_rt::test]
+async fn readyz_reports_an_upstream_killed_since_its_listing_as_unreachable() {
+    let demo = DemoUpstream::start();
+    let mut upstream = demo.upstream("demo");
+    upstream.required = true;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    assert!(!c.tool_names().await.is_empty(), "listed while it ran");
+    demo.http.stop().await;
+    let ready = reqwest::get(format!("http://{}/readyz", gw.addr)).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+    assert_eq!(body["upstreams"][0]["reachable"], false, "{body}");
+    assert!(body["upstreams"][0]["error"].as_str().unwrap().contains("demo"), "{body}");
 }

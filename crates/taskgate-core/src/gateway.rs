@@ -92,6 +92,18 @@ fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config
     }
 }
 
+/// The tenants whose series are initialised: the configured ones, or the implicit one.
+fn tenant_ids(config: &Config) -> Vec<String> {
+    if config.tenants.is_empty() {
+        return vec![tenants::IMPLICIT_TENANT.to_owned()];
+    }
+    config.tenants.iter().map(|t| t.id.clone()).collect()
+}
+
+fn upstream_names(config: &Config) -> Vec<String> {
+    config.upstreams.iter().map(|u| u.name.clone()).collect()
+}
+
 /// The running gateway core. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -149,6 +161,7 @@ impl Gateway {
             supervisor: std::sync::OnceLock::new(),
             draining: Default::default(),
         });
+        shared.metrics.initialise(&tenant_ids(&shared.config), &upstream_names(&shared.config));
         let supervisor = Supervisor::new(shared.clone()).start();
         let _ = shared.supervisor.set(supervisor.clone());
         // Replicas sharing the store: events both ways, leases on the tasks run here.
@@ -236,6 +249,7 @@ impl Gateway {
         match &outcome {
             Ok(()) => {
                 m.config_reloads.with_label_values(&["applied"]).inc();
+                m.initialise(&tenant_ids(&checked), &upstream_names(&checked));
                 let restart: Vec<&str> = [
                     ("server", config.server != self.shared.config.server),
                     ("logging", config.logging != self.shared.config.logging),

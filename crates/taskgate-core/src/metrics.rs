@@ -277,6 +277,101 @@ impl Metrics {
         names
     }
 
+    /// Creates every series whose labels are known in advance at 0 (Prometheus instrumentation
+    /// practice): a fresh `/metrics` already has them, so dashboards show 0 rather than "No
+    /// data" and `absent()` alerts do not misfire. Called at start and on every reload (new
+    /// tenants). Series that name an id never exist (invariant 8).
+    pub fn initialise(&self, tenants: &[String], upstreams: &[String]) {
+        const TASK_ENDS: [&str; 3] = ["completed", "failed", "cancelled"];
+        const ADMISSION: [&str; 6] = [
+            "max_sessions",
+            "tenant_max_sessions",
+            "session_requests",
+            "max_tasks",
+            "max_concurrent_tasks",
+            "max_concurrent_tasks_per_principal",
+        ];
+        const BUCKETS: [&str; 4] = ["tenant_rate", "principal_rate", "tenant_poll_rate", "principal_poll_rate"];
+        const UPSTREAM_ERRORS: [&str; 5] = ["rpc_error", "unavailable", "protocol", "timeout", "overloaded"];
+        const STORE_OPERATIONS: [&str; 13] = [
+            "create",
+            "get",
+            "compare_and_set",
+            "list",
+            "expire",
+            "delete",
+            "claim_orphans",
+            "renew_leases",
+            "publish",
+            "reserve",
+            "release",
+            "admit_rates",
+            "health",
+        ];
+        const EVENT_KINDS: [&str; 4] = ["finished", "cancelled", "status", "progress"];
+        for (status, reason) in [
+            ("received", "none"),
+            ("forwarded", "none"),
+            ("ignored", "malformed"),
+            ("ignored", "unknown_request"),
+            ("ignored", "task_augmented"),
+        ] {
+            self.cancellations.with_label_values(&[status, reason]);
+        }
+        for status in ["relayed", "coalesced", "dropped"] {
+            self.progress_notifications.with_label_values(&[status]);
+        }
+        for reason in ["session_mailbox", "session_notification"] {
+            self.mailbox_full.with_label_values(&[reason]);
+        }
+        for reason in ["missing", "malformed", "unknown_key", "token_expired", "invalid_token"] {
+            self.auth_failures.with_label_values(&[reason]);
+        }
+        for status in ["applied", "rejected"] {
+            self.config_reloads.with_label_values(&[status]);
+        }
+        self.actor_restarts.with_label_values(&["task_actor_crashed"]);
+        for outcome in ["followed", "failed"] {
+            self.tasks_recovered.with_label_values(&[outcome]);
+        }
+        for operation in STORE_OPERATIONS {
+            self.store_errors.with_label_values(&[operation]);
+        }
+        for direction in ["published", "lost", "received"] {
+            for kind in EVENT_KINDS {
+                self.store_events.with_label_values(&[direction, kind]);
+            }
+        }
+        for upstream in upstreams {
+            for reason in UPSTREAM_ERRORS {
+                self.upstream_errors.with_label_values(&[upstream, reason]);
+            }
+        }
+        for tenant in tenants {
+            for reason in ADMISSION {
+                self.admission_rejected.with_label_values(&[tenant, reason]);
+            }
+            for bucket in BUCKETS {
+                self.rate_limited.with_label_values(&[tenant, bucket]);
+            }
+            for stream in ["request", "get"] {
+                self.streams_dropped.with_label_values(&[tenant, stream]);
+            }
+            self.task_lookup_failures.with_label_values(&[tenant]);
+            self.sessions_expired.with_label_values(&[tenant]);
+            self.task_polls.with_label_values(&[tenant]);
+            self.task_polls_early.with_label_values(&[tenant]);
+            self.task_result_waiters.with_label_values(&[tenant]);
+            for upstream in upstreams {
+                self.tasks_created.with_label_values(&[tenant, upstream]);
+                for status in TASK_ENDS {
+                    self.tasks_finished.with_label_values(&[tenant, upstream, status]);
+                    self.task_duration.with_label_values(&[tenant, upstream, status]);
+                }
+            }
+        }
+    }
+
     /// Records one upstream request.
     pub fn upstream_request(&self, upstream: &str, method: &str, took: Duration, error: Option<&'static str>) {
         self.upstream_request_duration.with_label_values(&[upstream, method]).observe(took.as_secs_f64());
@@ -301,6 +396,25 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_series_exist_at_zero_before_their_first_event() {
+        let m = Metrics::new();
+        m.initialise(&["acme".into()], &["files".into()]);
+        let text = m.render();
+        for series in [
+            r#"taskgate_cancellations_total{reason="none",status="received"} 0"#,
+            r#"taskgate_admission_rejected_total{reason="max_sessions",tenant="acme"} 0"#,
+            r#"taskgate_upstream_errors_total{reason="timeout",upstream="files"} 0"#,
+            r#"taskgate_tasks_finished_total{status="failed",tenant="acme",upstream="files"} 0"#,
+            r#"taskgate_task_duration_seconds_count{status="completed",tenant="acme",upstream="files"} 0"#,
+            r#"taskgate_mailbox_full_total{reason="session_mailbox"} 0"#,
+            r#"taskgate_rate_limited_total{reason="tenant_rate",tenant="acme"} 0"#,
+            r#"taskgate_client_streams_dropped_total{stream="request",tenant="acme"} 0"#,
+        ] {
+            assert!(text.contains(series), "missing {series}");
+        }
+    }
 
     #[test]
     fn names_follow_prometheus_conventions() {

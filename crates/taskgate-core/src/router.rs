@@ -40,6 +40,8 @@ pub struct Router {
     reload: HashSet<String>,
     failures: HashMap<String, (Instant, UpstreamError)>,
     waiters: Vec<oneshot::Sender<()>>,
+    /// The last readiness probe: when, and what it found.
+    probed: Option<(Instant, Vec<UpstreamHealth>)>,
 }
 
 impl Router {
@@ -59,6 +61,7 @@ impl Router {
             reload: HashSet::new(),
             failures: HashMap::new(),
             waiters: Vec::new(),
+            probed: None,
         }
     }
 
@@ -214,7 +217,7 @@ pub struct UpstreamHealth {
     pub name: String,
     /// Whether readiness requires it.
     pub required: bool,
-    /// Whether its `tools/list` answered last time.
+    /// Whether it answers now (a `ping`) and its tools are listed.
     pub reachable: bool,
     /// The last failure, if it is not reachable.
     pub error: Option<String>,
@@ -227,22 +230,55 @@ impl Message for UpstreamStates {
     type Result = Vec<UpstreamHealth>;
 }
 
-impl Handler<UpstreamStates> for Router {
-    type Result = MessageResult<UpstreamStates>;
+/// How long an answer to [`UpstreamStates`] is reused (scrapes and probes come often).
+const PROBE_FRESH: Duration = Duration::from_secs(1);
+/// How long an upstream may take to answer the readiness `ping`.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-    fn handle(&mut self, _: UpstreamStates, _: &mut Context<Self>) -> Self::Result {
-        let catalog = self.catalog.read();
-        MessageResult(
-            self.connectors
-                .iter()
-                .map(|c| UpstreamHealth {
-                    name: c.name().to_owned(),
-                    required: c.config().required,
-                    reachable: catalog.has_tools(c.name()),
-                    error: self.failures.get(c.name()).map(|(_, e)| e.to_string()),
-                })
-                .collect(),
-        )
+impl Handler<UpstreamStates> for Router {
+    type Result = ResponseActFuture<Self, Vec<UpstreamHealth>>;
+
+    /// Each upstream is asked now (`ping` in its catalog session, bounded in time, the answer
+    /// reused for a second): an upstream that died since its last listing is unreachable at
+    /// once, not when a client next calls it.
+    fn handle(&mut self, _: UpstreamStates, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some((at, states)) = &self.probed {
+            if at.elapsed() < PROBE_FRESH {
+                return Box::pin(actix::fut::ready(states.clone()));
+            }
+        }
+        let connectors = self.connectors.clone();
+        let probes: Vec<_> = connectors
+            .iter()
+            .map(|c| {
+                let session = self.catalog_session(c.name(), ctx);
+                let listed = self.catalog.read().has_tools(c.name());
+                let failure = self.failures.get(c.name()).map(|(_, e)| e.to_string());
+                let (name, required) = (c.name().to_owned(), c.config().required);
+                async move {
+                    let answered = match session {
+                        Some(session) => {
+                            match tokio::time::timeout(PROBE_TIMEOUT, session.request(methods::PING, None)).await {
+                                Ok(Ok(_)) => Ok(()),
+                                Ok(Err(e)) => Err(e.to_string()),
+                                Err(_) => Err(format!(
+                                    "upstream '{name}' did not answer ping within {}s",
+                                    PROBE_TIMEOUT.as_secs()
+                                )),
+                            }
+                        }
+                        None => Err("no connector".to_owned()),
+                    };
+                    let reachable = answered.is_ok() && listed;
+                    let error = answered.err().or(if listed { None } else { failure });
+                    UpstreamHealth { name, required, reachable, error }
+                }
+            })
+            .collect();
+        Box::pin(futures_util::future::join_all(probes).into_actor(self).map(|states, act, _| {
+            act.probed = Some((Instant::now(), states.clone()));
+            states
+        }))
     }
 }
 
