@@ -11,6 +11,12 @@ fn error_code(reply: &taskgate_testkit::Reply) -> i64 {
     reply.outcome().expect_err("an error response").code
 }
 
+/// A request whose reply is not read (the response is held open).
+async fn post_unread(c: &McpClient, id: u64, method: &str, params: Value) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    reqwest::Client::new().post(&c.url).headers(c.headers()).body(body.to_string()).send().await.unwrap()
+}
+
 /// A `tools/call` whose SSE reply is never read: the response is held open, unread.
 async fn call_without_reading(c: &McpClient, id: u64, name: &str, arguments: Value) -> reqwest::Response {
     let body =
@@ -195,4 +201,90 @@ async fn the_upstream_timeout_fires_on_time_while_the_upstream_floods_notificati
     // A bound, not a timing: the flood must not hold the 1 s timeout back (it fired after 2-3x
     // its time before).
     assert!(started.elapsed() < std::time::Duration::from_secs(4), "{:?}", started.elapsed());
+}
+
+#[actix_rt::test]
+async fn a_result_over_the_byte_budget_fails_its_task_saying_so() {
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![demo.upstream("demo")]);
+    config.tasks.max_result_bytes_total = 300_000;
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let fits = crate::support::create(&mut c, "demo__blob", json!({"bytes": 200_000})).await;
+    let result = within(crate::support::method(&mut c, "tasks/result", &fits)).await.unwrap();
+    assert_eq!(result["content"][0]["text"].as_str().unwrap().len(), 200_000);
+    let metrics = gw.gateway.render_metrics().await;
+    let held: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with(r#"taskgate_task_result_bytes{tenant="anonymous"}"#))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("result bytes held");
+    assert!((200_000.0..210_000.0).contains(&held), "{held}");
+    // The next one does not fit: failed, saying why, and tasks/result says it too.
+    let over = crate::support::create(&mut c, "demo__blob", json!({"bytes": 200_000})).await;
+    let error = within(crate::support::method(&mut c, "tasks/result", &over)).await.unwrap_err();
+    assert_eq!(error.code, taskgate_protocol::codes::LIMIT_EXCEEDED);
+    assert!(error.message.contains("does not fit") && error.message.contains("max_result_bytes_total"), "{error:?}");
+    let task = crate::support::method(&mut c, "tasks/get", &over).await.unwrap();
+    assert_eq!(task["status"], "failed");
+    assert!(task["statusMessage"].as_str().unwrap().contains("does not fit"));
+    // A small result still fits beside the first.
+    let small = crate::support::create(&mut c, "demo__echo", json!({"text": "small"})).await;
+    assert!(within(crate::support::method(&mut c, "tasks/result", &small)).await.is_ok());
+}
+
+#[actix_rt::test]
+async fn one_tenant_cannot_take_all_of_a_gateway_wide_pool() {
+    use taskgate_config::{ApiKeyConfig, TenantConfig};
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![demo.upstream("demo")]);
+    config.server.max_sessions = 4;
+    config.server.max_streams = 8;
+    config.tasks.max_tasks = 4;
+    // Two tenants: the anonymous one, and "team" with a key. Each may take half of each pool.
+    let anonymous = TenantConfig { anonymous: true, ..TenantConfig::new("open") };
+    let mut team = TenantConfig::new("team");
+    team.api_keys
+        .push(ApiKeyConfig { principal: "ci".into(), sha256: taskgate_core::tenants::hash_key("team-key-000000001") });
+    config.tenants = vec![anonymous, team];
+    let gw = TestGateway::start(config);
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut c = McpClient::new(&gw.url);
+        c.initialize().await;
+        open.push(c);
+    }
+    let mut third = McpClient::new(&gw.url);
+    let refused = third.try_initialize().await;
+    assert_eq!(refused.status, 429, "the anonymous tenant has its share of sessions");
+    let mut keyed = McpClient::with_bearer(&gw.url, "team-key-000000001");
+    keyed.initialize().await;
+    // Tasks held: two for the anonymous tenant, then its share is spent; the team's is not.
+    for _ in 0..2 {
+        crate::support::create(&mut open[0], "demo__echo", json!({"text": "x"})).await;
+    }
+    let over = open[0]
+        .request("tools/call", Some(json!({"name": "demo__echo", "arguments": {"text": "x"}, "task": {}})))
+        .await;
+    let error = over.outcome().unwrap_err();
+    assert_eq!(error.code, taskgate_protocol::codes::LIMIT_EXCEEDED, "{error:?}");
+    assert!(error.message.contains("share"), "{error:?}");
+    crate::support::create(&mut keyed, "demo__echo", json!({"text": "team"})).await;
+    // Open streams: four for the anonymous tenant (its half of 8), then 429; the team opens its own.
+    let mut streams = Vec::new();
+    for c in &open {
+        streams.push(c.open_stream().await.expect("a GET stream"));
+    }
+    let mut held = Vec::new();
+    for (i, c) in open.iter().enumerate() {
+        held.push(
+            post_unread(c, 100 + i as u64, "tools/call", json!({"name": "demo__wait", "arguments": {"gate": "hold"}}))
+                .await,
+        );
+    }
+    assert_eq!(post_unread(&open[1], 200, "ping", json!({})).await.status(), 429);
+    assert!(keyed.open_stream().await.is_ok(), "the other tenant's share is untouched");
+    demo.demo.release("hold");
+    drop((held, streams));
 }

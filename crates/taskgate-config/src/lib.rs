@@ -32,6 +32,12 @@ pub mod defaults {
     pub const SESSION_BUFFER_BYTES: usize = 8 * 1024 * 1024;
     /// Longest time a client may take to send a request body, in milliseconds.
     pub const BODY_TIMEOUT_MS: u64 = 10_000;
+    /// Client streams open at once.
+    pub const MAX_STREAMS: usize = 10_000;
+    /// One tenant's share of each gateway-wide pool, in percent.
+    pub const TENANT_SHARE_PERCENT: u8 = 50;
+    /// Bytes of task results held at once.
+    pub const MAX_RESULT_BYTES_TOTAL: usize = 1024 * 1024 * 1024;
     /// Longest time in-flight requests get to finish after SIGTERM or SIGINT.
     pub const SHUTDOWN_GRACE_SECS: u64 = 30;
     /// Seconds to wait for an upstream response.
@@ -148,6 +154,12 @@ pub struct ServerConfig {
     /// After SIGTERM or SIGINT, how long requests in flight may take to finish before their
     /// streams are ended, in seconds.
     pub shutdown_grace_secs: u64,
+    /// Client streams (SSE replies and GET streams) open at once, all tenants together.
+    pub max_streams: usize,
+    /// The share of each gateway-wide pool (sessions, tasks held, result bytes held, open
+    /// streams) one tenant may take, in percent, when more than one tenant is configured;
+    /// `limits.share_percent` overrides it per tenant.
+    pub tenant_share_percent: u8,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
     /// A second listener for `/metrics`, `/healthz` and `/readyz` only (they are also on the main
@@ -176,6 +188,8 @@ impl Default for ServerConfig {
             body_timeout_ms: defaults::BODY_TIMEOUT_MS,
             max_connections: 0,
             shutdown_grace_secs: defaults::SHUTDOWN_GRACE_SECS,
+            max_streams: defaults::MAX_STREAMS,
+            tenant_share_percent: defaults::TENANT_SHARE_PERCENT,
             workers: 0,
             admin_listen: None,
             session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
@@ -253,6 +267,9 @@ pub struct TasksConfig {
     pub page_size: usize,
     /// Most tasks held at once (live and finished, until their ttl); more get -32002.
     pub max_tasks: usize,
+    /// Bytes of task results held at once (serialised); a task whose result does not fit
+    /// becomes `failed` with a statusMessage saying so.
+    pub max_result_bytes_total: usize,
     /// How often expired tasks are swept, in milliseconds (a backstop to each task's own timer).
     pub sweep_interval_ms: u64,
 }
@@ -267,6 +284,7 @@ impl Default for TasksConfig {
             poll_interval_ms: defaults::POLL_INTERVAL_MS,
             page_size: defaults::TASKS_PAGE_SIZE,
             max_tasks: defaults::MAX_TASKS,
+            max_result_bytes_total: defaults::MAX_RESULT_BYTES_TOTAL,
             sweep_interval_ms: defaults::SWEEP_INTERVAL_MS,
         }
     }
@@ -617,6 +635,17 @@ impl Config {
                 );
             }
         }
+        if self.server.tenant_share_percent > 100 {
+            bad(
+                "server.tenant_share_percent".into(),
+                format!("{} is a percentage; use 1 to 100", self.server.tenant_share_percent),
+            );
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.limits.share_percent.is_some_and(|p| p == 0 || p > 100) {
+                bad(format!("tenant[{i}] ({:?}).limits.share_percent", t.id), "use 1 to 100".into());
+            }
+        }
         if self.server.max_body_bytes < 1024 {
             bad(
                 "server.max_body_bytes".into(),
@@ -630,6 +659,8 @@ impl Config {
             ("server.stream_buffer_bytes", self.server.stream_buffer_bytes),
             ("server.session_buffer_bytes", self.server.session_buffer_bytes),
             ("server.body_timeout_ms", self.server.body_timeout_ms as usize),
+            ("server.max_streams", self.server.max_streams),
+            ("server.tenant_share_percent", self.server.tenant_share_percent as usize),
             ("federation.page_size", self.federation.page_size),
             ("federation.list_timeout_secs", self.federation.list_timeout_secs as usize),
         ] {

@@ -153,6 +153,14 @@ pub struct TenantLimits {
     /// Largest POST body (bytes); never more than `server.max_body_bytes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<usize>,
+    /// Bytes of task results the tenant may hold at once; default its share of
+    /// `tasks.max_result_bytes_total`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_result_bytes: Option<usize>,
+    /// The share of each gateway-wide pool this tenant may take, in percent; default
+    /// `server.tenant_share_percent` (100 when it is the only tenant).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_percent: Option<u8>,
 }
 
 /// The limits in force for a tenant once the gateway-wide defaults are applied.

@@ -60,6 +60,54 @@ pub(crate) struct Shared {
     /// Set on SIGTERM/SIGINT: new requests are refused, `/readyz` says 503, in-flight work
     /// finishes.
     pub draining: std::sync::atomic::AtomicBool,
+    /// Client streams open now, by tenant (bounded by server.max_streams and each tenant's
+    /// share of it).
+    pub streams: Arc<StreamPool>,
+}
+
+/// The gateway's pool of client streams.
+#[derive(Default)]
+pub(crate) struct StreamPool {
+    open: parking_lot::Mutex<(usize, HashMap<String, usize>)>,
+}
+
+/// A stream's place in the pool, given back when dropped.
+struct StreamPlace {
+    pool: Arc<StreamPool>,
+    tenant: String,
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        let mut open = self.pool.open.lock();
+        open.0 -= 1;
+        if let Some(n) = open.1.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+impl StreamPool {
+    fn take(self: &Arc<Self>, tenant: &str, share: usize, max: usize) -> Result<StreamPlace, GatewayError> {
+        let mut open = self.open.lock();
+        if open.0 >= max {
+            return Err(GatewayError::Overloaded(format!(
+                "the gateway has its maximum of {max} client streams open (server.max_streams)"
+            )));
+        }
+        let mine = open.1.get(tenant).copied().unwrap_or(0);
+        if mine >= share {
+            return Err(GatewayError::LimitExceeded(format!(
+                "tenant \"{tenant}\" has its share of {share} client streams open (server.tenant_share_percent of server.max_streams)"
+            )));
+        }
+        open.0 += 1;
+        *open.1.entry(tenant.to_owned()).or_default() += 1;
+        Ok(StreamPlace { pool: self.clone(), tenant: tenant.to_owned() })
+    }
 }
 
 /// Opens the configured task store; a directory that cannot be used is a problem at start.
@@ -160,6 +208,7 @@ impl Gateway {
             tenancy,
             supervisor: std::sync::OnceLock::new(),
             draining: Default::default(),
+            streams: Arc::default(),
         });
         shared.metrics.initialise(&tenant_ids(&shared.config), &upstream_names(&shared.config));
         let supervisor = Supervisor::new(shared.clone()).start();
@@ -304,6 +353,10 @@ impl Gateway {
             m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
         }
         m.stream_bytes.set(self.shared.sessions.stream_bytes() as i64);
+        m.result_bytes.reset();
+        for (tenant, held) in self.shared.tasks.holdings.by_tenant() {
+            m.result_bytes.with_label_values(&[&tenant]).set(held.result_bytes as i64);
+        }
         m.task_actors.set(self.shared.tasks.live_actors() as i64);
         m.requests_in_progress.set(self.live_requests() as i64);
         m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
@@ -454,7 +507,8 @@ impl Gateway {
     /// new session id with the `InitializeResult`.
     pub fn initialize(&self, identity: Identity, params: Option<&Value>) -> Result<(String, Value), GatewayError> {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
-        let tenant_cap = self.shared.tenancy.policy(&identity.tenant).limits.max_sessions;
+        // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
+        let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
         if self.shared.sessions.is_full() {
             self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
             return Err(GatewayError::Overloaded(format!(
@@ -482,7 +536,7 @@ impl Gateway {
                 Full::Tenant(cap) => {
                     self.shared.metrics.admission_rejected.with_label_values(&[&tenant, "tenant_max_sessions"]).inc();
                     GatewayError::LimitExceeded(format!(
-                        "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions); end one (DELETE) first"
+                        "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions, or its share of server.max_sessions); end one (DELETE) first"
                     ))
                 }
             });
@@ -505,6 +559,7 @@ impl Gateway {
         let now = self.shared.clock.now_ms();
         let entry = self.shared.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
         let server = &self.shared.config.server;
+        let share = self.shared.tenancy.policy(&entry.identity.tenant).shares.streams;
         Ok(SessionHandle {
             addr: entry.addr,
             metrics: self.shared.metrics.clone(),
@@ -512,6 +567,7 @@ impl Gateway {
             tenant: entry.identity.tenant,
             limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
             budget: entry.budget,
+            streams: (self.shared.streams.clone(), share, server.max_streams),
         })
     }
 
@@ -532,6 +588,8 @@ pub struct SessionHandle {
     tenant: String,
     limits: Limits,
     budget: Arc<SessionBudget>,
+    /// The pool of client streams, the tenant's share of it, and its size.
+    streams: (Arc<StreamPool>, usize, usize),
 }
 
 impl SessionHandle {
@@ -560,13 +618,23 @@ impl SessionHandle {
 
     /// A stream bounded by the session's budgets; when its client stops reading and it
     /// overflows, the drop is counted and the session told.
-    fn outbound(&self, stream: &'static str, request: Option<RequestId>) -> (Outbound, OutboundReceiver) {
+    fn outbound(
+        &self,
+        stream: &'static str,
+        request: Option<RequestId>,
+    ) -> Result<(Outbound, OutboundReceiver), GatewayError> {
+        let (pool, share, max) = &self.streams;
+        let place = pool.take(&self.tenant, *share, *max).inspect_err(|_| {
+            self.metrics.admission_rejected.with_label_values(&[&self.tenant, "tenant_max_streams"]).inc();
+        })?;
         let (addr, metrics, tenant) = (self.addr.clone(), self.metrics.clone(), self.tenant.clone());
         let on_overflow = move || {
             metrics.streams_dropped.with_label_values(&[&tenant, stream]).inc();
             addr.do_send(StreamOverflowed(request.clone()));
         };
-        crate::outbound::channel(self.limits, self.budget.clone(), Box::new(on_overflow))
+        let (tx, mut rx) = crate::outbound::channel(self.limits, self.budget.clone(), Box::new(on_overflow));
+        rx.hold(Box::new(place));
+        Ok((tx, rx))
     }
 
     /// Sends a request. The receiver yields messages about it, then its response, then ends.
@@ -576,7 +644,7 @@ impl SessionHandle {
         method: String,
         params: Option<Value>,
     ) -> Result<OutboundReceiver, GatewayError> {
-        let (reply, rx) = self.outbound("request", Some(id.clone()));
+        let (reply, rx) = self.outbound("request", Some(id.clone()))?;
         self.deliver(ClientRequest { id, method, params, reply }).await??;
         Ok(rx)
     }
@@ -593,7 +661,7 @@ impl SessionHandle {
 
     /// Opens the session's GET stream.
     pub async fn open_stream(&self) -> Result<OutboundReceiver, GatewayError> {
-        let (tx, rx) = self.outbound("get", None);
+        let (tx, rx) = self.outbound("get", None)?;
         self.deliver(OpenStream(tx)).await??;
         Ok(rx)
     }

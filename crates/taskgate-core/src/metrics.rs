@@ -89,6 +89,8 @@ pub struct Metrics {
     pub streams_dropped: IntCounterVec,
     /// Bytes queued on client streams now, all sessions.
     pub stream_bytes: IntGauge,
+    /// Bytes of task results held now (this process's tasks), by tenant.
+    pub result_bytes: IntGaugeVec,
 }
 
 impl Metrics {
@@ -248,6 +250,11 @@ impl Metrics {
                 &["tenant", "stream"],
             ),
             stream_bytes: single("taskgate_client_stream_bytes", "Bytes queued on client streams, all sessions"),
+            result_bytes: gauge(
+                "taskgate_task_result_bytes",
+                "Bytes of task results held (this process's tasks)",
+                &["tenant"],
+            ),
             registry,
         };
         metrics.names = names.into_inner();
@@ -283,11 +290,14 @@ impl Metrics {
     /// tenants). Series that name an id never exist (invariant 8).
     pub fn initialise(&self, tenants: &[String], upstreams: &[String]) {
         const TASK_ENDS: [&str; 3] = ["completed", "failed", "cancelled"];
-        const ADMISSION: [&str; 6] = [
+        const ADMISSION: [&str; 9] = [
             "max_sessions",
             "tenant_max_sessions",
             "session_requests",
             "max_tasks",
+            "tenant_max_tasks",
+            "result_bytes",
+            "tenant_max_streams",
             "max_concurrent_tasks",
             "max_concurrent_tasks_per_principal",
         ];

@@ -126,6 +126,8 @@ pub struct Outbound {
 /// The receiving side, held by the HTTP response.
 pub struct OutboundReceiver {
     queue: Arc<Queue>,
+    /// Released with the receiver (the stream's place in the gateway's pool of streams).
+    guard: Option<Box<dyn Send + Sync>>,
 }
 
 /// A new stream under `limits` and the session's budget. `on_overflow` runs once, outside any
@@ -137,7 +139,7 @@ pub fn channel(
 ) -> (Outbound, OutboundReceiver) {
     let state = State { senders: 1, ..State::default() };
     let queue = Arc::new(Queue { state: Mutex::new(state), limits, session, on_overflow });
-    (Outbound { queue: queue.clone() }, OutboundReceiver { queue })
+    (Outbound { queue: queue.clone() }, OutboundReceiver { queue, guard: None })
 }
 
 impl Outbound {
@@ -273,6 +275,11 @@ impl Drop for Outbound {
 }
 
 impl OutboundReceiver {
+    /// Keeps `guard` until the receiver is dropped.
+    pub fn hold(&mut self, guard: Box<dyn Send + Sync>) {
+        self.guard = Some(guard);
+    }
+
     /// The next message, or `None` when the stream has ended.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
         let mut state = self.queue.state.lock();

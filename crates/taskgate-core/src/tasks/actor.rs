@@ -159,6 +159,7 @@ impl TaskActor {
         outcome: Option<TaskOutcome>,
         ctx: &mut Context<Self>,
     ) {
+        let (status, message, outcome) = self.within_budget(status, message, outcome);
         let store = self.shared.tasks.store().clone();
         let update = Update {
             status,
@@ -171,6 +172,39 @@ impl TaskActor {
         let change = async move { store.compare_and_set(&id, expected, update).await };
         // Waiting keeps status changes in order; the memory store answers at once.
         ctx.wait(change.into_actor(self).map(|result, act, ctx| act.settled(result, ctx)));
+    }
+
+    /// A result is held only within its tenant's share of result bytes and the gateway's
+    /// `tasks.max_result_bytes_total`; one that does not fit makes the task `failed`, saying so
+    /// (never a silent drop).
+    fn within_budget(
+        &self,
+        status: TaskStatus,
+        message: Option<String>,
+        outcome: Option<TaskOutcome>,
+    ) -> (TaskStatus, Option<String>, Option<TaskOutcome>) {
+        let Some(held) = &outcome else { return (status, message, outcome) };
+        let bytes = serde_json::to_vec(held).map_or(0, |v| v.len());
+        let tenant = &self.owner.tenant;
+        let share = self.shared.tenancy.policy(tenant).shares.result_bytes;
+        let total = self.shared.config.tasks.max_result_bytes_total;
+        match self.shared.tasks.holdings.hold_result(&self.id, tenant, bytes, share, total) {
+            Ok(()) => (status, message, outcome),
+            Err(too_large) => {
+                let why = match too_large {
+                    super::TooLarge::Tenant { limit } => format!(
+                        "the task's result ({bytes} bytes) does not fit: tenant \"{tenant}\" may hold {limit} bytes of results (limits.max_result_bytes, or its share of tasks.max_result_bytes_total)"
+                    ),
+                    super::TooLarge::Gateway { limit } => format!(
+                        "the task's result ({bytes} bytes) does not fit: the gateway holds at most {limit} bytes of results (tasks.max_result_bytes_total)"
+                    ),
+                };
+                self.shared.metrics.admission_rejected.with_label_values(&[tenant, "result_bytes"]).inc();
+                tracing::warn!(target: "taskgate::audit", task = %self.id, %tenant, bytes, "task result refused: over the result byte budget");
+                let error = taskgate_protocol::ErrorObject::new(taskgate_protocol::codes::LIMIT_EXCEEDED, why.clone());
+                (TaskStatus::Failed, Some(why), Some(TaskOutcome::Error(error)))
+            }
+        }
     }
 
     fn settled(&mut self, result: Result<TaskRecord, StoreError>, ctx: &mut Context<Self>) {

@@ -3,6 +3,7 @@
 //! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
+mod holdings;
 mod observed;
 mod recovery;
 mod replicas;
@@ -20,6 +21,7 @@ use taskgate_upstream::UpstreamError;
 pub use actor::Crash;
 pub use actor::TaskActor;
 pub(crate) use actor::{InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
+pub use holdings::{Held, Holdings, TooLarge};
 pub(crate) use observed::ObservedStore;
 pub use recovery::Recovered;
 pub(crate) use replicas::{keep_leases, listen, publish_loop, Publisher};

@@ -58,6 +58,8 @@ pub struct TaskService {
     /// that interval: the Supervisor prunes older ones ([`TaskService::prune_polls`]), so a task
     /// deleted by another replica leaves nothing here for long.
     last_poll: Mutex<HashMap<String, (Instant, Duration)>>,
+    /// What each tenant holds, in tasks and result bytes (its share of the pools).
+    pub(crate) holdings: super::Holdings,
 }
 
 impl TaskService {
@@ -81,6 +83,7 @@ impl TaskService {
             calls: RwLock::default(),
             waiting: Mutex::default(),
             last_poll: Mutex::default(),
+            holdings: super::Holdings::default(),
         }
     }
 
@@ -215,7 +218,19 @@ impl TaskService {
     pub(crate) async fn create(shared: Arc<Shared>, start: TaskStart) -> Result<TaskRecord, GatewayError> {
         let record = start.record.clone();
         let service = &shared.tasks;
+        // Its tenant's share of tasks.max_tasks: one tenant never fills the store for all.
+        let share = shared.tenancy.policy(&record.owner.tenant).shares.tasks;
+        let expires_at_ms = record.ttl_ms.map(|ttl| record.created_at_ms.saturating_add(ttl));
+        if let Err(share) = service.holdings.admit(&record.id, &record.owner.tenant, expires_at_ms, share) {
+            service.release(&record);
+            service.metrics.admission_rejected.with_label_values(&[&record.owner.tenant, "tenant_max_tasks"]).inc();
+            return Err(GatewayError::LimitExceeded(format!(
+                "tenant \"{}\" holds its share of {share} tasks (server.tenant_share_percent of tasks.max_tasks, or limits.share_percent); they are freed as their ttl passes",
+                record.owner.tenant
+            )));
+        }
         if let Err(e) = service.store.create(record.clone()).await {
+            service.holdings.release(&record.id);
             service.release(&record);
             return Err(match e {
                 StoreError::Full { limit } => {
@@ -306,6 +321,7 @@ impl TaskService {
 
     /// A task was deleted (ttl): forget its bookkeeping and wake its waiters.
     pub(crate) fn deleted(&self, record: &TaskRecord) {
+        self.holdings.release(&record.id);
         self.metrics.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).dec();
         self.last_poll.lock().remove(&record.id);
         self.finished(&record.id);

@@ -72,8 +72,11 @@ impl Supervisor {
         let store = self.shared.tasks.store().clone();
         let now = self.shared.clock.now_ms();
         let expire = async move { store.expire(now).await };
-        expire.into_actor(self).map(|removed, act, _| match removed {
+        expire.into_actor(self).map(move |removed, act, _| match removed {
             Ok(removed) => {
+                // Whatever deleted them (here, their actor, another replica), expired tasks
+                // no longer count against their tenant's share.
+                act.shared.tasks.holdings.prune(now);
                 for record in &removed {
                     tracing::info!(task = %record.id, tenant = %record.owner.tenant, "task expired (sweep)");
                     act.shared.tasks.deleted(record);

@@ -35,6 +35,41 @@ pub struct TenantPolicy {
     pub tasks: EffectiveTaskLimits,
     /// Largest POST body, the tenant's and the server's limit combined.
     pub max_body_bytes: usize,
+    /// What of each gateway-wide pool the tenant may take.
+    pub shares: Shares,
+}
+
+/// One tenant's share of the gateway-wide pools (issue: one tenant must not drain what all
+/// share): `server.tenant_share_percent` of each (or its `limits.share_percent`), 100% when it
+/// is the only tenant; its own limits apply when lower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares {
+    /// Sessions open at once.
+    pub sessions: usize,
+    /// Tasks held at once (live and finished until their ttl).
+    pub tasks: usize,
+    /// Bytes of task results held at once.
+    pub result_bytes: usize,
+    /// Client streams open at once.
+    pub streams: usize,
+}
+
+impl Shares {
+    fn new(tenant: &TenantConfig, config: &Config) -> Shares {
+        let percent = match tenant.limits.share_percent {
+            Some(p) => p.min(100),
+            None if config.tenants.len() <= 1 => 100,
+            None => config.server.tenant_share_percent.min(100),
+        } as usize;
+        let part = |pool: usize| (pool.saturating_mul(percent) / 100).max(1);
+        Shares {
+            sessions: part(config.server.max_sessions).min(tenant.limits.max_sessions.unwrap_or(usize::MAX)),
+            tasks: part(config.tasks.max_tasks),
+            result_bytes: part(config.tasks.max_result_bytes_total)
+                .min(tenant.limits.max_result_bytes.unwrap_or(usize::MAX)),
+            streams: part(config.server.max_streams),
+        }
+    }
 }
 
 impl TenantPolicy {
@@ -45,6 +80,7 @@ impl TenantPolicy {
             limits: tenant.limits.clone(),
             tasks: tenant.limits.tasks(&config.tasks),
             max_body_bytes: tenant.limits.max_body_bytes.unwrap_or(usize::MAX).min(config.server.max_body_bytes),
+            shares: Shares::new(tenant, config),
         }
     }
 

@@ -1,0 +1,175 @@
+//! What each tenant holds in the task store, in count and in result bytes, so that one tenant
+//! cannot take all of `tasks.max_tasks` or `tasks.max_result_bytes_total` (its share, see
+//! [`crate::tenants::Shares`]).
+//!
+//! This process counts the tasks it created until their ttl has passed (the Supervisor prunes
+//! them on every sweep, whatever deleted them): a restart starts from zero, and with Redis each
+//! replica counts its own.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+/// One task held.
+struct Holding {
+    tenant: String,
+    result_bytes: usize,
+    expires_at_ms: Option<u64>,
+}
+
+/// A tenant's totals.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Tasks held.
+    pub tasks: usize,
+    /// Bytes of results held.
+    pub result_bytes: usize,
+}
+
+#[derive(Default)]
+struct Table {
+    by_task: HashMap<String, Holding>,
+    by_tenant: HashMap<String, Held>,
+    result_bytes: usize,
+}
+
+/// Every task this process created and that is still held.
+#[derive(Default)]
+pub struct Holdings {
+    table: Mutex<Table>,
+}
+
+/// Why a result does not fit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TooLarge {
+    /// The tenant's share of result bytes.
+    Tenant { limit: usize },
+    /// `tasks.max_result_bytes_total`.
+    Gateway { limit: usize },
+}
+
+impl Holdings {
+    /// One more task for `tenant` unless it holds `share` already.
+    pub fn admit(&self, task_id: &str, tenant: &str, expires_at_ms: Option<u64>, share: usize) -> Result<(), usize> {
+        let mut table = self.table.lock();
+        let held = table.by_tenant.entry(tenant.to_owned()).or_default();
+        if held.tasks >= share {
+            return Err(share);
+        }
+        held.tasks += 1;
+        let holding = Holding { tenant: tenant.to_owned(), result_bytes: 0, expires_at_ms };
+        table.by_task.insert(task_id.to_owned(), holding);
+        Ok(())
+    }
+
+    /// Holds `bytes` of result for a task, within the tenant's `share` and the gateway's
+    /// `total`. A task this process does not hold (another replica's, or an earlier run's) is
+    /// counted from now on.
+    pub fn hold_result(
+        &self,
+        task_id: &str,
+        tenant: &str,
+        bytes: usize,
+        share: usize,
+        total: usize,
+    ) -> Result<(), TooLarge> {
+        let mut table = self.table.lock();
+        let before = table.by_task.get(task_id).map_or(0, |h| h.result_bytes);
+        let tenant_after = table.by_tenant.get(tenant).map_or(0, |h| h.result_bytes) - before + bytes;
+        if tenant_after > share {
+            return Err(TooLarge::Tenant { limit: share });
+        }
+        let total_after = table.result_bytes - before + bytes;
+        if total_after > total {
+            return Err(TooLarge::Gateway { limit: total });
+        }
+        table.result_bytes = total_after;
+        let known = table.by_task.contains_key(task_id);
+        let held = table.by_tenant.entry(tenant.to_owned()).or_default();
+        held.result_bytes = tenant_after;
+        if !known {
+            held.tasks += 1;
+        }
+        let holding = table.by_task.entry(task_id.to_owned()).or_insert_with(|| Holding {
+            tenant: tenant.to_owned(),
+            result_bytes: 0,
+            expires_at_ms: None,
+        });
+        holding.result_bytes = bytes;
+        Ok(())
+    }
+
+    /// Sets when a held task expires (its ttl runs from creation; a task held without one is
+    /// given it when its record is known).
+    pub fn expires(&self, task_id: &str, expires_at_ms: Option<u64>) {
+        if let Some(h) = self.table.lock().by_task.get_mut(task_id) {
+            h.expires_at_ms = expires_at_ms;
+        }
+    }
+
+    /// The task is gone (deleted, expired, or never created).
+    pub fn release(&self, task_id: &str) {
+        let mut table = self.table.lock();
+        if let Some(holding) = table.by_task.remove(task_id) {
+            table.result_bytes -= holding.result_bytes;
+            if let Some(held) = table.by_tenant.get_mut(&holding.tenant) {
+                held.tasks -= 1;
+                held.result_bytes -= holding.result_bytes;
+                if held.tasks == 0 {
+                    table.by_tenant.remove(&holding.tenant);
+                }
+            }
+        }
+    }
+
+    /// Forgets every task whose ttl has passed.
+    pub fn prune(&self, now_ms: u64) {
+        let expired: Vec<String> = {
+            let table = self.table.lock();
+            table
+                .by_task
+                .iter()
+                .filter(|(_, h)| h.expires_at_ms.is_some_and(|at| at <= now_ms))
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        for id in expired {
+            self.release(&id);
+        }
+    }
+
+    /// A tenant's totals.
+    pub fn held(&self, tenant: &str) -> Held {
+        self.table.lock().by_tenant.get(tenant).copied().unwrap_or_default()
+    }
+
+    /// Every tenant's totals.
+    pub fn by_tenant(&self) -> Vec<(String, Held)> {
+        self.table.lock().by_tenant.iter().map(|(t, h)| (t.clone(), *h)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_holds_at_most_its_share_of_tasks_and_result_bytes() {
+        let h = Holdings::default();
+        h.admit("a1", "a", Some(100), 2).unwrap();
+        h.admit("a2", "a", Some(200), 2).unwrap();
+        assert_eq!(h.admit("a3", "a", Some(100), 2), Err(2));
+        h.admit("b1", "b", None, 2).unwrap();
+        assert_eq!(h.hold_result("a1", "a", 60, 100, 150), Ok(()));
+        assert_eq!(h.hold_result("a2", "a", 60, 100, 150), Err(TooLarge::Tenant { limit: 100 }));
+        assert_eq!(h.hold_result("b1", "b", 100, 100, 150), Err(TooLarge::Gateway { limit: 150 }));
+        assert_eq!(h.held("a"), Held { tasks: 2, result_bytes: 60 });
+        h.prune(150);
+        assert_eq!(h.held("a"), Held { tasks: 1, result_bytes: 0 });
+        assert_eq!(h.hold_result("b1", "b", 100, 100, 150), Ok(()));
+        h.release("b1");
+        h.release("b1");
+        assert_eq!(h.held("b"), Held::default());
+        h.admit("a3", "a", Some(1000), 2).unwrap();
+    }
+}
