@@ -18,6 +18,7 @@ use taskgate_testkit::McpClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod soak;
 mod stores;
 
 /// Counts for one run.
@@ -70,7 +71,8 @@ fn main() -> Result<()> {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let mut plan = Plan::new(quick);
-    // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation, stores);
+    // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation, stores,
+    // soak);
     // `--tasks N` changes the task-scale count.
     plan.only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     if let Some(n) = args.iter().position(|a| a == "--tasks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok())
@@ -118,6 +120,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("stores") {
         stores::stores(&plan, &bin).await?;
+    }
+    if run("soak") {
+        soak::soak(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());
@@ -214,7 +219,8 @@ async fn start_gateway(bin: &Path, config: &str) -> Result<(Process, String)> {
     std::fs::write(
         &file,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\nmax_sessions = 1000\nsession_mailbox = 4096\n\n{config}{store}",
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n{sessions}session_mailbox = 4096\n{config}{store}",
+            sessions = if config.contains("max_sessions") { "" } else { "max_sessions = 1000\n" },
             // The file store (the default) in this run's own directory, unless the config names one.
             store = if config.contains("[store]") {
                 String::new()
