@@ -167,8 +167,16 @@ async fn trickle(addr: String, stop: Arc<AtomicBool>) {
 }
 
 pub(crate) async fn soak(plan: &Plan, bin: &Path) -> Result<()> {
-    let (clients, seconds, restart_every, tricklers) =
+    let (mut clients, mut seconds, restart_every, tricklers) =
         if plan.quick { (50, 4, Duration::from_millis(1500), 5) } else { (1000, 60, Duration::from_secs(4), 50) };
+    // TASKGATE_SOAK_SECONDS and TASKGATE_SOAK_CLIENTS change the run; TASKGATE_SOAK_SKIP leaves out
+    // hostile parts (flood, never, trickle, restart) to find what costs what.
+    if let Some(s) = std::env::var("TASKGATE_SOAK_SECONDS").ok().and_then(|s| s.parse().ok()) {
+        seconds = s;
+    }
+    if let Some(n) = std::env::var("TASKGATE_SOAK_CLIENTS").ok().and_then(|s| s.parse().ok()) {
+        clients = n;
+    }
     println!("## 7. Soak: {clients} polite clients at 10 Hz for {seconds} s, with hostile ones and a dying upstream");
     println!();
     raise_open_files();
@@ -204,11 +212,14 @@ pub(crate) async fn soak(plan: &Plan, bin: &Path) -> Result<()> {
     for _ in 0..clients {
         tasks.push(actix_rt::spawn(polite(http.clone(), url.clone(), stop.clone(), errors.clone(), polls.clone())));
     }
-    for _ in 0..8 {
+    let skip = std::env::var("TASKGATE_SOAK_SKIP").unwrap_or_default();
+    for _ in 0..if skip.contains("flood") { 0 } else { 8 } {
         tasks.push(actix_rt::spawn(flood(http.clone(), url.clone(), stop.clone(), flooded.clone())));
     }
-    tasks.push(actix_rt::spawn(never_reads(http.clone(), url.clone(), stop.clone())));
-    for _ in 0..tricklers {
+    if !skip.contains("never") {
+        tasks.push(actix_rt::spawn(never_reads(http.clone(), url.clone(), stop.clone())));
+    }
+    for _ in 0..if skip.contains("trickle") { 0 } else { tricklers } {
         tasks.push(actix_rt::spawn(trickle(addr.clone(), stop.clone())));
     }
     let started = Instant::now();
@@ -218,9 +229,9 @@ pub(crate) async fn soak(plan: &Plan, bin: &Path) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
         peak_rss = peak_rss.max(gateway.rss());
         peak_fds = peak_fds.max(open_files(pid));
-        if last_restart.elapsed() >= restart_every {
-            // Killed, then back on the same port.
-            drop(demo);
+        if last_restart.elapsed() >= restart_every && !skip.contains("restart") {
+            // Killed (and reaped, so its port is free), then back on the same port.
+            let _ = demo.child.kill().await;
             demo = demo_on(bin, port).await?;
             restarts += 1;
             last_restart = Instant::now();
@@ -246,6 +257,7 @@ pub(crate) async fn soak(plan: &Plan, bin: &Path) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let end_fds = open_files(pid);
+    let end_rss = gateway.rss();
     let dropped = metric(&url, "taskgate_client_streams_dropped_total").await;
     let limited = metric(&url, "taskgate_rate_limited_total").await;
     let errors = errors.load(Ordering::Relaxed);
@@ -262,6 +274,7 @@ pub(crate) async fn soak(plan: &Plan, bin: &Path) -> Result<()> {
         baseline >> 20,
         peak_rss >> 20
     );
+    println!("| RSS after the clients left | {} MiB | |", end_rss >> 20);
     println!("| open descriptors: peak / after | {peak_fds} / {end_fds} | below the limit |");
     println!("| in-flight gauges back to 0 | {} | yes ({}) |", if returned { "yes" } else { "no" }, verdict(returned));
     println!();
