@@ -190,13 +190,13 @@ async fn cancel_stops_the_upstream_work_and_terminal_tasks_cannot_be_cancelled()
     let id = task_id(&mut c, "native__wait", json!({"gate": "never"})).await;
     assert_eq!(method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
     let stats = || native.demo.stats().tasks_cancelled;
-    for _ in 0..1000 {
-        if stats() == 1 {
-            break;
+    // The forward is asynchronous: poll the upstream's own view, bounded in time.
+    crate::support::within(async {
+        while stats() != 1 {
+            let _ = c.request("ping", None).await;
         }
-        // The forward is asynchronous: poll the upstream's own view, bounded.
-        let _ = c.request("ping", None).await;
-    }
+    })
+    .await;
     assert_eq!(stats(), 1);
 }
 

@@ -520,23 +520,25 @@ async fn a_crashed_task_actor_is_restarted_from_the_store_without_losing_the_tas
     let mut waiter = alice.clone();
     let params = json!({"taskId": wrapped});
     let waiting = actix_rt::spawn(async move { waiter.request("tasks/result", Some(params)).await });
-    for _ in 0..1000 {
-        if metric(&gw, "taskgate_task_result_waiters{tenant=\"acme\"}").await == 1.0 {
-            break;
+    within(async {
+        while metric(&gw, "taskgate_task_result_waiters{tenant=\"acme\"}").await != 1.0 {
+            alice.request("ping", None).await;
         }
-        alice.request("ping", None).await;
-    }
+    })
+    .await;
     assert_eq!(metric(&gw, "taskgate_task_result_waiters{tenant=\"acme\"}").await, 1.0);
     for id in [&wrapped, &followed] {
         assert!(gw.gateway.crash_task_actor(id).await);
     }
     let restarted = |id: &str| gw.gateway.task_actor_alive(id);
-    for _ in 0..1000 {
-        if restarted(&wrapped) && restarted(&followed) {
-            break;
+    // Bounded by time, not by a count of pings: under load a restart (a store read) may take
+    // longer than a thousand pings.
+    within(async {
+        while !(restarted(&wrapped) && restarted(&followed)) {
+            alice.request("ping", None).await;
         }
-        alice.request("ping", None).await;
-    }
+    })
+    .await;
     assert!(restarted(&wrapped) && restarted(&followed), "both actors were restarted");
     // The state survived: status, owner, the cap's count (a third task is still refused).
     let task = alice.request("tasks/get", Some(json!({"taskId": wrapped}))).await.outcome().unwrap();
