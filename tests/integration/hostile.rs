@@ -288,3 +288,24 @@ async fn one_tenant_cannot_take_all_of_a_gateway_wide_pool() {
     demo.demo.release("hold");
     drop((held, streams));
 }
+
+#[actix_rt::test]
+async fn a_twelve_megabyte_sse_event_is_relayed_in_linear_time() {
+    // The upstream answers on SSE; the gateway used to rescan the event's buffer on every
+    // chunk (quadratic: 5.9 s of CPU for 12 MB in a release build, far more in this debug one).
+    let demo = DemoUpstream::start();
+    let mut upstream = demo.upstream("demo");
+    upstream.max_message_bytes = 32 << 20;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let started = std::time::Instant::now();
+    let result = c.call("demo__blob", json!({"bytes": 12_000_000})).await.unwrap();
+    assert_eq!(result["content"][0]["text"].as_str().unwrap().len(), 12_000_000);
+    // A generous bound, not a timing: linear relaying takes a second or two here.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+    // Another client is served at once afterwards (nothing was left blocking a worker).
+    let mut other = McpClient::new(&gw.url);
+    other.initialize().await;
+    assert_eq!(other.request("ping", None).await.outcome().unwrap(), json!({}));
+}
