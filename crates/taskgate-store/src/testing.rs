@@ -7,6 +7,30 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Every redis-server this process started and has not stopped: killed when the process exits,
+/// so one held in a `static` (shared by a test binary's tests, never dropped) does not outlive it.
+static RUNNING: parking_lot::Mutex<Vec<u32>> = parking_lot::Mutex::new(Vec::new());
+
+extern "C" fn kill_running() {
+    for pid in RUNNING.lock().iter() {
+        // SAFETY: kill only sends a signal to a child this process started.
+        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
+fn track(pid: u32) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: atexit registers a plain extern "C" function once.
+    REGISTERED.call_once(|| unsafe {
+        libc::atexit(kill_running);
+    });
+    RUNNING.lock().push(pid);
+}
+
+fn untrack(pid: u32) {
+    RUNNING.lock().retain(|p| *p != pid);
+}
+
 /// A running `redis-server`.
 pub struct RedisServer {
     child: Option<Child>,
@@ -34,6 +58,7 @@ impl RedisServer {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            untrack(child.id());
         }
     }
 
@@ -49,6 +74,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server runs (apt-get install redis-server; .ci/run installs it)");
+        track(child.id());
         self.child = Some(child);
         self.wait_ready();
     }
