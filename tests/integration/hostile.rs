@@ -264,9 +264,11 @@ async fn one_tenant_cannot_take_all_of_a_gateway_wide_pool() {
     for _ in 0..2 {
         crate::support::create(&mut open[0], "demo__echo", json!({"text": "x"})).await;
     }
+    let calls = demo.demo.stats().calls;
     let over = open[0]
         .request("tools/call", Some(json!({"name": "demo__echo", "arguments": {"text": "x"}, "task": {}})))
         .await;
+    assert_eq!(demo.demo.stats().calls, calls, "nothing reached the upstream");
     let error = over.outcome().unwrap_err();
     assert_eq!(error.code, taskgate_protocol::codes::LIMIT_EXCEEDED, "{error:?}");
     assert!(error.message.contains("share"), "{error:?}");

@@ -270,6 +270,11 @@ impl SessionActor {
             }
             (Some(ttl), _) => {
                 let record = self.new_task(&entry, ttl);
+                // The tenant's share of the tasks held, before anything reaches the upstream.
+                let share = self.shared.tenancy.policy(&self.identity.tenant).shares.tasks;
+                if let Err(e) = self.shared.tasks.admit_holding(&record, share) {
+                    return self.finish(id, Err(e));
+                }
                 let caps = self.shared.tenancy.caps(&self.identity.tenant);
                 let uncapped = caps.tenant.is_none() && caps.principal.is_none();
                 if !self.shared.tasks.store().shared() || uncapped {
@@ -279,7 +284,10 @@ impl SessionActor {
                         Ok(permit) => {
                             self.start_task(id, upstream_params, record, entry.native, session, Some(permit), ctx)
                         }
-                        Err(e) => self.finish(id, Err(e)),
+                        Err(e) => {
+                            self.shared.tasks.holdings.release(&record.id);
+                            self.finish(id, Err(e))
+                        }
                     }
                     return;
                 }
@@ -290,7 +298,10 @@ impl SessionActor {
                     self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
                 ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
                     Ok(()) => act.start_task(id, upstream_params, record, entry.native, session, None, ctx),
-                    Err(e) => act.finish(id, Err(e)),
+                    Err(e) => {
+                        act.shared.tasks.holdings.release(&record.id);
+                        act.finish(id, Err(e))
+                    }
                 }));
             }
             (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),

@@ -188,7 +188,7 @@ impl TaskActor {
         let tenant = &self.owner.tenant;
         let share = self.shared.tenancy.policy(tenant).shares.result_bytes;
         let total = self.shared.config.tasks.max_result_bytes_total;
-        match self.shared.tasks.holdings.hold_result(&self.id, tenant, bytes, share, total) {
+        match self.shared.tasks.holdings.hold_result(&self.id, tenant, self.expires_at_ms, bytes, (share, total)) {
             Ok(()) => (status, message, outcome),
             Err(too_large) => {
                 let why = match too_large {

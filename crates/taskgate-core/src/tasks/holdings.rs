@@ -63,15 +63,15 @@ impl Holdings {
     }
 
     /// Holds `bytes` of result for a task, within the tenant's `share` and the gateway's
-    /// `total`. A task this process does not hold (another replica's, or an earlier run's) is
-    /// counted from now on.
+    /// `total`. A task this process does not hold yet (another replica's, or an earlier run's)
+    /// is counted from now on, until `expires_at_ms`.
     pub fn hold_result(
         &self,
         task_id: &str,
         tenant: &str,
+        expires_at_ms: Option<u64>,
         bytes: usize,
-        share: usize,
-        total: usize,
+        (share, total): (usize, usize),
     ) -> Result<(), TooLarge> {
         let mut table = self.table.lock();
         let before = table.by_task.get(task_id).map_or(0, |h| h.result_bytes);
@@ -93,18 +93,10 @@ impl Holdings {
         let holding = table.by_task.entry(task_id.to_owned()).or_insert_with(|| Holding {
             tenant: tenant.to_owned(),
             result_bytes: 0,
-            expires_at_ms: None,
+            expires_at_ms,
         });
         holding.result_bytes = bytes;
         Ok(())
-    }
-
-    /// Sets when a held task expires (its ttl runs from creation; a task held without one is
-    /// given it when its record is known).
-    pub fn expires(&self, task_id: &str, expires_at_ms: Option<u64>) {
-        if let Some(h) = self.table.lock().by_task.get_mut(task_id) {
-            h.expires_at_ms = expires_at_ms;
-        }
     }
 
     /// The task is gone (deleted, expired, or never created).
@@ -160,16 +152,21 @@ mod tests {
         h.admit("a2", "a", Some(200), 2).unwrap();
         assert_eq!(h.admit("a3", "a", Some(100), 2), Err(2));
         h.admit("b1", "b", None, 2).unwrap();
-        assert_eq!(h.hold_result("a1", "a", 60, 100, 150), Ok(()));
-        assert_eq!(h.hold_result("a2", "a", 60, 100, 150), Err(TooLarge::Tenant { limit: 100 }));
-        assert_eq!(h.hold_result("b1", "b", 100, 100, 150), Err(TooLarge::Gateway { limit: 150 }));
+        assert_eq!(h.hold_result("a1", "a", None, 60, (100, 150)), Ok(()));
+        assert_eq!(h.hold_result("a2", "a", None, 60, (100, 150)), Err(TooLarge::Tenant { limit: 100 }));
+        assert_eq!(h.hold_result("b1", "b", None, 100, (100, 150)), Err(TooLarge::Gateway { limit: 150 }));
         assert_eq!(h.held("a"), Held { tasks: 2, result_bytes: 60 });
         h.prune(150);
         assert_eq!(h.held("a"), Held { tasks: 1, result_bytes: 0 });
-        assert_eq!(h.hold_result("b1", "b", 100, 100, 150), Ok(()));
+        assert_eq!(h.hold_result("b1", "b", None, 100, (100, 150)), Ok(()));
         h.release("b1");
         h.release("b1");
         assert_eq!(h.held("b"), Held::default());
         h.admit("a3", "a", Some(1000), 2).unwrap();
+        // A task another replica created is counted here from its result on, until its ttl.
+        h.hold_result("elsewhere", "c", Some(500), 10, (100, 150)).unwrap();
+        assert_eq!(h.held("c"), Held { tasks: 1, result_bytes: 10 });
+        h.prune(500);
+        assert_eq!(h.held("c"), Held::default());
     }
 }

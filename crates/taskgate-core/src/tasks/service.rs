@@ -199,8 +199,24 @@ impl TaskService {
         }
     }
 
-    /// Gives back the reservation of a task that was not created (shared stores).
+    /// One more task held by its tenant, within its share of `tasks.max_tasks` (one tenant
+    /// never fills the store for all). Taken before anything reaches the upstream; given back by
+    /// [`TaskService::release`] when the task is not created after all.
+    pub(crate) fn admit_holding(&self, record: &TaskRecord, share: usize) -> Result<(), GatewayError> {
+        let tenant = &record.owner.tenant;
+        let expires_at_ms = record.ttl_ms.map(|ttl| record.created_at_ms.saturating_add(ttl));
+        self.holdings.admit(&record.id, tenant, expires_at_ms, share).map_err(|share| {
+            self.metrics.admission_rejected.with_label_values(&[tenant, "tenant_max_tasks"]).inc();
+            GatewayError::LimitExceeded(format!(
+                "tenant \"{tenant}\" holds its share of {share} tasks (server.tenant_share_percent of tasks.max_tasks, or limits.share_percent); they are freed as their ttl passes"
+            ))
+        })
+    }
+
+    /// Gives back what a task that was not created took: its place among its tenant's
+    /// holdings, and its reservation under the caps (shared stores).
     pub(crate) fn release(&self, record: &TaskRecord) {
+        self.holdings.release(&record.id);
         if !self.store.shared() {
             return;
         }
@@ -218,19 +234,7 @@ impl TaskService {
     pub(crate) async fn create(shared: Arc<Shared>, start: TaskStart) -> Result<TaskRecord, GatewayError> {
         let record = start.record.clone();
         let service = &shared.tasks;
-        // Its tenant's share of tasks.max_tasks: one tenant never fills the store for all.
-        let share = shared.tenancy.policy(&record.owner.tenant).shares.tasks;
-        let expires_at_ms = record.ttl_ms.map(|ttl| record.created_at_ms.saturating_add(ttl));
-        if let Err(share) = service.holdings.admit(&record.id, &record.owner.tenant, expires_at_ms, share) {
-            service.release(&record);
-            service.metrics.admission_rejected.with_label_values(&[&record.owner.tenant, "tenant_max_tasks"]).inc();
-            return Err(GatewayError::LimitExceeded(format!(
-                "tenant \"{}\" holds its share of {share} tasks (server.tenant_share_percent of tasks.max_tasks, or limits.share_percent); they are freed as their ttl passes",
-                record.owner.tenant
-            )));
-        }
         if let Err(e) = service.store.create(record.clone()).await {
-            service.holdings.release(&record.id);
             service.release(&record);
             return Err(match e {
                 StoreError::Full { limit } => {
