@@ -268,3 +268,22 @@ async fn readyz_reports_an_upstream_killed_since_its_listing_as_unreachable() {
     assert_eq!(body["upstreams"][0]["reachable"], false, "{body}");
     assert!(body["upstreams"][0]["error"].as_str().unwrap().contains("demo"), "{body}");
 }
+
+#[actix_rt::test]
+async fn a_burst_of_readiness_probes_pings_each_upstream_once() {
+    let demo = DemoUpstream::start();
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    c.tool_names().await;
+    let before = demo.demo.stats().pings;
+    let http = reqwest::Client::new();
+    let burst = (0..50).map(|_| http.get(format!("http://{}/readyz", gw.addr)).send());
+    for answer in futures_util::future::join_all(burst).await {
+        assert_eq!(answer.unwrap().status(), 200);
+    }
+    // Fresh answers are reused and a probe in flight is not repeated: at most one or two
+    // pings (a second only if the burst outlived the one-second freshness).
+    let pings = demo.demo.stats().pings - before;
+    assert!((1..=2).contains(&pings), "{pings} pings for 50 probes");
+}

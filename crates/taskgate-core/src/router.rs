@@ -42,6 +42,8 @@ pub struct Router {
     waiters: Vec<oneshot::Sender<()>>,
     /// The last readiness probe: when, and what it found.
     probed: Option<(Instant, Vec<UpstreamHealth>)>,
+    /// A readiness probe is out.
+    probing: bool,
 }
 
 impl Router {
@@ -62,6 +64,7 @@ impl Router {
             failures: HashMap::new(),
             waiters: Vec::new(),
             probed: None,
+            probing: false,
         }
     }
 
@@ -243,10 +246,28 @@ impl Handler<UpstreamStates> for Router {
     /// once, not when a client next calls it.
     fn handle(&mut self, _: UpstreamStates, ctx: &mut Context<Self>) -> Self::Result {
         if let Some((at, states)) = &self.probed {
-            if at.elapsed() < PROBE_FRESH {
+            // Fresh, or a probe is already out: a flood of /readyz never multiplies the pings
+            // (a dead upstream's probe takes up to PROBE_TIMEOUT).
+            if at.elapsed() < PROBE_FRESH || self.probing {
                 return Box::pin(actix::fut::ready(states.clone()));
             }
         }
+        if self.probing {
+            // The first probe is out and none has finished: what the listings say.
+            let catalog = self.catalog.read();
+            let states = self
+                .connectors
+                .iter()
+                .map(|c| UpstreamHealth {
+                    name: c.name().to_owned(),
+                    required: c.config().required,
+                    reachable: catalog.has_tools(c.name()),
+                    error: self.failures.get(c.name()).map(|(_, e)| e.to_string()),
+                })
+                .collect();
+            return Box::pin(actix::fut::ready(states));
+        }
+        self.probing = true;
         let connectors = self.connectors.clone();
         let probes: Vec<_> = connectors
             .iter()
@@ -276,6 +297,7 @@ impl Handler<UpstreamStates> for Router {
             })
             .collect();
         Box::pin(futures_util::future::join_all(probes).into_actor(self).map(|states, act, _| {
+            act.probing = false;
             act.probed = Some((Instant::now(), states.clone()));
             states
         }))

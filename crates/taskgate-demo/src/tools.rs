@@ -39,6 +39,8 @@ pub struct DemoStats {
     pub tasks_created: u64,
     /// Native tasks cancelled by `tasks/cancel`.
     pub tasks_cancelled: u64,
+    /// `ping` requests answered.
+    pub pings: u64,
 }
 
 /// The demo MCP server. Clone it to share: all clones are the same server.
@@ -286,7 +288,10 @@ impl DemoServer {
                     "instructions": "Demo tools for taskgate."
                 }))
             }
-            methods::PING => Ok(json!({})),
+            methods::PING => {
+                self.inner.stats.lock().pings += 1;
+                Ok(json!({}))
+            }
             methods::TOOLS_LIST => Ok(json!({"tools": self.tools()})),
             methods::TOOLS_CALL if self.inner.native_tasks => {
                 self.call_native(connection, id, params.unwrap_or_default(), related).await
