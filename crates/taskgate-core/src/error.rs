@@ -49,9 +49,6 @@ pub enum GatewayError {
     /// The HTTP method is not served at this path.
     #[error("Method Not Allowed: {0}")]
     HttpMethodNotAllowed(String),
-    /// The session already has an open GET stream.
-    #[error("Conflict: this session already has an open GET stream; close it before opening another")]
-    StreamConflict,
     /// JSON-RPC method not found.
     #[error("Method not found: {0}")]
     MethodNotFound(String),
@@ -105,7 +102,6 @@ impl GatewayError {
             GatewayError::HttpMethodNotAllowed(_) => 405,
             GatewayError::NotAcceptable(_) => 406,
             GatewayError::BodyTimeout { .. } => 408,
-            GatewayError::StreamConflict => 409,
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
             GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) => 429,
@@ -170,7 +166,6 @@ impl GatewayError {
             GatewayError::BodyTimeout { .. } => "body_timeout",
             GatewayError::UnsupportedProtocolVersion(_) => "unsupported_protocol_version",
             GatewayError::HttpMethodNotAllowed(_) => "http_method_not_allowed",
-            GatewayError::StreamConflict => "stream_conflict",
             GatewayError::MethodNotFound(_) => "method_not_found",
             GatewayError::InvalidParams(_) => "invalid_params",
             GatewayError::Upstream(e) => e.reason(),
