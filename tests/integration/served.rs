@@ -174,3 +174,25 @@ async fn clients_that_never_read_hold_a_bounded_amount_of_memory() {
     eprintln!("RSS before {before} after {after} ({ratio:.2}x)");
     assert!(ratio < 2.0, "RSS grew {ratio:.2}x ({before} → {after} bytes)");
 }
+
+#[actix_rt::test]
+async fn a_second_signal_ends_the_grace_and_streams_still_in_flight_end_cleanly() {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A grace far longer than the test's bound: only the second signal can end it in time.
+    let file = config(&dir, &demo, "shutdown_grace_secs = 600");
+    let mut gw = ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let mut call =
+        c.request_stream("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}}))).await;
+    within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+    gw.terminate();
+    gw.log_line("shutting down").await;
+    gw.terminate();
+    assert!(within(call.next()).await.is_none(), "the stream ends (without a response)");
+    let exit = gw.exited().await;
+    assert!(exit.success(), "{exit}");
+    // Plain text in a file: no colour codes when stderr is not a terminal.
+    assert!(gw.seen.iter().all(|l| !l.contains('\u{1b}')), "{:?}", gw.seen.first());
+}

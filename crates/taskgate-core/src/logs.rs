@@ -86,7 +86,14 @@ pub fn limiter() -> &'static Limiter {
 
 /// Writes each log line (one `write` per event, as `tracing_subscriber::fmt` does) with line
 /// breaks and control characters inside it escaped, and at most [`MAX_LINE_BYTES`] bytes.
-pub struct SafeWriter<W>(pub W);
+/// ESC passes only when `ansi` is set (the formatter's own colours on a terminal); otherwise it
+/// is escaped too, so no field can move the cursor or recolour a log viewer.
+pub struct SafeWriter<W> {
+    /// Where the lines go.
+    pub inner: W,
+    /// Whether ANSI escape sequences are the formatter's (a terminal).
+    pub ansi: bool,
+}
 
 impl<W: Write> Write for SafeWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -103,8 +110,9 @@ impl<W: Write> Write for SafeWriter<W> {
             match b {
                 b'\n' => out.extend_from_slice(b"\\n"),
                 b'\r' => out.extend_from_slice(b"\\r"),
-                // ANSI colours (ESC) are the formatter's own; other control bytes are escaped.
-                0x1b | b'\t' => out.push(b),
+                // A tab is harmless; ESC is the formatter's own colour on a terminal.
+                b'\t' => out.push(b),
+                0x1b if self.ansi => out.push(b),
                 0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
                 _ => out.push(b),
             }
@@ -112,12 +120,12 @@ impl<W: Write> Write for SafeWriter<W> {
         if newline {
             out.push(b'\n');
         }
-        self.0.write_all(&out)?;
+        self.inner.write_all(&out)?;
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
+        self.inner.flush()
     }
 }
 
@@ -152,13 +160,15 @@ mod tests {
     #[test]
     fn the_writer_keeps_each_event_on_one_bounded_line() {
         let mut out = Vec::new();
-        let mut w = SafeWriter(&mut out);
+        let mut w = SafeWriter { inner: &mut out, ansi: false };
         w.write_all(b"INFO task created task=a\nINFO forged line\n").unwrap();
+        w.write_all(b"INFO id=\x1b[2J\n").unwrap();
         w.write_all(format!("INFO big={}\n", "y".repeat(100_000)).as_bytes()).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "{text:.200}");
+        assert_eq!(lines.len(), 3, "{text:.200}");
         assert_eq!(lines[0], "INFO task created task=a\\nINFO forged line");
-        assert!(lines[1].len() < MAX_LINE_BYTES + 100 && lines[1].contains("line cut at"));
+        assert_eq!(lines[1], "INFO id=\\x1b[2J", "no escape sequence reaches a log viewer");
+        assert!(lines[2].len() < MAX_LINE_BYTES + 100 && lines[2].contains("line cut at"));
     }
 }

@@ -133,8 +133,10 @@ fn init_logging(config: &Config) {
     });
     // Every line is escaped and bounded whatever a field holds (invariant: a client cannot
     // forge or flood log lines).
-    let writer = || taskgate_core::logs::SafeWriter(std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colours only on a terminal: a log file or collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let writer = move || taskgate_core::logs::SafeWriter { inner: std::io::stderr(), ansi };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
     let _ = match config.logging.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Human => builder.try_init(),
@@ -182,7 +184,14 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
 async fn graceful_shutdown(gateway: &Gateway, handle: &taskgate_http::ServerHandle, grace: std::time::Duration) {
     handle.pause().await;
     gateway.begin_drain();
-    let drained = gateway.drained(grace).await;
+    // A second signal cuts the grace short (an operator who means it).
+    let drained = tokio::select! {
+        drained = gateway.drained(grace) => drained,
+        _ = shutdown_signal() => {
+            tracing::warn!("a second signal: ending what is still in flight now");
+            false
+        }
+    };
     gateway.shutdown().await;
     handle.stop(true).await;
     tracing::info!(drained, "taskgate stopped");
