@@ -741,8 +741,14 @@ impl SessionActor {
         let used = stream.clone();
         match (stream, &task) {
             (Some(stream), _) => {
-                if stream.send(&message).is_err() {
-                    ctx.spawn(refuse(internal, "the client stopped reading its stream".into()).into_actor(self));
+                if let Err(refused) = stream.send(&message) {
+                    let why = match refused {
+                        crate::outbound::Refused::Full => {
+                            "the client's stream is full (it reads slower than it is sent)"
+                        }
+                        _ => "the client's stream has ended (it stopped reading, or went away)",
+                    };
+                    ctx.spawn(refuse(internal, why.into()).into_actor(self));
                     return;
                 }
             }
