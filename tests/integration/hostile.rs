@@ -262,7 +262,9 @@ async fn one_tenant_cannot_take_all_of_a_gateway_wide_pool() {
     keyed.initialize().await;
     // Tasks held: two for the anonymous tenant, then its share is spent; the team's is not.
     for _ in 0..2 {
-        crate::support::create(&mut open[0], "demo__echo", json!({"text": "x"})).await;
+        let task = crate::support::create(&mut open[0], "demo__echo", json!({"text": "x"})).await;
+        // Its upstream call has happened once its result is in.
+        within(crate::support::method(&mut open[0], "tasks/result", &task)).await.unwrap();
     }
     let calls = demo.demo.stats().calls;
     let over = open[0]
