@@ -195,7 +195,7 @@ impl DemoServer {
                    "inputSchema":object(json!({}), &[])}),
             json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false).",
                    "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"}}), &[])}),
-            json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call, then waits at gate, if given, until it opens or the call is cancelled.",
+            json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call (progress notifications if the call has a progress token), then waits at gate, if given, until it opens or the call is cancelled.",
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
                    "inputSchema":object(json!({}), &[])}),
@@ -551,12 +551,24 @@ impl DemoServer {
                 let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(100).min(16 << 20) as usize;
                 let data = "x".repeat(bytes);
                 let gate = args.get("gate").and_then(Value::as_str).map(|g| self.gate(g));
+                // With a progress token the chatter is progress about the call (routed by its
+                // token on every transport); without, log messages.
+                let token = mcp::progress_token(Some(&params)).cloned();
                 let stop = self.track(connection, id);
                 let outcome = async {
                     for i in 0..count {
-                        let note = json!({"level": "info", "logger": "chatter", "data": {"n": i, "text": data}});
+                        let note = match &token {
+                            Some(token) => Message::notification(
+                                methods::PROGRESS,
+                                Some(json!({"progressToken": token, "progress": i + 1, "message": data})),
+                            ),
+                            None => Message::notification(
+                                methods::LOG_MESSAGE,
+                                Some(json!({"level": "info", "logger": "chatter", "data": {"n": i, "text": data}})),
+                            ),
+                        };
                         tokio::select! {
-                            sent = related.send(Message::notification(methods::LOG_MESSAGE, Some(note))) => {
+                            sent = related.send(note) => {
                                 if sent.is_err() { break; }
                             }
                             _ = stop.notified() => return Err(()),
