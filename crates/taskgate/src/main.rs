@@ -156,6 +156,8 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
         let hangup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("SIGHUP handler")?;
         actix_rt::spawn(watch_config(path, gateway.clone(), poll, hangup));
+        // Listened for before anything is announced: a signal sent once we are up is never missed.
+        let mut signals = ShutdownSignals::new()?;
         let running = taskgate_http::serve(gateway.clone(), listen).context("cannot start the front door")?;
         let handle = running.handle.clone();
         println!("taskgate listening on http://{}/mcp", running.addr);
@@ -169,8 +171,8 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
         let mut server = actix_rt::spawn(running.server);
         tokio::select! {
             result = &mut server => result.context("the server task failed")?.context("the server failed")?,
-            _ = shutdown_signal() => {
-                graceful_shutdown(&gateway, &handle, grace).await;
+            _ = signals.next() => {
+                graceful_shutdown(&gateway, &handle, grace, &mut signals).await;
                 let _ = server.await;
             }
         }
@@ -181,13 +183,18 @@ fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> any
 /// SIGTERM or SIGINT: stop accepting connections, answer `/readyz` 503 and refuse new
 /// requests, let requests in flight finish for up to `grace`, then end every stream and stop
 /// every stdio upstream process (stdin, SIGTERM, SIGKILL) before exiting.
-async fn graceful_shutdown(gateway: &Gateway, handle: &taskgate_http::ServerHandle, grace: std::time::Duration) {
+async fn graceful_shutdown(
+    gateway: &Gateway,
+    handle: &taskgate_http::ServerHandle,
+    grace: std::time::Duration,
+    signals: &mut ShutdownSignals,
+) {
     handle.pause().await;
     gateway.begin_drain();
     // A second signal cuts the grace short (an operator who means it).
     let drained = tokio::select! {
         drained = gateway.drained(grace) => drained,
-        _ = shutdown_signal() => {
+        _ = signals.next() => {
             tracing::warn!("a second signal: ending what is still in flight now");
             false
         }
@@ -241,11 +248,27 @@ async fn watch_config(path: PathBuf, gateway: Gateway, poll_ms: u64, mut hangup:
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
+/// SIGTERM and SIGINT, listened for from start to exit: a signal that arrives while the first
+/// one is being handled is seen (a listener made later would miss it).
+struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn new() -> anyhow::Result<ShutdownSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
     }
 }
 
@@ -272,6 +295,7 @@ fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
         config.validate().map_err(problems)?;
         let gateway = Gateway::start(config).map_err(problems)?;
         recover(&gateway).await?;
+        let mut signals = ShutdownSignals::new()?;
         let running = taskgate_http::serve(gateway.clone(), None).context("cannot start the front door")?;
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);
@@ -285,8 +309,8 @@ fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
         let mut server = actix_rt::spawn(running.server);
         tokio::select! {
             result = &mut server => result.context("the server task failed")?.context("the server failed")?,
-            _ = shutdown_signal() => {
-                graceful_shutdown(&gateway, &handle, grace).await;
+            _ = signals.next() => {
+                graceful_shutdown(&gateway, &handle, grace, &mut signals).await;
                 let _ = server.await;
                 upstream.stop().await;
             }
@@ -305,9 +329,10 @@ fn demo_upstream(stdio: bool, listen: Option<SocketAddr>) -> anyhow::Result<()> 
     }
     let listen = listen.unwrap_or_else(|| "127.0.0.1:8090".parse().expect("valid address"));
     actix_rt::System::new().block_on(async move {
+        let mut signals = ShutdownSignals::new()?;
         let server = taskgate_demo::http::serve(demo, &listen.to_string()).context("cannot start the demo upstream")?;
         println!("taskgate demo upstream listening on {}", server.url);
-        shutdown_signal().await;
+        signals.next().await;
         server.stop().await;
         Ok(())
     })
