@@ -1,0 +1,64 @@
+//! `notifications/cancelled` from the client, and ending a request without a response.
+
+use super::*;
+
+impl SessionActor {
+    /// notifications/cancelled from the client: forward to the one upstream that owns the
+    /// request, with its id rewritten, and send no response for it.
+    pub(super) fn cancel(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
+        let cancellations = self.shared.metrics.cancellations.clone();
+        cancellations.with_label_values(&["received", "none"]).inc();
+        let ignored = |reason: &str| cancellations.with_label_values(&["ignored", reason]).inc();
+        let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
+            tracing::info!(session = %self.id, "ignored notifications/cancelled without a valid requestId");
+            ignored("malformed");
+            return;
+        };
+        match self.requests.get(&id) {
+            None => {
+                if let Some(suppressed) = crate::logs::limiter().allow("cancel_ignored") {
+                    tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), suppressed, "ignored notifications/cancelled for an unknown or finished request (or initialize)");
+                }
+                ignored("unknown_request");
+                return;
+            }
+            Some(request) if request.task_augmented => {
+                // basic/utilities/cancellation: task-augmented requests use tasks/cancel.
+                tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), "ignored notifications/cancelled for a task-augmented request; use tasks/cancel");
+                ignored("task_augmented");
+                return;
+            }
+            Some(_) => {}
+        }
+        let reason = params.as_ref().and_then(|p| p.get("reason")).and_then(Value::as_str).unwrap_or("none given");
+        tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), reason = %crate::logs::Untrusted(reason), "client cancelled a request");
+        self.abort_request(&id, params.unwrap_or_else(|| json!({})), ctx);
+    }
+
+    /// Ends a request without a response: its work stops, and its upstream request (if any) is
+    /// cancelled with `notice` (the params of `notifications/cancelled`, its id rewritten).
+    pub(super) fn abort_request(&mut self, id: &RequestId, mut notice: Value, ctx: &mut Context<Self>) {
+        let Some(request) = self.forget(id) else { return };
+        if let Some(handle) = request.running {
+            ctx.cancel_future(handle);
+        }
+        if let Some(progress) = request.progress {
+            let _ = progress.try_send(Abandon);
+        }
+        request.reply.close();
+        let Some((upstream, upstream_id)) = request.upstream else { return };
+        if request.task_augmented {
+            return; // the task lives on; tasks/cancel stops it
+        }
+        self.shared.metrics.cancellations.with_label_values(&["forwarded", "none"]).inc();
+        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            notice["requestId"] = upstream_id.to_value();
+            let notify = async move { session.notify(methods::CANCELLED, Some(notice)).await };
+            ctx.spawn(notify.into_actor(self).map(move |sent, _, _| {
+                if let Err(e) = sent {
+                    tracing::info!(%upstream, error = %e, "could not forward a cancellation");
+                }
+            }));
+        }
+    }
+}

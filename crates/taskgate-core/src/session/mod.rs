@@ -1,0 +1,421 @@
+//! The [`SessionActor`]: one per client session. It dispatches the client's JSON-RPC messages,
+//! owns the session's outbound streams (the GET stream and one per in-flight request), and
+//! opens one upstream session per upstream it calls, declaring the client's own capabilities.
+//!
+//! Upstream work runs in futures spawned on the actor's context; their outcomes come back to
+//! the actor as it finishes them, so a slow upstream never stalls the mailbox (invariant 2).
+//!
+//! This file holds the state, the dispatch by method and the stream lifecycle; each family of
+//! methods has a file of its own (`tools`, `task_calls`), as do the relay of upstream requests
+//! (`relay`), what upstreams send on their own (`events`) and cancellation (`cancel`).
+
+mod cancel;
+mod events;
+mod relay;
+mod task_calls;
+mod tools;
+
+pub(crate) use events::ClientNotification;
+pub(crate) use relay::{relay_call, ClientResponse};
+pub(crate) use task_calls::{TaskProgress, TaskStatusChanged};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::{ErrorObject, Message as RpcMessage, RequestId};
+use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
+use tokio::sync::mpsc;
+
+use crate::outbound::{Frame, Outbound};
+
+use serde_json::Map;
+use taskgate_protocol::mcp::TaskSupport;
+use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus, TaskView};
+use taskgate_store::{TaskOutcome, TaskRecord};
+
+use crate::catalog::{Page, ToolEntry};
+use crate::gateway::Shared;
+use crate::progress::{Abandon, Finish, Progress, ProgressActor, ProgressTarget};
+use crate::registry::Identity;
+use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
+use crate::stream::receiver_stream;
+use crate::tasks::{self, InputProvided, InputRequested, TaskService, TaskStart, UpstreamStatus, Work};
+use crate::GatewayError;
+
+/// Events buffered from one upstream session before its reader waits for this actor.
+const UPSTREAM_EVENTS: usize = 256;
+/// Upstream requests relayed to the client and not yet answered, per session.
+const MAX_RELAYED: usize = 1024;
+/// Upstream messages held while a native task creation is in flight, per session.
+const MAX_HELD: usize = 256;
+/// Task-related messages queued for a client with no open stream, per session.
+const MAX_QUEUED: usize = 256;
+
+/// One client session.
+pub struct SessionActor {
+    id: String,
+    shared: Arc<Shared>,
+    identity: Identity,
+    client: ClientIdentity,
+    upstreams: HashMap<String, UpstreamSession>,
+    /// The standalone GET stream, when the client has one open.
+    get_stream: Option<Outbound>,
+    /// In-flight client requests by the client's id.
+    requests: HashMap<RequestId, InFlight>,
+    /// (upstream, upstream-local id) → the client's id, for routing what an upstream sends.
+    by_upstream: HashMap<(String, RequestId), RequestId>,
+    /// Requests an upstream sent that were relayed to the client: gateway id → (upstream, its
+    /// id, the task it is for).
+    relayed: HashMap<RequestId, Relayed>,
+    next_relay: u64,
+    /// Native task creations in flight, by upstream.
+    native_creating: HashMap<String, usize>,
+    /// Upstream messages held until a native task creation settles.
+    held: Vec<(String, UpstreamEvent)>,
+    /// Task-related messages for the client while it has no stream open: delivered on the next
+    /// `tasks/result` for that task, or the next GET stream.
+    queued: Vec<Queued>,
+    /// The bytes in `queued` (bounded by `server.session_buffer_bytes`).
+    queued_bytes: usize,
+}
+
+/// A message waiting for a stream: the task it is about, the request id it carries (a relayed
+/// request), and the message as it will be sent.
+struct Queued {
+    task: String,
+    id: Option<RequestId>,
+    frame: Frame,
+}
+
+struct InFlight {
+    reply: Outbound,
+    upstream: Option<(String, RequestId)>,
+    /// For `tasks/result`: the task waited on (requests for that task go on this stream).
+    task: Option<String>,
+    /// A task-augmented request: `notifications/cancelled` does not apply (tasks/cancel does).
+    task_augmented: bool,
+    /// The running upstream call, stopped on cancellation.
+    running: Option<SpawnHandle>,
+    /// The request's progress token's actor.
+    progress: Option<Addr<ProgressActor>>,
+}
+
+/// A request an upstream sent that was relayed to the client.
+struct Relayed {
+    upstream: String,
+    upstream_id: RequestId,
+    task: Option<String>,
+    /// The progress token in the upstream's request: client progress naming it goes back there.
+    progress_token: Option<Value>,
+    /// The stream it went on (empty while queued): its cancellation follows it there.
+    stream: Option<Outbound>,
+}
+impl SessionActor {
+    pub(crate) fn new(id: String, shared: Arc<Shared>, identity: Identity, client: ClientIdentity) -> SessionActor {
+        SessionActor {
+            id,
+            shared,
+            identity,
+            client,
+            upstreams: HashMap::new(),
+            get_stream: None,
+            requests: HashMap::new(),
+            by_upstream: HashMap::new(),
+            relayed: HashMap::new(),
+            next_relay: 1,
+            native_creating: HashMap::new(),
+            held: Vec::new(),
+            queued: Vec::new(),
+            queued_bytes: 0,
+        }
+    }
+
+    fn upstream_session(&mut self, name: &str, ctx: &mut Context<Self>) -> Option<UpstreamSession> {
+        if let Some(s) = self.upstreams.get(name) {
+            return Some(s.clone());
+        }
+        let connector = self.shared.connectors.get(name)?.clone();
+        let (tx, rx) = mpsc::channel(UPSTREAM_EVENTS);
+        let upstream = name.to_owned();
+        ctx.add_stream(receiver_stream(rx, move |event| (upstream.clone(), event)));
+        let session = connector.open(self.client.clone(), tx);
+        self.upstreams.insert(name.to_owned(), session.clone());
+        Some(session)
+    }
+
+    /// Forgets a request and everything keyed by it (whichever side ends it first).
+    fn forget(&mut self, id: &RequestId) -> Option<InFlight> {
+        let request = self.requests.remove(id)?;
+        self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(key) = &request.upstream {
+            self.by_upstream.remove(key);
+        }
+        Some(request)
+    }
+
+    /// Sends the final message for a client request and forgets the request.
+    fn finish(&mut self, id: RequestId, outcome: Result<Value, GatewayError>) {
+        let Some(request) = self.forget(&id) else {
+            return; // cancelled by the client: no response is sent (basic/utilities/cancellation)
+        };
+        let message = match outcome {
+            Ok(result) => RpcMessage::response(id, result),
+            Err(e) => {
+                tracing::debug!(session = %self.id, reason = e.reason(), error = %crate::logs::Untrusted(&e.to_string()), "request failed");
+                RpcMessage::error(Some(id), e.error_object())
+            }
+        };
+        // The stream ends with its response, whatever else still holds it (a relayed request
+        // the upstream never saw answered).
+        let _ = request.reply.send_final(&message);
+    }
+
+    /// Runs a task method's work in a spawned future and answers with its outcome.
+    fn answer_with<F>(&mut self, id: RequestId, work: F, ctx: &mut Context<Self>)
+    where
+        F: std::future::Future<Output = Result<Value, GatewayError>> + 'static,
+    {
+        ctx.spawn(work.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome)));
+    }
+
+    /// Takes the queued messages that `which` selects, in order.
+    fn unqueue(&mut self, which: impl Fn(&Queued) -> bool) -> Vec<Queued> {
+        let (taken, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queued).into_iter().partition(|q| which(q));
+        self.queued = rest;
+        self.queued_bytes = self.queued.iter().map(|q| q.frame.json.len()).sum();
+        taken
+    }
+
+    /// Lets go of the upstream sessions: each ends when no task still runs on it.
+    fn release_upstreams(&mut self) {
+        self.upstreams.clear();
+    }
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(self.shared.config.server.session_mailbox);
+        tracing::info!(session = %self.id, tenant = %self.identity.tenant, "session started");
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let open: Vec<RequestId> = self.requests.keys().cloned().collect();
+        for id in open {
+            if let Some(request) = self.forget(&id) {
+                if let Some(progress) = request.progress {
+                    let _ = progress.try_send(Abandon);
+                }
+            }
+        }
+        self.shared.sessions.remove(&self.id);
+        self.release_upstreams();
+        tracing::info!(session = %self.id, "session ended");
+    }
+}
+
+/// A JSON-RPC request from the client. Messages about it, then its response, go to `reply`.
+pub(crate) struct ClientRequest {
+    pub id: RequestId,
+    pub method: String,
+    pub params: Option<Value>,
+    pub reply: Outbound,
+}
+
+impl Message for ClientRequest {
+    type Result = Result<(), GatewayError>;
+}
+
+impl Handler<ClientRequest> for SessionActor {
+    type Result = Result<(), GatewayError>;
+
+    fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
+        let ClientRequest { id, method, params, reply } = msg;
+        if self.requests.contains_key(&id) {
+            return Err(GatewayError::InvalidRequest(format!(
+                "request id {id} is already in use by a request in progress in this session"
+            )));
+        }
+        let max = self.shared.config.server.session_mailbox;
+        if self.requests.len() >= max {
+            self.shared
+                .metrics
+                .admission_rejected
+                .with_label_values(&[&self.identity.tenant, "session_requests"])
+                .inc();
+            return Err(GatewayError::Overloaded(format!("this session already has {max} requests in progress")));
+        }
+        let task = (method == methods::TASKS_RESULT)
+            .then(|| params.as_ref().and_then(|p| p.get("taskId")).and_then(Value::as_str).map(str::to_owned))
+            .flatten();
+        if let Some(task) = &task {
+            // Deliver what waited for this task's requestor on this tasks/result stream.
+            for queued in self.unqueue(|q| &q.task == task) {
+                let _ = reply.send_frame(queued.frame);
+            }
+        }
+        let task_augmented = method == methods::TOOLS_CALL && params.as_ref().is_some_and(|p| p.get("task").is_some());
+        self.requests.insert(
+            id.clone(),
+            InFlight { reply, upstream: None, task, task_augmented, running: None, progress: None },
+        );
+        self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match method.as_str() {
+            methods::PING => self.finish(id, Ok(json!({}))),
+            methods::TOOLS_LIST => self.list_tools(id, params, ctx),
+            methods::TOOLS_CALL => self.call_tool(id, params, ctx),
+            methods::TASKS_GET => self.get_task(id, params, ctx),
+            methods::TASKS_RESULT => self.task_result(id, params, ctx),
+            methods::TASKS_LIST => self.list_tasks(id, params, ctx),
+            methods::TASKS_CANCEL => self.cancel_task(id, params, ctx),
+            methods::INITIALIZE => self.finish(
+                id,
+                Err(GatewayError::InvalidRequest(
+                    "this session is already initialized; send initialize without Mcp-Session-Id to start another"
+                        .into(),
+                )),
+            ),
+            other => {
+                let why =
+                    format!("{other} (taskgate federates tools: it serves initialize, ping, tools/* and tasks/*)");
+                self.finish(id, Err(GatewayError::MethodNotFound(why)))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The client opened its GET stream.
+pub(crate) struct OpenStream(pub Outbound);
+
+impl Message for OpenStream {
+    type Result = Result<(), GatewayError>;
+}
+
+impl Handler<OpenStream> for SessionActor {
+    type Result = Result<(), GatewayError>;
+
+    fn handle(&mut self, OpenStream(tx): OpenStream, _: &mut Context<Self>) -> Self::Result {
+        // One GET stream at a time, so no message is sent on two streams (basic/transports
+        // "Multiple Connections"). A new one replaces the old at once, taking over what it had
+        // not delivered: a client whose connection dropped reconnects without waiting for the
+        // gateway to notice the dead one.
+        if let Some(old) = self.get_stream.take() {
+            tx.take_over(&old);
+        }
+        for queued in self.unqueue(|_| true) {
+            let _ = tx.send_frame(queued.frame);
+        }
+        self.get_stream = Some(tx);
+        Ok(())
+    }
+}
+
+/// A stream of this session overflowed: its client stopped reading (the request's, or the GET
+/// stream when `None`).
+pub(crate) struct StreamOverflowed(pub Option<RequestId>);
+
+impl Message for StreamOverflowed {
+    type Result = ();
+}
+
+impl Handler<StreamOverflowed> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, StreamOverflowed(request): StreamOverflowed, ctx: &mut Context<Self>) {
+        let tenant = &self.identity.tenant;
+        match request {
+            // The id may name a newer request by now: only the overflowed stream's is stopped.
+            Some(id) if self.requests.get(&id).is_some_and(|r| r.reply.overflowed()) => {
+                tracing::warn!(session = %self.id, %tenant, request = %crate::logs::Untrusted(&id.to_string()), "the client stopped reading a reply stream and its budget ran out; the request is cancelled");
+                let notice = json!({ "reason": "the client stopped reading its response stream" });
+                self.abort_request(&id, notice, ctx);
+            }
+            Some(_) => {}
+            None => {
+                if self.get_stream.as_ref().is_some_and(Outbound::overflowed) {
+                    tracing::warn!(session = %self.id, %tenant, "the client stopped reading its GET stream and its budget ran out; the stream is closed");
+                    self.get_stream = None;
+                }
+            }
+        }
+    }
+}
+
+/// The gateway is shutting down: the GET stream ends now.
+pub(crate) struct EndGetStream;
+
+impl Message for EndGetStream {
+    type Result = ();
+}
+
+impl Handler<EndGetStream> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: EndGetStream, _: &mut Context<Self>) {
+        if let Some(stream) = self.get_stream.take() {
+            stream.close();
+        }
+    }
+}
+
+/// The Supervisor found the session idle: it closes unless a request came in since, one is in
+/// flight, or its GET stream is open. Answers whether it closed.
+pub(crate) struct CloseIfIdle {
+    pub cutoff_ms: u64,
+    pub last_seen_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Message for CloseIfIdle {
+    type Result = bool;
+}
+
+impl Handler<CloseIfIdle> for SessionActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: CloseIfIdle, ctx: &mut Context<Self>) -> bool {
+        let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let streaming = self.get_stream.as_ref().is_some_and(|s| !s.is_closed());
+        if seen >= msg.cutoff_ms || streaming || !self.requests.is_empty() || !self.relayed.is_empty() {
+            return false;
+        }
+        ctx.stop();
+        true
+    }
+}
+
+/// The client ended the session (DELETE) or the gateway is shutting it down.
+pub(crate) struct Close;
+
+impl Message for Close {
+    type Result = ();
+}
+
+impl Handler<Close> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// The federated tool list changed.
+pub(crate) struct ToolsChanged;
+
+impl Message for ToolsChanged {
+    type Result = ();
+}
+
+impl Handler<ToolsChanged> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
+        if let Some(stream) = &self.get_stream {
+            let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! Requests an upstream sends to the client (elicitation, sampling, roots): relayed with a
+//! gateway id on the right stream, their answers and progress routed back; and the relay of one
+//! upstream call with everything it sends before its result.
+
+use super::*;
+
+impl SessionActor {
+    /// The stream a message about `related` (an upstream-local id) should go on: the client
+    /// request's stream when it is still open, otherwise the GET stream.
+    pub(super) fn stream_for(&self, upstream: &str, related: Option<&RequestId>) -> Option<Outbound> {
+        related
+            .and_then(|r| self.by_upstream.get(&(upstream.to_owned(), r.clone())))
+            .and_then(|client_id| self.requests.get(client_id))
+            .map(|r| r.reply.clone())
+            .filter(|s| !s.is_closed())
+            .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
+    }
+
+    /// The task a message from an upstream belongs to, if any: it arrived on the stream of a
+    /// request made for a task, or its related-task `_meta` names a native upstream task. That
+    /// `_meta` is rewritten to the gateway's task id, or removed when it names no task of ours:
+    /// an upstream's task id never reaches a client (invariant 5).
+    pub(super) fn task_of(
+        &self,
+        upstream: &str,
+        related: Option<&RequestId>,
+        params: &mut Option<Value>,
+    ) -> Option<String> {
+        let by_call = related.and_then(|r| self.shared.tasks.task_of_call(&(upstream.to_owned(), r.clone())));
+        let named = params
+            .as_ref()
+            .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let by_meta =
+            named.and_then(|upstream_task| self.shared.tasks.native_task(&(upstream.to_owned(), upstream_task)));
+        let task = by_call.or(by_meta);
+        if let Some(Value::Object(p)) = params {
+            match &task {
+                // Messages related to a task MUST carry its related-task _meta.
+                Some(task) => {
+                    let meta = p.entry("_meta").or_insert_with(|| json!({}));
+                    meta[mcp::meta::RELATED_TASK] = json!({ "taskId": task });
+                }
+                None => {
+                    if let Some(Value::Object(meta)) = p.get_mut("_meta") {
+                        meta.remove(mcp::meta::RELATED_TASK);
+                    }
+                }
+            }
+        } else if let (Some(task), None) = (&task, params.as_ref()) {
+            *params = Some(json!({ "_meta": { mcp::meta::RELATED_TASK: { "taskId": task } } }));
+        }
+        task
+    }
+
+    /// Relays a request an upstream sent (elicitation, sampling, roots) to the client with a
+    /// gateway-issued id: on the stream of the request it belongs to, or of a `tasks/result`
+    /// waiting on its task, or else the GET stream.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn relay_request(
+        &mut self,
+        upstream: String,
+        id: RequestId,
+        method: String,
+        mut params: Option<Value>,
+        related: Option<RequestId>,
+        ctx: &mut Context<Self>,
+    ) {
+        let task = self.task_of(&upstream, related.as_ref(), &mut params);
+        let relayed_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+        let task_stream = task.as_ref().and_then(|t| {
+            self.requests
+                .values()
+                .find(|r| r.task.as_ref() == Some(t))
+                .map(|r| r.reply.clone())
+                .filter(|s| !s.is_closed())
+        });
+        let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
+        let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
+        let refuse = |code: i64, why: String| {
+            let reply = RpcMessage::error(Some(id.clone()), ErrorObject::new(code, why));
+            async move {
+                let _ = session.respond(reply).await;
+            }
+        };
+        // A request for a capability the client did not declare is answered on its behalf
+        // (basic/lifecycle "Capability Negotiation": both parties respect what was negotiated).
+        if let Some(capability) = mcp::client_capability_for(&method) {
+            if self.client.capabilities.get(capability).is_none() {
+                let why = format!("the client did not declare the {capability} capability; {method} was not relayed");
+                ctx.spawn(refuse(taskgate_protocol::codes::METHOD_NOT_FOUND, why).into_actor(self));
+                return;
+            }
+        }
+        let internal = taskgate_protocol::codes::INTERNAL_ERROR;
+        if self.relayed.len() >= MAX_RELAYED {
+            ctx.spawn(refuse(internal, format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
+            return;
+        }
+        let gateway_id = RequestId::String(format!("taskgate-{}", self.next_relay));
+        let message = RpcMessage::request(gateway_id.clone(), method.clone(), params);
+        let used = stream.clone();
+        match (stream, &task) {
+            (Some(stream), _) => {
+                if let Err(refused) = stream.send(&message) {
+                    let why = match refused {
+                        crate::outbound::Refused::Full => {
+                            "the client's stream is full (it reads slower than it is sent)"
+                        }
+                        _ => "the client's stream has ended (it stopped reading, or went away)",
+                    };
+                    ctx.spawn(refuse(internal, why.into()).into_actor(self));
+                    return;
+                }
+            }
+            // A task's request waits for the client to look (tasks/result or a GET stream):
+            // the task is input_required meanwhile.
+            (None, Some(task)) if self.queued.len() < MAX_QUEUED => {
+                let frame = Frame::new(&message);
+                if self.queued_bytes + frame.json.len() > self.shared.config.server.session_buffer_bytes {
+                    let why = "the client has too much waiting for it (server.session_buffer_bytes)".to_owned();
+                    ctx.spawn(refuse(internal, why).into_actor(self));
+                    return;
+                }
+                self.queued_bytes += frame.json.len();
+                self.queued.push(Queued { task: task.clone(), id: Some(gateway_id.clone()), frame });
+            }
+            (None, _) => {
+                let why = format!("the client has no open stream on which to receive {method}");
+                ctx.spawn(refuse(internal, why).into_actor(self));
+                return;
+            }
+        }
+        self.next_relay += 1;
+        if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
+            let _ = actor.try_send(InputRequested);
+        }
+        let progress_token = relayed_token;
+        self.relayed.insert(gateway_id, Relayed { upstream, upstream_id: id, task, progress_token, stream: used });
+    }
+
+    /// Progress the client reports on a request an upstream sent it: back to that upstream.
+    pub(super) fn client_progress(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
+        let token = params.as_ref().and_then(|p| p.get("progressToken"));
+        let owner = token.and_then(|t| self.relayed.values().find(|r| r.progress_token.as_ref() == Some(t)));
+        let Some(upstream) = owner.map(|r| r.upstream.clone()) else {
+            tracing::debug!(session = %self.id, "client progress for no relayed request ignored");
+            return;
+        };
+        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            ctx.spawn(
+                async move {
+                    let _ = session.notify(methods::PROGRESS, params).await;
+                }
+                .into_actor(self),
+            );
+        }
+    }
+
+    /// An upstream cancelled a request it had sent through the gateway: tell the client, with
+    /// the id the client knows.
+    pub(super) fn upstream_cancelled(&mut self, upstream: &str, params: Option<Value>) {
+        let Some(upstream_id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
+            return;
+        };
+        let gateway_id = self
+            .relayed
+            .iter()
+            .find(|(_, r)| r.upstream == upstream && r.upstream_id == upstream_id)
+            .map(|(g, _)| g.clone());
+        let Some(gateway_id) = gateway_id else {
+            tracing::debug!(session = %self.id, %upstream, "upstream cancelled a request the client never saw");
+            return;
+        };
+        let relayed = self.relayed.remove(&gateway_id).expect("found above");
+        let mut forwarded = params.unwrap_or_else(|| json!({}));
+        forwarded["requestId"] = gateway_id.to_value();
+        let stream =
+            relayed.stream.filter(|s| !s.is_closed()).or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
+        match stream {
+            Some(stream) => {
+                let _ = stream.send(&RpcMessage::notification(methods::CANCELLED, Some(forwarded)));
+            }
+            None => {
+                self.unqueue(|q| q.id.as_ref() == Some(&gateway_id));
+            }
+        }
+    }
+}
+
+/// Runs an upstream `tools/call`, forwarding the notifications that belong to it, all before
+/// the result: progress to its [`ProgressActor`] (awaited, so order holds), anything else to
+/// the client's stream for the request. With `finish`, the progress actor delivers what it has
+/// pending and stops before the result is returned.
+pub(crate) async fn relay_call(
+    session: UpstreamSession,
+    upstream_id: RequestId,
+    params: Value,
+    reply: Option<Outbound>,
+    progress: Option<Addr<ProgressActor>>,
+    finish: bool,
+    relay: Option<Addr<SessionActor>>,
+) -> Result<Value, taskgate_upstream::UpstreamError> {
+    let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
+    let call = session.request_routed(upstream_id.clone(), methods::TOOLS_CALL, Some(params), Some(related));
+    tokio::pin!(call);
+    let forward = |note: RpcMessage| {
+        let progress = progress.clone();
+        let reply = reply.clone();
+        let (relay, session, related) = (relay.clone(), session.clone(), upstream_id.clone());
+        async move {
+            match (note, &progress) {
+                // A request the upstream sent on the call's stream: relayed (awaited) before
+                // anything after it, so the client sees it before the response.
+                (request @ RpcMessage::Request { .. }, _) => match relay {
+                    Some(session_actor) => {
+                        let upstream = session.upstream().to_owned();
+                        let _ = session_actor.send(RelayFromCall { upstream, request, related }).await;
+                    }
+                    None => session.hand_over(request, related).await,
+                },
+                (RpcMessage::Notification { method, params: Some(params) }, Some(actor))
+                    if method == methods::PROGRESS =>
+                {
+                    let _ = actor.send(Progress(params)).await;
+                }
+                (RpcMessage::Notification { method, .. }, _) if method == methods::PROGRESS => {}
+                (note, _) => {
+                    // A client that stopped reading overflows its stream: the session is told
+                    // and cancels the call.
+                    if let Some(reply) = &reply {
+                        if reply.send(&note).is_err() {
+                            tracing::debug!("client stream overflowed or closed; a notification was dropped");
+                        }
+                    }
+                }
+            }
+        }
+    };
+    // The call first: its timeout must fire on time even while the upstream floods
+    // notifications. What it sent before its response is already queued and goes first.
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            outcome = &mut call => {
+                while let Ok(note) = notes.try_recv() {
+                    forward(note).await;
+                }
+                break outcome;
+            }
+            Some(note) = notes.recv() => forward(note).await,
+        }
+    };
+    if let (true, Some(actor)) = (finish, &progress) {
+        let _ = actor.send(Finish).await;
+    }
+    outcome
+}
+
+/// The client's response to a request an upstream sent through the gateway.
+pub(crate) struct ClientResponse(pub RpcMessage);
+
+impl Message for ClientResponse {
+    type Result = Result<(), GatewayError>;
+}
+
+impl Handler<ClientResponse> for SessionActor {
+    type Result = Result<(), GatewayError>;
+
+    fn handle(&mut self, ClientResponse(message): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
+        let Some(id) = message.id().cloned() else {
+            return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
+        };
+        let Some(Relayed { upstream, upstream_id, task, .. }) = self.relayed.remove(&id) else {
+            return Err(GatewayError::InvalidRequest(format!(
+                "no request with id {id} is waiting for a response in this session"
+            )));
+        };
+        let mapped = match message {
+            RpcMessage::Response { result, .. } => RpcMessage::response(upstream_id, result),
+            RpcMessage::Error { error, .. } => RpcMessage::error(Some(upstream_id), error),
+            _ => unreachable!("ClientResponse carries responses"),
+        };
+        if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
+            let _ = actor.try_send(InputProvided);
+        }
+        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            ctx.spawn(
+                async move {
+                    if let Err(e) = session.respond(mapped).await {
+                        tracing::info!(error = %e, "could not deliver a client response upstream");
+                    }
+                }
+                .into_actor(self),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A request an upstream sent on the response stream of a call of this session.
+pub(crate) struct RelayFromCall {
+    pub upstream: String,
+    pub request: RpcMessage,
+    /// The call's upstream-local id.
+    pub related: RequestId,
+}
+
+impl Message for RelayFromCall {
+    type Result = ();
+}
+
+impl Handler<RelayFromCall> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, RelayFromCall { upstream, request, related }: RelayFromCall, ctx: &mut Context<Self>) {
+        if let RpcMessage::Request { id, method, params } = request {
+            self.relay_request(upstream, id, method, params, Some(related), ctx);
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Task-augmented calls (wrapped or native) and the `tasks/*` methods; task progress and
+//! status notifications for this session's requestor.
+
+use super::*;
+
+impl SessionActor {
+    /// Runs an admitted task: as a native upstream task, or wrapped by the gateway.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_task(
+        &mut self,
+        id: RequestId,
+        mut upstream_params: Value,
+        record: TaskRecord,
+        native: bool,
+        session: UpstreamSession,
+        permit: Option<crate::tenants::TaskPermit>,
+        ctx: &mut Context<Self>,
+    ) {
+        if !self.requests.contains_key(&id) {
+            // Cancelled while it was being admitted: its reservation goes back.
+            self.shared.tasks.release(&record);
+            return;
+        }
+        if native {
+            let progress = self.task_progress(&record.id, &mut upstream_params);
+            return self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx);
+        }
+        if let Value::Object(p) = &mut upstream_params {
+            p.remove("task");
+        }
+        let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
+        let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
+        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
+        self.create_task(id, start, Map::new(), ctx);
+    }
+
+    /// One more task for this requestor under its tenant's caps.
+    pub(super) fn admit_task(&self) -> Result<crate::tenants::TaskPermit, GatewayError> {
+        self.shared.tenancy.admit_task(&self.identity).map_err(|cap| {
+            let reason = cap.label();
+            self.shared.metrics.admission_rejected.with_label_values(&[&self.identity.tenant, reason]).inc();
+            tracing::info!(target: "taskgate::audit", tenant = %self.identity.tenant, principal = %self.identity.principal, reason, "task refused at admission");
+            cap.error(&self.identity)
+        })
+    }
+
+    pub(super) fn new_task(&self, entry: &ToolEntry, requested_ttl: Option<u64>) -> TaskRecord {
+        let now = self.shared.clock.now_ms();
+        let limits = self.shared.tenancy.policy(&self.identity.tenant).tasks.clone();
+        let config = &limits;
+        TaskRecord {
+            // Task ids: v4 UUIDs from the OS CSPRNG, unique among all tasks (basic/utilities/tasks).
+            id: uuid::Uuid::new_v4().to_string(),
+            owner: tasks::owner(&self.identity),
+            status: TaskStatus::Working, // tasks MUST begin in `working`
+            status_message: None,
+            created_at_ms: now,
+            last_updated_at_ms: now,
+            ttl_ms: tasks::granted_ttl(requested_ttl, config),
+            poll_interval_ms: config.poll_interval_ms,
+            upstream: entry.upstream.clone(),
+            tool: entry.tool.name.clone(),
+            upstream_task_id: None,
+            upstream_session: None,
+            replica: Some(self.shared.replica.clone()),
+            outcome: None,
+        }
+    }
+
+    /// Stores the task durably, starts its actor, and answers `CreateTaskResult` (before the
+    /// upstream work finishes).
+    pub(super) fn create_task(
+        &mut self,
+        id: RequestId,
+        start: TaskStart,
+        extra: Map<String, Value>,
+        ctx: &mut Context<Self>,
+    ) {
+        let native_upstream = matches!(start.work, Work::Native { .. }).then(|| start.record.upstream.clone());
+        let progress = start.progress.clone();
+        let create = TaskService::create(self.shared.clone(), start);
+        ctx.spawn(create.into_actor(self).map(move |created, act, ctx| {
+            if let Some(upstream) = native_upstream {
+                act.native_created(&upstream, ctx);
+            }
+            let created = created.map(|record| {
+                let mut result = extra;
+                result.insert("task".into(), record.view().to_value());
+                Value::Object(result)
+            });
+            if created.is_err() {
+                if let Some(progress) = &progress {
+                    let _ = progress.try_send(Abandon);
+                }
+            }
+            act.finish(id, created);
+        }));
+    }
+
+    /// The upstream runs tasks itself: forward the task-augmented call, keep our own task id and
+    /// follow the upstream's.
+    pub(super) fn start_native_task(
+        &mut self,
+        id: RequestId,
+        mut params: Value,
+        record: TaskRecord,
+        (progress, permit): (Option<(Addr<ProgressActor>, Value)>, Option<crate::tenants::TaskPermit>),
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
+        params["task"] = record.ttl_ms.map_or_else(|| json!({}), |ttl| json!({ "ttl": ttl }));
+        let upstream = record.upstream.clone();
+        *self.native_creating.entry(upstream.clone()).or_default() += 1;
+        // The task's progress token stays valid for its whole lifetime: route it from now on.
+        let route = progress.as_ref().map(|(actor, token)| {
+            let (sink, notes) = mpsc::channel(UPSTREAM_EVENTS);
+            (session.route_progress(token, sink), notes, actor.clone())
+        });
+        let caller = session.clone();
+        let call = async move {
+            let result = caller.request(methods::TOOLS_CALL, Some(params)).await;
+            // Stored with the task, so that another gateway process can follow it again.
+            (result, caller.resume_point().await)
+        };
+        ctx.spawn(call.into_actor(self).map(move |(result, resume), act, ctx| {
+            let abandon = |progress: &Option<(Addr<ProgressActor>, Value)>| {
+                if let Some((actor, _)) = progress {
+                    let _ = actor.try_send(Abandon);
+                }
+                // No task: its place under the caps goes back.
+                act.shared.tasks.release(&record);
+            };
+            let result = match result {
+                Ok(result) => result,
+                Err(e) => {
+                    abandon(&progress);
+                    act.native_created(&upstream, ctx);
+                    return act.finish(id, Err(GatewayError::Upstream(e)));
+                }
+            };
+            let Some(up) = result.get("task").and_then(TaskView::from_value) else {
+                abandon(&progress);
+                act.native_created(&upstream, ctx);
+                let e = taskgate_upstream::UpstreamError::Protocol {
+                    upstream: upstream.clone(),
+                    reason: "it answered a task-augmented tools/call without a valid task".into(),
+                };
+                return act.finish(id, Err(GatewayError::Upstream(e)));
+            };
+            // Everything else in the CreateTaskResult (model-immediate-response…) passes through,
+            // except what names the upstream's task.
+            let mut extra = match result {
+                Value::Object(o) => o,
+                _ => Map::new(),
+            };
+            extra.remove("task");
+            if let Some(Value::Object(m)) = extra.get_mut("_meta") {
+                m.remove(mcp::meta::RELATED_TASK);
+            }
+            let poll_ms = up.poll_interval_ms.unwrap_or(record.poll_interval_ms);
+            let mut record = record;
+            record.upstream_task_id = Some(up.task_id.clone());
+            record.upstream_session = resume.map(|r| taskgate_store::UpstreamSessionRef {
+                session_id: r.session_id,
+                protocol_version: r.protocol_version,
+            });
+            let poll = std::time::Duration::from_millis(poll_ms);
+            let (progress_route, actor) = match route {
+                Some((guard, notes, actor)) => (Some((guard, notes)), Some(actor)),
+                None => (None, None),
+            };
+            let work = Work::Native { upstream_task_id: up.task_id, poll, progress_route };
+            let start = TaskStart { record, owner: act.identity.clone(), session, work, progress: actor, permit };
+            act.create_task(id, start, extra, ctx);
+        }));
+    }
+
+    /// A progress actor for a task's token (valid for the task's lifetime), and the upstream
+    /// token that replaces it.
+    pub(super) fn task_progress(&self, task_id: &str, params: &mut Value) -> Option<(Addr<ProgressActor>, Value)> {
+        let token = params.pointer("/_meta/progressToken").cloned()?;
+        let target = ProgressTarget::Task {
+            task_id: task_id.to_owned(),
+            owner: self.identity.clone(),
+            tasks: self.shared.tasks.clone(),
+        };
+        let actor = self.start_progress(token, params, target);
+        let upstream = params.pointer("/_meta/progressToken").cloned().unwrap_or(Value::Null);
+        Some((actor, upstream))
+    }
+
+    pub(super) fn get_task(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        match task_id_param(params.as_ref(), methods::TASKS_GET) {
+            Ok(task_id) => self.answer_with(id, self.shared.tasks.clone().get(self.identity.clone(), task_id), ctx),
+            Err(e) => self.finish(id, Err(e)),
+        }
+    }
+
+    pub(super) fn task_result(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let task_id = match task_id_param(params.as_ref(), methods::TASKS_RESULT) {
+            Ok(t) => t,
+            Err(e) => return self.finish(id, Err(e)),
+        };
+        let outcome = self.shared.tasks.clone().result(self.identity.clone(), task_id.clone());
+        let wait = async move {
+            match outcome.await? {
+                // The response MUST carry io.modelcontextprotocol/related-task.
+                TaskOutcome::Result(result) => Ok(wire_tasks::with_related_task(result, &task_id)),
+                // A JSON-RPC error is returned exactly as the request would have returned it.
+                TaskOutcome::Error(error) => Err(GatewayError::Rpc(Box::new(error))),
+            }
+        };
+        self.answer_with(id, wait, ctx);
+    }
+
+    pub(super) fn list_tasks(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        match mcp::cursor(params.as_ref()) {
+            Ok(cursor) => {
+                let list = self.shared.tasks.clone().list(self.identity.clone(), cursor.map(str::to_owned));
+                self.answer_with(id, list, ctx)
+            }
+            Err(e) => self.finish(id, Err(GatewayError::InvalidParams(e))),
+        }
+    }
+
+    pub(super) fn cancel_task(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        match task_id_param(params.as_ref(), methods::TASKS_CANCEL) {
+            Ok(task_id) => self.answer_with(id, self.shared.tasks.clone().cancel(self.identity.clone(), task_id), ctx),
+            Err(e) => self.finish(id, Err(e)),
+        }
+    }
+}
+
+/// `params.taskId` of a task method; the method parameter is the source of truth (any
+/// related-task `_meta` in the request is ignored).
+pub(super) fn task_id_param(params: Option<&Value>, method: &str) -> Result<String, GatewayError> {
+    match params.and_then(|p| p.get("taskId")) {
+        Some(Value::String(id)) => Ok(id.clone()),
+        Some(other) => Err(GatewayError::InvalidParams(format!("{method}: \"taskId\" must be a string, got {other}"))),
+        None => Err(GatewayError::InvalidParams(format!("{method} needs params {{\"taskId\": string}}"))),
+    }
+}
+
+/// Progress of a task of this session's requestor: on the task's `tasks/result` stream when
+/// one is open here, else the GET stream (one stream, never both).
+pub(crate) struct TaskProgress {
+    pub task_id: String,
+    pub notification: RpcMessage,
+}
+
+impl Message for TaskProgress {
+    type Result = ();
+}
+
+impl Handler<TaskProgress> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, TaskProgress { task_id, notification }: TaskProgress, _: &mut Context<Self>) {
+        let stream = self
+            .requests
+            .values()
+            .find(|r| r.task.as_deref() == Some(task_id.as_str()))
+            .map(|r| r.reply.clone())
+            .filter(|s| !s.is_closed())
+            .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
+        if let Some(stream) = stream {
+            let _ = stream.send(&notification);
+        }
+    }
+}
+
+/// A task of this session's requestor changed status: `notifications/tasks/status` on the GET
+/// stream (without related-task `_meta`: the task id is in the params).
+pub(crate) struct TaskStatusChanged(pub Value);
+
+impl Message for TaskStatusChanged {
+    type Result = ();
+}
+
+impl Handler<TaskStatusChanged> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, TaskStatusChanged(task): TaskStatusChanged, _: &mut Context<Self>) {
+        if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
+            let _ = stream.send(&RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! `tools/list` and `tools/call`: the federated listing, tool-level task negotiation, and plain
+//! calls relayed with their progress and notifications.
+
+use super::*;
+
+impl SessionActor {
+    pub(super) fn list_tools(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let cursor = match mcp::cursor(params.as_ref()) {
+            Ok(c) => c.map(str::to_owned),
+            Err(e) => return self.finish(id, Err(GatewayError::InvalidParams(e))),
+        };
+        let router = self.shared.router.clone();
+        let shared = self.shared.clone();
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let listing = async move {
+            let _ = router.send(EnsureCatalog).await;
+            let support =
+                |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));
+            let visible = |e: &ToolEntry| policy.sees(&e.upstream);
+            let size = shared.config.federation.page_size;
+            let page = shared.catalog.read().page(cursor.as_deref(), size, visible, support);
+            page.map_err(GatewayError::InvalidParams)
+        };
+        ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
+            act.finish(
+                id,
+                page.map(|Page { tools, next_cursor }| {
+                    let mut result = json!({ "tools": tools });
+                    if let Some(next) = next_cursor {
+                        result["nextCursor"] = Value::from(next);
+                    }
+                    result
+                }),
+            )
+        }));
+    }
+
+    pub(super) fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
+            return self
+                .finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
+        };
+        if let Some(args) = params.as_ref().and_then(|p| p.get("arguments")) {
+            if !args.is_object() {
+                return self
+                    .finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
+            }
+        }
+        if let Err(why) = wire_tasks::requested_task(params.as_ref()) {
+            return self.finish(id, Err(GatewayError::InvalidParams(why)));
+        }
+        // A tool of an upstream the tenant does not see is unknown to it, exactly like one that
+        // does not exist.
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let resolved = self.shared.catalog.read().resolve(&name).filter(|e| policy.sees(&e.upstream)).cloned();
+        match resolved {
+            Some(entry) => self.dispatch_call(id, params, entry, ctx),
+            None => {
+                // Not listed: the catalog may not be loaded yet, or the upstream may be down.
+                let router = self.shared.router.clone();
+                let shared = self.shared.clone();
+                let lookup = async move {
+                    let _ = router.send(EnsureCatalog).await;
+                    let owner = {
+                        let catalog = shared.catalog.read();
+                        if let Some(entry) = catalog.resolve(&name).filter(|e| policy.sees(&e.upstream)) {
+                            return Ok(entry.clone());
+                        }
+                        catalog.upstream_by_prefix(&name).filter(|u| policy.sees(u)).map(str::to_owned)
+                    };
+                    if let Some(upstream) = owner {
+                        if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream)).await {
+                            return Err(GatewayError::Upstream(failure));
+                        }
+                    }
+                    Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")))
+                };
+                ctx.spawn(lookup.into_actor(self).map(move |found, act, ctx| match found {
+                    Ok(entry) => act.dispatch_call(id, params, entry, ctx),
+                    Err(e) => act.finish(id, Err(e)),
+                }));
+            }
+        }
+    }
+
+    /// Applies tool-level task negotiation (basic/utilities/tasks "Tool-Level Negotiation"), then
+    /// runs the call plainly, as a native upstream task, or as a task the gateway wraps.
+    pub(super) fn dispatch_call(
+        &mut self,
+        id: RequestId,
+        params: Option<Value>,
+        entry: ToolEntry,
+        ctx: &mut Context<Self>,
+    ) {
+        if !self.requests.contains_key(&id) {
+            return; // cancelled while the tool was being resolved
+        }
+        let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
+        let support = tasks::task_support(&entry, upstream_config);
+        let requested = wire_tasks::requested_task(params.as_ref()).unwrap_or(None);
+        let name = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let Some(session) = self.upstream_session(&entry.upstream, ctx) else {
+            let e = GatewayError::Internal(format!("upstream '{}' has no connector", entry.upstream));
+            return self.finish(id, Err(e));
+        };
+        let mut upstream_params = params.unwrap_or_else(|| json!({}));
+        upstream_params["name"] = Value::from(entry.tool.name.clone());
+        match (requested, support) {
+            // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
+            (Some(_), TaskSupport::Forbidden) => {
+                let why = format!(
+                    "tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\")"
+                );
+                self.finish(id, Err(GatewayError::MethodNotFound(why)))
+            }
+            // "required": servers MUST return -32601 when the client does not use a task.
+            (None, TaskSupport::Required) => {
+                let why = format!("tool {name} requires task-augmented execution: add \"task\": {{}} to the params");
+                self.finish(id, Err(GatewayError::MethodNotFound(why)))
+            }
+            (Some(ttl), _) => {
+                let record = self.new_task(&entry, ttl);
+                // The tenant's share of the tasks held, before anything reaches the upstream.
+                let share = self.shared.tenancy.policy(&self.identity.tenant).shares.tasks;
+                if let Err(e) = self.shared.tasks.admit_holding(&record, share) {
+                    return self.finish(id, Err(e));
+                }
+                let caps = self.shared.tenancy.caps(&self.identity.tenant);
+                let uncapped = caps.tenant.is_none() && caps.principal.is_none();
+                if !self.shared.tasks.store().shared() || uncapped {
+                    // The Supervisor's caps: over one, a clear error and no task (nothing
+                    // reaches the upstream).
+                    match self.admit_task() {
+                        Ok(permit) => {
+                            self.start_task(id, upstream_params, record, entry.native, session, Some(permit), ctx)
+                        }
+                        Err(e) => {
+                            self.shared.tasks.holdings.release(&record.id);
+                            self.finish(id, Err(e))
+                        }
+                    }
+                    return;
+                }
+                // Replicas share the caps: a place is reserved in the store first (a tenant
+                // without caps needs none; its live tasks are counted all the same).
+                let hold_ms = session_timeout_ms(&self.shared, &entry.upstream);
+                let reserve =
+                    self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
+                ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
+                    Ok(()) => act.start_task(id, upstream_params, record, entry.native, session, None, ctx),
+                    Err(e) => {
+                        act.shared.tasks.holdings.release(&record.id);
+                        act.finish(id, Err(e))
+                    }
+                }));
+            }
+            (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
+        }
+    }
+
+    pub(super) fn forward_call(
+        &mut self,
+        id: RequestId,
+        params: Value,
+        upstream: String,
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
+        let upstream_id = session.next_request_id();
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.upstream = Some((upstream.clone(), upstream_id.clone()));
+        }
+        let upstream_name = upstream.clone();
+        self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
+        let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
+        let mut params = params;
+        let progress = self.request_progress(&mut params, &reply);
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.progress = progress.clone();
+        }
+        let span = tracing::info_span!(
+            "upstream_call",
+            session = %self.id,
+            tenant = %self.identity.tenant,
+            method = methods::TOOLS_CALL,
+            upstream = %upstream_name,
+        );
+        let call = tracing::Instrument::instrument(
+            relay_call(session, upstream_id, params, Some(reply), progress, true, Some(ctx.address())),
+            span,
+        );
+        let finished = id.clone();
+        let handle = ctx.spawn(
+            call.into_actor(self).map(move |outcome, act, _| act.finish(finished, outcome.map_err(GatewayError::from))),
+        );
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.running = Some(handle);
+        }
+    }
+
+    /// A progress actor for a plain call's token, which is replaced upstream by a fresh one.
+    pub(super) fn request_progress(&self, params: &mut Value, reply: &Outbound) -> Option<Addr<ProgressActor>> {
+        let token = params.pointer("/_meta/progressToken").cloned()?;
+        Some(self.start_progress(token, params, ProgressTarget::Request(reply.clone())))
+    }
+
+    pub(super) fn start_progress(
+        &self,
+        client_token: Value,
+        params: &mut Value,
+        target: ProgressTarget,
+    ) -> Addr<ProgressActor> {
+        let upstream_token = self.shared.progress.issue_token();
+        params["_meta"]["progressToken"] = Value::from(upstream_token);
+        let min_interval = std::time::Duration::from_millis(self.shared.config.progress.min_interval_ms);
+        ProgressActor::new(client_token, target, min_interval, self.shared.progress.clone()).start()
+    }
+}
+
+/// How long a task's reservation under the caps holds before its creation: the upstream's
+/// response time limit, and a minute more.
+pub(super) fn session_timeout_ms(shared: &Shared, upstream: &str) -> u64 {
+    let secs = shared.connectors.get(upstream).map_or(300, |c| c.config().timeout_secs);
+    secs.saturating_add(60).saturating_mul(1000)
+}
