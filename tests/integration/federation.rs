@@ -5,7 +5,7 @@ use serde_json::json;
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient, TestGateway};
 
-const DEMO_TOOLS: [&str; 13] = [
+const DEMO_TOOLS: [&str; 14] = [
     "add",
     "ask",
     "blob",
@@ -18,6 +18,7 @@ const DEMO_TOOLS: [&str; 13] = [
     "progress",
     "slow",
     "toggle_extra",
+    "touch",
     "wait",
 ];
 

@@ -110,7 +110,7 @@ async fn every_bad_input_gets_a_clear_error_and_the_session_keeps_working() {
     assert_eq!((r.status.as_u16(), error_code(&r)), (400, -32600));
     assert!(r.outcome().unwrap_err().message.contains("batches are not supported"));
     // Unknown method → -32601 in a 200 JSON-RPC response.
-    let r = c.request("resources/list", None).await;
+    let r = c.request("sampling/createMessage", None).await;
     assert_eq!((r.status.as_u16(), error_code(&r)), (200, -32601));
     let r = c.request("no/such/method", None).await;
     assert_eq!(error_code(&r), -32601);

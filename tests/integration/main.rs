@@ -6,6 +6,7 @@ mod federation;
 mod front_door;
 mod hostile;
 mod interop;
+mod offerings;
 mod operations;
 mod progress;
 mod replicas;

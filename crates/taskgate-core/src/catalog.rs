@@ -59,6 +59,8 @@ pub struct Catalog {
     /// Client-visible name → entry, sorted by name (the listing order).
     entries: BTreeMap<String, ToolEntry>,
     collisions: Vec<Collision>,
+    /// Each upstream's server capabilities, as declared when it was last listed.
+    capabilities: BTreeMap<String, Value>,
 }
 
 /// A page of `tools/list`.
@@ -98,6 +100,26 @@ impl Catalog {
         if self.tools.remove(upstream).is_some() {
             self.rebuild();
         }
+    }
+
+    /// Records the capabilities an upstream declared.
+    pub fn set_capabilities(&mut self, upstream: &str, capabilities: Value) {
+        self.capabilities.insert(upstream.to_owned(), capabilities);
+    }
+
+    /// The capabilities an upstream declared, once it has been listed.
+    pub fn capabilities(&self, upstream: &str) -> Option<&Value> {
+        self.capabilities.get(upstream)
+    }
+
+    /// The upstreams in configuration order, with whether their names are prefixed.
+    pub fn naming(&self) -> &[Naming] {
+        &self.naming
+    }
+
+    /// The separator between an upstream's name and its tools' and prompts' names.
+    pub fn separator(&self) -> &str {
+        &self.separator
     }
 
     /// True once the upstream's tools have been listed.

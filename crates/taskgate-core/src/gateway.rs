@@ -152,6 +152,9 @@ fn upstream_names(config: &Config) -> Vec<String> {
     config.upstreams.iter().map(|u| u.name.clone()).collect()
 }
 
+/// How long `initialize` waits for the upstreams to be listed before it declares what they offer.
+const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The running gateway core. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -520,7 +523,11 @@ impl Gateway {
         let version = mcp::negotiate_version(&view.protocol_version);
         // A v4 UUID comes from the OS CSPRNG and is visible ASCII (basic/transports "Session Management").
         let id = uuid::Uuid::new_v4().to_string();
-        let client = ClientIdentity { capabilities: view.capabilities, client_info: view.client_info };
+        // Upstream sessions declare only what the gateway relays (roots, sampling, elicitation).
+        let client = ClientIdentity {
+            capabilities: mcp::relayable_client_capabilities(&view.capabilities),
+            client_info: view.client_info,
+        };
         let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client).start();
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
         let tenant = identity.tenant.clone();
@@ -541,16 +548,60 @@ impl Gateway {
                 }
             });
         }
+        let mut capabilities = json!({
+            "tools": { "listChanged": true },
+            // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
+            "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
+        });
+        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.offered_capabilities(&tenant)) {
+            c.extend(more);
+        }
         let result = json!({
             "protocolVersion": version,
-            "capabilities": {
-                "tools": { "listChanged": true },
-                // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
-                "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
-            },
+            "capabilities": capabilities,
             "serverInfo": { "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") },
         });
         Ok((id, result))
+    }
+
+    /// Waits (a bounded time) until every upstream has been listed once, so `initialize` declares
+    /// what they offer.
+    pub async fn catalog_ready(&self) {
+        let _ = tokio::time::timeout(CATALOG_WAIT, self.shared.router.send(crate::router::EnsureCatalog)).await;
+    }
+
+    /// What the upstreams `tenant` sees offer besides tools, as the gateway declares it: the union
+    /// of their `resources` (subscribe, listChanged), `prompts`, `completions` and `logging`.
+    /// An upstream not listed yet (down, or slow to answer) counts as offering everything, so
+    /// nothing it offers is hidden for the session's life; a listing then comes back empty.
+    fn offered_capabilities(&self, tenant: &str) -> Value {
+        let policy = self.shared.tenancy.policy(tenant);
+        let catalog = self.shared.catalog.read();
+        let mut offered = serde_json::Map::new();
+        for naming in catalog.naming().iter().filter(|n| policy.sees(&n.upstream)) {
+            let everything = json!({"resources": {"subscribe": true, "listChanged": true}, "prompts": {"listChanged": true}, "completions": {}, "logging": {}});
+            let declared = catalog.capabilities(&naming.upstream).unwrap_or(&everything);
+            if let Some(resources) = declared.get("resources") {
+                let entry = offered.entry("resources").or_insert_with(|| json!({}));
+                for flag in ["subscribe", "listChanged"] {
+                    if resources.get(flag) == Some(&Value::Bool(true)) {
+                        entry[flag] = Value::Bool(true);
+                    }
+                }
+            }
+            if let Some(prompts) = declared.get("prompts") {
+                let entry = offered.entry("prompts").or_insert_with(|| json!({}));
+                if prompts.get("listChanged") == Some(&Value::Bool(true)) {
+                    entry["listChanged"] = Value::Bool(true);
+                }
+            }
+            for plain in ["completions", "logging"] {
+                if declared.get(plain).is_some() {
+                    offered.entry(plain).or_insert_with(|| json!({}));
+                }
+            }
+        }
+        Value::Object(offered)
     }
 
     /// The session `id` of `identity`; another identity's session is not found, exactly like

@@ -18,6 +18,7 @@ pub mod error;
 pub mod gateway;
 pub mod logs;
 pub mod metrics;
+pub mod offerings;
 pub mod outbound;
 pub mod progress;
 pub mod registry;

@@ -100,12 +100,13 @@ impl Router {
         ctx.spawn(listing.into_actor(self).map(move |result, act, ctx| act.loaded(name, result, ctx)));
     }
 
-    fn loaded(&mut self, name: String, result: Result<(Vec<ToolView>, bool), UpstreamError>, ctx: &mut Context<Self>) {
+    fn loaded(&mut self, name: String, result: Result<Listing, UpstreamError>, ctx: &mut Context<Self>) {
         self.loading.remove(&name);
         let changed = match result {
-            Ok((tools, native)) => {
+            Ok(Listing { tools, native, capabilities }) => {
                 self.failures.remove(&name);
                 let mut catalog = self.catalog.write();
+                catalog.set_capabilities(&name, capabilities);
                 let before = catalog.len();
                 let had = catalog.has_tools(&name);
                 for collision in catalog.set_tools(&name, tools.clone(), native) {
@@ -348,11 +349,24 @@ impl StreamHandler<(String, UpstreamEvent)> for Router {
     }
 }
 
+/// What listing one upstream found: its tools, whether it runs task-augmented `tools/call`
+/// natively, and the capabilities it declared.
+struct Listing {
+    tools: Vec<ToolView>,
+    native: bool,
+    capabilities: Value,
+}
+
 /// Follows `nextCursor` through every page of an upstream's `tools/list`, within bounds; also
 /// tells whether the upstream supports task-augmented `tools/call` natively.
-async fn list_tools(session: &UpstreamSession) -> Result<(Vec<ToolView>, bool), UpstreamError> {
-    let native = taskgate_protocol::mcp::declares_task_tool_calls(&session.server_capabilities().await?);
+async fn list_tools(session: &UpstreamSession) -> Result<Listing, UpstreamError> {
+    let capabilities = session.server_capabilities().await?;
+    let native = taskgate_protocol::mcp::declares_task_tool_calls(&capabilities);
     let mut tools = Vec::new();
+    if capabilities.get("tools").is_none() {
+        // A server of resources or prompts only: nothing to list, nothing failed.
+        return Ok(Listing { tools, native, capabilities });
+    }
     let mut cursor: Option<String> = None;
     for _ in 0..MAX_PAGES {
         let params = cursor.as_ref().map(|c| serde_json::json!({ "cursor": c }));
@@ -380,7 +394,7 @@ async fn list_tools(session: &UpstreamSession) -> Result<(Vec<ToolView>, bool), 
         }
         match result.get("nextCursor").and_then(Value::as_str) {
             Some(next) if cursor.as_deref() != Some(next) => cursor = Some(next.to_owned()),
-            _ => return Ok((tools, native)),
+            _ => return Ok(Listing { tools, native, capabilities }),
         }
     }
     Err(UpstreamError::Protocol {

@@ -5,9 +5,11 @@
 //! Tools ([`tools`]): `echo`, `add` (fast); `slow` (sleeps, reports progress); `wait` (blocks
 //! until a test releases a gate or the request is cancelled); `fail` (`isError: true`);
 //! `error` (a JSON-RPC error); `toggle_extra` (adds or removes the `extra` tool and announces
-//! `notifications/tools/list_changed`).
+//! `notifications/tools/list_changed`); `touch` (bumps the subscribable resource
+//! `demo://counter`). Resources, prompts, completion and logging: [`offerings`].
 
 pub mod http;
+mod offerings;
 pub mod stdio;
 mod tasks;
 pub mod tools;

@@ -41,6 +41,8 @@ pub struct DemoStats {
     pub tasks_cancelled: u64,
     /// `ping` requests answered.
     pub pings: u64,
+    /// `logging/setLevel` levels received, in order.
+    pub log_levels: Vec<String>,
 }
 
 /// The demo MCP server. Clone it to share: all clones are the same server.
@@ -70,6 +72,8 @@ struct Inner {
     tasks: Mutex<DemoTasks>,
     /// Requests the server sent to its client (elicitation), waiting for the answer.
     asked: Mutex<HashMap<RequestId, tokio::sync::oneshot::Sender<Result<Value, ErrorObject>>>>,
+    /// Resources, prompts, completion and logging (absent on a tools-only server).
+    offerings: Option<crate::offerings::Offerings>,
 }
 
 impl Default for Inner {
@@ -87,6 +91,7 @@ impl Default for Inner {
             asked: Mutex::default(),
             undelivered: Mutex::default(),
             late: Mutex::default(),
+            offerings: Some(crate::offerings::Offerings::default()),
         }
     }
 }
@@ -107,6 +112,11 @@ impl DemoServer {
     /// `wait` have `taskSupport: "optional"`, and `job` has `"required"`.
     pub fn with_tasks() -> DemoServer {
         DemoServer { inner: Arc::new(Inner { native_tasks: true, ..Inner::default() }) }
+    }
+
+    /// A server of tools only: no resources, prompts, completion or logging.
+    pub fn tools_only() -> DemoServer {
+        DemoServer { inner: Arc::new(Inner { offerings: None, ..Inner::default() }) }
     }
 
     /// A snapshot of what the server has seen.
@@ -199,6 +209,8 @@ impl DemoServer {
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
                    "inputSchema":object(json!({}), &[])}),
+            json!({"name":"touch","description":"Bumps the resource demo://counter and notifies its subscribers.",
+                   "inputSchema":object(json!({}), &[])}),
             json!({"name":"blob","description":"Returns a text of bytes bytes.",
                    "inputSchema":object(json!({"bytes":{"type":"integer"}}), &["bytes"])}),
         ];
@@ -278,6 +290,13 @@ impl DemoServer {
                 stats.last_client_capabilities = view.capabilities.clone();
                 stats.last_client_info = view.client_info.clone();
                 let mut capabilities = json!({"tools": {"listChanged": true}});
+                if self.inner.offerings.is_some() {
+                    if let (Value::Object(c), Value::Object(more)) =
+                        (&mut capabilities, crate::offerings::capabilities())
+                    {
+                        c.extend(more);
+                    }
+                }
                 if self.inner.native_tasks {
                     capabilities["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
                 }
@@ -302,7 +321,31 @@ impl DemoServer {
             {
                 self.task_method(method, params).await
             }
-            other => Err(ErrorObject::method_not_found(other)),
+            other => match &self.inner.offerings {
+                Some(offerings) => {
+                    let params = params.unwrap_or_else(|| json!({}));
+                    match other {
+                        methods::RESOURCES_LIST => offerings.list_resources(&params),
+                        methods::RESOURCES_TEMPLATES_LIST => Ok(offerings.list_templates()),
+                        methods::RESOURCES_READ => offerings.read(&params),
+                        methods::RESOURCES_SUBSCRIBE => offerings.subscribe(connection, &params, true),
+                        methods::RESOURCES_UNSUBSCRIBE => offerings.subscribe(connection, &params, false),
+                        methods::PROMPTS_LIST => Ok(offerings.list_prompts()),
+                        methods::PROMPTS_GET => offerings.get_prompt(&params),
+                        methods::COMPLETION_COMPLETE => offerings.complete(&params),
+                        methods::LOGGING_SET_LEVEL => {
+                            let set = offerings.set_level(connection, &params);
+                            if set.is_ok() {
+                                let level = params["level"].as_str().unwrap_or_default().to_owned();
+                                self.inner.stats.lock().log_levels.push(level);
+                            }
+                            set
+                        }
+                        other => Err(ErrorObject::method_not_found(other)),
+                    }
+                }
+                None => Err(ErrorObject::method_not_found(other)),
+            },
         }
     }
 
@@ -562,6 +605,9 @@ impl DemoServer {
                                 methods::PROGRESS,
                                 Some(json!({"progressToken": token, "progress": i + 1, "message": data})),
                             ),
+                            None if self.inner.offerings.as_ref().is_some_and(|o| !o.logs(connection, "info")) => {
+                                continue;
+                            }
                             None => Message::notification(
                                 methods::LOG_MESSAGE,
                                 Some(json!({"level": "info", "logger": "chatter", "data": {"n": i, "text": data}})),
@@ -593,6 +639,17 @@ impl DemoServer {
                     .map_err(|()| ErrorObject::new(-32800, "request cancelled"))
             }
             "broken" => Ok(Value::Null),
+            "touch" => {
+                let Some(offerings) = &self.inner.offerings else {
+                    return Err(ErrorObject::invalid_params("this server has no resources"));
+                };
+                let (now, subscribed) = offerings.touch();
+                for subscriber in subscribed {
+                    let updated = json!({"uri": "demo://counter"});
+                    self.announce_to(subscriber, Message::notification(methods::RESOURCES_UPDATED, Some(updated)));
+                }
+                Ok(text(format!("counter is {now}")))
+            }
             "blob" => {
                 let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0).min(64 << 20) as usize;
                 Ok(text("b".repeat(bytes)))

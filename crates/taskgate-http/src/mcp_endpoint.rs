@@ -95,6 +95,7 @@ async fn dispatch(
                     Some(id.clone()),
                 ));
             }
+            gateway.catalog_ready().await;
             return match gateway.initialize(identity, params.as_ref()) {
                 Ok((session, result)) => {
                     let mut response = reply::json(&Message::response(id.clone(), result));
@@ -125,10 +126,20 @@ async fn dispatch(
             Ok(HttpResponse::Accepted().finish())
         }
         Message::Request { id, method, params } => {
-            // Calls may produce progress and upstream requests before their result, and
+            // Calls and every method relayed to one upstream may produce progress and upstream
+            // requests before their result, and
             // tasks/result may wait long (keep-alives hold the stream open): stream them when the
             // client accepts SSE. Quick methods, tasks/get among them, answer with one JSON object.
-            let streams = method == methods::TOOLS_CALL || method == methods::TASKS_RESULT;
+            let streams = matches!(
+                method.as_str(),
+                methods::TOOLS_CALL
+                    | methods::TASKS_RESULT
+                    | methods::RESOURCES_READ
+                    | methods::RESOURCES_SUBSCRIBE
+                    | methods::RESOURCES_UNSUBSCRIBE
+                    | methods::PROMPTS_GET
+                    | methods::COMPLETION_COMPLETE
+            );
             let stream = accepts.sse && (!accepts.json || streams);
             let mut messages = session.request(id.clone(), method, params).await.map_err(|e| (e, Some(id.clone())))?;
             if stream {

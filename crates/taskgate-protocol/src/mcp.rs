@@ -68,6 +68,47 @@ pub mod methods {
     pub const TASKS_CANCEL: &str = "tasks/cancel";
     /// `notifications/tasks/status`
     pub const TASKS_STATUS: &str = "notifications/tasks/status";
+    /// `resources/list`
+    pub const RESOURCES_LIST: &str = "resources/list";
+    /// `resources/templates/list`
+    pub const RESOURCES_TEMPLATES_LIST: &str = "resources/templates/list";
+    /// `resources/read`
+    pub const RESOURCES_READ: &str = "resources/read";
+    /// `resources/subscribe`
+    pub const RESOURCES_SUBSCRIBE: &str = "resources/subscribe";
+    /// `resources/unsubscribe`
+    pub const RESOURCES_UNSUBSCRIBE: &str = "resources/unsubscribe";
+    /// `notifications/resources/updated`
+    pub const RESOURCES_UPDATED: &str = "notifications/resources/updated";
+    /// `notifications/resources/list_changed`
+    pub const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
+    /// `prompts/list`
+    pub const PROMPTS_LIST: &str = "prompts/list";
+    /// `prompts/get`
+    pub const PROMPTS_GET: &str = "prompts/get";
+    /// `notifications/prompts/list_changed`
+    pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
+    /// `completion/complete`
+    pub const COMPLETION_COMPLETE: &str = "completion/complete";
+    /// `logging/setLevel`
+    pub const LOGGING_SET_LEVEL: &str = "logging/setLevel";
+    /// `notifications/roots/list_changed`
+    pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
+}
+
+/// The client capabilities a gateway can honour for an upstream, because it relays the
+/// requests they allow (`roots/list`, `sampling/createMessage`, `elicitation/create`): the
+/// client's own declaration of those, and nothing else (no `tasks`, no `experimental`, no
+/// `extensions`: basic/lifecycle "Capability Negotiation" — never declare what the gateway
+/// does not itself implement).
+pub fn relayable_client_capabilities(client: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in ["roots", "sampling", "elicitation"] {
+        if let Some(v) = client.get(key).filter(|v| v.is_object()) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    Value::Object(out)
 }
 
 /// `_meta` keys reserved by MCP.
@@ -224,6 +265,17 @@ mod tests {
             "capabilities":{},"clientInfo":{"name":"c","version":"1"}})))
         .unwrap();
         assert_eq!(ok.protocol_version, "2025-11-25");
+    }
+
+    #[test]
+    fn only_relayable_client_capabilities_go_upstream() {
+        let client = json!({"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{}},
+            "tasks":{"requests":{}},"experimental":{"x":{}},"extensions":{"io.modelcontextprotocol/tasks":{}}});
+        assert_eq!(
+            relayable_client_capabilities(&client),
+            json!({"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{}}})
+        );
+        assert_eq!(relayable_client_capabilities(&json!({"roots": true})), json!({}));
     }
 
     #[test]

@@ -102,6 +102,11 @@ impl DemoUpstream {
         DemoUpstream::serve(DemoServer::with_tasks())
     }
 
+    /// Starts it with tools only: no resources, prompts, completion or logging.
+    pub fn start_tools_only() -> DemoUpstream {
+        DemoUpstream::serve(DemoServer::tools_only())
+    }
+
     fn serve(demo: DemoServer) -> DemoUpstream {
         let http = taskgate_demo::http::serve(demo.clone(), "127.0.0.1:0").expect("bind 127.0.0.1:0");
         DemoUpstream { demo, http }

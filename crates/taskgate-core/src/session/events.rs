@@ -45,6 +45,14 @@ impl SessionActor {
             }
             UpstreamEvent::Notification { method, mut params, related } => {
                 self.task_of(&upstream, related.as_ref(), &mut params);
+                if method == methods::RESOURCES_UPDATED {
+                    // The URI the client subscribed to is the exposed one.
+                    let naming = self.naming_of(&upstream);
+                    if let Some(Value::String(uri)) = params.as_mut().and_then(|p| p.get_mut("uri")) {
+                        *uri = crate::offerings::expose_uri(&naming, uri);
+                    }
+                }
+                tag_log(&upstream, &method, &mut params);
                 match self.stream_for(&upstream, related.as_ref()) {
                     Some(stream) => {
                         if stream.send(&RpcMessage::notification(method, params)).is_err() {
@@ -124,5 +132,20 @@ impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
 
     fn finished(&mut self, _: &mut Context<Self>) {
         // An upstream session's event stream ends when it closes; the actor lives on.
+    }
+}
+
+/// A log message names the upstream it came from in `logger` (`<upstream>` or
+/// `<upstream>/<its logger>`), so a client reading one stream of many servers can tell them apart.
+pub(crate) fn tag_log(upstream: &str, method: &str, params: &mut Option<Value>) {
+    if method != methods::LOG_MESSAGE {
+        return;
+    }
+    if let Some(Value::Object(p)) = params {
+        let logger = match p.get("logger").and_then(Value::as_str) {
+            Some(own) => format!("{upstream}/{own}"),
+            None => upstream.to_owned(),
+        };
+        p.insert("logger".into(), Value::from(logger));
     }
 }

@@ -11,6 +11,7 @@
 
 mod cancel;
 mod events;
+mod offerings;
 mod relay;
 mod task_calls;
 mod tools;
@@ -80,6 +81,8 @@ pub struct SessionActor {
     queued: Vec<Queued>,
     /// The bytes in `queued` (bounded by `server.session_buffer_bytes`).
     queued_bytes: usize,
+    /// The level the client set with `logging/setLevel`, for upstream sessions opened later.
+    log_level: Option<String>,
 }
 
 /// A message waiting for a stream: the task it is about, the request id it carries (a relayed
@@ -130,6 +133,7 @@ impl SessionActor {
             held: Vec::new(),
             queued: Vec::new(),
             queued_bytes: 0,
+            log_level: None,
         }
     }
 
@@ -143,6 +147,7 @@ impl SessionActor {
         ctx.add_stream(receiver_stream(rx, move |event| (upstream.clone(), event)));
         let session = connector.open(self.client.clone(), tx);
         self.upstreams.insert(name.to_owned(), session.clone());
+        self.apply_level(name, &session, ctx);
         Some(session)
     }
 
@@ -272,6 +277,15 @@ impl Handler<ClientRequest> for SessionActor {
             methods::TASKS_RESULT => self.task_result(id, params, ctx),
             methods::TASKS_LIST => self.list_tasks(id, params, ctx),
             methods::TASKS_CANCEL => self.cancel_task(id, params, ctx),
+            methods::RESOURCES_LIST => self.list_offerings(id, offerings::Listing::Resources, params, ctx),
+            methods::RESOURCES_TEMPLATES_LIST => self.list_offerings(id, offerings::Listing::Templates, params, ctx),
+            methods::PROMPTS_LIST => self.list_offerings(id, offerings::Listing::Prompts, params, ctx),
+            methods::RESOURCES_READ => self.resource_request(id, methods::RESOURCES_READ, params, ctx),
+            methods::RESOURCES_SUBSCRIBE => self.resource_request(id, methods::RESOURCES_SUBSCRIBE, params, ctx),
+            methods::RESOURCES_UNSUBSCRIBE => self.resource_request(id, methods::RESOURCES_UNSUBSCRIBE, params, ctx),
+            methods::PROMPTS_GET => self.get_prompt(id, params, ctx),
+            methods::COMPLETION_COMPLETE => self.complete(id, params, ctx),
+            methods::LOGGING_SET_LEVEL => self.set_level(id, params, ctx),
             methods::INITIALIZE => self.finish(
                 id,
                 Err(GatewayError::InvalidRequest(
@@ -280,8 +294,9 @@ impl Handler<ClientRequest> for SessionActor {
                 )),
             ),
             other => {
-                let why =
-                    format!("{other} (taskgate federates tools: it serves initialize, ping, tools/* and tasks/*)");
+                let why = format!(
+                    "{other} (taskgate serves initialize, ping, tools/*, tasks/*, resources/*, prompts/*, completion/complete and logging/setLevel)"
+                );
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
         }

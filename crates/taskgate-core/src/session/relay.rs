@@ -189,12 +189,14 @@ impl SessionActor {
     }
 }
 
-/// Runs an upstream `tools/call`, forwarding the notifications that belong to it, all before
+/// Runs an upstream request (`tools/call`, `resources/read`, `prompts/get`…), forwarding the notifications that belong to it, all before
 /// the result: progress to its [`ProgressActor`] (awaited, so order holds), anything else to
 /// the client's stream for the request. With `finish`, the progress actor delivers what it has
 /// pending and stops before the result is returned.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn relay_call(
     session: UpstreamSession,
+    method: &'static str,
     upstream_id: RequestId,
     params: Value,
     reply: Option<Outbound>,
@@ -203,7 +205,7 @@ pub(crate) async fn relay_call(
     relay: Option<Addr<SessionActor>>,
 ) -> Result<Value, taskgate_upstream::UpstreamError> {
     let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
-    let call = session.request_routed(upstream_id.clone(), methods::TOOLS_CALL, Some(params), Some(related));
+    let call = session.request_routed(upstream_id.clone(), method, Some(params), Some(related));
     tokio::pin!(call);
     let forward = |note: RpcMessage| {
         let progress = progress.clone();
@@ -226,7 +228,10 @@ pub(crate) async fn relay_call(
                     let _ = actor.send(Progress(params)).await;
                 }
                 (RpcMessage::Notification { method, .. }, _) if method == methods::PROGRESS => {}
-                (note, _) => {
+                (mut note, _) => {
+                    if let RpcMessage::Notification { method, params } = &mut note {
+                        super::events::tag_log(session.upstream(), method, params);
+                    }
                     // A client that stopped reading overflows its stream: the session is told
                     // and cancels the call.
                     if let Some(reply) = &reply {

@@ -186,7 +186,16 @@ impl SessionActor {
             upstream = %upstream_name,
         );
         let call = tracing::Instrument::instrument(
-            relay_call(session, upstream_id, params, Some(reply), progress, true, Some(ctx.address())),
+            relay_call(
+                session,
+                methods::TOOLS_CALL,
+                upstream_id,
+                params,
+                Some(reply),
+                progress,
+                true,
+                Some(ctx.address()),
+            ),
             span,
         );
         let finished = id.clone();

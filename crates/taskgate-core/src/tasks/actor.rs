@@ -464,9 +464,16 @@ impl Actor for TaskActor {
                 // (a live task costs less without one).
                 let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
                     match self.progress.clone() {
-                        Some(progress) => {
-                            Box::pin(crate::session::relay_call(session, id, params, None, Some(progress), false, None))
-                        }
+                        Some(progress) => Box::pin(crate::session::relay_call(
+                            session,
+                            methods::TOOLS_CALL,
+                            id,
+                            params,
+                            None,
+                            Some(progress),
+                            false,
+                            None,
+                        )),
                         None => Box::pin(async move {
                             session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await
                         }),

@@ -1,0 +1,199 @@
+//! Pure naming and paging for what upstreams offer besides tools: resources, resource
+//! templates and prompts.
+//!
+//! - Prompt names follow tool names: `<upstream><separator><name>` for a prefixed upstream,
+//!   bare otherwise.
+//! - Resource URIs (and URI templates) of a prefixed upstream become
+//!   `taskgate://<upstream>/<original URI>`: a valid URI of its own scheme whatever the
+//!   original's scheme, unique across upstreams, and reversed by cutting the prefix (a template
+//!   stays a template with the same variables, so its expansions reverse too). An unprefixed
+//!   upstream's URIs pass unchanged.
+//! - A name or URI that no prefix claims is tried on the unprefixed upstreams, in configuration
+//!   order, until one knows it.
+//! - Listings are federated one upstream page at a time: the gateway's cursor names the
+//!   upstream and that upstream's own cursor.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::Value;
+
+use crate::catalog::Naming;
+
+/// The scheme of namespaced resource URIs.
+pub const URI_SCHEME: &str = "taskgate://";
+
+/// The client-visible URI (or URI template) of an upstream's resource.
+pub fn expose_uri(naming: &Naming, uri: &str) -> String {
+    if naming.prefix {
+        format!("{URI_SCHEME}{}/{uri}", naming.upstream)
+    } else {
+        uri.to_owned()
+    }
+}
+
+/// The client-visible name of an upstream's prompt.
+pub fn expose_name(naming: &Naming, separator: &str, name: &str) -> String {
+    if naming.prefix {
+        format!("{}{separator}{name}", naming.upstream)
+    } else {
+        name.to_owned()
+    }
+}
+
+/// The upstreams a client-visible URI may belong to, each with the URI it has there, in the
+/// order to try them. Empty when the URI names no upstream the caller may use.
+pub fn route_uri(naming: &[Naming], uri: &str) -> Vec<(String, String)> {
+    if let Some(rest) = uri.strip_prefix(URI_SCHEME) {
+        if let Some((upstream, original)) = rest.split_once('/') {
+            if let Some(n) = naming.iter().find(|n| n.prefix && n.upstream == upstream) {
+                return vec![(n.upstream.clone(), original.to_owned())];
+            }
+        }
+        return Vec::new();
+    }
+    naming.iter().filter(|n| !n.prefix).map(|n| (n.upstream.clone(), uri.to_owned())).collect()
+}
+
+/// The upstreams a client-visible prompt name may belong to, each with the name it has there.
+pub fn route_name(naming: &[Naming], separator: &str, name: &str) -> Vec<(String, String)> {
+    let prefixed = naming.iter().filter(|n| n.prefix).find_map(|n| {
+        let rest = name.strip_prefix(n.upstream.as_str())?.strip_prefix(separator)?;
+        Some((n.upstream.clone(), rest.to_owned()))
+    });
+    prefixed
+        .into_iter()
+        .chain(naming.iter().filter(|n| !n.prefix).map(|n| (n.upstream.clone(), name.to_owned())))
+        .collect()
+}
+
+/// Rewrites every resource URI in a result to its client-visible form: `uri` of resource
+/// contents, embedded resources and resource links, wherever they appear.
+pub fn expose_uris_in(naming: &Naming, value: &mut Value) {
+    if !naming.prefix {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            let is_resource = map.contains_key("text")
+                || map.contains_key("blob")
+                || map.get("type").is_some_and(|t| t == "resource_link");
+            if is_resource {
+                if let Some(Value::String(uri)) = map.get_mut("uri") {
+                    *uri = expose_uri(naming, uri);
+                }
+            }
+            for (key, v) in map.iter_mut() {
+                if key != "_meta" {
+                    expose_uris_in(naming, v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| expose_uris_in(naming, v)),
+        _ => {}
+    }
+}
+
+/// A position in a federated listing: the upstream to ask next and its own cursor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub upstream: String,
+    pub cursor: Option<String>,
+}
+
+impl ListCursor {
+    /// An opaque cursor for `kind` (`resources`, `templates`, `prompts`).
+    pub fn encode(&self, kind: &str) -> String {
+        let inner = serde_json::json!([self.upstream, self.cursor]);
+        URL_SAFE_NO_PAD.encode(format!("{kind}:{inner}"))
+    }
+
+    /// Reads a cursor this gateway issued for `kind`.
+    pub fn decode(kind: &str, cursor: &str) -> Option<ListCursor> {
+        let text = String::from_utf8(URL_SAFE_NO_PAD.decode(cursor).ok()?).ok()?;
+        let inner: Value = serde_json::from_str(text.strip_prefix(kind)?.strip_prefix(':')?).ok()?;
+        let upstream = inner.get(0)?.as_str()?.to_owned();
+        let cursor = match inner.get(1)? {
+            Value::Null => None,
+            Value::String(c) => Some(c.clone()),
+            _ => return None,
+        };
+        Some(ListCursor { upstream, cursor })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn naming() -> Vec<Naming> {
+        vec![
+            Naming { upstream: "docs".into(), prefix: true },
+            Naming { upstream: "plain".into(), prefix: false },
+            Naming { upstream: "more".into(), prefix: false },
+        ]
+    }
+
+    #[test]
+    fn uris_are_namespaced_reversibly() {
+        let n = &naming();
+        for uri in ["file:///etc/hosts", "https://x.test/a?b=c#d", "demo://echo/{text}", "weird"] {
+            let exposed = expose_uri(&n[0], uri);
+            assert!(exposed.starts_with("taskgate://docs/"), "{exposed}");
+            assert_eq!(route_uri(n, &exposed), vec![("docs".to_string(), uri.to_string())]);
+        }
+        // A template's expansion reverses too.
+        let expanded = expose_uri(&n[0], "demo://echo/{text}").replace("{text}", "hi");
+        assert_eq!(route_uri(n, &expanded), vec![("docs".to_string(), "demo://echo/hi".to_string())]);
+        // Unprefixed upstreams keep their URIs and are tried in order.
+        assert_eq!(expose_uri(&n[1], "file:///a"), "file:///a");
+        assert_eq!(
+            route_uri(n, "file:///a"),
+            vec![("plain".to_string(), "file:///a".to_string()), ("more".to_string(), "file:///a".to_string())]
+        );
+        // A namespaced URI of an unknown or unprefixed upstream belongs to nobody.
+        assert!(route_uri(n, "taskgate://nobody/file:///a").is_empty());
+        assert!(route_uri(n, "taskgate://plain/file:///a").is_empty());
+        assert!(route_uri(n, "taskgate://docs").is_empty());
+    }
+
+    #[test]
+    fn prompt_names_follow_tool_names() {
+        let n = &naming();
+        assert_eq!(expose_name(&n[0], "__", "greet"), "docs__greet");
+        assert_eq!(expose_name(&n[1], "__", "greet"), "greet");
+        assert_eq!(route_name(n, "__", "docs__greet")[0], ("docs".to_string(), "greet".to_string()));
+        assert_eq!(route_name(n, "__", "greet").len(), 2);
+        assert_eq!(route_name(n, "__", "greet")[0], ("plain".to_string(), "greet".to_string()));
+    }
+
+    #[test]
+    fn uris_in_results_are_exposed() {
+        let n = &naming();
+        let mut read =
+            json!({"contents": [{"uri": "demo://readme", "text": "x"}, {"uri": "demo://b", "blob": "AA=="}]});
+        expose_uris_in(&n[0], &mut read);
+        assert_eq!(read["contents"][0]["uri"], "taskgate://docs/demo://readme");
+        assert_eq!(read["contents"][1]["uri"], "taskgate://docs/demo://b");
+        let mut prompt = json!({"messages": [{"role": "user", "content": {"type": "resource", "resource": {"uri": "demo://r", "text": "t"}}},
+            {"role": "user", "content": {"type": "resource_link", "uri": "demo://l", "name": "l"}}]});
+        expose_uris_in(&n[0], &mut prompt);
+        assert_eq!(prompt["messages"][0]["content"]["resource"]["uri"], "taskgate://docs/demo://r");
+        assert_eq!(prompt["messages"][1]["content"]["uri"], "taskgate://docs/demo://l");
+        let mut plain = read.clone();
+        expose_uris_in(&n[1], &mut plain);
+        assert_eq!(plain, read);
+    }
+
+    #[test]
+    fn cursors_round_trip_and_are_kind_bound() {
+        let c = ListCursor { upstream: "docs".into(), cursor: Some("page-2".into()) };
+        assert_eq!(ListCursor::decode("resources", &c.encode("resources")), Some(c.clone()));
+        assert_eq!(ListCursor::decode("prompts", &c.encode("resources")), None);
+        let start = ListCursor { upstream: "more".into(), cursor: None };
+        assert_eq!(ListCursor::decode("prompts", &start.encode("prompts")), Some(start));
+        for bad in ["", "!!", "cHJvbXB0czpbMV0"] {
+            assert_eq!(ListCursor::decode("prompts", bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! What upstreams offer besides tools: `resources/*`, `prompts/*`, `completion/complete` and
+//! `logging/setLevel`. Listings are federated one upstream page at a time; every other method
+//! goes to the one upstream its name or URI belongs to (see [`crate::offerings`]), through the
+//! same relay as `tools/call`, so what the upstream sends before its result reaches the
+//! client on the request's stream.
+
+use super::*;
+use crate::catalog::Naming;
+use crate::offerings::{self as names, ListCursor};
+use taskgate_upstream::UpstreamError;
+
+/// RFC 5424 severities, least severe first (server/utilities/logging "Log Levels").
+const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+/// A federated listing.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Listing {
+    Resources,
+    Templates,
+    Prompts,
+}
+
+impl Listing {
+    fn method(self) -> &'static str {
+        match self {
+            Listing::Resources => methods::RESOURCES_LIST,
+            Listing::Templates => methods::RESOURCES_TEMPLATES_LIST,
+            Listing::Prompts => methods::PROMPTS_LIST,
+        }
+    }
+
+    fn capability(self) -> &'static str {
+        match self {
+            Listing::Resources | Listing::Templates => "resources",
+            Listing::Prompts => "prompts",
+        }
+    }
+
+    /// The result's array.
+    fn key(self) -> &'static str {
+        match self {
+            Listing::Resources => "resources",
+            Listing::Templates => "resourceTemplates",
+            Listing::Prompts => "prompts",
+        }
+    }
+
+    /// The kind its cursors are bound to.
+    fn kind(self) -> &'static str {
+        match self {
+            Listing::Resources => "resources",
+            Listing::Templates => "templates",
+            Listing::Prompts => "prompts",
+        }
+    }
+
+    fn expose(self, naming: &Naming, separator: &str, item: &mut Value) {
+        let (field, uri) = match self {
+            Listing::Resources => ("uri", true),
+            Listing::Templates => ("uriTemplate", true),
+            Listing::Prompts => ("name", false),
+        };
+        if let Some(Value::String(v)) = item.get_mut(field) {
+            *v = if uri { names::expose_uri(naming, v) } else { names::expose_name(naming, separator, v) };
+        }
+    }
+}
+
+/// Errors that mean "not this upstream's": the next candidate is tried.
+fn not_found(error: &UpstreamError) -> bool {
+    matches!(error, UpstreamError::Rpc { error, .. } if error.code == -32002 || error.code == -32602)
+}
+
+impl SessionActor {
+    /// The upstreams this session's tenant sees, in configuration order, that declared
+    /// `capability` (or whose capabilities are not known yet: they are asked all the same).
+    fn offering_upstreams(&self, capability: &str) -> Vec<Naming> {
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let catalog = self.shared.catalog.read();
+        catalog
+            .naming()
+            .iter()
+            .filter(|n| policy.sees(&n.upstream))
+            .filter(|n| catalog.capabilities(&n.upstream).is_some_and(|c| c.get(capability).is_some()))
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn naming_of(&self, upstream: &str) -> Naming {
+        let catalog = self.shared.catalog.read();
+        catalog
+            .naming()
+            .iter()
+            .find(|n| n.upstream == upstream)
+            .cloned()
+            .unwrap_or(Naming { upstream: upstream.to_owned(), prefix: false })
+    }
+
+    /// `resources/list`, `resources/templates/list`, `prompts/list`: one upstream's page at a
+    /// time, in configuration order (server/utilities/pagination: the cursor is opaque).
+    pub(super) fn list_offerings(
+        &mut self,
+        id: RequestId,
+        listing: Listing,
+        params: Option<Value>,
+        ctx: &mut Context<Self>,
+    ) {
+        let cursor = match mcp::cursor(params.as_ref()) {
+            Ok(None) => None,
+            Ok(Some(c)) => match ListCursor::decode(listing.kind(), c) {
+                Some(c) => Some(c),
+                None => {
+                    let why =
+                        format!("Invalid cursor: {} is not a cursor this gateway issued", crate::logs::Untrusted(c));
+                    return self.finish(id, Err(GatewayError::InvalidParams(why)));
+                }
+            },
+            Err(e) => return self.finish(id, Err(GatewayError::InvalidParams(e))),
+        };
+        let router = self.shared.router.clone();
+        let ensure = async move {
+            let _ = router.send(EnsureCatalog).await;
+        };
+        ctx.spawn(ensure.into_actor(self).map(move |(), act, ctx| act.list_pages(id, listing, cursor, ctx)));
+    }
+
+    fn list_pages(&mut self, id: RequestId, listing: Listing, cursor: Option<ListCursor>, ctx: &mut Context<Self>) {
+        if !self.requests.contains_key(&id) {
+            return;
+        }
+        let upstreams = self.offering_upstreams(listing.capability());
+        let (start, mut upstream_cursor) = match cursor {
+            None => (0, None),
+            Some(c) => match upstreams.iter().position(|n| n.upstream == c.upstream) {
+                Some(i) => (i, c.cursor),
+                // The upstream went away (or out of sight) since: the listing ends.
+                None => return self.finish(id, Ok(json!({ listing.key(): [] }))),
+            },
+        };
+        let separator = self.shared.catalog.read().separator().to_owned();
+        let sessions: Vec<(Naming, UpstreamSession)> = upstreams[start..]
+            .iter()
+            .filter_map(|n| self.upstream_session(&n.upstream, ctx).map(|s| (n.clone(), s)))
+            .collect();
+        let work = async move {
+            for (i, (naming, session)) in sessions.iter().enumerate() {
+                let params = upstream_cursor.take().map(|c| json!({ "cursor": c }));
+                let result = match session.request(listing.method(), params).await {
+                    Ok(result) => result,
+                    Err(error) => {
+                        // Like a tool listing: an upstream that does not answer is left out.
+                        tracing::warn!(upstream = %naming.upstream, %error, method = listing.method(), "upstream listing failed; left out of this page");
+                        continue;
+                    }
+                };
+                let Some(Value::Array(mut items)) = result.get(listing.key()).cloned() else {
+                    tracing::warn!(upstream = %naming.upstream, method = listing.method(), "upstream listing has no array; left out");
+                    continue;
+                };
+                for item in items.iter_mut() {
+                    listing.expose(naming, &separator, item);
+                }
+                let next = match result.get("nextCursor").and_then(Value::as_str) {
+                    Some(c) => Some(ListCursor { upstream: naming.upstream.clone(), cursor: Some(c.to_owned()) }),
+                    None => sessions.get(i + 1).map(|(n, _)| ListCursor { upstream: n.upstream.clone(), cursor: None }),
+                };
+                if items.is_empty() && next.as_ref().is_some_and(|n| n.cursor.is_none()) {
+                    continue; // nothing here: straight on to the next upstream
+                }
+                let mut page = json!({ listing.key(): items });
+                if let Some(next) = next {
+                    page["nextCursor"] = Value::from(next.encode(listing.kind()));
+                }
+                return Ok(page);
+            }
+            Ok(json!({ listing.key(): [] }))
+        };
+        self.answer_with(id, work, ctx);
+    }
+
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: to the upstream the URI
+    /// belongs to.
+    pub(super) fn resource_request(
+        &mut self,
+        id: RequestId,
+        method: &'static str,
+        params: Option<Value>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(uri) = params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str).map(str::to_owned) else {
+            return self
+                .finish(id, Err(GatewayError::InvalidParams(format!("{method} needs params with a string \"uri\""))));
+        };
+        // Routed before the candidates are filtered: the catalog is read once at a time (a second
+        // read while a writer waits would deadlock).
+        let routes = names::route_uri(self.shared.catalog.read().naming(), &uri);
+        let candidates = self.candidates("resources", routes);
+        let attempts: Vec<(String, Value)> = candidates
+            .into_iter()
+            .map(|(upstream, original)| {
+                let mut p = params.clone().unwrap_or_else(|| json!({}));
+                p["uri"] = Value::from(original);
+                (upstream, p)
+            })
+            .collect();
+        if attempts.is_empty() {
+            // server/resources "Error Handling": -32002 for a resource that is not found.
+            let error =
+                ErrorObject { code: -32002, message: "Resource not found".into(), data: Some(json!({ "uri": uri })) };
+            return self.finish(id, Err(GatewayError::Rpc(Box::new(error))));
+        }
+        self.forward_to(id, method, attempts, 0, None, ctx);
+    }
+
+    /// `prompts/get`: to the upstream the name belongs to.
+    pub(super) fn get_prompt(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
+            return self.finish(
+                id,
+                Err(GatewayError::InvalidParams("prompts/get needs params with a string \"name\"".into())),
+            );
+        };
+        let routes = {
+            let catalog = self.shared.catalog.read();
+            names::route_name(catalog.naming(), catalog.separator(), &name)
+        };
+        let attempts: Vec<(String, Value)> = self
+            .candidates("prompts", routes)
+            .into_iter()
+            .map(|(upstream, original)| {
+                let mut p = params.clone().unwrap_or_else(|| json!({}));
+                p["name"] = Value::from(original);
+                (upstream, p)
+            })
+            .collect();
+        if attempts.is_empty() {
+            // server/prompts "Error Handling": an invalid prompt name is -32602.
+            return self.finish(
+                id,
+                Err(GatewayError::InvalidParams(format!("Unknown prompt: {}", crate::logs::Untrusted(&name)))),
+            );
+        }
+        self.forward_to(id, methods::PROMPTS_GET, attempts, 0, None, ctx);
+    }
+
+    /// `completion/complete`: to the upstream of the prompt or resource template it names.
+    pub(super) fn complete(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let reference = params.as_ref().and_then(|p| p.get("ref"));
+        let kind = reference.and_then(|r| r.get("type")).and_then(Value::as_str);
+        let (field, routes) = {
+            let catalog = self.shared.catalog.read();
+            match (kind, reference) {
+                (Some("ref/prompt"), Some(r)) => match r.get("name").and_then(Value::as_str) {
+                    Some(name) => ("name", names::route_name(catalog.naming(), catalog.separator(), name)),
+                    None => ("name", Vec::new()),
+                },
+                (Some("ref/resource"), Some(r)) => match r.get("uri").and_then(Value::as_str) {
+                    Some(uri) => ("uri", names::route_uri(catalog.naming(), uri)),
+                    None => ("uri", Vec::new()),
+                },
+                _ => {
+                    drop(catalog);
+                    let why = "completion/complete needs \"ref\" of type \"ref/prompt\" (with a name) or \"ref/resource\" (with a uri)";
+                    return self.finish(id, Err(GatewayError::InvalidParams(why.into())));
+                }
+            }
+        };
+        let attempts: Vec<(String, Value)> = self
+            .candidates("completions", routes)
+            .into_iter()
+            .map(|(upstream, original)| {
+                let mut p = params.clone().unwrap_or_else(|| json!({}));
+                p["ref"][field] = Value::from(original);
+                (upstream, p)
+            })
+            .collect();
+        if attempts.is_empty() {
+            let why = format!("completion/complete: no upstream offers completion for that {field}");
+            return self.finish(id, Err(GatewayError::InvalidParams(why)));
+        }
+        self.forward_to(id, methods::COMPLETION_COMPLETE, attempts, 0, None, ctx);
+    }
+
+    /// The routes to upstreams this session's tenant sees and that offer `capability` (or have
+    /// not been listed yet).
+    fn candidates(&self, capability: &str, routes: Vec<(String, String)>) -> Vec<(String, String)> {
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let catalog = self.shared.catalog.read();
+        routes
+            .into_iter()
+            .filter(|(u, _)| policy.sees(u) && self.shared.connectors.contains_key(u))
+            .filter(|(u, _)| catalog.capabilities(u).is_none_or(|c| c.get(capability).is_some()))
+            .collect()
+    }
+
+    /// Forwards attempt `index` of `attempts`; an answer meaning "not mine" moves on to the
+    /// next, and when none knows it the first such answer is the client's.
+    fn forward_to(
+        &mut self,
+        id: RequestId,
+        method: &'static str,
+        attempts: Vec<(String, Value)>,
+        index: usize,
+        first_error: Option<UpstreamError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(request) = self.requests.get(&id) else { return };
+        let reply = request.reply.clone();
+        let (upstream, mut params) = attempts[index].clone();
+        let Some(session) = self.upstream_session(&upstream, ctx) else {
+            let e = GatewayError::Internal(format!("upstream '{upstream}' has no connector"));
+            return self.finish(id, Err(e));
+        };
+        let upstream_id = session.next_request_id();
+        if let Some(old) =
+            self.requests.get_mut(&id).and_then(|r| r.upstream.replace((upstream.clone(), upstream_id.clone())))
+        {
+            self.by_upstream.remove(&old);
+        }
+        self.by_upstream.insert((upstream.clone(), upstream_id.clone()), id.clone());
+        let progress = self.request_progress(&mut params, &reply);
+        if let Some(previous) =
+            self.requests.get_mut(&id).and_then(|r| std::mem::replace(&mut r.progress, progress.clone()))
+        {
+            let _ = previous.try_send(Abandon);
+        }
+        let span = tracing::info_span!("upstream_call", session = %self.id, tenant = %self.identity.tenant, method, upstream = %upstream);
+        let call = tracing::Instrument::instrument(
+            relay_call(session, method, upstream_id, params, Some(reply), progress, true, Some(ctx.address())),
+            span,
+        );
+        let naming = self.naming_of(&upstream);
+        let finished = id.clone();
+        let handle = ctx.spawn(call.into_actor(self).map(move |outcome, act, ctx| match outcome {
+            Err(e) if not_found(&e) && index + 1 < attempts.len() => {
+                act.forward_to(finished, method, attempts, index + 1, first_error.or(Some(e)), ctx)
+            }
+            Err(e) => act.finish(finished, Err(GatewayError::from(first_error.unwrap_or(e)))),
+            Ok(mut result) => {
+                names::expose_uris_in(&naming, &mut result);
+                act.finish(finished, Ok(result))
+            }
+        }));
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.running = Some(handle);
+        }
+    }
+
+    /// `logging/setLevel`: kept for the session and applied to every upstream session that
+    /// offers logging, now and when one opens later.
+    pub(super) fn set_level(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+        let level = params.as_ref().and_then(|p| p.get("level")).and_then(Value::as_str);
+        let Some(level) = level.filter(|l| LEVELS.contains(l)) else {
+            let why = format!("logging/setLevel needs \"level\", one of {}", LEVELS.join(", "));
+            return self.finish(id, Err(GatewayError::InvalidParams(why)));
+        };
+        self.log_level = Some(level.to_owned());
+        let sessions: Vec<UpstreamSession> =
+            self.upstreams.iter().filter(|(name, _)| self.offers_logging(name)).map(|(_, s)| s.clone()).collect();
+        let params = json!({ "level": level });
+        let apply = async move {
+            for session in sessions {
+                if let Err(error) = session.request(methods::LOGGING_SET_LEVEL, Some(params.clone())).await {
+                    tracing::info!(upstream = session.upstream(), %error, "an upstream did not take the log level");
+                }
+            }
+            Ok(json!({}))
+        };
+        self.answer_with(id, apply, ctx);
+    }
+
+    pub(super) fn offers_logging(&self, upstream: &str) -> bool {
+        self.shared.catalog.read().capabilities(upstream).is_some_and(|c| c.get("logging").is_some())
+    }
+
+    /// A newly opened upstream session takes the level the client set.
+    pub(super) fn apply_level(&mut self, upstream: &str, session: &UpstreamSession, ctx: &mut Context<Self>) {
+        let Some(level) = self.log_level.clone().filter(|_| self.offers_logging(upstream)) else { return };
+        let session = session.clone();
+        ctx.spawn(
+            async move {
+                let params = json!({ "level": level });
+                if let Err(error) = session.request(methods::LOGGING_SET_LEVEL, Some(params)).await {
+                    tracing::info!(upstream = session.upstream(), %error, "an upstream did not take the log level");
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
