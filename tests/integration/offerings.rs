@@ -230,3 +230,32 @@ async fn a_tenant_sees_only_its_upstreams_offerings_and_unprefixed_uris_pass_unc
     assert_eq!(error.code, -32602);
     assert_eq!(a.demo.stats().initializes, 1, "only the gateway's own catalog session reached alpha");
 }
+
+#[actix_rt::test]
+async fn a_request_the_upstream_sends_on_its_get_stream_during_a_cold_sessions_first_call_reaches_the_call() {
+    // The upstream sends its elicitation on its GET stream and drops it when none is open, as
+    // SDK servers do; the gateway's upstream session is new (cold) at this call. The client has
+    // no GET stream: the question comes on the call's own stream, the only request at that
+    // upstream.
+    let demo = DemoUpstream::start();
+    let mut upstream = demo.upstream("demo");
+    upstream.timeout_secs = 10;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {}})).await;
+    let mut call = c
+        .request_stream(
+            "tools/call",
+            Some(json!({"name": "demo__ask", "arguments": {"question": "Name?", "stream": "get"}})),
+        )
+        .await;
+    let asked = within(call.next()).await.expect("the call's stream ended before the question");
+    let Message::Request { id, method, params } = asked else { panic!("expected the elicitation, got {asked:?}") };
+    assert_eq!(method, "elicitation/create");
+    assert_eq!(params.unwrap()["message"], "Name?");
+    let answer = Message::response(id, json!({"action": "accept", "content": {"answer": "Ada"}}));
+    assert_eq!(c.post_message(&answer).await.status.as_u16(), 202);
+    let result = within(call.next()).await.expect("the result");
+    let Message::Response { result, .. } = result else { panic!("expected the result, got {result:?}") };
+    assert_eq!(result["content"][0]["text"], "answer: Ada");
+}

@@ -172,6 +172,14 @@ impl DemoServer {
         }
     }
 
+    /// Sends on the connection's GET stream, or nowhere when it has none open.
+    fn send_on_get_stream(&self, connection: u64, message: Message) {
+        let listeners = self.inner.listeners.lock().clone();
+        if let Some((_, l)) = listeners.iter().find(|(c, l)| *c == connection && !l.is_closed()) {
+            let _ = l.try_send(message);
+        }
+    }
+
     /// Sends to one connection's stream (a request for its client).
     fn announce_to(&self, connection: u64, message: Message) {
         let listeners = self.inner.listeners.lock().clone();
@@ -203,7 +211,7 @@ impl DemoServer {
                    "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
             json!({"name":"late_progress","description":"Returns, then reports progress for the finished call (which must not reach anyone).",
                    "inputSchema":object(json!({}), &[])}),
-            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false).",
+            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with stream: \"get\" the question goes on the GET stream, and is lost if none is open.",
                    "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"}}), &[])}),
             json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call (progress notifications if the call has a progress token), then waits at gate, if given, until it opens or the call is cancelled.",
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
@@ -570,7 +578,14 @@ impl DemoServer {
                     "message": question,
                     "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
                 });
-                let _ = related.send(Message::request(ask_id.clone(), "elicitation/create", Some(params))).await;
+                let request = Message::request(ask_id.clone(), "elicitation/create", Some(params));
+                if args.get("stream").and_then(Value::as_str) == Some("get") {
+                    // As SDK servers do when a request has no related request: on the GET stream,
+                    // and lost if the client has none open yet.
+                    self.send_on_get_stream(connection, request);
+                } else {
+                    let _ = related.send(request).await;
+                }
                 if args.get("wait").and_then(Value::as_bool) == Some(false) {
                     // It asked and moves on: the question stays unanswered as far as it cares.
                     return Ok(json!({"content": [{"type": "text", "text": "asked"}], "isError": false}));

@@ -285,8 +285,12 @@ impl HttpChannel {
         }
     }
 
-    /// Keeps the session's GET stream open for messages the upstream sends on its own.
-    pub(crate) fn listen(self: Arc<Self>) {
+    /// Keeps the session's GET stream open for messages the upstream sends on its own. The
+    /// returned receiver settles once the first attempt has: the stream is open (the upstream
+    /// has answered its headers), or there is none to be had.
+    pub(crate) fn listen(self: Arc<Self>) -> tokio::sync::oneshot::Receiver<()> {
+        let (settled, first) = tokio::sync::oneshot::channel();
+        let mut settled = Some(settled);
         tokio::spawn(async move {
             let mut closed = self.closed.clone();
             let mut backoff = Duration::from_millis(250);
@@ -304,6 +308,9 @@ impl HttpChannel {
                     Ok(r) => match self.check_status(r).await {
                         Ok(r) if content_type(&r).starts_with("text/event-stream") => {
                             backoff = Duration::from_millis(250);
+                            if let Some(settled) = settled.take() {
+                                let _ = settled.send(());
+                            }
                             tokio::select! {
                                 _ = self.read_stream(r, None, None) => {},
                                 _ = closed.changed() => return,
@@ -320,6 +327,10 @@ impl HttpChannel {
                     },
                     Err(e) => tracing::debug!(upstream = %self.name, error = %describe(&e), "GET stream failed"),
                 }
+                // The first attempt failed: nobody waits for the retries.
+                if let Some(settled) = settled.take() {
+                    let _ = settled.send(());
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {},
                     _ = closed.changed() => return,
@@ -327,6 +338,7 @@ impl HttpChannel {
                 backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
             }
         });
+        first
     }
 
     /// Ends the session at the upstream (basic/transports: clients SHOULD send DELETE).

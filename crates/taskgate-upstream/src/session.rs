@@ -15,6 +15,9 @@ use crate::UpstreamError;
 /// Messages buffered from an upstream before its reader waits for the owner.
 const INCOMING_BUFFER: usize = 256;
 
+/// How long a new session waits for its GET stream to open before its first request.
+const GET_STREAM_WAIT: Duration = Duration::from_secs(2);
+
 /// What an upstream session declares about its client in `initialize`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientIdentity {
@@ -251,7 +254,7 @@ impl Connector {
         ));
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
-        channel.clone().listen();
+        drop(channel.clone().listen());
         let ready = Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: json!({}) });
         *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
         Some(session)
@@ -585,7 +588,13 @@ impl UpstreamSession {
         }
         channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
         if let Channel::Http(http) = &channel {
-            http.clone().listen();
+            // The GET stream is open before the first request goes out: a server that sends a
+            // request for its client on it (elicitation during the first call) would otherwise
+            // send it to no stream, and the call would hang until its timeout.
+            let opened = http.clone().listen();
+            if tokio::time::timeout(GET_STREAM_WAIT, opened).await.is_err() {
+                tracing::debug!(upstream = %name, "the GET stream did not open in time; going on without waiting");
+            }
         }
         let server_capabilities = result.get("capabilities").cloned().unwrap_or_else(|| json!({}));
         tracing::debug!(upstream = %name, %version, "upstream session initialized");

@@ -16,6 +16,16 @@ impl SessionActor {
             .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
     }
 
+    /// The upstream-local id of this session's one request in flight at `upstream`, if exactly
+    /// one is.
+    fn only_request_at(&self, upstream: &str) -> Option<RequestId> {
+        let mut at = self.by_upstream.keys().filter(|(u, _)| u == upstream);
+        match (at.next(), at.next()) {
+            (Some((_, id)), None) => Some(id.clone()),
+            _ => None,
+        }
+    }
+
     /// The task a message from an upstream belongs to, if any: it arrived on the stream of a
     /// request made for a task, or its related-task `_meta` names a native upstream task. That
     /// `_meta` is rewritten to the gateway's task id, or removed when it names no task of ours:
@@ -76,6 +86,10 @@ impl SessionActor {
                 .map(|r| r.reply.clone())
                 .filter(|s| !s.is_closed())
         });
+        // Sent outside any call's stream (an upstream GET stream, stdio) yet while exactly one
+        // request of this session is at that upstream: it belongs to that request, whose stream
+        // the client is reading.
+        let related = related.or_else(|| if task.is_none() { self.only_request_at(&upstream) } else { None });
         let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
         let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
         let refuse = |code: i64, why: String| {
