@@ -1,6 +1,6 @@
 //! The [`SessionActor`]: one per client session. It dispatches the client's JSON-RPC messages,
 //! owns the session's outbound streams (the GET stream and one per in-flight request), and
-//! opens one upstream session per upstream it calls, declaring the client's own capabilities.
+//! opens one upstream session per upstream it calls, declaring the client capabilities the gateway relays.
 //!
 //! Upstream work runs in futures spawned on the actor's context; their outcomes come back to
 //! the actor as it finishes them, so a slow upstream never stalls the mailbox (invariant 2).
