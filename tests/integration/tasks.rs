@@ -501,3 +501,17 @@ async fn a_native_tasks_elicitation_reaches_the_client_under_the_gateways_task_i
     assert_eq!(result["content"][0]["text"], "answer: L");
     assert_eq!(native.demo.stats().tasks_created, 1);
 }
+
+#[actix_rt::test]
+async fn a_native_tasks_first_status_message_reaches_the_client() {
+    let native = DemoUpstream::start_with_tasks();
+    let gw = TestGateway::start(taskgate_testkit::config_with(vec![native.upstream("native")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let created = c
+        .request("tools/call", Some(json!({"name": "native__slow", "arguments": {"ms": 10}, "task": {}})))
+        .await
+        .outcome()
+        .unwrap();
+    assert_eq!(created["task"]["statusMessage"], "The demo tool is running.", "{created}");
+}

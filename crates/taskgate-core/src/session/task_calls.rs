@@ -160,6 +160,10 @@ impl SessionActor {
             let poll_ms = up.poll_interval_ms.unwrap_or(record.poll_interval_ms);
             let mut record = record;
             record.upstream_task_id = Some(up.task_id.clone());
+            // The upstream's first word on its task is the client's too.
+            if up.status_message.is_some() {
+                record.status_message = up.status_message.clone();
+            }
             record.upstream_session = resume.map(|r| taskgate_store::UpstreamSessionRef {
                 session_id: r.session_id,
                 protocol_version: r.protocol_version,
