@@ -71,6 +71,21 @@ fn not_found(error: &UpstreamError) -> bool {
     matches!(error, UpstreamError::Rpc { error, .. } if error.code == -32002 || error.code == -32602)
 }
 
+/// One attempt per route: the request's params with the name or URI at `pointer` (which
+/// exists: it was read from there) replaced by the one the upstream knows.
+fn retarget(params: Option<&Value>, routes: Vec<(String, String)>, pointer: &str) -> Vec<(String, Value)> {
+    routes
+        .into_iter()
+        .map(|(upstream, original)| {
+            let mut p = params.cloned().unwrap_or_else(|| json!({}));
+            if let Some(slot) = p.pointer_mut(pointer) {
+                *slot = Value::from(original);
+            }
+            (upstream, p)
+        })
+        .collect()
+}
+
 impl SessionActor {
     /// The upstreams this session's tenant sees, in configuration order, that declared
     /// `capability` (or whose capabilities are not known yet: they are asked all the same).
@@ -195,14 +210,7 @@ impl SessionActor {
         // read while a writer waits would deadlock).
         let routes = names::route_uri(self.shared.catalog.read().naming(), &uri);
         let candidates = self.candidates("resources", routes);
-        let attempts: Vec<(String, Value)> = candidates
-            .into_iter()
-            .map(|(upstream, original)| {
-                let mut p = params.clone().unwrap_or_else(|| json!({}));
-                p["uri"] = Value::from(original);
-                (upstream, p)
-            })
-            .collect();
+        let attempts = retarget(params.as_ref(), candidates, "/uri");
         if attempts.is_empty() {
             // server/resources "Error Handling": -32002 for a resource that is not found.
             let error =
@@ -224,15 +232,7 @@ impl SessionActor {
             let catalog = self.shared.catalog.read();
             names::route_name(catalog.naming(), catalog.separator(), &name)
         };
-        let attempts: Vec<(String, Value)> = self
-            .candidates("prompts", routes)
-            .into_iter()
-            .map(|(upstream, original)| {
-                let mut p = params.clone().unwrap_or_else(|| json!({}));
-                p["name"] = Value::from(original);
-                (upstream, p)
-            })
-            .collect();
+        let attempts = retarget(params.as_ref(), self.candidates("prompts", routes), "/name");
         if attempts.is_empty() {
             // server/prompts "Error Handling": an invalid prompt name is -32602.
             return self.finish(
@@ -265,15 +265,7 @@ impl SessionActor {
                 }
             }
         };
-        let attempts: Vec<(String, Value)> = self
-            .candidates("completions", routes)
-            .into_iter()
-            .map(|(upstream, original)| {
-                let mut p = params.clone().unwrap_or_else(|| json!({}));
-                p["ref"][field] = Value::from(original);
-                (upstream, p)
-            })
-            .collect();
+        let attempts = retarget(params.as_ref(), self.candidates("completions", routes), &format!("/ref/{field}"));
         if attempts.is_empty() {
             let why = format!("completion/complete: no upstream offers completion for that {field}");
             return self.finish(id, Err(GatewayError::InvalidParams(why)));
