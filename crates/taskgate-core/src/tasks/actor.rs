@@ -59,6 +59,9 @@ pub(crate) struct TaskStart {
     pub permit: Option<TaskPermit>,
 }
 
+/// How long a task's end waits for its progress forwarder to pass on what it holds.
+const FORWARDER_DRAIN: Duration = Duration::from_secs(1);
+
 /// A wrapped task's upstream call, which runs outside the actor so that it survives the
 /// actor's restart: its outcome waits here until an actor takes it.
 type CallSlot = Arc<parking_lot::Mutex<Option<Result<Value, UpstreamError>>>>;
@@ -94,6 +97,8 @@ pub struct TaskActor {
     permit: Option<TaskPermit>,
     /// A wrapped task's running call and where its outcome lands.
     call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
+    /// A native task's progress forwarder (from its token's route to its progress actor).
+    forwarder: Option<tokio::task::JoinHandle<()>>,
     /// Restarted from [`Remains`]: the work is already running.
     restarted: bool,
     /// `stopped` ran: dropping the actor is the normal end, not a crash.
@@ -118,6 +123,7 @@ impl TaskActor {
             poll_failures: 0,
             permit: start.permit,
             call: None,
+            forwarder: None,
             restarted: false,
             stopped_cleanly: false,
         }
@@ -234,7 +240,16 @@ impl TaskActor {
                 // The last progress value goes out before the terminal status and the result;
                 // none after.
                 let progress = self.progress.take();
+                // A native task's progress that arrived before its end is forwarded first: the
+                // token's route goes, and the forwarder drains what it holds and ends.
+                if let Work::Native { progress_route, .. } = &mut self.work {
+                    *progress_route = None;
+                }
+                let forwarder = self.forwarder.take();
                 let flushed = async move {
+                    if let Some(forwarder) = forwarder {
+                        let _ = tokio::time::timeout(FORWARDER_DRAIN, forwarder).await;
+                    }
                     if let Some(progress) = progress {
                         let _ = progress.send(Finish).await;
                     }
@@ -497,7 +512,7 @@ impl Actor for TaskActor {
                 if let (Some((_, notes)), Some(actor)) = (progress_route.as_mut(), self.progress.clone()) {
                     let mut notes = std::mem::replace(notes, tokio::sync::mpsc::channel(1).1);
                     // Outside the actor, like a wrapped call: it ends when the route is dropped.
-                    actix::spawn(async move {
+                    self.forwarder = Some(actix::spawn(async move {
                         while let Some(note) = notes.recv().await {
                             if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
                                 if actor.send(Progress(params)).await.is_err() {
@@ -505,7 +520,7 @@ impl Actor for TaskActor {
                                 }
                             }
                         }
-                    });
+                    }));
                 }
                 self.schedule_poll(ctx);
             }
