@@ -5,7 +5,7 @@ use serde_json::json;
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient, TestGateway};
 
-const DEMO_TOOLS: [&str; 14] = [
+const DEMO_TOOLS: [&str; 15] = [
     "add",
     "ask",
     "blob",
@@ -18,6 +18,7 @@ const DEMO_TOOLS: [&str; 14] = [
     "progress",
     "slow",
     "toggle_extra",
+    "toggle_prompt",
     "touch",
     "wait",
 ];

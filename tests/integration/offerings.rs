@@ -21,6 +21,9 @@ async fn all(c: &mut McpClient, method: &str, key: &str) -> (Vec<Value>, usize) 
         pages += 1;
         items.extend(page[key].as_array().unwrap().iter().cloned());
         match page.get("nextCursor").and_then(Value::as_str) {
+            // Short enough to send back, whatever the upstream's own cursor (the demo's are
+            // 300 bytes long).
+            Some(next) if next.len() + 2 > taskgate_protocol::mcp::MAX_ID_BYTES => panic!("cursor too long: {next}"),
             Some(next) => cursor = Some(next.to_owned()),
             None => return (items, pages),
         }
@@ -84,6 +87,10 @@ async fn resources_prompts_and_completion_of_two_upstreams_pass_through_namespac
     assert_eq!(bad.code, -32602);
     let bad = c.request("resources/list", Some(json!({"cursor": "not-ours"}))).await.outcome().unwrap_err();
     assert_eq!(bad.code, -32602);
+    // A cursor standing for a long upstream cursor that this session does not keep: -32602.
+    let forgotten = taskgate_core::offerings::ListCursor::encode_stashed("resources", 999_999);
+    let bad = c.request("resources/list", Some(json!({ "cursor": forgotten }))).await.outcome().unwrap_err();
+    assert!(bad.code == -32602 && bad.message.contains("expired"), "{bad:?}");
 
     // Prompts: named like tools.
     let (prompts, _) = all(&mut c, "prompts/list", "prompts").await;
@@ -145,6 +152,16 @@ async fn subscriptions_updates_and_log_levels_reach_the_owning_upstream_and_come
     let read = c.request("resources/read", Some(json!({ "uri": uri }))).await.outcome().unwrap();
     assert_eq!(read["contents"][0]["text"], "1");
     c.request("resources/unsubscribe", Some(json!({ "uri": uri }))).await.outcome().unwrap();
+    // A prompt list change reaches the GET stream, and the listing has the new prompt.
+    c.call("beta__toggle_prompt", json!({})).await.unwrap();
+    loop {
+        match within(stream.next()).await.expect("the GET stream ended") {
+            Message::Notification { method, .. } if method == "notifications/prompts/list_changed" => break,
+            _ => continue,
+        }
+    }
+    let (prompts, _) = all(&mut c, "prompts/list", "prompts").await;
+    assert!(field(&prompts, "name").contains(&"beta__extra".to_string()), "{prompts:?}");
 
     // The level reaches every upstream session the client has and ones opened later.
     c.request("logging/setLevel", Some(json!({"level": "error"}))).await.outcome().unwrap();

@@ -107,18 +107,36 @@ impl ListCursor {
         URL_SAFE_NO_PAD.encode(format!("{kind}:{inner}"))
     }
 
+    /// A short cursor standing for one the session keeps (`n`), for when the upstream's own
+    /// cursor would make this one longer than a client may send back.
+    pub fn encode_stashed(kind: &str, n: u64) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{kind}:{n}"))
+    }
+
     /// Reads a cursor this gateway issued for `kind`.
-    pub fn decode(kind: &str, cursor: &str) -> Option<ListCursor> {
+    pub fn decode(kind: &str, cursor: &str) -> Option<CursorRef> {
         let text = String::from_utf8(URL_SAFE_NO_PAD.decode(cursor).ok()?).ok()?;
         let inner: Value = serde_json::from_str(text.strip_prefix(kind)?.strip_prefix(':')?).ok()?;
+        if let Some(n) = inner.as_u64() {
+            return Some(CursorRef::Stashed(n));
+        }
         let upstream = inner.get(0)?.as_str()?.to_owned();
         let cursor = match inner.get(1)? {
             Value::Null => None,
             Value::String(c) => Some(c.clone()),
             _ => return None,
         };
-        Some(ListCursor { upstream, cursor })
+        Some(CursorRef::At(ListCursor { upstream, cursor }))
     }
+}
+
+/// What a client's cursor stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CursorRef {
+    /// The position itself.
+    At(ListCursor),
+    /// A position the session keeps under this number.
+    Stashed(u64),
 }
 
 #[cfg(test)]
@@ -188,10 +206,13 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_are_kind_bound() {
         let c = ListCursor { upstream: "docs".into(), cursor: Some("page-2".into()) };
-        assert_eq!(ListCursor::decode("resources", &c.encode("resources")), Some(c.clone()));
+        assert_eq!(ListCursor::decode("resources", &c.encode("resources")), Some(CursorRef::At(c.clone())));
         assert_eq!(ListCursor::decode("prompts", &c.encode("resources")), None);
         let start = ListCursor { upstream: "more".into(), cursor: None };
-        assert_eq!(ListCursor::decode("prompts", &start.encode("prompts")), Some(start));
+        assert_eq!(ListCursor::decode("prompts", &start.encode("prompts")), Some(CursorRef::At(start)));
+        let stashed = ListCursor::encode_stashed("templates", 7);
+        assert_eq!(ListCursor::decode("templates", &stashed), Some(CursorRef::Stashed(7)));
+        assert_eq!(ListCursor::decode("resources", &stashed), None);
         for bad in ["", "!!", "cHJvbXB0czpbMV0"] {
             assert_eq!(ListCursor::decode("prompts", bad), None, "{bad}");
         }

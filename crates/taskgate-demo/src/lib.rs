@@ -6,7 +6,7 @@
 //! until a test releases a gate or the request is cancelled); `fail` (`isError: true`);
 //! `error` (a JSON-RPC error); `toggle_extra` (adds or removes the `extra` tool and announces
 //! `notifications/tools/list_changed`); `touch` (bumps the subscribable resource
-//! `demo://counter`). Resources, prompts, completion and logging: [`offerings`].
+//! `demo://counter`); `toggle_prompt` (adds or removes the prompt `extra`). Resources, prompts, completion and logging: [`offerings`].
 
 pub mod http;
 mod offerings;

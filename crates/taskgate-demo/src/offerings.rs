@@ -3,12 +3,12 @@
 //! of each is tested against a real server.
 //!
 //! Resources: `demo://readme` (text), `demo://counter` (subscribable: the `touch` tool bumps it
-//! and notifies subscribers), `demo://colors` (JSON), listed two per page; the template
+//! and notifies subscribers), `demo://colors` (JSON), listed two per page with long cursors; the template
 //! `demo://echo/{text}`. Prompts: `greet` (argument `name`, required) and `summarize` (embeds
 //! `demo://readme`). Completion: `greet`'s `name`, the template's `text`.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -30,6 +30,7 @@ const WORDS: [&str; 3] = ["hello", "help", "world"];
 #[derive(Default)]
 pub(crate) struct Offerings {
     counter: AtomicU64,
+    extra_prompt: AtomicBool,
     /// (connection, uri) subscribed.
     subscriptions: Mutex<HashSet<(u64, String)>>,
     /// The minimum level per connection (absent: everything is sent).
@@ -63,6 +64,7 @@ fn page_of(params: &Value) -> Result<usize, ErrorObject> {
         None | Some(Value::Null) => Ok(0),
         Some(Value::String(c)) => c
             .strip_prefix("page-")
+            .and_then(|rest| rest.split('.').next())
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| ErrorObject::invalid_params(format!("Invalid cursor: {c}"))),
         Some(_) => Err(ErrorObject::invalid_params("cursor must be a string")),
@@ -80,7 +82,9 @@ impl Offerings {
             .collect();
         let mut result = json!({ "resources": resources });
         if (page + 1) * PAGE < RESOURCES.len() {
-            result["nextCursor"] = json!(format!("page-{}", page + 1));
+            // Long and opaque, as page tokens of many servers are (longer than a client may
+            // send back inside the gateway's own cursor).
+            result["nextCursor"] = json!(format!("page-{}.{}", page + 1, "z".repeat(300)));
         }
         Ok(result)
     }
@@ -129,12 +133,23 @@ impl Offerings {
         (now, subscribed)
     }
 
+    /// Adds or removes the prompt `extra`; true when it is there now.
+    pub(crate) fn toggle_prompt(&self) -> bool {
+        !self.extra_prompt.fetch_xor(true, Ordering::SeqCst)
+    }
+
+    /// The prompts (with `extra` while `toggle_prompt` has added it).
     pub(crate) fn list_prompts(&self) -> Value {
-        json!({"prompts": [
-            {"name": "greet", "description": "A greeting for someone.",
-             "arguments": [{"name": "name", "description": "Who to greet", "required": true}]},
-            {"name": "summarize", "description": "Summarise the readme."},
-        ]})
+        let extra = self.extra_prompt.load(Ordering::SeqCst);
+        let mut prompts = vec![
+            json!({"name": "greet", "description": "A greeting for someone.",
+             "arguments": [{"name": "name", "description": "Who to greet", "required": true}]}),
+            json!({"name": "summarize", "description": "Summarise the readme."}),
+        ];
+        if extra {
+            prompts.push(json!({"name": "extra", "description": "Present while toggle_prompt has added it."}));
+        }
+        json!({ "prompts": prompts })
     }
 
     pub(crate) fn get_prompt(&self, params: &Value) -> Result<Value, ErrorObject> {

@@ -217,6 +217,8 @@ impl DemoServer {
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
                    "inputSchema":object(json!({}), &[])}),
+            json!({"name":"toggle_prompt","description":"Adds or removes the 'extra' prompt and announces notifications/prompts/list_changed.",
+                   "inputSchema":object(json!({}), &[])}),
             json!({"name":"touch","description":"Bumps the resource demo://counter and notifies its subscribers.",
                    "inputSchema":object(json!({}), &[])}),
             json!({"name":"blob","description":"Returns a text of bytes bytes.",
@@ -654,6 +656,14 @@ impl DemoServer {
                     .map_err(|()| ErrorObject::new(-32800, "request cancelled"))
             }
             "broken" => Ok(Value::Null),
+            "toggle_prompt" => {
+                let Some(offerings) = &self.inner.offerings else {
+                    return Err(ErrorObject::invalid_params("this server has no prompts"));
+                };
+                let now = offerings.toggle_prompt();
+                self.announce(Message::notification(methods::PROMPTS_LIST_CHANGED, None));
+                Ok(text(format!("extra prompt {}", if now { "added" } else { "removed" })))
+            }
             "touch" => {
                 let Some(offerings) = &self.inner.offerings else {
                     return Err(ErrorObject::invalid_params("this server has no resources"));

@@ -83,6 +83,9 @@ pub struct SessionActor {
     queued_bytes: usize,
     /// The level the client set with `logging/setLevel`, for upstream sessions opened later.
     log_level: Option<String>,
+    /// Listing positions too long to hand the client as cursors, by number (bounded).
+    stashed_cursors: std::collections::VecDeque<(u64, crate::offerings::ListCursor)>,
+    next_stash: u64,
 }
 
 /// A message waiting for a stream: the task it is about, the request id it carries (a relayed
@@ -134,6 +137,8 @@ impl SessionActor {
             queued: Vec::new(),
             queued_bytes: 0,
             log_level: None,
+            stashed_cursors: std::collections::VecDeque::new(),
+            next_stash: 1,
         }
     }
 

@@ -6,8 +6,12 @@
 
 use super::*;
 use crate::catalog::Naming;
-use crate::offerings::{self as names, ListCursor};
+use crate::offerings::{self as names, CursorRef, ListCursor};
 use taskgate_upstream::UpstreamError;
+
+/// Long listing cursors a session keeps for its client (the oldest is forgotten first; a
+/// client that sends it back then gets -32602 and lists again).
+const MAX_STASHED_CURSORS: usize = 64;
 
 /// RFC 5424 severities, least severe first (server/utilities/logging "Log Levels").
 const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
@@ -54,14 +58,19 @@ impl Listing {
         }
     }
 
-    fn expose(self, naming: &Naming, separator: &str, item: &mut Value) {
+    /// Gives an entry its client-visible URI or name; false when it has none (malformed).
+    fn expose(self, naming: &Naming, separator: &str, item: &mut Value) -> bool {
         let (field, uri) = match self {
             Listing::Resources => ("uri", true),
             Listing::Templates => ("uriTemplate", true),
             Listing::Prompts => ("name", false),
         };
-        if let Some(Value::String(v)) = item.get_mut(field) {
-            *v = if uri { names::expose_uri(naming, v) } else { names::expose_name(naming, separator, v) };
+        match item.get_mut(field) {
+            Some(Value::String(v)) => {
+                *v = if uri { names::expose_uri(naming, v) } else { names::expose_name(naming, separator, v) };
+                true
+            }
+            _ => false,
         }
     }
 }
@@ -123,7 +132,14 @@ impl SessionActor {
         let cursor = match mcp::cursor(params.as_ref()) {
             Ok(None) => None,
             Ok(Some(c)) => match ListCursor::decode(listing.kind(), c) {
-                Some(c) => Some(c),
+                Some(CursorRef::At(c)) => Some(c),
+                Some(CursorRef::Stashed(n)) => match self.stashed_cursors.iter().find(|(k, _)| *k == n) {
+                    Some((_, c)) => Some(c.clone()),
+                    None => {
+                        let why = "Invalid cursor: it has expired (this session keeps its most recent long cursors only); list again from the start";
+                        return self.finish(id, Err(GatewayError::InvalidParams(why.into())));
+                    }
+                },
                 None => {
                     let why =
                         format!("Invalid cursor: {} is not a cursor this gateway issued", crate::logs::Untrusted(c));
@@ -168,12 +184,18 @@ impl SessionActor {
                         continue;
                     }
                 };
-                let Some(Value::Array(mut items)) = result.get(listing.key()).cloned() else {
+                let Some(Value::Array(listed)) = result.get(listing.key()).cloned() else {
                     tracing::warn!(upstream = %naming.upstream, method = listing.method(), "upstream listing has no array; left out");
                     continue;
                 };
-                for item in items.iter_mut() {
-                    listing.expose(naming, &separator, item);
+                // Only well-formed entries (an object naming its URI, template or name) pass.
+                let listed_count = listed.len();
+                let items: Vec<Value> = listed
+                    .into_iter()
+                    .filter_map(|mut item| listing.expose(naming, &separator, &mut item).then_some(item))
+                    .collect();
+                if items.len() < listed_count {
+                    tracing::warn!(upstream = %naming.upstream, method = listing.method(), dropped = listed_count - items.len(), "upstream listed malformed entries; left out");
                 }
                 let next = match result.get("nextCursor").and_then(Value::as_str) {
                     Some(c) => Some(ListCursor { upstream: naming.upstream.clone(), cursor: Some(c.to_owned()) }),
@@ -182,15 +204,36 @@ impl SessionActor {
                 if items.is_empty() && next.as_ref().is_some_and(|n| n.cursor.is_none()) {
                     continue; // nothing here: straight on to the next upstream
                 }
-                let mut page = json!({ listing.key(): items });
-                if let Some(next) = next {
-                    page["nextCursor"] = Value::from(next.encode(listing.kind()));
-                }
-                return Ok(page);
+                return Ok((json!({ listing.key(): items }), next));
             }
-            Ok(json!({ listing.key(): [] }))
+            Ok((json!({ listing.key(): [] }), None))
         };
-        self.answer_with(id, work, ctx);
+        ctx.spawn(work.into_actor(self).map(move |page: Result<(Value, Option<ListCursor>), GatewayError>, act, _| {
+            let page = page.map(|(mut page, next)| {
+                if let Some(next) = next {
+                    page["nextCursor"] = Value::from(act.cursor_text(listing.kind(), next));
+                }
+                page
+            });
+            act.finish(id, page)
+        }));
+    }
+
+    /// The cursor a client gets for `next`: the position itself, or, when the upstream's own
+    /// cursor would make it longer than a client may send (`mcp::MAX_ID_BYTES`), a number
+    /// standing for it that the session keeps (bounded by `MAX_STASHED_CURSORS`).
+    fn cursor_text(&mut self, kind: &str, next: ListCursor) -> String {
+        let inline = next.encode(kind);
+        if inline.len() + 2 <= mcp::MAX_ID_BYTES {
+            return inline;
+        }
+        let n = self.next_stash;
+        self.next_stash += 1;
+        if self.stashed_cursors.len() >= MAX_STASHED_CURSORS {
+            self.stashed_cursors.pop_front();
+        }
+        self.stashed_cursors.push_back((n, next));
+        ListCursor::encode_stashed(kind, n)
     }
 
     /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: to the upstream the URI
