@@ -124,7 +124,7 @@ async fn client_chosen_identifiers_are_bounded_and_typed() {
 }
 
 #[actix_rt::test]
-async fn duplicate_keys_by_position_params_and_a_version_other_than_the_negotiated_one_are_refused() {
+async fn duplicate_keys_and_by_position_params_are_refused_and_an_unsupported_version_is_400() {
     let demo = DemoUpstream::start();
     let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
     let mut c = McpClient::new(&gw.url);
@@ -137,9 +137,12 @@ async fn duplicate_keys_by_position_params_and_a_version_other_than_the_negotiat
         .post_raw(r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":[]}"#, &[("mcp-protocol-version", "2025-03-26")])
         .await;
     assert_eq!(error_code(&r), -32600);
-    // basic/transports "Protocol Version Header": a version this session did not negotiate is 400.
-    let r = c.post_raw(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#, &[("mcp-protocol-version", "2025-11-25")]).await;
+    // basic/transports "Protocol Version Header": an unsupported version is 400; another
+    // supported one than the negotiated one is served (at the negotiated version).
+    let r = c.post_raw(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#, &[("mcp-protocol-version", "2024-10-07")]).await;
     assert_eq!(r.status, 400);
+    let r = c.post_raw(r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#, &[("mcp-protocol-version", "2025-11-25")]).await;
+    assert_eq!(r.outcome().unwrap(), json!({}));
     let r = c.post_raw(r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#, &[("mcp-protocol-version", "2025-03-26")]).await;
     assert_eq!(r.outcome().unwrap(), json!({}));
 }

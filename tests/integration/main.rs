@@ -2,6 +2,7 @@
 //! One test binary (one link) with a module per area.
 
 mod cli;
+mod conformance;
 mod federation;
 mod front_door;
 mod hostile;

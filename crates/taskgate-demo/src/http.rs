@@ -91,7 +91,34 @@ pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
     Ok(DemoHttp { addr, url: format!("http://{addr}/mcp"), handle, state })
 }
 
+/// Refuses a request whose `Host` or `Origin` names anything but this machine (basic/transports
+/// "Security Warning": local servers MUST validate `Origin` against DNS rebinding; the demo only
+/// ever listens on loopback, so it checks `Host` too).
+fn local_only(headers: &HeaderMap) -> Result<(), HttpResponse> {
+    let local = |authority: &str| {
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().map(|h| format!("[{h}]")).unwrap_or_default(),
+            None => authority.split(':').next().unwrap_or_default().to_owned(),
+        };
+        matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "[::1]")
+    };
+    let value = |name: header::HeaderName| headers.get(name).map(|v| v.to_str().unwrap_or("<not ASCII>"));
+    if let Some(host) = value(header::HOST) {
+        if !local(host) {
+            return Err(HttpResponse::Forbidden().body(format!("Host {host} is not this machine")));
+        }
+    }
+    if let Some(origin) = value(header::ORIGIN) {
+        let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
+        if !local(authority) {
+            return Err(HttpResponse::Forbidden().body(format!("Origin {origin} is not allowed")));
+        }
+    }
+    Ok(())
+}
+
 fn session(headers: &HeaderMap, state: &State) -> Result<(String, u64), HttpResponse> {
+    local_only(headers)?;
     let Some(id) = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) else {
         return Err(HttpResponse::BadRequest().body("missing Mcp-Session-Id"));
     };
@@ -125,6 +152,9 @@ fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
 }
 
 async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpResponse {
+    if let Err(refused) = local_only(req.headers()) {
+        return refused;
+    }
     let message = match Message::from_slice(&body) {
         Ok(Ok(m)) => m,
         Ok(Err(e)) => {

@@ -8,6 +8,7 @@
 //! `notifications/tools/list_changed`); `touch` (bumps the subscribable resource
 //! `demo://counter`); `toggle_prompt` (adds or removes the prompt `extra`). Resources, prompts, completion and logging: [`offerings`].
 
+mod conformance;
 pub mod http;
 mod offerings;
 pub mod stdio;

@@ -35,6 +35,8 @@ pub(crate) struct Offerings {
     subscriptions: Mutex<HashSet<(u64, String)>>,
     /// The minimum level per connection (absent: everything is sent).
     levels: Mutex<std::collections::HashMap<u64, usize>>,
+    /// Whether the conformance suite's resources, prompts and completions are served too.
+    conformance: bool,
 }
 
 /// The capabilities that go with them.
@@ -72,16 +74,28 @@ fn page_of(params: &Value) -> Result<usize, ErrorObject> {
 }
 
 impl Offerings {
+    pub(crate) fn with_conformance() -> Offerings {
+        Offerings { conformance: true, ..Offerings::default() }
+    }
+
+    /// (uri, name, mimeType, description) of every listed resource.
+    fn resources(&self) -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+        let own = RESOURCES.iter().map(|(uri, name, mime)| (*uri, *name, *mime, "A demo resource."));
+        let conformance = crate::conformance::RESOURCES.iter().copied().filter(|_| self.conformance);
+        own.chain(conformance).collect()
+    }
+
     pub(crate) fn list_resources(&self, params: &Value) -> Result<Value, ErrorObject> {
         let page = page_of(params)?;
-        let resources: Vec<Value> = RESOURCES
+        let all = self.resources();
+        let resources: Vec<Value> = all
             .iter()
             .skip(page * PAGE)
             .take(PAGE)
-            .map(|(uri, name, mime)| json!({"uri": uri, "name": name, "mimeType": mime}))
+            .map(|(uri, name, mime, description)| json!({"uri": uri, "name": name, "mimeType": mime, "description": description}))
             .collect();
         let mut result = json!({ "resources": resources });
-        if (page + 1) * PAGE < RESOURCES.len() {
+        if (page + 1) * PAGE < all.len() {
             // Long and opaque, as page tokens of many servers are (longer than a client may
             // send back inside the gateway's own cursor).
             result["nextCursor"] = json!(format!("page-{}.{}", page + 1, "z".repeat(300)));
@@ -90,14 +104,21 @@ impl Offerings {
     }
 
     pub(crate) fn list_templates(&self) -> Value {
-        json!({"resourceTemplates": [{
+        let mut templates = vec![json!({
             "uriTemplate": "demo://echo/{text}", "name": "echo", "description": "Reads back the text in its URI.",
             "mimeType": "text/plain"
-        }]})
+        })];
+        if self.conformance {
+            templates.extend(crate::conformance::templates());
+        }
+        json!({ "resourceTemplates": templates })
     }
 
     pub(crate) fn read(&self, params: &Value) -> Result<Value, ErrorObject> {
         let uri = string_param(params, "uri")?;
+        if let Some(read) = crate::conformance::read(uri).filter(|_| self.conformance) {
+            return Ok(read);
+        }
         let text = match uri {
             "demo://readme" => "taskgate demo upstream: tools, resources and prompts.".to_owned(),
             "demo://counter" => self.counter.load(Ordering::SeqCst).to_string(),
@@ -113,7 +134,7 @@ impl Offerings {
 
     pub(crate) fn subscribe(&self, connection: u64, params: &Value, on: bool) -> Result<Value, ErrorObject> {
         let uri = string_param(params, "uri")?;
-        if !RESOURCES.iter().any(|(u, _, _)| *u == uri) {
+        if !self.resources().iter().any(|(u, _, _, _)| *u == uri) {
             return Err(not_found(uri));
         }
         let mut subscriptions = self.subscriptions.lock();
@@ -149,12 +170,18 @@ impl Offerings {
         if extra {
             prompts.push(json!({"name": "extra", "description": "Present while toggle_prompt has added it."}));
         }
+        if self.conformance {
+            prompts.extend(crate::conformance::prompts());
+        }
         json!({ "prompts": prompts })
     }
 
     pub(crate) fn get_prompt(&self, params: &Value) -> Result<Value, ErrorObject> {
         let name = string_param(params, "name")?;
         let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+        if let Some(got) = crate::conformance::get_prompt(name, &args).filter(|_| self.conformance) {
+            return got;
+        }
         match name {
             "greet" => {
                 let who = args
@@ -180,7 +207,9 @@ impl Offerings {
         let reference = params.get("ref").ok_or_else(|| ErrorObject::invalid_params("completion needs \"ref\""))?;
         let value = params.pointer("/argument/value").and_then(Value::as_str).unwrap_or_default();
         let argument = params.pointer("/argument/name").and_then(Value::as_str).unwrap_or_default();
+        let conformance = crate::conformance::completions(reference, argument).filter(|_| self.conformance);
         let candidates: &[&str] = match (reference.get("type").and_then(Value::as_str), argument) {
+            (Some("ref/prompt"), _) if conformance.is_some() => conformance.unwrap_or_default(),
             (Some("ref/prompt"), "name") if reference.get("name") == Some(&json!("greet")) => &NAMES,
             (Some("ref/resource"), "text") if reference.get("uri") == Some(&json!("demo://echo/{text}")) => &WORDS,
             (Some("ref/prompt" | "ref/resource"), _) => &[],

@@ -74,6 +74,10 @@ struct Inner {
     asked: Mutex<HashMap<RequestId, tokio::sync::oneshot::Sender<Result<Value, ErrorObject>>>>,
     /// Resources, prompts, completion and logging (absent on a tools-only server).
     offerings: Option<crate::offerings::Offerings>,
+    /// Whether it also serves the conformance suite's fixtures ([`crate::conformance`]).
+    conformance: bool,
+    /// The capabilities each connection's client declared in `initialize`.
+    client_capabilities: Mutex<HashMap<u64, Value>>,
 }
 
 impl Default for Inner {
@@ -92,6 +96,8 @@ impl Default for Inner {
             undelivered: Mutex::default(),
             late: Mutex::default(),
             offerings: Some(crate::offerings::Offerings::default()),
+            conformance: false,
+            client_capabilities: Mutex::default(),
         }
     }
 }
@@ -117,6 +123,13 @@ impl DemoServer {
     /// A server of tools only: no resources, prompts, completion or logging.
     pub fn tools_only() -> DemoServer {
         DemoServer { inner: Arc::new(Inner { offerings: None, ..Inner::default() }) }
+    }
+
+    /// A server that also serves the fixtures of the MCP conformance suite's server scenarios
+    /// (tools, resources, prompts and completions named `test_*` and `test://`).
+    pub fn conformance() -> DemoServer {
+        let offerings = Some(crate::offerings::Offerings::with_conformance());
+        DemoServer { inner: Arc::new(Inner { conformance: true, offerings, ..Inner::default() }) }
     }
 
     /// A snapshot of what the server has seen.
@@ -233,6 +246,9 @@ impl DemoServer {
             tools.push(json!({"name":"job","description":"Like slow, but only as a task.","execution":{"taskSupport":"required"},
                    "inputSchema":object(json!({"ms":{"type":"integer"}}), &[])}));
         }
+        if self.inner.conformance {
+            tools.extend(crate::conformance::tools());
+        }
         if self.inner.extra_tool.load(Ordering::SeqCst) {
             tools.push(json!({"name":"extra","description":"Appears after toggle_extra.","inputSchema":object(json!({}), &[])}));
         }
@@ -299,6 +315,7 @@ impl DemoServer {
                 stats.initializes += 1;
                 stats.last_client_capabilities = view.capabilities.clone();
                 stats.last_client_info = view.client_info.clone();
+                self.inner.client_capabilities.lock().insert(connection, view.capabilities.clone());
                 let mut capabilities = json!({"tools": {"listChanged": true}});
                 if self.inner.offerings.is_some() {
                     if let (Value::Object(c), Value::Object(more)) =
@@ -685,8 +702,43 @@ impl DemoServer {
                 Ok(text(format!("extra tool {}", if now { "added" } else { "removed" })))
             }
             "extra" if self.inner.extra_tool.load(Ordering::SeqCst) => Ok(text("extra".into())),
+            name if self.inner.conformance && crate::conformance::is_tool(name) => {
+                let token = mcp::progress_token(Some(&params)).cloned();
+                self.conformance_call(connection, name, &args, token, related).await
+            }
             other => Err(ErrorObject::invalid_params(format!("Unknown tool: {other}"))),
         }
+    }
+
+    /// Sends `method` to the client on the call's stream and waits for its answer.
+    pub(crate) async fn ask_client(
+        &self,
+        method: &str,
+        params: Value,
+        related: &mpsc::Sender<Message>,
+    ) -> Result<Value, ErrorObject> {
+        let ask_id = RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner.asked.lock().insert(ask_id.clone(), tx);
+        let _ = related.send(Message::request(ask_id, method, Some(params))).await;
+        rx.await.map_err(|_| ErrorObject::new(-32603, format!("the client never answered {method}")))?
+    }
+
+    /// Refuses a request the client did not declare the capability for (basic/lifecycle
+    /// "Capability Negotiation").
+    pub(crate) fn client_declares(&self, connection: u64, capability: &str) -> Result<(), ErrorObject> {
+        let declared =
+            self.inner.client_capabilities.lock().get(&connection).is_some_and(|c| c.get(capability).is_some());
+        if declared {
+            Ok(())
+        } else {
+            Err(ErrorObject::invalid_params(format!("the client did not declare the {capability} capability")))
+        }
+    }
+
+    /// Whether a log message at `level` goes to `connection` (its logging/setLevel).
+    pub(crate) fn logs(&self, connection: u64, level: &str) -> bool {
+        self.inner.offerings.as_ref().is_none_or(|o| o.logs(connection, level))
     }
 
     /// Waits until the gate opens or the request is cancelled (then -32800).

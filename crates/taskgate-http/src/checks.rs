@@ -89,16 +89,18 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
 }
 
 /// basic/transports "Protocol Version Header": an invalid or unsupported version MUST get 400.
-/// Without the header, the version negotiated at initialize applies; with it, it must be that
-/// version (a session negotiated at one revision is not served at another).
+/// The session is served at the version it negotiated at initialize whatever the header says:
+/// the header SHOULD be that version, and a supported other one (the conformance suite sends
+/// 2025-03-26 on a 2025-11-25 session, as older SDK clients do) is accepted, as SDK servers do.
 pub fn protocol_version(headers: &HeaderMap, negotiated: &str) -> Result<(), GatewayError> {
     match headers.get(VERSION_HEADER) {
         None => Ok(()),
         Some(v) => match v.to_str().map(str::trim) {
             Ok(v) if v == negotiated => Ok(()),
-            Ok(v) if mcp::is_supported_version(v) => Err(GatewayError::UnsupportedProtocolVersion(format!(
-                "{v} (this session negotiated {negotiated} at initialize)"
-            ))),
+            Ok(v) if mcp::is_supported_version(v) => {
+                tracing::debug!(header = v, %negotiated, "MCP-Protocol-Version differs from the negotiated version; served at the negotiated one");
+                Ok(())
+            }
             Ok(v) => Err(GatewayError::UnsupportedProtocolVersion(Untrusted(v).to_string())),
             Err(_) => Err(GatewayError::UnsupportedProtocolVersion("<not ASCII>".into())),
         },
@@ -227,7 +229,8 @@ mod tests {
         assert!(content_type(&headers(&[("content-type", "text/plain")])).is_err());
         assert!(content_type(&headers(&[])).is_err());
         assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-06-18")]), "2025-06-18").is_ok());
-        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-11-25")]), "2025-03-26").is_err());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-11-25")]), "2025-03-26").is_ok());
+        assert!(protocol_version(&headers(&[("mcp-protocol-version", "2025-13-01")]), "2025-11-25").is_err());
         assert!(protocol_version(&headers(&[("mcp-protocol-version", "2024-01-01")]), "2025-11-25").is_err());
         assert!(protocol_version(&headers(&[]), "2025-03-26").is_ok());
     }

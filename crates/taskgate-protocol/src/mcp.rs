@@ -27,9 +27,9 @@ pub fn negotiate_version(requested: &str) -> &'static str {
 /// Negotiation"): `elicitation`, `sampling` or `roots`; `None` for other methods (`ping`).
 pub fn client_capability_for(method: &str) -> Option<&'static str> {
     match method {
-        "elicitation/create" => Some("elicitation"),
-        "sampling/createMessage" => Some("sampling"),
-        "roots/list" => Some("roots"),
+        methods::ELICITATION_CREATE => Some("elicitation"),
+        methods::SAMPLING_CREATE_MESSAGE => Some("sampling"),
+        methods::ROOTS_LIST => Some("roots"),
         _ => None,
     }
 }
@@ -94,6 +94,12 @@ pub mod methods {
     pub const LOGGING_SET_LEVEL: &str = "logging/setLevel";
     /// `notifications/roots/list_changed`
     pub const ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";
+    /// `elicitation/create` (server to client)
+    pub const ELICITATION_CREATE: &str = "elicitation/create";
+    /// `sampling/createMessage` (server to client)
+    pub const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
+    /// `roots/list` (server to client)
+    pub const ROOTS_LIST: &str = "roots/list";
 }
 
 /// The client capabilities a gateway can honour for an upstream, because it relays the

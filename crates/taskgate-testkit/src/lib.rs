@@ -107,6 +107,11 @@ impl DemoUpstream {
         DemoUpstream::serve(DemoServer::tools_only())
     }
 
+    /// Starts it with the conformance suite's fixtures too ([`DemoServer::conformance`]).
+    pub fn start_conformance() -> DemoUpstream {
+        DemoUpstream::serve(DemoServer::conformance())
+    }
+
     fn serve(demo: DemoServer) -> DemoUpstream {
         let http = taskgate_demo::http::serve(demo.clone(), "127.0.0.1:0").expect("bind 127.0.0.1:0");
         DemoUpstream { demo, http }

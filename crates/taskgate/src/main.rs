@@ -61,6 +61,10 @@ enum Command {
         /// Serve MCP over Streamable HTTP at http://ADDR/mcp.
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Also serve the fixtures of the MCP conformance suite's server scenarios (tools,
+        /// resources and prompts named test_*, test://...).
+        #[arg(long)]
+        conformance: bool,
     },
 }
 
@@ -73,7 +77,7 @@ fn main() -> ExitCode {
         }
         Command::HashKey { key } => hash_key(key),
         Command::Demo { listen, data } => demo(listen, data),
-        Command::DemoUpstream { stdio, listen } => demo_upstream(stdio, listen),
+        Command::DemoUpstream { stdio, listen, conformance } => demo_upstream(stdio, listen, conformance),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -319,8 +323,8 @@ fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
     })
 }
 
-fn demo_upstream(stdio: bool, listen: Option<SocketAddr>) -> anyhow::Result<()> {
-    let demo = taskgate_demo::DemoServer::new();
+fn demo_upstream(stdio: bool, listen: Option<SocketAddr>, conformance: bool) -> anyhow::Result<()> {
+    let demo = if conformance { taskgate_demo::DemoServer::conformance() } else { taskgate_demo::DemoServer::new() };
     if stdio {
         // stdout carries MCP messages only; nothing else may be printed there.
         return actix_rt::System::new()
