@@ -276,3 +276,58 @@ async fn a_request_the_upstream_sends_on_its_get_stream_during_a_cold_sessions_f
     let Message::Response { result, .. } = result else { panic!("expected the result, got {result:?}") };
     assert_eq!(result["content"][0]["text"], "answer: Ada");
 }
+
+#[actix_rt::test]
+async fn a_client_sees_the_tools_offered_to_its_capabilities_and_its_roots_reach_the_upstream() {
+    // The demo offers list_roots only to clients that declare roots (as server-everything offers
+    // its elicitation, sampling and roots tools). The gateway keeps a catalog per set of relayed
+    // client capabilities, two at most here: the base one and one more.
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![demo.upstream("demo")]);
+    config.federation.max_tool_catalogs = 2;
+    let gw = TestGateway::start(config);
+    let fallbacks = || gw.gateway.metrics().tool_catalog_fallbacks.with_label_values::<&str>(&[]).get();
+
+    let mut plain = McpClient::new(&gw.url);
+    plain.initialize_with("2025-11-25", json!({})).await;
+    assert!(!plain.tool_names().await.contains(&"demo__list_roots".to_string()));
+    let unknown = plain.call("demo__list_roots", json!({})).await.unwrap_err();
+    assert_eq!(unknown.code, -32602, "{unknown:?}");
+
+    let mut rooted = McpClient::new(&gw.url);
+    rooted.initialize_with("2025-11-25", json!({"roots": {"listChanged": true}})).await;
+    assert!(rooted.tool_names().await.contains(&"demo__list_roots".to_string()));
+    assert_eq!(gw.gateway.metrics().tool_catalogs.get(), 2);
+    // client/roots: the upstream's roots/list reaches the client on the call's stream, and the
+    // client's answer comes back to the upstream.
+    let mut call =
+        rooted.request_stream("tools/call", Some(json!({"name": "demo__list_roots", "arguments": {}}))).await;
+    let asked = within(call.next()).await.expect("the roots request");
+    let Message::Request { id, method, .. } = asked else { panic!("expected roots/list, got {asked:?}") };
+    assert_eq!(method, "roots/list");
+    let roots = json!({"roots": [{"uri": "file:///work/project", "name": "project"}]});
+    assert_eq!(rooted.post_message(&Message::response(id, roots)).await.status.as_u16(), 202);
+    let Some(Message::Response { result, .. }) = within(call.next()).await else { panic!("expected the result") };
+    assert_eq!(result["content"][0]["text"], "file:///work/project");
+    // The client's notifications/roots/list_changed reaches its upstream session.
+    let before = demo.demo.stats().roots_list_changed;
+    assert_eq!(rooted.notify("notifications/roots/list_changed", None).await.as_u16(), 202);
+    within(async {
+        while demo.demo.stats().roots_list_changed == before {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    // The same set declared in another order is the same catalog; a third set is over the cap:
+    // that client sees what a client declaring nothing sees, and the fallback is counted.
+    let mut same = McpClient::new(&gw.url);
+    same.initialize_with("2025-11-25", json!({"roots": {"listChanged": true}})).await;
+    assert!(same.tool_names().await.contains(&"demo__list_roots".to_string()));
+    assert_eq!(fallbacks(), 0);
+    let mut over = McpClient::new(&gw.url);
+    over.initialize_with("2025-11-25", json!({"roots": {}, "sampling": {}})).await;
+    assert!(!over.tool_names().await.contains(&"demo__list_roots".to_string()));
+    assert_eq!(fallbacks(), 1);
+    assert_eq!(gw.gateway.metrics().tool_catalogs.get(), 2);
+}

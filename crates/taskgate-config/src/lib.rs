@@ -48,6 +48,8 @@ pub mod defaults {
     pub const PAGE_SIZE: usize = 100;
     /// Seconds to wait for an upstream's `tools/list` when building the catalog.
     pub const LIST_TIMEOUT_SECS: u64 = 10;
+    /// Tool catalogs by client capability set (the one of a client declaring none included).
+    pub const MAX_TOOL_CATALOGS: usize = 8;
     /// Task ttl when none is requested: one hour.
     pub const DEFAULT_TTL_MS: u64 = 60 * 60 * 1000;
     /// Smallest task ttl granted: ten seconds.
@@ -235,6 +237,10 @@ pub struct FederationConfig {
     /// Seconds to wait for an upstream's own `tools/list` when building the catalog; an upstream
     /// slower than this is left out of the listing until it answers.
     pub list_timeout_secs: u64,
+    /// Tool catalogs kept at most: one per distinct set of client capabilities the gateway
+    /// relays (roots, sampling, elicitation), because upstreams may offer tools only to clients
+    /// that declare them. Clients beyond the cap see the catalog of a client declaring none.
+    pub max_tool_catalogs: usize,
 }
 
 impl Default for FederationConfig {
@@ -243,6 +249,7 @@ impl Default for FederationConfig {
             separator: defaults::SEPARATOR.into(),
             page_size: defaults::PAGE_SIZE,
             list_timeout_secs: defaults::LIST_TIMEOUT_SECS,
+            max_tool_catalogs: defaults::MAX_TOOL_CATALOGS,
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
 use crate::outbound::{Limits, Outbound, OutboundReceiver, SessionBudget};
 use crate::registry::{Full, Identity, SessionEntry, Sessions};
-use crate::router::{Router, UpstreamHealth};
+use crate::router::{Router, ToolCatalog, UpstreamHealth};
 use crate::session::{
     ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor, StreamOverflowed,
 };
@@ -179,8 +179,9 @@ impl Gateway {
         let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
         let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
         let sessions = Arc::new(Sessions::new(config.server.max_sessions));
-        let list_timeout = Duration::from_secs(config.federation.list_timeout_secs);
-        let router = Router::new(connectors.clone(), catalog.clone(), sessions.clone(), list_timeout).start();
+        let router =
+            Router::new(connectors.clone(), catalog.clone(), sessions.clone(), &config.federation, metrics.clone())
+                .start();
         let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
         let store: Arc<dyn TaskStore> =
             Arc::new(crate::tasks::ObservedStore::new(open_store(&config)?, metrics.clone()));
@@ -508,7 +509,14 @@ impl Gateway {
 
     /// Handles `initialize`: negotiates the version, starts a session actor and returns the
     /// new session id with the `InitializeResult`.
-    pub fn initialize(&self, identity: Identity, params: Option<&Value>) -> Result<(String, Value), GatewayError> {
+    /// `catalog` is the session's tool catalog, from [`Gateway::catalog_ready`] (`None`: the
+    /// catalog of a client declaring no capabilities).
+    pub fn initialize(
+        &self,
+        identity: Identity,
+        params: Option<&Value>,
+        catalog: Option<ToolCatalog>,
+    ) -> Result<(String, Value), GatewayError> {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
         // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
         let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
@@ -528,7 +536,9 @@ impl Gateway {
             capabilities: mcp::relayable_client_capabilities(&view.capabilities),
             client_info: view.client_info,
         };
-        let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client).start();
+        let catalog =
+            catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
+        let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog).start();
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
         let tenant = identity.tenant.clone();
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
@@ -564,10 +574,17 @@ impl Gateway {
         Ok((id, result))
     }
 
-    /// Waits (a bounded time) until every upstream has been listed once, so `initialize` declares
-    /// what they offer.
-    pub async fn catalog_ready(&self) {
-        let _ = tokio::time::timeout(CATALOG_WAIT, self.shared.router.send(crate::router::EnsureCatalog)).await;
+    /// The tool catalog for a client initializing with `params` (one per distinct set of the
+    /// client capabilities the gateway relays), after waiting (a bounded time) until every
+    /// upstream has been listed in it once, so `initialize` declares what they offer and the
+    /// first `tools/list` has them. `None` for params `initialize` will refuse.
+    pub async fn catalog_ready(&self, params: Option<&Value>) -> Option<ToolCatalog> {
+        let view = InitializeView::from_params(params).ok()?;
+        let relayable = mcp::relayable_client_capabilities(&view.capabilities);
+        let catalog = self.shared.router.send(crate::router::CatalogFor(relayable)).await.ok()?;
+        let ready = self.shared.router.send(crate::router::EnsureCatalog(catalog.caps.clone()));
+        let _ = tokio::time::timeout(CATALOG_WAIT, ready).await;
+        Some(catalog)
     }
 
     /// What the upstreams `tenant` sees offer besides tools, as the gateway declares it: the union

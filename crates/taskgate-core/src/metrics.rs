@@ -58,6 +58,11 @@ pub struct Metrics {
     pub upstream_reachable: IntGaugeVec,
     /// Tool name collisions in the catalog now.
     pub catalog_collisions: IntGauge,
+    /// Tool catalogs kept, one per distinct set of relayed client capabilities.
+    pub tool_catalogs: IntGauge,
+    /// Sessions given the catalog of a client declaring no capabilities because
+    /// `federation.max_tool_catalogs` was reached.
+    pub tool_catalog_fallbacks: IntCounterVec,
     /// Process start, for uptime.
     pub start_time: IntGauge,
     /// Requests refused for their credentials, by reason (missing, malformed, unknown_key,
@@ -195,6 +200,15 @@ impl Metrics {
                 &["upstream"],
             ),
             catalog_collisions: single("taskgate_catalog_collisions", "Tool names offered by more than one upstream"),
+            tool_catalogs: single(
+                "taskgate_tool_catalogs",
+                "Tool catalogs kept, one per distinct set of relayed client capabilities",
+            ),
+            tool_catalog_fallbacks: counter(
+                "taskgate_tool_catalog_fallbacks_total",
+                "Sessions given the tools of a client declaring no capabilities (federation.max_tool_catalogs reached)",
+                &[],
+            ),
             start_time: single("taskgate_start_time_seconds", "Start time of the process since the Unix epoch"),
             auth_failures: counter(
                 "taskgate_auth_failures_total",
@@ -289,6 +303,7 @@ impl Metrics {
     /// data" and `absent()` alerts do not misfire. Called at start and on every reload (new
     /// tenants). Series that name an id never exist (invariant 8).
     pub fn initialise(&self, tenants: &[String], upstreams: &[String]) {
+        self.tool_catalog_fallbacks.with_label_values::<&str>(&[]);
         const TASK_ENDS: [&str; 3] = ["completed", "failed", "cancelled"];
         const ADMISSION: [&str; 9] = [
             "max_sessions",

@@ -3,7 +3,10 @@
 //!
 //! It lists each upstream's tools through a catalog session of its own (declaring no client
 //! capabilities), at start and whenever an upstream announces `notifications/tools/list_changed`,
-//! then tells every client session. Listing happens in spawned futures: the Router's mailbox
+//! then tells every client session. Clients that declare capabilities the gateway relays (roots,
+//! sampling, elicitation) get a catalog per distinct set, listed through catalog sessions that
+//! declare it, because servers may offer some tools only to such clients; at most
+//! `federation.max_tool_catalogs`. Listing happens in spawned futures: the Router's mailbox
 //! never waits on an upstream (invariant 2).
 
 use std::collections::{HashMap, HashSet};
@@ -13,11 +16,13 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use parking_lot::RwLock;
 use serde_json::Value;
+use taskgate_config::FederationConfig;
 use taskgate_protocol::mcp::{methods, ToolView};
 use taskgate_upstream::{ClientIdentity, Connector, UpstreamError, UpstreamEvent, UpstreamSession};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::Catalog;
+use crate::metrics::Metrics;
 use crate::registry::Sessions;
 use crate::session::ToolsChanged;
 use crate::stream::receiver_stream;
@@ -28,22 +33,66 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 const MAX_PAGES: usize = 100;
 const MAX_TOOLS: usize = 10_000;
 
+/// A tool catalog's identity: the client capabilities its listing sessions declare, as
+/// canonical JSON; empty for the catalog of a client declaring none (the base catalog).
+pub(crate) type Caps = String;
+/// One upstream's listing in one catalog.
+type Key = (Caps, String);
+
+/// The key of the catalog for a client's relayable capabilities (roots, sampling, elicitation):
+/// canonical JSON, so that the same set declared in another order is the same catalog.
+pub(crate) fn capability_key(relayable: &Value) -> Caps {
+    fn canonical(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                Value::Object(keys.into_iter().map(|k| (k.clone(), canonical(&map[k]))).collect())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    match relayable {
+        Value::Object(map) if !map.is_empty() => canonical(relayable).to_string(),
+        _ => Caps::new(),
+    }
+}
+
+/// A session's tool catalog: which one, and the catalog itself.
+#[derive(Clone)]
+pub struct ToolCatalog {
+    pub(crate) caps: Caps,
+    pub(crate) catalog: Arc<RwLock<Catalog>>,
+}
+
 /// The catalog router actor.
 pub struct Router {
     connectors: Vec<Connector>,
+    /// The catalog of a client declaring no capabilities: also what naming, the upstreams'
+    /// capabilities and health are read from.
     catalog: Arc<RwLock<Catalog>>,
+    /// The catalogs of clients declaring relayable capabilities, by [`capability_key`].
+    variants: HashMap<Caps, Arc<RwLock<Catalog>>>,
+    /// Catalogs kept at most, the base one included (`federation.max_tool_catalogs`).
+    max_catalogs: usize,
+    metrics: Arc<Metrics>,
     sessions: Arc<Sessions>,
     list_timeout: Duration,
-    catalog_sessions: HashMap<String, UpstreamSession>,
-    loading: HashSet<String>,
-    /// Upstreams that announced a change while being listed: list them again after.
-    reload: HashSet<String>,
-    failures: HashMap<String, (Instant, UpstreamError)>,
-    waiters: Vec<oneshot::Sender<()>>,
+    catalog_sessions: HashMap<Key, UpstreamSession>,
+    loading: HashSet<Key>,
+    /// Listings whose upstream announced a change while being listed: list them again after.
+    reload: HashSet<Key>,
+    failures: HashMap<Key, (Instant, UpstreamError)>,
+    waiters: Vec<(Caps, oneshot::Sender<()>)>,
     /// The last readiness probe: when, and what it found.
     probed: Option<(Instant, Vec<UpstreamHealth>)>,
     /// A readiness probe is out.
     probing: bool,
+}
+
+fn base(name: &str) -> Key {
+    (Caps::new(), name.to_owned())
 }
 
 impl Router {
@@ -51,13 +100,18 @@ impl Router {
         connectors: Vec<Connector>,
         catalog: Arc<RwLock<Catalog>>,
         sessions: Arc<Sessions>,
-        list_timeout: Duration,
+        federation: &FederationConfig,
+        metrics: Arc<Metrics>,
     ) -> Router {
+        metrics.tool_catalogs.set(1);
         Router {
             connectors,
             catalog,
+            variants: HashMap::new(),
+            max_catalogs: federation.max_tool_catalogs.max(1),
+            metrics,
             sessions,
-            list_timeout,
+            list_timeout: Duration::from_secs(federation.list_timeout_secs),
             catalog_sessions: HashMap::new(),
             loading: HashSet::new(),
             reload: HashSet::new(),
@@ -68,26 +122,38 @@ impl Router {
         }
     }
 
-    fn catalog_session(&mut self, name: &str, ctx: &mut Context<Self>) -> Option<UpstreamSession> {
-        if let Some(s) = self.catalog_sessions.get(name) {
+    fn catalog_of(&self, caps: &str) -> Option<Arc<RwLock<Catalog>>> {
+        if caps.is_empty() {
+            Some(self.catalog.clone())
+        } else {
+            self.variants.get(caps).cloned()
+        }
+    }
+
+    fn catalog_session(&mut self, key: &Key, ctx: &mut Context<Self>) -> Option<UpstreamSession> {
+        if let Some(s) = self.catalog_sessions.get(key) {
             return Some(s.clone());
         }
-        let connector = self.connectors.iter().find(|c| c.name() == name)?.clone();
+        let connector = self.connectors.iter().find(|c| c.name() == key.1)?.clone();
         let (tx, rx) = mpsc::channel(64);
-        let upstream = name.to_owned();
-        ctx.add_stream(receiver_stream(rx, move |event| (upstream.clone(), event)));
-        let session = connector.open(ClientIdentity::gateway(), tx);
-        self.catalog_sessions.insert(name.to_owned(), session.clone());
+        let tag = key.clone();
+        ctx.add_stream(receiver_stream(rx, move |event| (tag.clone(), event)));
+        let mut identity = ClientIdentity::gateway();
+        if !key.0.is_empty() {
+            identity.capabilities = serde_json::from_str(&key.0).unwrap_or_default();
+        }
+        let session = connector.open(identity, tx);
+        self.catalog_sessions.insert(key.clone(), session.clone());
         Some(session)
     }
 
-    fn load(&mut self, name: String, ctx: &mut Context<Self>) {
-        if !self.loading.insert(name.clone()) {
-            self.reload.insert(name);
+    fn load(&mut self, key: Key, ctx: &mut Context<Self>) {
+        if !self.loading.insert(key.clone()) {
+            self.reload.insert(key);
             return;
         }
-        let Some(session) = self.catalog_session(&name, ctx) else {
-            self.loading.remove(&name);
+        let Some(session) = self.catalog_session(&key, ctx) else {
+            self.loading.remove(&key);
             return;
         };
         let timeout = self.list_timeout;
@@ -97,35 +163,40 @@ impl Router {
                 Err(_) => Err(UpstreamError::Timeout { upstream: session.upstream().into(), after: timeout }),
             }
         };
-        ctx.spawn(listing.into_actor(self).map(move |result, act, ctx| act.loaded(name, result, ctx)));
+        ctx.spawn(listing.into_actor(self).map(move |result, act, ctx| act.loaded(key, result, ctx)));
     }
 
-    fn loaded(&mut self, name: String, result: Result<Listing, UpstreamError>, ctx: &mut Context<Self>) {
-        self.loading.remove(&name);
+    fn loaded(&mut self, key: Key, result: Result<Listing, UpstreamError>, ctx: &mut Context<Self>) {
+        self.loading.remove(&key);
+        let (caps, name) = (&key.0, &key.1);
+        let Some(catalog) = self.catalog_of(caps) else { return };
         let changed = match result {
             Ok(Listing { tools, native, capabilities }) => {
-                self.failures.remove(&name);
-                let mut catalog = self.catalog.write();
-                catalog.set_capabilities(&name, capabilities);
+                self.failures.remove(&key);
+                let mut catalog = catalog.write();
+                catalog.set_capabilities(name, capabilities);
                 let before = catalog.len();
-                let had = catalog.has_tools(&name);
-                for collision in catalog.set_tools(&name, tools.clone(), native) {
-                    tracing::error!(%collision, "tool name collision");
+                let had = catalog.has_tools(name);
+                for collision in catalog.set_tools(name, tools.clone(), native) {
+                    // Reported once, by the base catalog (the variants repeat its names).
+                    if caps.is_empty() {
+                        tracing::error!(%collision, "tool name collision");
+                    }
                 }
-                tracing::info!(upstream = %name, tools = tools.len(), native_tasks = native, "listed upstream tools");
+                tracing::info!(upstream = %name, client_capabilities = %caps, tools = tools.len(), native_tasks = native, "listed upstream tools");
                 had || catalog.len() != before
             }
             Err(error) => {
-                tracing::warn!(upstream = %name, %error, "cannot list upstream tools; its tools are left out until it answers");
-                self.failures.insert(name.clone(), (Instant::now(), error));
-                let mut catalog = self.catalog.write();
-                let had = catalog.has_tools(&name);
-                catalog.clear_tools(&name);
+                tracing::warn!(upstream = %name, client_capabilities = %caps, %error, "cannot list upstream tools; its tools are left out until it answers");
+                self.failures.insert(key.clone(), (Instant::now(), error));
+                let mut catalog = catalog.write();
+                let had = catalog.has_tools(name);
+                catalog.clear_tools(name);
                 had
             }
         };
-        if self.reload.remove(&name) {
-            self.load(name.clone(), ctx);
+        if self.reload.remove(&key) {
+            self.load(key.clone(), ctx);
         }
         if changed {
             for session in self.sessions.all() {
@@ -136,11 +207,34 @@ impl Router {
                 }
             }
         }
-        if self.loading.is_empty() {
-            for waiter in self.waiters.drain(..) {
-                let _ = waiter.send(());
+        let loading = &self.loading;
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            self.waiters.drain(..).partition(|(caps, _)| !loading.iter().any(|(c, _)| c == caps));
+        self.waiters = waiting;
+        for (_, waiter) in ready {
+            let _ = waiter.send(());
+        }
+    }
+
+    /// Lists, in the catalog `caps`, every upstream not listed yet (or whose failure is old
+    /// enough to retry); answers whether a listing of that catalog is in progress.
+    fn ensure(&mut self, caps: &str, ctx: &mut Context<Self>) -> bool {
+        let Some(catalog) = self.catalog_of(caps) else { return false };
+        let missing: Vec<Key> = self
+            .connectors
+            .iter()
+            .map(|c| (caps.to_owned(), c.name().to_owned()))
+            .filter(|key| {
+                !catalog.read().has_tools(&key.1)
+                    && self.failures.get(key).is_none_or(|(at, _)| at.elapsed() >= RETRY_AFTER)
+            })
+            .collect();
+        for key in missing {
+            if !self.loading.contains(&key) {
+                self.load(key, ctx);
             }
         }
+        self.loading.iter().any(|(c, _)| c == caps)
     }
 }
 
@@ -151,7 +245,7 @@ impl Actor for Router {
         ctx.set_mailbox_capacity(1024);
         let names: Vec<String> = self.connectors.iter().map(|c| c.name().to_owned()).collect();
         for name in names {
-            self.load(name, ctx);
+            self.load(base(&name), ctx);
         }
     }
 
@@ -162,9 +256,9 @@ impl Actor for Router {
     }
 }
 
-/// Lists every upstream that is not listed yet (or whose failure is old enough to retry) and
-/// resolves when no listing is in progress.
-pub(crate) struct EnsureCatalog;
+/// Lists, in the catalog given, every upstream that is not listed yet (or whose failure is old
+/// enough to retry) and resolves when no listing of that catalog is in progress.
+pub(crate) struct EnsureCatalog(pub Caps);
 
 impl Message for EnsureCatalog {
     type Result = ();
@@ -173,33 +267,53 @@ impl Message for EnsureCatalog {
 impl Handler<EnsureCatalog> for Router {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: EnsureCatalog, ctx: &mut Context<Self>) -> Self::Result {
-        let missing: Vec<String> = self
-            .connectors
-            .iter()
-            .map(|c| c.name().to_owned())
-            .filter(|name| {
-                !self.catalog.read().has_tools(name)
-                    && self.failures.get(name).is_none_or(|(at, _)| at.elapsed() >= RETRY_AFTER)
-            })
-            .collect();
-        for name in missing {
-            if !self.loading.contains(&name) {
-                self.load(name, ctx);
-            }
-        }
-        if self.loading.is_empty() {
+    fn handle(&mut self, EnsureCatalog(caps): EnsureCatalog, ctx: &mut Context<Self>) -> Self::Result {
+        if !self.ensure(&caps, ctx) {
             return Box::pin(async {});
         }
         let (tx, rx) = oneshot::channel();
-        self.waiters.push(tx);
+        self.waiters.push((caps, tx));
         Box::pin(async move {
             let _ = rx.await;
         })
     }
 }
 
-/// An upstream announced that its tools changed.
+/// The tool catalog for a client that declared these relayable capabilities (server/tools: a
+/// server may offer tools only to clients that declare what they need). A new set gets a catalog
+/// of its own, listed through catalog sessions that declare it, up to
+/// `federation.max_tool_catalogs`; beyond, the base catalog. Listing starts; it is not awaited.
+pub(crate) struct CatalogFor(pub Value);
+
+impl Message for CatalogFor {
+    type Result = ToolCatalog;
+}
+
+impl Handler<CatalogFor> for Router {
+    type Result = MessageResult<CatalogFor>;
+
+    fn handle(&mut self, CatalogFor(relayable): CatalogFor, ctx: &mut Context<Self>) -> Self::Result {
+        let mut caps = capability_key(&relayable);
+        if !caps.is_empty() && !self.variants.contains_key(&caps) {
+            if self.variants.len() + 1 >= self.max_catalogs {
+                self.metrics.tool_catalog_fallbacks.with_label_values::<&str>(&[]).inc();
+                tracing::warn!(client_capabilities = %caps, max = self.max_catalogs, "federation.max_tool_catalogs reached: this client sees the tools offered to a client declaring no capabilities");
+                caps = Caps::new();
+            } else {
+                let base = self.catalog.read();
+                let variant = Catalog::new(base.separator(), base.naming().to_vec());
+                drop(base);
+                self.variants.insert(caps.clone(), Arc::new(RwLock::new(variant)));
+                self.metrics.tool_catalogs.set(1 + self.variants.len() as i64);
+            }
+        }
+        self.ensure(&caps, ctx);
+        let catalog = self.catalog_of(&caps).expect("the catalog exists");
+        MessageResult(ToolCatalog { caps, catalog })
+    }
+}
+
+/// An upstream announced that its tools changed: every catalog lists it again.
 pub(crate) struct RefreshUpstream(pub String);
 
 impl Message for RefreshUpstream {
@@ -210,7 +324,10 @@ impl Handler<RefreshUpstream> for Router {
     type Result = ();
 
     fn handle(&mut self, RefreshUpstream(name): RefreshUpstream, ctx: &mut Context<Self>) {
-        self.load(name, ctx);
+        let catalogs: Vec<Caps> = std::iter::once(Caps::new()).chain(self.variants.keys().cloned()).collect();
+        for caps in catalogs {
+            self.load((caps, name.clone()), ctx);
+        }
     }
 }
 
@@ -263,7 +380,7 @@ impl Handler<UpstreamStates> for Router {
                     name: c.name().to_owned(),
                     required: c.config().required,
                     reachable: catalog.has_tools(c.name()),
-                    error: self.failures.get(c.name()).map(|(_, e)| e.to_string()),
+                    error: self.failures.get(&base(c.name())).map(|(_, e)| e.to_string()),
                 })
                 .collect();
             return Box::pin(actix::fut::ready(states));
@@ -273,9 +390,9 @@ impl Handler<UpstreamStates> for Router {
         let probes: Vec<_> = connectors
             .iter()
             .map(|c| {
-                let session = self.catalog_session(c.name(), ctx);
+                let session = self.catalog_session(&base(c.name()), ctx);
                 let listed = self.catalog.read().has_tools(c.name());
-                let failure = self.failures.get(c.name()).map(|(_, e)| e.to_string());
+                let failure = self.failures.get(&base(c.name())).map(|(_, e)| e.to_string());
                 let (name, required) = (c.name().to_owned(), c.config().required);
                 async move {
                     let answered = match session {
@@ -316,19 +433,19 @@ impl Handler<UpstreamFailure> for Router {
     type Result = Option<UpstreamError>;
 
     fn handle(&mut self, UpstreamFailure(name): UpstreamFailure, _: &mut Context<Self>) -> Option<UpstreamError> {
-        self.failures.get(&name).map(|(_, e)| e.clone())
+        self.failures.get(&base(&name)).map(|(_, e)| e.clone())
     }
 }
 
-impl StreamHandler<(String, UpstreamEvent)> for Router {
-    fn handle(&mut self, (upstream, event): (String, UpstreamEvent), ctx: &mut Context<Self>) {
+impl StreamHandler<(Key, UpstreamEvent)> for Router {
+    fn handle(&mut self, (key, event): (Key, UpstreamEvent), ctx: &mut Context<Self>) {
+        let upstream = &key.1;
         match event {
-            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => {
-                self.load(upstream, ctx)
-            }
+            UpstreamEvent::Notification { method, .. } if method == methods::TOOLS_LIST_CHANGED => self.load(key, ctx),
             UpstreamEvent::Request { id, method, .. } => {
-                // The catalog session declared no client capabilities: refuse what it cannot answer.
-                if let Some(session) = self.catalog_sessions.get(&upstream).cloned() {
+                // A catalog session has no client to ask (a variant's declares capabilities only
+                // so that the upstream lists what it offers with them): refuse.
+                if let Some(session) = self.catalog_sessions.get(&key).cloned() {
                     let reply = taskgate_protocol::Message::error(
                         Some(id),
                         taskgate_protocol::ErrorObject::method_not_found(&method),
@@ -401,4 +518,21 @@ async fn list_tools(session: &UpstreamSession) -> Result<Listing, UpstreamError>
         upstream: session.upstream().into(),
         reason: format!("tools/list did not end within {MAX_PAGES} pages"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::capability_key;
+    use serde_json::json;
+
+    #[test]
+    fn the_same_capabilities_in_any_order_are_one_catalog_and_none_is_the_base() {
+        assert_eq!(capability_key(&json!({})), "");
+        assert_eq!(capability_key(&json!(null)), "");
+        let a = capability_key(&json!({"roots": {"listChanged": true}, "elicitation": {"form": {}, "url": {}}}));
+        let b = capability_key(&json!({"elicitation": {"url": {}, "form": {}}, "roots": {"listChanged": true}}));
+        assert_eq!(a, b);
+        assert_eq!(a, r#"{"elicitation":{"form":{},"url":{}},"roots":{"listChanged":true}}"#);
+        assert_ne!(a, capability_key(&json!({"roots": {}})));
+    }
 }

@@ -43,6 +43,8 @@ pub struct DemoStats {
     pub pings: u64,
     /// `logging/setLevel` levels received, in order.
     pub log_levels: Vec<String>,
+    /// `notifications/roots/list_changed` received.
+    pub roots_list_changed: u64,
 }
 
 /// The demo MCP server. Clone it to share: all clones are the same server.
@@ -206,7 +208,19 @@ impl DemoServer {
         }
     }
 
-    /// The tool list.
+    /// The tools offered on `connection`: [`DemoServer::tools`], and `list_roots` when its
+    /// client declared `roots` (as servers offer tools that need a client capability only to
+    /// clients that declare it).
+    pub fn tools_for(&self, connection: u64) -> Vec<Value> {
+        let mut tools = self.tools();
+        if self.client_declares(connection, "roots").is_ok() {
+            tools.push(json!({"name": "list_roots", "description": "Asks the client for its roots (roots/list) and returns them; offered only to clients that declare roots.",
+                "inputSchema": {"type": "object", "properties": {}}}));
+        }
+        tools
+    }
+
+    /// The tools offered to every client.
     pub fn tools(&self) -> Vec<Value> {
         let object = |props: Value, required: &[&str]| json!({"type":"object","properties":props,"required":required});
         let mut tools = vec![
@@ -269,6 +283,9 @@ impl DemoServer {
             Message::Notification { method, params } => {
                 if method == methods::PROGRESS {
                     self.inner.stats.lock().client_progress.push(params.clone().unwrap_or_default());
+                }
+                if method == methods::ROOTS_LIST_CHANGED {
+                    self.inner.stats.lock().roots_list_changed += 1;
                 }
                 if method == methods::CANCELLED {
                     if let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) {
@@ -338,7 +355,7 @@ impl DemoServer {
                 self.inner.stats.lock().pings += 1;
                 Ok(json!({}))
             }
-            methods::TOOLS_LIST => Ok(json!({"tools": self.tools()})),
+            methods::TOOLS_LIST => Ok(json!({"tools": self.tools_for(connection)})),
             methods::TOOLS_CALL if self.inner.native_tasks => {
                 self.call_native(connection, id, params.unwrap_or_default(), related).await
             }
@@ -702,6 +719,15 @@ impl DemoServer {
                 Ok(text(format!("extra tool {}", if now { "added" } else { "removed" })))
             }
             "extra" if self.inner.extra_tool.load(Ordering::SeqCst) => Ok(text("extra".into())),
+            "list_roots" if self.client_declares(connection, "roots").is_ok() => {
+                let answer = self.ask_client(methods::ROOTS_LIST, json!({}), related).await?;
+                let roots = answer.get("roots").cloned().unwrap_or_else(|| json!([]));
+                let uris: Vec<&str> =
+                    roots.as_array().into_iter().flatten().filter_map(|r| r["uri"].as_str()).collect();
+                let mut result = text(uris.join(" "));
+                result["structuredContent"] = json!({ "roots": roots });
+                Ok(result)
+            }
             name if self.inner.conformance && crate::conformance::is_tool(name) => {
                 let token = mcp::progress_token(Some(&params)).cloned();
                 self.conformance_call(connection, name, &args, token, related).await

@@ -95,8 +95,8 @@ async fn dispatch(
                     Some(id.clone()),
                 ));
             }
-            gateway.catalog_ready().await;
-            return match gateway.initialize(identity, params.as_ref()) {
+            let catalog = gateway.catalog_ready(params.as_ref()).await;
+            return match gateway.initialize(identity, params.as_ref(), catalog) {
                 Ok((session, result)) => {
                     let mut response = reply::json(&Message::response(id.clone(), result));
                     let value = actix_web::http::header::HeaderValue::from_str(&session)

@@ -107,12 +107,13 @@ impl Handler<ClientNotification> for SessionActor {
             methods::INITIALIZED => {}
             methods::CANCELLED => self.cancel(msg.params, ctx),
             methods::PROGRESS => self.client_progress(msg.params, ctx),
-            "notifications/roots/list_changed" => {
+            // client/roots "Root List Changes": every upstream session of the client hears it.
+            methods::ROOTS_LIST_CHANGED => {
                 for session in self.upstreams.values() {
                     let (session, params) = (session.clone(), msg.params.clone());
                     ctx.spawn(
                         async move {
-                            let _ = session.notify("notifications/roots/list_changed", params).await;
+                            let _ = session.notify(methods::ROOTS_LIST_CHANGED, params).await;
                         }
                         .into_actor(self),
                     );

@@ -41,7 +41,7 @@ use crate::catalog::{Page, ToolEntry};
 use crate::gateway::Shared;
 use crate::progress::{Abandon, Finish, Progress, ProgressActor, ProgressTarget};
 use crate::registry::Identity;
-use crate::router::{EnsureCatalog, RefreshUpstream, UpstreamFailure};
+use crate::router::{EnsureCatalog, RefreshUpstream, ToolCatalog, UpstreamFailure};
 use crate::stream::receiver_stream;
 use crate::tasks::{self, InputProvided, InputRequested, TaskService, TaskStart, UpstreamStatus, Work};
 use crate::GatewayError;
@@ -61,6 +61,8 @@ pub struct SessionActor {
     shared: Arc<Shared>,
     identity: Identity,
     client: ClientIdentity,
+    /// The tool catalog of clients with this session's relayable capabilities.
+    catalog: ToolCatalog,
     upstreams: HashMap<String, UpstreamSession>,
     /// The standalone GET stream, when the client has one open.
     get_stream: Option<Outbound>,
@@ -120,12 +122,19 @@ struct Relayed {
     stream: Option<Outbound>,
 }
 impl SessionActor {
-    pub(crate) fn new(id: String, shared: Arc<Shared>, identity: Identity, client: ClientIdentity) -> SessionActor {
+    pub(crate) fn new(
+        id: String,
+        shared: Arc<Shared>,
+        identity: Identity,
+        client: ClientIdentity,
+        catalog: ToolCatalog,
+    ) -> SessionActor {
         SessionActor {
             id,
             shared,
             identity,
             client,
+            catalog,
             upstreams: HashMap::new(),
             get_stream: None,
             requests: HashMap::new(),

@@ -150,7 +150,7 @@ impl SessionActor {
         };
         let router = self.shared.router.clone();
         let ensure = async move {
-            let _ = router.send(EnsureCatalog).await;
+            let _ = router.send(EnsureCatalog(String::new())).await;
         };
         ctx.spawn(ensure.into_actor(self).map(move |(), act, ctx| act.list_pages(id, listing, cursor, ctx)));
     }

@@ -11,14 +11,15 @@ impl SessionActor {
         };
         let router = self.shared.router.clone();
         let shared = self.shared.clone();
+        let ToolCatalog { caps, catalog } = self.catalog.clone();
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let listing = async move {
-            let _ = router.send(EnsureCatalog).await;
+            let _ = router.send(EnsureCatalog(caps)).await;
             let support =
                 |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));
             let visible = |e: &ToolEntry| policy.sees(&e.upstream);
             let size = shared.config.federation.page_size;
-            let page = shared.catalog.read().page(cursor.as_deref(), size, visible, support);
+            let page = catalog.read().page(cursor.as_deref(), size, visible, support);
             page.map_err(GatewayError::InvalidParams)
         };
         ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
@@ -52,17 +53,17 @@ impl SessionActor {
         // A tool of an upstream the tenant does not see is unknown to it, exactly like one that
         // does not exist.
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
-        let resolved = self.shared.catalog.read().resolve(&name).filter(|e| policy.sees(&e.upstream)).cloned();
+        let resolved = self.catalog.catalog.read().resolve(&name).filter(|e| policy.sees(&e.upstream)).cloned();
         match resolved {
             Some(entry) => self.dispatch_call(id, params, entry, ctx),
             None => {
                 // Not listed: the catalog may not be loaded yet, or the upstream may be down.
                 let router = self.shared.router.clone();
-                let shared = self.shared.clone();
+                let ToolCatalog { caps, catalog } = self.catalog.clone();
                 let lookup = async move {
-                    let _ = router.send(EnsureCatalog).await;
+                    let _ = router.send(EnsureCatalog(caps)).await;
                     let owner = {
-                        let catalog = shared.catalog.read();
+                        let catalog = catalog.read();
                         if let Some(entry) = catalog.resolve(&name).filter(|e| policy.sees(&e.upstream)) {
                             return Ok(entry.clone());
                         }
