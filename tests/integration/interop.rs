@@ -132,3 +132,42 @@ async fn typescript_abort_signal_stops_the_upstream_handler_and_onprogress_sees_
     assert_eq!(out["taskProgress"], serde_json::json!([1, 2, 3]), "{out}");
     assert_eq!(gw.gateway.live_requests(), 0);
 }
+
+/// An upstream entry for `@modelcontextprotocol/server-everything` over stdio, names unprefixed.
+fn everything_over_stdio() -> UpstreamConfig {
+    let everything = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    UpstreamConfig {
+        prefix: false,
+        ..UpstreamConfig::stdio("everything", "node", vec![everything.display().to_string(), "stdio".into()])
+    }
+}
+
+#[actix_rt::test]
+async fn the_typescript_client_sees_server_everything_through_the_gateway_as_it_does_directly() {
+    // server/resources, server/prompts, completion, logging, client/roots, sampling and
+    // elicitation, with the official peers on both sides: the TypeScript SDK 1.32 client and
+    // server-everything 2026.8.31, over HTTP and over stdio, directly and through the gateway
+    // (names unprefixed, so that what the client sees can be compared as it is).
+    let (_server, url) = start_node_server("everything-server.mjs").await;
+    let direct = run_ts_client_with("everything-client.mjs", &[&url]).await;
+    assert_eq!(run_ts_client_with("everything-client.mjs", &["stdio"]).await, direct, "HTTP vs stdio, directly");
+    // Its tools for clients that declare roots, sampling and elicitation are there, and were used.
+    for tool in
+        ["get-roots-list", "trigger-elicitation-request", "trigger-sampling-request", "toggle-subscriber-updates"]
+    {
+        assert!(direct["tools"].as_array().unwrap().contains(&Value::from(tool)), "{tool}: {}", direct["tools"]);
+    }
+    assert_eq!(direct["asked"]["sampling"], 1);
+    assert_eq!(direct["asked"]["elicitation"], 1);
+    assert!(direct["roots"].as_str().unwrap().contains("file:///interop/project"), "{}", direct["roots"]);
+
+    let http = UpstreamConfig { prefix: false, ..UpstreamConfig::http("everything", url.clone()) };
+    for (transport, upstream) in [("http", http), ("stdio", everything_over_stdio())] {
+        let gw = TestGateway::start(config_with(vec![upstream]));
+        let through = run_ts_client_with("everything-client.mjs", &[&gw.url]).await;
+        for (key, value) in direct.as_object().unwrap() {
+            assert_eq!(&through[key], value, "{key} through the gateway ({transport}) differs from directly");
+        }
+        gw.stop().await;
+    }
+}
