@@ -423,13 +423,12 @@ fn is_status(status: &'static str) -> impl Fn(&taskgate_protocol::Message) -> bo
     }
 }
 
-#[actix_rt::test]
-async fn a_wrapped_task_relays_elicitation_with_its_task_id_and_waits_in_input_required() {
-    let (_p, _n, gw, _) = setup().await;
-    let mut c = McpClient::new(&gw.url);
-    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+/// A wrapped task whose tool asks the client: the question reaches the client's GET stream
+/// tagged with the gateway's task id, the task shows input_required meanwhile, and the answer
+/// completes it.
+async fn wrapped_task_asks(c: &mut McpClient, tool: &str) {
     let mut stream = c.open_stream().await.unwrap();
-    let id = task_id(&mut c, "plain__ask", json!({"question": "Your name?"})).await;
+    let id = task_id(c, tool, json!({"question": "Your name?"})).await;
     // No tasks/result is open: the elicitation comes on the GET stream, tagged with our task.
     let taskgate_protocol::Message::Request { id: asked, method: asked_method, params: Some(params) } =
         next_matching(&mut stream, is_request).await
@@ -441,24 +440,43 @@ async fn a_wrapped_task_relays_elicitation_with_its_task_id_and_waits_in_input_r
     assert_eq!(params["_meta"][RELATED], json!({"taskId": id}));
     assert!(matches!(&asked, RequestId::String(s) if s.starts_with("taskgate-")), "a gateway-issued id: {asked:?}");
     next_matching(&mut stream, is_status("input_required")).await;
-    assert_eq!(method_status(&mut c, &id).await, "input_required");
+    assert_eq!(method_status(c, &id).await, "input_required");
     let answer = taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "Ada"}}));
     assert_eq!(c.post_message(&answer).await.status, 202);
-    let result = method(&mut c, "tasks/result", &id).await.unwrap();
+    let result = method(c, "tasks/result", &id).await.unwrap();
     assert_eq!(result["content"][0]["text"], "answer: Ada");
-    assert_eq!(method_status(&mut c, &id).await, "completed");
+    assert_eq!(method_status(c, &id).await, "completed");
+}
+
+#[actix_rt::test]
+async fn a_wrapped_task_relays_elicitation_with_its_task_id_and_waits_in_input_required() {
+    let (_p, _n, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    wrapped_task_asks(&mut c, "plain__ask").await;
+}
+
+#[actix_rt::test]
+async fn a_wrapped_task_on_a_stdio_upstream_relays_elicitation_as_over_http() {
+    // A stdio upstream has no GET stream and no per-request stream: everything it sends comes
+    // on its stdout, and a request it sends while the session has one call in flight there
+    // belongs to that call (here the task's), whether or not its process was already running.
+    let gw = TestGateway::start(config_with(vec![taskgate_testkit::stdio_demo_upstream("local")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    wrapped_task_asks(&mut c, "local__ask").await;
+    // And again on the warm process.
+    wrapped_task_asks(&mut c, "local__ask").await;
 }
 
 async fn method_status(c: &mut McpClient, id: &str) -> String {
     method(c, "tasks/get", id).await.unwrap()["status"].as_str().unwrap().to_owned()
 }
 
-#[actix_rt::test]
-async fn requests_for_a_task_go_on_its_open_tasks_result_stream() {
-    let (_p, _n, gw, _) = setup().await;
-    let mut c = McpClient::new(&gw.url);
-    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
-    let id = task_id(&mut c, "plain__ask", json!({"question": "Colour?"})).await;
+/// A wrapped task whose tool asks the client, which has no GET stream: the question waits for,
+/// and goes on, the task's tasks/result stream.
+async fn task_result_stream_asks(c: &mut McpClient, tool: &str) {
+    let id = task_id(c, tool, json!({"question": "Colour?"})).await;
     let mut result_stream = c.request_stream("tasks/result", Some(json!({"taskId": id}))).await;
     let taskgate_protocol::Message::Request { id: asked, params: Some(params), .. } =
         next_matching(&mut result_stream, is_request).await
@@ -476,6 +494,19 @@ async fn requests_for_a_task_go_on_its_open_tasks_result_stream() {
     };
     assert_eq!(result["content"][0]["text"], "answer: teal");
     assert_eq!(result["_meta"][RELATED]["taskId"], id.as_str());
+}
+
+#[actix_rt::test]
+async fn requests_for_a_task_go_on_its_open_tasks_result_stream() {
+    let (_p, _n, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    task_result_stream_asks(&mut c, "plain__ask").await;
+    // The same over stdio, with no GET stream at all.
+    let gw = TestGateway::start(config_with(vec![taskgate_testkit::stdio_demo_upstream("local")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    task_result_stream_asks(&mut c, "local__ask").await;
 }
 
 #[actix_rt::test]
@@ -514,4 +545,36 @@ async fn a_native_tasks_first_status_message_reaches_the_client() {
         .outcome()
         .unwrap();
     assert_eq!(created["task"]["statusMessage"], "The demo tool is running.", "{created}");
+}
+
+#[actix_rt::test]
+async fn another_sessions_request_at_the_same_upstream_is_never_taken_for_a_task() {
+    // Each upstream session numbers its own requests: session A's wrapped task and session B's
+    // plain call may carry the same number at the same upstream. B's elicitation must reach B
+    // untagged, and A's task must not go input_required for it.
+    let (plain, _n, gw, _) = setup().await;
+    let mut a = McpClient::new(&gw.url);
+    a.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let task = task_id(&mut a, "plain__wait", json!({"gate": "other-session"})).await;
+    plain.demo.wait_in_flight(|n| *n == 1).await;
+    let mut b = McpClient::new(&gw.url);
+    b.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut call =
+        b.request_stream("tools/call", Some(json!({"name": "plain__ask", "arguments": {"question": "B?"}}))).await;
+    let taskgate_protocol::Message::Request { id: asked, params: Some(params), .. } =
+        next_matching(&mut call, is_request).await
+    else {
+        panic!()
+    };
+    assert_eq!(params["_meta"].get(RELATED), None, "B's question tagged with a task: {params}");
+    assert_eq!(method_status(&mut a, &task).await, "working");
+    let answer = taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "b"}}));
+    assert_eq!(b.post_message(&answer).await.status, 202);
+    let taskgate_protocol::Message::Response { result, .. } = next_matching(&mut call, |m| m.is_response()).await
+    else {
+        panic!("the call failed")
+    };
+    assert_eq!(result["content"][0]["text"], "answer: b");
+    plain.demo.release("other-session");
+    assert_eq!(method(&mut a, "tasks/result", &task).await.unwrap()["content"][0]["text"], "gate other-session opened");
 }

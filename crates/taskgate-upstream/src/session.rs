@@ -110,6 +110,37 @@ impl Routes {
     }
 }
 
+/// Keeps a request in [`SessionInner::calls`] while it is in flight.
+struct CallGuard<'a> {
+    inner: &'a SessionInner,
+    id: Option<RequestId>,
+}
+
+impl<'a> CallGuard<'a> {
+    fn new(inner: &'a SessionInner, id: &RequestId, method: &str) -> CallGuard<'a> {
+        let asks = matches!(
+            method,
+            methods::TOOLS_CALL
+                | methods::TASKS_RESULT
+                | methods::PROMPTS_GET
+                | methods::RESOURCES_READ
+                | methods::COMPLETION_COMPLETE
+        );
+        if asks {
+            inner.calls.lock().push(id.clone());
+        }
+        CallGuard { inner, id: asks.then(|| id.clone()) }
+    }
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = &self.id {
+            self.inner.calls.lock().retain(|c| c != id);
+        }
+    }
+}
+
 /// Routes progress naming `token` to a sink for as long as it is held (a native task's token
 /// stays valid for the task's lifetime, beyond the request that created it).
 pub struct ProgressRoute {
@@ -268,14 +299,17 @@ impl Connector {
             connector: self.clone(),
             identity,
             events,
-            next_id: AtomicI64::new(1),
             state: tokio::sync::Mutex::new(None),
+            calls: parking_lot::Mutex::default(),
             closed,
             routes: Arc::default(),
         });
         UpstreamSession { inner }
     }
 }
+
+/// The next request id of any upstream session of this process.
+static NEXT_REQUEST_ID: AtomicI64 = AtomicI64::new(1);
 
 /// One MCP session with an upstream. Cheap to clone; all clones are the same session, which
 /// ends (DELETE, or the process is stopped) when the last clone is dropped or on [`Self::close`].
@@ -288,7 +322,8 @@ struct SessionInner {
     connector: Connector,
     identity: ClientIdentity,
     events: mpsc::Sender<UpstreamEvent>,
-    next_id: AtomicI64,
+    /// Requests in flight that may have the upstream ask the client something meanwhile.
+    calls: parking_lot::Mutex<Vec<RequestId>>,
     /// The live connection; the async mutex serialises (re-)initialization.
     state: tokio::sync::Mutex<Option<Arc<Ready>>>,
     closed: watch::Sender<bool>,
@@ -361,10 +396,12 @@ impl UpstreamSession {
         self.inner.connector.name()
     }
 
-    /// A fresh upstream-local request id, for callers that must know it before sending
-    /// (to route a cancellation later).
+    /// A fresh request id, for callers that must know it before sending (to route a
+    /// cancellation later). Ids are unique across every upstream session of the process, not
+    /// only within this one: (upstream, id) names one request, so that what an upstream sends
+    /// about a request (an elicitation for a task's call) is never taken for another session's.
     pub fn next_request_id(&self) -> RequestId {
-        RequestId::Number(self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+        RequestId::Number(NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Sends a request and waits for its result, initializing the session first if needed.
@@ -393,6 +430,7 @@ impl UpstreamSession {
         related: Option<mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related.as_ref());
+        let _call = CallGuard::new(&self.inner, &id, method);
         let started = std::time::Instant::now();
         let outcome = self.request_inner(id, method, params, related).await;
         self.observe(method, started, &outcome);
@@ -430,6 +468,17 @@ impl UpstreamSession {
             }),
             Ok(result) => result,
             Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
+        }
+    }
+
+    /// The one request in flight in this session during which the upstream may ask the client
+    /// something (`tools/call`, `tasks/result`, `prompts/get`, `resources/read`,
+    /// `completion/complete`), if exactly one is. A request the upstream sends on no request's
+    /// stream (stdio has none; an HTTP server may use its GET stream) then belongs to it.
+    pub fn sole_call_in_flight(&self) -> Option<RequestId> {
+        match self.inner.calls.lock().as_slice() {
+            [only] => Some(only.clone()),
+            _ => None,
         }
     }
 

@@ -16,16 +16,6 @@ impl SessionActor {
             .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
     }
 
-    /// The upstream-local id of this session's one request in flight at `upstream`, if exactly
-    /// one is.
-    fn only_request_at(&self, upstream: &str) -> Option<RequestId> {
-        let mut at = self.by_upstream.keys().filter(|(u, _)| u == upstream);
-        match (at.next(), at.next()) {
-            (Some((_, id)), None) => Some(id.clone()),
-            _ => None,
-        }
-    }
-
     /// The task a message from an upstream belongs to, if any: it arrived on the stream of a
     /// request made for a task, or its related-task `_meta` names a native upstream task. That
     /// `_meta` is rewritten to the gateway's task id, or removed when it names no task of ours:
@@ -77,6 +67,15 @@ impl SessionActor {
         related: Option<RequestId>,
         ctx: &mut Context<Self>,
     ) {
+        // Sent outside any request's stream (stdio, an upstream GET stream) and naming no task,
+        // while exactly one request of this session that may ask is at that upstream (the
+        // client's own call, or a wrapped task's): it belongs to that request.
+        let names_task =
+            params.as_ref().and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task")).is_some();
+        let related = match related {
+            None if !names_task => self.upstreams.get(&upstream).and_then(UpstreamSession::sole_call_in_flight),
+            related => related,
+        };
         let task = self.task_of(&upstream, related.as_ref(), &mut params);
         let relayed_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
         let task_stream = task.as_ref().and_then(|t| {
@@ -86,10 +85,6 @@ impl SessionActor {
                 .map(|r| r.reply.clone())
                 .filter(|s| !s.is_closed())
         });
-        // Sent outside any call's stream (an upstream GET stream, stdio) yet while exactly one
-        // request of this session is at that upstream: it belongs to that request, whose stream
-        // the client is reading.
-        let related = related.or_else(|| if task.is_none() { self.only_request_at(&upstream) } else { None });
         let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
         let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
         let refuse = |code: i64, why: String| {
