@@ -217,6 +217,33 @@ impl InitializeView {
     }
 }
 
+/// `tools/call` params, checked once (server/tools "Calling Tools"; basic/utilities/tasks
+/// "Creating Tasks" for `task`). The params themselves go upstream as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallView {
+    /// The tool's name as the client gave it.
+    pub name: String,
+    /// Present for a task-augmented call, with the ttl it asks for (milliseconds), if any.
+    pub task: Option<Option<u64>>,
+}
+
+impl ToolCallView {
+    /// Reads `tools/call` params, returning the -32602 message when they are malformed: a
+    /// string `name`, `arguments` an object when present, `task` an object with a whole `ttl`.
+    pub fn from_params(params: Option<&Value>) -> Result<ToolCallView, String> {
+        let name = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .ok_or("tools/call needs params with a string \"name\"")?
+            .to_owned();
+        if params.and_then(|p| p.get("arguments")).is_some_and(|a| !a.is_object()) {
+            return Err("tools/call \"arguments\" must be an object".into());
+        }
+        let task = crate::tasks::requested_task(params)?;
+        Ok(ToolCallView { name, task })
+    }
+}
+
 /// True when a server's capabilities declare `tasks.requests.tools.call`.
 pub fn declares_task_tool_calls(server_capabilities: &Value) -> bool {
     server_capabilities.pointer("/tasks/requests/tools/call").is_some_and(Value::is_object)
@@ -233,6 +260,31 @@ pub fn cursor(params: Option<&Value>) -> Result<Option<&str>, String> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err("\"cursor\" must be a string".into()),
+    }
+}
+
+#[cfg(test)]
+mod tool_call_tests {
+    use super::ToolCallView;
+    use serde_json::json;
+
+    #[test]
+    fn tool_call_params_are_checked_once() {
+        let view =
+            ToolCallView::from_params(Some(&json!({"name": "a__b", "arguments": {}, "task": {"ttl": 5}}))).unwrap();
+        assert_eq!(view, ToolCallView { name: "a__b".into(), task: Some(Some(5)) });
+        assert_eq!(ToolCallView::from_params(Some(&json!({"name": "x"}))).unwrap().task, None);
+        assert_eq!(ToolCallView::from_params(Some(&json!({"name": "x", "task": {}}))).unwrap().task, Some(None));
+        for bad in [
+            json!({}),
+            json!({"name": 3}),
+            json!({"name": "x", "arguments": []}),
+            json!({"name": "x", "task": 1}),
+            json!({"name": "x", "task": {"ttl": -1}}),
+        ] {
+            assert!(ToolCallView::from_params(Some(&bad)).is_err(), "{bad}");
+        }
+        assert!(ToolCallView::from_params(None).is_err());
     }
 }
 

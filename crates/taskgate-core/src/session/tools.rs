@@ -37,25 +37,17 @@ impl SessionActor {
     }
 
     pub(super) fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
-        let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
-            return self
-                .finish(id, Err(GatewayError::InvalidParams("tools/call needs params with a string \"name\"".into())));
+        let view = match mcp::ToolCallView::from_params(params.as_ref()) {
+            Ok(view) => view,
+            Err(why) => return self.finish(id, Err(GatewayError::InvalidParams(why))),
         };
-        if let Some(args) = params.as_ref().and_then(|p| p.get("arguments")) {
-            if !args.is_object() {
-                return self
-                    .finish(id, Err(GatewayError::InvalidParams("tools/call \"arguments\" must be an object".into())));
-            }
-        }
-        if let Err(why) = wire_tasks::requested_task(params.as_ref()) {
-            return self.finish(id, Err(GatewayError::InvalidParams(why)));
-        }
+        let name = view.name.clone();
         // A tool of an upstream the tenant does not see is unknown to it, exactly like one that
         // does not exist.
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let resolved = self.catalog.catalog.read().resolve(&name).filter(|e| policy.sees(&e.upstream)).cloned();
         match resolved {
-            Some(entry) => self.dispatch_call(id, params, entry, ctx),
+            Some(entry) => self.dispatch_call(id, params, view, entry, ctx),
             None => {
                 // Not listed: the catalog may not be loaded yet, or the upstream may be down.
                 let router = self.shared.router.clone();
@@ -77,7 +69,7 @@ impl SessionActor {
                     Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")))
                 };
                 ctx.spawn(lookup.into_actor(self).map(move |found, act, ctx| match found {
-                    Ok(entry) => act.dispatch_call(id, params, entry, ctx),
+                    Ok(entry) => act.dispatch_call(id, params, view, entry, ctx),
                     Err(e) => act.finish(id, Err(e)),
                 }));
             }
@@ -90,6 +82,7 @@ impl SessionActor {
         &mut self,
         id: RequestId,
         params: Option<Value>,
+        view: mcp::ToolCallView,
         entry: ToolEntry,
         ctx: &mut Context<Self>,
     ) {
@@ -98,8 +91,7 @@ impl SessionActor {
         }
         let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
         let support = tasks::task_support(&entry, upstream_config);
-        let requested = wire_tasks::requested_task(params.as_ref()).unwrap_or(None);
-        let name = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let mcp::ToolCallView { name, task: requested } = view;
         let Some(session) = self.upstream_session(&entry.upstream, ctx) else {
             let e = GatewayError::Internal(format!("upstream '{}' has no connector", entry.upstream));
             return self.finish(id, Err(e));
