@@ -91,30 +91,22 @@ pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
     Ok(DemoHttp { addr, url: format!("http://{addr}/mcp"), handle, state })
 }
 
-/// Refuses a request whose `Host` or `Origin` names anything but this machine (basic/transports
-/// "Security Warning": local servers MUST validate `Origin` against DNS rebinding; the demo only
-/// ever listens on loopback, so it checks `Host` too).
+/// Refuses a request whose `Origin` names anything but this machine (basic/transports
+/// "Security Warning": servers MUST validate `Origin` against DNS rebinding). `Host` is left
+/// alone: a proxy in front (the benchmark's nginx) names its upstream block there.
 fn local_only(headers: &HeaderMap) -> Result<(), HttpResponse> {
-    let local = |authority: &str| {
-        let host = match authority.strip_prefix('[') {
-            Some(v6) => v6.split(']').next().map(|h| format!("[{h}]")).unwrap_or_default(),
-            None => authority.split(':').next().unwrap_or_default().to_owned(),
-        };
-        matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "[::1]")
+    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+    let origin = origin.to_str().unwrap_or("<not ASCII>");
+    let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().map(|h| format!("[{h}]")).unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default().to_owned(),
     };
-    let value = |name: header::HeaderName| headers.get(name).map(|v| v.to_str().unwrap_or("<not ASCII>"));
-    if let Some(host) = value(header::HOST) {
-        if !local(host) {
-            return Err(HttpResponse::Forbidden().body(format!("Host {host} is not this machine")));
-        }
+    if matches!(host.to_ascii_lowercase().as_str(), "localhost" | "127.0.0.1" | "[::1]") {
+        Ok(())
+    } else {
+        Err(HttpResponse::Forbidden().body(format!("Origin {origin} is not allowed")))
     }
-    if let Some(origin) = value(header::ORIGIN) {
-        let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
-        if !local(authority) {
-            return Err(HttpResponse::Forbidden().body(format!("Origin {origin} is not allowed")));
-        }
-    }
-    Ok(())
 }
 
 fn session(headers: &HeaderMap, state: &State) -> Result<(String, u64), HttpResponse> {

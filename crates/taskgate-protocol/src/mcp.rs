@@ -244,6 +244,49 @@ impl ToolCallView {
     }
 }
 
+/// A required string param of `method` (`uri` of `resources/read`, `name` of `prompts/get`…),
+/// or the -32602 message.
+pub fn required_string<'a>(params: Option<&'a Value>, method: &str, key: &str) -> Result<&'a str, String> {
+    params
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{method} needs params with a string \"{key}\""))
+}
+
+/// What `completion/complete` completes (server/utilities/completion "Reference Types").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompletionRef<'a> {
+    /// `ref/prompt` with the prompt's name.
+    Prompt(&'a str),
+    /// `ref/resource` with the resource template's URI.
+    Resource(&'a str),
+}
+
+impl<'a> CompletionRef<'a> {
+    /// Reads `params.ref`, or the -32602 message.
+    pub fn from_params(params: Option<&'a Value>) -> Result<CompletionRef<'a>, String> {
+        let reference = params.and_then(|p| p.get("ref"));
+        let field = |key: &str| reference.and_then(|r| r.get(key)).and_then(Value::as_str);
+        match field("type") {
+            Some("ref/prompt") => field("name").map(CompletionRef::Prompt),
+            Some("ref/resource") => field("uri").map(CompletionRef::Resource),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            "completion/complete needs \"ref\" of type \"ref/prompt\" (with a name) or \"ref/resource\" (with a uri)"
+                .to_owned()
+        })
+    }
+
+    /// The param under `ref` that names the target (`name` or `uri`).
+    pub fn field(&self) -> &'static str {
+        match self {
+            CompletionRef::Prompt(_) => "name",
+            CompletionRef::Resource(_) => "uri",
+        }
+    }
+}
+
 /// True when a server's capabilities declare `tasks.requests.tools.call`.
 pub fn declares_task_tool_calls(server_capabilities: &Value) -> bool {
     server_capabilities.pointer("/tasks/requests/tools/call").is_some_and(Value::is_object)
@@ -285,6 +328,25 @@ mod tool_call_tests {
             assert!(ToolCallView::from_params(Some(&bad)).is_err(), "{bad}");
         }
         assert!(ToolCallView::from_params(None).is_err());
+    }
+
+    #[test]
+    fn completion_refs_and_required_strings() {
+        use super::{required_string, CompletionRef};
+        let prompt = json!({"ref": {"type": "ref/prompt", "name": "p"}});
+        assert_eq!(CompletionRef::from_params(Some(&prompt)), Ok(CompletionRef::Prompt("p")));
+        let resource = json!({"ref": {"type": "ref/resource", "uri": "x://{a}"}});
+        assert_eq!(CompletionRef::from_params(Some(&resource)).unwrap().field(), "uri");
+        for bad in
+            [json!({}), json!({"ref": {"type": "ref/prompt"}}), json!({"ref": {"type": "ref/tool", "name": "t"}})]
+        {
+            assert!(CompletionRef::from_params(Some(&bad)).is_err(), "{bad}");
+        }
+        assert_eq!(required_string(Some(&json!({"uri": "a"})), "resources/read", "uri"), Ok("a"));
+        assert_eq!(
+            required_string(Some(&json!({"uri": 1})), "resources/read", "uri"),
+            Err("resources/read needs params with a string \"uri\"".to_owned())
+        );
     }
 }
 

@@ -245,9 +245,9 @@ impl SessionActor {
         params: Option<Value>,
         ctx: &mut Context<Self>,
     ) {
-        let Some(uri) = params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str).map(str::to_owned) else {
-            return self
-                .finish(id, Err(GatewayError::InvalidParams(format!("{method} needs params with a string \"uri\""))));
+        let uri = match mcp::required_string(params.as_ref(), method, "uri") {
+            Ok(uri) => uri.to_owned(),
+            Err(why) => return self.finish(id, Err(GatewayError::InvalidParams(why))),
         };
         // Routed before the candidates are filtered: the catalog is read once at a time (a second
         // read while a writer waits would deadlock).
@@ -265,11 +265,9 @@ impl SessionActor {
 
     /// `prompts/get`: to the upstream the name belongs to.
     pub(super) fn get_prompt(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
-        let Some(name) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).map(str::to_owned) else {
-            return self.finish(
-                id,
-                Err(GatewayError::InvalidParams("prompts/get needs params with a string \"name\"".into())),
-            );
+        let name = match mcp::required_string(params.as_ref(), methods::PROMPTS_GET, "name") {
+            Ok(name) => name.to_owned(),
+            Err(why) => return self.finish(id, Err(GatewayError::InvalidParams(why))),
         };
         let routes = {
             let catalog = self.shared.catalog.read();
@@ -288,24 +286,16 @@ impl SessionActor {
 
     /// `completion/complete`: to the upstream of the prompt or resource template it names.
     pub(super) fn complete(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
-        let reference = params.as_ref().and_then(|p| p.get("ref"));
-        let kind = reference.and_then(|r| r.get("type")).and_then(Value::as_str);
-        let (field, routes) = {
+        let reference = match mcp::CompletionRef::from_params(params.as_ref()) {
+            Ok(reference) => reference,
+            Err(why) => return self.finish(id, Err(GatewayError::InvalidParams(why))),
+        };
+        let field = reference.field();
+        let routes = {
             let catalog = self.shared.catalog.read();
-            match (kind, reference) {
-                (Some("ref/prompt"), Some(r)) => match r.get("name").and_then(Value::as_str) {
-                    Some(name) => ("name", names::route_name(catalog.naming(), catalog.separator(), name)),
-                    None => ("name", Vec::new()),
-                },
-                (Some("ref/resource"), Some(r)) => match r.get("uri").and_then(Value::as_str) {
-                    Some(uri) => ("uri", names::route_uri(catalog.naming(), uri)),
-                    None => ("uri", Vec::new()),
-                },
-                _ => {
-                    drop(catalog);
-                    let why = "completion/complete needs \"ref\" of type \"ref/prompt\" (with a name) or \"ref/resource\" (with a uri)";
-                    return self.finish(id, Err(GatewayError::InvalidParams(why.into())));
-                }
+            match reference {
+                mcp::CompletionRef::Prompt(name) => names::route_name(catalog.naming(), catalog.separator(), name),
+                mcp::CompletionRef::Resource(uri) => names::route_uri(catalog.naming(), uri),
             }
         };
         let attempts = retarget(params.as_ref(), self.candidates("completions", routes), &format!("/ref/{field}"));
