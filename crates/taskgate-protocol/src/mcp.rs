@@ -106,13 +106,27 @@ pub mod methods {
 /// requests they allow (`roots/list`, `sampling/createMessage`, `elicitation/create`): the
 /// client's own declaration of those, and nothing else (no `tasks`, no `experimental`, no
 /// `extensions`: basic/lifecycle "Capability Negotiation" — never declare what the gateway
-/// does not itself implement).
+/// does not itself implement). Only the fields schema.ts `ClientCapabilities` defines are kept
+/// (`roots.listChanged`, `sampling.context`/`tools`, `elicitation.form`/`url`, their objects
+/// emptied): what a client adds beyond them is not passed on, and the result is small and of few
+/// distinct shapes whatever the client sends.
 pub fn relayable_client_capabilities(client: &Value) -> Value {
     let mut out = serde_json::Map::new();
-    for key in ["roots", "sampling", "elicitation"] {
-        if let Some(v) = client.get(key).filter(|v| v.is_object()) {
-            out.insert(key.to_owned(), v.clone());
+    let features = [("roots", &[][..]), ("sampling", &["context", "tools"][..]), ("elicitation", &["form", "url"][..])];
+    for (key, sub_features) in features {
+        let Some(Value::Object(declared)) = client.get(key) else { continue };
+        let mut kept = serde_json::Map::new();
+        if key == "roots" {
+            if let Some(flag @ Value::Bool(_)) = declared.get("listChanged") {
+                kept.insert("listChanged".into(), flag.clone());
+            }
         }
+        for sub in sub_features {
+            if declared.get(*sub).is_some_and(Value::is_object) {
+                kept.insert((*sub).into(), Value::Object(serde_json::Map::new()));
+            }
+        }
+        out.insert(key.to_owned(), Value::Object(kept));
     }
     Value::Object(out)
 }
@@ -396,6 +410,13 @@ mod tests {
             json!({"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{}}})
         );
         assert_eq!(relayable_client_capabilities(&json!({"roots": true})), json!({}));
+        // Only the schema's fields, emptied: nothing else a client adds goes upstream.
+        let padded = json!({"roots":{"listChanged":true,"x":"y"},"sampling":{"tools":{"a":1},"context":{},"junk":{}},
+            "elicitation":{"url":{"b":2},"form":7}});
+        assert_eq!(
+            relayable_client_capabilities(&padded),
+            json!({"roots":{"listChanged":true},"sampling":{"context":{},"tools":{}},"elicitation":{"url":{}}})
+        );
     }
 
     #[test]
