@@ -330,4 +330,23 @@ async fn a_client_sees_the_tools_offered_to_its_capabilities_and_its_roots_reach
     assert!(!over.tool_names().await.contains(&"demo__list_roots".to_string()));
     assert_eq!(fallbacks(), 1);
     assert_eq!(gw.gateway.metrics().tool_catalogs.get(), 2);
+
+    // Once no session uses the roots catalog, a new set takes its place. (A session's actor
+    // ends shortly after its DELETE: retry a fresh client until it does.)
+    for c in [&rooted, &same, &over] {
+        assert_eq!(c.delete().await.as_u16(), 200);
+    }
+    within(async {
+        loop {
+            let mut next = McpClient::new(&gw.url);
+            next.initialize_with("2025-11-25", json!({"sampling": {}, "roots": {}})).await;
+            if next.tool_names().await.contains(&"demo__list_roots".to_string()) {
+                break;
+            }
+            next.delete().await;
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(gw.gateway.metrics().tool_catalogs.get(), 2);
 }

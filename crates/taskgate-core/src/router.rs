@@ -169,7 +169,11 @@ impl Router {
     fn loaded(&mut self, key: Key, result: Result<Listing, UpstreamError>, ctx: &mut Context<Self>) {
         self.loading.remove(&key);
         let (caps, name) = (&key.0, &key.1);
-        let Some(catalog) = self.catalog_of(caps) else { return };
+        let Some(catalog) = self.catalog_of(caps) else {
+            // Its catalog was dropped while it was being listed.
+            self.reload.remove(&key);
+            return;
+        };
         let changed = match result {
             Ok(Listing { tools, native, capabilities }) => {
                 self.failures.remove(&key);
@@ -202,7 +206,7 @@ impl Router {
             for session in self.sessions.all() {
                 // A client cannot drive this path; a session whose queue is full misses one
                 // list_changed hint, and its next tools/list is still correct.
-                if session.try_send(ToolsChanged).is_err() {
+                if session.try_send(ToolsChanged(caps.clone())).is_err() {
                     tracing::debug!("a session's queue is full; list_changed not delivered");
                 }
             }
@@ -214,6 +218,31 @@ impl Router {
         for (_, waiter) in ready {
             let _ = waiter.send(());
         }
+    }
+
+    /// Drops one catalog no session holds any more (only the Router has it), with its catalog
+    /// sessions, so that a new set of capabilities can have its place.
+    fn evict_unused(&mut self) {
+        let Some(caps) = self.variants.iter().find(|(_, c)| Arc::strong_count(c) == 1).map(|(k, _)| k.clone()) else {
+            return;
+        };
+        self.variants.remove(&caps);
+        self.metrics.tool_catalogs.set(1 + self.variants.len() as i64);
+        let ours = |key: &Key| key.0 == caps;
+        let sessions: Vec<Key> = self.catalog_sessions.keys().filter(|k| ours(k)).cloned().collect();
+        for key in sessions {
+            if let Some(session) = self.catalog_sessions.remove(&key) {
+                actix::spawn(async move { session.close().await });
+            }
+        }
+        self.loading.retain(|k| !ours(k));
+        self.reload.retain(|k| !ours(k));
+        self.failures.retain(|k, _| !ours(k));
+        // Nobody holds the catalog, so nobody waits on it; a stale waiter is answered at once.
+        for (_, waiter) in self.waiters.extract_if(.., |(c, _)| *c == caps) {
+            let _ = waiter.send(());
+        }
+        tracing::info!(client_capabilities = %caps, "a tool catalog no session uses was dropped to make room");
     }
 
     /// Lists, in the catalog `caps`, every upstream not listed yet (or whose failure is old
@@ -295,6 +324,9 @@ impl Handler<CatalogFor> for Router {
     fn handle(&mut self, CatalogFor(relayable): CatalogFor, ctx: &mut Context<Self>) -> Self::Result {
         let mut caps = capability_key(&relayable);
         if !caps.is_empty() && !self.variants.contains_key(&caps) {
+            if self.variants.len() + 1 >= self.max_catalogs {
+                self.evict_unused();
+            }
             if self.variants.len() + 1 >= self.max_catalogs {
                 self.metrics.tool_catalog_fallbacks.with_label_values::<&str>(&[]).inc();
                 tracing::warn!(client_capabilities = %caps, max = self.max_catalogs, "federation.max_tool_catalogs reached: this client sees the tools offered to a client declaring no capabilities");

@@ -432,8 +432,8 @@ impl Handler<Close> for SessionActor {
     }
 }
 
-/// The federated tool list changed.
-pub(crate) struct ToolsChanged;
+/// The tools of the catalog of these client capabilities changed (see [`crate::router`]).
+pub(crate) struct ToolsChanged(pub crate::router::Caps);
 
 impl Message for ToolsChanged {
     type Result = ();
@@ -442,7 +442,11 @@ impl Message for ToolsChanged {
 impl Handler<ToolsChanged> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, _: ToolsChanged, _: &mut Context<Self>) {
+    fn handle(&mut self, ToolsChanged(caps): ToolsChanged, _: &mut Context<Self>) {
+        // Only a change in this session's own catalog changes what it lists.
+        if caps != self.catalog.caps {
+            return;
+        }
         if let Some(stream) = &self.get_stream {
             let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
         }
