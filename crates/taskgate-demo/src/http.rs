@@ -209,11 +209,11 @@ async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
 
 async fn delete(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
     match session(req.headers(), &state) {
-        Ok((sid, _)) => {
+        Ok((sid, connection)) => {
             state.update(|s| {
                 s.remove(&sid);
             });
-            state.demo.count_delete();
+            state.demo.end_connection(connection);
             HttpResponse::Ok().finish()
         }
         Err(response) => response,

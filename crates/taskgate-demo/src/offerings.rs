@@ -229,6 +229,12 @@ impl Offerings {
         Ok(json!({}))
     }
 
+    /// Forgets an ended connection's subscriptions and log level.
+    pub(crate) fn forget(&self, connection: u64) {
+        self.subscriptions.lock().retain(|(c, _)| *c != connection);
+        self.levels.lock().remove(&connection);
+    }
+
     /// Whether a message at `level` goes to `connection`.
     pub(crate) fn logs(&self, connection: u64, level: &str) -> bool {
         let rank = LEVELS.iter().position(|l| *l == level).unwrap_or(0);

@@ -157,8 +157,13 @@ impl DemoServer {
         let _ = rx.wait_for(condition).await;
     }
 
-    pub(crate) fn count_delete(&self) {
+    /// The client ended `connection` (DELETE): count it and forget what it declared and set.
+    pub(crate) fn end_connection(&self, connection: u64) {
         self.inner.stats.lock().deletes += 1;
+        self.inner.client_capabilities.lock().remove(&connection);
+        if let Some(offerings) = &self.inner.offerings {
+            offerings.forget(connection);
+        }
     }
 
     fn gate(&self, name: &str) -> Arc<Gate> {
