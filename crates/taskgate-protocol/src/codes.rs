@@ -24,3 +24,10 @@ pub const UNAUTHORIZED: i64 = -32004;
 pub const RATE_LIMITED: i64 = -32005;
 /// Implementation-defined server error: a tenant's cap (concurrent tasks, sessions) is reached.
 pub const LIMIT_EXCEEDED: i64 = -32006;
+/// MCP 2026-07-28 (basic "Error Codes"): HTTP headers do not match the body, or a required
+/// header is missing or malformed.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP 2026-07-28: the request needs a client capability the client did not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP 2026-07-28: the request's protocol version is not one the server implements.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;

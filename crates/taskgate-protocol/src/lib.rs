@@ -5,6 +5,7 @@
 //! - [`codes`]: JSON-RPC and MCP error codes.
 //! - [`mcp`]: method names, protocol versions, `_meta` keys, capabilities and typed views of the
 //!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
+//! - [`modern`]: MCP 2026-07-28 and the tasks extension: `_meta` fields, names, header values.
 //! - [`sse`]: Server-Sent Events framing, both directions.
 //! - [`tasks`]: task statuses, the transition rule, the `Task` object, timestamps.
 //!
@@ -14,6 +15,7 @@
 pub mod codes;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod modern;
 pub mod sse;
 pub mod tasks;
 

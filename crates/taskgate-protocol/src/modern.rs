@@ -1,0 +1,221 @@
+//! MCP 2026-07-28 ("modern": stateless requests that carry their version and capabilities in
+//! `_meta`) and the tasks extension `io.modelcontextprotocol/tasks`: names, `_meta` keys, the
+//! per-request fields and the header value encoding. The gateway's front door turns these into
+//! the one internal request model and back; nothing else reads them.
+
+use serde_json::Value;
+
+/// The modern revision the gateway serves.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+/// Every version the gateway implements, modern first (the `supported` list of -32022 and of
+/// `server/discover`): the legacy ones are served through `initialize`.
+pub const ALL_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+/// The tasks extension's identifier (ext-tasks "Extension Identifier").
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Methods and notifications new in 2026-07-28.
+pub mod methods {
+    /// `server/discover`
+    pub const SERVER_DISCOVER: &str = "server/discover";
+    /// `subscriptions/listen`
+    pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+    /// `notifications/subscriptions/acknowledged`
+    pub const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+    /// `tasks/update` (tasks extension)
+    pub const TASKS_UPDATE: &str = "tasks/update";
+}
+
+/// `_meta` keys of the modern revision (basic "`_meta`").
+pub mod meta {
+    /// The request's protocol version (required).
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// The client's capabilities for this request (required).
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// The client's name and version.
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// The least severe log level the client wants for this request.
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    /// The server's name and version, on results.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// The `subscriptions/listen` request a notification belongs to.
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// The per-request keys the front door consumes (they are not passed on).
+    pub const PER_REQUEST: [&str; 4] = [PROTOCOL_VERSION, CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL];
+}
+
+/// The `_meta` protocol version of a request, when it has one: the mark of a modern request.
+pub fn requested_version(params: Option<&Value>) -> Option<&Value> {
+    params?.get("_meta")?.get(meta::PROTOCOL_VERSION)
+}
+
+/// The log levels of basic/utilities/logging, least severe first.
+pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+/// The severity rank of a level name (`None`: not a level).
+pub fn log_rank(level: &str) -> Option<usize> {
+    LOG_LEVELS.iter().position(|l| *l == level)
+}
+
+/// The per-request fields of a modern request (basic "Per-request protocol fields").
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestMeta {
+    /// `io.modelcontextprotocol/protocolVersion`.
+    pub version: String,
+    /// `io.modelcontextprotocol/clientCapabilities` (an object).
+    pub capabilities: Value,
+    /// `io.modelcontextprotocol/clientInfo`, if sent.
+    pub client_info: Option<Value>,
+    /// `io.modelcontextprotocol/logLevel`, if sent.
+    pub log_level: Option<&'static str>,
+}
+
+/// Why the per-request fields cannot be read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaError {
+    /// A required field is missing or malformed: -32602.
+    Invalid(String),
+    /// The version is a string the gateway does not implement: -32022.
+    Unsupported(String),
+}
+
+impl RequestMeta {
+    /// Reads the per-request fields: the version first (an unsupported one is -32022 whatever
+    /// else is wrong), then the capabilities (required, an object), the client info (an object
+    /// when present) and the log level (a level name when present).
+    pub fn from_params(params: Option<&Value>) -> Result<RequestMeta, MetaError> {
+        let meta = params.and_then(|p| p.get("_meta"));
+        let field = |key: &str| meta.and_then(|m| m.get(key));
+        let version = match field(meta::PROTOCOL_VERSION) {
+            Some(Value::String(v)) => v.clone(),
+            Some(_) => {
+                return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be a string", meta::PROTOCOL_VERSION)))
+            }
+            None => {
+                return Err(MetaError::Invalid(format!(
+                    "the request has no _meta[\"{}\"]; every request of protocol version {PROTOCOL_VERSION} carries it",
+                    meta::PROTOCOL_VERSION
+                )))
+            }
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(MetaError::Unsupported(version));
+        }
+        let capabilities = match field(meta::CLIENT_CAPABILITIES) {
+            Some(c @ Value::Object(_)) => c.clone(),
+            Some(_) => {
+                return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_CAPABILITIES)))
+            }
+            None => {
+                return Err(MetaError::Invalid(format!(
+                    "the request has no _meta[\"{}\"]; every request of protocol version {PROTOCOL_VERSION} carries it",
+                    meta::CLIENT_CAPABILITIES
+                )))
+            }
+        };
+        let client_info = match field(meta::CLIENT_INFO) {
+            None | Some(Value::Object(_)) => field(meta::CLIENT_INFO).cloned(),
+            Some(_) => return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_INFO))),
+        };
+        let log_level = match field(meta::LOG_LEVEL) {
+            None => None,
+            Some(Value::String(l)) if log_rank(l).is_some() => log_rank(l).map(|r| LOG_LEVELS[r]),
+            Some(_) => {
+                return Err(MetaError::Invalid(format!(
+                    "_meta[\"{}\"] must be one of {}",
+                    meta::LOG_LEVEL,
+                    LOG_LEVELS.join(", ")
+                )))
+            }
+        };
+        Ok(RequestMeta { version, capabilities, client_info, log_level })
+    }
+
+    /// Whether the client declared the tasks extension on this request.
+    pub fn declares_tasks(&self) -> bool {
+        self.capabilities.get("extensions").and_then(|e| e.get(TASKS_EXTENSION)).is_some_and(Value::is_object)
+    }
+}
+
+/// Where the `Mcp-Name` header's value comes from for `method` (streamable-http "Standard
+/// Request Headers", ext-tasks "Routing Headers"): `params.name`, `params.uri` or
+/// `params.taskId`; `None` when the method has no `Mcp-Name`.
+pub fn name_source(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
+}
+
+/// A header value as the client meant it (streamable-http "Value Encoding"): a value in the
+/// Base64 sentinel `=?base64?…?=` decoded as UTF-8, any other taken as it is. `Err` says why a
+/// value is unusable (invalid characters, bad Base64, not UTF-8).
+pub fn decode_header_value(raw: &[u8], decode_base64: impl Fn(&str) -> Option<Vec<u8>>) -> Result<String, String> {
+    // RFC 9110 field values: visible ASCII, space and tab.
+    if let Some(bad) = raw.iter().find(|b| !(b.is_ascii_graphic() || **b == b' ' || **b == b'\t')) {
+        return Err(format!("the value contains the byte 0x{bad:02x}, which a header value may not"));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| "the value is not ASCII".to_owned())?;
+    match text.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
+        None => Ok(text.to_owned()),
+        Some(encoded) => {
+            let bytes = decode_base64(encoded).ok_or("the value is not valid Base64 inside =?base64?…?=")?;
+            String::from_utf8(bytes).map_err(|_| "the Base64 value is not UTF-8".to_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(m: Value) -> Option<Value> {
+        Some(json!({ "_meta": m }))
+    }
+
+    #[test]
+    fn per_request_fields_are_required_and_typed() {
+        let ok = RequestMeta::from_params(
+            meta(json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                "io.modelcontextprotocol/logLevel": "warning",
+            }))
+            .as_ref(),
+        )
+        .unwrap();
+        assert!(ok.declares_tasks());
+        assert_eq!(ok.log_level, Some("warning"));
+        let unsupported = json!({"io.modelcontextprotocol/protocolVersion": "1900-01-01"});
+        assert_eq!(
+            RequestMeta::from_params(meta(unsupported).as_ref()),
+            Err(MetaError::Unsupported("1900-01-01".into()))
+        );
+        for bad in [
+            json!({}),
+            json!({"io.modelcontextprotocol/protocolVersion": 2026}),
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": []}),
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/logLevel": "loud"}),
+            json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/clientInfo": "me"}),
+        ] {
+            assert!(
+                matches!(RequestMeta::from_params(meta(bad.clone()).as_ref()), Err(MetaError::Invalid(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(RequestMeta::from_params(None), Err(MetaError::Invalid(_))));
+    }
+
+    #[test]
+    fn header_values_decode_the_base64_sentinel_and_refuse_invalid_bytes() {
+        let b64 = |s: &str| if s == "SGVsbG8sIOS4lueVjA==" { Some("Hello, 世界".as_bytes().to_vec()) } else { None };
+        assert_eq!(decode_header_value(b"get_weather", b64).unwrap(), "get_weather");
+        assert_eq!(decode_header_value(b"=?base64?SGVsbG8sIOS4lueVjA==?=", b64).unwrap(), "Hello, 世界");
+        assert!(decode_header_value(b"=?base64?!!!?=", b64).is_err());
+        assert!(decode_header_value(b"a\x01b", b64).is_err());
+        assert!(decode_header_value("é".as_bytes(), b64).is_err());
+    }
+}
