@@ -32,6 +32,8 @@ pub mod defaults {
     pub const SESSION_BUFFER_BYTES: usize = 8 * 1024 * 1024;
     /// Longest time a client may take to send a request body, in milliseconds.
     pub const BODY_TIMEOUT_MS: u64 = 10_000;
+    /// How long an upstream request waits for a 2026-07-28 client's retry with its input, in seconds.
+    pub const INPUT_WAIT_SECS: u64 = 120;
     /// Client streams open at once.
     pub const MAX_STREAMS: usize = 10_000;
     /// One tenant's share of each gateway-wide pool, in percent.
@@ -149,6 +151,10 @@ pub struct ServerConfig {
     pub session_buffer_bytes: usize,
     /// Longest time a client may take to send a request's body, in milliseconds (408 after).
     pub body_timeout_ms: u64,
+    /// How long an upstream request that asked a 2026-07-28 client for input (an
+    /// `input_required` result) waits for the client's retry before it is answered with an
+    /// error and cancelled, in seconds.
+    pub input_wait_secs: u64,
     /// Most connections open at once on each listener; 0 sizes it from the open-file limit
     /// (raised to its hard limit at start), keeping a quarter of the descriptors for upstreams,
     /// the store and the admin listener.
@@ -188,6 +194,7 @@ impl Default for ServerConfig {
             stream_buffer_bytes: defaults::STREAM_BUFFER_BYTES,
             session_buffer_bytes: defaults::SESSION_BUFFER_BYTES,
             body_timeout_ms: defaults::BODY_TIMEOUT_MS,
+            input_wait_secs: defaults::INPUT_WAIT_SECS,
             max_connections: 0,
             shutdown_grace_secs: defaults::SHUTDOWN_GRACE_SECS,
             max_streams: defaults::MAX_STREAMS,
@@ -666,6 +673,7 @@ impl Config {
             ("server.stream_buffer_bytes", self.server.stream_buffer_bytes),
             ("server.session_buffer_bytes", self.server.session_buffer_bytes),
             ("server.body_timeout_ms", self.server.body_timeout_ms as usize),
+            ("server.input_wait_secs", self.server.input_wait_secs as usize),
             ("server.max_streams", self.server.max_streams),
             ("server.tenant_share_percent", self.server.tenant_share_percent as usize),
             ("federation.page_size", self.federation.page_size),

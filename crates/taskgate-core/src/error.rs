@@ -1,7 +1,7 @@
 //! The gateway's one error type and the one place it becomes a JSON-RPC code and an HTTP
 //! status (architecture invariant 7).
 
-use serde_json::json;
+use serde_json::{json, Value};
 use taskgate_protocol::{codes, ErrorObject};
 use taskgate_upstream::UpstreamError;
 
@@ -85,6 +85,26 @@ pub enum GatewayError {
     /// A bug or an impossible state.
     #[error("Internal error: {0}")]
     Internal(String),
+    /// 2026-07-28: a standard header is missing, malformed or differs from the body (-32020).
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// 2026-07-28: the request needs a client capability it did not declare (-32021).
+    #[error("Missing required client capability: {message}")]
+    MissingClientCapability {
+        /// What needs it.
+        message: String,
+        /// `data.requiredCapabilities`.
+        required: Value,
+    },
+    /// 2026-07-28: the `_meta` protocol version is not one the gateway implements (-32022).
+    #[error("Unsupported protocol version {0:?}; supported: {supported}", supported = taskgate_protocol::modern::ALL_VERSIONS.join(", "))]
+    UnsupportedRevision(String),
+    /// 2026-07-28: the per-request `_meta` fields are missing or malformed (-32602, HTTP 400).
+    #[error("Invalid params: {0}")]
+    InvalidMeta(String),
+    /// 2026-07-28: the method is not implemented (-32601, HTTP 404).
+    #[error("Method not found: {0}")]
+    UnknownMethod(String),
 }
 
 impl GatewayError {
@@ -95,7 +115,12 @@ impl GatewayError {
             GatewayError::Parse(_)
             | GatewayError::InvalidRequest(_)
             | GatewayError::MissingSession
-            | GatewayError::UnsupportedProtocolVersion(_) => 400,
+            | GatewayError::UnsupportedProtocolVersion(_)
+            | GatewayError::HeaderMismatch(_)
+            | GatewayError::MissingClientCapability { .. }
+            | GatewayError::UnsupportedRevision(_)
+            | GatewayError::InvalidMeta(_) => 400,
+            GatewayError::UnknownMethod(_) => 404,
             GatewayError::Unauthorized(_) => 401,
             GatewayError::OriginNotAllowed(_) => 403,
             GatewayError::SessionNotFound => 404,
@@ -118,8 +143,18 @@ impl GatewayError {
     pub fn error_object(&self) -> ErrorObject {
         let code = match self {
             GatewayError::Parse(_) => codes::PARSE_ERROR,
-            GatewayError::MethodNotFound(_) => codes::METHOD_NOT_FOUND,
-            GatewayError::InvalidParams(_) => codes::INVALID_PARAMS,
+            GatewayError::MethodNotFound(_) | GatewayError::UnknownMethod(_) => codes::METHOD_NOT_FOUND,
+            GatewayError::InvalidParams(_) | GatewayError::InvalidMeta(_) => codes::INVALID_PARAMS,
+            GatewayError::HeaderMismatch(_) => codes::HEADER_MISMATCH,
+            GatewayError::MissingClientCapability { required, .. } => {
+                return ErrorObject::new(codes::MISSING_REQUIRED_CLIENT_CAPABILITY, self.to_string())
+                    .with_data(json!({ "requiredCapabilities": required }));
+            }
+            GatewayError::UnsupportedRevision(requested) => {
+                return ErrorObject::new(codes::UNSUPPORTED_PROTOCOL_VERSION, self.to_string()).with_data(
+                    json!({ "supported": taskgate_protocol::modern::ALL_VERSIONS, "requested": requested }),
+                );
+            }
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,
             GatewayError::Overloaded(_) => codes::OVERLOADED,
             GatewayError::StoreUnavailable(_) => {
@@ -176,6 +211,11 @@ impl GatewayError {
             GatewayError::Unauthorized(_) => "unauthorized",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::LimitExceeded(_) => "limit_exceeded",
+            GatewayError::HeaderMismatch(_) => "header_mismatch",
+            GatewayError::MissingClientCapability { .. } => "missing_client_capability",
+            GatewayError::UnsupportedRevision(_) => "unsupported_protocol_version",
+            GatewayError::InvalidMeta(_) => "invalid_meta",
+            GatewayError::UnknownMethod(_) => "method_not_found",
         }
     }
 }
@@ -217,7 +257,17 @@ mod tests {
             (GatewayError::Unauthorized("x".into()), 401, -32004),
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),
+            (GatewayError::HeaderMismatch("x".into()), 400, -32020),
+            (GatewayError::MissingClientCapability { message: "x".into(), required: json!({}) }, 400, -32021),
+            (GatewayError::UnsupportedRevision("x".into()), 400, -32022),
+            (GatewayError::InvalidMeta("x".into()), 400, -32602),
+            (GatewayError::UnknownMethod("x".into()), 404, -32601),
         ];
+        let unsupported = GatewayError::UnsupportedRevision("1900-01-01".into()).error_object();
+        assert_eq!(
+            unsupported.data.unwrap(),
+            json!({"supported": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"], "requested": "1900-01-01"})
+        );
         assert!(is_store_unavailable(&GatewayError::StoreUnavailable("down".into()).error_object()));
         assert!(!is_store_unavailable(&GatewayError::Overloaded("full".into()).error_object()));
         for (e, status, code) in cases {

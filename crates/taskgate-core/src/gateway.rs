@@ -160,7 +160,13 @@ const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Gateway {
     shared: Arc<Shared>,
     supervisor: Addr<Supervisor>,
+    /// Sessions serving stateless requests, by identity and relayed client capabilities.
+    pool: Arc<parking_lot::Mutex<HashMap<PoolKey, String>>>,
 }
+
+/// What a pooled session is shared by: tenant, principal, and the canonical form of the client
+/// capabilities the gateway relays (what its upstream sessions declare).
+type PoolKey = (String, String, String);
 
 impl Gateway {
     /// Starts the core (the Router begins listing upstream tools). Call inside an actix system.
@@ -233,7 +239,7 @@ impl Gateway {
                 tenants::IMPLICIT_TENANT
             );
         }
-        Ok(Gateway { shared, supervisor })
+        Ok(Gateway { shared, supervisor, pool: Arc::default() })
     }
 
     /// The identity an `Authorization` header value (or its absence) authenticates; a refusal
@@ -559,19 +565,68 @@ impl Gateway {
             });
         }
         let mut capabilities = json!({
-            "tools": { "listChanged": true },
             // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
             "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
         });
-        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.offered_capabilities(&tenant)) {
+        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.server_capabilities(&tenant)) {
             c.extend(more);
         }
         let result = json!({
             "protocolVersion": version,
             "capabilities": capabilities,
-            "serverInfo": { "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") },
+            "serverInfo": server_info(),
         });
         Ok((id, result))
+    }
+
+    /// What the gateway offers `tenant` whatever the revision: tools (listChanged), and the
+    /// union of what its upstreams offer besides (see [`Gateway::offered_capabilities`]).
+    /// Tasks are declared by each revision's own means.
+    pub fn server_capabilities(&self, tenant: &str) -> Value {
+        let mut capabilities = json!({ "tools": { "listChanged": true } });
+        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.offered_capabilities(tenant)) {
+            c.extend(more);
+        }
+        capabilities
+    }
+
+    /// A session serving stateless requests of `identity` with these client capabilities:
+    /// one per identity and set of relayed capabilities, shared by all their requests (so
+    /// their upstream sessions are too), started on first use and started again when the
+    /// Supervisor closed it idle. It counts against the session limits like any other.
+    pub async fn pooled_session(
+        &self,
+        identity: &Identity,
+        capabilities: &Value,
+        client_info: Option<&Value>,
+    ) -> Result<SessionHandle, GatewayError> {
+        let relayable = mcp::relayable_client_capabilities(capabilities);
+        let key = (identity.tenant.clone(), identity.principal.clone(), crate::router::capability_key(&relayable));
+        if let Some(id) = self.pool.lock().get(&key).cloned() {
+            if let Ok(handle) = self.session(&id, identity) {
+                return Ok(handle);
+            }
+        }
+        let params = json!({
+            "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
+            "capabilities": relayable,
+            "clientInfo": client_info.cloned().unwrap_or_else(|| json!({"name": "stateless", "version": "0"})),
+        });
+        let catalog = self.catalog_ready(Some(&params)).await;
+        let mut pool = self.pool.lock();
+        // Another request may have started it meanwhile.
+        if let Some(handle) = pool.get(&key).and_then(|id| self.session(id, identity).ok()) {
+            return Ok(handle);
+        }
+        pool.retain(|_, id| self.shared.sessions.contains(id));
+        let (id, _) = self.initialize(identity.clone(), Some(&params), catalog)?;
+        pool.insert(key, id.clone());
+        self.session(&id, identity)
+    }
+
+    /// Stateless sessions in the pool now.
+    pub fn pooled_sessions(&self) -> usize {
+        self.pool.lock().len()
     }
 
     /// The tool catalog for a client initializing with `params` (one per distinct set of the
@@ -649,6 +704,7 @@ impl Gateway {
 }
 
 /// A client session, as the front door sees it.
+#[derive(Clone)]
 pub struct SessionHandle {
     addr: Addr<SessionActor>,
     metrics: Arc<Metrics>,
@@ -712,8 +768,19 @@ impl SessionHandle {
         method: String,
         params: Option<Value>,
     ) -> Result<OutboundReceiver, GatewayError> {
+        self.request_with(id, method, params, crate::TaskMode::Requested).await
+    }
+
+    /// [`SessionHandle::request`], saying who decides whether a `tools/call` becomes a task.
+    pub async fn request_with(
+        &self,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        mode: crate::TaskMode,
+    ) -> Result<OutboundReceiver, GatewayError> {
         let (reply, rx) = self.outbound("request", Some(id.clone()))?;
-        self.deliver(ClientRequest { id, method, params, reply }).await??;
+        self.deliver(ClientRequest { id, method, params, reply, mode }).await??;
         Ok(rx)
     }
 
@@ -733,4 +800,9 @@ impl SessionHandle {
         self.deliver(OpenStream(tx)).await??;
         Ok(rx)
     }
+}
+
+/// The gateway's name and version, as `initialize` and stateless results carry them.
+pub fn server_info() -> Value {
+    json!({ "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") })
 }

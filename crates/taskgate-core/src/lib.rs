@@ -29,5 +29,6 @@ pub mod tasks;
 pub mod tenants;
 
 pub use error::GatewayError;
-pub use gateway::{Gateway, SessionHandle};
+pub use gateway::{server_info, Gateway, SessionHandle};
 pub use registry::Identity;
+pub use session::TaskMode;

@@ -111,6 +111,10 @@ impl Sessions {
         Some(entry)
     }
 
+    pub fn contains(&self, id: &str) -> bool {
+        self.map.read().contains_key(id)
+    }
+
     pub fn remove(&self, id: &str) -> Option<SessionEntry> {
         self.map.write().remove(id)
     }

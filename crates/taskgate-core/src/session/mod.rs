@@ -105,6 +105,8 @@ struct InFlight {
     task: Option<String>,
     /// A task-augmented request: `notifications/cancelled` does not apply (tasks/cancel does).
     task_augmented: bool,
+    /// Who decides whether a `tools/call` becomes a task.
+    mode: TaskMode,
     /// The running upstream call, stopped on cancellation.
     running: Option<SpawnHandle>,
     /// The request's progress token's actor.
@@ -243,6 +245,23 @@ pub(crate) struct ClientRequest {
     pub method: String,
     pub params: Option<Value>,
     pub reply: Outbound,
+    pub mode: TaskMode,
+}
+
+/// Who decides whether a `tools/call` becomes a task: part of the internal request model, set
+/// by the front door from the client's revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskMode {
+    /// The client: a `task` param asks for one (2025-11-25 "Tool-Level Negotiation").
+    #[default]
+    Requested,
+    /// The gateway: a tool that may run as a task does when the client can take a task
+    /// (`accepts`); a tool that must run as a task is refused (-32021) to a client that cannot.
+    /// A `task` param is ignored.
+    GatewayDecides {
+        /// The client declared it can take a task.
+        accepts: bool,
+    },
 }
 
 impl Message for ClientRequest {
@@ -253,7 +272,7 @@ impl Handler<ClientRequest> for SessionActor {
     type Result = Result<(), GatewayError>;
 
     fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
-        let ClientRequest { id, method, params, reply } = msg;
+        let ClientRequest { id, method, params, reply, mode } = msg;
         if self.requests.contains_key(&id) {
             return Err(GatewayError::InvalidRequest(format!(
                 "request id {id} is already in use by a request in progress in this session"
@@ -277,10 +296,12 @@ impl Handler<ClientRequest> for SessionActor {
                 let _ = reply.send_frame(queued.frame);
             }
         }
-        let task_augmented = method == methods::TOOLS_CALL && params.as_ref().is_some_and(|p| p.get("task").is_some());
+        let task_augmented = method == methods::TOOLS_CALL
+            && mode == TaskMode::Requested
+            && params.as_ref().is_some_and(|p| p.get("task").is_some());
         self.requests.insert(
             id.clone(),
-            InFlight { reply, upstream: None, task, task_augmented, running: None, progress: None },
+            InFlight { reply, upstream: None, task, task_augmented, mode, running: None, progress: None },
         );
         self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match method.as_str() {

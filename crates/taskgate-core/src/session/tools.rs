@@ -92,6 +92,29 @@ impl SessionActor {
         let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
         let support = tasks::task_support(&entry, upstream_config);
         let mcp::ToolCallView { name, task: requested } = view;
+        let mode = self.requests.get(&id).map(|r| r.mode).unwrap_or_default();
+        let requested = match (mode, support) {
+            (TaskMode::Requested, _) => requested,
+            (TaskMode::GatewayDecides { accepts: true }, TaskSupport::Forbidden) => None,
+            (TaskMode::GatewayDecides { accepts: true }, _) => Some(None),
+            // ext-tasks "Capability Negotiation": a request the server cannot serve without a
+            // task, from a client that did not declare the extension, MUST get -32021.
+            (TaskMode::GatewayDecides { accepts: false }, TaskSupport::Required) => {
+                let e = GatewayError::MissingClientCapability {
+                    message: format!("tool {name} runs only as a task; declare the tasks extension"),
+                    required: json!({ "extensions": { taskgate_protocol::modern::TASKS_EXTENSION: {} } }),
+                };
+                return self.finish(id, Err(e));
+            }
+            (TaskMode::GatewayDecides { accepts: false }, _) => None,
+        };
+        if let (TaskMode::GatewayDecides { .. }, Some(request)) = (mode, self.requests.get_mut(&id)) {
+            request.task_augmented = requested.is_some();
+        }
+        let mut params = params;
+        if let (TaskMode::GatewayDecides { .. }, Some(Value::Object(p))) = (mode, params.as_mut()) {
+            p.remove("task");
+        }
         let Some(session) = self.upstream_session(&entry.upstream, ctx) else {
             let e = GatewayError::Internal(format!("upstream '{}' has no connector", entry.upstream));
             return self.finish(id, Err(e));
