@@ -3,6 +3,7 @@
 //!
 //! - [`server`]: binds the listener and wires the routes.
 //! - [`mcp_endpoint`]: `POST`, `GET` and `DELETE /mcp`.
+//! - [`modern`]: MCP 2026-07-28 requests (stateless), served beside sessions on the same endpoint.
 //! - [`checks`]: `Origin`, `Content-Type`, `Accept`, `MCP-Protocol-Version`, body limits.
 //! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
@@ -10,6 +11,7 @@
 
 pub mod checks;
 pub mod mcp_endpoint;
+pub mod modern;
 pub mod operations;
 pub mod reply;
 pub mod server;

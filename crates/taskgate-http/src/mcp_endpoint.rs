@@ -18,7 +18,12 @@ fn identity(headers: &HeaderMap, gateway: &Gateway) -> Result<Identity, GatewayE
 }
 
 /// `POST /mcp`: one JSON-RPC message per request.
-pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Gateway>) -> HttpResponse {
+pub async fn post(
+    req: HttpRequest,
+    payload: web::Payload,
+    gateway: web::Data<Gateway>,
+    modern: web::Data<crate::modern::Modern>,
+) -> HttpResponse {
     let headers = req.headers();
     let config = gateway.config();
     let checked = async {
@@ -52,7 +57,8 @@ pub async fn post(req: HttpRequest, payload: web::Payload, gateway: web::Data<Ga
         session = %Untrusted(checks::session_id(headers).unwrap_or("-")),
         method = %Untrusted(message.method().unwrap_or("response")),
     );
-    match tracing::Instrument::instrument(dispatch(headers, identity, message, &gateway), span).await {
+    let modern = modern.into_inner();
+    match tracing::Instrument::instrument(dispatch(headers, identity, message, &gateway, modern), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     }
@@ -65,6 +71,7 @@ async fn dispatch(
     identity: Identity,
     message: Message,
     gateway: &Gateway,
+    modern: std::sync::Arc<crate::modern::Modern>,
 ) -> Result<HttpResponse, Refusal> {
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
@@ -85,6 +92,11 @@ async fn dispatch(
                 GatewayError::NotAcceptable("Accept must allow application/json and text/event-stream".into()),
                 Some(id.clone()),
             ));
+        }
+        // basic/versioning "Backward Compatibility": a request with the modern `_meta` is
+        // served statelessly, beside the sessions of initialize.
+        if crate::modern::is_modern(headers, &message) {
+            return Ok(crate::modern::serve(headers, identity, message, gateway, modern).await);
         }
         if method == methods::INITIALIZE {
             if checks::session_id(headers).is_some() {
@@ -112,6 +124,9 @@ async fn dispatch(
                 Err(e) => Err((e, Some(id.clone()))),
             };
         }
+    }
+    if crate::modern::is_modern(headers, &message) {
+        return Ok(crate::modern::serve(headers, identity, message, gateway, modern).await);
     }
     let session_id = checks::session_id(headers).ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;

@@ -72,12 +72,14 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
         n => n,
     };
     let connections = connection_cap(config.server.max_connections, raise_open_file_limit());
+    let modern = web::Data::new(crate::modern::Modern::new(&config));
     let data = web::Data::new(gateway);
     let main_data = data.clone();
     let server = HttpServer::new(move || {
         let metrics = main_data.clone();
         App::new()
             .app_data(main_data.clone())
+            .app_data(modern.clone())
             // Every response is counted by HTTP method and status.
             .wrap_fn(move |req, srv| {
                 let method = req.method().as_str().to_owned();

@@ -1,0 +1,453 @@
+//! One stateless request served through a pooled session: its params turned into the internal
+//! request (a process-unique id, a process-unique progress token, the per-request `_meta`
+//! consumed), and what the session sends about it turned back into 2026-07-28 messages:
+//! progress with the client's token, log messages at the request's level only, `resultType` on
+//! the result, caching hints on listings, a task as the extension's flat `CreateTaskResult`,
+//! and server-to-client requests as an `input_required` result (basic/patterns/mrtr) while
+//! the upstream request waits, held here until the client's retry answers it or a bound passes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::HttpResponse;
+use bytes::Bytes;
+use futures_util::FutureExt;
+use serde_json::{json, Map, Value};
+use taskgate_core::outbound::{Frame, OutboundReceiver};
+use taskgate_core::{GatewayError, Identity, SessionHandle};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::modern::{self, meta};
+use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
+
+use super::Modern;
+
+/// How long the front door waits for the first message of a request before it commits to an
+/// SSE response (a quick result, an early error or an `input_required` goes out as one JSON
+/// object with its own HTTP status).
+const FIRST_MESSAGE_WAIT: Duration = Duration::from_millis(100);
+/// How often an SSE response with nothing to say carries a comment: a closed connection is
+/// only noticed on a write, and closing the stream is how a 2026 client cancels.
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
+
+/// A request in flight for a stateless client.
+#[derive(Clone)]
+pub(crate) struct Call {
+    /// The client's JSON-RPC id (this attempt's: a retry has its own).
+    pub client_id: RequestId,
+    /// The id the session knows it by.
+    pub internal_id: RequestId,
+    pub method: String,
+    /// The client's progress token (the session knows the internal id in its place).
+    pub client_token: Option<Value>,
+    /// The rank of the least severe log level to pass (`None`: no log messages at all).
+    pub log_rank: Option<usize>,
+    pub session: SessionHandle,
+    pub identity: Identity,
+    /// Binds a `requestState` to this request.
+    pub digest: String,
+}
+
+/// What one message from the session becomes for the client.
+enum Step {
+    /// A notification to pass on.
+    Send(String),
+    /// A request the client must answer: its key and `{method, params}`.
+    Input(String, Value),
+    /// The final message, with the HTTP status it takes when it is the whole answer.
+    Final(String, u16),
+    /// Nothing the client may see.
+    Skip,
+}
+
+impl Call {
+    /// Translates one message of the session about this request.
+    fn translate(&self, frame: Frame) -> Step {
+        let Ok(mut value) = serde_json::from_str::<Value>(&frame.json) else { return Step::Skip };
+        let Some(object) = value.as_object_mut() else { return Step::Skip };
+        if object.contains_key("method") && object.contains_key("id") {
+            // basic/transports "Receiving Messages": no requests on a response stream; they are
+            // input requests of an input_required result.
+            let key = match object.get("id") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => return Step::Skip,
+            };
+            if !matches!(self.method.as_str(), methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ) {
+                // basic/patterns/mrtr "Supported Requests": no input_required on other methods.
+                let session = self.session.clone();
+                let error = ErrorObject::new(
+                    codes::METHOD_NOT_FOUND,
+                    format!("the client cannot be asked for input during {} (2026-07-28)", self.method),
+                );
+                let reply = Message::error(Some(RequestId::String(key)), error);
+                actix_web::rt::spawn(async move {
+                    let _ = session.respond(reply).await;
+                });
+                return Step::Skip;
+            }
+            let mut request = Map::new();
+            for field in ["method", "params"] {
+                if let Some(v) = object.remove(field) {
+                    request.insert(field.into(), v);
+                }
+            }
+            return Step::Input(key, Value::Object(request));
+        }
+        if let Some(method) = object.get("method").and_then(Value::as_str) {
+            return match method {
+                methods::PROGRESS => {
+                    let (Some(client), Some(params)) = (&self.client_token, object.get_mut("params")) else {
+                        return Step::Skip;
+                    };
+                    params["progressToken"] = client.clone();
+                    Step::Send(value.to_string())
+                }
+                // server/utilities/logging: none for a request without a level, and none below it.
+                methods::LOG_MESSAGE => {
+                    let level = object.get("params").and_then(|p| p.get("level")).and_then(Value::as_str);
+                    match (self.log_rank, level.and_then(modern::log_rank)) {
+                        (Some(min), Some(rank)) if rank >= min => Step::Send(value.to_string()),
+                        _ => Step::Skip,
+                    }
+                }
+                _ => Step::Skip,
+            };
+        }
+        object.insert("id".into(), self.client_id.to_value());
+        if let Some(error) = object.get("error") {
+            let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+            // basic "`_meta`": -32021 and -32022 MUST be 400 on HTTP; -32020 too (transports).
+            let status = match code {
+                codes::HEADER_MISMATCH
+                | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
+                | codes::UNSUPPORTED_PROTOCOL_VERSION => 400,
+                _ if frame.store_unavailable => 503,
+                _ => 200,
+            };
+            return Step::Final(value.to_string(), status);
+        }
+        if let Some(result) = object.get_mut("result").and_then(Value::as_object_mut) {
+            finish_result(&self.method, result);
+        }
+        Step::Final(value.to_string(), 200)
+    }
+}
+
+/// A result as the 2026-07-28 client sees it: `resultType`, the server's identity, caching
+/// hints on what server/utilities/caching names, and a task as the flat `CreateTaskResult`.
+pub(crate) fn finish_result(method: &str, result: &mut Map<String, Value>) {
+    if method == methods::TOOLS_CALL {
+        if let Some(Value::Object(task)) = result.get("task").cloned() {
+            if task.contains_key("taskId") {
+                // ext-tasks "Task Creation": resultType "task" with the task's fields flat.
+                result.remove("task");
+                for (k, v) in flat_task(task) {
+                    result.insert(k, v);
+                }
+                result.insert("resultType".into(), json!("task"));
+            }
+        }
+    }
+    result.entry("resultType").or_insert_with(|| json!("complete"));
+    let meta = result.entry("_meta").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
+    }
+    // server/utilities/caching: results of these carry ttlMs and cacheScope. What a tenant
+    // sees depends on its credentials, so nothing is public; the gateway cannot promise a
+    // listing stays fresh (upstreams change them), so it is stale at once.
+    if matches!(
+        method,
+        methods::TOOLS_LIST
+            | methods::PROMPTS_LIST
+            | methods::RESOURCES_LIST
+            | methods::RESOURCES_TEMPLATES_LIST
+            | methods::RESOURCES_READ
+            | modern::methods::SERVER_DISCOVER
+    ) {
+        result.entry("ttlMs").or_insert_with(|| json!(0));
+        result.entry("cacheScope").or_insert_with(|| json!("private"));
+    }
+}
+
+/// A 2025-11-25 `Task` with the extension's field names (`ttlMs`, `pollIntervalMs`).
+pub(crate) fn flat_task(mut task: Map<String, Value>) -> Map<String, Value> {
+    let ttl = task.remove("ttl").unwrap_or(Value::Null);
+    task.insert("ttlMs".into(), ttl);
+    if let Some(poll) = task.remove("pollInterval") {
+        task.insert("pollIntervalMs".into(), poll);
+    }
+    task
+}
+
+/// The JSON-RPC error response for the client, as a whole HTTP answer.
+fn error_response(id: &RequestId, e: &GatewayError) -> HttpResponse {
+    crate::reply::error(e, Some(id.clone()))
+}
+
+fn json_response(json: String, status: u16) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::OK);
+    let mut response = HttpResponse::build(status);
+    if status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE {
+        response.insert_header(("Retry-After", "1"));
+    }
+    response.content_type("application/json").body(json)
+}
+
+/// Sends `notifications/cancelled` for the call to its session (the session forwards it to the
+/// one upstream that owns the request, as it does for a 2025-11-25 client).
+fn cancel(call: &Call, reason: &str) {
+    let (session, id) = (call.session.clone(), call.internal_id.to_value());
+    let reason = reason.to_owned();
+    actix_web::rt::spawn(async move {
+        let _ = session.notify(methods::CANCELLED.into(), Some(json!({ "requestId": id, "reason": reason }))).await;
+    });
+}
+
+/// Serves the call from its session's messages: one JSON object when the answer comes at once,
+/// else an SSE stream that ends with it. Closing the stream cancels the request.
+pub(crate) async fn respond(modern: Arc<Modern>, call: Call, mut messages: OutboundReceiver) -> HttpResponse {
+    let deadline = tokio::time::Instant::now() + FIRST_MESSAGE_WAIT;
+    let first = loop {
+        match tokio::time::timeout_at(deadline, messages.recv()).await {
+            Err(_) => break None,
+            Ok(None) => return ended(&call),
+            Ok(Some(frame)) => match call.translate(frame) {
+                Step::Skip => continue,
+                step => break Some(step),
+            },
+        }
+    };
+    let mut pending = VecDeque::new();
+    match first {
+        Some(Step::Final(json, status)) => return json_response(json, status),
+        Some(Step::Input(key, request)) => {
+            let (json, status) = park(&modern, call, messages, vec![(key, request)], &mut None);
+            return json_response(json, status);
+        }
+        Some(Step::Send(json)) => pending.push_back(sse_event(&json)),
+        Some(Step::Skip) | None => {}
+    }
+    stream(modern, call, messages, pending)
+}
+
+fn ended(call: &Call) -> HttpResponse {
+    let e = GatewayError::Internal("the request ended without a response (its session closed)".into());
+    error_response(&call.client_id, &e)
+}
+
+fn sse_event(json: &str) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {json}\n\n"))
+}
+
+/// Cancels the call when the client closes its stream before the final message.
+struct Guard {
+    call: Call,
+    armed: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::info!(request = %taskgate_core::logs::Untrusted(&self.call.client_id.to_string()), "a 2026-07-28 client closed its response stream; the request is cancelled");
+            cancel(&self.call, "the client closed its response stream");
+        }
+    }
+}
+
+fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: VecDeque<Bytes>) -> HttpResponse {
+    let mut guard = Guard { call, armed: true };
+    let mut messages = Some(messages);
+    let mut pending = pending;
+    let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let body = futures_util::stream::poll_fn(move |cx| loop {
+        if let Some(bytes) = pending.pop_front() {
+            return Poll::Ready(Some(Ok::<_, std::convert::Infallible>(bytes)));
+        }
+        let Some(rx) = messages.as_mut() else { return Poll::Ready(None) };
+        match rx.poll_recv(cx) {
+            Poll::Ready(Some(frame)) => match guard.call.translate(frame) {
+                Step::Skip => continue,
+                Step::Send(json) => pending.push_back(sse_event(&json)),
+                Step::Final(json, _) => {
+                    guard.armed = false;
+                    messages = None;
+                    pending.push_back(sse_event(&json));
+                }
+                Step::Input(key, request) => {
+                    guard.armed = false;
+                    let rx = messages.take().expect("present");
+                    let mut notes = Some(Vec::new());
+                    let (json, _) = park(&modern, guard.call.clone(), rx, vec![(key, request)], &mut notes);
+                    pending.extend(notes.unwrap_or_default().iter().map(|n| sse_event(n)));
+                    pending.push_back(sse_event(&json));
+                }
+            },
+            Poll::Ready(None) => {
+                guard.armed = false;
+                messages = None;
+                let e = GatewayError::Internal("the request ended without a response (its session closed)".into());
+                pending.push_back(sse_event(
+                    &Message::error(Some(guard.call.client_id.clone()), e.error_object()).to_json(),
+                ));
+            }
+            Poll::Pending => {
+                if keep_alive.poll_tick(cx).is_ready() {
+                    return Poll::Ready(Some(Ok(Bytes::from_static(b": keep-alive\n\n"))));
+                }
+                return Poll::Pending;
+            }
+        }
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
+
+/// An exchange waiting for the client's retry: the upstream request is still open, its
+/// messages held, and the requests the client must answer.
+pub(crate) struct Parked {
+    pub call: Call,
+    pub messages: OutboundReceiver,
+    /// The input requests not answered yet, by key.
+    pub inputs: Vec<(String, Value)>,
+}
+
+/// Holds the call until its retry, and returns the `input_required` result for the client
+/// (with every input request already queued), or the final message if the call ended in the
+/// meantime. Notifications drained on the way go to `notes` when the answer is a stream.
+fn park(
+    modern: &Arc<Modern>,
+    call: Call,
+    mut messages: OutboundReceiver,
+    mut inputs: Vec<(String, Value)>,
+    notes: &mut Option<Vec<String>>,
+) -> (String, u16) {
+    while let Some(Some(frame)) = messages.recv().now_or_never() {
+        match call.translate(frame) {
+            Step::Input(key, request) => inputs.push((key, request)),
+            Step::Send(json) => {
+                if let Some(notes) = notes.as_mut() {
+                    notes.push(json);
+                }
+            }
+            Step::Final(json, status) => return (json, status),
+            Step::Skip => {}
+        }
+    }
+    let client_id = call.client_id.clone();
+    let input_requests: Map<String, Value> = inputs.iter().cloned().collect();
+    let state = modern.hold(Parked { call, messages, inputs });
+    let result = json!({
+        "resultType": "input_required",
+        "inputRequests": input_requests,
+        "requestState": state,
+        "_meta": { meta::SERVER_INFO: taskgate_core::server_info() },
+    });
+    (Message::response(client_id, result).to_json(), 200)
+}
+
+/// A retry carrying `requestState`: verified, its exchange taken (once), the answers in
+/// `inputResponses` delivered to the waiting upstream requests, and the call served on.
+pub(crate) async fn resume(
+    modern: Arc<Modern>,
+    client_id: RequestId,
+    identity: &Identity,
+    method: &str,
+    params: &Value,
+    client_token: Option<Value>,
+) -> HttpResponse {
+    let state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
+    let digest = super::state::digest(method, Some(params));
+    let mut parked = match modern.take(state, identity, method, &digest) {
+        Ok(parked) => parked,
+        Err(why) => return error_response(&client_id, &GatewayError::InvalidParams(why)),
+    };
+    let empty = Map::new();
+    let responses = params.get("inputResponses").and_then(Value::as_object).unwrap_or(&empty);
+    let mut unanswered = Vec::new();
+    for (key, request) in std::mem::take(&mut parked.inputs) {
+        match responses.get(&key) {
+            Some(answer) => {
+                let id = RequestId::String(key.clone());
+                let reply = Message::response(id, answer.clone());
+                if let Err(e) = parked.call.session.respond(reply).await {
+                    tracing::info!(error = %e, "could not deliver an input response");
+                }
+            }
+            None => unanswered.push((key, request)),
+        }
+    }
+    parked.call.client_id = client_id;
+    if client_token.is_some() {
+        parked.call.client_token = client_token;
+    }
+    let Parked { call, messages, .. } = parked;
+    if !unanswered.is_empty() {
+        // basic/patterns/mrtr "Error Handling": missing answers are asked for again.
+        let (json, status) = park(&modern, call, messages, unanswered, &mut None);
+        return json_response(json, status);
+    }
+    respond(modern, call, messages).await
+}
+
+impl Modern {
+    /// Holds an exchange and returns its `requestState`; released with an error to the
+    /// upstream when no retry takes it within `server.input_wait_secs`.
+    pub(crate) fn hold(self: &Arc<Modern>, parked: Parked) -> String {
+        let exchange = format!("x{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let now = self.clock_ms();
+        let state = self.key.issue(
+            &exchange,
+            &parked.call.identity,
+            &parked.call.method,
+            &parked.call.digest,
+            now + self.input_wait.as_millis() as u64,
+        );
+        self.parked.lock().insert(exchange.clone(), parked);
+        let modern = self.clone();
+        let wait = self.input_wait;
+        actix_web::rt::spawn(async move {
+            tokio::time::sleep(wait).await;
+            modern.release(&exchange).await;
+        });
+        state
+    }
+
+    /// Takes the exchange a verified `requestState` names.
+    fn take(&self, state: &str, identity: &Identity, method: &str, digest: &str) -> Result<Parked, String> {
+        let claims = self
+            .key
+            .verify(state, identity, method, digest, self.clock_ms())
+            .map_err(|why| format!("Invalid requestState: {why}"))?;
+        self.parked.lock().remove(&claims.exchange).ok_or_else(|| {
+            "Invalid requestState: the exchange it names is over (answered already, or released after server.input_wait_secs); send the request again without it".to_owned()
+        })
+    }
+
+    /// No retry came: the waiting upstream requests get an error and the call is cancelled.
+    async fn release(&self, exchange: &str) {
+        let Some(parked) = self.parked.lock().remove(exchange) else { return };
+        let secs = self.input_wait.as_secs();
+        tracing::info!(method = %parked.call.method, "a 2026-07-28 client did not retry within {secs} s; its input requests are answered with an error and the request is cancelled");
+        for (key, _) in &parked.inputs {
+            let error = ErrorObject::new(
+                codes::UPSTREAM_UNAVAILABLE,
+                format!("the client did not answer within {secs} s (server.input_wait_secs)"),
+            );
+            let _ = parked.call.session.respond(Message::error(Some(RequestId::String(key.clone())), error)).await;
+        }
+        cancel(&parked.call, "the client did not retry with the input it was asked for");
+    }
+
+    /// Exchanges held now.
+    pub fn held(&self) -> usize {
+        self.parked.lock().len()
+    }
+}

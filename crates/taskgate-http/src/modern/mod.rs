@@ -1,0 +1,318 @@
+//! MCP 2026-07-28 at the front door (basic/versioning "Backward Compatibility": a dual-era
+//! server on one endpoint). A request whose `_meta` carries
+//! `io.modelcontextprotocol/protocolVersion` (or that names a 2026-07-28 method, or comes with
+//! a 2026-07-28 `MCP-Protocol-Version` and no session) is served statelessly here; `initialize`
+//! and session requests go on as before.
+//!
+//! This module is where the revision lives on the client side: it checks the per-request
+//! `_meta` fields and the standard headers, then turns the request into the internal model
+//! (a request to a session pooled per identity and relayed capabilities, with
+//! [`taskgate_core::TaskMode::GatewayDecides`] for `tools/call`) and what comes back into
+//! 2026-07-28 messages ([`exchange`]); `server/discover` is answered here, the tasks extension's
+//! methods in [`tasks`], and `subscriptions/listen` in [`listen`].
+
+mod exchange;
+mod listen;
+pub mod state;
+mod tasks;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header::HeaderMap;
+use actix_web::HttpResponse;
+use base64::Engine;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use taskgate_config::Config;
+use taskgate_core::{Gateway, GatewayError, Identity, TaskMode};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::modern::{self, meta, MetaError, RequestMeta};
+use taskgate_protocol::{Message, RequestId};
+
+use crate::checks::{self, VERSION_HEADER};
+
+/// The `Mcp-Method` header.
+pub const METHOD_HEADER: &str = "mcp-method";
+/// The `Mcp-Name` header.
+pub const NAME_HEADER: &str = "mcp-name";
+
+/// The state of the 2026-07-28 front door: exchanges waiting for a client's retry, the input
+/// requests of tasks created for stateless clients, and the `requestState` key.
+pub struct Modern {
+    key: state::StateKey,
+    parked: Mutex<HashMap<String, exchange::Parked>>,
+    /// Input requests of a task not answered yet, by task id (`tasks/get` lists them all every
+    /// time until `tasks/update` answers them).
+    task_inputs: Mutex<HashMap<String, Vec<(String, Value)>>>,
+    next: AtomicU64,
+    input_wait: Duration,
+}
+
+/// Tasks whose input requests are remembered at once.
+const MAX_TASK_INPUTS: usize = 10_000;
+
+impl Modern {
+    /// The front door's state for a configuration.
+    pub fn new(config: &Config) -> Modern {
+        Modern {
+            key: state::StateKey::random(),
+            parked: Mutex::default(),
+            task_inputs: Mutex::default(),
+            next: AtomicU64::new(1),
+            input_wait: Duration::from_secs(config.server.input_wait_secs),
+        }
+    }
+
+    fn clock_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+
+    /// A process-unique id for a request sent to a pooled session.
+    fn internal_id(&self) -> RequestId {
+        RequestId::String(format!("taskgate-m{}", self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+    }
+}
+
+/// Whether a message is to be served as 2026-07-28: its `_meta` says so, or it names a method
+/// only that revision has, or it carries that revision's header and no session.
+pub fn is_modern(headers: &HeaderMap, message: &Message) -> bool {
+    let (method, params) = match message {
+        Message::Request { method, params, .. } | Message::Notification { method, params } => (method, params),
+        _ => return checks::session_id(headers).is_none() && header_version(headers) == Some(modern::PROTOCOL_VERSION),
+    };
+    if modern::requested_version(params.as_ref()).is_some() {
+        return true;
+    }
+    if matches!(method.as_str(), modern::methods::SERVER_DISCOVER | modern::methods::SUBSCRIPTIONS_LISTEN) {
+        return true;
+    }
+    checks::session_id(headers).is_none()
+        && method != methods::INITIALIZE
+        && header_version(headers) == Some(modern::PROTOCOL_VERSION)
+}
+
+fn header_version(headers: &HeaderMap) -> Option<&str> {
+    headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+/// Serves one 2026-07-28 message (credentials, body, rates and `Accept` already checked).
+pub async fn serve(
+    headers: &HeaderMap,
+    identity: Identity,
+    message: Message,
+    gateway: &Gateway,
+    state: Arc<Modern>,
+) -> HttpResponse {
+    let (id, method, params) = match message {
+        Message::Request { id, method, params } => (id, method, params),
+        // streamable-http "Sending Messages": an accepted notification gets 202. None is
+        // defined over HTTP in this revision (cancellation is closing the stream).
+        Message::Notification { method, .. } => {
+            tracing::debug!(method = %taskgate_core::logs::Untrusted(&method), "2026-07-28 notification accepted and ignored");
+            return HttpResponse::Accepted().finish();
+        }
+        _ => {
+            let e = GatewayError::InvalidRequest(
+                "a 2026-07-28 client sends no responses: answers to input requests go in inputResponses on a retry"
+                    .into(),
+            );
+            return crate::reply::error(&e, None);
+        }
+    };
+    match serve_request(headers, identity, &id, method, params, gateway, state).await {
+        Ok(response) => response,
+        Err(e) => crate::reply::error(&e, Some(id)),
+    }
+}
+
+async fn serve_request(
+    headers: &HeaderMap,
+    identity: Identity,
+    id: &RequestId,
+    method: String,
+    params: Option<Value>,
+    gateway: &Gateway,
+    state: Arc<Modern>,
+) -> Result<HttpResponse, GatewayError> {
+    // basic/versioning: an unsupported version MUST get -32022 listing the supported ones;
+    // basic "`_meta`": a missing required field MUST get -32602 with 400.
+    let request_meta = RequestMeta::from_params(params.as_ref()).map_err(|e| match e {
+        MetaError::Unsupported(v) => GatewayError::UnsupportedRevision(taskgate_core::logs::Untrusted(&v).to_string()),
+        MetaError::Invalid(why) => GatewayError::InvalidMeta(why),
+    })?;
+    standard_headers(headers, &method, params.as_ref(), &request_meta.version)?;
+    match method.as_str() {
+        modern::methods::SERVER_DISCOVER => Ok(discover(gateway, &identity, id)),
+        modern::methods::SUBSCRIPTIONS_LISTEN => {
+            listen::serve(gateway, identity, id.clone(), params, &request_meta, &state).await
+        }
+        methods::TASKS_GET | methods::TASKS_CANCEL | modern::methods::TASKS_UPDATE => {
+            // ext-tasks "Error Handling": -32021 for a client that did not declare the extension.
+            if !request_meta.declares_tasks() {
+                return Err(missing_tasks_extension(&method));
+            }
+            tasks::serve(gateway, &identity, id.clone(), &method, params, &request_meta, state).await
+        }
+        methods::TOOLS_LIST
+        | methods::TOOLS_CALL
+        | methods::RESOURCES_LIST
+        | methods::RESOURCES_TEMPLATES_LIST
+        | methods::RESOURCES_READ
+        | methods::PROMPTS_LIST
+        | methods::PROMPTS_GET
+        | methods::COMPLETION_COMPLETE => {
+            forward(gateway, identity, id.clone(), method, params, request_meta, state).await
+        }
+        // streamable-http "Protocol Version Header": a method not implemented MUST get 404 and
+        // -32601 (ping, logging/setLevel, resources/subscribe, tasks/list and tasks/result are
+        // not part of this revision).
+        other => Err(GatewayError::UnknownMethod(format!(
+            "{} is not a method of protocol version {} at taskgate",
+            taskgate_core::logs::Untrusted(other),
+            modern::PROTOCOL_VERSION
+        ))),
+    }
+}
+
+fn missing_tasks_extension(method: &str) -> GatewayError {
+    GatewayError::MissingClientCapability {
+        message: format!("{method} needs the tasks extension ({}) declared on the request", modern::TASKS_EXTENSION),
+        required: json!({ "extensions": { modern::TASKS_EXTENSION: {} } }),
+    }
+}
+
+/// streamable-http "Server Validation": `MCP-Protocol-Version`, `Mcp-Method` and (for the
+/// methods that have it) `Mcp-Name` MUST be present and match the body, `Mcp-Name` decoded
+/// from its Base64 sentinel first; a mismatch, a missing header or invalid characters get 400
+/// with -32020.
+fn standard_headers(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&Value>,
+    version: &str,
+) -> Result<(), GatewayError> {
+    let get = |name: &str| -> Result<Option<String>, GatewayError> {
+        let mut values = headers.get_all(name);
+        let Some(first) = values.next() else { return Ok(None) };
+        if values.next().is_some() {
+            return Err(GatewayError::HeaderMismatch(format!("the {name} header is sent more than once")));
+        }
+        modern::decode_header_value(first.as_bytes(), |b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .map(Some)
+            .map_err(|why| GatewayError::HeaderMismatch(format!("{name}: {why}")))
+    };
+    match get(VERSION_HEADER)? {
+        None => return Err(GatewayError::HeaderMismatch("the MCP-Protocol-Version header is required".into())),
+        Some(v) if v.trim() != version => {
+            return Err(GatewayError::HeaderMismatch(format!(
+                "MCP-Protocol-Version header {:?} does not match _meta protocolVersion {version:?}",
+                taskgate_core::logs::Untrusted(&v).to_string()
+            )))
+        }
+        Some(_) => {}
+    }
+    match get(METHOD_HEADER)? {
+        None => return Err(GatewayError::HeaderMismatch("the Mcp-Method header is required".into())),
+        Some(m) if m != method => {
+            return Err(GatewayError::HeaderMismatch(format!(
+                "Mcp-Method header value {} does not match body value {}",
+                taskgate_core::logs::Untrusted(&m),
+                taskgate_core::logs::Untrusted(method)
+            )))
+        }
+        Some(_) => {}
+    }
+    if let Some(source) = modern::name_source(method) {
+        let body = params.and_then(|p| p.get(source)).and_then(Value::as_str);
+        match (get(NAME_HEADER)?, body) {
+            (None, _) => {
+                return Err(GatewayError::HeaderMismatch(format!(
+                    "the Mcp-Name header is required for {method} (the value of params.{source})"
+                )))
+            }
+            (Some(name), Some(body)) if name == body => {}
+            (Some(name), _) => {
+                return Err(GatewayError::HeaderMismatch(format!(
+                    "Mcp-Name header value {} does not match body value params.{source}",
+                    taskgate_core::logs::Untrusted(&name)
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `server/discover` (server/discover "Response"): the versions, what the tenant's upstreams
+/// offer through the gateway with the tasks extension, and the gateway's identity.
+fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId) -> HttpResponse {
+    let mut capabilities = gateway.server_capabilities(&identity.tenant);
+    capabilities["extensions"] = json!({ modern::TASKS_EXTENSION: {} });
+    let mut result = json!({
+        "supportedVersions": modern::ALL_VERSIONS,
+        "capabilities": capabilities,
+    });
+    if let Some(result) = result.as_object_mut() {
+        exchange::finish_result(modern::methods::SERVER_DISCOVER, result);
+    }
+    crate::reply::json(&Message::response(id.clone(), result))
+}
+
+/// Forwards a request to the identity's pooled session, as the internal request model has it.
+async fn forward(
+    gateway: &Gateway,
+    identity: Identity,
+    client_id: RequestId,
+    method: String,
+    params: Option<Value>,
+    request_meta: RequestMeta,
+    state: Arc<Modern>,
+) -> Result<HttpResponse, GatewayError> {
+    let mut params = params.unwrap_or_else(|| json!({}));
+    let client_token = params.get("_meta").and_then(|m| m.get(taskgate_protocol::mcp::meta::PROGRESS_TOKEN)).cloned();
+    // A retry (basic/patterns/mrtr): it resumes the exchange its requestState names.
+    if params.get("requestState").is_some() {
+        return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token).await);
+    }
+    let digest = state::digest(&method, Some(&params));
+    let session =
+        gateway.pooled_session(&identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
+    let internal_id = state.internal_id();
+    // Client ids and tokens are unique per client only: in a shared session they are the
+    // gateway's own, mapped back on the way out.
+    let internal_token = client_token.as_ref().map(|_| internal_id.to_value());
+    if let Some(object) = params.as_object_mut() {
+        object.remove("inputResponses");
+        object.remove("requestState");
+        if let Some(Value::Object(m)) = object.get_mut("_meta") {
+            for key in meta::PER_REQUEST {
+                m.remove(key);
+            }
+            if let Some(token) = &internal_token {
+                m.insert(taskgate_protocol::mcp::meta::PROGRESS_TOKEN.into(), token.clone());
+            }
+            if m.is_empty() {
+                object.remove("_meta");
+            }
+        }
+    }
+    let mode = if method == methods::TOOLS_CALL {
+        TaskMode::GatewayDecides { accepts: request_meta.declares_tasks() }
+    } else {
+        TaskMode::Requested
+    };
+    let call = exchange::Call {
+        client_id,
+        internal_id: internal_id.clone(),
+        method: method.clone(),
+        client_token,
+        log_rank: request_meta.log_level.and_then(modern::log_rank),
+        session: session.clone(),
+        identity,
+        digest,
+    };
+    let messages = session.request_with(internal_id, method, Some(params), mode).await?;
+    Ok(exchange::respond(state, call, messages).await)
+}

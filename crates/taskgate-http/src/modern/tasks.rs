@@ -1,0 +1,186 @@
+//! The tasks extension's methods for stateless clients (ext-tasks): `tasks/get` with the
+//! result, error or outstanding input requests inlined, `tasks/update` delivering
+//! `inputResponses`, `tasks/cancel`. They read the same task records as 2025-11-25's
+//! `tasks/*` (the one task service, the same identity rules: a task of another principal is
+//! not found), through the identity's pooled session.
+
+use std::sync::Arc;
+
+use actix_web::HttpResponse;
+use futures_util::FutureExt;
+use serde_json::{json, Map, Value};
+use taskgate_core::outbound::OutboundReceiver;
+use taskgate_core::{Gateway, GatewayError, Identity, SessionHandle};
+use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::modern::{self, RequestMeta};
+use taskgate_protocol::{ErrorObject, Message, RequestId};
+
+use super::exchange::{finish_result, flat_task};
+use super::{Modern, MAX_TASK_INPUTS};
+
+/// What the session answered: a result, or a JSON-RPC error.
+type Answer = Result<Value, ErrorObject>;
+
+/// Sends a request to the session and waits for its answer; requests the session sends
+/// meanwhile (a task's queued input requests) are returned with it.
+async fn ask(
+    state: &Modern,
+    session: &SessionHandle,
+    method: &str,
+    params: Value,
+) -> Result<(Answer, Vec<(String, Value)>), GatewayError> {
+    let messages = session.request(state.internal_id(), method.into(), Some(params)).await?;
+    Ok(read_answer(messages).await)
+}
+
+async fn read_answer(mut messages: OutboundReceiver) -> (Answer, Vec<(String, Value)>) {
+    let mut inputs = Vec::new();
+    while let Some(frame) = messages.recv().await {
+        let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&frame.json) else { continue };
+        if let Some(error) = message.remove("error") {
+            let error = serde_json::from_value(error).unwrap_or_else(|_| ErrorObject::new(-32603, "malformed error"));
+            return (Err(error), inputs);
+        }
+        if let Some(result) = message.remove("result") {
+            return (Ok(result), inputs);
+        }
+        if let (Some(Value::String(key)), Some(method)) = (message.get("id").cloned(), message.remove("method")) {
+            let params = message.remove("params").unwrap_or(Value::Null);
+            inputs.push((key, json!({ "method": method, "params": params })));
+        }
+    }
+    (Err(ErrorObject::new(-32603, "the session closed before answering")), inputs)
+}
+
+fn reply(id: RequestId, answer: Answer, method: &str) -> HttpResponse {
+    match answer {
+        Ok(mut result) => {
+            if let Some(object) = result.as_object_mut() {
+                finish_result(method, object);
+            }
+            crate::reply::json(&Message::response(id, result))
+        }
+        Err(error) => crate::reply::json(&Message::error(Some(id), error)),
+    }
+}
+
+pub(super) async fn serve(
+    gateway: &Gateway,
+    identity: &Identity,
+    id: RequestId,
+    method: &str,
+    params: Option<Value>,
+    request_meta: &RequestMeta,
+    state: Arc<Modern>,
+) -> Result<HttpResponse, GatewayError> {
+    let task_id =
+        mcp::required_string(params.as_ref(), method, "taskId").map_err(GatewayError::InvalidParams)?.to_owned();
+    let session =
+        gateway.pooled_session(identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
+    let (answer, _) = ask(&state, &session, methods::TASKS_GET, json!({ "taskId": task_id })).await?;
+    let task = match answer {
+        Ok(Value::Object(task)) => task,
+        Ok(_) => return Err(GatewayError::Internal("tasks/get answered with no task".into())),
+        Err(error) => return Ok(reply(id, Err(error), method)),
+    };
+    match method {
+        methods::TASKS_CANCEL => {
+            // ext-tasks "Task Cancellation": an empty acknowledgement.
+            let (answer, _) = ask(&state, &session, methods::TASKS_CANCEL, json!({ "taskId": task_id })).await?;
+            Ok(reply(id, answer.map(|_| json!({})), method))
+        }
+        modern::methods::TASKS_UPDATE => {
+            let Some(Value::Object(responses)) = params.as_ref().and_then(|p| p.get("inputResponses")) else {
+                return Err(GatewayError::InvalidParams("tasks/update needs an object \"inputResponses\"".into()));
+            };
+            // Keys not outstanding are ignored (ext-tasks "Task Update Requests").
+            let outstanding: Vec<String> = state
+                .task_inputs
+                .lock()
+                .get(&task_id)
+                .map(|inputs| inputs.iter().map(|(k, _)| k.clone()).collect())
+                .unwrap_or_default();
+            for (key, answer) in responses {
+                if !outstanding.contains(key) {
+                    continue;
+                }
+                let reply = Message::response(RequestId::String(key.clone()), answer.clone());
+                if let Err(e) = session.respond(reply).await {
+                    tracing::info!(error = %e, "an input response for a task could not be delivered");
+                }
+            }
+            if let Some(inputs) = state.task_inputs.lock().get_mut(&task_id) {
+                inputs.retain(|(k, _)| !responses.contains_key(k));
+            }
+            Ok(reply(id, Ok(json!({})), method))
+        }
+        _ => Ok(reply(id, Ok(Value::Object(detailed(&state, &session, &task_id, task).await?)), method)),
+    }
+}
+
+/// ext-tasks "Task Polling": the task with what its status calls for inlined.
+async fn detailed(
+    state: &Modern,
+    session: &SessionHandle,
+    task_id: &str,
+    task: Map<String, Value>,
+) -> Result<Map<String, Value>, GatewayError> {
+    let mut task = flat_task(task);
+    task.remove("_meta");
+    let status = task.get("status").and_then(Value::as_str).unwrap_or_default().to_owned();
+    match status.as_str() {
+        "completed" | "failed" => {
+            state.task_inputs.lock().remove(task_id);
+            let (answer, _) = ask(state, session, methods::TASKS_RESULT, json!({ "taskId": task_id })).await?;
+            match answer {
+                Ok(mut result) => {
+                    if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+                        meta.remove(mcp::meta::RELATED_TASK);
+                        if meta.is_empty() {
+                            result.as_object_mut().map(|r| r.remove("_meta"));
+                        }
+                    }
+                    // ext-tasks "Task Execution Errors": a tool result with isError: true is
+                    // completed, with the result; failed is only for JSON-RPC errors.
+                    task.insert("status".into(), json!("completed"));
+                    task.insert("result".into(), result);
+                }
+                Err(error) => {
+                    task.insert("status".into(), json!("failed"));
+                    task.insert("error".into(), serde_json::to_value(error).unwrap_or_default());
+                }
+            }
+        }
+        "input_required" => {
+            // Requests the session queued for this task come first on a tasks/result stream;
+            // they are remembered, since every tasks/get lists all that are outstanding.
+            let internal = state.internal_id();
+            let mut messages = session
+                .request(internal.clone(), methods::TASKS_RESULT.into(), Some(json!({ "taskId": task_id })))
+                .await?;
+            let mut fresh = Vec::new();
+            while let Some(Some(frame)) = messages.recv().now_or_never() {
+                let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&frame.json) else { continue };
+                if let (Some(Value::String(key)), Some(method)) = (message.get("id").cloned(), message.remove("method"))
+                {
+                    let params = message.remove("params").unwrap_or(Value::Null);
+                    fresh.push((key, json!({ "method": method, "params": params })));
+                }
+            }
+            let _ = session
+                .notify(
+                    methods::CANCELLED.into(),
+                    Some(json!({ "requestId": internal.to_value(), "reason": "tasks/get" })),
+                )
+                .await;
+            let mut inputs = state.task_inputs.lock();
+            if !fresh.is_empty() && (inputs.len() < MAX_TASK_INPUTS || inputs.contains_key(task_id)) {
+                inputs.entry(task_id.to_owned()).or_default().extend(fresh);
+            }
+            let requests: Map<String, Value> = inputs.get(task_id).cloned().unwrap_or_default().into_iter().collect();
+            task.insert("inputRequests".into(), Value::Object(requests));
+        }
+        _ => {}
+    }
+    Ok(task)
+}
