@@ -7,6 +7,7 @@ mod federation;
 mod front_door;
 mod hostile;
 mod interop;
+mod modern;
 mod offerings;
 mod operations;
 mod progress;

@@ -638,7 +638,18 @@ impl DemoServer {
                     let _ = related.send(Message::notification(methods::CANCELLED, Some(cancel))).await;
                     return Ok(json!({"content": [{"type": "text", "text": "withdrawn"}], "isError": false}));
                 }
-                let answer = rx.await.map_err(|_| ErrorObject::new(-32603, "the elicitation was never answered"))??;
+                // Waiting for the answer is a call in flight, stopped by a cancellation.
+                let stop = self.track(connection, id);
+                let answer = tokio::select! {
+                    answer = rx => answer,
+                    _ = stop.notified() => {
+                        self.inner.asked.lock().remove(&ask_id);
+                        self.untrack(connection, id, true);
+                        return Err(ErrorObject::new(-32800, "request cancelled"));
+                    }
+                };
+                self.untrack(connection, id, false);
+                let answer = answer.map_err(|_| ErrorObject::new(-32603, "the elicitation was never answered"))??;
                 let text = match answer.get("action").and_then(Value::as_str) {
                     Some("accept") => format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default()),
                     other => format!("no answer ({})", other.unwrap_or("?")),

@@ -246,6 +246,11 @@ pub struct SseReader {
 }
 
 impl SseReader {
+    /// Reads the SSE body of a response the test sent itself.
+    pub fn from_response(response: reqwest::Response) -> SseReader {
+        SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new() }
+    }
+
     /// The next message, or `None` when the stream ends. Fails the test after 30 s.
     pub async fn next(&mut self) -> Option<Message> {
         let read = async {
