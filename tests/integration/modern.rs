@@ -130,6 +130,12 @@ async fn a_2026_client_discovers_and_calls_statelessly_beside_a_2025_session() {
     assert!(demo.demo.stats().initializes <= before + 1, "one upstream session for all the stateless calls");
     // The per-request _meta is the gateway's: it does not reach the 2025 upstream.
     assert_eq!(demo.demo.stats().last_client_info["name"], "modern-test");
+    // A clientInfo without a name (the field is optional and unchecked per request) is served.
+    let nameless = Client::new(&gw.url, json!({"roots": {}}));
+    let mut params = nameless.params(json!({"name": "demo__echo", "arguments": {"text": "anon"}}));
+    params["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"version": 3});
+    let reply = nameless.send_raw("tools/call", params, &[]).await;
+    assert_eq!(reply.outcome().unwrap()["content"][0]["text"], "anon", "{reply:?}");
     // A 2025-11-25 session on the same endpoint works as before.
     let mut legacy = McpClient::new(&gw.url);
     assert_eq!(legacy.initialize().await["protocolVersion"], "2025-11-25");

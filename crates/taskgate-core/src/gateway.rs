@@ -610,7 +610,12 @@ impl Gateway {
         let params = json!({
             "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
             "capabilities": relayable,
-            "clientInfo": client_info.cloned().unwrap_or_else(|| json!({"name": "stateless", "version": "0"})),
+            // clientInfo is optional per request and its shape unchecked there: one without a
+            // string name is not passed on (initialize would refuse it).
+            "clientInfo": client_info
+                .filter(|c| c.get("name").is_some_and(Value::is_string))
+                .cloned()
+                .unwrap_or_else(|| json!({"name": "stateless", "version": "0"})),
         });
         let catalog = self.catalog_ready(Some(&params)).await;
         let mut pool = self.pool.lock();

@@ -104,10 +104,11 @@ pub(super) async fn serve(
 ) -> Result<HttpResponse, GatewayError> {
     let wanted = filter(params.as_ref(), request_meta.declares_tasks())?;
     // The session declares no client capabilities: nothing on it can ask the client anything.
+    let client_info = request_meta.client_info.clone().filter(|c| c.get("name").is_some_and(Value::is_string));
     let init = json!({
         "protocolVersion": taskgate_protocol::mcp::LATEST_PROTOCOL_VERSION,
         "capabilities": {},
-        "clientInfo": request_meta.client_info.clone().unwrap_or_else(|| json!({"name": "listen", "version": "0"})),
+        "clientInfo": client_info.unwrap_or_else(|| json!({"name": "listen", "version": "0"})),
     });
     let catalog = gateway.catalog_ready(Some(&init)).await;
     let (session_id, _) = gateway.initialize(identity.clone(), Some(&init), catalog)?;
@@ -219,7 +220,8 @@ async fn drain(mut messages: taskgate_core::outbound::OutboundReceiver) -> bool 
     let mut ok = false;
     while let Some(frame) = messages.recv().await {
         if frame.response {
-            ok = !frame.json.contains("\"error\":");
+            // A result, not an error object (a result may well contain the text "error").
+            ok = serde_json::from_str::<Value>(&frame.json).is_ok_and(|m| m.get("result").is_some());
         }
     }
     ok

@@ -180,7 +180,10 @@ async fn detailed(
             let requests: Map<String, Value> = inputs.get(task_id).cloned().unwrap_or_default().into_iter().collect();
             task.insert("inputRequests".into(), Value::Object(requests));
         }
-        _ => {}
+        // Working again (its requests answered) or cancelled: nothing is outstanding.
+        _ => {
+            state.task_inputs.lock().remove(task_id);
+        }
     }
     Ok(task)
 }
