@@ -13,6 +13,7 @@ mod operations;
 mod progress;
 mod replicas;
 mod restart;
+mod rmcp_client;
 mod served;
 mod support;
 mod tasks;
