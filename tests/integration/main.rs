@@ -7,6 +7,7 @@ mod federation;
 mod front_door;
 mod hostile;
 mod interop;
+mod interop_modern;
 mod modern;
 mod offerings;
 mod operations;

@@ -160,7 +160,7 @@ pub fn interop_dir() -> PathBuf {
     let dir = dir.canonicalize().unwrap_or(dir);
     assert!(
         dir.join("node_modules/@modelcontextprotocol/sdk").exists(),
-        "the TypeScript SDK is not installed: run `npm ci --prefix tests/interop`"
+        "the TypeScript SDK is not installed: run `tests/interop/install`"
     );
     dir
 }
