@@ -15,14 +15,14 @@ use tokio::process::{Child, ChildStdout};
 use crate::interop::run_ts_client_with;
 
 /// The TypeScript SDK v2 reference server, with the lines it prints as calls are cancelled.
-struct Reference {
+pub struct Reference {
     _child: Child,
-    url: String,
+    pub url: String,
     lines: Lines<BufReader<ChildStdout>>,
 }
 
 impl Reference {
-    async fn start() -> Reference {
+    pub async fn start() -> Reference {
         let mut child = tokio::process::Command::new("node")
             .arg("modern-server.mjs")
             .current_dir(interop_dir())

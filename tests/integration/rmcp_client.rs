@@ -187,18 +187,40 @@ async fn the_rust_sdk_without_the_extension_gets_plain_results_and_answers_mrtr_
     assert_eq!(result.content[0].as_text().map(|t| t.text.as_str()), Some("answer: teal"));
     assert_eq!(handler.elicited.load(Ordering::SeqCst), 1);
 
-    // Auto mode prefers 2026-07-28 and gets it from the gateway; a client that prefers the
-    // older revision falls back to a 2025-11-25 session on the same endpoint.
-    let auto = ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::V_2025_11_25),
-    };
-    let client = connect(&gw.url, Handler::new(false), auto).await;
-    assert_eq!(client.peer_info().unwrap().protocol_version, ProtocolVersion::V_2026_07_28);
-    let echoed = within(client.call_tool(call("demo__echo", json!({"text": "auto"})))).await.unwrap();
-    assert_eq!(echoed.content[0].as_text().map(|t| t.text.as_str()), Some("auto"));
+    // A client that prefers the older revision gets a 2025-11-25 session on the same endpoint.
     let legacy = connect(&gw.url, Handler::new(false), ClientLifecycleMode::Initialize).await;
     assert_eq!(legacy.peer_info().unwrap().protocol_version, ProtocolVersion::V_2025_11_25);
     let echoed = within(legacy.call_tool(call("demo__echo", json!({"text": "legacy"})))).await.unwrap();
     assert_eq!(echoed.content[0].as_text().map(|t| t.text.as_str()), Some("legacy"));
+
+    // Pinned and in auto mode, the client sees the gateway as it sees a 2026-07-28 server built
+    // with the TypeScript SDK v2.
+    let reference = crate::interop_modern::Reference::start().await;
+    let auto = || ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    };
+    for (mode, lifecycle) in [("pin", pinned as fn() -> ClientLifecycleMode), ("auto", auto)] {
+        let direct = summary(&reference.url, "", lifecycle()).await;
+        let through = summary(&gw.url, "demo__", lifecycle()).await;
+        assert_eq!(direct, json!({"version": "2026-07-28", "echo": "hi", "ask": "answer: teal", "elicited": 1}));
+        assert_eq!(through, direct, "{mode}: through the gateway vs directly");
+    }
+}
+
+/// What a plain client sees of a server: the revision, an echo, and an MRTR round.
+async fn summary(url: &str, prefix: &str, lifecycle: ClientLifecycleMode) -> Value {
+    let handler = Handler::new(false);
+    let client = connect(url, handler.clone(), lifecycle).await;
+    let text = |r: rmcp::model::CallToolResult| r.content[0].as_text().map(|t| t.text.clone());
+    let echo = within(client.call_tool(call(&format!("{prefix}echo"), json!({"text": "hi"})))).await.unwrap();
+    let ask = within(client.call_tool(call(&format!("{prefix}ask"), json!({"question": "Colour?"})))).await.unwrap();
+    let summary = json!({
+        "version": client.peer_info().unwrap().protocol_version.to_string(),
+        "echo": text(echo),
+        "ask": text(ask),
+        "elicited": handler.elicited.load(Ordering::SeqCst),
+    });
+    within(client.cancel()).await.unwrap();
+    summary
 }
