@@ -18,6 +18,7 @@ use taskgate_testkit::McpClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod revisions;
 mod soak;
 mod stores;
 
@@ -72,7 +73,7 @@ fn main() -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let mut plan = Plan::new(quick);
     // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation, stores,
-    // soak);
+    // soak, revisions);
     // `--tasks N` changes the task-scale count.
     plan.only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     if let Some(n) = args.iter().position(|a| a == "--tasks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok())
@@ -123,6 +124,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("soak") {
         soak::soak(&plan, &bin).await?;
+    }
+    if run("revisions") {
+        revisions::revisions(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());

@@ -809,5 +809,9 @@ impl SessionHandle {
 
 /// The gateway's name and version, as `initialize` and stateless results carry them.
 pub fn server_info() -> Value {
-    json!({ "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") })
+    static INFO: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    INFO.get_or_init(
+        || json!({ "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") }),
+    )
+    .clone()
 }

@@ -452,12 +452,17 @@ mod strict {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
             let mut object = Map::new();
             while let Some(key) = map.next_key::<String>()? {
-                if object.contains_key(&key) {
-                    let shown: String = key.chars().take(64).collect();
-                    return Err(de::Error::custom(format!("duplicate key {shown:?} in an object")));
-                }
                 let value = map.next_value_seed(Strict)?;
-                object.insert(key, value);
+                // One lookup a key: the entry is vacant unless the key came before.
+                match object.entry(key) {
+                    serde_json::map::Entry::Vacant(slot) => {
+                        slot.insert(value);
+                    }
+                    serde_json::map::Entry::Occupied(taken) => {
+                        let shown: String = taken.key().chars().take(64).collect();
+                        return Err(de::Error::custom(format!("duplicate key {shown:?} in an object")));
+                    }
+                }
             }
             Ok(Value::Object(object))
         }

@@ -6,7 +6,8 @@
 //! and server-to-client requests as an `input_required` result (basic/patterns/mrtr) while
 //! the upstream request waits, held here until the client's retry answers it or a bound passes.
 
-use std::collections::VecDeque;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
@@ -16,6 +17,7 @@ use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use futures_util::FutureExt;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use taskgate_core::outbound::{Frame, OutboundReceiver};
 use taskgate_core::{GatewayError, Identity, SessionHandle};
@@ -66,6 +68,9 @@ enum Step {
 impl Call {
     /// Translates one message of the session about this request.
     fn translate(&self, frame: Frame) -> Step {
+        if let Some(json) = plain_result(&self.method, &self.client_id, &frame.json) {
+            return Step::Final(json, 200);
+        }
         let Ok(mut value) = serde_json::from_str::<Value>(&frame.json) else { return Step::Skip };
         let Some(object) = value.as_object_mut() else { return Step::Skip };
         if object.contains_key("method") && object.contains_key("id") {
@@ -104,13 +109,13 @@ impl Call {
                         return Step::Skip;
                     };
                     params["progressToken"] = client.clone();
-                    Step::Send(value.to_string())
+                    Step::Send(to_json(&value))
                 }
                 // server/utilities/logging: none for a request without a level, and none below it.
                 methods::LOG_MESSAGE => {
                     let level = object.get("params").and_then(|p| p.get("level")).and_then(Value::as_str);
                     match (self.log_rank, level.and_then(modern::log_rank)) {
-                        (Some(min), Some(rank)) if rank >= min => Step::Send(value.to_string()),
+                        (Some(min), Some(rank)) if rank >= min => Step::Send(to_json(&value)),
                         _ => Step::Skip,
                     }
                 }
@@ -128,13 +133,76 @@ impl Call {
                 _ if frame.store_unavailable => 503,
                 _ => 200,
             };
-            return Step::Final(value.to_string(), status);
+            return Step::Final(to_json(&value), status);
         }
         if let Some(result) = object.get_mut("result").and_then(Value::as_object_mut) {
             finish_result(&self.method, result);
         }
-        Step::Final(value.to_string(), 200)
+        Step::Final(to_json(&value), 200)
     }
+}
+
+/// The common answer, a result that is not a task, as [`finish_result`] makes it, without
+/// parsing the result's content: its top-level members are copied as they are (only `_meta` is
+/// read, to add the server's identity), under the client's id. `None` for anything else.
+fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<String> {
+    let envelope: BTreeMap<Cow<str>, &RawValue> = serde_json::from_str(json).ok()?;
+    if envelope.len() != 3 || !envelope.contains_key("jsonrpc") || !envelope.contains_key("id") {
+        return None;
+    }
+    let result: BTreeMap<Cow<str>, &RawValue> = serde_json::from_str(envelope.get("result")?.get()).ok()?;
+    if result.contains_key("task") {
+        return None;
+    }
+    let mut meta: Map<String, Value> = match result.get("_meta") {
+        Some(raw) => serde_json::from_str(raw.get()).ok()?,
+        None => Map::new(),
+    };
+    meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
+    let mut out = String::with_capacity(json.len() + 160);
+    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+    out.push_str(&to_json(&client_id.to_value()));
+    out.push_str(r#","result":{"#);
+    for (key, raw) in &result {
+        if key != "_meta" {
+            out.push_str(&to_json(&Value::from(key.as_ref())));
+            out.push(':');
+            out.push_str(raw.get());
+            out.push(',');
+        }
+    }
+    let mut add = |key: &str, value: &str| {
+        if !result.contains_key(key) {
+            out.push_str(&format!("\"{key}\":{value},"));
+        }
+    };
+    add("resultType", r#""complete""#);
+    if caching_hints(method) {
+        add("ttlMs", "0");
+        add("cacheScope", r#""private""#);
+    }
+    out.push_str(r#""_meta":"#);
+    out.push_str(&to_json(&Value::Object(meta)));
+    out.push_str("}}");
+    Some(out)
+}
+
+/// server/utilities/caching: results of these carry `ttlMs` and `cacheScope`.
+fn caching_hints(method: &str) -> bool {
+    matches!(
+        method,
+        methods::TOOLS_LIST
+            | methods::PROMPTS_LIST
+            | methods::RESOURCES_LIST
+            | methods::RESOURCES_TEMPLATES_LIST
+            | methods::RESOURCES_READ
+            | modern::methods::SERVER_DISCOVER
+    )
+}
+
+/// A message as JSON text (serde_json's writer, not the slower `Display`).
+fn to_json(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 /// A result as the 2026-07-28 client sees it: `resultType`, the server's identity, caching
@@ -160,15 +228,7 @@ pub(crate) fn finish_result(method: &str, result: &mut Map<String, Value>) {
     // server/utilities/caching: results of these carry ttlMs and cacheScope. What a tenant
     // sees depends on its credentials, so nothing is public; the gateway cannot promise a
     // listing stays fresh (upstreams change them), so it is stale at once.
-    if matches!(
-        method,
-        methods::TOOLS_LIST
-            | methods::PROMPTS_LIST
-            | methods::RESOURCES_LIST
-            | methods::RESOURCES_TEMPLATES_LIST
-            | methods::RESOURCES_READ
-            | modern::methods::SERVER_DISCOVER
-    ) {
+    if caching_hints(method) {
         result.entry("ttlMs").or_insert_with(|| json!(0));
         result.entry("cacheScope").or_insert_with(|| json!("private"));
     }
@@ -449,5 +509,44 @@ impl Modern {
     /// Exchanges held now.
     pub fn held(&self) -> usize {
         self.parked.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the general path makes of a response: parse, finish the result, the client's id.
+    fn general(method: &str, id: &RequestId, json: &str) -> Value {
+        let mut value: Value = serde_json::from_str(json).unwrap();
+        value["id"] = id.to_value();
+        finish_result(method, value["result"].as_object_mut().unwrap());
+        value
+    }
+
+    #[test]
+    fn the_plain_result_path_answers_as_the_general_one() {
+        let id = RequestId::Number(7);
+        let cases = [
+            (methods::TOOLS_CALL, r#"{"jsonrpc":"2.0","id":"taskgate-m1","result":{"content":[{"type":"text","text":"a \"q\" é"}],"isError":false}}"#),
+            (methods::TOOLS_CALL, r#"{"jsonrpc":"2.0","id":"taskgate-m2","result":{"content":[],"_meta":{"vendor/x":1,"io.modelcontextprotocol/serverInfo":{"name":"up"}},"resultType":"complete"}}"#),
+            (methods::TOOLS_LIST, r#"{"jsonrpc":"2.0","id":"taskgate-m3","result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}],"ttlMs":5,"we\u0022ird":true}}"#),
+            (methods::RESOURCES_READ, r#"{"jsonrpc":"2.0","id":"taskgate-m4","result":{"contents":[]}}"#),
+        ];
+        for (method, json) in cases {
+            let fast = plain_result(method, &id, json).expect("a plain result");
+            assert_eq!(serde_json::from_str::<Value>(&fast).unwrap(), general(method, &id, json), "{json}");
+        }
+        // Anything else takes the general path: a task, an error, a request, a notification,
+        // a `_meta` that is not an object.
+        for json in [
+            r#"{"jsonrpc":"2.0","id":"m","result":{"task":{"taskId":"t","status":"working"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"m","error":{"code":-1,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","id":"m","method":"elicitation/create","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#,
+            r#"{"jsonrpc":"2.0","id":"m","result":{"_meta":null}}"#,
+        ] {
+            assert_eq!(plain_result(methods::TOOLS_CALL, &id, json), None, "{json}");
+        }
     }
 }

@@ -276,7 +276,12 @@ async fn forward(
     if params.get("requestState").is_some() {
         return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token).await);
     }
-    let digest = state::digest(&method, Some(&params));
+    // The digest binds a requestState to this request; a client that declared none of the
+    // capabilities input requests need is never sent one (basic/patterns/mrtr: inputRequests
+    // only for declared capabilities), so it has none to bind. Were one issued all the same,
+    // it would be bound to the empty digest, which no retry matches.
+    let may_be_asked = ["elicitation", "sampling", "roots"].iter().any(|c| request_meta.capabilities.get(c).is_some());
+    let digest = if may_be_asked { state::digest(&method, Some(&params)) } else { String::new() };
     let session =
         gateway.pooled_session(&identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
     let internal_id = state.internal_id();
@@ -287,9 +292,7 @@ async fn forward(
         object.remove("inputResponses");
         object.remove("requestState");
         if let Some(Value::Object(m)) = object.get_mut("_meta") {
-            for key in meta::PER_REQUEST {
-                m.remove(key);
-            }
+            m.retain(|key, _| !meta::PER_REQUEST.contains(&key.as_str()));
             if let Some(token) = &internal_token {
                 m.insert(taskgate_protocol::mcp::meta::PROGRESS_TOKEN.into(), token.clone());
             }

@@ -88,10 +88,16 @@ impl StateKey {
 
 /// The digest that binds a `requestState` to its request: the method's salient params (the
 /// tool or prompt name and its arguments, the resource URI), hashed.
+/// It is computed for every request that may be asked for input, so it borrows what it hashes
+/// (the JSON array `[method, name, uri, arguments]`, serialized once).
 pub fn digest(method: &str, params: Option<&Value>) -> String {
-    let pick = |k: &str| params.and_then(|p| p.get(k)).cloned().unwrap_or(Value::Null);
-    let salient = json!([method, pick("name"), pick("uri"), pick("arguments")]).to_string();
-    URL_SAFE_NO_PAD.encode(openssl::sha::sha256(salient.as_bytes()))
+    const NULL: &Value = &Value::Null;
+    let pick = |k: &str| params.and_then(|p| p.get(k)).unwrap_or(NULL);
+    let salient = serde_json::to_vec(&(method, pick("name"), pick("uri"), pick("arguments"))).unwrap_or_default();
+    // The incremental hasher: OpenSSL 3's one-shot `SHA256` fetches the algorithm each time.
+    let mut hasher = openssl::sha::Sha256::new();
+    hasher.update(&salient);
+    URL_SAFE_NO_PAD.encode(hasher.finish())
 }
 
 #[cfg(test)]

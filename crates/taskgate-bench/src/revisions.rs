@@ -1,0 +1,114 @@
+//! 8. Revisions: a 2026-07-28 stateless `tools/call` against a 2025-11-25 session call, through
+//! the same gateway to the same upstream, interleaved round by round. The stateless request
+//! carries its version, capabilities and client info in `_meta` and the standard headers, and is
+//! served by a pooled session; the target is that this costs at most 10% more added latency.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use futures_util::future::join_all;
+use serde_json::json;
+use taskgate_testkit::McpClient;
+
+use crate::{call, connect, ms, percentile, sequential_latencies, start_demo, start_gateway, verdict, Plan};
+
+/// One 2026-07-28 `tools/call`, as a stateless client sends it; checks it succeeded.
+async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": {"text": "x"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "taskgate-bench", "version": "1"},
+            },
+        },
+    });
+    let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)];
+    let reply = client.post_raw(body.to_string(), &headers).await;
+    match reply.outcome() {
+        Ok(result) if result["resultType"] == "complete" => Ok(()),
+        other => bail!("a stateless {tool} failed: {other:?}"),
+    }
+}
+
+async fn stateless_latencies(client: &McpClient, tool: &str, n: usize) -> Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        stateless_call(client, tool).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(samples)
+}
+
+async fn stateless_throughput(client: &McpClient, tool: &str, total: usize, concurrency: usize) -> Result<f64> {
+    let started = Instant::now();
+    let per_worker = total / concurrency;
+    let workers = (0..concurrency).map(|_| async move {
+        for _ in 0..per_worker {
+            stateless_call(client, tool).await?;
+        }
+        Ok::<_, anyhow::Error>(())
+    });
+    for outcome in join_all(workers).await {
+        outcome?;
+    }
+    Ok((per_worker * concurrency) as f64 / started.elapsed().as_secs_f64())
+}
+
+pub async fn revisions(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 8. Revisions: a 2026-07-28 stateless tools/call vs a 2025-11-25 session call");
+    println!();
+    let (_demo, demo_url) = start_demo(bin).await?;
+    let (_gateway, gateway_url) =
+        start_gateway(bin, &format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n"))
+            .await?;
+    let direct = connect(&demo_url).await?;
+    let session = connect(&gateway_url).await?;
+    let stateless = McpClient::new(&gateway_url);
+    for _ in 0..20 {
+        call(&direct, "echo").await?;
+        call(&session, "demo__echo").await?;
+        stateless_call(&stateless, "demo__echo").await?;
+    }
+    let rounds = 4;
+    let (mut d, mut s, mut m) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        d.extend(sequential_latencies(&direct, "echo", plan.sequential / rounds).await?);
+        s.extend(sequential_latencies(&session, "demo__echo", plan.sequential / rounds).await?);
+        m.extend(stateless_latencies(&stateless, "demo__echo", plan.sequential / rounds).await?);
+    }
+    let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
+    let (s50, s99) = (percentile(&mut s, 0.5), percentile(&mut s, 0.99));
+    let (m50, m99) = (percentile(&mut m, 0.5), percentile(&mut m, 0.99));
+    let session_rps = crate::throughput(&session, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
+    let stateless_rps = stateless_throughput(&stateless, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
+    println!("| path | p50 | p99 | throughput at {} clients |", plan.concurrency);
+    println!("| --- | --- | --- | --- |");
+    println!("| direct to the upstream (2025-11-25 session) | {} | {} | |", ms(d50), ms(d99));
+    println!("| through taskgate, 2025-11-25 session | {} | {} | {:.0} req/s |", ms(s50), ms(s99), session_rps);
+    println!("| through taskgate, 2026-07-28 stateless | {} | {} | {:.0} req/s |", ms(m50), ms(m99), stateless_rps);
+    let added = |through: Duration| through.saturating_sub(d50).max(Duration::from_micros(1));
+    let ratio = added(m50).as_secs_f64() / added(s50).as_secs_f64();
+    println!();
+    println!(
+        "- added p50 latency: 2026 stateless {} vs 2025 session {}: ratio {:.2} (target ≤ 1.1: {})",
+        ms(added(m50)),
+        ms(added(s50)),
+        ratio,
+        verdict(ratio <= 1.1)
+    );
+    println!(
+        "- end-to-end p50: 2026 / 2025 = {:.2}; throughput 2026 / 2025 = {:.2}",
+        m50.as_secs_f64() / s50.as_secs_f64(),
+        stateless_rps / session_rps
+    );
+    println!();
+    Ok(())
+}
