@@ -18,7 +18,7 @@ async fn within<F: std::future::Future>(event: F) -> F::Output {
 }
 
 /// A stateless client: every request carries its version and capabilities.
-struct Client {
+pub(crate) struct Client {
     http: McpClient,
     capabilities: Value,
     next: AtomicI64,
@@ -30,7 +30,13 @@ impl Client {
     }
 
     fn with_tasks(url: &str) -> Client {
-        Client::new(url, json!({"elicitation": {"form": {}}, "extensions": {TASKS: {}}}))
+        Client::over(McpClient::new(url))
+    }
+
+    /// A client declaring elicitation and the tasks extension, over `http` (its credentials).
+    pub(crate) fn over(http: McpClient) -> Client {
+        let capabilities = json!({"elicitation": {"form": {}}, "extensions": {TASKS: {}}});
+        Client { http, capabilities, next: AtomicI64::new(1) }
     }
 
     fn params(&self, mut params: Value) -> Value {
@@ -42,7 +48,7 @@ impl Client {
     }
 
     /// Sends a request with the standard headers (streamable-http "Standard Request Headers").
-    async fn send(&self, method: &str, params: Value) -> Reply {
+    pub(crate) async fn send(&self, method: &str, params: Value) -> Reply {
         self.send_raw(method, self.params(params), &[]).await
     }
 
@@ -60,19 +66,19 @@ impl Client {
         self.http.post_raw(body, &headers).await
     }
 
-    async fn ok(&self, method: &str, params: Value) -> Value {
+    pub(crate) async fn ok(&self, method: &str, params: Value) -> Value {
         let reply = self.send(method, params).await;
         assert_eq!(reply.status, 200, "{reply:?}");
         reply.outcome().unwrap_or_else(|e| panic!("{method}: {e:?}"))
     }
 
-    async fn call(&self, tool: &str, arguments: Value) -> Value {
+    pub(crate) async fn call(&self, tool: &str, arguments: Value) -> Value {
         self.ok("tools/call", json!({"name": tool, "arguments": arguments})).await
     }
 
     /// Polls tasks/get until the task leaves `working` and `input_required`'s absence… until
     /// `done` says so (a bounded number of round trips).
-    async fn poll(&self, task: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn poll(&self, task: &str, done: impl Fn(&Value) -> bool) -> Value {
         for _ in 0..5000 {
             let got = self.ok("tasks/get", json!({"taskId": task})).await;
             if done(&got) {

@@ -374,3 +374,46 @@ impl Load {
         std::mem::take(&mut *self.acknowledged.lock())
     }
 }
+
+/// ext-tasks with many replicas: a 2026-07-28 client's requests carry no session, so any replica
+/// serves any of them; a task created through one is read, awaited and cancelled through the
+/// other (a load balancer may route on `Mcp-Name`, the task id), and a 2025 session's task is
+/// the same record.
+#[actix_rt::test]
+async fn a_2026_client_polls_and_cancels_through_any_replica_the_tasks_another_runs() {
+    let cl = cluster(2, "").await;
+    let through = |i: usize| crate::modern::Client::over(McpClient::with_bearer(&cl.replicas[i].url, KEY));
+    let (a, b) = (through(0), through(1));
+    // Created through A (the gateway decides: a task), polled through B to its inlined result.
+    let created = a.call("plain__wait", json!({"gate": "r1"})).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    let task = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(b.ok("tasks/get", json!({"taskId": task})).await["status"], "working");
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    cl.plain.demo.release("r1");
+    let done = b.poll(&task, |t| t["status"] == "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "gate r1 opened", "{done}");
+    // A native task created through B, its result read through A.
+    let native = b.call("native__wait", json!({"gate": "r2"})).await;
+    let native = native["taskId"].as_str().unwrap().to_owned();
+    cl.native.demo.release("r2");
+    let done = a.poll(&native, |t| t["status"] == "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "gate r2 opened", "{done}");
+    // Cancelled through B while it runs on A: the work stops at the upstream.
+    let doomed = a.call("plain__wait", json!({"gate": "never"})).await;
+    let doomed = doomed["taskId"].as_str().unwrap().to_owned();
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    assert_eq!(b.ok("tasks/cancel", json!({"taskId": doomed})).await["resultType"], "complete");
+    within(cl.plain.demo.wait_in_flight(|n| *n == 0)).await;
+    assert_eq!(a.ok("tasks/get", json!({"taskId": doomed})).await["status"], "cancelled");
+    // A 2025-11-25 session's task on A is the same record for the 2026 client on B.
+    let mut legacy = client(&cl.replicas[0]).await;
+    let old = create(&mut legacy, "plain__wait", json!({"gate": "r3"})).await;
+    cl.plain.demo.release("r3");
+    let seen = b.poll(&old, |t| t["status"] == "completed").await;
+    assert_eq!(seen["result"]["content"][0]["text"], "gate r3 opened");
+    // Credentials apply to stateless requests on every replica.
+    let stranger = crate::modern::Client::over(McpClient::new(&cl.replicas[1].url));
+    let reply = stranger.send("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(reply.status, reqwest::StatusCode::UNAUTHORIZED, "{reply:?}");
+}

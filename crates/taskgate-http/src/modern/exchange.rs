@@ -528,9 +528,18 @@ mod tests {
     fn the_plain_result_path_answers_as_the_general_one() {
         let id = RequestId::Number(7);
         let cases = [
-            (methods::TOOLS_CALL, r#"{"jsonrpc":"2.0","id":"taskgate-m1","result":{"content":[{"type":"text","text":"a \"q\" é"}],"isError":false}}"#),
-            (methods::TOOLS_CALL, r#"{"jsonrpc":"2.0","id":"taskgate-m2","result":{"content":[],"_meta":{"vendor/x":1,"io.modelcontextprotocol/serverInfo":{"name":"up"}},"resultType":"complete"}}"#),
-            (methods::TOOLS_LIST, r#"{"jsonrpc":"2.0","id":"taskgate-m3","result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}],"ttlMs":5,"we\u0022ird":true}}"#),
+            (
+                methods::TOOLS_CALL,
+                r#"{"jsonrpc":"2.0","id":"taskgate-m1","result":{"content":[{"type":"text","text":"a \"q\" é"}],"isError":false}}"#,
+            ),
+            (
+                methods::TOOLS_CALL,
+                r#"{"jsonrpc":"2.0","id":"taskgate-m2","result":{"content":[],"_meta":{"vendor/x":1,"io.modelcontextprotocol/serverInfo":{"name":"up"}},"resultType":"complete"}}"#,
+            ),
+            (
+                methods::TOOLS_LIST,
+                r#"{"jsonrpc":"2.0","id":"taskgate-m3","result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}],"ttlMs":5,"we\u0022ird":true}}"#,
+            ),
             (methods::RESOURCES_READ, r#"{"jsonrpc":"2.0","id":"taskgate-m4","result":{"contents":[]}}"#),
         ];
         for (method, json) in cases {
