@@ -1,4 +1,4 @@
-//! 8. Revisions: a 2026-07-28 stateless `tools/call` against a 2025-11-25 session call, through
+//! Section 8, revisions: a 2026-07-28 stateless `tools/call` against a 2025-11-25 session call, through
 //! the same gateway to the same upstream, interleaved round by round. The stateless request
 //! carries its version, capabilities and client info in `_meta` and the standard headers, and is
 //! served by a pooled session; the target is that this costs at most 10% more added latency.
