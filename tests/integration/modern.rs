@@ -417,7 +417,7 @@ async fn subscriptions_listen_delivers_the_changes_a_client_opted_in_to() {
         .map(|r| r["uri"].as_str().unwrap().to_owned())
         .expect("the demo's counter resource");
     let params =
-        client.params(json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": [counter]}}));
+        client.params(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": [counter]}}));
     let body =
         Message::request(taskgate_protocol::RequestId::String("sub-1".into()), "subscriptions/listen", Some(params))
             .to_json();
@@ -446,5 +446,18 @@ async fn subscriptions_listen_delivers_the_changes_a_client_opted_in_to() {
     client.call("demo__toggle_extra", json!({})).await;
     let Some(Message::Notification { method, params: Some(p) }) = stream.next().await else { panic!("no change") };
     assert_eq!(method, "notifications/tools/list_changed");
+    assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
+    // A prompt list change (the upstream session for prompts was opened by the listen itself).
+    assert_eq!(ack["notifications"]["promptsListChanged"], true);
+    // (The tool change may be announced twice: by the upstream, and after the gateway re-lists
+    // its catalog; a listener refetches either way.)
+    client.call("demo__toggle_prompt", json!({})).await;
+    let (method, p) = loop {
+        let Some(Message::Notification { method, params: Some(p) }) = stream.next().await else { panic!("no change") };
+        if method != "notifications/tools/list_changed" {
+            break (method, p);
+        }
+    };
+    assert_eq!(method, "notifications/prompts/list_changed");
     assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
 }
