@@ -36,12 +36,14 @@ pub async fn run_ts_client(script: &str, url: &str) -> Value {
 
 /// Runs `node client.mjs ARGS…` and returns the JSON it printed last.
 pub async fn run_ts_client_with(script: &str, args: &[&str]) -> Value {
-    let run = tokio::process::Command::new("node")
-        .arg(script)
-        .args(args)
-        .current_dir(interop_dir())
-        .kill_on_drop(true)
-        .output();
+    let mut command = tokio::process::Command::new("node");
+    command.arg(script).args(args);
+    run_client(command).await
+}
+
+/// Runs a client program in tests/interop (bounded in time) and returns the JSON it printed last.
+pub async fn run_client(mut command: tokio::process::Command) -> Value {
+    let run = command.current_dir(interop_dir()).kill_on_drop(true).output();
     let out =
         tokio::time::timeout(std::time::Duration::from_secs(60), run).await.expect("the client finished").unwrap();
     assert!(out.status.success(), "client failed:\n{}", String::from_utf8_lossy(&out.stderr));

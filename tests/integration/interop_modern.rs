@@ -12,7 +12,7 @@ use taskgate_testkit::{config_with, interop_dir, DemoUpstream, TestGateway};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
-use crate::interop::run_ts_client_with;
+use crate::interop::{run_client, run_ts_client_with};
 
 /// The TypeScript SDK v2 reference server, with the lines it prints as calls are cancelled.
 pub struct Reference {
@@ -112,17 +112,9 @@ async fn the_typescript_v2_client_sees_the_gateway_as_it_sees_a_2026_server_pinn
 async fn run_python_client(url: &str, mode: &str) -> Value {
     let python = interop_dir().join(".venv/bin/python");
     assert!(python.exists(), "the Python SDK is not installed: run tests/interop/install");
-    let run = tokio::process::Command::new(python)
-        .arg("python/modern_client.py")
-        .args([url, mode])
-        .current_dir(interop_dir())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("the client finished").unwrap();
-    assert!(out.status.success(), "client failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("client output is not JSON ({e}): {stdout}"))
+    let mut command = tokio::process::Command::new(python);
+    command.arg("python/modern_client.py").args([url, mode]);
+    run_client(command).await
 }
 
 /// Python `mcp` 2.3.0, pinned to 2026-07-28 and in auto mode; cancelling its task cancels the
