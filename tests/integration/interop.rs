@@ -16,6 +16,14 @@ pub async fn start_ts_server() -> (tokio::process::Child, String) {
 
 /// Starts a TypeScript SDK server script that prints `{"port": N}`; returns it and its URL.
 async fn start_node_server(script: &str) -> (tokio::process::Child, String) {
+    let (child, url, _) = start_node_server_with_output(script).await;
+    (child, url)
+}
+
+/// [`start_node_server`], with the lines the server prints after its port.
+pub async fn start_node_server_with_output(
+    script: &str,
+) -> (tokio::process::Child, String, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
     let mut child = tokio::process::Command::new("node")
         .arg(script)
         .current_dir(interop_dir())
@@ -26,7 +34,7 @@ async fn start_node_server(script: &str) -> (tokio::process::Child, String) {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next_line().await.unwrap().expect("the server prints its port");
     let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
-    (child, format!("http://127.0.0.1:{port}/mcp"))
+    (child, format!("http://127.0.0.1:{port}/mcp"), lines)
 }
 
 /// Runs `node client.mjs URL` and returns what it printed.

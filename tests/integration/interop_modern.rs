@@ -4,15 +4,14 @@
 //! the revision it settles on, tools, progress, an elicitation answered through MRTR by its own
 //! handler, and a cancellation that reaches the server doing the work.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use taskgate_testkit::{config_with, interop_dir, DemoUpstream, TestGateway};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
-use crate::interop::{run_client, run_ts_client_with};
+use crate::interop::{run_client, run_ts_client_with, start_node_server_with_output};
 
 /// The TypeScript SDK v2 reference server, with the lines it prints as calls are cancelled.
 pub struct Reference {
@@ -23,17 +22,8 @@ pub struct Reference {
 
 impl Reference {
     pub async fn start() -> Reference {
-        let mut child = tokio::process::Command::new("node")
-            .arg("modern-server.mjs")
-            .current_dir(interop_dir())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("node is installed");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next_line().await.unwrap().expect("the server prints its port");
-        let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
-        Reference { _child: child, url: format!("http://127.0.0.1:{port}/mcp"), lines }
+        let (child, url, lines) = start_node_server_with_output("modern-server.mjs").await;
+        Reference { _child: child, url, lines }
     }
 
     /// Waits until the server says it has seen `count` cancelled calls.
