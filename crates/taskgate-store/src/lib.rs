@@ -112,6 +112,43 @@ mod redis_conformance {
     }
 
     #[test]
+    fn input_requests_are_kept_per_task_until_answered_deleted_or_their_time_is_up() {
+        use crate::conformance::{owner, record, run};
+        use crate::TaskStore;
+        use serde_json::json;
+        run(async {
+            let s = store(100);
+            s.create(record("a", owner("p"), 0, None)).await.unwrap();
+            s.create(record("b", owner("p"), 1, None)).await.unwrap();
+            assert!(s.inputs("a").await.unwrap().is_empty());
+            let ask = json!({ "method": "elicitation/create", "params": { "message": "name?" } });
+            s.put_input("a", "k1", &ask, 60_000).await.unwrap();
+            s.put_input("a", "k2", &json!({ "method": "roots/list" }), 60_000).await.unwrap();
+            s.put_input("b", "k1", &ask, 60_000).await.unwrap();
+            assert_eq!(
+                s.inputs("a").await.unwrap(),
+                [("k1".into(), ask.clone()), ("k2".into(), json!({ "method": "roots/list" }))]
+            );
+            // Answered: gone; the other task's are its own.
+            s.remove_inputs("a", &["k1".into(), "unknown".into()]).await.unwrap();
+            assert_eq!(s.inputs("a").await.unwrap().len(), 1);
+            assert_eq!(s.inputs("b").await.unwrap().len(), 1);
+            // All of them at once.
+            s.remove_inputs("a", &[]).await.unwrap();
+            assert!(s.inputs("a").await.unwrap().is_empty());
+            // Deleting the task deletes them.
+            s.delete("b").await.unwrap();
+            assert!(s.inputs("b").await.unwrap().is_empty());
+            // Bounded in time: Redis forgets them after keep_ms.
+            s.put_input("a", "k3", &ask, 1).await.unwrap();
+            let client = redis::Client::open(server().url.as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let ttl: i64 = redis::AsyncCommands::pttl(&mut c, format!("{}inputs:a", s.prefix())).await.unwrap();
+            assert!(ttl <= 1, "the hash expires within keep_ms: pttl {ttl}");
+        });
+    }
+
+    #[test]
     fn caps_count_reservations_and_live_tasks_until_they_end() {
         use crate::conformance::{owner, record, run};
         use crate::{CapRefused, Caps, TaskStore};
@@ -366,6 +403,24 @@ pub enum StoreEvent {
         /// The Task object.
         task: Value,
     },
+    /// The replica running the task stored a new input request of it (see
+    /// [`TaskStore::put_input`]): sessions of the owner waiting on the task elsewhere relay it.
+    #[serde(rename_all = "camelCase")]
+    InputRequested {
+        /// Whose task.
+        owner: Owner,
+        /// The task.
+        task_id: String,
+    },
+    /// Answers to a task's input requests given through another replica, for the replica
+    /// running the task: JSON-RPC responses (or errors) whose ids are the requests' keys.
+    #[serde(rename_all = "camelCase")]
+    InputResponses {
+        /// The task.
+        task_id: String,
+        /// The responses.
+        responses: Vec<Value>,
+    },
     /// Task progress (`notifications/progress` params) for the owner's sessions.
     #[serde(rename_all = "camelCase")]
     Progress {
@@ -510,6 +565,28 @@ pub trait TaskStore: Send + Sync + 'static {
     /// says which bucket (its index) refused and in how many ms it admits. Only shared stores.
     fn admit_rates<'a>(&'a self, _buckets: &'a [RateBucket]) -> StoreFuture<'a, Option<(usize, u64)>> {
         Box::pin(std::future::ready(Ok(None)))
+    }
+    /// Records an input request a task's upstream sent (an `elicitation/create`,
+    /// `sampling/createMessage` or `roots/list` with its params), under its key, so any
+    /// replica can list it; kept at most `keep_ms`. Only shared stores keep them: in one
+    /// process the replica running the task holds them.
+    fn put_input<'a>(
+        &'a self,
+        _task_id: &'a str,
+        _key: &'a str,
+        _request: &'a Value,
+        _keep_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// Forgets a task's input requests with these keys (answered or withdrawn); all of them
+    /// when `keys` is empty.
+    fn remove_inputs<'a>(&'a self, _task_id: &'a str, _keys: &'a [String]) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// A task's input requests not answered yet, by key (shared stores).
+    fn inputs<'a>(&'a self, _task_id: &'a str) -> StoreFuture<'a, Vec<(String, Value)>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
     }
     /// Whether the backend answers now (for `/readyz`).
     fn health(&self) -> StoreFuture<'_, ()> {

@@ -11,6 +11,9 @@
 //!   `store.lease_ms`; a task whose lease ended is an orphan another replica takes over. Finding
 //!   orphans costs in proportion to the leases that ended, not to the tasks running;
 //! - `P count`: tasks held, for `tasks.max_tasks` across replicas;
+//! - `P inputs:{id}`: a hash of the task's input requests not answered yet, by key (the
+//!   replica running the task writes them; any replica lists them); `PEXPIRE`d, and deleted
+//!   with the task;
 //! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
 //!
 //! A status change is decided in Rust by the one transition rule ([`crate::apply_update`]) on
@@ -24,6 +27,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
+use serde_json::Value;
 use taskgate_protocol::tasks::TaskStatus;
 use tokio::sync::mpsc;
 
@@ -83,11 +87,12 @@ return 1
 "#;
 
 /// Deletes a task from every key; returns the record, if it was still there.
-/// KEYS: task, owner index, leases, holders, count, expiry, running (tenant), running (principal).
-/// ARGV: id, owner index member.
+/// KEYS: task, owner index, leases, holders, count, expiry, running (tenant), running (principal),
+/// input requests. ARGV: id, owner index member.
 const DELETE: &str = r#"
 local current = redis.call('GET', KEYS[1])
 redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[9])
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('ZREM', KEYS[8], ARGV[1])
 if ARGV[2] ~= '' then redis.call('ZREM', KEYS[2], ARGV[2]) end
@@ -265,6 +270,10 @@ impl RedisTaskStore {
         self.key(&["task:", id])
     }
 
+    fn inputs_key(&self, id: &str) -> String {
+        self.key(&["inputs:", id])
+    }
+
     fn leases(&self) -> String {
         self.key(&["leases"])
     }
@@ -343,7 +352,8 @@ impl RedisTaskStore {
             .key(self.key(&["count"]))
             .key(self.key(&["expiry"]))
             .key(tenant_running)
-            .key(owner_running);
+            .key(owner_running)
+            .key(self.inputs_key(id));
         invocation.arg(id).arg(member);
         let removed: Option<String> = self.run(invocation.invoke_async(&mut c)).await?;
         if removed.is_some() || record.is_some() {
@@ -672,6 +682,55 @@ impl TaskStore for RedisTaskStore {
                 [index, retry] => Some((*index as usize - 1, *retry)),
                 _ => None,
             })
+        })
+    }
+
+    fn put_input<'a>(
+        &'a self,
+        task_id: &'a str,
+        key: &'a str,
+        request: &'a Value,
+        keep_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.connection.clone();
+            let hash = self.inputs_key(task_id);
+            let text = serde_json::to_string(request).expect("a JSON value always encodes");
+            let keep = keep_ms.max(1);
+            let _: () = self
+                .run(
+                    redis::pipe()
+                        .hset(&hash, key, text)
+                        .ignore()
+                        .pexpire(&hash, keep as i64)
+                        .ignore()
+                        .query_async(&mut c),
+                )
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn remove_inputs<'a>(&'a self, task_id: &'a str, keys: &'a [String]) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.connection.clone();
+            let hash = self.inputs_key(task_id);
+            let _: i64 =
+                if keys.is_empty() { self.run(c.del(hash)).await? } else { self.run(c.hdel(hash, keys)).await? };
+            Ok(())
+        })
+    }
+
+    fn inputs<'a>(&'a self, task_id: &'a str) -> StoreFuture<'a, Vec<(String, Value)>> {
+        Box::pin(async move {
+            let mut c = self.connection.clone();
+            let stored: Vec<(String, String)> = self.run(c.hgetall(self.inputs_key(task_id))).await?;
+            let mut inputs: Vec<(String, Value)> = stored
+                .into_iter()
+                .filter_map(|(key, text)| serde_json::from_str(&text).ok().map(|request| (key, request)))
+                .collect();
+            inputs.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(inputs)
         })
     }
 
