@@ -243,8 +243,8 @@ impl DemoServer {
                    "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
             json!({"name":"late_progress","description":"Returns, then reports progress for the finished call (which must not reach anyone).",
                    "inputSchema":object(json!({}), &[])}),
-            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with stream: \"get\" the question goes on the GET stream, and is lost if none is open.",
-                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"}}), &[])}),
+            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with gate, it first waits until that gate opens; with stream: \"get\" the question goes on the GET stream, and is lost if none is open.",
+                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call (progress notifications if the call has a progress token), then waits at gate, if given, until it opens or the call is cancelled.",
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
@@ -609,6 +609,9 @@ impl DemoServer {
                 Ok(json!({"content": [{"type": "text", "text": "done"}], "isError": false}))
             }
             "ask" => {
+                if let Some(gate_name) = args.get("gate").and_then(Value::as_str) {
+                    self.wait_gate(connection, id, gate_name).await?;
+                }
                 let question = args.get("question").and_then(Value::as_str).unwrap_or("Proceed?").to_owned();
                 let ask_id = RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
                 let (tx, rx) = tokio::sync::oneshot::channel();
