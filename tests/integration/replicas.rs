@@ -417,3 +417,102 @@ async fn a_2026_client_polls_and_cancels_through_any_replica_the_tasks_another_r
     let reply = stranger.send("tasks/get", json!({"taskId": task})).await;
     assert_eq!(reply.status, reqwest::StatusCode::UNAUTHORIZED, "{reply:?}");
 }
+
+/// Reads messages until a request comes.
+async fn next_request(stream: &mut taskgate_testkit::SseReader) -> (taskgate_protocol::RequestId, Value) {
+    loop {
+        match stream.next().await.expect("the stream ended") {
+            taskgate_protocol::Message::Request { id, params: Some(params), .. } => return (id, params),
+            _ => continue,
+        }
+    }
+}
+
+/// The only entry of a task's `inputRequests`.
+fn only_input(task: &Value) -> (String, Value) {
+    let inputs = task["inputRequests"].as_object().unwrap_or_else(|| panic!("no inputRequests: {task}"));
+    assert_eq!(inputs.len(), 1, "{task}");
+    inputs.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap()
+}
+
+/// ext-tasks "Task Polling" (all outstanding input requests listed) and "Task Update Requests"
+/// through any replica; basic/utilities/tasks "Input Required Status" for a 2025-11-25 client
+/// waiting on another replica than the one running the task.
+#[actix_rt::test]
+async fn a_tasks_input_requests_are_listed_and_answered_through_any_replica() {
+    let cl = cluster(2, "").await;
+    let through = |i: usize| crate::modern::Client::over(McpClient::with_bearer(&cl.replicas[i].url, KEY));
+    let (a, b) = (through(0), through(1));
+    // A wrapped task runs on A; B lists its request the moment it says input_required.
+    let created = a.call("plain__ask", json!({"question": "Colour?"})).await;
+    let task = created["taskId"].as_str().unwrap().to_owned();
+    let waiting = b.poll(&task, |t| t["status"] == "input_required").await;
+    let (key, request) = only_input(&waiting);
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    assert_eq!(request["params"]["message"], "Colour?");
+    assert_eq!(request["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], task.as_str());
+    // A lists the same request under the same key.
+    assert_eq!(only_input(&a.ok("tasks/get", json!({"taskId": task})).await), (key.clone(), request));
+    // Answered through B: no longer listed, and the upstream on A gets the answer.
+    let answer = json!({"action": "accept", "content": {"answer": "red"}});
+    b.ok("tasks/update", json!({"taskId": task, "inputResponses": {key.clone(): answer}})).await;
+    let after = b.ok("tasks/get", json!({"taskId": task})).await;
+    assert!(after.get("inputRequests").is_none_or(|r| r.get(&key).is_none()), "{after}");
+    let done = b.poll(&task, |t| t["status"] == "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "answer: red", "{done}");
+
+    // A native task runs on B (its upstream asks); listed and answered through A.
+    let created = b.call("native__ask", json!({"question": "Size?"})).await;
+    let native = created["taskId"].as_str().unwrap().to_owned();
+    let waiting = a.poll(&native, |t| t["inputRequests"].as_object().is_some_and(|r| !r.is_empty())).await;
+    let (key, request) = only_input(&waiting);
+    assert_eq!(request["params"]["message"], "Size?");
+    assert!(!request.to_string().contains("demo-task-"), "the upstream's task id stays hidden: {request}");
+    let answer = json!({"action": "accept", "content": {"answer": "L"}});
+    a.ok("tasks/update", json!({"taskId": native, "inputResponses": {key: answer}})).await;
+    let done = a.poll(&native, |t| t["status"] == "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "answer: L", "{done}");
+
+    // A 2025-11-25 client: the task runs on A, its tasks/result waits on B. The question comes
+    // after the wait began (the task first waits at a gate): B relays it on that stream, and
+    // the answer posted to B reaches the upstream on A.
+    let elicits = json!({"elicitation": {"form": {}}});
+    let mut on_a = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    on_a.initialize_with("2025-11-25", elicits.clone()).await;
+    let mut on_b = McpClient::with_bearer(&cl.replicas[1].url, KEY);
+    on_b.initialize_with("2025-11-25", elicits).await;
+    let id = create(&mut on_a, "plain__ask", json!({"question": "Shape?", "gate": "q1"})).await;
+    within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    let mut result = on_b.request_stream("tasks/result", Some(json!({"taskId": id}))).await;
+    cl.plain.demo.release("q1");
+    let (asked, params) = within(next_request(&mut result)).await;
+    assert_eq!(params["message"], "Shape?");
+    assert_eq!(params["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
+    let answer =
+        taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "round"}}));
+    assert_eq!(on_b.post_message(&answer).await.status, 202);
+    let outcome = within(async {
+        loop {
+            if let taskgate_protocol::Message::Response { result, .. } = result.next().await.expect("the stream ended")
+            {
+                return result;
+            }
+        }
+    })
+    .await;
+    assert_eq!(outcome["content"][0]["text"], "answer: round", "{outcome}");
+    // Each replica heard of the other's input requests and answers through Redis.
+    for replica in &cl.replicas {
+        let metrics = reqwest::get(replica.url.replace("/mcp", "/metrics")).await.unwrap().text().await.unwrap();
+        for kind in ["input_requested", "input_responses"] {
+            let line = format!("taskgate_store_events_total{{direction=\"received\",kind=\"{kind}\"}} ");
+            let seen: u64 = metrics.lines().find_map(|l| l.strip_prefix(&line)).and_then(|n| n.parse().ok()).unwrap();
+            assert!(seen >= 1, "{kind} on {}: {seen}", replica.url);
+        }
+    }
+    // Nothing is left listed in Redis once every request was answered.
+    let client = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let left: Vec<String> = redis::AsyncCommands::keys(&mut conn, "replicas:inputs:*").await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}

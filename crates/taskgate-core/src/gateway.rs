@@ -472,6 +472,27 @@ impl Gateway {
         }
     }
 
+    /// The requestor's task's outstanding input requests as the shared store lists them, by
+    /// key (empty without a shared store: the replica running a task holds its own).
+    pub async fn task_input_requests(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+    ) -> Result<Vec<(String, Value)>, GatewayError> {
+        self.shared.tasks.input_requests(identity, task_id).await
+    }
+
+    /// Answers to the requestor's task's input requests (responses whose ids are the requests'
+    /// keys), delivered wherever the task runs.
+    pub async fn answer_task_inputs(
+        &self,
+        identity: &Identity,
+        task_id: &str,
+        responses: Vec<RpcMessage>,
+    ) -> Result<(), GatewayError> {
+        self.shared.tasks.answer_inputs(identity, task_id, responses).await
+    }
+
     /// Whether a task has a live actor now.
     #[doc(hidden)]
     pub fn task_actor_alive(&self, task_id: &str) -> bool {
@@ -523,6 +544,18 @@ impl Gateway {
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
     ) -> Result<(String, Value), GatewayError> {
+        self.start_session(identity, params, catalog, false)
+    }
+
+    /// [`Gateway::initialize`]; a `stateless` session serves 2026-07-28 requests (its clients
+    /// read a task's input requests with `tasks/get`, never from a `tasks/result` stream).
+    fn start_session(
+        &self,
+        identity: Identity,
+        params: Option<&Value>,
+        catalog: Option<ToolCatalog>,
+        stateless: bool,
+    ) -> Result<(String, Value), GatewayError> {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
         // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
         let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
@@ -544,7 +577,9 @@ impl Gateway {
         };
         let catalog =
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
-        let actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog).start();
+        let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
+        actor.stateless = stateless;
+        let actor = actor.start();
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
         let tenant = identity.tenant.clone();
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
@@ -624,7 +659,7 @@ impl Gateway {
             return Ok(handle);
         }
         pool.retain(|_, id| self.shared.sessions.contains(id));
-        let (id, _) = self.initialize(identity.clone(), Some(&params), catalog)?;
+        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true)?;
         pool.insert(key, id.clone());
         self.session(&id, identity)
     }

@@ -318,7 +318,7 @@ impl Metrics {
         ];
         const BUCKETS: [&str; 4] = ["tenant_rate", "principal_rate", "tenant_poll_rate", "principal_poll_rate"];
         const UPSTREAM_ERRORS: [&str; 5] = ["rpc_error", "unavailable", "protocol", "timeout", "overloaded"];
-        const STORE_OPERATIONS: [&str; 13] = [
+        const STORE_OPERATIONS: [&str; 16] = [
             "create",
             "get",
             "compare_and_set",
@@ -332,8 +332,12 @@ impl Metrics {
             "release",
             "admit_rates",
             "health",
+            "put_input",
+            "remove_inputs",
+            "inputs",
         ];
-        const EVENT_KINDS: [&str; 4] = ["finished", "cancelled", "status", "progress"];
+        const EVENT_KINDS: [&str; 6] =
+            ["finished", "cancelled", "status", "progress", "input_requested", "input_responses"];
         for (status, reason) in [
             ("received", "none"),
             ("forwarded", "none"),
@@ -346,7 +350,7 @@ impl Metrics {
         for status in ["relayed", "coalesced", "dropped"] {
             self.progress_notifications.with_label_values(&[status]);
         }
-        for reason in ["session_mailbox", "session_notification"] {
+        for reason in ["session_mailbox", "session_notification", "task_mailbox"] {
             self.mailbox_full.with_label_values(&[reason]);
         }
         for reason in ["missing", "malformed", "unknown_key", "token_expired", "invalid_token"] {

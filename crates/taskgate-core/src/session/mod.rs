@@ -18,7 +18,7 @@ mod tools;
 
 pub(crate) use events::ClientNotification;
 pub(crate) use relay::{relay_call, ClientResponse};
-pub(crate) use task_calls::{TaskProgress, TaskStatusChanged};
+pub(crate) use task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,6 +74,15 @@ pub struct SessionActor {
     /// id, the task it is for).
     relayed: HashMap<RequestId, Relayed>,
     next_relay: u64,
+    /// This session's own part of every relayed id: a task's input request keys MUST be unique
+    /// over the task's lifetime (ext-tasks "Task Update Requests"), and a long task's requests may be
+    /// relayed by several sessions (a pooled session re-created, a task taken over by another
+    /// replica), each counting from 1.
+    relay_prefix: String,
+    /// It serves 2026-07-28 requests (a pooled session): their clients list a task's input
+    /// requests through `tasks/get`, from the store, so its `tasks/result` streams never relay
+    /// those of tasks on other replicas.
+    pub(crate) stateless: bool,
     /// Native task creations in flight, by upstream.
     native_creating: HashMap<String, usize>,
     /// Upstream messages held until a native task creation settles.
@@ -115,13 +124,23 @@ struct InFlight {
 
 /// A request an upstream sent that was relayed to the client.
 struct Relayed {
-    upstream: String,
-    upstream_id: RequestId,
+    /// Who asked, and takes the answer.
+    asker: Asker,
     task: Option<String>,
     /// The progress token in the upstream's request: client progress naming it goes back there.
     progress_token: Option<Value>,
     /// The stream it went on (empty while queued): its cancellation follows it there.
     stream: Option<Outbound>,
+}
+
+/// Where the answer to a relayed request goes.
+#[derive(PartialEq)]
+enum Asker {
+    /// An upstream of this session, under its own id for the request.
+    Upstream { upstream: String, id: RequestId },
+    /// A task that runs on another replica: its input request, by its key there (read from
+    /// the shared store; the answer goes back through the store's events).
+    Replica { key: String },
 }
 impl SessionActor {
     pub(crate) fn new(
@@ -143,6 +162,8 @@ impl SessionActor {
             by_upstream: HashMap::new(),
             relayed: HashMap::new(),
             next_relay: 1,
+            stateless: false,
+            relay_prefix: format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0),
             native_creating: HashMap::new(),
             held: Vec::new(),
             queued: Vec::new(),
@@ -174,6 +195,14 @@ impl SessionActor {
         if let Some(key) = &request.upstream {
             self.by_upstream.remove(key);
         }
+        // Requests of a task on another replica were relayed for this tasks/result only: once
+        // no one here waits on the task, their answers have nowhere to go.
+        if let Some(task) = request.task.as_deref() {
+            if !self.requests.values().any(|r| r.task.as_deref() == Some(task)) {
+                self.relayed
+                    .retain(|_, r| !(matches!(r.asker, Asker::Replica { .. }) && r.task.as_deref() == Some(task)));
+            }
+        }
         Some(request)
     }
 
@@ -200,6 +229,11 @@ impl SessionActor {
         F: std::future::Future<Output = Result<Value, GatewayError>> + 'static,
     {
         ctx.spawn(work.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome)));
+    }
+
+    /// The id the next relayed request goes under.
+    fn relay_id(&self) -> RequestId {
+        RequestId::String(format!("taskgate-{}-{}", self.relay_prefix, self.next_relay))
     }
 
     /// Takes the queued messages that `which` selects, in order.

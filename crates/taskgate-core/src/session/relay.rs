@@ -5,6 +5,13 @@
 use super::*;
 
 impl SessionActor {
+    /// A relayed request of a task was answered or withdrawn: the task's actor forgets it.
+    fn input_settled(&self, task: Option<&str>, gateway_id: &RequestId) {
+        if let (Some(actor), RequestId::String(key)) = (task.and_then(|t| self.shared.tasks.actor(t)), gateway_id) {
+            let _ = actor.try_send(InputProvided { key: key.clone() });
+        }
+    }
+
     /// The stream a message about `related` (an upstream-local id) should go on: the client
     /// request's stream when it is still open, otherwise the GET stream.
     pub(super) fn stream_for(&self, upstream: &str, related: Option<&RequestId>) -> Option<Outbound> {
@@ -107,7 +114,7 @@ impl SessionActor {
             ctx.spawn(refuse(internal, format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
             return;
         }
-        let gateway_id = RequestId::String(format!("taskgate-{}", self.next_relay));
+        let gateway_id = self.relay_id();
         let message = RpcMessage::request(gateway_id.clone(), method.clone(), params);
         let used = stream.clone();
         match (stream, &task) {
@@ -143,21 +150,25 @@ impl SessionActor {
         }
         self.next_relay += 1;
         if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
-            let _ = actor.try_send(InputRequested);
+            let RpcMessage::Request { method, params, .. } = message else { unreachable!("built as a request above") };
+            let request = json!({ "method": method, "params": params.unwrap_or_else(|| json!({})) });
+            let key = gateway_id.to_value().as_str().unwrap_or_default().to_owned();
+            let _ = actor.try_send(InputRequested { key, request, session: ctx.address().recipient() });
         }
         let progress_token = relayed_token;
-        self.relayed.insert(gateway_id, Relayed { upstream, upstream_id: id, task, progress_token, stream: used });
+        let asker = Asker::Upstream { upstream, id };
+        self.relayed.insert(gateway_id, Relayed { asker, task, progress_token, stream: used });
     }
 
     /// Progress the client reports on a request an upstream sent it: back to that upstream.
     pub(super) fn client_progress(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
         let token = params.as_ref().and_then(|p| p.get("progressToken"));
         let owner = token.and_then(|t| self.relayed.values().find(|r| r.progress_token.as_ref() == Some(t)));
-        let Some(upstream) = owner.map(|r| r.upstream.clone()) else {
+        let Some(Asker::Upstream { upstream, .. }) = owner.map(|r| &r.asker) else {
             tracing::debug!(session = %self.id, "client progress for no relayed request ignored");
             return;
         };
-        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+        if let Some(session) = self.upstreams.get(upstream).cloned() {
             ctx.spawn(
                 async move {
                     let _ = session.notify(methods::PROGRESS, params).await;
@@ -173,16 +184,14 @@ impl SessionActor {
         let Some(upstream_id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
             return;
         };
-        let gateway_id = self
-            .relayed
-            .iter()
-            .find(|(_, r)| r.upstream == upstream && r.upstream_id == upstream_id)
-            .map(|(g, _)| g.clone());
+        let asker = Asker::Upstream { upstream: upstream.to_owned(), id: upstream_id };
+        let gateway_id = self.relayed.iter().find(|(_, r)| r.asker == asker).map(|(g, _)| g.clone());
         let Some(gateway_id) = gateway_id else {
             tracing::debug!(session = %self.id, %upstream, "upstream cancelled a request the client never saw");
             return;
         };
         let relayed = self.relayed.remove(&gateway_id).expect("found above");
+        self.input_settled(relayed.task.as_deref(), &gateway_id);
         let mut forwarded = params.unwrap_or_else(|| json!({}));
         forwarded["requestId"] = gateway_id.to_value();
         let stream =
@@ -286,19 +295,35 @@ impl Handler<ClientResponse> for SessionActor {
         let Some(id) = message.id().cloned() else {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };
-        let Some(Relayed { upstream, upstream_id, task, .. }) = self.relayed.remove(&id) else {
+        let Some(Relayed { asker, task, .. }) = self.relayed.remove(&id) else {
             return Err(GatewayError::InvalidRequest(format!(
                 "no request with id {id} is waiting for a response in this session"
             )));
+        };
+        let (upstream, upstream_id) = match asker {
+            Asker::Upstream { upstream, id } => (upstream, id),
+            // The task runs on another replica: the answer goes there, under the request's key.
+            Asker::Replica { key } => {
+                let Some(task) = task else { return Ok(()) };
+                let mapped = match message {
+                    RpcMessage::Response { result, .. } => RpcMessage::response(RequestId::String(key), result),
+                    RpcMessage::Error { error, .. } => RpcMessage::error(Some(RequestId::String(key)), error),
+                    _ => unreachable!("ClientResponse carries responses"),
+                };
+                let tasks = self.shared.tasks.clone();
+                ctx.spawn(async move { tasks.deliver_inputs(&task, vec![mapped]).await }.into_actor(self));
+                return Ok(());
+            }
         };
         let mapped = match message {
             RpcMessage::Response { result, .. } => RpcMessage::response(upstream_id, result),
             RpcMessage::Error { error, .. } => RpcMessage::error(Some(upstream_id), error),
             _ => unreachable!("ClientResponse carries responses"),
         };
-        if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
-            let _ = actor.try_send(InputProvided);
-        }
+        self.input_settled(task.as_deref(), &id);
+        // Answered without the client reading it here (through another replica, or the tasks
+        // extension): it must not reach a stream opened later.
+        self.unqueue(|q| q.id.as_ref() == Some(&id));
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
             ctx.spawn(
                 async move {

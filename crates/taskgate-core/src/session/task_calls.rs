@@ -205,6 +205,9 @@ impl SessionActor {
             Ok(t) => t,
             Err(e) => return self.finish(id, Err(e)),
         };
+        if !self.stateless && self.shared.tasks.store().shared() && self.shared.tasks.actor(&task_id).is_none() {
+            self.relay_remote_inputs(task_id.clone(), ctx);
+        }
         let outcome = self.shared.tasks.clone().result(self.identity.clone(), task_id.clone());
         let wait = async move {
             match outcome.await? {
@@ -288,5 +291,78 @@ impl Handler<TaskStatusChanged> for SessionActor {
         if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
             let _ = stream.send(&RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
         }
+    }
+}
+
+/// A task of this session's requestor that runs on another replica has a new input request in
+/// the shared store.
+pub(crate) struct RemoteInputs(pub String);
+
+impl Message for RemoteInputs {
+    type Result = ();
+}
+
+impl Handler<RemoteInputs> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, RemoteInputs(task_id): RemoteInputs, ctx: &mut Context<Self>) {
+        if !self.stateless && self.shared.tasks.actor(&task_id).is_none() && self.task_stream(&task_id).is_some() {
+            self.relay_remote_inputs(task_id, ctx);
+        }
+    }
+}
+
+impl SessionActor {
+    /// This session's open `tasks/result` stream for a task.
+    fn task_stream(&self, task_id: &str) -> Option<Outbound> {
+        self.requests
+            .values()
+            .find(|r| r.task.as_deref() == Some(task_id))
+            .map(|r| r.reply.clone())
+            .filter(|s| !s.is_closed())
+    }
+
+    /// Relays on the task's open `tasks/result` stream the input requests of a task running on
+    /// another replica, read from the shared store, each once, under an id of this session's
+    /// (basic/utilities/tasks "Input Required Status": the receiver delivers them on the
+    /// tasks/result stream). The answers go back to that replica ([`Asker::Replica`]).
+    pub(super) fn relay_remote_inputs(&mut self, task_id: String, ctx: &mut Context<Self>) {
+        let (tasks, identity, id) = (self.shared.tasks.clone(), self.identity.clone(), task_id.clone());
+        let read = async move { tasks.input_requests(&identity, &id).await };
+        ctx.spawn(read.into_actor(self).map(move |inputs, act, _| {
+            let inputs = match inputs {
+                Ok(inputs) => inputs,
+                Err(e) => {
+                    tracing::debug!(session = %act.id, task = %task_id, error = %e, "a task's input requests could not be read");
+                    return;
+                }
+            };
+            let Some(stream) = act.task_stream(&task_id) else { return };
+            for (key, request) in inputs {
+                let asker = Asker::Replica { key };
+                if act.relayed.values().any(|r| r.asker == asker && r.task.as_deref() == Some(task_id.as_str())) {
+                    continue;
+                }
+                let Some(method) = request.get("method").and_then(Value::as_str) else { continue };
+                // Only what the client declared it can answer (basic/lifecycle "Capability
+                // Negotiation"); the replica running the task keeps the request listed.
+                if mcp::client_capability_for(method).is_some_and(|c| act.client.capabilities.get(c).is_none()) {
+                    continue;
+                }
+                if act.relayed.len() >= super::MAX_RELAYED {
+                    tracing::info!(session = %act.id, "too many unanswered requests; a task's input request waits");
+                    return;
+                }
+                let gateway_id = act.relay_id();
+                let message = RpcMessage::request(gateway_id.clone(), method.to_owned(), request.get("params").cloned());
+                if stream.send(&message).is_err() {
+                    return;
+                }
+                act.next_relay += 1;
+                let relayed =
+                    super::Relayed { asker, task: Some(task_id.clone()), progress_token: None, stream: Some(stream.clone()) };
+                act.relayed.insert(gateway_id, relayed);
+            }
+        }));
     }
 }

@@ -10,13 +10,14 @@ use super::{not_found, settle_call};
 use crate::gateway::Shared;
 use crate::progress::{Abandon, Finish, Progress, ProgressActor};
 use crate::registry::Identity;
+use crate::session::ClientResponse;
 use crate::tenants::TaskPermit;
 use crate::GatewayError;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{meta, methods};
 use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
-use taskgate_protocol::{codes, ErrorObject, RequestId};
+use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage, RequestId};
 use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
 use taskgate_upstream::{UpstreamError, UpstreamSession};
 
@@ -75,6 +76,7 @@ pub(crate) struct Remains {
     pub progress: Option<Addr<ProgressActor>>,
     pub permit: Option<TaskPermit>,
     pub call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
+    pub inputs: Vec<(String, Recipient<ClientResponse>)>,
 }
 
 /// One task.
@@ -103,6 +105,8 @@ pub struct TaskActor {
     restarted: bool,
     /// `stopped` ran: dropping the actor is the normal end, not a crash.
     stopped_cleanly: bool,
+    /// Input requests outstanding, by key, with the session that holds each.
+    inputs: Vec<(String, Recipient<ClientResponse>)>,
 }
 
 impl TaskActor {
@@ -126,6 +130,7 @@ impl TaskActor {
             forwarder: None,
             restarted: false,
             stopped_cleanly: false,
+            inputs: Vec::new(),
         }
     }
 
@@ -142,6 +147,7 @@ impl TaskActor {
         };
         let mut actor = TaskActor::new(shared, start);
         actor.call = remains.call;
+        actor.inputs = remains.inputs;
         actor.restarted = true;
         actor
     }
@@ -539,6 +545,13 @@ impl Actor for TaskActor {
         if let Some((call, _)) = self.call.take() {
             call.abort();
         }
+        let store = self.shared.tasks.store().clone();
+        if store.shared() && !self.inputs.is_empty() {
+            let id = self.id.clone();
+            actix::spawn(async move {
+                let _ = store.remove_inputs(&id, &[]).await;
+            });
+        }
         let upstream = self.session.upstream().to_owned();
         match &self.work {
             Work::Native { upstream_task_id, .. } => {
@@ -602,18 +615,49 @@ impl Handler<UpstreamStatus> for TaskActor {
     }
 }
 
-/// The upstream asked the requestor for input on behalf of this task (a relayed elicitation or
-/// sampling request): a wrapped task waits in `input_required`.
-pub(crate) struct InputRequested;
+/// The upstream asked the requestor for input on behalf of this task (a relayed elicitation,
+/// sampling or roots request): the task keeps its key and the session that relayed it, and a
+/// wrapped task waits in `input_required`. With a shared store the request is written there
+/// first, so `tasks/get` through any replica lists it (ext-tasks "Task Polling": all
+/// outstanding input requests), and the other replicas are told.
+pub(crate) struct InputRequested {
+    /// The id the client knows the request by.
+    pub key: String,
+    /// `{method, params}`, as the client sees it.
+    pub request: Value,
+    /// The session holding it, which takes the answer.
+    pub session: Recipient<ClientResponse>,
+}
 
 impl Message for InputRequested {
     type Result = ();
 }
 
+/// How long a task's input request is kept in a shared store when the task has no ttl.
+const INPUT_KEEP_MS: u64 = 24 * 60 * 60 * 1000;
+
 impl Handler<InputRequested> for TaskActor {
     type Result = ();
 
-    fn handle(&mut self, _: InputRequested, ctx: &mut Context<Self>) {
+    fn handle(&mut self, InputRequested { key, request, session }: InputRequested, ctx: &mut Context<Self>) {
+        let store = self.shared.tasks.store().clone();
+        if store.shared() {
+            let keep = match self.expires_at_ms {
+                Some(at) => at.saturating_sub(self.shared.clock.now_ms()).max(1),
+                None => INPUT_KEEP_MS,
+            };
+            let (id, stored_key) = (self.id.clone(), key.clone());
+            let put = async move { store.put_input(&id, &stored_key, &request, keep).await };
+            // Waiting keeps it before the status change that announces it.
+            ctx.wait(put.into_actor(self).map(|written, act, _| match written {
+                Ok(()) => act.shared.tasks.input_stored(&act.owner, &act.id),
+                Err(e) => tracing::warn!(task = %act.id, error = %e, "a task's input request could not be stored; only this replica lists it"),
+            }));
+        }
+        self.inputs.retain(|(k, _)| *k != key);
+        if self.inputs.len() < MAX_INPUTS {
+            self.inputs.push((key, session));
+        }
         // A native upstream reports its own status; only wrapped tasks are moved here.
         if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::Working {
             self.settle(TaskStatus::InputRequired, Some("Waiting for input from the client".into()), None, ctx);
@@ -621,8 +665,15 @@ impl Handler<InputRequested> for TaskActor {
     }
 }
 
-/// The requestor answered the upstream's request: a wrapped task is working again.
-pub(crate) struct InputProvided;
+/// Input requests a task holds at once (each is also bounded by its session's relay limits).
+const MAX_INPUTS: usize = 256;
+
+/// The requestor answered one of the upstream's requests (or the upstream withdrew it): once
+/// none is outstanding, a wrapped task is working again.
+pub(crate) struct InputProvided {
+    /// The request's key.
+    pub key: String,
+}
 
 impl Message for InputProvided {
     type Result = ();
@@ -631,9 +682,49 @@ impl Message for InputProvided {
 impl Handler<InputProvided> for TaskActor {
     type Result = ();
 
-    fn handle(&mut self, _: InputProvided, ctx: &mut Context<Self>) {
-        if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::InputRequired {
+    fn handle(&mut self, InputProvided { key }: InputProvided, ctx: &mut Context<Self>) {
+        self.inputs.retain(|(k, _)| *k != key);
+        let store = self.shared.tasks.store().clone();
+        if store.shared() {
+            let id = self.id.clone();
+            actix::spawn(async move {
+                if let Err(e) = store.remove_inputs(&id, &[key]).await {
+                    tracing::debug!(task = %id, error = %e, "an answered input request stays listed until the task ends");
+                }
+            });
+        }
+        if matches!(self.work, Work::Wrapped { .. })
+            && self.status == TaskStatus::InputRequired
+            && self.inputs.is_empty()
+        {
             self.settle(TaskStatus::Working, None, None, ctx);
+        }
+    }
+}
+
+/// Answers to the task's input requests (JSON-RPC responses whose ids are their keys), given
+/// through `tasks/update` or another replica: each goes to the session holding its request,
+/// which passes it to the upstream. Keys not outstanding are ignored (ext-tasks "Task Update
+/// Requests").
+pub(crate) struct DeliverInputs(pub Vec<RpcMessage>);
+
+impl Message for DeliverInputs {
+    type Result = ();
+}
+
+impl Handler<DeliverInputs> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, DeliverInputs(responses): DeliverInputs, _: &mut Context<Self>) {
+        for response in responses {
+            let Some(RequestId::String(key)) = response.id().cloned() else { continue };
+            let Some((_, session)) = self.inputs.iter().find(|(k, _)| *k == key) else {
+                tracing::debug!(task = %self.id, "an answer to an input request not outstanding was ignored");
+                continue;
+            };
+            if session.try_send(ClientResponse(response)).is_err() {
+                tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
+            }
         }
     }
 }
@@ -729,6 +820,7 @@ impl Drop for TaskActor {
             progress: self.progress.take(),
             permit: self.permit.take(),
             call: self.call.take(),
+            inputs: std::mem::take(&mut self.inputs),
         };
         // Not a path a client drives: one message per crashed actor.
         supervisor.do_send(super::supervisor::Restart(Box::new(remains)));

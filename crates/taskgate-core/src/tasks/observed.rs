@@ -108,6 +108,24 @@ impl TaskStore for ObservedStore {
         self.observe("admit_rates", self.inner.admit_rates(buckets))
     }
 
+    fn put_input<'a>(
+        &'a self,
+        task_id: &'a str,
+        key: &'a str,
+        request: &'a serde_json::Value,
+        keep_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.observe("put_input", self.inner.put_input(task_id, key, request, keep_ms))
+    }
+
+    fn remove_inputs<'a>(&'a self, task_id: &'a str, keys: &'a [String]) -> StoreFuture<'a, ()> {
+        self.observe("remove_inputs", self.inner.remove_inputs(task_id, keys))
+    }
+
+    fn inputs<'a>(&'a self, task_id: &'a str) -> StoreFuture<'a, Vec<(String, serde_json::Value)>> {
+        self.observe("inputs", self.inner.inputs(task_id))
+    }
+
     fn health(&self) -> StoreFuture<'_, ()> {
         self.observe("health", self.inner.health())
     }

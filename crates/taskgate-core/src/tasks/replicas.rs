@@ -65,6 +65,8 @@ fn kind(event: &StoreEvent) -> &'static str {
         StoreEvent::Cancelled { .. } => "cancelled",
         StoreEvent::Status { .. } => "status",
         StoreEvent::Progress { .. } => "progress",
+        StoreEvent::InputRequested { .. } => "input_requested",
+        StoreEvent::InputResponses { .. } => "input_responses",
     }
 }
 
@@ -91,6 +93,19 @@ pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<Event
             StoreEvent::Progress { owner, task_id, params } => {
                 let owner = Identity { tenant: owner.tenant, principal: owner.principal };
                 tasks.progress_to_sessions(&owner, &task_id, params);
+            }
+            StoreEvent::InputRequested { owner, task_id } => {
+                let owner = Identity { tenant: owner.tenant, principal: owner.principal };
+                tasks.inputs_to_sessions(&owner, &task_id);
+            }
+            StoreEvent::InputResponses { task_id, responses } => {
+                let Some(actor) = tasks.actor(&task_id) else { continue };
+                let responses: Vec<_> = responses
+                    .into_iter()
+                    .filter_map(|r| taskgate_protocol::Message::parse(r).ok())
+                    .filter(taskgate_protocol::Message::is_response)
+                    .collect();
+                let _ = actor.try_send(super::actor::DeliverInputs(responses));
             }
         }
     }

@@ -323,6 +323,86 @@ impl TaskService {
         any
     }
 
+    /// The task's actor stored a new input request: the owner's sessions on the other replicas
+    /// that wait on the task relay it.
+    pub(crate) fn input_stored(&self, owner: &Identity, task_id: &str) {
+        self.publish(StoreEvent::InputRequested { owner: super::owner(owner), task_id: task_id.to_owned() });
+    }
+
+    /// A task running on another replica has a new input request: the owner's sessions here
+    /// with a `tasks/result` open for it fetch it from the store and relay it.
+    pub(crate) fn inputs_to_sessions(&self, owner: &Identity, task_id: &str) {
+        for session in self.sessions.of(owner) {
+            if session.try_send(crate::session::RemoteInputs(task_id.to_owned())).is_err() {
+                self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+            }
+        }
+    }
+
+    /// The input requests of the requestor's task that are outstanding, as the shared store
+    /// lists them (any replica's); empty without a shared store (the replica running the task
+    /// holds them). A task of someone else is not found.
+    pub async fn input_requests(
+        &self,
+        requestor: &Identity,
+        task_id: &str,
+    ) -> Result<Vec<(String, Value)>, GatewayError> {
+        if !self.store.shared() {
+            return Ok(Vec::new());
+        }
+        match self.store.get(task_id).await.map_err(store_error)? {
+            Some(record) if record.owner == owner(requestor) => {}
+            _ => return Err(not_found()),
+        }
+        self.store.inputs(task_id).await.map_err(store_error)
+    }
+
+    /// Answers to the requestor's task's input requests (JSON-RPC responses whose ids are the
+    /// requests' keys), for whichever replica runs the task: its actor here, or the others
+    /// through the store's events. They are no longer listed from this moment. A task of
+    /// someone else is not found.
+    pub async fn answer_inputs(
+        &self,
+        requestor: &Identity,
+        task_id: &str,
+        responses: Vec<taskgate_protocol::Message>,
+    ) -> Result<(), GatewayError> {
+        match self.store.get(task_id).await.map_err(store_error)? {
+            Some(record) if record.owner == owner(requestor) => {}
+            _ => return Err(not_found()),
+        }
+        self.deliver_inputs(task_id, responses).await;
+        Ok(())
+    }
+
+    /// [`TaskService::answer_inputs`] once the owner is known.
+    pub(crate) async fn deliver_inputs(&self, task_id: &str, responses: Vec<taskgate_protocol::Message>) {
+        if responses.is_empty() {
+            return;
+        }
+        if let Some(actor) = self.actor(task_id) {
+            if actor.try_send(super::actor::DeliverInputs(responses)).is_err() {
+                self.metrics.mailbox_full.with_label_values(&["task_mailbox"]).inc();
+                tracing::info!(task = %task_id, "the task's queue is full; answers to its input requests were dropped");
+            }
+            return;
+        }
+        if !self.store.shared() {
+            tracing::debug!(task = %task_id, "answers to the input requests of a task no longer running were ignored");
+            return;
+        }
+        let keys: Vec<String> = responses
+            .iter()
+            .filter_map(|r| r.id())
+            .filter_map(|id| id.to_value().as_str().map(str::to_owned))
+            .collect();
+        if let Err(e) = self.store.remove_inputs(task_id, &keys).await {
+            tracing::debug!(task = %task_id, error = %e, "answered input requests stay listed until the task ends");
+        }
+        let responses = responses.iter().map(taskgate_protocol::Message::to_value).collect();
+        self.publish(StoreEvent::InputResponses { task_id: task_id.to_owned(), responses });
+    }
+
     /// A task was deleted (ttl): forget its bookkeeping and wake its waiters.
     pub(crate) fn deleted(&self, record: &TaskRecord) {
         self.holdings.release(&record.id);

@@ -93,33 +93,38 @@ pub(super) async fn serve(
             let Some(Value::Object(responses)) = params.as_ref().and_then(|p| p.get("inputResponses")) else {
                 return Err(GatewayError::InvalidParams("tasks/update needs an object \"inputResponses\"".into()));
             };
-            // Keys not outstanding are ignored (ext-tasks "Task Update Requests").
-            let outstanding: Vec<String> = state
+            // Keys not outstanding are ignored (ext-tasks "Task Update Requests"). Outstanding
+            // are those this replica listed and, with a shared store, those any replica did.
+            let mut outstanding: Vec<String> = state
                 .task_inputs
                 .lock()
                 .get(&task_id)
                 .map(|inputs| inputs.iter().map(|(k, _)| k.clone()).collect())
                 .unwrap_or_default();
-            for (key, answer) in responses {
-                if !outstanding.contains(key) {
-                    continue;
-                }
-                let reply = Message::response(RequestId::String(key.clone()), answer.clone());
-                if let Err(e) = session.respond(reply).await {
-                    tracing::info!(error = %e, "an input response for a task could not be delivered");
-                }
-            }
+            outstanding.extend(gateway.task_input_requests(identity, &task_id).await?.into_iter().map(|(k, _)| k));
+            let answers: Vec<Message> = responses
+                .iter()
+                .filter(|(key, _)| outstanding.contains(key))
+                .map(|(key, answer)| Message::response(RequestId::String(key.clone()), answer.clone()))
+                .collect();
+            // To the session holding each request, on whichever replica runs the task.
+            gateway.answer_task_inputs(identity, &task_id, answers).await?;
             if let Some(inputs) = state.task_inputs.lock().get_mut(&task_id) {
                 inputs.retain(|(k, _)| !responses.contains_key(k));
             }
             Ok(reply(id, Ok(json!({})), method))
         }
-        _ => Ok(reply(id, Ok(Value::Object(detailed(&state, &session, &task_id, task).await?)), method)),
+        _ => {
+            let task = detailed(gateway, identity, &state, &session, &task_id, task).await?;
+            Ok(reply(id, Ok(Value::Object(task)), method))
+        }
     }
 }
 
 /// ext-tasks "Task Polling": the task with what its status calls for inlined.
 async fn detailed(
+    gateway: &Gateway,
+    identity: &Identity,
     state: &Modern,
     session: &SessionHandle,
     task_id: &str,
@@ -173,11 +178,17 @@ async fn detailed(
                     Some(json!({ "requestId": internal.to_value(), "reason": "tasks/get" })),
                 )
                 .await;
-            let mut inputs = state.task_inputs.lock();
-            if !fresh.is_empty() && (inputs.len() < MAX_TASK_INPUTS || inputs.contains_key(task_id)) {
-                inputs.entry(task_id.to_owned()).or_default().extend(fresh);
+            let mut requests: Map<String, Value> = {
+                let mut inputs = state.task_inputs.lock();
+                if !fresh.is_empty() && (inputs.len() < MAX_TASK_INPUTS || inputs.contains_key(task_id)) {
+                    inputs.entry(task_id.to_owned()).or_default().extend(fresh);
+                }
+                inputs.get(task_id).cloned().unwrap_or_default().into_iter().collect()
+            };
+            // With a shared store, those of a task another replica runs are listed too.
+            for (key, request) in gateway.task_input_requests(identity, task_id).await? {
+                requests.entry(key).or_insert(request);
             }
-            let requests: Map<String, Value> = inputs.get(task_id).cloned().unwrap_or_default().into_iter().collect();
             task.insert("inputRequests".into(), Value::Object(requests));
         }
         // Working again (its requests answered) or cancelled: nothing is outstanding.
