@@ -509,6 +509,35 @@ async fn requests_for_a_task_go_on_its_open_tasks_result_stream() {
     task_result_stream_asks(&mut c, "local__ask").await;
 }
 
+/// A task that ends while its input request waits for the client takes the request back: it
+/// never reaches a stream the client opens later (it would be about a task that is over).
+#[actix_rt::test]
+async fn an_input_request_of_a_task_that_ended_never_reaches_a_later_stream() {
+    let (_p, _n, gw, _) = setup().await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    // No stream is open: the question waits in the session, the task in input_required.
+    let id = task_id(&mut c, "plain__ask", json!({"question": "Colour?"})).await;
+    within(async { while method(&mut c, "tasks/get", &id).await.unwrap()["status"] != "input_required" {} }).await;
+    assert_eq!(method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
+    within(async {
+        while gw.gateway.task_actor_alive(&id) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // A GET stream opened now gets first what waits in the session: not the old question,
+    // only the next task's.
+    let mut stream = c.open_stream().await.unwrap();
+    let next = task_id(&mut c, "plain__ask", json!({"question": "Size?"})).await;
+    let taskgate_protocol::Message::Request { params: Some(params), .. } = next_matching(&mut stream, is_request).await
+    else {
+        panic!()
+    };
+    assert_eq!(params["message"], "Size?", "{params}");
+    assert_eq!(params["_meta"][RELATED]["taskId"], next.as_str());
+}
+
 #[actix_rt::test]
 async fn a_native_tasks_elicitation_reaches_the_client_under_the_gateways_task_id() {
     let (_p, native, gw, _) = setup().await;

@@ -18,7 +18,7 @@ mod tools;
 
 pub(crate) use events::ClientNotification;
 pub(crate) use relay::{relay_call, ClientResponse};
-pub(crate) use task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
+pub(crate) use task_calls::{RemoteInputs, TaskEnded, TaskProgress, TaskStatusChanged};
 
 use std::collections::HashMap;
 use std::sync::Arc;

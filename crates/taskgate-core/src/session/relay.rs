@@ -130,6 +130,9 @@ impl SessionActor {
                     return;
                 }
             }
+            // A stateless client reads a task's requests from its actor (tasks/get's
+            // inputRequests), never from a stream.
+            (None, Some(_)) if self.stateless => {}
             // A task's request waits for the client to look (tasks/result or a GET stream):
             // the task is input_required meanwhile.
             (None, Some(task)) if self.queued.len() < MAX_QUEUED => {
@@ -153,7 +156,7 @@ impl SessionActor {
             let RpcMessage::Request { method, params, .. } = message else { unreachable!("built as a request above") };
             let request = json!({ "method": method, "params": params.unwrap_or_else(|| json!({})) });
             let key = gateway_id.to_value().as_str().unwrap_or_default().to_owned();
-            let _ = actor.try_send(InputRequested { key, request, session: ctx.address().recipient() });
+            let _ = actor.try_send(InputRequested { key, request, session: ctx.address() });
         }
         let progress_token = relayed_token;
         let asker = Asker::Upstream { upstream, id };

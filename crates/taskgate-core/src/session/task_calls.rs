@@ -294,6 +294,23 @@ impl Handler<TaskStatusChanged> for SessionActor {
     }
 }
 
+/// A task ended with input requests this session holds: they will never be answered, and
+/// must not reach a stream opened later.
+pub(crate) struct TaskEnded(pub String);
+
+impl Message for TaskEnded {
+    type Result = ();
+}
+
+impl Handler<TaskEnded> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, TaskEnded(task_id): TaskEnded, _: &mut Context<Self>) {
+        self.relayed.retain(|_, r| r.task.as_deref() != Some(task_id.as_str()));
+        self.unqueue(|q| q.task == task_id);
+    }
+}
+
 /// A task of this session's requestor that runs on another replica has a new input request in
 /// the shared store.
 pub(crate) struct RemoteInputs(pub String);

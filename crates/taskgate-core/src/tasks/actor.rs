@@ -10,7 +10,7 @@ use super::{not_found, settle_call};
 use crate::gateway::Shared;
 use crate::progress::{Abandon, Finish, Progress, ProgressActor};
 use crate::registry::Identity;
-use crate::session::ClientResponse;
+use crate::session::{ClientResponse, SessionActor, TaskEnded};
 use crate::tenants::TaskPermit;
 use crate::GatewayError;
 use actix::prelude::*;
@@ -76,7 +76,17 @@ pub(crate) struct Remains {
     pub progress: Option<Addr<ProgressActor>>,
     pub permit: Option<TaskPermit>,
     pub call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
-    pub inputs: Vec<(String, Recipient<ClientResponse>)>,
+    pub inputs: Vec<Input>,
+}
+
+/// An input request of a task not answered yet.
+pub(crate) struct Input {
+    /// The id the client knows it by.
+    key: String,
+    /// `{method, params}`.
+    request: Value,
+    /// The session holding it, which takes the answer.
+    session: Addr<SessionActor>,
 }
 
 /// One task.
@@ -105,8 +115,8 @@ pub struct TaskActor {
     restarted: bool,
     /// `stopped` ran: dropping the actor is the normal end, not a crash.
     stopped_cleanly: bool,
-    /// Input requests outstanding, by key, with the session that holds each.
-    inputs: Vec<(String, Recipient<ClientResponse>)>,
+    /// Input requests outstanding, in the order they came.
+    inputs: Vec<Input>,
 }
 
 impl TaskActor {
@@ -552,6 +562,14 @@ impl Actor for TaskActor {
                 let _ = store.remove_inputs(&id, &[]).await;
             });
         }
+        // Requests still outstanding will never be answered: the sessions holding them let go.
+        let mut told: Vec<&Addr<SessionActor>> = Vec::new();
+        for input in &self.inputs {
+            if !told.contains(&&input.session) {
+                input.session.do_send(TaskEnded(self.id.clone()));
+                told.push(&input.session);
+            }
+        }
         let upstream = self.session.upstream().to_owned();
         match &self.work {
             Work::Native { upstream_task_id, .. } => {
@@ -626,7 +644,7 @@ pub(crate) struct InputRequested {
     /// `{method, params}`, as the client sees it.
     pub request: Value,
     /// The session holding it, which takes the answer.
-    pub session: Recipient<ClientResponse>,
+    pub session: Addr<SessionActor>,
 }
 
 impl Message for InputRequested {
@@ -640,23 +658,24 @@ impl Handler<InputRequested> for TaskActor {
     type Result = ();
 
     fn handle(&mut self, InputRequested { key, request, session }: InputRequested, ctx: &mut Context<Self>) {
+        let listed = request.clone();
         let store = self.shared.tasks.store().clone();
         if store.shared() {
             let keep = match self.expires_at_ms {
                 Some(at) => at.saturating_sub(self.shared.clock.now_ms()).max(1),
                 None => INPUT_KEEP_MS,
             };
-            let (id, stored_key) = (self.id.clone(), key.clone());
-            let put = async move { store.put_input(&id, &stored_key, &request, keep).await };
+            let (id, stored_key, stored) = (self.id.clone(), key.clone(), request.clone());
+            let put = async move { store.put_input(&id, &stored_key, &stored, keep).await };
             // Waiting keeps it before the status change that announces it.
             ctx.wait(put.into_actor(self).map(|written, act, _| match written {
                 Ok(()) => act.shared.tasks.input_stored(&act.owner, &act.id),
                 Err(e) => tracing::warn!(task = %act.id, error = %e, "a task's input request could not be stored; only this replica lists it"),
             }));
         }
-        self.inputs.retain(|(k, _)| *k != key);
+        self.inputs.retain(|i| i.key != key);
         if self.inputs.len() < MAX_INPUTS {
-            self.inputs.push((key, session));
+            self.inputs.push(Input { key, request: listed, session });
         }
         // A native upstream reports its own status; only wrapped tasks are moved here.
         if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::Working {
@@ -683,7 +702,7 @@ impl Handler<InputProvided> for TaskActor {
     type Result = ();
 
     fn handle(&mut self, InputProvided { key }: InputProvided, ctx: &mut Context<Self>) {
-        self.inputs.retain(|(k, _)| *k != key);
+        self.inputs.retain(|i| i.key != key);
         let store = self.shared.tasks.store().clone();
         if store.shared() {
             let id = self.id.clone();
@@ -718,7 +737,7 @@ impl Handler<DeliverInputs> for TaskActor {
     fn handle(&mut self, DeliverInputs(responses): DeliverInputs, _: &mut Context<Self>) {
         for response in responses {
             let Some(RequestId::String(key)) = response.id().cloned() else { continue };
-            let Some((_, session)) = self.inputs.iter().find(|(k, _)| *k == key) else {
+            let Some(Input { session, .. }) = self.inputs.iter().find(|i| i.key == key) else {
                 tracing::debug!(task = %self.id, "an answer to an input request not outstanding was ignored");
                 continue;
             };
@@ -726,6 +745,21 @@ impl Handler<DeliverInputs> for TaskActor {
                 tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
             }
         }
+    }
+}
+
+/// The task's outstanding input requests, by key, in the order they came.
+pub(crate) struct ListInputs;
+
+impl Message for ListInputs {
+    type Result = Vec<(String, Value)>;
+}
+
+impl Handler<ListInputs> for TaskActor {
+    type Result = MessageResult<ListInputs>;
+
+    fn handle(&mut self, _: ListInputs, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.inputs.iter().map(|i| (i.key.clone(), i.request.clone())).collect())
     }
 }
 

@@ -339,20 +339,25 @@ impl TaskService {
         }
     }
 
-    /// The input requests of the requestor's task that are outstanding, as the shared store
-    /// lists them (any replica's); empty without a shared store (the replica running the task
-    /// holds them). A task of someone else is not found.
+    /// The input requests of the requestor's task that are outstanding, by key: its actor's
+    /// when it runs here, else the shared store's (written by the replica running it). A task
+    /// of someone else is not found.
     pub async fn input_requests(
         &self,
         requestor: &Identity,
         task_id: &str,
     ) -> Result<Vec<(String, Value)>, GatewayError> {
-        if !self.store.shared() {
-            return Ok(Vec::new());
-        }
         match self.store.get(task_id).await.map_err(store_error)? {
             Some(record) if record.owner == owner(requestor) => {}
             _ => return Err(not_found()),
+        }
+        if let Some(actor) = self.actor(task_id) {
+            if let Ok(inputs) = actor.send(super::actor::ListInputs).await {
+                return Ok(inputs);
+            }
+        }
+        if !self.store.shared() {
+            return Ok(Vec::new());
         }
         self.store.inputs(task_id).await.map_err(store_error)
     }

@@ -39,20 +39,14 @@ pub const METHOD_HEADER: &str = "mcp-method";
 /// The `Mcp-Name` header.
 pub const NAME_HEADER: &str = "mcp-name";
 
-/// The state of the 2026-07-28 front door: exchanges waiting for a client's retry, the input
-/// requests of tasks created for stateless clients, and the `requestState` key.
+/// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
+/// `requestState` key.
 pub struct Modern {
     key: state::StateKey,
     parked: Mutex<HashMap<String, exchange::Parked>>,
-    /// Input requests of a task not answered yet, by task id (`tasks/get` lists them all every
-    /// time until `tasks/update` answers them).
-    task_inputs: Mutex<HashMap<String, Vec<(String, Value)>>>,
     next: AtomicU64,
     input_wait: Duration,
 }
-
-/// Tasks whose input requests are remembered at once.
-const MAX_TASK_INPUTS: usize = 10_000;
 
 impl Modern {
     /// The front door's state for a configuration.
@@ -60,7 +54,6 @@ impl Modern {
         Modern {
             key: state::StateKey::random(),
             parked: Mutex::default(),
-            task_inputs: Mutex::default(),
             next: AtomicU64::new(1),
             input_wait: Duration::from_secs(config.server.input_wait_secs),
         }

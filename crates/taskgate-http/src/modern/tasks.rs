@@ -7,49 +7,32 @@
 use std::sync::Arc;
 
 use actix_web::HttpResponse;
-use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
-use taskgate_core::outbound::OutboundReceiver;
 use taskgate_core::{Gateway, GatewayError, Identity, SessionHandle};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::modern::{self, RequestMeta};
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 
 use super::exchange::{finish_result, flat_task};
-use super::{Modern, MAX_TASK_INPUTS};
+use super::Modern;
 
 /// What the session answered: a result, or a JSON-RPC error.
 type Answer = Result<Value, ErrorObject>;
 
-/// Sends a request to the session and waits for its answer; requests the session sends
-/// meanwhile (a task's queued input requests) are returned with it.
-async fn ask(
-    state: &Modern,
-    session: &SessionHandle,
-    method: &str,
-    params: Value,
-) -> Result<(Answer, Vec<(String, Value)>), GatewayError> {
-    let messages = session.request(state.internal_id(), method.into(), Some(params)).await?;
-    Ok(read_answer(messages).await)
-}
-
-async fn read_answer(mut messages: OutboundReceiver) -> (Answer, Vec<(String, Value)>) {
-    let mut inputs = Vec::new();
+/// Sends a request to the session and waits for its answer.
+async fn ask(state: &Modern, session: &SessionHandle, method: &str, params: Value) -> Result<Answer, GatewayError> {
+    let mut messages = session.request(state.internal_id(), method.into(), Some(params)).await?;
     while let Some(frame) = messages.recv().await {
         let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&frame.json) else { continue };
         if let Some(error) = message.remove("error") {
             let error = serde_json::from_value(error).unwrap_or_else(|_| ErrorObject::new(-32603, "malformed error"));
-            return (Err(error), inputs);
+            return Ok(Err(error));
         }
         if let Some(result) = message.remove("result") {
-            return (Ok(result), inputs);
-        }
-        if let (Some(Value::String(key)), Some(method)) = (message.get("id").cloned(), message.remove("method")) {
-            let params = message.remove("params").unwrap_or(Value::Null);
-            inputs.push((key, json!({ "method": method, "params": params })));
+            return Ok(Ok(result));
         }
     }
-    (Err(ErrorObject::new(-32603, "the session closed before answering")), inputs)
+    Ok(Err(ErrorObject::new(-32603, "the session closed before answering")))
 }
 
 fn reply(id: RequestId, answer: Answer, method: &str) -> HttpResponse {
@@ -77,7 +60,7 @@ pub(super) async fn serve(
         mcp::required_string(params.as_ref(), method, "taskId").map_err(GatewayError::InvalidParams)?.to_owned();
     let session =
         gateway.pooled_session(identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
-    let (answer, _) = ask(&state, &session, methods::TASKS_GET, json!({ "taskId": task_id })).await?;
+    let answer = ask(&state, &session, methods::TASKS_GET, json!({ "taskId": task_id })).await?;
     let task = match answer {
         Ok(Value::Object(task)) => task,
         Ok(_) => return Err(GatewayError::Internal("tasks/get answered with no task".into())),
@@ -86,32 +69,22 @@ pub(super) async fn serve(
     match method {
         methods::TASKS_CANCEL => {
             // ext-tasks "Task Cancellation": an empty acknowledgement.
-            let (answer, _) = ask(&state, &session, methods::TASKS_CANCEL, json!({ "taskId": task_id })).await?;
+            let answer = ask(&state, &session, methods::TASKS_CANCEL, json!({ "taskId": task_id })).await?;
             Ok(reply(id, answer.map(|_| json!({})), method))
         }
         modern::methods::TASKS_UPDATE => {
             let Some(Value::Object(responses)) = params.as_ref().and_then(|p| p.get("inputResponses")) else {
                 return Err(GatewayError::InvalidParams("tasks/update needs an object \"inputResponses\"".into()));
             };
-            // Keys not outstanding are ignored (ext-tasks "Task Update Requests"). Outstanding
-            // are those this replica listed and, with a shared store, those any replica did.
-            let mut outstanding: Vec<String> = state
-                .task_inputs
-                .lock()
-                .get(&task_id)
-                .map(|inputs| inputs.iter().map(|(k, _)| k.clone()).collect())
-                .unwrap_or_default();
-            outstanding.extend(gateway.task_input_requests(identity, &task_id).await?.into_iter().map(|(k, _)| k));
+            // Keys not outstanding are ignored (ext-tasks "Task Update Requests").
+            let outstanding = gateway.task_input_requests(identity, &task_id).await?;
             let answers: Vec<Message> = responses
                 .iter()
-                .filter(|(key, _)| outstanding.contains(key))
+                .filter(|(key, _)| outstanding.iter().any(|(k, _)| k == *key))
                 .map(|(key, answer)| Message::response(RequestId::String(key.clone()), answer.clone()))
                 .collect();
             // To the session holding each request, on whichever replica runs the task.
             gateway.answer_task_inputs(identity, &task_id, answers).await?;
-            if let Some(inputs) = state.task_inputs.lock().get_mut(&task_id) {
-                inputs.retain(|(k, _)| !responses.contains_key(k));
-            }
             Ok(reply(id, Ok(json!({})), method))
         }
         _ => {
@@ -135,8 +108,7 @@ async fn detailed(
     let status = task.get("status").and_then(Value::as_str).unwrap_or_default().to_owned();
     match status.as_str() {
         "completed" | "failed" => {
-            state.task_inputs.lock().remove(task_id);
-            let (answer, _) = ask(state, session, methods::TASKS_RESULT, json!({ "taskId": task_id })).await?;
+            let answer = ask(state, session, methods::TASKS_RESULT, json!({ "taskId": task_id })).await?;
             match answer {
                 Ok(mut result) => {
                     if let Some(Value::Object(meta)) = result.get_mut("_meta") {
@@ -157,44 +129,13 @@ async fn detailed(
             }
         }
         "input_required" => {
-            // Requests the session queued for this task come first on a tasks/result stream;
-            // they are remembered, since every tasks/get lists all that are outstanding.
-            let internal = state.internal_id();
-            let mut messages = session
-                .request(internal.clone(), methods::TASKS_RESULT.into(), Some(json!({ "taskId": task_id })))
-                .await?;
-            let mut fresh = Vec::new();
-            while let Some(Some(frame)) = messages.recv().now_or_never() {
-                let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&frame.json) else { continue };
-                if let (Some(Value::String(key)), Some(method)) = (message.get("id").cloned(), message.remove("method"))
-                {
-                    let params = message.remove("params").unwrap_or(Value::Null);
-                    fresh.push((key, json!({ "method": method, "params": params })));
-                }
-            }
-            let _ = session
-                .notify(
-                    methods::CANCELLED.into(),
-                    Some(json!({ "requestId": internal.to_value(), "reason": "tasks/get" })),
-                )
-                .await;
-            let mut requests: Map<String, Value> = {
-                let mut inputs = state.task_inputs.lock();
-                if !fresh.is_empty() && (inputs.len() < MAX_TASK_INPUTS || inputs.contains_key(task_id)) {
-                    inputs.entry(task_id.to_owned()).or_default().extend(fresh);
-                }
-                inputs.get(task_id).cloned().unwrap_or_default().into_iter().collect()
-            };
-            // With a shared store, those of a task another replica runs are listed too.
-            for (key, request) in gateway.task_input_requests(identity, task_id).await? {
-                requests.entry(key).or_insert(request);
-            }
+            // All outstanding requests, every time (ext-tasks "Task Polling"): the task's
+            // actor holds them, or, for a task another replica runs, the shared store.
+            let requests: Map<String, Value> =
+                gateway.task_input_requests(identity, task_id).await?.into_iter().collect();
             task.insert("inputRequests".into(), Value::Object(requests));
         }
-        // Working again (its requests answered) or cancelled: nothing is outstanding.
-        _ => {
-            state.task_inputs.lock().remove(task_id);
-        }
+        _ => {}
     }
     Ok(task)
 }
