@@ -270,6 +270,24 @@ async fn closing_the_response_stream_cancels_the_upstream_request() {
     assert_eq!(demo.demo.stats().cancelled, 1);
 }
 
+/// basic/patterns/mrtr "Supported Requests": only `tools/call`, `prompts/get` and
+/// `resources/read` may answer `input_required`. An upstream that asks during another request
+/// (here `completion/complete`) is answered on the client's behalf with an error, and the
+/// client gets the request's own result.
+#[actix_rt::test]
+async fn an_upstream_asking_during_a_request_without_input_required_is_refused_for_the_client() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo);
+    let client = Client::new(&gw.url, json!({"elicitation": {"form": {}}}));
+    let complete = |value: &str| json!({"ref": {"type": "ref/prompt", "name": "demo__greet"}, "argument": {"name": "name", "value": value}});
+    let plain = client.ok("completion/complete", complete("A")).await;
+    assert_eq!(plain["resultType"], "complete", "{plain}");
+    let asked = client.ok("completion/complete", complete("?ask")).await;
+    assert_eq!(asked["resultType"], "complete", "{asked}");
+    assert!(asked.get("inputRequests").is_none(), "{asked}");
+    assert_eq!(asked["completion"]["values"], json!(["refused -32601"]), "{asked}");
+}
+
 #[actix_rt::test]
 async fn an_upstream_elicitation_becomes_input_required_and_the_retry_answers_it() {
     let demo = DemoUpstream::start();

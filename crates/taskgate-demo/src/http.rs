@@ -183,7 +183,16 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
-    if wants_sse && message.method() == Some(methods::TOOLS_CALL) {
+    // Tool calls stream what they send about themselves; so does a completion that asks
+    // the client first.
+    let asks = |m: &Message| match m {
+        Message::Request { method, params: Some(p), .. } => {
+            method == methods::COMPLETION_COMPLETE
+                && p.pointer("/argument/value").and_then(|v| v.as_str()) == Some("?ask")
+        }
+        _ => false,
+    };
+    if wants_sse && (message.method() == Some(methods::TOOLS_CALL) || asks(&message)) {
         let (tx, rx) = mpsc::channel(64);
         actix_rt::spawn(async move {
             if let Some(reply) = demo.handle(conn, message, &tx).await {

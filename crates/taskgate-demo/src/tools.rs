@@ -361,6 +361,19 @@ impl DemoServer {
                 Ok(json!({}))
             }
             methods::TOOLS_LIST => Ok(json!({"tools": self.tools_for(connection)})),
+            // A completion of the value "?ask" asks the client first (elicitation on the
+            // request's stream), as a server might; the values say how that went.
+            methods::COMPLETION_COMPLETE
+                if self.inner.offerings.is_some()
+                    && params.as_ref().and_then(|p| p.pointer("/argument/value")) == Some(&json!("?ask")) =>
+            {
+                let question = json!({"mode": "form", "message": "Complete what?", "requestedSchema": {"type": "object", "properties": {}}});
+                let outcome = match self.ask_client("elicitation/create", question, related).await {
+                    Ok(answer) => format!("answered {}", answer["action"].as_str().unwrap_or("?")),
+                    Err(error) => format!("refused {}", error.code),
+                };
+                Ok(json!({"completion": {"values": [outcome], "total": 1, "hasMore": false}}))
+            }
             methods::TOOLS_CALL if self.inner.native_tasks => {
                 self.call_native(connection, id, params.unwrap_or_default(), related).await
             }
