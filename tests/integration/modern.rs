@@ -435,7 +435,7 @@ async fn subscriptions_listen_delivers_the_changes_a_client_opted_in_to() {
         .map(|r| r["uri"].as_str().unwrap().to_owned())
         .expect("the demo's counter resource");
     let params =
-        client.params(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": [counter]}}));
+        client.params(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true, "resourceSubscriptions": [counter]}}));
     let body =
         Message::request(taskgate_protocol::RequestId::String("sub-1".into()), "subscriptions/listen", Some(params))
             .to_json();
@@ -478,4 +478,29 @@ async fn subscriptions_listen_delivers_the_changes_a_client_opted_in_to() {
     };
     assert_eq!(method, "notifications/prompts/list_changed");
     assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
+    // A resource list change.
+    assert_eq!(ack["notifications"]["resourcesListChanged"], true);
+    client.call("demo__toggle_resource", json!({})).await;
+    let (method, p) = loop {
+        let Some(Message::Notification { method, params: Some(p) }) = stream.next().await else { panic!("no change") };
+        if method != "notifications/tools/list_changed" {
+            break (method, p);
+        }
+    };
+    assert_eq!(method, "notifications/resources/list_changed");
+    assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
+    // "Graceful Closure": when the gateway ends the subscription (here, it shuts down), the
+    // listen request gets its result, tagged, and the stream ends.
+    gw.gateway.shutdown().await;
+    let result = loop {
+        match stream.next().await.expect("the listen ended without its result") {
+            Message::Notification { .. } => continue,
+            other => break other,
+        }
+    };
+    let Message::Response { id, result } = result else { panic!("not a result: {result:?}") };
+    assert_eq!(id, taskgate_protocol::RequestId::String("sub-1".into()));
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
+    assert!(stream.next().await.is_none(), "the stream ends after the result");
 }

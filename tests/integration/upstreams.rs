@@ -66,7 +66,7 @@ async fn a_down_upstream_gives_an_error_naming_it_and_the_session_keeps_working(
     // The listing has the live upstream's tools; the dead ones are left out.
     let names = c.tool_names().await;
     assert!(names.iter().all(|n| n.starts_with("demo__")), "{names:?}");
-    assert_eq!(names.len(), 15);
+    assert_eq!(names.len(), 16);
     for name in ["dead__echo", "never__echo"] {
         let error = c.call(name, json!({"text": "x"})).await.unwrap_err();
         assert_eq!(error.code, -32001, "{error:?}");

@@ -6,7 +6,8 @@
 //! until a test releases a gate or the request is cancelled); `fail` (`isError: true`);
 //! `error` (a JSON-RPC error); `toggle_extra` (adds or removes the `extra` tool and announces
 //! `notifications/tools/list_changed`); `touch` (bumps the subscribable resource
-//! `demo://counter`); `toggle_prompt` (adds or removes the prompt `extra`). Resources, prompts, completion and logging: [`offerings`].
+//! `demo://counter`); `toggle_prompt` (adds or removes the prompt `extra`); `toggle_resource` (adds or removes the
+//! resource `demo://extra`). Resources, prompts, completion and logging: [`offerings`].
 
 mod conformance;
 pub mod http;

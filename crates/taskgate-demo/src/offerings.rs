@@ -31,6 +31,7 @@ const WORDS: [&str; 3] = ["hello", "help", "world"];
 pub(crate) struct Offerings {
     counter: AtomicU64,
     extra_prompt: AtomicBool,
+    extra_resource: AtomicBool,
     /// (connection, uri) subscribed.
     subscriptions: Mutex<HashSet<(u64, String)>>,
     /// The minimum level per connection (absent: everything is sent).
@@ -81,8 +82,11 @@ impl Offerings {
     /// (uri, name, mimeType, description) of every listed resource.
     fn resources(&self) -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
         let own = RESOURCES.iter().map(|(uri, name, mime)| (*uri, *name, *mime, "A demo resource."));
+        let extra = [("demo://extra", "extra", "text/plain", "Present while toggle_resource has added it.")]
+            .into_iter()
+            .filter(|_| self.extra_resource.load(Ordering::SeqCst));
         let conformance = crate::conformance::RESOURCES.iter().copied().filter(|_| self.conformance);
-        own.chain(conformance).collect()
+        own.chain(extra).chain(conformance).collect()
     }
 
     pub(crate) fn list_resources(&self, params: &Value) -> Result<Value, ErrorObject> {
@@ -155,6 +159,11 @@ impl Offerings {
     }
 
     /// Adds or removes the prompt `extra`; true when it is there now.
+    /// Adds or removes the resource `demo://extra`; whether it is there now.
+    pub(crate) fn toggle_resource(&self) -> bool {
+        !self.extra_resource.fetch_xor(true, Ordering::SeqCst)
+    }
+
     pub(crate) fn toggle_prompt(&self) -> bool {
         !self.extra_prompt.fetch_xor(true, Ordering::SeqCst)
     }

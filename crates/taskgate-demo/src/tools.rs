@@ -251,6 +251,8 @@ impl DemoServer {
                    "inputSchema":object(json!({}), &[])}),
             json!({"name":"toggle_prompt","description":"Adds or removes the 'extra' prompt and announces notifications/prompts/list_changed.",
                    "inputSchema":object(json!({}), &[])}),
+            json!({"name":"toggle_resource","description":"Adds or removes the resource demo://extra and announces notifications/resources/list_changed.",
+                   "inputSchema":object(json!({}), &[])}),
             json!({"name":"touch","description":"Bumps the resource demo://counter and notifies its subscribers.",
                    "inputSchema":object(json!({}), &[])}),
             json!({"name":"blob","description":"Returns a text of bytes bytes.",
@@ -729,6 +731,14 @@ impl DemoServer {
                 let now = offerings.toggle_prompt();
                 self.announce(Message::notification(methods::PROMPTS_LIST_CHANGED, None));
                 Ok(text(format!("extra prompt {}", if now { "added" } else { "removed" })))
+            }
+            "toggle_resource" => {
+                let Some(offerings) = &self.inner.offerings else {
+                    return Err(ErrorObject::invalid_params("this server has no resources"));
+                };
+                let now = offerings.toggle_resource();
+                self.announce(Message::notification(methods::RESOURCES_LIST_CHANGED, None));
+                Ok(text(format!("extra resource {}", if now { "added" } else { "removed" })))
             }
             "touch" => {
                 let Some(offerings) = &self.inner.offerings else {
