@@ -146,19 +146,22 @@ impl Call {
 /// parsing the result's content: its top-level members are copied as they are (only `_meta` is
 /// read, to add the server's identity), under the client's id. `None` for anything else.
 fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<String> {
-    let envelope: BTreeMap<Cow<str>, &RawValue> = serde_json::from_str(json).ok()?;
-    if envelope.len() != 3 || !envelope.contains_key("jsonrpc") || !envelope.contains_key("id") {
-        return None;
+    /// Exactly a JSON-RPC result: any other member (an error) makes it fail.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Envelope<'a> {
+        #[serde(borrow, rename = "jsonrpc")]
+        _jsonrpc: &'a RawValue,
+        #[serde(borrow, rename = "id")]
+        _id: &'a RawValue,
+        #[serde(borrow)]
+        result: &'a RawValue,
     }
-    let result: BTreeMap<Cow<str>, &RawValue> = serde_json::from_str(envelope.get("result")?.get()).ok()?;
+    let envelope: Envelope = serde_json::from_str(json).ok()?;
+    let result: BTreeMap<Cow<str>, &RawValue> = serde_json::from_str(envelope.result.get()).ok()?;
     if result.contains_key("task") {
         return None;
     }
-    let mut meta: Map<String, Value> = match result.get("_meta") {
-        Some(raw) => serde_json::from_str(raw.get()).ok()?,
-        None => Map::new(),
-    };
-    meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
     let mut out = String::with_capacity(json.len() + 160);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(&to_json(&client_id.to_value()));
@@ -173,7 +176,11 @@ fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<Strin
     }
     let mut add = |key: &str, value: &str| {
         if !result.contains_key(key) {
-            out.push_str(&format!("\"{key}\":{value},"));
+            out.push('"');
+            out.push_str(key);
+            out.push_str("\":");
+            out.push_str(value);
+            out.push(',');
         }
     };
     add("resultType", r#""complete""#);
@@ -182,9 +189,23 @@ fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<Strin
         add("cacheScope", r#""private""#);
     }
     out.push_str(r#""_meta":"#);
-    out.push_str(&to_json(&Value::Object(meta)));
+    match result.get("_meta") {
+        Some(raw) => {
+            let mut meta: Map<String, Value> = serde_json::from_str(raw.get()).ok()?;
+            meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
+            out.push_str(&to_json(&Value::Object(meta)));
+        }
+        // The common case: only the server's identity, serialized once.
+        None => out.push_str(server_info_meta()),
+    }
     out.push_str("}}");
     Some(out)
+}
+
+/// `{"io.modelcontextprotocol/serverInfo": …}` as JSON.
+fn server_info_meta() -> &'static str {
+    static META: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    META.get_or_init(|| to_json(&json!({ meta::SERVER_INFO: taskgate_core::server_info() })))
 }
 
 /// server/utilities/caching: results of these carry `ttlMs` and `cacheScope`.
