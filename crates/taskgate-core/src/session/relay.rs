@@ -303,25 +303,22 @@ impl Handler<ClientResponse> for SessionActor {
                 "no request with id {id} is waiting for a response in this session"
             )));
         };
-        let (upstream, upstream_id) = match asker {
-            Asker::Upstream { upstream, id } => (upstream, id),
+        // The same answer, under the id its asker knows the request by.
+        let readdressed = |id: RequestId| match message {
+            RpcMessage::Response { result, .. } => RpcMessage::response(id, result),
+            RpcMessage::Error { error, .. } => RpcMessage::error(Some(id), error),
+            _ => unreachable!("ClientResponse carries responses"),
+        };
+        let (upstream, mapped) = match asker {
+            Asker::Upstream { upstream, id } => (upstream, readdressed(id)),
             // The task runs on another replica: the answer goes there, under the request's key.
             Asker::Replica { key } => {
                 let Some(task) = task else { return Ok(()) };
-                let mapped = match message {
-                    RpcMessage::Response { result, .. } => RpcMessage::response(RequestId::String(key), result),
-                    RpcMessage::Error { error, .. } => RpcMessage::error(Some(RequestId::String(key)), error),
-                    _ => unreachable!("ClientResponse carries responses"),
-                };
+                let mapped = readdressed(RequestId::String(key));
                 let tasks = self.shared.tasks.clone();
                 ctx.spawn(async move { tasks.deliver_inputs(&task, vec![mapped]).await }.into_actor(self));
                 return Ok(());
             }
-        };
-        let mapped = match message {
-            RpcMessage::Response { result, .. } => RpcMessage::response(upstream_id, result),
-            RpcMessage::Error { error, .. } => RpcMessage::error(Some(upstream_id), error),
-            _ => unreachable!("ClientResponse carries responses"),
         };
         self.input_settled(task.as_deref(), &id);
         // Answered without the client reading it here (through another replica, or the tasks
