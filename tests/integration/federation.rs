@@ -5,7 +5,7 @@ use serde_json::json;
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient, TestGateway};
 
-const DEMO_TOOLS: [&str; 15] = [
+const DEMO_TOOLS: [&str; 16] = [
     "add",
     "ask",
     "blob",
@@ -19,6 +19,7 @@ const DEMO_TOOLS: [&str; 15] = [
     "slow",
     "toggle_extra",
     "toggle_prompt",
+    "toggle_resource",
     "touch",
     "wait",
 ];

@@ -658,27 +658,38 @@ impl Handler<InputRequested> for TaskActor {
     type Result = ();
 
     fn handle(&mut self, InputRequested { key, request, session }: InputRequested, ctx: &mut Context<Self>) {
-        let listed = request.clone();
         let store = self.shared.tasks.store().clone();
-        if store.shared() {
-            let keep = match self.expires_at_ms {
-                Some(at) => at.saturating_sub(self.shared.clock.now_ms()).max(1),
-                None => INPUT_KEEP_MS,
-            };
-            let (id, stored_key, stored) = (self.id.clone(), key.clone(), request.clone());
-            let put = async move { store.put_input(&id, &stored_key, &stored, keep).await };
-            // Waiting keeps it before the status change that announces it.
-            ctx.wait(put.into_actor(self).map(|written, act, _| match written {
-                Ok(()) => act.shared.tasks.input_stored(&act.owner, &act.id),
-                Err(e) => tracing::warn!(task = %act.id, error = %e, "a task's input request could not be stored; only this replica lists it"),
-            }));
-        }
         self.inputs.retain(|i| i.key != key);
         if self.inputs.len() < MAX_INPUTS {
-            self.inputs.push(Input { key, request: listed, session });
+            self.inputs.push(Input { key: key.clone(), request: request.clone(), session });
         }
-        // A native upstream reports its own status; only wrapped tasks are moved here.
-        if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::Working {
+        if !store.shared() {
+            return self.wait_for_input(ctx);
+        }
+        let keep = match self.expires_at_ms {
+            Some(at) => at.saturating_sub(self.shared.clock.now_ms()).max(1),
+            None => INPUT_KEEP_MS,
+        };
+        let id = self.id.clone();
+        let put = async move { store.put_input(&id, &key, &request, keep).await };
+        // Stored before the status says input_required, so any replica that sees the status
+        // lists the request. (The status change is made once the write is done: waits queued
+        // in one handler run last first.)
+        ctx.wait(put.into_actor(self).map(|written, act, ctx| {
+            match written {
+                Ok(()) => act.shared.tasks.input_stored(&act.owner, &act.id),
+                Err(e) => tracing::warn!(task = %act.id, error = %e, "a task's input request could not be stored; only this replica lists it"),
+            }
+            act.wait_for_input(ctx);
+        }));
+    }
+}
+
+impl TaskActor {
+    /// A wrapped task with an input request outstanding waits in `input_required` (a native
+    /// upstream reports its own status).
+    fn wait_for_input(&mut self, ctx: &mut Context<Self>) {
+        if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::Working && !self.inputs.is_empty() {
             self.settle(TaskStatus::InputRequired, Some("Waiting for input from the client".into()), None, ctx);
         }
     }
