@@ -421,6 +421,18 @@ async fn the_tasks_extension_gets_tasks_polled_updated_and_cancelled_from_the_on
     assert_eq!(from_2025["status"], "completed");
 }
 
+/// The next notification on a listen that is not a tool list change (the gateway may announce
+/// one twice: by the upstream, and after it re-lists its catalog; a listener refetches either
+/// way).
+async fn next_other_than_a_tool_change(stream: &mut taskgate_testkit::SseReader) -> (String, Value) {
+    loop {
+        let Some(Message::Notification { method, params: Some(p) }) = stream.next().await else { panic!("no change") };
+        if method != "notifications/tools/list_changed" {
+            return (method, p);
+        }
+    }
+}
+
 #[actix_rt::test]
 async fn subscriptions_listen_delivers_the_changes_a_client_opted_in_to() {
     let demo = DemoUpstream::start();
@@ -467,26 +479,14 @@ async fn subscriptions_listen_delivers_the_changes_a_client_opted_in_to() {
     assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
     // A prompt list change (the upstream session for prompts was opened by the listen itself).
     assert_eq!(ack["notifications"]["promptsListChanged"], true);
-    // (The tool change may be announced twice: by the upstream, and after the gateway re-lists
-    // its catalog; a listener refetches either way.)
     client.call("demo__toggle_prompt", json!({})).await;
-    let (method, p) = loop {
-        let Some(Message::Notification { method, params: Some(p) }) = stream.next().await else { panic!("no change") };
-        if method != "notifications/tools/list_changed" {
-            break (method, p);
-        }
-    };
+    let (method, p) = next_other_than_a_tool_change(&mut stream).await;
     assert_eq!(method, "notifications/prompts/list_changed");
     assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
     // A resource list change.
     assert_eq!(ack["notifications"]["resourcesListChanged"], true);
     client.call("demo__toggle_resource", json!({})).await;
-    let (method, p) = loop {
-        let Some(Message::Notification { method, params: Some(p) }) = stream.next().await else { panic!("no change") };
-        if method != "notifications/tools/list_changed" {
-            break (method, p);
-        }
-    };
+    let (method, p) = next_other_than_a_tool_change(&mut stream).await;
     assert_eq!(method, "notifications/resources/list_changed");
     assert_eq!(p["_meta"]["io.modelcontextprotocol/subscriptionId"], "sub-1");
     // "Graceful Closure": when the gateway ends the subscription (here, it shuts down), the
