@@ -117,6 +117,23 @@ async fn a_killed_replicas_tasks_are_taken_over_native_ones_finish_and_wrapped_o
     let native = create(&mut a, "native__wait", json!({"gate": "n1"})).await;
     let wrapped = create(&mut a, "plain__wait", json!({"gate": "never"})).await;
     within(cl.plain.demo.wait_in_flight(|n| *n == 1)).await;
+    // A native task whose upstream asks its requestor: A lists the question in Redis.
+    let mut asker = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    asker.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let asking = create(&mut asker, "native__ask", json!({"question": "Still there?"})).await;
+    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let listed = format!("replicas:inputs:{asking}");
+    let exists = |conn: &mut redis::aio::MultiplexedConnection| {
+        let (mut conn, key) = (conn.clone(), listed.clone());
+        async move { redis::AsyncCommands::exists::<_, bool>(&mut conn, key).await.unwrap() }
+    };
+    within(async {
+        while !exists(&mut conn).await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
     let mut b = client(&cl.replicas[1]).await;
     let mut waiter = b.clone();
     let waited = native.clone();
@@ -130,6 +147,13 @@ async fn a_killed_replicas_tasks_are_taken_over_native_ones_finish_and_wrapped_o
     let result = within(waiting).await.unwrap().unwrap();
     assert_eq!(result["content"][0]["text"], "gate n1 opened", "{result}");
     assert_eq!(method(&mut b, "tasks/get", &native).await.unwrap()["status"], "completed");
+    // The question went with A's session: once B follows the task, no replica lists it.
+    within(async {
+        while exists(&mut conn).await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
     let _ = &mut cl.redis;
 }
 

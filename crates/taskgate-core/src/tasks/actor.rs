@@ -660,9 +660,12 @@ impl Handler<InputRequested> for TaskActor {
     fn handle(&mut self, InputRequested { key, request, session }: InputRequested, ctx: &mut Context<Self>) {
         let store = self.shared.tasks.store().clone();
         self.inputs.retain(|i| i.key != key);
-        if self.inputs.len() < MAX_INPUTS {
-            self.inputs.push(Input { key: key.clone(), request: request.clone(), session });
+        if self.inputs.len() >= MAX_INPUTS {
+            // Never answered through the task (its session still holds it for a stream).
+            tracing::warn!(task = %self.id, "a task has {MAX_INPUTS} input requests outstanding; another is not listed");
+            return self.wait_for_input(ctx);
         }
+        self.inputs.push(Input { key: key.clone(), request: request.clone(), session });
         if !store.shared() {
             return self.wait_for_input(ctx);
         }

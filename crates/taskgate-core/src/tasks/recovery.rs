@@ -108,6 +108,17 @@ fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSe
     // A shared store counts the task under its caps itself (until it is terminal).
     let permit = (!shared.tasks.store().shared()).then(|| shared.tenancy.readmit_task(&owner));
     let id = record.id.clone();
+    // Input requests the stopped process had relayed went with its sessions: none of them can
+    // be answered any more, so no replica may list them.
+    let store = shared.tasks.store().clone();
+    if store.shared() {
+        let id = id.clone();
+        actix::spawn(async move {
+            if let Err(e) = store.remove_inputs(&id, &[]).await {
+                tracing::warn!(task = %id, error = %e, "the input requests of a task taken over stay listed until it ends");
+            }
+        });
+    }
     let work = Work::Native { upstream_task_id, poll, progress_route: None };
     let start = TaskStart { record, owner, session, work, progress: None, permit };
     let actor = TaskActor::new(shared.clone(), start).start();
