@@ -27,7 +27,7 @@ impl Reference {
     }
 
     /// Waits until the server says it has seen `count` cancelled calls.
-    async fn cancelled(&mut self, count: u64) {
+    pub async fn cancelled(&mut self, count: u64) {
         let wait = async {
             while let Some(line) = self.lines.next_line().await.unwrap() {
                 if serde_json::from_str::<Value>(&line).unwrap()["cancelled"].as_u64() >= Some(count) {

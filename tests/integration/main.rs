@@ -9,6 +9,7 @@ mod hostile;
 mod interop;
 mod interop_modern;
 mod modern;
+mod modern_upstreams;
 mod offerings;
 mod operations;
 mod progress;

@@ -408,6 +408,22 @@ pub enum Transport {
     Stdio,
 }
 
+/// Which MCP revision the gateway speaks to an upstream (`upstream[].protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum UpstreamProtocol {
+    /// Detect it: a modern `server/discover` probe first, `initialize` when the upstream
+    /// answers as a legacy server (basic/versioning "Backward Compatibility").
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// 2025-11-25 (or an earlier legacy version it negotiates): sessions and `initialize`.
+    #[serde(rename = "2025-11-25")]
+    Legacy,
+    /// 2026-07-28: stateless requests carrying their version and capabilities in `_meta`.
+    #[serde(rename = "2026-07-28")]
+    Modern,
+}
+
 /// `[[upstream]]`: one upstream MCP server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -454,6 +470,10 @@ pub struct UpstreamConfig {
     /// Per-tool overrides of `task_support`, by the upstream's own tool name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tool_task_support: BTreeMap<String, TaskSupportSetting>,
+    /// The MCP revision spoken to it: `auto` (detected and cached), `2025-11-25` or
+    /// `2026-07-28`.
+    #[serde(default)]
+    pub protocol: UpstreamProtocol,
 }
 
 fn default_task_support() -> TaskSupportSetting {
@@ -491,6 +511,7 @@ impl UpstreamConfig {
             task_support: TaskSupportSetting::Optional,
             required: false,
             tool_task_support: BTreeMap::new(),
+            protocol: UpstreamProtocol::Auto,
         }
     }
 

@@ -18,6 +18,8 @@ use crate::UpstreamError;
 
 const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+pub(crate) const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
+pub(crate) const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
 /// Longest wait between attempts to reopen the GET stream.
@@ -35,6 +37,8 @@ pub(crate) struct HttpChannel {
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
     expired: AtomicBool,
+    /// Speaking 2026-07-28: no session, and an error status carries a JSON-RPC error.
+    modern: AtomicBool,
     incoming: mpsc::Sender<Incoming>,
     routes: Arc<Routes>,
     closed: watch::Receiver<bool>,
@@ -69,6 +73,7 @@ impl HttpChannel {
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
             expired: AtomicBool::new(false),
+            modern: AtomicBool::new(false),
             incoming,
             routes,
             closed,
@@ -77,6 +82,17 @@ impl HttpChannel {
 
     pub(crate) fn set_protocol_version(&self, version: &str) {
         *self.protocol_version.lock() = Some(version.to_owned());
+    }
+
+    /// From now on the channel speaks 2026-07-28: every POST carries that version's header and
+    /// no session; an error status's JSON-RPC error body is the request's outcome.
+    pub(crate) fn set_modern(&self) {
+        self.set_protocol_version(taskgate_protocol::modern::PROTOCOL_VERSION);
+        self.modern.store(true, Ordering::Relaxed);
+    }
+
+    fn is_modern(&self) -> bool {
+        self.modern.load(Ordering::Relaxed)
     }
 
     /// Continues a session the upstream gave an earlier process of the gateway.
@@ -90,6 +106,16 @@ impl HttpChannel {
         let session_id = self.session_id.lock().clone()?;
         let protocol_version = self.protocol_version.lock().clone()?;
         Some(crate::SessionResume { session_id, protocol_version })
+    }
+
+    /// The channel is no longer usable: the next request connects again.
+    pub(crate) fn expire(&self) {
+        self.expired.store(true, Ordering::Relaxed);
+    }
+
+    /// Back to no version header: the probe set one, and a legacy `initialize` carries none.
+    pub(crate) fn clear_protocol_version(&self) {
+        *self.protocol_version.lock() = None;
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -115,19 +141,46 @@ impl HttpChannel {
         b
     }
 
-    async fn post(&self, message: &Message) -> Result<Response, ChannelError> {
-        if self.url.host_str() == Some("invalid.invalid") {
-            return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)).into());
-        }
-        let response = self
-            .builder(reqwest::Method::POST)
-            .header(CONTENT_TYPE, JSON)
-            .header(ACCEPT, JSON_OR_SSE)
-            .body(message.to_json())
-            .send()
-            .await
-            .map_err(|e| self.unavailable(describe(&e)))?;
+    async fn post(&self, message: &Message, extra: &[(HeaderName, HeaderValue)]) -> Result<Response, ChannelError> {
+        let response = self.post_raw(message, extra).await?;
         self.check_status(response).await
+    }
+
+    async fn post_raw(
+        &self,
+        message: &Message,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<Response, UpstreamError> {
+        if self.url.host_str() == Some("invalid.invalid") {
+            return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)));
+        }
+        let mut builder = self.builder(reqwest::Method::POST).header(CONTENT_TYPE, JSON).header(ACCEPT, JSON_OR_SSE);
+        for (name, value) in extra {
+            builder = builder.header(name, value);
+        }
+        builder.body(message.to_json()).send().await.map_err(|e| self.unavailable(describe(&e)))
+    }
+
+    /// Sends a modern `server/discover` probe (streamable-http "Backward Compatibility"): the
+    /// HTTP status, and the JSON-RPC outcome when the body carries one.
+    pub(crate) async fn probe(
+        &self,
+        message: &Message,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<(StatusCode, Option<Result<Value, taskgate_protocol::ErrorObject>>), UpstreamError> {
+        let id = message.id().cloned().expect("requests have ids");
+        let response = self.post_raw(message, extra).await?;
+        let status = response.status();
+        if status.is_success() {
+            return match self.read_reply(response, &id, None).await {
+                Ok(v) => Ok((status, Some(Ok(v)))),
+                Err(ChannelError::Failed(UpstreamError::Rpc { error, .. })) => Ok((status, Some(Err(*error)))),
+                Err(ChannelError::Failed(e)) => Err(e),
+                Err(ChannelError::Expired) => Ok((status, None)),
+            };
+        }
+        let body = self.read_body(response).await.unwrap_or_default();
+        Ok((status, rpc_error(&body).map(Err)))
     }
 
     /// Maps HTTP statuses: 404 on a known session means it expired; others are errors.
@@ -141,6 +194,13 @@ impl HttpChannel {
             return Ok(response);
         }
         let body = response.text().await.unwrap_or_default();
+        if self.is_modern() {
+            // streamable-http "Server Validation", "Protocol Version Header": a modern server
+            // answers 400 or 404 with the JSON-RPC error that says why.
+            if let Some(error) = rpc_error(body.as_bytes()) {
+                return Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into());
+            }
+        }
         let snippet: String = body.chars().take(200).collect();
         let reason = format!("HTTP {status} from {}: {snippet}", self.url_text);
         Err(if status.is_server_error() { self.unavailable(reason) } else { self.protocol(reason) }.into())
@@ -151,14 +211,26 @@ impl HttpChannel {
         &self,
         message: &Message,
         sink: Option<&mpsc::Sender<Message>>,
+        extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Value, ChannelError> {
         let id = message.id().cloned().expect("requests have ids");
-        let response = self.post(message).await?;
+        let response = self.post(message, extra).await?;
         if message.method() == Some("initialize") {
             if let Some(sid) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
                 *self.session_id.lock() = Some(sid.to_owned());
             }
         }
+        self.read_reply(response, &id, sink).await
+    }
+
+    /// The outcome of request `id` from its response: JSON, or an SSE stream carrying it.
+    async fn read_reply(
+        &self,
+        response: Response,
+        id: &RequestId,
+        sink: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, ChannelError> {
+        let id = id.clone();
         let content_type = content_type(&response);
         if content_type.starts_with("text/event-stream") {
             self.read_stream(response, Some(&id), sink)
@@ -181,7 +253,7 @@ impl HttpChannel {
 
     /// Sends a notification or a response; the upstream answers 202.
     pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
-        let response = self.post(message).await?;
+        let response = self.post(message, &[]).await?;
         // Some servers answer notifications with a body; drain and ignore it.
         let _ = self.read_body(response).await;
         Ok(())
@@ -262,6 +334,12 @@ impl HttpChannel {
                 // go, so that it is mapped to the id the client knows.
                 // Requests on a request's stream go with its notifications, in order, so that
                 // they reach the client before the response does.
+                if self.is_modern() && matches!(message, Message::Request { .. }) {
+                    // streamable-http "Receiving Messages": a modern server MUST NOT send requests
+                    // on a response stream (MRTR replaces them); nobody could answer one.
+                    tracing::warn!(upstream = %self.name, method = ?message.method(), "a 2026-07-28 upstream sent a request on a response stream; dropped");
+                    continue;
+                }
                 let is_cancel = message.method() == Some(taskgate_protocol::mcp::methods::CANCELLED);
                 let is_ping = message.method() == Some(taskgate_protocol::mcp::methods::PING);
                 let delivered = match (&message, sink, awaiting) {
@@ -341,6 +419,100 @@ impl HttpChannel {
         first
     }
 
+    /// Keeps a 2026-07-28 `subscriptions/listen` stream open while `filter` names something to
+    /// listen for (basic/patterns/subscriptions), in place of the legacy GET stream: reopened
+    /// with the new filter when it changes, and after a backoff when the stream ends. What it
+    /// carries goes where a GET stream's messages go.
+    pub(crate) fn subscribe(
+        self: Arc<Self>,
+        mut filter: watch::Receiver<Option<Value>>,
+        request: Box<dyn Fn(Value) -> Message + Send>,
+    ) {
+        tokio::spawn(async move {
+            let mut closed = self.closed.clone();
+            let mut backoff = Duration::from_millis(250);
+            let listen = HeaderValue::from_static(taskgate_protocol::modern::methods::SUBSCRIPTIONS_LISTEN);
+            loop {
+                if *closed.borrow() {
+                    return;
+                }
+                let wanted = filter.borrow_and_update().clone();
+                let Some(wanted) = wanted else {
+                    tokio::select! {
+                        changed = filter.changed() => if changed.is_err() { return },
+                        _ = closed.changed() => return,
+                    }
+                    continue;
+                };
+                let message = request(wanted);
+                let headers = [(METHOD_HEADER, listen.clone())];
+                let opened = tokio::select! {
+                    r = self.post(&message, &headers) => r,
+                    _ = closed.changed() => return,
+                };
+                match opened {
+                    Ok(r) if content_type(&r).starts_with("text/event-stream") => {
+                        backoff = Duration::from_millis(250);
+                        tokio::select! {
+                            _ = self.read_listen(r) => {},
+                            changed = filter.changed() => {
+                                if changed.is_err() { return }
+                                continue; // reopened at once with the new filter
+                            }
+                            _ = closed.changed() => return,
+                        }
+                    }
+                    Ok(_) => tracing::warn!(upstream = %self.name, "subscriptions/listen answered without a stream"),
+                    Err(ChannelError::Failed(e)) => {
+                        tracing::debug!(upstream = %self.name, error = %e, "subscriptions/listen failed")
+                    }
+                    Err(ChannelError::Expired) => {}
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {},
+                    changed = filter.changed() => if changed.is_err() { return },
+                    _ = closed.changed() => return,
+                }
+                backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
+            }
+        });
+    }
+
+    /// Reads a listen stream until it ends: the acknowledgment is consumed, every notification
+    /// goes on without the subscription id (it names our request, which nobody else knows).
+    async fn read_listen(&self, mut response: Response) {
+        let mut decoder = Decoder::new(self.max_message_bytes);
+        loop {
+            let Ok(Some(chunk)) = response.chunk().await else { return };
+            let Ok(events) = decoder.feed(&chunk) else {
+                tracing::warn!(upstream = %self.name, "a listen stream event exceeds max_message_bytes; reopening");
+                return;
+            };
+            for event in events {
+                if event.data.trim().is_empty() {
+                    continue;
+                }
+                let Ok(Ok(message)) = crate::decode(event.data.into_bytes()).await else {
+                    tracing::warn!(upstream = %self.name, "upstream sent an invalid message on its listen stream; dropped");
+                    continue;
+                };
+                match message {
+                    // Graceful closure: the server ended the subscription.
+                    Message::Response { .. } | Message::Error { .. } => return,
+                    Message::Request { .. } => {
+                        tracing::warn!(upstream = %self.name, "upstream sent a request on its listen stream; dropped")
+                    }
+                    Message::Notification { .. } => {
+                        let Some(message) = crate::modern::from_listen(message) else { continue };
+                        if !self.routes.deliver(message, &self.incoming).await {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Ends the session at the upstream (basic/transports: clients SHOULD send DELETE).
     pub(crate) async fn delete(&self) {
         self.expired.store(true, Ordering::Relaxed);
@@ -351,6 +523,14 @@ impl HttpChannel {
         if let Err(e) = sent {
             tracing::debug!(upstream = %self.name, error = %describe(&e), "DELETE of the upstream session failed");
         }
+    }
+}
+
+/// The JSON-RPC error a body carries, if it is one.
+fn rpc_error(body: &[u8]) -> Option<taskgate_protocol::ErrorObject> {
+    match Message::from_slice(body) {
+        Ok(Ok(Message::Error { error, .. })) => Some(error),
+        _ => None,
     }
 }
 

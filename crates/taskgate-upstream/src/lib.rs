@@ -14,6 +14,7 @@
 
 mod error;
 pub mod http;
+mod modern;
 mod session;
 pub mod stdio;
 

@@ -3,12 +3,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskgate_config::{Transport, UpstreamConfig};
+use taskgate_config::{Transport, UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::{Message, RequestId};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::http::HttpChannel;
+use crate::modern::{Era, ModernState, ToolHeaders, Verdict};
 use crate::stdio::StdioChannel;
 use crate::UpstreamError;
 
@@ -17,6 +18,10 @@ const INCOMING_BUFFER: usize = 256;
 
 /// How long a new session waits for its GET stream to open before its first request.
 const GET_STREAM_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a stdio process may take to answer the `server/discover` probe before it is taken
+/// for a legacy server (stdio "Backward Compatibility": one that does not respond).
+const STDIO_PROBE_WAIT: Duration = Duration::from_secs(5);
 
 /// What an upstream session declares about its client in `initialize`.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,8 +213,13 @@ pub struct Connector {
     inner: Arc<ConnectorInner>,
 }
 
-struct ConnectorInner {
+pub(crate) struct ConnectorInner {
     config: UpstreamConfig,
+    /// The revision the upstream was found to speak (basic/versioning: cached for the origin,
+    /// probed again when the cached assumption fails).
+    era: parking_lot::Mutex<Option<Era>>,
+    /// The `x-mcp-header` annotations of a modern upstream's tools.
+    tool_headers: ToolHeaders,
     http: reqwest::Client,
     processes: Arc<Semaphore>,
     observer: Option<Arc<dyn RequestObserver>>,
@@ -232,7 +242,8 @@ impl Connector {
             .expect("an HTTP client with default TLS builds");
         let processes = Arc::new(Semaphore::new(config.max_processes));
         let shutdown = tokio::sync::watch::channel(false).0;
-        Connector { inner: Arc::new(ConnectorInner { config, http, processes, observer, shutdown }) }
+        let (era, tool_headers) = (parking_lot::Mutex::new(None), ToolHeaders::default());
+        Connector { inner: Arc::new(ConnectorInner { config, era, tool_headers, http, processes, observer, shutdown }) }
     }
 
     /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
@@ -256,6 +267,30 @@ impl Connector {
         &self.inner.config
     }
 
+    /// The revision this upstream speaks, once known: pinned by `protocol`, or found by a
+    /// probe. `None` until the first session has connected.
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        match self.era() {
+            Some(Era::Modern) => Some(taskgate_protocol::modern::PROTOCOL_VERSION),
+            Some(Era::Legacy) => Some(mcp::LATEST_PROTOCOL_VERSION),
+            None => None,
+        }
+    }
+
+    pub(crate) fn era(&self) -> Option<Era> {
+        match self.inner.config.protocol {
+            UpstreamProtocol::Legacy => Some(Era::Legacy),
+            UpstreamProtocol::Modern => Some(Era::Modern),
+            UpstreamProtocol::Auto => *self.inner.era.lock(),
+        }
+    }
+
+    fn learn(&self, era: Option<Era>) {
+        if self.inner.config.protocol == UpstreamProtocol::Auto {
+            *self.inner.era.lock() = era;
+        }
+    }
+
     /// stdio processes of this upstream running now.
     pub fn running_processes(&self) -> usize {
         self.inner.config.max_processes - self.inner.processes.available_permits()
@@ -274,6 +309,10 @@ impl Connector {
         if self.config().transport != Transport::Http {
             return None;
         }
+        if resume.protocol_version == taskgate_protocol::modern::PROTOCOL_VERSION {
+            // A modern upstream has no sessions: any process continues where another left off.
+            return Some(self.open(identity, events));
+        }
         let session = self.open(identity, events);
         let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_BUFFER);
         let channel = Arc::new(HttpChannel::new(
@@ -286,7 +325,7 @@ impl Connector {
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
         drop(channel.clone().listen());
-        let ready = Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: json!({}) });
+        let ready = Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: json!({}), modern: None });
         *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
         Some(session)
     }
@@ -315,13 +354,13 @@ static NEXT_REQUEST_ID: AtomicI64 = AtomicI64::new(1);
 /// ends (DELETE, or the process is stopped) when the last clone is dropped or on [`Self::close`].
 #[derive(Clone)]
 pub struct UpstreamSession {
-    inner: Arc<SessionInner>,
+    pub(crate) inner: Arc<SessionInner>,
 }
 
-struct SessionInner {
-    connector: Connector,
+pub(crate) struct SessionInner {
+    pub(crate) connector: Connector,
     identity: ClientIdentity,
-    events: mpsc::Sender<UpstreamEvent>,
+    pub(crate) events: mpsc::Sender<UpstreamEvent>,
     /// Requests in flight that may have the upstream ask the client something meanwhile.
     calls: parking_lot::Mutex<Vec<RequestId>>,
     /// The live connection; the async mutex serialises (re-)initialization.
@@ -330,27 +369,35 @@ struct SessionInner {
     routes: Arc<Routes>,
 }
 
-/// An initialized connection.
-struct Ready {
-    channel: Channel,
-    server_capabilities: Value,
+/// An initialized connection (legacy), or a modern upstream's channel and what the session
+/// keeps for it.
+pub(crate) struct Ready {
+    pub(crate) channel: Channel,
+    pub(crate) server_capabilities: Value,
+    pub(crate) modern: Option<Arc<ModernState>>,
 }
 
-enum Channel {
+#[derive(Clone)]
+pub(crate) enum Channel {
     Http(Arc<HttpChannel>),
-    Stdio(StdioChannel),
+    Stdio(Arc<StdioChannel>),
 }
 
 impl Channel {
-    async fn request(&self, message: &Message, sink: Option<&mpsc::Sender<Message>>) -> Result<Value, ChannelError> {
+    pub(crate) async fn request(
+        &self,
+        message: &Message,
+        sink: Option<&mpsc::Sender<Message>>,
+        headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
+    ) -> Result<Value, ChannelError> {
         match self {
             // Boxed: the HTTP path's future is large, and a stdio call should not carry its size.
-            Channel::Http(c) => Box::pin(c.request(message, sink)).await,
+            Channel::Http(c) => Box::pin(c.request(message, sink, headers)).await,
             Channel::Stdio(c) => c.request(message).await,
         }
     }
 
-    async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+    pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
         match self {
             Channel::Http(c) => c.send(message).await,
             Channel::Stdio(c) => c.send(message).await,
@@ -449,12 +496,20 @@ impl UpstreamSession {
         let attempt = async {
             // Boxed: initialization is a large future, rarely run; in-flight calls stay small.
             let ready = Box::pin(self.ready()).await?;
-            match ready.channel.request(&message, related.as_ref()).await {
+            if let Some(state) = &ready.modern {
+                let Message::Request { id, method, params } = message.clone() else { unreachable!("built above") };
+                let outcome = Box::pin(self.modern_request(&ready, state, id, &method, params, related.clone())).await;
+                if let Err(UpstreamError::Rpc { error, .. }) = &outcome {
+                    self.revision_error(error.code, &ready);
+                }
+                return outcome;
+            }
+            match ready.channel.request(&message, related.as_ref(), &[]).await {
                 Err(ChannelError::Expired) => {
                     // basic/transports "Session Management": on 404 start a new session.
                     tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
                     let ready = Box::pin(self.ready()).await?;
-                    ready.channel.request(&message, related.as_ref()).await.map_err(|e| self.expired_twice(e))
+                    ready.channel.request(&message, related.as_ref(), &[]).await.map_err(|e| self.expired_twice(e))
                 }
                 other => other.map_err(|e| self.expired_twice(e)),
             }
@@ -493,6 +548,9 @@ impl UpstreamSession {
     /// Sends a notification (initializing first if needed).
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
         let ready = self.ready().await?;
+        if let Some(state) = &ready.modern {
+            return self.modern_notify(&ready, state, method, params).await;
+        }
         ready.channel.send(&Message::notification(method, params)).await.map_err(|e| self.expired_twice(e))
     }
 
@@ -512,13 +570,28 @@ impl UpstreamSession {
             upstream: self.upstream().into(),
             reason: "the session that sent the request has ended".into(),
         })?;
+        if let Some(state) = &ready.modern {
+            // The answer to an input request of a modern upstream's: it goes into the retry.
+            return match state.answer(response) {
+                true => Ok(()),
+                false => Err(UpstreamError::Unavailable {
+                    upstream: self.upstream().into(),
+                    reason: "the request it answers is no longer waiting".into(),
+                }),
+            };
+        }
         ready.channel.send(&response).await.map_err(|e| self.expired_twice(e))
     }
 
     /// What another gateway process needs to continue this session ([`Connector::resume`]):
     /// for an HTTP upstream that has given a session id; `None` otherwise.
     pub async fn resume_point(&self) -> Option<SessionResume> {
-        match &self.current().await?.channel {
+        let ready = self.current().await?;
+        match &ready.channel {
+            Channel::Http(_) if ready.modern.is_some() => Some(SessionResume {
+                session_id: String::new(),
+                protocol_version: taskgate_protocol::modern::PROTOCOL_VERSION.into(),
+            }),
             Channel::Http(http) => http.resume_point(),
             Channel::Stdio(_) => None,
         }
@@ -603,10 +676,44 @@ impl UpstreamSession {
                     }
                 })?;
                 let shutdown = self.inner.connector.inner.shutdown.subscribe();
-                Channel::Stdio(StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), shutdown)?)
+                let spawned = StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), shutdown)?;
+                Channel::Stdio(Arc::new(spawned))
             }
         };
         tokio::spawn(pump(Arc::downgrade(&self.inner), incoming_rx));
+
+        let connector = &self.inner.connector;
+        if connector.era() != Some(Era::Legacy) {
+            let verdict = match self.probe(&channel).await {
+                Ok(verdict) => verdict,
+                Err(e) => {
+                    channel.shutdown().await;
+                    return Err(e);
+                }
+            };
+            match verdict {
+                Verdict::Modern(discovered) => {
+                    connector.learn(Some(Era::Modern));
+                    return Ok(self.modern_ready(channel, &discovered, state));
+                }
+                Verdict::Legacy(why) if config.protocol == UpstreamProtocol::Modern => {
+                    channel.shutdown().await;
+                    return Err(UpstreamError::Protocol {
+                        upstream: name,
+                        reason: format!(
+                            "it is configured as protocol \"2026-07-28\" but answers as a legacy server: {why}"
+                        ),
+                    });
+                }
+                Verdict::Legacy(why) => {
+                    tracing::info!(upstream = %name, %why, "upstream speaks a legacy revision; initializing");
+                    connector.learn(Some(Era::Legacy));
+                    if let Channel::Http(http) = &channel {
+                        http.clear_protocol_version();
+                    }
+                }
+            }
+        }
 
         let init = Message::request(
             self.next_request_id(),
@@ -617,11 +724,17 @@ impl UpstreamSession {
                 "clientInfo": self.inner.identity.client_info,
             })),
         );
-        let result = match channel.request(&init, None).await {
+        let result = match channel.request(&init, None, &[]).await {
             Ok(result) => result,
             Err(e) => {
                 channel.shutdown().await;
-                return Err(self.expired_twice(e));
+                let e = self.expired_twice(e);
+                if matches!(e, UpstreamError::Rpc { .. } | UpstreamError::Protocol { .. }) {
+                    // The upstream may have moved to 2026-07-28: probe again next time
+                    // (basic/versioning: re-probe when the cached assumption fails).
+                    connector.learn(None);
+                }
+                return Err(e);
             }
         };
         let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -647,9 +760,68 @@ impl UpstreamSession {
         }
         let server_capabilities = result.get("capabilities").cloned().unwrap_or_else(|| json!({}));
         tracing::debug!(upstream = %name, %version, "upstream session initialized");
-        let ready = Arc::new(Ready { channel, server_capabilities });
+        let ready = Arc::new(Ready { channel, server_capabilities, modern: None });
         *state = Some(ready.clone());
         Ok(ready)
+    }
+
+    /// Asks the upstream which revision it speaks with a modern `server/discover`
+    /// (basic/versioning "Backward Compatibility"; over HTTP with the modern headers).
+    async fn probe(&self, channel: &Channel) -> Result<Verdict, UpstreamError> {
+        let name = self.upstream().to_owned();
+        let identity = &self.inner.identity;
+        let mut params = json!({});
+        let meta = ModernState::new(&name, false, identity, &json!({}), ToolHeaders::default());
+        meta.stamp(&mut params, false);
+        let discover =
+            Message::request(self.next_request_id(), taskgate_protocol::modern::methods::SERVER_DISCOVER, Some(params));
+        let (status, outcome) = match channel {
+            Channel::Http(http) => {
+                let headers = [(
+                    crate::http::METHOD_HEADER,
+                    reqwest::header::HeaderValue::from_static(taskgate_protocol::modern::methods::SERVER_DISCOVER),
+                )];
+                http.set_protocol_version(taskgate_protocol::modern::PROTOCOL_VERSION);
+                let (status, outcome) = http.probe(&discover, &headers).await?;
+                (Some(status.as_u16()), outcome)
+            }
+            Channel::Stdio(stdio) => match tokio::time::timeout(STDIO_PROBE_WAIT, stdio.request(&discover)).await {
+                Ok(Ok(result)) => (None, Some(Ok(result))),
+                Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
+                Ok(Err(ChannelError::Failed(e))) => return Err(e),
+                Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
+            },
+        };
+        crate::modern::classify(status, outcome).map_err(|reason| UpstreamError::Unavailable { upstream: name, reason })
+    }
+
+    /// A modern upstream's session: nothing to initialize; the listen stream opens for what
+    /// the upstream announces.
+    fn modern_ready(&self, channel: Channel, discovered: &Value, state: &mut Option<Arc<Ready>>) -> Arc<Ready> {
+        let http = matches!(channel, Channel::Http(_));
+        if let Channel::Http(c) = &channel {
+            c.set_modern();
+        }
+        let tool_headers = self.inner.connector.inner.tool_headers.clone();
+        let modern = Arc::new(ModernState::new(self.upstream(), http, &self.inner.identity, discovered, tool_headers));
+        channel.subscribe(self, &modern);
+        tracing::debug!(upstream = self.upstream(), "upstream speaks 2026-07-28");
+        let server_capabilities = modern.capabilities.clone();
+        let ready = Arc::new(Ready { channel, server_capabilities, modern: Some(modern) });
+        *state = Some(ready.clone());
+        ready
+    }
+
+    /// A modern upstream said it does not speak 2026-07-28 (any more): the next request probes
+    /// again (basic/versioning: re-probe when the cached assumption fails).
+    fn revision_error(&self, code: i64, ready: &Ready) {
+        if code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION {
+            tracing::info!(upstream = self.upstream(), "upstream refused 2026-07-28; probing its revision again");
+            self.inner.connector.learn(None);
+            if let Channel::Http(http) = &ready.channel {
+                http.expire();
+            }
+        }
     }
 }
 
@@ -678,7 +850,12 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Incoming
                 continue;
             }
             Message::Request { id, method, params } => UpstreamEvent::Request { id, method, params, related },
-            Message::Notification { method, params } => UpstreamEvent::Notification { method, params, related },
+            Message::Notification { .. } => match crate::modern::from_listen(message) {
+                Some(Message::Notification { method, params }) => {
+                    UpstreamEvent::Notification { method, params, related }
+                }
+                _ => continue, // a listen acknowledgment
+            },
             other => {
                 tracing::warn!(upstream = inner.connector.name(), id = ?other.id(), "upstream sent a response to no pending request; dropped");
                 continue;

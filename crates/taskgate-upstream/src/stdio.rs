@@ -145,6 +145,62 @@ impl StdioChannel {
         self.write(message).await
     }
 
+    /// Keeps a 2026-07-28 `subscriptions/listen` request open while `filter` names something
+    /// (basic/patterns/subscriptions): its notifications arrive like any other the process
+    /// sends; a new filter cancels it (`notifications/cancelled`, stdio "Cancellation") and
+    /// sends a new one. Ends with the process.
+    pub(crate) fn subscribe(
+        &self,
+        mut filter: watch::Receiver<Option<Value>>,
+        request: Box<dyn Fn(Value) -> Message + Send>,
+    ) {
+        let Some(stdin) = self.stdin.lock().clone() else { return };
+        let pending = self.pending.clone();
+        let alive = self.alive.clone();
+        tokio::spawn(async move {
+            loop {
+                if !alive.load(Ordering::Relaxed) {
+                    return;
+                }
+                let wanted = filter.borrow_and_update().clone();
+                let Some(wanted) = wanted else {
+                    if filter.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                let message = request(wanted);
+                let id = message.id().cloned().expect("a request");
+                let (tx, rx) = oneshot::channel();
+                pending.lock().insert(id.clone(), tx);
+                if stdin.send(message.to_json()).await.is_err() {
+                    pending.lock().remove(&id);
+                    return;
+                }
+                tokio::select! {
+                    changed = filter.changed() => {
+                        pending.lock().remove(&id);
+                        let cancel = Message::notification(
+                            taskgate_protocol::mcp::methods::CANCELLED,
+                            Some(serde_json::json!({ "requestId": id.to_value() })),
+                        );
+                        if changed.is_err() || stdin.send(cancel.to_json()).await.is_err() {
+                            return;
+                        }
+                    }
+                    answer = rx => {
+                        // The server ended the subscription (or the process is gone): listen
+                        // again after a pause, while the process lives.
+                        if answer.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+    }
+
     /// Closes stdin; the supervisor kills the process if it has not exited after a grace period.
     pub(crate) fn shutdown(&self) {
         self.stdin.lock().take();
