@@ -49,3 +49,23 @@ async fn a_2026_only_upstream_serves_the_typescript_v2_client_as_it_serves_it_di
     let _ = Duration::ZERO;
     let _ = UpstreamProtocol::Auto;
 }
+
+/// The TypeScript SDK 1.32 client (2025-11-25) gets the same through the gateway from the
+/// 2026-only server as from the demo (a 2025-11-25 upstream with the same tools): progress,
+/// the upstream's MRTR elicitation as a real `elicitation/create` answered by its handler, a
+/// task (wrapped: the upstream has no tasks extension), and an abort that reaches the server.
+#[actix_rt::test]
+async fn a_2025_client_gets_from_a_2026_upstream_what_it_gets_from_a_2025_one() {
+    let mut reference = Reference::start().await;
+    let demo = taskgate_testkit::DemoUpstream::start();
+    let modern = gateway(vec![UpstreamConfig::http("modern", reference.url.clone())]);
+    let legacy = gateway(vec![demo.upstream("demo")]);
+    let through_legacy = run_ts_client_with("legacy-client.mjs", &[&legacy.url]).await;
+    let through_modern = run_ts_client_with("legacy-client.mjs", &[&modern.url]).await;
+    reference.cancelled(1).await;
+    assert_eq!(through_modern["ask"][0]["text"], "answer: Ada", "{through_modern}");
+    assert_eq!(through_modern["progress"]["values"], json!([1, 2, 3]), "{through_modern}");
+    assert_eq!(through_modern["task"]["result"][0]["text"], "in a task", "{through_modern}");
+    assert_eq!(through_modern["aborted"], "rejected: McpError", "{through_modern}");
+    assert_eq!(through_modern, through_legacy, "a 2026 upstream vs a 2025 one, through the gateway");
+}
