@@ -16,6 +16,7 @@ mod progress;
 mod replicas;
 mod restart;
 mod rmcp_client;
+mod rmcp_server;
 mod served;
 mod support;
 mod tasks;

@@ -25,7 +25,7 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    fn new(url: &str, capabilities: Value) -> Client {
+    pub(crate) fn new(url: &str, capabilities: Value) -> Client {
         Client { http: McpClient::new(url), capabilities, next: AtomicI64::new(1) }
     }
 

@@ -4,14 +4,16 @@
 //! closes the request's stream. Each peer is compared with the same client talking to it
 //! directly.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
-use taskgate_config::{UpstreamConfig, UpstreamProtocol};
-use taskgate_testkit::{config_with, TestGateway};
+use taskgate_config::UpstreamConfig;
+use taskgate_protocol::Message;
+use taskgate_testkit::{config_with, McpClient, TestGateway};
 
 use crate::interop::run_ts_client_with;
 use crate::interop_modern::Reference;
+use crate::modern::Client as ModernClient;
+use crate::rmcp_server::RmcpTaskServer;
+use crate::support::{self, within};
 
 /// The gateway in front of `upstreams`, relaying every progress value.
 fn gateway(upstreams: Vec<UpstreamConfig>) -> TestGateway {
@@ -46,8 +48,6 @@ async fn a_2026_only_upstream_serves_the_typescript_v2_client_as_it_serves_it_di
         let tools: Vec<&str> = through["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert!(tools.contains(&"modern__echo"), "{tools:?}");
     }
-    let _ = Duration::ZERO;
-    let _ = UpstreamProtocol::Auto;
 }
 
 /// The TypeScript SDK 1.32 client (2025-11-25) gets the same through the gateway from the
@@ -68,4 +68,166 @@ async fn a_2025_client_gets_from_a_2026_upstream_what_it_gets_from_a_2025_one() 
     assert_eq!(through_modern["task"]["result"][0]["text"], "in a task", "{through_modern}");
     assert_eq!(through_modern["aborted"], "rejected: McpError", "{through_modern}");
     assert_eq!(through_modern, through_legacy, "a 2026 upstream vs a 2025 one, through the gateway");
+}
+
+fn text_of(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+fn progress_values(reply: &taskgate_testkit::Reply, token: &str) -> Vec<f64> {
+    reply
+        .notifications()
+        .iter()
+        .filter_map(|n| match n {
+            Message::Notification { method, params: Some(p) } if method == "notifications/progress" => {
+                assert_eq!(p["progressToken"], token, "{p}");
+                p["progress"].as_f64()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// No upstream task id ever reaches a client: `seen` holds none of `upstream_ids`.
+fn assert_no_upstream_ids(seen: &Value, upstream_ids: &[String]) {
+    let text = seen.to_string();
+    for id in upstream_ids {
+        assert!(!text.contains(id.as_str()), "the upstream's task id {id} reached the client: {text}");
+    }
+}
+
+/// A 2025-11-25 client in front of an `rmcp` 3.9 server with the tasks extension: its tools are
+/// native task tools; a plain call is answered plainly (progress included) and a tool that runs
+/// only as a task is waited for; a task-augmented call is the upstream's task under a gateway
+/// id, polled, its result fetched, its input request relayed as `elicitation/create` on the
+/// `tasks/result` stream and answered through `tasks/update`, and cancelled with `tasks/cancel`.
+#[actix_rt::test]
+async fn a_2025_client_gets_a_tasks_extension_upstreams_tasks_as_native_tasks() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let mut c = McpClient::new(&gw.url);
+    let init = c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    assert!(init["capabilities"]["tasks"]["requests"]["tools"]["call"].is_object(), "{init}");
+    let tools = c.request("tools/list", None).await.outcome().unwrap();
+    let work = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "rt__work").expect("rt__work listed");
+    assert_eq!(work["execution"]["taskSupport"], "optional", "{work}");
+
+    // Plain calls.
+    assert_eq!(text_of(&c.call("rt__echo", json!({"text": "hi"})).await.unwrap()), "hi");
+    let reply = c
+        .request(
+            "tools/call",
+            Some(json!({"name": "rt__progress", "arguments": {"values": [1, 2, 3]}, "_meta": {"progressToken": "p1"}})),
+        )
+        .await;
+    assert_eq!(text_of(&reply.outcome().unwrap()), "reported 3 values");
+    assert_eq!(progress_values(&reply, "p1"), [1.0, 2.0, 3.0]);
+    // A tool the upstream runs only as a task, called plainly: the gateway declares the
+    // extension, follows the task and answers with its result.
+    assert_eq!(text_of(&c.call("rt__only_task", json!({"text": "x"})).await.unwrap()), "task: x");
+
+    // A task, polled and completed.
+    let id = support::create(&mut c, "rt__work", json!({})).await;
+    assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
+    rt.observed.gate.notify_one();
+    let result = within(support::method(&mut c, "tasks/result", &id)).await.unwrap();
+    assert_eq!(text_of(&result), "the gate opened");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
+    assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "completed");
+
+    // A task cancelled: the upstream's task is cancelled too.
+    let cancelled = support::create(&mut c, "rt__work", json!({})).await;
+    let answer = support::method(&mut c, "tasks/cancel", &cancelled).await.unwrap();
+    assert_eq!(answer["status"], "cancelled", "{answer}");
+    within(rt.observed.cancelled(1)).await;
+
+    // A task asking for input: on the tasks/result stream, answered there.
+    let asking = support::create(&mut c, "rt__ask", json!({})).await;
+    let mut stream = c.request_stream("tasks/result", Some(json!({"taskId": asking}))).await;
+    let question = within(async {
+        loop {
+            match stream.next().await.expect("the tasks/result stream ended") {
+                m @ Message::Request { .. } => return m,
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    let Message::Request { id: asked, method, params: Some(params) } = question else { panic!() };
+    assert_eq!(method, "elicitation/create");
+    assert_eq!(params["message"], "Your name?");
+    assert_eq!(params["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], asking.as_str());
+    let reply = Message::response(asked, json!({"action": "accept", "content": {"answer": "Ada"}}));
+    assert_eq!(c.post_message(&reply).await.status, 202);
+    let outcome = within(async {
+        loop {
+            match stream.next().await.expect("the tasks/result stream ended") {
+                Message::Response { result, .. } => return result,
+                Message::Error { error, .. } => panic!("tasks/result failed: {error:?}"),
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    assert_eq!(text_of(&outcome), "answer: Ada");
+
+    // Every task listed is the gateway's; the upstream's ids never show.
+    let listed = c.request("tasks/list", None).await.outcome().unwrap();
+    for id in [&id, &cancelled, &asking] {
+        assert!(listed.to_string().contains(id.as_str()), "{listed}");
+    }
+    let upstream_ids = rt.observed.ids.lock().clone();
+    assert_eq!(upstream_ids.len(), 4, "only_task, work twice and ask, nothing else, made a task: {upstream_ids:?}");
+    assert_no_upstream_ids(&listed, &upstream_ids);
+    assert_no_upstream_ids(&result, &upstream_ids);
+}
+
+/// A 2026-07-28 client declaring the tasks extension in front of the same `rmcp` server: its
+/// calls become tasks (`resultType: "task"`) under gateway ids, `tasks/get` inlines results and
+/// input requests, `tasks/update` answers them and `tasks/cancel` reaches the upstream task; a
+/// client without the extension gets plain results, progress included, even from a tool the
+/// upstream runs only as a task.
+#[actix_rt::test]
+async fn a_2026_client_gets_a_tasks_extension_upstreams_tasks_as_extension_tasks() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let c = ModernClient::over(McpClient::new(&gw.url));
+    let created = c.call("rt__work", json!({})).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(c.ok("tasks/get", json!({"taskId": id})).await["status"], "working");
+    rt.observed.gate.notify_one();
+    let done = c.poll(&id, |t| t["status"] == "completed").await;
+    assert_eq!(text_of(&done["result"]), "the gate opened", "{done}");
+
+    let cancelled = c.call("rt__work", json!({})).await["taskId"].as_str().unwrap().to_owned();
+    c.ok("tasks/cancel", json!({"taskId": cancelled})).await;
+    within(rt.observed.cancelled(1)).await;
+    let gone = c.poll(&cancelled, |t| t["status"] == "cancelled").await;
+    assert!(gone.get("result").is_none(), "{gone}");
+
+    let asking = c.call("rt__ask", json!({})).await["taskId"].as_str().unwrap().to_owned();
+    let waiting = c.poll(&asking, |t| t["status"] == "input_required").await;
+    let (key, request) = waiting["inputRequests"].as_object().unwrap().iter().next().expect("an input request");
+    assert_eq!(request["method"], "elicitation/create", "{waiting}");
+    assert_eq!(request["params"]["message"], "Your name?");
+    let answers = json!({ key.clone(): {"action": "accept", "content": {"answer": "Ada"}} });
+    c.ok("tasks/update", json!({"taskId": asking, "inputResponses": answers})).await;
+    let answered = c.poll(&asking, |t| t["status"] == "completed").await;
+    assert_eq!(text_of(&answered["result"]), "answer: Ada", "{answered}");
+    let upstream_ids = rt.observed.ids.lock().clone();
+    assert_no_upstream_ids(&json!([created, done, waiting, answered]), &upstream_ids);
+
+    // Without the extension: plain results.
+    let plain = ModernClient::new(&gw.url, json!({}));
+    assert_eq!(text_of(&plain.call("rt__echo", json!({"text": "hi"})).await), "hi");
+    assert_eq!(text_of(&plain.call("rt__only_task", json!({"text": "y"})).await), "task: y");
+    let reply = plain
+        .send(
+            "tools/call",
+            json!({"name": "rt__progress", "arguments": {"values": [1, 2]}, "_meta": {"progressToken": "p2"}}),
+        )
+        .await;
+    assert_eq!(text_of(&reply.outcome().unwrap()), "reported 2 values");
+    assert_eq!(progress_values(&reply, "p2"), [1.0, 2.0]);
 }

@@ -413,7 +413,11 @@ impl TaskActor {
             }
             return;
         }
-        if up.status != self.status || up.status_message != self.status_message {
+        // ext-tasks "Task Polling": a task in input_required lists what it waits for. The
+        // upstream's requests come on the tasks/result stream, after its status says so: the
+        // status follows when the first of them is here (`wait_for_input`).
+        let before_its_requests = up.status == TaskStatus::InputRequired && self.inputs.is_empty();
+        if !before_its_requests && (up.status != self.status || up.status_message != self.status_message) {
             self.settle(up.status, up.status_message, None, ctx);
         }
         if up.status == TaskStatus::InputRequired {
@@ -689,10 +693,10 @@ impl Handler<InputRequested> for TaskActor {
 }
 
 impl TaskActor {
-    /// A wrapped task with an input request outstanding waits in `input_required` (a native
-    /// upstream reports its own status).
+    /// A task with an input request outstanding waits in `input_required` (a native upstream
+    /// reports its own status too, which says when it is working again).
     fn wait_for_input(&mut self, ctx: &mut Context<Self>) {
-        if matches!(self.work, Work::Wrapped { .. }) && self.status == TaskStatus::Working && !self.inputs.is_empty() {
+        if self.status == TaskStatus::Working && !self.inputs.is_empty() {
             self.settle(TaskStatus::InputRequired, Some("Waiting for input from the client".into()), None, ctx);
         }
     }

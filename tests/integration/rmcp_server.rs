@@ -1,0 +1,217 @@
+//! The Rust SDK (`rmcp` 3.9.0, pinned) as a 2026-07-28 upstream with the tasks extension, served
+//! in this process on 127.0.0.1:0 by its own Streamable HTTP service. Its tools:
+//! - `echo`: a plain result; a task (completed at once… by the upstream's choice) when the
+//!   request declares the extension;
+//! - `progress`: reports each value as progress on the request's stream, then answers;
+//! - `work`: a task that waits until the test opens its gate, or until it is cancelled (counted);
+//! - `ask`: a task that asks for the user's name (`inputRequests`, answered by `tasks/update`);
+//! - `only_task`: runs only as a task (-32021 to a request without the extension).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, InputRequest, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::transport::streamable_http_server::{
+    session::never::NeverSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+/// What the test sees of the server: its gate and what happened.
+#[derive(Default)]
+pub struct Observed {
+    /// Opened by the test: `work` tasks complete.
+    pub gate: Notify,
+    /// `work` tasks cancelled through `tasks/cancel`.
+    pub cancelled: AtomicUsize,
+    /// Tasks created.
+    pub tasks: AtomicUsize,
+    /// Raised at each cancellation.
+    pub changed: Notify,
+    /// The ids of the tasks it created (which no client of the gateway may ever see).
+    pub ids: parking_lot::Mutex<Vec<String>>,
+}
+
+impl Observed {
+    /// Waits until `count` tasks have been cancelled.
+    pub async fn cancelled(&self, count: usize) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.cancelled.load(Ordering::Relaxed) >= count {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+#[derive(Clone)]
+struct TaskServer {
+    tasks: TaskManager,
+    observed: Arc<Observed>,
+}
+
+fn text(t: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(t.into())])
+}
+
+fn tool(name: &str, description: &str, properties: Value) -> Tool {
+    serde_json::from_value(json!({
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": properties},
+    }))
+    .expect("a valid tool")
+}
+
+impl TaskServer {
+    fn spawn_task<F>(&self, make: F) -> CallToolResponse
+    where
+        F: FnOnce(
+                rmcp::task_manager::TaskContext,
+            )
+                -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<CallToolResult, TaskExit>> + Send>>
+            + Send
+            + 'static,
+    {
+        self.observed.tasks.fetch_add(1, Ordering::Relaxed);
+        let task = self.tasks.spawn(TaskOptions::new().with_poll_interval_ms(20), make);
+        self.observed.ids.lock().push(task.task_id.clone());
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+}
+
+impl ServerHandler for TaskServer {
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(vec![
+            tool("echo", "Echoes its text", json!({"text": {"type": "string"}})),
+            tool(
+                "progress",
+                "Reports each value as progress",
+                json!({"values": {"type": "array", "items": {"type": "number"}}}),
+            ),
+            tool("work", "A task that waits at a gate", json!({})),
+            tool("ask", "A task that asks the user's name", json!({})),
+            tool("only_task", "Runs only as a task", json!({"text": {"type": "string"}})),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tasks = context.client_capabilities().is_some_and(|caps: ClientCapabilities| caps.supports_tasks());
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let said = args["text"].as_str().unwrap_or_default().to_owned();
+        match (request.name.as_ref(), tasks) {
+            ("echo", false) => Ok(text(said).into()),
+            ("echo", true) => Ok(self.spawn_task(move |_| Box::pin(async move { Ok(text(said)) }))),
+            ("progress", _) => {
+                let values: Vec<f64> = args["values"].as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
+                if let Some(token) = context.meta.get_progress_token() {
+                    for value in &values {
+                        let param = serde_json::from_value(json!({"progressToken": token, "progress": value, "total": 100}))
+                            .expect("progress params");
+                        let _ = context.peer.notify_progress(param).await;
+                    }
+                }
+                Ok(text(format!("reported {} values", values.len())).into())
+            }
+            ("work", true) => {
+                let observed = self.observed.clone();
+                Ok(self.spawn_task(move |ctx| {
+                    Box::pin(async move {
+                        tokio::select! {
+                            _ = ctx.cancelled() => {
+                                observed.cancelled.fetch_add(1, Ordering::Relaxed);
+                                observed.changed.notify_waiters();
+                                Err(TaskExit::Cancelled)
+                            }
+                            _ = observed.gate.notified() => Ok(text("the gate opened")),
+                        }
+                    })
+                }))
+            }
+            ("ask", true) => Ok(self.spawn_task(move |ctx| {
+                Box::pin(async move {
+                    let ask: InputRequest = serde_json::from_value(json!({
+                        "method": "elicitation/create",
+                        "params": {"mode": "form", "message": "Your name?", "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}},
+                    }))
+                    .expect("an elicitation");
+                    let answer = ctx.request_input("name", ask).await?;
+                    Ok(text(format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default())))
+                })
+            })),
+            ("only_task", true) => Ok(self.spawn_task(move |_| Box::pin(async move { Ok(text(format!("task: {said}"))) }))),
+            ("work" | "ask" | "only_task", false) => Err(McpError::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            )),
+            (other, _) => Err(McpError::invalid_params(format!("unknown tool {other}"), None)),
+        }
+    }
+
+    async fn get_task(&self, request: GetTaskParams, _: RequestContext<RoleServer>) -> Result<GetTaskResult, McpError> {
+        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
+    }
+
+    async fn update_task(&self, request: UpdateTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
+        let responses: BTreeMap<String, Value> = request.input_responses;
+        self.tasks.update_task(&request.task_id, responses)
+    }
+
+    async fn cancel_task(&self, request: CancelTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.tasks.cancel_task(&request.task_id)
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
+    }
+}
+
+/// The server, listening; dropped with the test's runtime.
+pub struct RmcpTaskServer {
+    pub url: String,
+    pub observed: Arc<Observed>,
+}
+
+impl RmcpTaskServer {
+    pub async fn start() -> RmcpTaskServer {
+        let observed = Arc::new(Observed::default());
+        let tasks = TaskManager::new();
+        let shared = observed.clone();
+        let config = StreamableHttpServerConfig::default().with_legacy_session_mode(false);
+        let service = StreamableHttpService::new(
+            move || Ok(TaskServer { tasks: tasks.clone(), observed: shared.clone() }),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let service = hyper_util::service::TowerToHyperService::new(service.clone());
+                tokio::spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        RmcpTaskServer { url, observed }
+    }
+}
