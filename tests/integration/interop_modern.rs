@@ -28,9 +28,18 @@ impl Reference {
 
     /// Waits until the server says it has seen `count` cancelled calls.
     pub async fn cancelled(&mut self, count: u64) {
+        self.seen("cancelled", count).await
+    }
+
+    /// Waits until `count` chatter calls have reached their gate (they are in flight there).
+    pub async fn started(&mut self, count: u64) {
+        self.seen("started", count).await
+    }
+
+    async fn seen(&mut self, what: &str, count: u64) {
         let wait = async {
             while let Some(line) = self.lines.next_line().await.unwrap() {
-                if serde_json::from_str::<Value>(&line).unwrap()["cancelled"].as_u64() >= Some(count) {
+                if serde_json::from_str::<Value>(&line).unwrap()[what].as_u64() >= Some(count) {
                     return;
                 }
             }

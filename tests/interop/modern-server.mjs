@@ -1,13 +1,14 @@
 // A 2026-07-28 server built with the TypeScript SDK v2 (@modelcontextprotocol/server, pinned):
 // the reference the interop tests compare the gateway with. The same tools as the demo upstream's
 // (echo, progress, ask through MRTR, chatter waiting at a gate that never opens), served by the
-// SDK's own createMcpHandler on node:http. Prints {"port": N} first, then {"cancelled": N} each
-// time a call is aborted by its client.
+// SDK's own createMcpHandler on node:http. Prints {"port": N} first, then {"started": N} each
+// time a chatter call reaches its gate and {"cancelled": N} each time a call is aborted by its client.
 import http from 'node:http';
 import { Readable } from 'node:stream';
 import { Server, createMcpHandler, inputRequired } from '@modelcontextprotocol/server';
 
 let cancelled = 0;
+let started = 0;
 const text = (t) => ({ content: [{ type: 'text', text: t }], isError: false });
 const object = (properties, required = []) => ({ type: 'object', properties, required });
 const tools = [
@@ -58,6 +59,8 @@ function factory() {
       }
       case 'chatter': {
         for (let i = 0; i < (args.count ?? 1); i++) await progress(i + 1, 'x'.repeat(args.bytes ?? 1));
+        started += 1;
+        console.log(JSON.stringify({ started }));
         // The gate never opens: the call ends when its client aborts it.
         await new Promise((resolve) => ctx.mcpReq.signal.addEventListener('abort', resolve, { once: true }));
         cancelled += 1;
