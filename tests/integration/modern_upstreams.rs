@@ -5,7 +5,7 @@
 //! directly.
 
 use serde_json::{json, Value};
-use taskgate_config::UpstreamConfig;
+use taskgate_config::{UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, McpClient, TestGateway};
 
@@ -277,4 +277,53 @@ async fn wrapped_tasks_on_a_2026_upstream_ask_and_cancel_for_clients_of_both_rev
     c.ok("tasks/cancel", json!({"taskId": chatter})).await;
     within(reference.cancelled(2)).await;
     assert_eq!(c.ok("tasks/get", json!({"taskId": chatter})).await["status"], "cancelled");
+}
+
+/// `upstream[].protocol` pins the revision: pinned to 2026-07-28, a legacy upstream is refused
+/// with an error saying so (never initialized behind the pin's back); pinned to 2025-11-25, a
+/// 2026-only upstream is asked to `initialize` and its refusal names the upstream; `auto`
+/// finds each.
+#[actix_rt::test]
+async fn the_revision_is_detected_or_pinned_per_upstream() {
+    let reference = Reference::start().await;
+    let demo = taskgate_testkit::DemoUpstream::start();
+    let pinned = |mut u: UpstreamConfig, p: UpstreamProtocol| {
+        u.protocol = p;
+        u
+    };
+    let gw = gateway(vec![
+        pinned(demo.upstream("legacy_as_modern"), UpstreamProtocol::Modern),
+        pinned(UpstreamConfig::http("modern_as_legacy", reference.url.clone()), UpstreamProtocol::Legacy),
+        UpstreamConfig::http("modern", reference.url.clone()),
+        demo.upstream("legacy"),
+    ]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let names = c.tool_names().await;
+    assert!(names.contains(&"modern__echo".to_owned()) && names.contains(&"legacy__echo".to_owned()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("legacy_as_modern__") || n.starts_with("modern_as_legacy__")),
+        "{names:?}"
+    );
+    let refused = c.call("legacy_as_modern__echo", json!({"text": "x"})).await.unwrap_err();
+    assert!(refused.message.contains("2026-07-28") && refused.message.contains("legacy"), "{refused:?}");
+    let refused = c.call("modern_as_legacy__echo", json!({"text": "x"})).await.unwrap_err();
+    assert!(refused.message.contains("modern_as_legacy"), "{refused:?}");
+    assert_eq!(text_of(&c.call("modern__echo", json!({"text": "a"})).await.unwrap()), "a");
+    assert_eq!(text_of(&c.call("legacy__echo", json!({"text": "b"})).await.unwrap()), "b");
+}
+
+/// streamable-http "Custom Headers from Tool Parameters": the gateway, as a client of a 2026
+/// upstream, mirrors a tool's `x-mcp-header` parameter into `Mcp-Param-{Name}`, Base64 in the
+/// sentinel when the value is not plain ASCII; the upstream's SDK accepts the call.
+#[actix_rt::test]
+async fn x_mcp_header_parameters_are_mirrored_into_headers_for_a_2026_upstream() {
+    let mut reference = Reference::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("modern", reference.url.clone())]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    assert_eq!(text_of(&c.call("modern__region", json!({"region": "us-west1"})).await.unwrap()), "us-west1");
+    assert_eq!(within(reference.region_header()).await, "us-west1");
+    assert_eq!(text_of(&c.call("modern__region", json!({"region": "Zürich "})).await.unwrap()), "Zürich ");
+    assert_eq!(within(reference.region_header()).await, "=?base64?WsO8cmljaCA=?=");
 }

@@ -2,7 +2,8 @@
 // the reference the interop tests compare the gateway with. The same tools as the demo upstream's
 // (echo, progress, ask through MRTR, chatter waiting at a gate that never opens), served by the
 // SDK's own createMcpHandler on node:http. Prints {"port": N} first, then {"started": N} each
-// time a chatter call reaches its gate and {"cancelled": N} each time a call is aborted by its client.
+// time a chatter call reaches its gate, {"cancelled": N} each time a call is aborted by its client, and
+// {"regionHeader": V} for each request carrying Mcp-Param-Region.
 import http from 'node:http';
 import { Readable } from 'node:stream';
 import { Server, createMcpHandler, inputRequired } from '@modelcontextprotocol/server';
@@ -19,6 +20,11 @@ const tools = [
     inputSchema: object({ values: { type: 'array', items: { type: 'number' } } }),
   },
   { name: 'ask', description: 'Asks the user a question', inputSchema: object({ question: { type: 'string' } }) },
+  {
+    name: 'region',
+    description: 'Echoes its region, which clients mirror into the Mcp-Param-Region header',
+    inputSchema: object({ region: { type: 'string', 'x-mcp-header': 'Region' } }),
+  },
   {
     name: 'chatter',
     description: 'Reports progress, then waits at a gate',
@@ -37,6 +43,8 @@ function factory() {
         ? Promise.resolve()
         : ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: value, total: 100, ...(message ? { message } : {}) } });
     switch (request.params.name) {
+      case 'region':
+        return text(String(args.region ?? ''));
       case 'echo':
         return text(String(args.text ?? ''));
       case 'progress': {
@@ -78,6 +86,10 @@ const handler = createMcpHandler(factory, { legacy: 'reject', keepAliveMs: 1000 
 
 // node:http to the handler's web-standard fetch face; a closed connection aborts the request.
 const httpServer = http.createServer(async (req, res) => {
+  // What a client mirrored from a tool's x-mcp-header parameter, as it arrived.
+  if (req.headers['mcp-param-region'] !== undefined) {
+    console.log(JSON.stringify({ regionHeader: req.headers['mcp-param-region'] }));
+  }
   const abort = new AbortController();
   res.on('close', () => abort.abort());
   const body = req.method === 'POST' ? Readable.toWeb(req) : undefined;
