@@ -178,10 +178,10 @@ pub(crate) fn param_headers(schema: Option<&Value>) -> Result<Vec<ParamHeader>, 
 /// A header value as streamable-http "Value Encoding" requires: as it is when it is plain
 /// visible ASCII without surrounding whitespace, else in the `=?base64?…?=` sentinel.
 pub(crate) fn header_value(text: &str) -> HeaderValue {
-    let plain = text.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-        && !text.starts_with(' ')
-        && !text.ends_with(' ')
-        && !(text.starts_with("=?base64?") && text.ends_with("?="));
+    let visible = text.bytes().all(|b| b.is_ascii_graphic() || b == b' ');
+    let padded = text.starts_with(' ') || text.ends_with(' ');
+    let sentinel = text.starts_with("=?base64?") && text.ends_with("?=");
+    let plain = visible && !padded && !sentinel;
     let encoded;
     let text = if plain {
         text
