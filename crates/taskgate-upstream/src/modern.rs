@@ -508,6 +508,16 @@ fn wants_tasks_extension(e: &UpstreamError) -> bool {
     }
 }
 
+/// One request of the core's at a modern upstream: where it goes, its id, and the id of its
+/// current round there (a retry has a new one).
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    ready: &'a Ready,
+    state: &'a Arc<ModernState>,
+    id: &'a RequestId,
+    round: &'a Arc<Mutex<RequestId>>,
+}
+
 /// Removes a request from the in-flight table whichever way its future ends.
 struct InFlightGuard<'a> {
     state: &'a ModernState,
@@ -536,7 +546,8 @@ impl UpstreamSession {
         let round = Arc::new(Mutex::new(id.clone()));
         state.in_flight.lock().insert(id.clone(), InFlight { cancel, round: round.clone() });
         let _guard = InFlightGuard { state, id: id.clone() };
-        let work = self.modern_dispatch(ready, state, &id, &round, method, params, related);
+        let call = Call { ready, state, id: &id, round: &round };
+        let work = self.modern_dispatch(call, method, params, related);
         tokio::select! {
             outcome = work => outcome,
             // basic/patterns/cancellation: the request's stream is closed (the future above is
@@ -545,17 +556,14 @@ impl UpstreamSession {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn modern_dispatch(
         &self,
-        ready: &Ready,
-        state: &Arc<ModernState>,
-        id: &RequestId,
-        round: &Arc<Mutex<RequestId>>,
+        call: Call<'_>,
         method: &str,
         params: Option<Value>,
         related: Option<mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
+        let Call { ready, state, id, .. } = call;
         let task_id = || {
             params
                 .as_ref()
@@ -638,24 +646,21 @@ impl UpstreamSession {
                 state.stamp(&mut p, false);
                 self.exchange(ready, state, id.clone(), wmethods::SERVER_DISCOVER, p, None).await.map(|_| json!({}))
             }
-            _ => self.mrtr_call(ready, state, id, round, method, params, related.as_ref()).await,
+            _ => self.mrtr_call(call, method, params, related.as_ref()).await,
         }
     }
 
     /// A request that may need the client's input (mrtr "Basic Workflow"): each
     /// `input_required` result's requests go toward the client, and the request is retried
     /// with the answers and the upstream's `requestState`.
-    #[allow(clippy::too_many_arguments)]
     async fn mrtr_call(
         &self,
-        ready: &Ready,
-        state: &Arc<ModernState>,
-        id: &RequestId,
-        round: &Arc<Mutex<RequestId>>,
+        call: Call<'_>,
         method: &str,
         params: Option<Value>,
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
+        let Call { ready, state, id, round } = call;
         let mut params = params.unwrap_or_else(|| json!({}));
         // A legacy task augmentation becomes the extension, declared on this request only
         // (ext-tasks: the server decides; it MUST NOT return a task to a request without it).
