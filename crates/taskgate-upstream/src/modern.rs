@@ -41,6 +41,8 @@ const MAX_SUBSCRIPTIONS: usize = 1024;
 /// Most upstream tasks one session remembers (input keys already relayed; results of calls
 /// the upstream completed at once).
 const MAX_REMEMBERED: usize = 4096;
+/// Most tools with `x-mcp-header` annotations remembered per upstream.
+const MAX_ANNOTATED_TOOLS: usize = 10_000;
 /// The bounds on how often `tasks/result` polls a modern upstream's task.
 const MIN_POLL: Duration = Duration::from_millis(50);
 const MAX_POLL: Duration = Duration::from_secs(5);
@@ -309,14 +311,27 @@ pub(crate) struct ModernState {
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
     /// Input request keys of an upstream task already relayed to the client.
     asked: Mutex<HashMap<String, HashSet<String>>>,
-    /// Outcomes of task-augmented calls the upstream answered at once, by synthetic task id.
-    settled: Mutex<VecDeque<(String, Result<Value, ErrorObject>)>>,
+    /// Results of task-augmented calls the upstream answered at once, by synthetic task id,
+    /// with their size; held until the gateway's task reads the result.
+    settled: Mutex<Settled>,
     /// Raised when the client answers one of a task's input requests (poll again at once).
     answered: Notify,
     tool_headers: ToolHeaders,
 }
 
 static NEXT_SYNC_TASK: AtomicU64 = AtomicU64::new(1);
+
+/// Most results of at-once answers one session holds, in count and bytes (the gateway's task
+/// reads each at its first poll; one never read is dropped oldest first, and that task then
+/// fails saying the upstream lost it).
+const MAX_SETTLED: usize = 256;
+const MAX_SETTLED_BYTES: usize = 64 << 20;
+
+#[derive(Default)]
+struct Settled {
+    results: VecDeque<(String, Value, usize)>,
+    bytes: usize,
+}
 
 impl ModernState {
     pub(crate) fn new(
@@ -431,18 +446,37 @@ impl ModernState {
         UpstreamError::Rpc { upstream: self.upstream.clone(), error: Box::new(error) }
     }
 
-    fn remember_settled(&self, outcome: Result<Value, ErrorObject>) -> String {
+    fn remember_settled(&self, result: Value) -> String {
         let id = format!("{SYNC_TASK_PREFIX}{}", NEXT_SYNC_TASK.fetch_add(1, Ordering::Relaxed));
+        let size = serde_json::to_vec(&result).map_or(0, |v| v.len());
         let mut settled = self.settled.lock();
-        if settled.len() >= MAX_REMEMBERED {
-            settled.pop_front();
+        while !settled.results.is_empty()
+            && (settled.results.len() >= MAX_SETTLED || settled.bytes + size > MAX_SETTLED_BYTES)
+        {
+            if let Some((_, _, dropped)) = settled.results.pop_front() {
+                settled.bytes -= dropped;
+            }
         }
-        settled.push_back((id.clone(), outcome));
+        settled.bytes += size;
+        settled.results.push_back((id.clone(), result, size));
         id
     }
 
-    fn settled(&self, task_id: &str) -> Option<Result<Value, ErrorObject>> {
-        self.settled.lock().iter().find(|(id, _)| id == task_id).map(|(_, o)| o.clone())
+    /// Whether `task_id` names a result held here (a synthetic task).
+    fn is_settled(&self, task_id: &str) -> bool {
+        self.settled.lock().results.iter().any(|(id, _, _)| id == task_id)
+    }
+
+    /// The result of a synthetic task. Its bytes leave this session with it; the task stays
+    /// known as completed (the gateway's task polls once more to learn its status), and is
+    /// forgotten among the oldest.
+    fn take_settled(&self, task_id: &str) -> Option<Value> {
+        let mut settled = self.settled.lock();
+        let entry = settled.results.iter_mut().find(|(id, _, _)| id == task_id)?;
+        let size = std::mem::take(&mut entry.2);
+        let result = std::mem::take(&mut entry.1);
+        settled.bytes -= size;
+        Some(result)
     }
 
     /// Whether `key` of `task_id` is new (and now remembered as relayed).
@@ -465,12 +499,12 @@ impl ModernState {
 }
 
 /// A task in the 2025-11-25 shape, made up for a call the upstream completed at once.
-fn settled_task(task_id: &str, failed: bool) -> Value {
+fn settled_task(task_id: &str) -> Value {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let at = taskgate_protocol::tasks::rfc3339(now.as_millis() as u64);
     json!({
         "taskId": task_id,
-        "status": if failed { "failed" } else { "completed" },
+        "status": "completed",
         "createdAt": at,
         "lastUpdatedAt": at,
         "ttl": null,
@@ -575,27 +609,27 @@ impl UpstreamSession {
         match method {
             methods::TASKS_GET => {
                 let task_id = task_id()?;
-                if let Some(outcome) = state.settled(&task_id) {
-                    return Ok(settled_task(&task_id, outcome.is_err()));
+                if state.is_settled(&task_id) {
+                    return Ok(settled_task(&task_id));
                 }
                 let task = self.task_get(ready, state, id.clone(), &task_id).await?;
                 Ok(legacy_task(&task))
             }
             methods::TASKS_RESULT => {
                 let task_id = task_id()?;
-                if let Some(outcome) = state.settled(&task_id) {
-                    return outcome.map_err(|e| state.rpc(e));
+                if let Some(result) = state.take_settled(&task_id) {
+                    return Ok(result);
                 }
                 self.follow_task(ready, state, id, &task_id, related.as_ref()).await
             }
             methods::TASKS_CANCEL => {
                 let task_id = task_id()?;
-                if let Some(outcome) = state.settled(&task_id) {
-                    return Ok(settled_task(&task_id, outcome.is_err()));
+                if state.is_settled(&task_id) {
+                    return Ok(settled_task(&task_id));
                 }
                 let mut p = json!({ "taskId": task_id });
                 state.stamp(&mut p, true);
-                self.exchange(ready, state, id.clone(), methods::TASKS_CANCEL, p, None).await?;
+                self.exchange(&ready.channel, state, id.clone(), methods::TASKS_CANCEL, p, None).await?;
                 state.forget_task(&task_id);
                 match self.task_get(ready, state, self.next_request_id(), &task_id).await {
                     Ok(task) => Ok(legacy_task(&task)),
@@ -644,7 +678,9 @@ impl UpstreamSession {
             methods::PING => {
                 let mut p = json!({});
                 state.stamp(&mut p, false);
-                self.exchange(ready, state, id.clone(), wmethods::SERVER_DISCOVER, p, None).await.map(|_| json!({}))
+                self.exchange(&ready.channel, state, id.clone(), wmethods::SERVER_DISCOVER, p, None)
+                    .await
+                    .map(|_| json!({}))
             }
             _ => self.mrtr_call(call, method, params, related.as_ref()).await,
         }
@@ -682,7 +718,7 @@ impl UpstreamSession {
                 p["requestState"] = s.clone();
             }
             state.stamp(&mut p, declare);
-            let result = match self.exchange(ready, state, round_id, method, p, related).await {
+            let result = match self.exchange(&ready.channel, state, round_id, method, p, related).await {
                 Err(e) if !declare && state.tasks_ext && wants_tasks_extension(&e) => {
                     // The tool runs only as a task: run it as one and wait for its outcome,
                     // as ext-tasks "Backwards Compatibility" describes for a legacy caller.
@@ -729,8 +765,8 @@ impl UpstreamSession {
                     if augmented {
                         // The upstream chose to answer at once: the gateway's task completes
                         // with this outcome at its first poll.
-                        let task_id = state.remember_settled(Ok(result));
-                        return Ok(json!({ "task": settled_task(&task_id, false) }));
+                        let task_id = state.remember_settled(result);
+                        return Ok(json!({ "task": settled_task(&task_id) }));
                     }
                     return Ok(if method == methods::TOOLS_LIST { self.tools_listed(state, result) } else { result });
                 }
@@ -754,6 +790,11 @@ impl UpstreamSession {
                         headers.remove(&name);
                     }
                     Ok(specs) => {
+                        if headers.len() >= MAX_ANNOTATED_TOOLS && !headers.contains_key(&name) {
+                            // Kept for the tools listed since; older ones are read again at
+                            // their next listing.
+                            headers.clear();
+                        }
                         headers.insert(name.clone(), specs);
                     }
                     Err(why) => {
@@ -848,7 +889,7 @@ impl UpstreamSession {
     ) -> Result<Value, UpstreamError> {
         let mut p = json!({ "taskId": task_id });
         state.stamp(&mut p, true);
-        let task = self.exchange(ready, state, id, methods::TASKS_GET, p, None).await?;
+        let task = self.exchange(&ready.channel, state, id, methods::TASKS_GET, p, None).await?;
         if task.get("status").and_then(Value::as_str).is_none() {
             return Err(state.protocol("tasks/get answered without a status"));
         }
@@ -932,9 +973,8 @@ impl UpstreamSession {
             };
             let mut p = json!({ "taskId": task_id, "inputResponses": { key.clone(): result } });
             state.stamp(&mut p, true);
-            let ready = Ready { channel, server_capabilities: Value::Null, modern: Some(state.clone()) };
             let id = session.next_request_id();
-            if let Err(e) = session.exchange(&ready, &state, id, wmethods::TASKS_UPDATE, p, None).await {
+            if let Err(e) = session.exchange(&channel, &state, id, wmethods::TASKS_UPDATE, p, None).await {
                 tracing::info!(upstream = session.upstream(), %task_id, %key, error = %e, "tasks/update failed");
             }
             state.answered.notify_waiters();
@@ -944,7 +984,7 @@ impl UpstreamSession {
     /// One request and its outcome at a modern upstream, with the request headers over HTTP.
     pub(crate) async fn exchange(
         &self,
-        ready: &Ready,
+        channel: &Channel,
         state: &ModernState,
         id: RequestId,
         method: &str,
@@ -953,7 +993,7 @@ impl UpstreamSession {
     ) -> Result<Value, UpstreamError> {
         let headers = if state.http { request_headers(method, &params, &state.tool_headers) } else { Vec::new() };
         let message = Message::request(id, method, Some(params));
-        match ready.channel.request(&message, related, &headers).await {
+        match channel.request(&message, related, &headers).await {
             Ok(result) if result.is_object() => Ok(result),
             Ok(result) => Err(state
                 .protocol(format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result)))),
