@@ -179,6 +179,13 @@ async fn a_2025_client_gets_a_tasks_extension_upstreams_tasks_as_native_tasks() 
     .await;
     assert_eq!(text_of(&outcome), "answer: Ada");
 
+    // A task-augmented call the upstream answers at once (rmcp's progress tool never makes a
+    // task): the gateway's task completes with that result.
+    let at_once = support::create(&mut c, "rt__progress", json!({"values": [5]})).await;
+    let result_at_once = within(support::method(&mut c, "tasks/result", &at_once)).await.unwrap();
+    assert_eq!(text_of(&result_at_once), "reported 1 values");
+    assert_eq!(support::method(&mut c, "tasks/get", &at_once).await.unwrap()["status"], "completed");
+
     // Every task listed is the gateway's; the upstream's ids never show.
     let listed = c.request("tasks/list", None).await.outcome().unwrap();
     for id in [&id, &cancelled, &asking] {
@@ -326,4 +333,37 @@ async fn x_mcp_header_parameters_are_mirrored_into_headers_for_a_2026_upstream()
     assert_eq!(within(reference.region_header()).await, "us-west1");
     assert_eq!(text_of(&c.call("modern__region", json!({"region": "Zürich "})).await.unwrap()), "Zürich ");
     assert_eq!(within(reference.region_header()).await, "=?base64?WsO8cmljaCA=?=");
+}
+
+/// A task of a 2026 upstream with the tasks extension survives the gateway's crash: the real
+/// `taskgate serve` is killed with SIGKILL and started again on the same data directory, and
+/// the task is followed again (a 2026-07-28 upstream has no session to resume) to its result.
+#[actix_rt::test]
+async fn a_tasks_extension_upstreams_task_is_followed_again_after_a_gateway_restart() {
+    let rt = RmcpTaskServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("taskgate.toml");
+    let data = dir.path().join("data");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = {:?}\n\
+         [[upstream]]\nname = \"rt\"\ntransport = \"http\"\nurl = \"{}\"\n",
+        data.display().to_string(),
+        rt.url
+    );
+    std::fs::write(&file, text).unwrap();
+    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let id = support::create(&mut c, "rt__work", json!({})).await;
+    assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
+    gw.kill().await;
+
+    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
+    rt.observed.gate.notify_one();
+    let result = within(support::method(&mut c, "tasks/result", &id)).await.unwrap();
+    assert_eq!(text_of(&result), "the gate opened");
+    assert_eq!(rt.observed.ids.lock().len(), 1, "the upstream task was followed, not created again");
 }
