@@ -7,28 +7,33 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Every redis-server this process started and has not stopped: killed when the process exits,
-/// so one held in a `static` (shared by a test binary's tests, never dropped) does not outlive it.
-static RUNNING: parking_lot::Mutex<Vec<u32>> = parking_lot::Mutex::new(Vec::new());
+/// Every redis-server this process started and has not stopped, with its directory: killed and
+/// removed when the process exits, so one held in a `static` (shared by a test binary's tests,
+/// never dropped) leaves neither a process nor a directory behind.
+static RUNNING: parking_lot::Mutex<Vec<(u32, PathBuf)>> = parking_lot::Mutex::new(Vec::new());
 
 extern "C" fn kill_running() {
-    for pid in RUNNING.lock().iter() {
-        // SAFETY: kill only sends a signal to a child this process started.
-        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+    for (pid, dir) in RUNNING.lock().iter() {
+        // SAFETY: kill and waitpid only signal and reap a child this process started.
+        unsafe {
+            libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(*pid as libc::pid_t, std::ptr::null_mut(), 0);
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
-fn track(pid: u32) {
+fn track(pid: u32, dir: &std::path::Path) {
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     // SAFETY: atexit registers a plain extern "C" function once.
     REGISTERED.call_once(|| unsafe {
         libc::atexit(kill_running);
     });
-    RUNNING.lock().push(pid);
+    RUNNING.lock().push((pid, dir.to_owned()));
 }
 
 fn untrack(pid: u32) {
-    RUNNING.lock().retain(|p| *p != pid);
+    RUNNING.lock().retain(|(p, _)| *p != pid);
 }
 
 /// A running `redis-server`.
@@ -74,7 +79,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server runs (apt-get install redis-server; .ci/run installs it)");
-        track(child.id());
+        track(child.id(), &self.dir);
         self.child = Some(child);
         self.wait_ready();
     }
