@@ -59,7 +59,7 @@ async fn ping_and_notifications_and_quick_methods_answer_json() {
 }
 
 #[actix_rt::test]
-async fn tools_call_answers_on_sse_when_accepted_and_json_otherwise() {
+async fn tools_call_answers_json_when_the_response_comes_first_and_sse_when_anything_precedes_it() {
     let (_demo, gw) = gateway_with_demo();
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
@@ -69,10 +69,23 @@ async fn tools_call_answers_on_sse_when_accepted_and_json_otherwise() {
         Some(json!({"name":"demo__echo","arguments":{"text":"x"}})),
     )
     .to_json();
-    let sse = c.post_raw(body.clone(), &[]).await;
-    assert!(sse.sse);
-    assert_eq!(sse.headers["content-type"], "text/event-stream");
-    assert_eq!(sse.outcome().unwrap()["content"][0]["text"], "x");
+    // Accepting both: one JSON object when the response is the first thing to send.
+    let both = c.post_raw(body.clone(), &[]).await;
+    assert!(!both.sse);
+    assert_eq!(both.headers["content-type"], "application/json");
+    assert_eq!(both.outcome().unwrap()["content"][0]["text"], "x");
+    // A stream as soon as anything comes before it (progress here).
+    let progress = Message::request(
+        taskgate_protocol::RequestId::Number(10),
+        "tools/call",
+        Some(json!({"name":"demo__progress","arguments":{"values":[1,2]},"_meta":{"progressToken":"p"}})),
+    )
+    .to_json();
+    let streamed = c.post_raw(progress, &[]).await;
+    assert!(streamed.sse);
+    assert_eq!(streamed.headers["content-type"], "text/event-stream");
+    assert_eq!(streamed.notifications().len(), 2, "{streamed:?}");
+    assert!(streamed.outcome().is_ok());
     let json_only = c.post_raw(body.clone(), &[("accept", "application/json")]).await;
     assert!(!json_only.sse);
     assert_eq!(json_only.outcome().unwrap()["content"][0]["text"], "x");

@@ -18,6 +18,7 @@ use taskgate_testkit::McpClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod instructions;
 mod revisions;
 mod soak;
 mod stores;
@@ -62,24 +63,76 @@ impl Plan {
     }
 }
 
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--fixed-server") {
-        // The comparison server of section 2, in a process of its own like the gateway.
-        let port: u16 = args.get(2).and_then(|p| p.parse().ok()).context("--fixed-server PORT BODY")?;
-        let body = args.get(3).cloned().unwrap_or_default();
-        return actix_rt::System::new().block_on(fixed_server(port, body));
+/// The sections, in the order a full run takes them.
+const SECTIONS: [&str; 9] =
+    ["proxy", "polling", "tasks", "progress", "cancellation", "stores", "soak", "revisions", "instructions"];
+
+const USAGE: &str = "usage: taskgate-bench [--quick] [--only SECTION] [--tasks N]
+
+Runs taskgate's benchmarks against the taskgate binary beside this one (build the workspace
+first: cargo build --release --workspace) and prints the report as Markdown.
+
+  --quick          every measurement with small counts: checks that each works (CI runs this);
+                   the figures mean nothing
+  --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
+                   revisions, instructions
+  --tasks N        the number of live tasks of the task-scale section (default 100000)
+  --help           this text
+
+nginx (the reverse-proxy comparison), redis-server (the Redis rows) and valgrind (instruction
+counts) are used when installed and skipped with a note otherwise.";
+
+/// Reads the command line; `Err` carries the message for a bad one.
+fn parse_args(args: &[String]) -> Result<Option<Plan>, String> {
+    let mut quick = false;
+    let mut only = None;
+    let mut tasks = None;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--quick" => quick = true,
+            "--only" => {
+                let section = rest.next().ok_or("--only needs a section")?;
+                if !SECTIONS.contains(&section.as_str()) {
+                    return Err(format!("unknown section {section:?}; the sections are {}", SECTIONS.join(", ")));
+                }
+                only = Some(section.clone());
+            }
+            "--tasks" => {
+                let n = rest.next().ok_or("--tasks needs a count")?;
+                tasks = Some(n.parse::<usize>().ok().filter(|n| *n > 0).ok_or(format!("--tasks {n:?}: not a positive count"))?);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
     }
-    let quick = args.iter().any(|a| a == "--quick");
     let mut plan = Plan::new(quick);
-    // `--only SECTION` runs one section (proxy, polling, tasks, progress, cancellation, stores,
-    // soak, revisions);
-    // `--tasks N` changes the task-scale count.
-    plan.only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
-    if let Some(n) = args.iter().position(|a| a == "--tasks").and_then(|i| args.get(i + 1)).and_then(|n| n.parse().ok())
-    {
+    plan.only = only;
+    if let Some(n) = tasks {
         plan.tasks = n;
     }
+    Ok(Some(plan))
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--fixed-server") {
+        // The comparison server of section 2, in a process of its own like the gateway.
+        let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--fixed-server PORT BODY")?;
+        let body = args.get(2).cloned().unwrap_or_default();
+        return actix_rt::System::new().block_on(fixed_server(port, body));
+    }
+    let plan = match parse_args(&args) {
+        Ok(Some(plan)) => plan,
+        Ok(None) => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Err(why) => {
+            eprintln!("taskgate-bench: {why}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
     let bin = taskgate_bin()?;
     actix_rt::System::new().block_on(run(plan, bin))
 }
@@ -128,6 +181,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     if run("revisions") {
         revisions::revisions(&plan, &bin).await?;
     }
+    if run("instructions") {
+        instructions::instructions(&plan, &bin).await?;
+    }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
@@ -153,17 +209,34 @@ fn machine() -> String {
 // ---------------------------------------------------------------------------------------------
 // Processes
 
-/// Children are killed when the benchmark ends, whatever happens.
+/// A child process of the benchmark. It is stopped when dropped, whatever happens, and the
+/// temporary directory it was given is removed.
 struct Process {
     child: Child,
+    /// Removed on drop.
+    dir: Option<PathBuf>,
+    /// Stopped with SIGTERM and waited for, rather than killed: nginx's master stops its
+    /// workers only then (SIGKILL to the master leaves a worker running).
+    graceful: bool,
 }
 
 impl Process {
+    fn new(child: Child) -> Process {
+        Process { child, dir: None, graceful: false }
+    }
+
     /// Asks the process to exit (SIGTERM) and waits for it: a profiler wrapping the gateway
     /// writes its profile only on a clean exit.
     async fn terminate(mut self) {
-        let _ = std::process::Command::new("kill").arg("-TERM").arg(self.pid().to_string()).status();
+        self.signal(libc::SIGTERM);
         let _ = tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await;
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill only sends a signal to a child this process started and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, signal) };
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -181,6 +254,61 @@ impl Process {
             .map(|kb| kb * 1024)
             .unwrap_or(0)
     }
+
+    /// CPU time (user + system) of the process and of its children still running (nginx's
+    /// workers), from /proc.
+    fn cpu(&self) -> Duration {
+        process_tree_cpu(self.pid())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.child.id().is_some() {
+            if self.graceful {
+                self.signal(libc::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            let _ = self.child.start_kill();
+            // Reap it, so that no zombie is left and its files are closed before the removal.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Clock ticks per second of /proc's CPU times.
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// User + system CPU of `pid` and, recursively, of its live children.
+fn process_tree_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
+    let mut total = Duration::from_secs_f64(ticks as f64 / ticks_per_second());
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+        total += process_tree_cpu(child);
+    }
+    total
 }
 
 fn free_port() -> Result<u16> {
@@ -192,7 +320,7 @@ async fn spawn_until(mut command: Command, marker: &str) -> Result<(Process, Str
     command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).env("TASKGATE_LOG", "error");
     let mut child = command.spawn().context("cannot start a child process")?;
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), async {
+    let line = tokio::time::timeout(Duration::from_secs(180), async {
         while let Some(line) = lines.next_line().await? {
             if line.contains(marker) {
                 return Ok::<_, std::io::Error>(line);
@@ -201,10 +329,10 @@ async fn spawn_until(mut command: Command, marker: &str) -> Result<(Process, Str
         Err(std::io::Error::other("the child exited before it was ready"))
     })
     .await
-    .context("the child did not start within 60 s")??;
+    .context("the child did not start within 180 s")??;
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((Process { child }, line))
+    Ok((Process::new(child), line))
 }
 
 async fn start_demo(bin: &Path) -> Result<(Process, String)> {
@@ -217,10 +345,20 @@ async fn start_demo(bin: &Path) -> Result<(Process, String)> {
 
 /// Starts `taskgate serve` with `config` (TOML, without [server]); returns it and its URL.
 async fn start_gateway(bin: &Path, config: &str) -> Result<(Process, String)> {
+    // TASKGATE_BENCH_WRAP runs the gateway under a profiler, e.g.
+    // "valgrind --tool=callgrind --callgrind-out-file=/tmp/taskgate.callgrind".
+    let wrap = std::env::var("TASKGATE_BENCH_WRAP").ok().filter(|w| !w.trim().is_empty());
+    let wrap: Vec<String> = wrap.iter().flat_map(|w| w.split_whitespace().map(str::to_owned)).collect();
+    start_gateway_wrapped(bin, config, &wrap).await
+}
+
+/// Starts the gateway under `wrap` (a profiler's command line; none when empty) with `config`
+/// in a temporary directory of its own, removed when it stops.
+async fn start_gateway_wrapped(bin: &Path, config: &str, wrap: &[String]) -> Result<(Process, String)> {
     let dir = std::env::temp_dir().join(format!("taskgate-bench-{}-{}", std::process::id(), free_port()?));
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("taskgate.toml");
-    std::fs::write(
+    let written = std::fs::write(
         &file,
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n{sessions}session_mailbox = 4096\n{config}{store}",
@@ -232,20 +370,28 @@ async fn start_gateway(bin: &Path, config: &str) -> Result<(Process, String)> {
                 format!("\n[store]\npath = {:?}\n", dir.join("data").display().to_string())
             },
         ),
-    )?;
-    // TASKGATE_BENCH_WRAP runs the gateway under a profiler, e.g.
-    // "valgrind --tool=callgrind --callgrind-out-file=/tmp/taskgate.callgrind".
-    let mut command = match std::env::var("TASKGATE_BENCH_WRAP").ok().filter(|w| !w.trim().is_empty()) {
-        Some(wrap) => {
-            let mut words = wrap.split_whitespace();
-            let mut command = Command::new(words.next().expect("non-empty"));
-            command.args(words).arg(bin);
+    );
+    let mut command = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(bin);
             command
         }
         None => Command::new(bin),
     };
     command.arg("serve").arg("--config").arg(&file);
-    let (process, line) = spawn_until(command, "taskgate listening on").await?;
+    let started = match written {
+        Ok(()) => spawn_until(command, "taskgate listening on").await,
+        Err(e) => Err(e.into()),
+    };
+    let (mut process, line) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    process.dir = Some(dir);
     let url = line.rsplit(' ').next().unwrap_or_default().to_owned();
     Ok((process, url))
 }
@@ -275,10 +421,11 @@ async fn start_nginx(upstream: &str) -> Result<Option<(Process, String)>> {
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()?;
+    let process = Process { child, dir: Some(dir), graceful: true };
     // Wait until it accepts connections (a benchmark may wait; tests may not).
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(Some((Process { child }, format!("http://127.0.0.1:{port}/mcp"))));
+            return Ok(Some((process, format!("http://127.0.0.1:{port}/mcp"))));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -395,7 +542,11 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
     let (g50, g99) = (percentile(&mut g, 0.5), percentile(&mut g, 0.99));
     let direct_rps = throughput(&direct, "echo", plan.concurrent_total, plan.concurrency).await?;
+    let cpu_before = gateway.cpu();
     let gateway_rps = throughput(&through, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
+    // CPU seconds per 1,000 calls, from the throughput run's calls.
+    let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / plan.concurrent_total as f64;
+    let gateway_cpu = per_thousand(gateway.cpu().saturating_sub(cpu_before));
     println!("| path | p50 | p99 | throughput at {} clients |", plan.concurrency);
     println!("| --- | --- | --- | --- |");
     println!("| direct to the upstream | {} | {} | {:.0} req/s |", ms(d50), ms(d99), direct_rps);
@@ -404,7 +555,10 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     match &proxied {
         Some(p) => {
             let (n50, n99) = (percentile(&mut n, 0.5), percentile(&mut n, 0.99));
+            let nginx_process = &nginx.as_ref().expect("nginx runs").0;
+            let cpu_before = nginx_process.cpu();
             let nginx_rps = throughput(p, "echo", plan.concurrent_total, plan.concurrency).await?;
+            let nginx_cpu = per_thousand(nginx_process.cpu().saturating_sub(cpu_before));
             println!("| through nginx (proxy_pass) | {} | {} | {:.0} req/s |", ms(n50), ms(n99), nginx_rps);
             let nginx_added = n50.saturating_sub(d50).max(Duration::from_micros(1));
             let latency_ratio = gateway_added.as_secs_f64() / nginx_added.as_secs_f64();
@@ -418,18 +572,27 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
                 verdict(latency_ratio <= 1.5)
             );
             println!(
-                "- throughput: taskgate / nginx = {:.2} (target ≥ 0.7: {})",
+                "- throughput: taskgate / nginx = {:.2} (target ≥ 0.95: {})",
                 throughput_ratio,
-                verdict(throughput_ratio >= 0.7)
+                verdict(throughput_ratio >= 0.95)
+            );
+            let cpu_ratio = gateway_cpu / nginx_cpu.max(1e-9);
+            println!(
+                "- CPU per 1,000 calls: taskgate {:.3} s vs nginx {:.3} s: ratio {:.2} (target ≤ 1.5: {})",
+                gateway_cpu,
+                nginx_cpu,
+                cpu_ratio,
+                verdict(cpu_ratio <= 1.5)
             );
         }
         None => {
             println!();
             println!("- nginx is not installed (apt-get install -y nginx): the nginx comparison was skipped.");
             println!(
-                "- added p50 latency through taskgate: {}; throughput taskgate / direct = {:.2}",
+                "- added p50 latency through taskgate: {}; throughput taskgate / direct = {:.2}; CPU per 1,000 calls {:.3} s",
                 ms(gateway_added),
-                gateway_rps / direct_rps
+                gateway_rps / direct_rps,
+                gateway_cpu
             );
         }
     }

@@ -14,7 +14,7 @@ use taskgate_testkit::McpClient;
 use crate::{call, connect, ms, percentile, sequential_latencies, start_demo, start_gateway, verdict, Plan};
 
 /// One 2026-07-28 `tools/call`, as a stateless client sends it; checks it succeeded.
-async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
+pub async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
     let body = json!({
         "jsonrpc": "2.0",
         "id": 1,

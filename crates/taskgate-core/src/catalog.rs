@@ -2,6 +2,7 @@
 //! deterministic order, with opaque cursors. Pure data: the [`crate::router::Router`] fills it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -57,7 +58,8 @@ pub struct Catalog {
     /// Each upstream's tools as last listed, and whether it supports tasks natively.
     tools: BTreeMap<String, (Vec<ToolView>, bool)>,
     /// Client-visible name → entry, sorted by name (the listing order).
-    entries: BTreeMap<String, ToolEntry>,
+    /// Shared with the calls in flight: resolving a tool copies a pointer, not its schema.
+    entries: BTreeMap<String, Arc<ToolEntry>>,
     collisions: Vec<Collision>,
     /// Each upstream's server capabilities, as declared when it was last listed.
     capabilities: BTreeMap<String, Value>,
@@ -145,7 +147,7 @@ impl Catalog {
                     continue;
                 }
                 let entry = ToolEntry { upstream: naming.upstream.clone(), tool: tool.clone(), native: *native };
-                self.entries.insert(name, entry);
+                self.entries.insert(name, Arc::new(entry));
             }
         }
         self.collisions.iter().filter(|c| !before.contains(c)).cloned().collect()
@@ -157,7 +159,7 @@ impl Catalog {
     }
 
     /// Looks up a client-visible tool name.
-    pub fn resolve(&self, name: &str) -> Option<&ToolEntry> {
+    pub fn resolve(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.entries.get(name)
     }
 
@@ -195,7 +197,7 @@ impl Catalog {
                 decode_cursor(c).ok_or_else(|| format!("Invalid cursor: {c:?} is not a cursor this gateway issued"))?,
             ),
         };
-        let all: Box<dyn Iterator<Item = (&String, &ToolEntry)>> = match &start {
+        let all: Box<dyn Iterator<Item = (&String, &Arc<ToolEntry>)>> = match &start {
             None => Box::new(self.entries.iter()),
             Some(after) => Box::new(
                 self.entries.range::<String, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),

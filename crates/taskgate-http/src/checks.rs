@@ -13,6 +13,10 @@ use taskgate_protocol::{mcp, Message, RequestId};
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The `MCP-Protocol-Version` header.
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// The headers' names, ready for lookups (a name given as text is parsed, and copied, at each).
+pub const SESSION_NAME: header::HeaderName = header::HeaderName::from_static(SESSION_HEADER);
+/// See [`SESSION_NAME`].
+pub const VERSION_NAME: header::HeaderName = header::HeaderName::from_static(VERSION_HEADER);
 
 fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -93,7 +97,7 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
 /// the header SHOULD be that version, and a supported other one (the conformance suite sends
 /// 2025-03-26 on a 2025-11-25 session, as older SDK clients do) is accepted, as SDK servers do.
 pub fn protocol_version(headers: &HeaderMap, negotiated: &str) -> Result<(), GatewayError> {
-    match headers.get(VERSION_HEADER) {
+    match headers.get(&VERSION_NAME) {
         None => Ok(()),
         Some(v) => match v.to_str().map(str::trim) {
             Ok(v) if v == negotiated => Ok(()),
@@ -145,7 +149,7 @@ pub fn identifiers(message: &Message) -> Result<(), (GatewayError, Option<Reques
 
 /// The session id header, if present.
 pub fn session_id(headers: &HeaderMap) -> Option<&str> {
-    header_str(headers, SESSION_HEADER)
+    header_str(headers, &SESSION_NAME)
 }
 
 /// Reads the body, refusing more than `limit` bytes as soon as they arrive, and a body that

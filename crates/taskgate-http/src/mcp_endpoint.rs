@@ -66,6 +66,11 @@ pub async fn post(
 
 type Refusal = (GatewayError, Option<taskgate_protocol::RequestId>);
 
+/// How long a call's answer may wait for its first message before its SSE stream starts
+/// (basic/transports "Sending Messages to the Server": the server MAY answer a request with
+/// `application/json` or `text/event-stream`).
+const FIRST_FRAME_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 async fn dispatch(
     headers: &HeaderMap,
     identity: Identity,
@@ -75,6 +80,9 @@ async fn dispatch(
 ) -> Result<HttpResponse, Refusal> {
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
+    // basic/versioning "Backward Compatibility": a request with the modern `_meta` is served
+    // statelessly, beside the sessions of initialize.
+    let modern_message = crate::modern::is_modern(headers, &message);
     let id = message.id().cloned();
     if let Message::Request { id, .. } = &message {
         // Shutting down: requests go elsewhere (notifications and responses still reach the
@@ -93,9 +101,7 @@ async fn dispatch(
                 Some(id.clone()),
             ));
         }
-        // basic/versioning "Backward Compatibility": a request with the modern `_meta` is
-        // served statelessly, beside the sessions of initialize.
-        if crate::modern::is_modern(headers, &message) {
+        if modern_message {
             return Ok(crate::modern::serve(headers, identity, message, gateway, modern).await);
         }
         if method == methods::INITIALIZE {
@@ -125,7 +131,7 @@ async fn dispatch(
             };
         }
     }
-    if crate::modern::is_modern(headers, &message) {
+    if modern_message {
         return Ok(crate::modern::serve(headers, identity, message, gateway, modern).await);
     }
     let session_id = checks::session_id(headers).ok_or((GatewayError::MissingSession, id.clone()))?;
@@ -157,8 +163,22 @@ async fn dispatch(
             );
             let stream = accepts.sse && (!accepts.json || streams);
             let mut messages = session.request(id.clone(), method, params).await.map_err(|e| (e, Some(id.clone())))?;
-            if stream {
+            if stream && !accepts.json {
                 return Ok(sse::response(messages));
+            }
+            if stream {
+                // A client that accepts both gets one JSON object when the response is the
+                // first thing to send (one write, no chunked stream); the stream starts as soon
+                // as anything else comes first (progress, a relayed request) or the response
+                // takes longer than FIRST_FRAME_WAIT.
+                match tokio::time::timeout(FIRST_FRAME_WAIT, messages.recv()).await {
+                    Ok(Some(frame)) if frame.response => return Ok(reply::frame(frame)),
+                    Ok(Some(frame)) => return Ok(sse::response_after(Some(frame), messages)),
+                    // Cancelled (or its session closed): no response (basic/utilities/
+                    // cancellation), a stream that ends, as before it started.
+                    Ok(None) => return Ok(sse::response(messages)),
+                    Err(_) => return Ok(sse::response(messages)),
+                }
             }
             while let Some(frame) = messages.recv().await {
                 if frame.response {

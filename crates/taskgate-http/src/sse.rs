@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
-use taskgate_core::outbound::OutboundReceiver;
+use taskgate_core::outbound::{Frame, OutboundReceiver};
 
 /// How often an idle stream carries a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -23,9 +23,19 @@ fn event(json: String) -> Bytes {
 }
 
 /// A `text/event-stream` response that ends when `messages` ends.
-pub fn response(mut messages: OutboundReceiver) -> HttpResponse {
+pub fn response(messages: OutboundReceiver) -> HttpResponse {
+    response_after(None, messages)
+}
+
+/// A `text/event-stream` response that starts with `first` (a frame already taken from
+/// `messages`), then carries `messages` until it ends.
+pub fn response_after(first: Option<Frame>, mut messages: OutboundReceiver) -> HttpResponse {
+    let mut first = first;
     let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
     let body = futures_util::stream::poll_fn(move |cx| {
+        if let Some(frame) = first.take() {
+            return Poll::Ready(Some(Ok::<_, Infallible>(event(frame.json))));
+        }
         match messages.poll_recv(cx) {
             Poll::Ready(Some(m)) => return Poll::Ready(Some(Ok::<_, Infallible>(event(m.json)))),
             Poll::Ready(None) => return Poll::Ready(None),

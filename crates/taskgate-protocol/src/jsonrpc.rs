@@ -299,7 +299,43 @@ impl Message {
 
     /// The message as compact JSON text (no embedded newlines, as stdio requires).
     pub fn to_json(&self) -> String {
-        self.to_value().to_string()
+        serde_json::to_string(self).expect("messages serialize")
+    }
+}
+
+/// Written straight from the borrowed parts, in the order of [`Message::to_value`]: nothing is
+/// copied into an intermediate tree on the way to the wire.
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("jsonrpc", "2.0")?;
+        match self {
+            Message::Request { id, method, params } => {
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("method", method)?;
+                if let Some(p) = params {
+                    map.serialize_entry("params", p)?;
+                }
+            }
+            Message::Notification { method, params } => {
+                map.serialize_entry("method", method)?;
+                if let Some(p) = params {
+                    map.serialize_entry("params", p)?;
+                }
+            }
+            Message::Response { id, result } => {
+                map.serialize_entry("id", id)?;
+                map.serialize_entry("result", result)?;
+            }
+            Message::Error { id, error } => {
+                if let Some(id) = id {
+                    map.serialize_entry("id", id)?;
+                }
+                map.serialize_entry("error", error)?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -386,6 +422,22 @@ mod tests {
         let m = Message::parse(v.clone()).unwrap();
         assert_eq!(m.to_value(), v);
         assert!(!m.to_json().contains('\n'));
+    }
+
+    #[test]
+    fn the_wire_text_is_the_value_written_in_the_same_order() {
+        for v in [
+            json!({"jsonrpc":"2.0","id":"7","method":"m","params":{"z":1,"a":[true,null],"m":{"y":"\u{e9}\"","b":2.5}}}),
+            json!({"jsonrpc":"2.0","id":3,"method":"m"}),
+            json!({"jsonrpc":"2.0","method":"notifications/x","params":{"b":1,"a":2}}),
+            json!({"jsonrpc":"2.0","method":"notifications/x"}),
+            json!({"jsonrpc":"2.0","id":-4,"result":{"content":[{"type":"text","text":"x"}],"isError":false}}),
+            json!({"jsonrpc":"2.0","id":"r","error":{"code":-32601,"message":"no","data":{"k":[1]}}}),
+            json!({"jsonrpc":"2.0","error":{"code":-32700,"message":"parse"}}),
+        ] {
+            let m = Message::parse(v.clone()).unwrap();
+            assert_eq!(m.to_json(), v.to_string(), "key order and text match the tree's");
+        }
     }
 }
 

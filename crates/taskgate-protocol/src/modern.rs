@@ -3,7 +3,7 @@
 //! per-request fields and the header value encoding. The gateway's front door turns these into
 //! the one internal request model and back; nothing else reads them.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The modern revision the gateway serves.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
@@ -59,8 +59,9 @@ pub fn log_rank(level: &str) -> Option<usize> {
 /// The per-request fields of a modern request (basic "Per-request protocol fields").
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestMeta {
-    /// `io.modelcontextprotocol/protocolVersion`.
-    pub version: String,
+    /// `io.modelcontextprotocol/protocolVersion`: the one this gateway implements (any other is
+    /// refused).
+    pub version: &'static str,
     /// `io.modelcontextprotocol/clientCapabilities` (an object).
     pub capabilities: Value,
     /// `io.modelcontextprotocol/clientInfo`, if sent.
@@ -83,10 +84,64 @@ impl RequestMeta {
     /// else is wrong), then the capabilities (required, an object), the client info (an object
     /// when present) and the log level (a level name when present).
     pub fn from_params(params: Option<&Value>) -> Result<RequestMeta, MetaError> {
-        let meta = params.and_then(|p| p.get("_meta"));
-        let field = |key: &str| meta.and_then(|m| m.get(key));
-        let version = match field(meta::PROTOCOL_VERSION) {
-            Some(Value::String(v)) => v.clone(),
+        let meta = params.and_then(|p| p.get("_meta")).and_then(Value::as_object);
+        let [_, capabilities, client_info, _] = Self::fields(meta);
+        let log_level = Self::check(meta)?;
+        Ok(RequestMeta {
+            version: PROTOCOL_VERSION,
+            capabilities: capabilities.cloned().unwrap_or_default(),
+            client_info: client_info.cloned(),
+            log_level,
+        })
+    }
+
+    /// As [`RequestMeta::from_params`], and moves the per-request fields out of the params'
+    /// `_meta` (the rest of `_meta` stays, in its order; an empty `_meta` goes): they are the
+    /// gateway's to read, not the upstream's, and nothing is copied.
+    pub fn take_from_params(params: Option<&mut Value>) -> Result<RequestMeta, MetaError> {
+        let Some(Value::Object(params)) = params else { return Err(Self::check(None).expect_err("no _meta")) };
+        let Some(Value::Object(meta)) = params.get_mut("_meta") else {
+            return Err(Self::check(None).expect_err("no _meta"));
+        };
+        let log_level = Self::check(Some(meta))?;
+        let (mut capabilities, mut client_info) = (Value::Null, None);
+        let mut rest = Map::new();
+        for (key, value) in std::mem::take(meta) {
+            match key.as_str() {
+                meta::CLIENT_CAPABILITIES => capabilities = value,
+                meta::CLIENT_INFO => client_info = Some(value),
+                meta::PROTOCOL_VERSION | meta::LOG_LEVEL => {}
+                _ => {
+                    rest.insert(key, value);
+                }
+            }
+        }
+        if rest.is_empty() {
+            params.shift_remove("_meta");
+        } else {
+            *meta = rest;
+        }
+        Ok(RequestMeta { version: PROTOCOL_VERSION, capabilities, client_info, log_level })
+    }
+
+    /// The per-request fields of `_meta`, in the order of [`meta::PER_REQUEST`], found by
+    /// comparing keys (a `_meta` has a handful).
+    fn fields(meta: Option<&Map<String, Value>>) -> [Option<&Value>; 4] {
+        let mut found = [None; 4];
+        for (key, value) in meta.into_iter().flatten() {
+            if let Some(i) = meta::PER_REQUEST.iter().position(|k| k == key) {
+                found[i] = Some(value);
+            }
+        }
+        found
+    }
+
+    /// Checks the per-request fields (see [`RequestMeta::from_params`]); the log level.
+    fn check(meta: Option<&Map<String, Value>>) -> Result<Option<&'static str>, MetaError> {
+        let [version, capabilities, client_info, log_level] = Self::fields(meta);
+        match version {
+            Some(Value::String(v)) if v == PROTOCOL_VERSION => {}
+            Some(Value::String(v)) => return Err(MetaError::Unsupported(v.clone())),
             Some(_) => {
                 return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be a string", meta::PROTOCOL_VERSION)))
             }
@@ -96,12 +151,9 @@ impl RequestMeta {
                     meta::PROTOCOL_VERSION
                 )))
             }
-        };
-        if version != PROTOCOL_VERSION {
-            return Err(MetaError::Unsupported(version));
         }
-        let capabilities = match field(meta::CLIENT_CAPABILITIES) {
-            Some(c @ Value::Object(_)) => c.clone(),
+        match capabilities {
+            Some(Value::Object(_)) => {}
             Some(_) => {
                 return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_CAPABILITIES)))
             }
@@ -111,23 +163,20 @@ impl RequestMeta {
                     meta::CLIENT_CAPABILITIES
                 )))
             }
-        };
-        let client_info = match field(meta::CLIENT_INFO) {
-            None | Some(Value::Object(_)) => field(meta::CLIENT_INFO).cloned(),
+        }
+        match client_info {
+            None | Some(Value::Object(_)) => {}
             Some(_) => return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_INFO))),
-        };
-        let log_level = match field(meta::LOG_LEVEL) {
-            None => None,
-            Some(Value::String(l)) if log_rank(l).is_some() => log_rank(l).map(|r| LOG_LEVELS[r]),
-            Some(_) => {
-                return Err(MetaError::Invalid(format!(
-                    "_meta[\"{}\"] must be one of {}",
-                    meta::LOG_LEVEL,
-                    LOG_LEVELS.join(", ")
-                )))
-            }
-        };
-        Ok(RequestMeta { version, capabilities, client_info, log_level })
+        }
+        match log_level {
+            None => Ok(None),
+            Some(Value::String(l)) if log_rank(l).is_some() => Ok(log_rank(l).map(|r| LOG_LEVELS[r])),
+            Some(_) => Err(MetaError::Invalid(format!(
+                "_meta[\"{}\"] must be one of {}",
+                meta::LOG_LEVEL,
+                LOG_LEVELS.join(", ")
+            ))),
+        }
     }
 
     /// Whether the client declared the tasks extension on this request.
@@ -146,6 +195,15 @@ pub fn name_source(method: &str) -> Option<&'static str> {
         "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
+}
+
+/// A header value that needs no decoding (visible ASCII, space and tab, and not the Base64
+/// sentinel), as it is: what [`decode_header_value`] would return, without a copy.
+pub fn plain_header_value(raw: &[u8]) -> Option<&str> {
+    if raw.starts_with(b"=?base64?") || !raw.iter().all(|b| b.is_ascii_graphic() || *b == b' ' || *b == b'\t') {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()
 }
 
 /// A header value as the client meant it (streamable-http "Value Encoding"): a value in the
@@ -217,5 +275,46 @@ mod tests {
         assert!(decode_header_value(b"=?base64?!!!?=", b64).is_err());
         assert!(decode_header_value(b"a\x01b", b64).is_err());
         assert!(decode_header_value("é".as_bytes(), b64).is_err());
+        // The copy-free reading agrees wherever it answers, and leaves the rest to the decoder.
+        for raw in [&b"get_weather"[..], b"a b\tc", b"=?base64?SGVsbG8sIOS4lueVjA==?=", b"=?base64?x", b"a\x01b", "é".as_bytes()] {
+            if let Some(plain) = plain_header_value(raw) {
+                assert_eq!(decode_header_value(raw, b64).as_deref(), Ok(plain));
+            }
+        }
+        assert_eq!(plain_header_value(b"get_weather"), Some("get_weather"));
+        assert_eq!(plain_header_value(b"=?base64?SGVsbG8sIOS4lueVjA==?="), None);
+        assert_eq!(plain_header_value(b"a\x01b"), None);
+    }
+
+    #[test]
+    fn taking_the_per_request_fields_leaves_the_rest_of_meta_in_order() {
+        let mut params = json!({"name": "t", "_meta": {
+            "progressToken": 5,
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "vendor/a": 1,
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "c", "version": "1"},
+            "io.modelcontextprotocol/logLevel": "info",
+            "vendor/b": 2,
+        }});
+        let read = RequestMeta::from_params(Some(&params)).unwrap();
+        let taken = RequestMeta::take_from_params(Some(&mut params)).unwrap();
+        assert_eq!(read, taken);
+        assert_eq!(taken.client_info, Some(json!({"name": "c", "version": "1"})));
+        assert_eq!(taken.log_level, Some("info"));
+        let rest: Vec<&String> = params["_meta"].as_object().unwrap().keys().collect();
+        assert_eq!(rest, ["progressToken", "vendor/a", "vendor/b"]);
+        // A _meta of per-request fields only goes, and the params keep their order.
+        let mut only = json!({"name": "t", "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }, "arguments": {}});
+        RequestMeta::take_from_params(Some(&mut only)).unwrap();
+        assert_eq!(only.to_string(), r#"{"name":"t","arguments":{}}"#);
+        // A refused request keeps its params as they came.
+        let mut bad = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01", "x": 1}});
+        let before = bad.clone();
+        assert!(RequestMeta::take_from_params(Some(&mut bad)).is_err());
+        assert_eq!(bad, before);
     }
 }

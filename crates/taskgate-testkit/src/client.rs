@@ -185,13 +185,27 @@ impl McpClient {
         self.post_message(&Message::notification(method, params)).await.status
     }
 
-    /// Sends a request and returns its SSE reply as a stream, to read while it is in progress.
+    /// Sends a request and returns its reply as a stream, to read while it is in progress: an
+    /// SSE stream, or one JSON message (the gateway answers a client that accepts both with
+    /// JSON when the response is the first thing it has to send).
     pub async fn request_stream(&mut self, method: &str, params: Option<Value>) -> SseReader {
         let id = self.id();
         let body = Message::request(id, method, params).to_json();
-        let response = self.http.post(&self.url).headers(self.headers()).body(body).send().await.expect("POST");
-        assert_eq!(response.headers().get("content-type").map(|v| v.to_str().unwrap()), Some("text/event-stream"));
-        SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new() }
+        let mut response = self.http.post(&self.url).headers(self.headers()).body(body).send().await.expect("POST");
+        let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+        let mut queue = Vec::new();
+        match content_type.as_deref() {
+            Some("text/event-stream") => {}
+            Some("application/json") => {
+                let mut body = Vec::new();
+                while let Some(chunk) = response.chunk().await.expect("the JSON body") {
+                    body.extend_from_slice(&chunk);
+                }
+                queue.push(Message::from_slice(&body).unwrap().unwrap());
+            }
+            other => panic!("a request answered with Content-Type {other:?}"),
+        }
+        SseReader { response, decoder: Decoder::new(1 << 24), queue }
     }
 
     /// Opens the GET stream.

@@ -83,7 +83,7 @@ impl SessionActor {
         id: RequestId,
         params: Option<Value>,
         view: mcp::ToolCallView,
-        entry: ToolEntry,
+        entry: Arc<ToolEntry>,
         ctx: &mut Context<Self>,
     ) {
         if !self.requests.contains_key(&id) {
@@ -170,7 +170,7 @@ impl SessionActor {
                     }
                 }));
             }
-            (None, _) => self.forward_call(id, upstream_params, entry.upstream, session, ctx),
+            (None, _) => self.forward_call(id, upstream_params, entry.upstream.clone(), session, ctx),
         }
     }
 

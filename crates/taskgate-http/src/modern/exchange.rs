@@ -7,7 +7,7 @@
 //! the upstream request waits, held here until the client's retry answers it or a bound passes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
@@ -68,7 +68,7 @@ enum Step {
 impl Call {
     /// Translates one message of the session about this request.
     fn translate(&self, frame: Frame) -> Step {
-        if let Some(json) = plain_result(&self.method, &self.client_id, &frame.json) {
+        if let Some(json) = plain_result(&self.method, &self.internal_id, &self.client_id, &frame.json) {
             return Step::Final(json, 200);
         }
         let Ok(mut value) = serde_json::from_str::<Value>(&frame.json) else { return Step::Skip };
@@ -145,37 +145,36 @@ impl Call {
 /// The common answer, a result that is not a task, as [`finish_result`] makes it, without
 /// parsing the result's content: its top-level members are copied as they are (only `_meta` is
 /// read, to add the server's identity), under the client's id. `None` for anything else.
-fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<String> {
-    /// Exactly a JSON-RPC result: any other member (an error) makes it fail.
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Envelope<'a> {
-        #[serde(borrow, rename = "jsonrpc")]
-        _jsonrpc: &'a RawValue,
-        #[serde(borrow, rename = "id")]
-        _id: &'a RawValue,
-        #[serde(borrow)]
-        result: &'a RawValue,
-    }
-    let envelope: Envelope = serde_json::from_str(json).ok()?;
-    let result: BTreeMap<Cow<str>, &RawValue> = serde_json::from_str(envelope.result.get()).ok()?;
-    if result.contains_key("task") {
+fn plain_result(method: &str, internal_id: &RequestId, client_id: &RequestId, json: &str) -> Option<String> {
+    let result = result_text(internal_id, json)?;
+    let members: Members = serde_json::from_str(result).ok()?;
+    let members = members.0;
+    let has = |key: &str| members.iter().any(|(k, _)| k == key);
+    if has("task") {
         return None;
     }
     let mut out = String::with_capacity(json.len() + 160);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-    out.push_str(&to_json(&client_id.to_value()));
+    out.push_str(&serde_json::to_string(client_id).ok()?);
     out.push_str(r#","result":{"#);
-    for (key, raw) in &result {
+    for (key, raw) in &members {
         if key != "_meta" {
-            out.push_str(&to_json(&Value::from(key.as_ref())));
+            match key {
+                // Read without unescaping: the key's text needs none.
+                Cow::Borrowed(k) => {
+                    out.push('"');
+                    out.push_str(k);
+                    out.push('"');
+                }
+                Cow::Owned(k) => out.push_str(&serde_json::to_string(k).ok()?),
+            }
             out.push(':');
             out.push_str(raw.get());
             out.push(',');
         }
     }
     let mut add = |key: &str, value: &str| {
-        if !result.contains_key(key) {
+        if !has(key) {
             out.push('"');
             out.push_str(key);
             out.push_str("\":");
@@ -189,8 +188,8 @@ fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<Strin
         add("cacheScope", r#""private""#);
     }
     out.push_str(r#""_meta":"#);
-    match result.get("_meta") {
-        Some(raw) => {
+    match members.iter().find(|(k, _)| k == "_meta") {
+        Some((_, raw)) => {
             let mut meta: Map<String, Value> = serde_json::from_str(raw.get()).ok()?;
             meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
             out.push_str(&to_json(&Value::Object(meta)));
@@ -200,6 +199,70 @@ fn plain_result(method: &str, client_id: &RequestId, json: &str) -> Option<Strin
     }
     out.push_str("}}");
     Some(out)
+}
+
+/// The text of the result of a response to `id`, as [`Message::to_json`] writes one
+/// (`{"jsonrpc":"2.0","id":…,"result":…}`): the session's frames are the gateway's own
+/// serialization, so the envelope is matched as text rather than parsed. `None` for anything
+/// else (an error, a notification, a request, another id).
+fn result_text<'a>(id: &RequestId, json: &'a str) -> Option<&'a str> {
+    let rest = json.strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?;
+    let rest = match id {
+        RequestId::String(s) if !s.contains(['"', '\\']) && !s.chars().any(char::is_control) => {
+            rest.strip_prefix('"')?.strip_prefix(s.as_str())?.strip_prefix('"')?
+        }
+        RequestId::Number(n) => rest.strip_prefix(n.to_string().as_str())?,
+        RequestId::String(_) => return None,
+    };
+    rest.strip_prefix(r#","result":"#)?.strip_suffix('}')
+}
+
+/// A key, borrowed from the text unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Visit)
+    }
+}
+
+/// An object's top-level members in their order, each value as its raw text.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    members.push((key, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 /// `{"io.modelcontextprotocol/serverInfo": …}` as JSON.
@@ -551,32 +614,49 @@ mod tests {
         let cases = [
             (
                 methods::TOOLS_CALL,
+                "taskgate-m1",
                 r#"{"jsonrpc":"2.0","id":"taskgate-m1","result":{"content":[{"type":"text","text":"a \"q\" é"}],"isError":false}}"#,
             ),
             (
                 methods::TOOLS_CALL,
+                "taskgate-m2",
                 r#"{"jsonrpc":"2.0","id":"taskgate-m2","result":{"content":[],"_meta":{"vendor/x":1,"io.modelcontextprotocol/serverInfo":{"name":"up"}},"resultType":"complete"}}"#,
             ),
             (
                 methods::TOOLS_LIST,
+                "taskgate-m3",
                 r#"{"jsonrpc":"2.0","id":"taskgate-m3","result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}],"ttlMs":5,"we\u0022ird":true}}"#,
             ),
-            (methods::RESOURCES_READ, r#"{"jsonrpc":"2.0","id":"taskgate-m4","result":{"contents":[]}}"#),
+            (methods::RESOURCES_READ, "taskgate-m4", r#"{"jsonrpc":"2.0","id":"taskgate-m4","result":{"contents":[]}}"#),
         ];
-        for (method, json) in cases {
-            let fast = plain_result(method, &id, json).expect("a plain result");
+        for (method, internal, json) in cases {
+            let internal = RequestId::String(internal.into());
+            let fast = plain_result(method, &internal, &id, json).expect("a plain result");
             assert_eq!(serde_json::from_str::<Value>(&fast).unwrap(), general(method, &id, json), "{json}");
+            // The members keep the upstream's order.
+            let value: Value = serde_json::from_str(&fast).unwrap();
+            let keys: Vec<&String> = value["result"].as_object().unwrap().keys().collect();
+            let upstream: Value = serde_json::from_str(json).unwrap();
+            let first: Vec<&String> =
+                upstream["result"].as_object().unwrap().keys().filter(|k| *k != "_meta").collect();
+            assert_eq!(&keys[..first.len()], &first[..], "{json}");
         }
+        let numbered = r#"{"jsonrpc":"2.0","id":42,"result":{"content":[]}}"#;
+        assert!(plain_result(methods::TOOLS_CALL, &RequestId::Number(42), &id, numbered).is_some());
         // Anything else takes the general path: a task, an error, a request, a notification,
-        // a `_meta` that is not an object.
+        // a `_meta` that is not an object, a response to another request.
+        let m = RequestId::String("m".into());
         for json in [
             r#"{"jsonrpc":"2.0","id":"m","result":{"task":{"taskId":"t","status":"working"}}}"#,
             r#"{"jsonrpc":"2.0","id":"m","error":{"code":-1,"message":"no"}}"#,
             r#"{"jsonrpc":"2.0","id":"m","method":"elicitation/create","params":{}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#,
             r#"{"jsonrpc":"2.0","id":"m","result":{"_meta":null}}"#,
+            r#"{"jsonrpc":"2.0","id":"n","result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":"mm","result":{"content":[]}}"#,
         ] {
-            assert_eq!(plain_result(methods::TOOLS_CALL, &id, json), None, "{json}");
+            assert_eq!(plain_result(methods::TOOLS_CALL, &m, &id, json), None, "{json}");
         }
+        assert_eq!(plain_result(methods::TOOLS_CALL, &RequestId::Number(4), &id, numbered), None);
     }
 }

@@ -18,6 +18,7 @@ mod tasks;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,15 +30,17 @@ use serde_json::{json, Value};
 use taskgate_config::Config;
 use taskgate_core::{Gateway, GatewayError, Identity, TaskMode};
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self, meta, MetaError, RequestMeta};
+use taskgate_protocol::modern::{self, MetaError, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
-use crate::checks::{self, VERSION_HEADER};
+use crate::checks::{self, VERSION_NAME};
 
 /// The `Mcp-Method` header.
 pub const METHOD_HEADER: &str = "mcp-method";
+const METHOD_NAME: actix_web::http::header::HeaderName = actix_web::http::header::HeaderName::from_static(METHOD_HEADER);
 /// The `Mcp-Name` header.
 pub const NAME_HEADER: &str = "mcp-name";
+const NAME_NAME: actix_web::http::header::HeaderName = actix_web::http::header::HeaderName::from_static(NAME_HEADER);
 
 /// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
 /// `requestState` key.
@@ -88,7 +91,7 @@ pub fn is_modern(headers: &HeaderMap, message: &Message) -> bool {
 }
 
 fn header_version(headers: &HeaderMap) -> Option<&str> {
-    headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()).map(str::trim)
+    headers.get(&VERSION_NAME).and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
 /// Serves one 2026-07-28 message (credentials, body, rates and `Accept` already checked).
@@ -132,11 +135,12 @@ async fn serve_request(
 ) -> Result<HttpResponse, GatewayError> {
     // basic/versioning: an unsupported version MUST get -32022 listing the supported ones;
     // basic "`_meta`": a missing required field MUST get -32602 with 400.
-    let request_meta = RequestMeta::from_params(params.as_ref()).map_err(|e| match e {
+    let mut params = params;
+    let request_meta = RequestMeta::take_from_params(params.as_mut()).map_err(|e| match e {
         MetaError::Unsupported(v) => GatewayError::UnsupportedRevision(taskgate_core::logs::Untrusted(&v).to_string()),
         MetaError::Invalid(why) => GatewayError::InvalidMeta(why),
     })?;
-    standard_headers(headers, &method, params.as_ref(), &request_meta.version)?;
+    standard_headers(headers, &method, params.as_ref(), request_meta.version)?;
     match method.as_str() {
         modern::methods::SERVER_DISCOVER => Ok(discover(gateway, &identity, id)),
         modern::methods::SUBSCRIPTIONS_LISTEN => {
@@ -187,17 +191,21 @@ fn standard_headers(
     params: Option<&Value>,
     version: &str,
 ) -> Result<(), GatewayError> {
-    let get = |name: &str| -> Result<Option<String>, GatewayError> {
+    let get = |name: &actix_web::http::header::HeaderName| -> Result<Option<Cow<'_, str>>, GatewayError> {
         let mut values = headers.get_all(name);
         let Some(first) = values.next() else { return Ok(None) };
         if values.next().is_some() {
             return Err(GatewayError::HeaderMismatch(format!("the {name} header is sent more than once")));
         }
+        // The common case, a plain value, is compared where it lies.
+        if let Some(plain) = modern::plain_header_value(first.as_bytes()) {
+            return Ok(Some(Cow::Borrowed(plain)));
+        }
         modern::decode_header_value(first.as_bytes(), |b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-            .map(Some)
+            .map(|v| Some(Cow::Owned(v)))
             .map_err(|why| GatewayError::HeaderMismatch(format!("{name}: {why}")))
     };
-    match get(VERSION_HEADER)? {
+    match get(&VERSION_NAME)? {
         None => return Err(GatewayError::HeaderMismatch("the MCP-Protocol-Version header is required".into())),
         Some(v) if v.trim() != version => {
             return Err(GatewayError::HeaderMismatch(format!(
@@ -207,9 +215,9 @@ fn standard_headers(
         }
         Some(_) => {}
     }
-    match get(METHOD_HEADER)? {
+    match get(&METHOD_NAME)? {
         None => return Err(GatewayError::HeaderMismatch("the Mcp-Method header is required".into())),
-        Some(m) if m != method => {
+        Some(m) if m.as_ref() != method => {
             return Err(GatewayError::HeaderMismatch(format!(
                 "Mcp-Method header value {} does not match body value {}",
                 taskgate_core::logs::Untrusted(&m),
@@ -220,13 +228,13 @@ fn standard_headers(
     }
     if let Some(source) = modern::name_source(method) {
         let body = params.and_then(|p| p.get(source)).and_then(Value::as_str);
-        match (get(NAME_HEADER)?, body) {
+        match (get(&NAME_NAME)?, body) {
             (None, _) => {
                 return Err(GatewayError::HeaderMismatch(format!(
                     "the Mcp-Name header is required for {method} (the value of params.{source})"
                 )))
             }
-            (Some(name), Some(body)) if name == body => {}
+            (Some(name), Some(body)) if name.as_ref() == body => {}
             (Some(name), _) => {
                 return Err(GatewayError::HeaderMismatch(format!(
                     "Mcp-Name header value {} does not match body value params.{source}",
@@ -284,8 +292,8 @@ async fn forward(
     if let Some(object) = params.as_object_mut() {
         object.remove("inputResponses");
         object.remove("requestState");
+        // The per-request fields are out already (RequestMeta::take_from_params).
         if let Some(Value::Object(m)) = object.get_mut("_meta") {
-            m.retain(|key, _| !meta::PER_REQUEST.contains(&key.as_str()));
             if let Some(token) = &internal_token {
                 m.insert(taskgate_protocol::mcp::meta::PROGRESS_TOKEN.into(), token.clone());
             }

@@ -1,0 +1,113 @@
+//! Section 9, instructions: the gateway's own work per proxied `tools/call`, counted by
+//! callgrind. Instruction counts do not move with the noise of a shared machine, so this is the
+//! figure each change to the proxy path is judged by.
+//!
+//! For each kind of call, the gateway runs twice under callgrind with the same upstream: once
+//! with only the warm-up calls, once with the warm-up and then the measured calls. The
+//! difference of the two totals, divided by the measured calls, is the cost of one call, with
+//! start-up, the first upstream session and shutdown cancelled out.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use taskgate_testkit::McpClient;
+
+use crate::revisions::stateless_call;
+use crate::{call, connect, start_demo, start_gateway_wrapped, verdict, Plan};
+
+/// The kinds of call measured.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A 2025-11-25 client in its session.
+    Session,
+    /// A 2026-07-28 stateless request.
+    Stateless,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Session => "2025-11-25 session tools/call",
+            Kind::Stateless => "2026-07-28 stateless tools/call",
+        }
+    }
+}
+
+fn valgrind_installed() -> bool {
+    std::process::Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// The total instructions of one gateway run that served `calls` calls of `kind`.
+async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u64> {
+    let out = std::env::temp_dir().join(format!("taskgate-bench-callgrind-{}-{}", std::process::id(), calls));
+    let wrap = [
+        "valgrind".to_owned(),
+        "--tool=callgrind".to_owned(),
+        format!("--callgrind-out-file={}", out.display()),
+    ];
+    let config = format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n");
+    let (gateway, url) = start_gateway_wrapped(bin, &config, &wrap).await?;
+    let served = async {
+        match kind {
+            Kind::Session => {
+                let client = connect(&url).await?;
+                for _ in 0..calls {
+                    call(&client, "demo__echo").await?;
+                }
+            }
+            Kind::Stateless => {
+                let client = McpClient::new(&url);
+                for _ in 0..calls {
+                    stateless_call(&client, "demo__echo").await?;
+                }
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    // callgrind writes its profile when the process exits cleanly.
+    gateway.terminate().await;
+    let profile = std::fs::read_to_string(&out);
+    let _ = std::fs::remove_file(&out);
+    served?;
+    let profile = profile.with_context(|| format!("callgrind wrote no profile at {}", out.display()))?;
+    profile
+        .lines()
+        .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
+        .and_then(|n| n.trim().parse().ok())
+        .context("no totals in the callgrind profile")
+}
+
+pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
+    println!("## 9. Instructions per proxied call (callgrind)");
+    println!();
+    if !valgrind_installed() {
+        println!("- valgrind is not installed (apt-get install -y valgrind): this section was skipped.");
+        println!();
+        return Ok(());
+    }
+    let (warm_up, measured) = if plan.quick { (10, 20) } else { (50, 400) };
+    let (_demo, demo_url) = start_demo(bin).await?;
+    let mut per_call = Vec::new();
+    for kind in [Kind::Session, Kind::Stateless] {
+        let base = count(bin, &demo_url, kind, warm_up).await?;
+        let full = count(bin, &demo_url, kind, warm_up + measured).await?;
+        if full <= base {
+            bail!("{}: {full} instructions with the calls, {base} without", kind.name());
+        }
+        per_call.push((kind, (full - base) / measured as u64));
+    }
+    println!("| call, through the gateway to the demo upstream over HTTP | gateway instructions per call |");
+    println!("| --- | --- |");
+    for (kind, n) in &per_call {
+        println!("| {} | {} |", kind.name(), n);
+    }
+    let ratio = per_call[1].1 as f64 / per_call[0].1 as f64;
+    println!();
+    println!(
+        "- {measured} calls after {warm_up} warm-up calls, each kind on a fresh gateway, one keep-alive connection"
+    );
+    println!("- 2026 stateless / 2025 session: {ratio:.2} (target ≤ 1.1: {})", verdict(ratio <= 1.1));
+    println!();
+    Ok(())
+}
