@@ -40,11 +40,8 @@ fn valgrind_installed() -> bool {
 /// The total instructions of one gateway run that served `calls` calls of `kind`.
 async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u64> {
     let out = std::env::temp_dir().join(format!("taskgate-bench-callgrind-{}-{}", std::process::id(), calls));
-    let wrap = [
-        "valgrind".to_owned(),
-        "--tool=callgrind".to_owned(),
-        format!("--callgrind-out-file={}", out.display()),
-    ];
+    let wrap =
+        ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
     let config = format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n");
     let (gateway, url) = start_gateway_wrapped(bin, &config, &wrap).await?;
     let served = async {

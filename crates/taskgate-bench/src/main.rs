@@ -101,7 +101,9 @@ fn parse_args(args: &[String]) -> Result<Option<Plan>, String> {
             }
             "--tasks" => {
                 let n = rest.next().ok_or("--tasks needs a count")?;
-                tasks = Some(n.parse::<usize>().ok().filter(|n| *n > 0).ok_or(format!("--tasks {n:?}: not a positive count"))?);
+                tasks = Some(
+                    n.parse::<usize>().ok().filter(|n| *n > 0).ok_or(format!("--tasks {n:?}: not a positive count"))?,
+                );
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -300,7 +302,8 @@ fn ticks_per_second() -> f64 {
 fn process_tree_cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The fields after the command name (which may hold spaces) in parentheses.
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
     let mut total = Duration::from_secs_f64(ticks as f64 / ticks_per_second());

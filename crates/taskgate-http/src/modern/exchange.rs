@@ -627,7 +627,11 @@ mod tests {
                 "taskgate-m3",
                 r#"{"jsonrpc":"2.0","id":"taskgate-m3","result":{"tools":[{"name":"t","inputSchema":{"type":"object"}}],"ttlMs":5,"we\u0022ird":true}}"#,
             ),
-            (methods::RESOURCES_READ, "taskgate-m4", r#"{"jsonrpc":"2.0","id":"taskgate-m4","result":{"contents":[]}}"#),
+            (
+                methods::RESOURCES_READ,
+                "taskgate-m4",
+                r#"{"jsonrpc":"2.0","id":"taskgate-m4","result":{"contents":[]}}"#,
+            ),
         ];
         for (method, internal, json) in cases {
             let internal = RequestId::String(internal.into());

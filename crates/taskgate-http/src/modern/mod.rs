@@ -16,9 +16,9 @@ mod listen;
 pub mod state;
 mod tasks;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,8 @@ use crate::checks::{self, VERSION_NAME};
 
 /// The `Mcp-Method` header.
 pub const METHOD_HEADER: &str = "mcp-method";
-const METHOD_NAME: actix_web::http::header::HeaderName = actix_web::http::header::HeaderName::from_static(METHOD_HEADER);
+const METHOD_NAME: actix_web::http::header::HeaderName =
+    actix_web::http::header::HeaderName::from_static(METHOD_HEADER);
 /// The `Mcp-Name` header.
 pub const NAME_HEADER: &str = "mcp-name";
 const NAME_NAME: actix_web::http::header::HeaderName = actix_web::http::header::HeaderName::from_static(NAME_HEADER);
