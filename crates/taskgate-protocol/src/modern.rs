@@ -276,7 +276,14 @@ mod tests {
         assert!(decode_header_value(b"a\x01b", b64).is_err());
         assert!(decode_header_value("é".as_bytes(), b64).is_err());
         // The copy-free reading agrees wherever it answers, and leaves the rest to the decoder.
-        for raw in [&b"get_weather"[..], b"a b\tc", b"=?base64?SGVsbG8sIOS4lueVjA==?=", b"=?base64?x", b"a\x01b", "é".as_bytes()] {
+        for raw in [
+            &b"get_weather"[..],
+            b"a b\tc",
+            b"=?base64?SGVsbG8sIOS4lueVjA==?=",
+            b"=?base64?x",
+            b"a\x01b",
+            "é".as_bytes(),
+        ] {
             if let Some(plain) = plain_header_value(raw) {
                 assert_eq!(decode_header_value(raw, b64).as_deref(), Ok(plain));
             }

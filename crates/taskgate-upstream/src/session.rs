@@ -89,7 +89,7 @@ pub(crate) struct Incoming {
 /// a request's own SSE response stream go to its sink directly.)
 #[derive(Default)]
 pub(crate) struct Routes {
-    by_token: parking_lot::Mutex<std::collections::HashMap<String, mpsc::Sender<Message>>>,
+    by_token: parking_lot::Mutex<foldhash::HashMap<String, mpsc::Sender<Message>>>,
 }
 
 impl Routes {

@@ -1,7 +1,9 @@
 //! The stdio transport toward an upstream (basic/transports "stdio"): a child process speaking
 //! newline-delimited JSON-RPC on stdin/stdout, its stderr captured into the log.
 
-use std::collections::HashMap;
+// foldhash: the maps of ids and names on every request's path hash in a few instructions,
+// not SipHash's hundreds; its seeds are random per map.
+use foldhash::HashMap;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -20,7 +20,9 @@ pub(crate) use events::ClientNotification;
 pub(crate) use relay::{relay_call, ClientResponse};
 pub(crate) use task_calls::{RemoteInputs, TaskEnded, TaskProgress, TaskStatusChanged};
 
-use std::collections::HashMap;
+// foldhash: the maps of ids and names on every request's path hash in a few instructions,
+// not SipHash's hundreds; its seeds are random per map.
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use actix::prelude::*;

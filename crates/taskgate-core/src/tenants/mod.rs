@@ -5,7 +5,9 @@
 pub mod auth;
 pub mod limits;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
