@@ -34,7 +34,9 @@ impl Supervisor {
     /// After a burst of tasks ends, gives the freed memory back: glibc keeps freed pages in its
     /// arenas, so without this a gateway's resident memory stays at its peak.
     fn trim_after_bursts(&mut self) {
-        let held = self.shared.tasks.store().len();
+        // Tasks in the store and their actors: an expired task's actor stops a moment after its
+        // record goes, and what it frees must be there to give back.
+        let held = self.shared.tasks.store().len() + self.shared.tasks.live_actors();
         // After a large release, or once the last task of a burst is gone.
         if self.peak_tasks >= held + TRIM_AFTER_RELEASED || (held == 0 && self.peak_tasks > 0) {
             // Tables keep their peak capacity until told otherwise.
