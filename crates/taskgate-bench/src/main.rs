@@ -20,6 +20,7 @@ use tokio::process::{Child, Command};
 
 mod instructions;
 mod revisions;
+mod sessions;
 mod soak;
 mod stores;
 
@@ -64,8 +65,18 @@ impl Plan {
 }
 
 /// The sections, in the order a full run takes them.
-const SECTIONS: [&str; 9] =
-    ["proxy", "polling", "tasks", "progress", "cancellation", "stores", "soak", "revisions", "instructions"];
+const SECTIONS: [&str; 10] = [
+    "proxy",
+    "polling",
+    "tasks",
+    "progress",
+    "cancellation",
+    "stores",
+    "soak",
+    "revisions",
+    "instructions",
+    "sessions",
+];
 
 const USAGE: &str = "usage: taskgate-bench [--quick] [--only SECTION] [--tasks N]
 
@@ -75,7 +86,7 @@ first: cargo build --release --workspace) and prints the report as Markdown.
   --quick          every measurement with small counts: checks that each works (CI runs this);
                    the figures mean nothing
   --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
-                   revisions, instructions
+                   revisions, instructions, sessions
   --tasks N        the number of live tasks of the task-scale section (default 100000)
   --help           this text
 
@@ -185,6 +196,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("instructions") {
         instructions::instructions(&plan, &bin).await?;
+    }
+    if run("sessions") {
+        sessions::sessions(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());
@@ -809,6 +823,9 @@ async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The Supervisor gives freed memory back at its next sweep once nothing is held (a
+    // benchmark may wait; tests may not): two sweep intervals.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let _ = client.request("ping", None).await;
     let after = gateway.rss();
     // A second round of the same size: if the memory is reused rather than leaked, the peak

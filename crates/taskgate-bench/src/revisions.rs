@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use actix_web::web::Bytes;
 use anyhow::{bail, Result};
 use futures_util::future::join_all;
 use serde_json::json;
@@ -15,6 +16,11 @@ use crate::{call, connect, ms, percentile, sequential_latencies, start_demo, sta
 
 /// One 2026-07-28 `tools/call`, as a stateless client sends it; checks it succeeded.
 pub async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
+    stateless_post(client, &stateless_body(tool), tool).await
+}
+
+/// The body of a 2026-07-28 `tools/call` of `tool`, with the per-request `_meta`.
+fn stateless_body(tool: &str) -> Bytes {
     let body = json!({
         "jsonrpc": "2.0",
         "id": 1,
@@ -29,19 +35,45 @@ pub async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
             },
         },
     });
+    Bytes::from(body.to_string())
+}
+
+/// The body of a 2025-11-25 `tools/call` of `tool`.
+fn session_body(tool: &str) -> Bytes {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {"text": "x"}}});
+    Bytes::from(body.to_string())
+}
+
+async fn stateless_post(client: &McpClient, body: &Bytes, tool: &str) -> Result<()> {
     let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)];
-    let reply = client.post_raw(body.to_string(), &headers).await;
+    let reply = client.post_raw(body.clone(), &headers).await;
     match reply.outcome() {
         Ok(result) if result["resultType"] == "complete" => Ok(()),
         other => bail!("a stateless {tool} failed: {other:?}"),
     }
 }
 
-async fn stateless_latencies(client: &McpClient, tool: &str, n: usize) -> Result<Vec<Duration>> {
+async fn session_post(client: &McpClient, body: &Bytes, tool: &str) -> Result<()> {
+    let reply = client.post_raw(body.clone(), &[]).await;
+    match reply.outcome() {
+        Ok(_) => Ok(()),
+        other => bail!("{tool} in a session failed: {other:?}"),
+    }
+}
+
+/// Sequential latencies of one kind of call: the body is built once, outside the timing, so
+/// that what is timed is the round trip (the client's own work is the same for both kinds but
+/// for the 2026 request's larger body and headers).
+async fn latencies(client: &McpClient, tool: &str, n: usize, stateless: bool) -> Result<Vec<Duration>> {
+    let body = if stateless { stateless_body(tool) } else { session_body(tool) };
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        stateless_call(client, tool).await?;
+        if stateless {
+            stateless_post(client, &body, tool).await?;
+        } else {
+            session_post(client, &body, tool).await?;
+        }
         samples.push(started.elapsed());
     }
     Ok(samples)
@@ -81,8 +113,8 @@ pub async fn revisions(plan: &Plan, bin: &Path) -> Result<()> {
     let (mut d, mut s, mut m) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         d.extend(sequential_latencies(&direct, "echo", plan.sequential / rounds).await?);
-        s.extend(sequential_latencies(&session, "demo__echo", plan.sequential / rounds).await?);
-        m.extend(stateless_latencies(&stateless, "demo__echo", plan.sequential / rounds).await?);
+        s.extend(latencies(&session, "demo__echo", plan.sequential / rounds, false).await?);
+        m.extend(latencies(&stateless, "demo__echo", plan.sequential / rounds, true).await?);
     }
     let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
     let (s50, s99) = (percentile(&mut s, 0.5), percentile(&mut s, 0.99));

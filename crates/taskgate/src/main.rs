@@ -1,6 +1,10 @@
 //! The `taskgate` command: `serve`, `check-config`, `demo`, and `demo-upstream` (the demo MCP
 //! server itself, over stdio or HTTP).
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
