@@ -5,6 +5,8 @@ use serde_json::{json, Value};
 use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 
+use crate::support::within;
+
 fn gateway_with_demo() -> (DemoUpstream, TestGateway) {
     let demo = DemoUpstream::start();
     let gateway = TestGateway::start(config_with(vec![demo.upstream("demo")]));
@@ -254,4 +256,27 @@ async fn max_sessions_is_enforced_with_503() {
     assert_eq!(a.delete().await, 200);
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
+}
+
+#[actix_rt::test]
+async fn a_call_whose_response_is_not_first_within_the_wait_is_streamed_before_it_ends() {
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![demo.upstream("demo")]);
+    // 0: the stream starts at once unless the response is already there (the default, a
+    // second, would be waited out here).
+    config.server.first_message_wait_ms = 0;
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // The reply's headers arrive while the upstream still holds the call: an SSE stream (a JSON
+    // answer could not exist before the gate opens).
+    let mut stream =
+        within(c.request_stream("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "late"}}))))
+            .await;
+    assert!(stream.is_sse());
+    within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+    demo.demo.release("late");
+    let response = within(stream.next()).await.expect("the response");
+    assert!(response.is_response(), "{response:?}");
+    assert!(within(stream.next()).await.is_none());
 }

@@ -32,6 +32,10 @@ pub mod defaults {
     pub const SESSION_BUFFER_BYTES: usize = 8 * 1024 * 1024;
     /// Longest time a client may take to send a request body, in milliseconds.
     pub const BODY_TIMEOUT_MS: u64 = 10_000;
+    pub const FIRST_MESSAGE_WAIT_MS: u64 = 1_000;
+    /// The keep-alive cadence of SSE replies: waiting longer would leave a connection silent
+    /// for longer than an idle stream ever is.
+    pub const MAX_FIRST_MESSAGE_WAIT_MS: u64 = 15_000;
     /// How long an upstream request waits for a 2026-07-28 client's retry with its input, in seconds.
     pub const INPUT_WAIT_SECS: u64 = 120;
     /// Client streams open at once.
@@ -151,6 +155,11 @@ pub struct ServerConfig {
     pub session_buffer_bytes: usize,
     /// Longest time a client may take to send a request's body, in milliseconds (408 after).
     pub body_timeout_ms: u64,
+    /// How long a streamed method's reply (`tools/call`, `tasks/result`, …) to a client that
+    /// accepts JSON and SSE waits for its first message, in milliseconds: a response that comes
+    /// first within it is one JSON object; anything else, or nothing by then, starts the SSE
+    /// stream. 0 starts the stream at once unless the response is already there.
+    pub first_message_wait_ms: u64,
     /// How long an upstream request that asked a 2026-07-28 client for input (an
     /// `input_required` result) waits for the client's retry before it is answered with an
     /// error and cancelled, in seconds.
@@ -194,6 +203,7 @@ impl Default for ServerConfig {
             stream_buffer_bytes: defaults::STREAM_BUFFER_BYTES,
             session_buffer_bytes: defaults::SESSION_BUFFER_BYTES,
             body_timeout_ms: defaults::BODY_TIMEOUT_MS,
+            first_message_wait_ms: defaults::FIRST_MESSAGE_WAIT_MS,
             input_wait_secs: defaults::INPUT_WAIT_SECS,
             max_connections: 0,
             shutdown_grace_secs: defaults::SHUTDOWN_GRACE_SECS,
@@ -670,6 +680,16 @@ impl Config {
                 );
             }
         }
+        if self.server.first_message_wait_ms > defaults::MAX_FIRST_MESSAGE_WAIT_MS {
+            bad(
+                "server.first_message_wait_ms".into(),
+                format!(
+                    "{} is longer than an idle SSE reply is ever silent; use 0 to {}",
+                    self.server.first_message_wait_ms,
+                    defaults::MAX_FIRST_MESSAGE_WAIT_MS
+                ),
+            );
+        }
         if self.server.tenant_share_percent > 100 {
             bad(
                 "server.tenant_share_percent".into(),
@@ -853,6 +873,18 @@ mod tests {
                 "upstream[1] (\"a\").url",
             ]
         );
+    }
+
+    #[test]
+    fn the_first_message_wait_is_bounded_by_the_keep_alive_cadence() {
+        let parse =
+            |ms: u64| Config::from_toml(&format!("[server]\nfirst_message_wait_ms = {ms}\n"), "t.toml", &no_env);
+        assert_eq!(parse(0).unwrap().server.first_message_wait_ms, 0);
+        assert_eq!(parse(15_000).unwrap().server.first_message_wait_ms, 15_000);
+        assert_eq!(Config::default().server.first_message_wait_ms, 1_000);
+        let Err(ConfigError::Invalid { problems, .. }) = parse(15_001) else { panic!("expected invalid") };
+        assert_eq!(problems[0].location, "server.first_message_wait_ms");
+        assert!(problems[0].message.contains("0 to 15000"), "{}", problems[0].message);
     }
 
     #[test]

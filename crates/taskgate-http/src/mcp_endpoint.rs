@@ -66,11 +66,6 @@ pub async fn post(
 
 type Refusal = (GatewayError, Option<taskgate_protocol::RequestId>);
 
-/// How long a call's answer may wait for its first message before its SSE stream starts
-/// (basic/transports "Sending Messages to the Server": the server MAY answer a request with
-/// `application/json` or `text/event-stream`).
-const FIRST_FRAME_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
 async fn dispatch(
     headers: &HeaderMap,
     identity: Identity,
@@ -170,8 +165,11 @@ async fn dispatch(
                 // A client that accepts both gets one JSON object when the response is the
                 // first thing to send (one write, no chunked stream); the stream starts as soon
                 // as anything else comes first (progress, a relayed request) or the response
-                // takes longer than FIRST_FRAME_WAIT.
-                match tokio::time::timeout(FIRST_FRAME_WAIT, messages.recv()).await {
+                // takes longer than `server.first_message_wait_ms` (basic/transports "Sending
+                // Messages to the Server": a request MUST be answered with `text/event-stream`
+                // or `application/json`; the server chooses).
+                let wait = std::time::Duration::from_millis(gateway.config().server.first_message_wait_ms);
+                match tokio::time::timeout(wait, messages.recv()).await {
                     Ok(Some(frame)) if frame.response => return Ok(reply::frame(frame)),
                     Ok(Some(frame)) => return Ok(sse::response_after(Some(frame), messages)),
                     // Cancelled (or its session closed): no response (basic/utilities/

@@ -194,6 +194,7 @@ impl McpClient {
         let mut response = self.http.post(&self.url).headers(self.headers()).body(body).send().await.expect("POST");
         let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
         let mut queue = Vec::new();
+        let sse = content_type.as_deref() == Some("text/event-stream");
         match content_type.as_deref() {
             Some("text/event-stream") => {}
             Some("application/json") => {
@@ -205,7 +206,7 @@ impl McpClient {
             }
             other => panic!("a request answered with Content-Type {other:?}"),
         }
-        SseReader { response, decoder: Decoder::new(1 << 24), queue }
+        SseReader { response, decoder: Decoder::new(1 << 24), queue, sse }
     }
 
     /// Opens the GET stream.
@@ -217,7 +218,7 @@ impl McpClient {
         if response.status() != StatusCode::OK {
             return Err(response.status());
         }
-        Ok(SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new() })
+        Ok(SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new(), sse: true })
     }
 
     /// Ends the session; returns the HTTP status.
@@ -257,12 +258,18 @@ pub struct SseReader {
     response: reqwest::Response,
     decoder: Decoder,
     queue: Vec<Message>,
+    sse: bool,
 }
 
 impl SseReader {
     /// Reads the SSE body of a response the test sent itself.
     pub fn from_response(response: reqwest::Response) -> SseReader {
-        SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new() }
+        SseReader { response, decoder: Decoder::new(1 << 24), queue: Vec::new(), sse: true }
+    }
+
+    /// Whether the reply is an SSE stream (not one JSON message).
+    pub fn is_sse(&self) -> bool {
+        self.sse
     }
 
     /// The next message, or `None` when the stream ends. Fails the test after 30 s.
