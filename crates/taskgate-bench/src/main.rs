@@ -501,17 +501,23 @@ async fn sequential_latencies(client: &McpClient, tool: &str, n: usize) -> Resul
 
 /// Requests per second with `concurrency` clients sending `total` calls in all.
 async fn throughput(client: &McpClient, tool: &str, total: usize, concurrency: usize) -> Result<f64> {
+    throughput_of(total, concurrency, || call(client, tool)).await
+}
+
+/// Requests per second of `one` (one call, checked), `concurrency` at a time, `total` in all.
+async fn throughput_of<F, Fut>(total: usize, concurrency: usize, one: F) -> Result<f64>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
     let started = Instant::now();
     let per_worker = total / concurrency;
-    let workers = (0..concurrency).map(|_| {
-        let client = client.clone();
-        let tool = tool.to_owned();
-        async move {
-            for _ in 0..per_worker {
-                call(&client, &tool).await?;
-            }
-            Ok::<_, anyhow::Error>(())
+    let one = &one;
+    let workers = (0..concurrency).map(|_| async move {
+        for _ in 0..per_worker {
+            one().await?;
         }
+        Ok::<_, anyhow::Error>(())
     });
     for outcome in join_all(workers).await {
         outcome?;

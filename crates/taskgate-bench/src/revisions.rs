@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
 use anyhow::{bail, Result};
-use futures_util::future::join_all;
 use serde_json::json;
 use taskgate_testkit::McpClient;
 
@@ -79,21 +78,6 @@ async fn latencies(client: &McpClient, tool: &str, n: usize, stateless: bool) ->
     Ok(samples)
 }
 
-async fn stateless_throughput(client: &McpClient, tool: &str, total: usize, concurrency: usize) -> Result<f64> {
-    let started = Instant::now();
-    let per_worker = total / concurrency;
-    let workers = (0..concurrency).map(|_| async move {
-        for _ in 0..per_worker {
-            stateless_call(client, tool).await?;
-        }
-        Ok::<_, anyhow::Error>(())
-    });
-    for outcome in join_all(workers).await {
-        outcome?;
-    }
-    Ok((per_worker * concurrency) as f64 / started.elapsed().as_secs_f64())
-}
-
 pub async fn revisions(plan: &Plan, bin: &Path) -> Result<()> {
     println!("## 8. Revisions: a 2026-07-28 stateless tools/call vs a 2025-11-25 session call");
     println!();
@@ -120,7 +104,9 @@ pub async fn revisions(plan: &Plan, bin: &Path) -> Result<()> {
     let (s50, s99) = (percentile(&mut s, 0.5), percentile(&mut s, 0.99));
     let (m50, m99) = (percentile(&mut m, 0.5), percentile(&mut m, 0.99));
     let session_rps = crate::throughput(&session, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
-    let stateless_rps = stateless_throughput(&stateless, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
+    let stateless_rps =
+        crate::throughput_of(plan.concurrent_total, plan.concurrency, || stateless_call(&stateless, "demo__echo"))
+            .await?;
     println!("| path | p50 | p99 | throughput at {} clients |", plan.concurrency);
     println!("| --- | --- | --- | --- |");
     println!("| direct to the upstream (2025-11-25 session) | {} | {} | |", ms(d50), ms(d99));
