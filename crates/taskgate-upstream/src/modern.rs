@@ -552,15 +552,34 @@ struct Call<'a> {
     round: &'a Arc<Mutex<RequestId>>,
 }
 
-/// Removes a request from the in-flight table whichever way its future ends.
+/// Removes a request from the in-flight table whichever way its future ends. Over stdio, a
+/// future dropped before it ended (the client cancelled it and the core stopped its work, or
+/// the upstream's timeout) also tells the process: stdio "Cancellation" is
+/// `notifications/cancelled` naming the request's current round; over HTTP dropping the
+/// future closes the request's stream, which is the cancellation.
 struct InFlightGuard<'a> {
     state: &'a ModernState,
     id: RequestId,
+    channel: &'a Channel,
+    round: &'a Arc<Mutex<RequestId>>,
+    ended: bool,
 }
 
 impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
-        self.state.in_flight.lock().remove(&self.id);
+        let removed = self.state.in_flight.lock().remove(&self.id);
+        if self.ended || self.state.http || removed.is_none() {
+            // Ended with an outcome, or cancelled by `modern_notify`, which told the process.
+            return;
+        }
+        let channel = self.channel.clone();
+        let notice = Message::notification(
+            methods::CANCELLED,
+            Some(json!({ "requestId": self.round.lock().to_value(), "reason": "the request was abandoned" })),
+        );
+        tokio::spawn(async move {
+            let _ = channel.send(&notice).await;
+        });
     }
 }
 
@@ -579,15 +598,17 @@ impl UpstreamSession {
         let (cancel, cancelled) = oneshot::channel();
         let round = Arc::new(Mutex::new(id.clone()));
         state.in_flight.lock().insert(id.clone(), InFlight { cancel, round: round.clone() });
-        let _guard = InFlightGuard { state, id: id.clone() };
+        let mut guard = InFlightGuard { state, id: id.clone(), channel: &ready.channel, round: &round, ended: false };
         let call = Call { ready, state, id: &id, round: &round };
         let work = self.modern_dispatch(call, method, params, related);
-        tokio::select! {
+        let outcome = tokio::select! {
             outcome = work => outcome,
             // basic/patterns/cancellation: the request's stream is closed (the future above is
             // dropped with it); nothing more is read for it.
             _ = cancelled => Err(state.rpc(ErrorObject::new(codes::INTERNAL_ERROR, "the request was cancelled"))),
-        }
+        };
+        guard.ended = true;
+        outcome
     }
 
     async fn modern_dispatch(
