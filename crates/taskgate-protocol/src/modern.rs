@@ -95,9 +95,12 @@ impl RequestMeta {
         })
     }
 
-    /// As [`RequestMeta::from_params`], and moves the per-request fields out of the params'
-    /// `_meta` (the rest of `_meta` stays, in its order; an empty `_meta` goes): they are the
-    /// gateway's to read, not the upstream's, and nothing is copied.
+    /// As [`RequestMeta::from_params`], and moves the version, capabilities and client info out
+    /// of the params' `_meta` (the rest of `_meta` stays, in its order; an empty `_meta` goes):
+    /// they are the gateway's to read, not the upstream's, and nothing is copied. The log level
+    /// stays too: it is the request's own (server/utilities/logging "Per-request log level"), a
+    /// 2026-07-28 upstream takes it as it is, and a 2025-11-25 upstream ignores a reserved key
+    /// it does not know.
     pub fn take_from_params(params: Option<&mut Value>) -> Result<RequestMeta, MetaError> {
         let Some(Value::Object(params)) = params else { return Err(Self::check(None).expect_err("no _meta")) };
         let Some(Value::Object(meta)) = params.get_mut("_meta") else {
@@ -110,7 +113,7 @@ impl RequestMeta {
             match key.as_str() {
                 meta::CLIENT_CAPABILITIES => capabilities = value,
                 meta::CLIENT_INFO => client_info = Some(value),
-                meta::PROTOCOL_VERSION | meta::LOG_LEVEL => {}
+                meta::PROTOCOL_VERSION => {}
                 _ => {
                     rest.insert(key, value);
                 }
@@ -310,7 +313,7 @@ mod tests {
         assert_eq!(taken.client_info, Some(json!({"name": "c", "version": "1"})));
         assert_eq!(taken.log_level, Some("info"));
         let rest: Vec<&String> = params["_meta"].as_object().unwrap().keys().collect();
-        assert_eq!(rest, ["progressToken", "vendor/a", "vendor/b"]);
+        assert_eq!(rest, ["progressToken", "vendor/a", "io.modelcontextprotocol/logLevel", "vendor/b"]);
         // A _meta of per-request fields only goes, and the params keep their order.
         let mut only = json!({"name": "t", "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
