@@ -122,7 +122,7 @@ async fn the_typescript_v2_client_sees_the_gateway_as_it_sees_a_2026_server_pinn
 
 /// Runs the Python SDK client (mcp 2.3.0, pinned in tests/interop/python/requirements.txt and
 /// installed by tests/interop/install) and returns the JSON it printed last.
-async fn run_python_client(url: &str, mode: &str) -> Value {
+pub async fn run_python_client(url: &str, mode: &str) -> Value {
     let python = interop_dir().join(".venv/bin/python");
     assert!(python.exists(), "the Python SDK is not installed: run tests/interop/install");
     let mut command = tokio::process::Command::new(python);

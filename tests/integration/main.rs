@@ -13,6 +13,7 @@ mod modern_upstreams;
 mod offerings;
 mod operations;
 mod progress;
+mod python_upstream;
 mod replicas;
 mod restart;
 mod rmcp_client;

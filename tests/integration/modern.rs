@@ -66,6 +66,25 @@ impl Client {
         self.http.post_raw(body, &headers).await
     }
 
+    /// Sends a request and returns its response stream, to read while it is open
+    /// (`subscriptions/listen`).
+    pub(crate) async fn stream(&self, method: &str, params: Value) -> taskgate_testkit::SseReader {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let body =
+            Message::request(taskgate_protocol::RequestId::Number(id), method, Some(self.params(params))).to_json();
+        let response = reqwest::Client::new()
+            .post(&self.http.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", V)
+            .header("mcp-method", method)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        taskgate_testkit::SseReader::from_response(response)
+    }
+
     pub(crate) async fn ok(&self, method: &str, params: Value) -> Value {
         let reply = self.send(method, params).await;
         assert_eq!(reply.status, 200, "{reply:?}");

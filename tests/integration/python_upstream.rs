@@ -1,0 +1,323 @@
+//! The Python SDK (`mcp` 2.3.0, pinned) as a 2026-07-28 upstream, over Streamable HTTP and over
+//! stdio (tests/interop/python/modern_server.py): each client, of either revision, gets through
+//! the gateway what it gets from the server directly; tool-list changes and resource updates
+//! arrive through the gateway's `subscriptions/listen` streams; the log level of a 2025 session
+//! (`logging/setLevel`) and of a 2026 request (`_meta` logLevel) reach the server, which filters
+//! by it; `/readyz` reaches it without `ping`.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+
+use serde_json::{json, Value};
+use taskgate_config::UpstreamConfig;
+use taskgate_protocol::Message;
+use taskgate_testkit::{config_with, interop_dir, McpClient, SseReader, TestGateway};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+use tokio::sync::mpsc;
+
+use crate::interop::run_ts_client_with;
+use crate::interop_modern::run_python_client;
+use crate::modern::Client as ModernClient;
+use crate::support::within;
+
+fn python() -> std::path::PathBuf {
+    let python = interop_dir().join(".venv/bin/python");
+    assert!(python.exists(), "the Python SDK is not installed: run tests/interop/install");
+    python
+}
+
+fn script() -> String {
+    interop_dir().join("python/modern_server.py").display().to_string()
+}
+
+/// What the Python server reports: the events of every process of it, counted.
+pub struct PythonEvents {
+    lines: mpsc::UnboundedReceiver<Value>,
+    counts: HashMap<String, u64>,
+}
+
+impl PythonEvents {
+    /// Waits until `count` events named `event` have been reported in all.
+    pub async fn seen(&mut self, event: &str, count: u64) {
+        while self.counts.get(event).copied().unwrap_or(0) < count {
+            let line = within(self.lines.recv()).await.expect("the Python server reports its events");
+            if let Some(name) = line["event"].as_str() {
+                *self.counts.entry(name.to_owned()).or_default() += 1;
+            }
+        }
+    }
+
+    fn count(&self, event: &str) -> u64 {
+        self.counts.get(event).copied().unwrap_or(0)
+    }
+}
+
+/// The Python server over Streamable HTTP on a free loopback port.
+pub struct PythonServer {
+    _child: Child,
+    pub url: String,
+    pub events: PythonEvents,
+}
+
+impl PythonServer {
+    pub async fn start() -> PythonServer {
+        let mut child = tokio::process::Command::new(python())
+            .args([&script(), "http"])
+            .current_dir(interop_dir())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the Python server starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = within(lines.next_line()).await.unwrap().expect("the server prints its port");
+        let port = serde_json::from_str::<Value>(&first).unwrap()["port"].as_u64().unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+            }
+        });
+        let events = PythonEvents { lines: rx, counts: HashMap::new() };
+        PythonServer { _child: child, url: format!("http://127.0.0.1:{port}/mcp"), events }
+    }
+}
+
+/// The Python server as a stdio upstream named `name`: the gateway starts its processes, each of
+/// which reports its events to a loopback listener of the test's.
+pub async fn stdio_upstream(name: &str) -> (UpstreamConfig, PythonEvents) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(socket).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+                }
+            });
+        }
+    });
+    let upstream = UpstreamConfig::stdio(name, python().display().to_string(), vec![script(), "stdio".into(), address]);
+    (upstream, PythonEvents { lines: rx, counts: HashMap::new() })
+}
+
+/// The gateway in front of `upstreams`, relaying every progress value.
+fn gateway(upstreams: Vec<UpstreamConfig>) -> TestGateway {
+    let mut config = config_with(upstreams);
+    config.progress.min_interval_ms = 0;
+    TestGateway::start(config)
+}
+
+/// A client's summary without its tool list (the gateway's names are namespaced).
+fn comparable(summary: &Value) -> Value {
+    let mut summary = summary.clone();
+    summary.as_object_mut().unwrap().remove("tools");
+    summary
+}
+
+fn assert_namespaced(direct: &Value, through: &Value, prefix: &str) {
+    let names = |s: &Value| -> Vec<String> {
+        s["tools"].as_array().unwrap().iter().filter_map(Value::as_str).map(str::to_owned).collect()
+    };
+    let expected: Vec<String> = names(direct).iter().map(|n| format!("{prefix}__{n}")).collect();
+    assert_eq!(names(through), expected, "the server's tools, namespaced");
+}
+
+/// The Python SDK's client (pinned to 2026-07-28 and in auto mode) and the TypeScript v2
+/// client (pinned) get through the gateway what they get from the Python server directly:
+/// tools, progress, an elicitation through MRTR at both hops, a cancelled call that reaches the
+/// server, and a `subscriptions/listen` acknowledgment.
+#[actix_rt::test]
+async fn a_python_2026_server_serves_clients_through_the_gateway_as_it_serves_them_directly() {
+    let mut server = PythonServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone())]);
+    let mut cancelled = 0;
+    for mode in ["pin", "auto"] {
+        let direct = run_python_client(&server.url, mode).await;
+        cancelled += 1;
+        server.events.seen("cancelled", cancelled).await;
+        let through = run_python_client(&gw.url, mode).await;
+        cancelled += 1;
+        server.events.seen("cancelled", cancelled).await;
+        assert_eq!(direct["version"], "2026-07-28", "{mode}: {direct}");
+        assert_eq!(direct["ask"][0]["text"], "answer: Ada", "{mode}: {direct}");
+        assert_eq!(direct["aborted"], "cancelled", "{mode}: {direct}");
+        assert_eq!(comparable(&through), comparable(&direct), "python {mode}: through the gateway vs directly");
+        assert_namespaced(&direct, &through, "py");
+    }
+    let direct = run_ts_client_with("modern-client.mjs", &[&server.url, "pin"]).await;
+    cancelled += 1;
+    server.events.seen("cancelled", cancelled).await;
+    let through = run_ts_client_with("modern-client.mjs", &[&gw.url, "pin"]).await;
+    cancelled += 1;
+    server.events.seen("cancelled", cancelled).await;
+    assert_eq!(direct["progress"]["values"], json!([1, 2, 3]), "{direct}");
+    assert_eq!(comparable(&through), comparable(&direct), "typescript v2: through the gateway vs directly");
+}
+
+/// basic/transports/stdio with 2026-07-28: the gateway probes the process with
+/// `server/discover`, stamps each request's `_meta`, cancels by `notifications/cancelled`, and
+/// opens its `subscriptions/listen` stream over stdio. The Python client through the gateway to
+/// the stdio server gets what it gets from the same server over HTTP directly; the TypeScript
+/// SDK 1.32 client (2025-11-25) gets progress, an elicitation, a task and an abort.
+#[actix_rt::test]
+async fn a_2026_upstream_over_stdio_serves_clients_of_both_revisions() {
+    let mut direct_server = PythonServer::start().await;
+    let (upstream, mut events) = stdio_upstream("pystdio").await;
+    let gw = gateway(vec![upstream]);
+    let direct = run_python_client(&direct_server.url, "pin").await;
+    direct_server.events.seen("cancelled", 1).await;
+    let through = run_python_client(&gw.url, "pin").await;
+    events.seen("cancelled", 1).await;
+    assert_eq!(direct["aborted"], "cancelled", "{direct}");
+    assert_eq!(comparable(&through), comparable(&direct), "through the gateway over stdio vs directly over HTTP");
+    assert_namespaced(&direct, &through, "pystdio");
+
+    let legacy = run_ts_client_with("legacy-client.mjs", &[&gw.url]).await;
+    events.seen("cancelled", 2).await;
+    assert_eq!(legacy["progress"]["values"], json!([1, 2, 3]), "{legacy}");
+    assert_eq!(legacy["ask"][0]["text"], "answer: Ada", "{legacy}");
+    assert_eq!(legacy["task"]["result"][0]["text"], "in a task", "{legacy}");
+    assert_eq!(legacy["aborted"], "rejected: McpError", "{legacy}");
+    // The gateway's listen streams reached the processes (the catalog's and the clients').
+    assert!(events.count("listening") >= 1, "no subscriptions/listen stream was honored over stdio");
+}
+
+/// Reads `stream` until a notification named `method` arrives.
+async fn notified(stream: &mut SseReader, method: &str) -> Value {
+    within(async {
+        loop {
+            match stream.next().await {
+                Some(Message::Notification { method: m, params }) if m == method => return params.unwrap_or_default(),
+                Some(_) => continue,
+                None => panic!("the stream ended before {method}"),
+            }
+        }
+    })
+    .await
+}
+
+fn text_of(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// basic/patterns/subscriptions: a tool the Python server adds at run time is announced on
+/// the gateway's `subscriptions/listen` stream; the gateway lists the upstream again and tells
+/// its clients, a 2025 session on its GET stream and a 2026 client on its own listen stream,
+/// and the next `tools/list` has the tool, which can be called.
+#[actix_rt::test]
+async fn a_2026_upstreams_tool_list_change_refreshes_the_catalog_for_clients_of_both_revisions() {
+    let server = PythonServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone())]);
+    let mut session = McpClient::new(&gw.url);
+    session.initialize().await;
+    assert!(!session.tool_names().await.contains(&"py__grown".to_owned()));
+    let mut get = session.open_stream().await.expect("the GET stream opens");
+    let modern = ModernClient::new(&gw.url, json!({}));
+    let mut listen = modern.stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
+    notified(&mut listen, "notifications/subscriptions/acknowledged").await;
+
+    assert_eq!(text_of(&session.call("py__grow", json!({"name": "grown"})).await.unwrap()), "added grown");
+    notified(&mut get, "notifications/tools/list_changed").await;
+    notified(&mut listen, "notifications/tools/list_changed").await;
+    assert!(session.tool_names().await.contains(&"py__grown".to_owned()));
+    assert_eq!(text_of(&session.call("py__grown", json!({"text": "new"})).await.unwrap()), "new");
+    assert_eq!(text_of(&modern.call("py__grown", json!({"text": "newer"})).await), "newer");
+}
+
+/// A 2025 session's `resources/subscribe` becomes the `resourceSubscriptions` filter of the
+/// gateway's listen stream at the 2026 upstream, over HTTP and over stdio; the upstream's
+/// update arrives as `notifications/resources/updated` on the session's GET stream.
+#[actix_rt::test]
+async fn a_resource_subscription_at_a_2026_upstream_brings_its_updates_over_http_and_stdio() {
+    let mut server = PythonServer::start().await;
+    let (stdio, mut stdio_events) = stdio_upstream("stdiopy").await;
+    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone()), stdio]);
+    for (prefix, events) in [("py", &mut server.events), ("stdiopy", &mut stdio_events)] {
+        let mut session = McpClient::new(&gw.url);
+        session.initialize().await;
+        // The session's upstream session opens with its first call, with its listen stream.
+        let before = events.count("listening");
+        session.call(&format!("{prefix}__echo"), json!({"text": "x"})).await.unwrap();
+        events.seen("listening", before + 1).await;
+        let mut get = session.open_stream().await.expect("the GET stream opens");
+        // The gateway's name for the upstream's memo://note.
+        let uri = format!("taskgate://{prefix}/memo://note");
+        let reply = session.request("resources/subscribe", Some(json!({"uri": uri}))).await;
+        reply.outcome().unwrap_or_else(|e| panic!("{prefix}: {e:?}"));
+        // The stream is opened again with the URI in its filter.
+        events.seen("listening", before + 2).await;
+        session.call(&format!("{prefix}__touch"), json!({})).await.unwrap();
+        let updated = notified(&mut get, "notifications/resources/updated").await;
+        assert_eq!(updated["uri"], uri, "{prefix}");
+    }
+}
+
+/// server/utilities/logging: a 2025 session's `logging/setLevel` goes to the 2026 upstream as
+/// each request's `_meta` logLevel, and a 2026 client's own logLevel goes with its request;
+/// the Python server sends only the messages at or above it (and none without a level).
+#[actix_rt::test]
+async fn the_log_level_of_either_revision_reaches_a_2026_upstream() {
+    let server = PythonServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone())]);
+    let levels = |messages: Vec<&Message>| -> Vec<String> {
+        messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Notification { method, params: Some(p) } if method == "notifications/message" => {
+                    p["level"].as_str().map(str::to_owned)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let mut session = McpClient::new(&gw.url);
+    session.initialize().await;
+    let call = json!({"name": "py__log", "arguments": {}});
+    let reply = session.request("tools/call", Some(call.clone())).await;
+    assert_eq!(levels(reply.notifications()), Vec::<String>::new(), "no level set: no messages");
+    session.request("logging/setLevel", Some(json!({"level": "warning"}))).await.outcome().unwrap();
+    let reply = session.request("tools/call", Some(call.clone())).await;
+    assert_eq!(levels(reply.notifications()), ["warning", "error"]);
+
+    let modern = ModernClient::new(&gw.url, json!({}));
+    let with_level = |level: &str| {
+        let mut p = call.clone();
+        p["_meta"] = json!({"io.modelcontextprotocol/logLevel": level});
+        p
+    };
+    let reply = modern.send("tools/call", call.clone()).await;
+    assert_eq!(levels(reply.notifications()), Vec::<String>::new(), "{reply:?}");
+    let reply = modern.send("tools/call", with_level("info")).await;
+    assert_eq!(levels(reply.notifications()), ["info", "warning", "error"], "{reply:?}");
+    let reply = modern.send("tools/call", with_level("error")).await;
+    assert_eq!(levels(reply.notifications()), ["error"], "{reply:?}");
+}
+
+/// `/readyz` asks each upstream whether it is alive; `ping` is gone in 2026-07-28, so a 2026
+/// upstream is asked with `server/discover`, which the Python server (over HTTP and stdio) and
+/// the 2026-only TypeScript server answer.
+#[actix_rt::test]
+async fn readiness_reaches_2026_upstreams_without_ping() {
+    let server = PythonServer::start().await;
+    let reference = crate::interop_modern::Reference::start().await;
+    let (stdio, _events) = stdio_upstream("pystdio").await;
+    let gw = gateway(vec![
+        UpstreamConfig::http("py", server.url.clone()),
+        UpstreamConfig::http("ts", reference.url.clone()),
+        stdio,
+    ]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let ready = reqwest::get(format!("http://{}/readyz", gw.addr)).await.unwrap();
+    let status = ready.status();
+    let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+    assert_eq!(status, 200, "{body}");
+    for name in ["py", "ts", "pystdio"] {
+        let upstream = body["upstreams"].as_array().unwrap().iter().find(|u| u["name"] == name).unwrap();
+        assert_eq!(upstream["reachable"], true, "{upstream}");
+    }
+}
