@@ -39,6 +39,9 @@ pub(crate) struct HttpChannel {
     expired: AtomicBool,
     /// Speaking 2026-07-28: no session, and an error status carries a JSON-RPC error.
     modern: AtomicBool,
+    /// A modern request was refused as a legacy server refuses one (a 4xx without a recognized
+    /// modern error): the upstream may have gone back to 2025-11-25 (see [`Self::take_doubt`]).
+    doubt: AtomicBool,
     incoming: mpsc::Sender<Incoming>,
     routes: Arc<Routes>,
     closed: watch::Receiver<bool>,
@@ -73,6 +76,7 @@ impl HttpChannel {
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
             expired: AtomicBool::new(false),
+            doubt: AtomicBool::new(false),
             modern: AtomicBool::new(false),
             incoming,
             routes,
@@ -111,6 +115,11 @@ impl HttpChannel {
     /// The channel is no longer usable: the next request connects again.
     pub(crate) fn expire(&self) {
         self.expired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a modern request was refused as a legacy server refuses one since last asked.
+    pub(crate) fn take_doubt(&self) -> bool {
+        self.doubt.swap(false, Ordering::Relaxed)
     }
 
     /// Back to no version header: the probe set one, and a legacy `initialize` carries none.
@@ -194,12 +203,25 @@ impl HttpChannel {
             return Ok(response);
         }
         let body = response.text().await.unwrap_or_default();
+        let error = rpc_error(body.as_bytes());
         if self.is_modern() {
+            // basic/versioning "Backward Compatibility": a 4xx without a recognized modern error
+            // is how a legacy server refuses a modern request. Which statuses say nothing of
+            // the revision is as for the probe (`modern::classify`), and 413 is the size.
+            let recognized = error.as_ref().is_some_and(|e| crate::modern::is_modern_error(e.code));
+            if status.is_client_error() && !recognized && !matches!(status.as_u16(), 401 | 403 | 407 | 408 | 413 | 429)
+            {
+                self.doubt.store(true, Ordering::Relaxed);
+            }
             // streamable-http "Server Validation", "Protocol Version Header": a modern server
             // answers 400 or 404 with the JSON-RPC error that says why.
-            if let Some(error) = rpc_error(body.as_bytes()) {
+            if let Some(error) = error {
                 return Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into());
             }
+        } else if let Some(error) = error.filter(|e| e.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION) {
+            // A 2026-only server refusing a legacy request (or `initialize`): the session
+            // probes its revision again (see `UpstreamSession::request`).
+            return Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into());
         }
         let snippet: String = body.chars().take(200).collect();
         let reason = format!("HTTP {status} from {}: {snippet}", self.url_text);

@@ -112,6 +112,15 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
     }
 }
 
+/// The JSON-RPC errors only a modern server sends (basic/versioning "Backward Compatibility": a
+/// recognized modern error identifies a modern server).
+pub(crate) fn is_modern_error(code: i64) -> bool {
+    matches!(
+        code,
+        codes::UNSUPPORTED_PROTOCOL_VERSION | codes::HEADER_MISMATCH | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
+    )
+}
+
 /// An `x-mcp-header` annotation of a tool's parameter: the header's name part and the
 /// parameter's path from the arguments' root.
 #[derive(Debug, Clone, PartialEq)]

@@ -495,24 +495,27 @@ impl UpstreamSession {
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
         let attempt = async {
             // Boxed: initialization is a large future, rarely run; in-flight calls stay small.
-            let ready = Box::pin(self.ready()).await?;
-            if let Some(state) = &ready.modern {
-                let Message::Request { id, method, params } = message.clone() else { unreachable!("built above") };
-                let outcome = Box::pin(self.modern_request(&ready, state, id, &method, params, related.clone())).await;
-                if let Err(UpstreamError::Rpc { error, .. }) = &outcome {
-                    self.revision_error(error.code, &ready);
+            let ready = match Box::pin(self.connect()).await {
+                // The revision cached for the upstream failed at `initialize`, which forgot it:
+                // connect again, probing (basic/versioning: re-probe when the cached assumption
+                // later fails).
+                Err(e) if is_revision_refusal(&e) && self.inner.connector.era().is_none() => {
+                    Box::pin(self.connect()).await?
                 }
-                return outcome;
-            }
-            match ready.channel.request(&message, related.as_ref(), &[]).await {
-                Err(ChannelError::Expired) => {
-                    // basic/transports "Session Management": on 404 start a new session.
-                    tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
+                other => other?,
+            };
+            let outcome = self.dispatch(&ready, &message, related.as_ref()).await;
+            let outcome = match outcome {
+                // The upstream refused the request unprocessed because it no longer speaks the
+                // revision the session was opened with; the request goes again, once, in the
+                // revision a new probe finds.
+                Err(e) if Box::pin(self.revision_moved(&ready, &e)).await => {
                     let ready = Box::pin(self.ready()).await?;
-                    ready.channel.request(&message, related.as_ref(), &[]).await.map_err(|e| self.expired_twice(e))
+                    self.dispatch(&ready, &message, related.as_ref()).await
                 }
-                other => other.map_err(|e| self.expired_twice(e)),
-            }
+                other => other,
+            };
+            outcome
         };
         match tokio::time::timeout(timeout, attempt).await {
             // Every MCP result is an object (schema.ts `Result`); `null` or a bare value is the
@@ -521,9 +524,71 @@ impl UpstreamSession {
                 upstream: self.upstream().into(),
                 reason: format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result)),
             }),
-            Ok(result) => result,
+            Ok(result) => result.map_err(|e| self.revision_refusal_named(e)),
             Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
         }
+    }
+
+    /// Sends `message` in the session's revision and waits for its outcome.
+    async fn dispatch(
+        &self,
+        ready: &Ready,
+        message: &Message,
+        related: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
+        if let Some(state) = &ready.modern {
+            let Message::Request { id, method, params } = message.clone() else { unreachable!("a request") };
+            return Box::pin(self.modern_request(ready, state, id, &method, params, related.cloned())).await;
+        }
+        match ready.channel.request(message, related, &[]).await {
+            Err(ChannelError::Expired) => {
+                // basic/transports "Session Management": on 404 start a new session.
+                tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
+                let ready = Box::pin(self.ready()).await?;
+                ready.channel.request(message, related, &[]).await.map_err(|e| self.expired_twice(e))
+            }
+            other => other.map_err(|e| self.expired_twice(e)),
+        }
+    }
+
+    /// Whether `error` shows that the upstream no longer speaks the revision `ready` was opened
+    /// with, having refused the request unprocessed (basic/versioning: re-probe when the cached
+    /// assumption later fails). If so, the revision is forgotten (or learnt) and the session
+    /// ends, so that the next connection finds the upstream as it is now.
+    async fn revision_moved(&self, ready: &Ready, error: &UpstreamError) -> bool {
+        let connector = &self.inner.connector;
+        if connector.config().protocol != UpstreamProtocol::Auto {
+            return false;
+        }
+        let Channel::Http(http) = &ready.channel else {
+            // A process keeps its revision for life; the next one is probed unless it was
+            // learnt legacy, and a refused `initialize` forgets that (`initialize`).
+            if ready.modern.is_some() && is_revision_refusal(error) {
+                connector.learn(None);
+            }
+            return false;
+        };
+        let moved = match &ready.modern {
+            // A 2026-only server refusing a legacy request: `UnsupportedProtocolVersionError`.
+            None => is_revision_refusal(error),
+            // A modern upstream refusing 2026-07-28 itself: the probe says what it speaks now.
+            Some(_) if is_revision_refusal(error) => true,
+            // A modern request refused as a legacy server refuses one: ask the upstream.
+            Some(_) if http.take_doubt() => match self.probe(&ready.channel).await {
+                Ok(Verdict::Legacy(why)) => {
+                    tracing::info!(upstream = self.upstream(), %why, "upstream answers as a legacy server now");
+                    true
+                }
+                _ => false,
+            },
+            Some(_) => false,
+        };
+        if moved {
+            tracing::info!(upstream = self.upstream(), "upstream's revision changed; connecting again");
+            connector.learn(None);
+            http.expire();
+        }
+        moved
     }
 
     /// The one request in flight in this session during which the upstream may ask the client
@@ -633,7 +698,14 @@ impl UpstreamSession {
         self.inner.state.lock().await.clone()
     }
 
+    /// The session, connected: [`Self::connect`], with a revision refusal named as the
+    /// upstream's.
     async fn ready(&self) -> Result<Arc<Ready>, UpstreamError> {
+        Box::pin(self.connect()).await.map_err(|e| self.revision_refusal_named(e))
+    }
+
+    /// The session, connecting (probing, initializing) first if it is not.
+    async fn connect(&self) -> Result<Arc<Ready>, UpstreamError> {
         let mut state = self.inner.state.lock().await;
         if let Some(ready) = state.as_ref().filter(|r| r.channel.is_alive()) {
             return Ok(ready.clone());
@@ -642,6 +714,27 @@ impl UpstreamSession {
         let outcome = self.initialize(&mut state).await;
         self.observe(methods::INITIALIZE, started, &outcome);
         outcome
+    }
+
+    /// An upstream's `UnsupportedProtocolVersionError` is about the revision the gateway sent
+    /// it, not the client's: passed on, it would tell the client that the gateway does not
+    /// speak the client's version. It becomes an error naming the upstream.
+    fn revision_refusal_named(&self, error: UpstreamError) -> UpstreamError {
+        match error {
+            UpstreamError::Rpc { upstream, error }
+                if error.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION =>
+            {
+                let supported = error.data.as_ref().and_then(|d| d.get("supported")).cloned().unwrap_or(Value::Null);
+                UpstreamError::Protocol {
+                    upstream,
+                    reason: format!(
+                        "it refused the revision taskgate speaks to it ({}; it supports {supported})",
+                        error.message
+                    ),
+                }
+            }
+            other => other,
+        }
     }
 
     async fn initialize(&self, state: &mut Option<Arc<Ready>>) -> Result<Arc<Ready>, UpstreamError> {
@@ -811,18 +904,11 @@ impl UpstreamSession {
         *state = Some(ready.clone());
         ready
     }
+}
 
-    /// A modern upstream said it does not speak 2026-07-28 (any more): the next request probes
-    /// again (basic/versioning: re-probe when the cached assumption fails).
-    fn revision_error(&self, code: i64, ready: &Ready) {
-        if code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION {
-            tracing::info!(upstream = self.upstream(), "upstream refused 2026-07-28; probing its revision again");
-            self.inner.connector.learn(None);
-            if let Channel::Http(http) = &ready.channel {
-                http.expire();
-            }
-        }
-    }
+/// An upstream's `UnsupportedProtocolVersionError`: it does not speak the revision it was sent.
+fn is_revision_refusal(error: &UpstreamError) -> bool {
+    matches!(error, UpstreamError::Rpc { error, .. } if error.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION)
 }
 
 /// The last holder of a session is gone (the client session ended and no task still runs on
