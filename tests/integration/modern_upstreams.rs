@@ -367,3 +367,96 @@ async fn a_tasks_extension_upstreams_task_is_followed_again_after_a_gateway_rest
     assert_eq!(text_of(&result), "the gate opened");
     assert_eq!(rt.observed.ids.lock().len(), 1, "the upstream task was followed, not created again");
 }
+
+/// One URL in front of one upstream and then another, as when an upstream is redeployed with
+/// another revision: each HTTP request goes to the current target, streamed both ways, and
+/// the connections to the gateway stay open across a switch.
+struct Switch {
+    url: String,
+    target: std::sync::Arc<parking_lot::Mutex<String>>,
+    _server: actix_web::dev::ServerHandle,
+}
+
+impl Switch {
+    fn start(target: &str) -> Switch {
+        use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+        let target = std::sync::Arc::new(parking_lot::Mutex::new(target.to_owned()));
+        let shared = target.clone();
+        let client = reqwest::Client::new();
+        let forward = move |req: HttpRequest, body: web::Bytes| {
+            let (url, client) = (shared.lock().clone(), client.clone());
+            async move {
+                let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).unwrap();
+                let mut out = client.request(method, url).body(body.to_vec());
+                for (name, value) in req.headers() {
+                    if !matches!(name.as_str(), "host" | "content-length" | "connection") {
+                        out = out.header(name.as_str(), value.as_bytes());
+                    }
+                }
+                match out.send().await {
+                    Ok(response) => {
+                        let status = actix_web::http::StatusCode::from_u16(response.status().as_u16()).unwrap();
+                        let mut back = HttpResponse::build(status);
+                        for (name, value) in response.headers() {
+                            if !matches!(name.as_str(), "content-length" | "transfer-encoding" | "connection") {
+                                back.insert_header((name.as_str(), value.as_bytes()));
+                            }
+                        }
+                        back.streaming(response.bytes_stream())
+                    }
+                    Err(e) => HttpResponse::BadGateway().body(e.to_string()),
+                }
+            }
+        };
+        let server = HttpServer::new(move || App::new().default_service(web::to(forward.clone())))
+            .workers(1)
+            .bind("127.0.0.1:0")
+            .unwrap();
+        let port = server.addrs()[0].port();
+        let server = server.run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        Switch { url: format!("http://127.0.0.1:{port}/mcp"), target, _server: handle }
+    }
+
+    fn to(&self, target: &str) {
+        *self.target.lock() = target.to_owned();
+    }
+}
+
+/// basic/versioning "Backward Compatibility": the revision found for an upstream is cached,
+/// and probed again when the cached assumption fails. An upstream redeployed from 2025-11-25
+/// to 2026-07-28 (a 2026-only server) and back at the same URL keeps serving: the sessions
+/// opened before and after each move get their calls answered, the refused request going
+/// again, once, in the revision found.
+#[actix_rt::test]
+async fn an_upstream_that_changes_its_revision_is_probed_again_and_keeps_serving() {
+    let reference = Reference::start().await;
+    let demo = taskgate_testkit::DemoUpstream::start();
+    let switch = Switch::start(&demo.http.url);
+    let gw = gateway(vec![UpstreamConfig::http("moving", switch.url.clone())]);
+    let echo = |c: &mut McpClient, text: &'static str| {
+        let mut c = c.clone();
+        async move { c.call("moving__echo", json!({"text": text})).await.map(|r| text_of(&r).to_owned()) }
+    };
+    let mut before = McpClient::new(&gw.url);
+    before.initialize().await;
+    assert_eq!(echo(&mut before, "legacy").await.unwrap(), "legacy");
+
+    // To 2026-07-28 only: the open session's next call is refused with -32022, probed, and sent
+    // statelessly; a new session connects the modern way at once.
+    switch.to(&reference.url);
+    assert_eq!(echo(&mut before, "moved").await.unwrap(), "moved");
+    let mut after = McpClient::new(&gw.url);
+    after.initialize().await;
+    assert_eq!(echo(&mut after, "modern").await.unwrap(), "modern");
+
+    // Back to 2025-11-25: a stateless request is refused as a legacy server refuses one; the
+    // probe says legacy, and the session initializes.
+    switch.to(&demo.http.url);
+    assert_eq!(echo(&mut before, "back").await.unwrap(), "back");
+    assert_eq!(echo(&mut after, "again").await.unwrap(), "again");
+    let mut last = McpClient::new(&gw.url);
+    last.initialize().await;
+    assert_eq!(echo(&mut last, "legacy again").await.unwrap(), "legacy again");
+}
