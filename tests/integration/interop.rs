@@ -91,7 +91,7 @@ async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_a
 }
 
 /// Starts `node task-server.mjs` (native tasks) on a free port and returns it with its URL.
-async fn start_ts_task_server() -> (tokio::process::Child, String) {
+pub async fn start_ts_task_server() -> (tokio::process::Child, String) {
     start_node_server("task-server.mjs").await
 }
 

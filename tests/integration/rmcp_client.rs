@@ -173,6 +173,28 @@ async fn the_rust_sdk_drives_wrapped_and_native_tasks_through_the_tasks_extensio
     within(client.cancel()).await.unwrap();
 }
 
+/// The 2026-07-28 client with the tasks extension (rmcp) in front of the TypeScript SDK 1.32's
+/// native 2025-11-25 tasks (`task-server.mjs`): the gateway's task id, polled to the result
+/// inlined in `tasks/get`, and a cancelled one that the upstream reports cancelled.
+#[actix_rt::test]
+async fn the_rust_sdk_drives_the_typescript_sdks_native_tasks_through_the_tasks_extension() {
+    let (_server, url) = crate::interop::start_ts_task_server().await;
+    let gw = TestGateway::start(config_with(vec![taskgate_config::UpstreamConfig::http("ts", url)]));
+    let client = connect(&gw.url, Handler::new(true), pinned()).await;
+    let task = start_task(&client, "ts__delay", json!({"ms": 1})).await;
+    let done = poll(&client, &task, |t| t.task.status().is_terminal()).await;
+    match &done.task.payload {
+        TaskPayload::Completed { result } => assert_eq!(text_of(result), "waited 1 ms"),
+        other => panic!("{other:?}"),
+    }
+    // An hour's task, cancelled: the upstream's own task is cancelled, as tasks/get says.
+    let doomed = start_task(&client, "ts__delay", json!({"ms": 3_600_000})).await;
+    within(client.cancel_task(CancelTaskParams::new(&doomed))).await.expect("tasks/cancel");
+    let after = poll(&client, &doomed, |t| t.task.status().is_terminal()).await;
+    assert_eq!(after.task.status(), TaskStatus::Cancelled);
+    within(client.cancel()).await.unwrap();
+}
+
 #[actix_rt::test]
 async fn the_rust_sdk_without_the_extension_gets_plain_results_and_answers_mrtr_with_its_handler() {
     let demo = DemoUpstream::start();
