@@ -202,6 +202,57 @@ async fn a_2025_client_gets_a_tasks_extension_upstreams_tasks_as_native_tasks() 
 /// input requests, `tasks/update` answers them and `tasks/cancel` reaches the upstream task; a
 /// client without the extension gets plain results, progress included, even from a tool the
 /// upstream runs only as a task.
+/// The TypeScript SDK 1.32 client's own tasks API in front of the rmcp server's tasks
+/// extension: the upstream's tasks are 2025-11-25 tasks to it (`callToolStream` sees them
+/// created and completed, answers the task's question with its elicitation handler), progress
+/// arrives on a plain call, and `tasks/cancel` reaches the upstream's task.
+#[actix_rt::test]
+async fn the_typescript_sdk_1_32_drives_a_tasks_extension_upstreams_tasks_as_its_own() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let out = run_ts_client_with("extension-task-client.mjs", &[&gw.url]).await;
+    within(rt.observed.cancelled(1)).await;
+    let text = |t: &str| json!([{"type": "text", "text": t}]);
+    assert_eq!(out["version"], "2025-11-25", "{out}");
+    assert!(out["taskCapability"]["requests"]["tools"]["call"].is_object(), "{out}");
+    // How many status polls the SDK makes before the result depends on timing: the ends count.
+    for (seen, result) in [(&out["echo"], "in a task"), (&out["ask"], "answer: Ada")] {
+        let events = seen["events"].as_array().unwrap();
+        assert_eq!((events.first(), events.last()), (Some(&json!("taskCreated")), Some(&json!("result"))), "{out}");
+        assert_eq!(seen["result"], text(result), "{out}");
+    }
+    assert_eq!(out["asked"], json!(["Your name?"]), "{out}");
+    assert_eq!(out["progress"], json!({"values": [1, 2, 3], "content": text("reported 3 values")}), "{out}");
+    assert_eq!(
+        (&out["created"], &out["cancelled"], &out["afterCancel"]),
+        (&json!("working"), &json!("cancelled"), &json!("cancelled"))
+    );
+}
+
+/// The TypeScript SDK v2 client, pinned to 2026-07-28 and declaring no tasks extension (the SDK
+/// has no tasks API), sees the gateway in front of the rmcp server as it sees that server
+/// (plain results, progress), and more: a tool the server runs only as a task, which it refuses
+/// to this client with -32021, the gateway runs as the upstream's task for it, relaying the
+/// task's question through MRTR to the client's elicitation handler and answering with the
+/// result.
+#[actix_rt::test]
+async fn the_typescript_v2_client_gets_a_tasks_extension_upstreams_tools_through_the_gateway() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let mut direct = run_ts_client_with("modern-client.mjs", &[&rt.url, "pin"]).await;
+    let mut through = run_ts_client_with("modern-client.mjs", &[&gw.url, "pin"]).await;
+    assert_eq!(direct["progress"]["values"], json!([1, 2, 3]), "{direct}");
+    assert_eq!((&direct["ask"], &direct["asked"]), (&json!({"error": -32021}), &json!([])), "{direct}");
+    assert_eq!(through["ask"], json!([{"type": "text", "text": "answer: Ada"}]), "{through}");
+    assert_eq!(through["asked"], json!(["Your name?"]), "{through}");
+    for summary in [&mut direct, &mut through] {
+        for only_one in ["ask", "asked"] {
+            summary.as_object_mut().unwrap().remove(only_one);
+        }
+    }
+    assert_eq!(comparable(&through), comparable(&direct), "the rest, through the gateway vs directly");
+}
+
 #[actix_rt::test]
 async fn a_2026_client_gets_a_tasks_extension_upstreams_tasks_as_extension_tasks() {
     let rt = RmcpTaskServer::start().await;

@@ -1,6 +1,7 @@
 // The TypeScript SDK v2 client (@modelcontextprotocol/client, 2026-07-28), pinned to
 // 2026-07-28 or in auto mode, against URL: tools, progress, elicitation (answered through
-// MRTR by its handler), and an AbortSignal cancellation. Prints one JSON summary.
+// MRTR by its handler), and an AbortSignal cancellation (when the server has the demo's chatter
+// tool). A refused call is summarized by its error code. Prints one JSON summary.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 
 const [url, modeArg] = process.argv.slice(2);
@@ -26,8 +27,20 @@ const reported = await client.callTool(
   { onprogress: (p) => progress.push(p.progress) },
 );
 summary.progress = { values: progress, content: reported.content };
-summary.ask = (await client.callTool({ name: named('ask'), arguments: { question: 'Name?' } })).content;
+const attempt = async (call) => {
+  try {
+    return (await call()).content;
+  } catch (e) {
+    return { error: e.code ?? e.name };
+  }
+};
+summary.ask = await attempt(() => client.callTool({ name: named('ask'), arguments: { question: 'Name?' } }));
 summary.asked = asked;
+if (!tools.some((t) => t.name.endsWith('chatter'))) {
+  await client.close();
+  console.log(JSON.stringify(summary));
+  process.exit(0);
+}
 const abort = new AbortController();
 // chatter reports progress, then waits at a gate the test never opens: the first progress
 // says the call is in flight upstream, and the client aborts it then.
