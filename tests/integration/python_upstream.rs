@@ -1,6 +1,7 @@
 //! The Python SDK (`mcp` 2.3.0, pinned) as a 2026-07-28 upstream, over Streamable HTTP and over
 //! stdio (tests/interop/python/modern_server.py): each client, of either revision, gets through
-//! the gateway what it gets from the server directly; tool-list changes and resource updates
+//! the gateway what it gets from the server directly (elicitation, sampling and roots through
+//! MRTR, or as real requests to a 2025 client); tool-list changes and resource updates
 //! arrive through the gateway's `subscriptions/listen` streams; the log level of a 2025 session
 //! (`logging/setLevel`) and of a 2026 request (`_meta` logLevel) reach the server, which filters
 //! by it; `/readyz` reaches it without `ping`.
@@ -41,15 +42,26 @@ impl PythonEvents {
     /// Waits until `count` events named `event` have been reported in all.
     pub async fn seen(&mut self, event: &str, count: u64) {
         while self.counts.get(event).copied().unwrap_or(0) < count {
-            let line = within(self.lines.recv()).await.expect("the Python server reports its events");
-            if let Some(name) = line["event"].as_str() {
-                *self.counts.entry(name.to_owned()).or_default() += 1;
+            self.next().await;
+        }
+    }
+
+    /// Waits for the next event named `event` for which `wanted` holds.
+    async fn seen_where(&mut self, event: &str, wanted: impl Fn(&Value) -> bool) {
+        loop {
+            let line = self.next().await;
+            if line["event"] == event && wanted(&line) {
+                return;
             }
         }
     }
 
-    fn count(&self, event: &str) -> u64 {
-        self.counts.get(event).copied().unwrap_or(0)
+    async fn next(&mut self) -> Value {
+        let line = within(self.lines.recv()).await.expect("the Python server reports its events");
+        if let Some(name) = line["event"].as_str() {
+            *self.counts.entry(name.to_owned()).or_default() += 1;
+        }
+        line
     }
 }
 
@@ -183,7 +195,7 @@ async fn a_2026_upstream_over_stdio_serves_clients_of_both_revisions() {
     assert_eq!(legacy["task"]["result"][0]["text"], "in a task", "{legacy}");
     assert_eq!(legacy["aborted"], "rejected: McpError", "{legacy}");
     // The gateway's listen streams reached the processes (the catalog's and the clients').
-    assert!(events.count("listening") >= 1, "no subscriptions/listen stream was honored over stdio");
+    events.seen("listening", 1).await;
 }
 
 /// Reads `stream` until a notification named `method` arrives.
@@ -239,17 +251,14 @@ async fn a_resource_subscription_at_a_2026_upstream_brings_its_updates_over_http
     for (prefix, events) in [("py", &mut server.events), ("stdiopy", &mut stdio_events)] {
         let mut session = McpClient::new(&gw.url);
         session.initialize().await;
-        // The session's upstream session opens with its first call, with its listen stream.
-        let before = events.count("listening");
         session.call(&format!("{prefix}__echo"), json!({"text": "x"})).await.unwrap();
-        events.seen("listening", before + 1).await;
         let mut get = session.open_stream().await.expect("the GET stream opens");
         // The gateway's name for the upstream's memo://note.
         let uri = format!("taskgate://{prefix}/memo://note");
         let reply = session.request("resources/subscribe", Some(json!({"uri": uri}))).await;
         reply.outcome().unwrap_or_else(|e| panic!("{prefix}: {e:?}"));
-        // The stream is opened again with the URI in its filter.
-        events.seen("listening", before + 2).await;
+        // The listen stream is opened again with the upstream's URI in its filter.
+        events.seen_where("listening", |e| e["uris"] == json!(["memo://note"])).await;
         session.call(&format!("{prefix}__touch"), json!({})).await.unwrap();
         let updated = notified(&mut get, "notifications/resources/updated").await;
         assert_eq!(updated["uri"], uri, "{prefix}");
@@ -319,5 +328,47 @@ async fn readiness_reaches_2026_upstreams_without_ping() {
     for name in ["py", "ts", "pystdio"] {
         let upstream = body["upstreams"].as_array().unwrap().iter().find(|u| u["name"] == name).unwrap();
         assert_eq!(upstream["reachable"], true, "{upstream}");
+    }
+}
+
+/// basic/patterns/mrtr toward a 2025 client: the Python server's `input_required` asking for a
+/// sampling and for the client's roots becomes real `sampling/createMessage` and `roots/list`
+/// requests on the call's stream; the client's answers go back in the upstream's retry, over
+/// HTTP and over stdio.
+#[actix_rt::test]
+async fn a_2026_upstreams_sampling_and_roots_requests_reach_a_2025_client_as_its_own() {
+    let server = PythonServer::start().await;
+    let (stdio, _events) = stdio_upstream("stdiopy").await;
+    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone()), stdio]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"sampling": {}, "roots": {"listChanged": true}})).await;
+    for prefix in ["py", "stdiopy"] {
+        let mut call = c
+            .request_stream(
+                "tools/call",
+                Some(json!({"name": format!("{prefix}__summarize"), "arguments": {"topic": "MCP"}})),
+            )
+            .await;
+        let Some(Message::Request { id, method, params }) = within(call.next()).await else {
+            panic!("{prefix}: no request")
+        };
+        assert_eq!(method, "sampling/createMessage", "{prefix}");
+        let params = params.unwrap();
+        assert_eq!(params["messages"][0]["content"]["text"], "Summarize MCP", "{prefix}: {params}");
+        let sampled = json!({"role": "assistant", "content": {"type": "text", "text": "a protocol"}, "model": "m"});
+        assert_eq!(c.post_message(&Message::response(id, sampled)).await.status.as_u16(), 202);
+        let Some(Message::Response { result, .. }) = within(call.next()).await else { panic!("{prefix}: no result") };
+        assert_eq!(text_of(&result), "summary: a protocol", "{prefix}");
+
+        let mut call =
+            c.request_stream("tools/call", Some(json!({"name": format!("{prefix}__roots"), "arguments": {}}))).await;
+        let Some(Message::Request { id, method, .. }) = within(call.next()).await else {
+            panic!("{prefix}: no request")
+        };
+        assert_eq!(method, "roots/list", "{prefix}");
+        let roots = json!({"roots": [{"uri": "file:///work/project", "name": "project"}]});
+        assert_eq!(c.post_message(&Message::response(id, roots)).await.status.as_u16(), 202);
+        let Some(Message::Response { result, .. }) = within(call.next()).await else { panic!("{prefix}: no result") };
+        assert_eq!(text_of(&result), "roots: file:///work/project", "{prefix}");
     }
 }

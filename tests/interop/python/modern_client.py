@@ -19,6 +19,17 @@ async def elicit(_context, params):
     return types.ElicitResult(action="accept", content={"answer": "Ada"})
 
 
+async def sample(_context, params):
+    asked.append(params.messages[0].content.text)
+    return types.CreateMessageResult(
+        role="assistant", content=types.TextContent(type="text", text="a protocol"), model="interop-model"
+    )
+
+
+async def list_roots(_context):
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work", name="work")])
+
+
 def texts(result):
     return [{"type": c.type, "text": c.text} for c in result.content]
 
@@ -31,6 +42,8 @@ async def main():
         mode="2026-07-28" if mode == "pin" else "auto",
         client_info=client_info,
         elicitation_callback=elicit,
+        sampling_callback=sample,
+        list_roots_callback=list_roots,
         read_timeout_seconds=30,
     ) as client:
         summary["version"] = client.protocol_version
@@ -50,6 +63,10 @@ async def main():
         reported = await client.call_tool(named("progress"), {"values": [1, 2, 3]}, progress_callback=on_progress)
         summary["progress"] = {"values": values, "content": texts(reported)}
         summary["ask"] = texts(await client.call_tool(named("ask"), {"question": "Name?"}))
+        # A server with the sampling and roots tools (the Python reference) is asked for them too.
+        if any(n.endswith("summarize") for n in names):
+            summary["summarize"] = texts(await client.call_tool(named("summarize"), {"topic": "MCP"}))
+            summary["roots"] = texts(await client.call_tool(named("roots"), {}))
         summary["asked"] = asked
         # chatter reports progress, then waits at a gate that never opens: the first progress says
         # the call is in flight upstream, and the caller cancels it then.

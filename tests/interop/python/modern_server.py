@@ -6,15 +6,16 @@ peer the interop tests put behind the gateway and compare with talking to it dir
 
 The tools are the demo's and the TypeScript reference's: echo, progress, ask (an elicitation,
 through MRTR at 2026-07-28), chatter (progress, then a gate that opens only when the call is
-cancelled); and its own: `grow` adds a tool named by its argument and publishes
+cancelled); `summarize` and `roots`, which ask the client for a sampling and for its roots
+(through MRTR too); and its own: `grow` adds a tool named by its argument and publishes
 tools/list_changed, `touch` publishes an update of the resource memo://note (both to
 `subscriptions/listen` streams), `log` logs one message at each of four levels (the request's
 logLevel filters them).
 
 Events go out one JSON object a line: on stdout for HTTP (first {"port": N}), on the TCP
 connection for stdio (stdout is the protocol there): {"event": E} with E "started" when a
-chatter call reaches its gate, "cancelled" when one is cancelled, "listening" when a
-`subscriptions/listen` stream subscribes (after its filter is honored)."""
+chatter call reaches its gate, "cancelled" when one is cancelled, "listening" (with "uris",
+its resource filter) when a `subscriptions/listen` stream subscribes."""
 
 import json
 import socket
@@ -27,8 +28,8 @@ import mcp_types as types
 import uvicorn
 from pydantic import BaseModel
 
-from mcp.server.mcpserver import Context, Elicit, ElicitationResult, MCPServer, Resolve
-from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.server.mcpserver import Context, Elicit, ElicitationResult, ListRoots, MCPServer, Resolve, Sample
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 
 # Logging is deprecated in 2026-07-28 (SEP-2577) and the SDK warns of each use; this server
@@ -50,16 +51,22 @@ def report(event):
         report_to.sendall(line.encode())
 
 
-class ReportingBus(InMemorySubscriptionBus):
-    """The SDK's own bus, saying when a listen stream subscribes."""
-
-    def subscribe(self, listener):
-        unsubscribe = super().subscribe(listener)
-        report({"event": "listening"})
-        return unsubscribe
+bus = InMemorySubscriptionBus()
+mcp = MCPServer("python-reference", version="2.3.0", subscriptions=bus, log_level="WARNING")
+# subscriptions/listen is served by the SDK's own ListenHandler on the server's bus, wrapped to
+# report each stream's resource filter as it subscribes.
+sdk_listen = ListenHandler(bus)
 
 
-mcp = MCPServer("python-reference", version="2.3.0", subscriptions=ReportingBus(), log_level="WARNING")
+async def listen(ctx, params):
+    uris = sorted(params.notifications.resource_subscriptions or []) if params.notifications else []
+    # No await between this report and the SDK handler's subscribing: an event the test causes
+    # after reading it reaches the stream.
+    report({"event": "listening", "uris": uris})
+    return await sdk_listen(ctx, params)
+
+
+mcp._lowlevel_server.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, listen)
 
 
 async def set_level(_ctx, _params):
@@ -103,6 +110,25 @@ async def ask(answer: Annotated[ElicitationResult[Answer], Resolve(question_of)]
     if answer.action == "accept":
         return f"answer: {answer.data.answer}"
     return f"the user chose {answer.action}"
+
+
+def sampling_of(topic: str = "MCP") -> Sample:
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=f"Summarize {topic}"))
+    return Sample([message], max_tokens=64)
+
+
+@mcp.tool(description="Asks the client's model for a summary")
+async def summarize(sampled: Annotated[types.CreateMessageResult, Resolve(sampling_of)], topic: str = "MCP") -> str:
+    return f"summary: {sampled.content.text}"
+
+
+def roots_of() -> ListRoots:
+    return ListRoots()
+
+
+@mcp.tool(description="Lists the client's roots")
+async def roots(listed: Annotated[types.ListRootsResult, Resolve(roots_of)]) -> str:
+    return "roots: " + ", ".join(str(root.uri) for root in listed.roots)
 
 
 @mcp.tool(description="Reports progress, then waits at a gate")
