@@ -168,6 +168,23 @@ async fn a_python_2026_server_serves_clients_through_the_gateway_as_it_serves_th
     server.events.seen("cancelled", cancelled).await;
     assert_eq!(direct["progress"]["values"], json!([1, 2, 3]), "{direct}");
     assert_eq!(comparable(&through), comparable(&direct), "typescript v2: through the gateway vs directly");
+
+    // The TypeScript SDK 1.32 client (2025-11-25): the Python server serves it directly at
+    // 2025-11-25 too (it is dual-era), with no tasks; through the gateway its task is a wrapped
+    // task, with the same result.
+    let mut direct = run_ts_client_with("legacy-client.mjs", &[&server.url]).await;
+    cancelled += 1;
+    server.events.seen("cancelled", cancelled).await;
+    let mut through = run_ts_client_with("legacy-client.mjs", &[&gw.url]).await;
+    cancelled += 1;
+    server.events.seen("cancelled", cancelled).await;
+    assert_eq!(direct["ask"][0]["text"], "answer: Ada", "{direct}");
+    for summary in [&mut direct, &mut through] {
+        let task = summary.as_object_mut().unwrap().remove("task").unwrap();
+        assert_eq!(task["result"][0]["text"], "in a task", "{task}");
+        assert_eq!(task["events"].as_array().unwrap().last(), Some(&json!("result")), "{task}");
+    }
+    assert_eq!(comparable(&through), comparable(&direct), "typescript 1.32: through the gateway vs directly");
 }
 
 /// basic/transports/stdio with 2026-07-28: the gateway probes the process with
