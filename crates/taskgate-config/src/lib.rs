@@ -76,6 +76,8 @@ pub mod defaults {
     pub const MAX_PROCESSES: usize = 16;
     /// Largest message accepted from an upstream.
     pub const MAX_UPSTREAM_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+    /// Seconds an upstream GET stream stays open once nothing needs it.
+    pub const STREAM_IDLE_SECS: u64 = 30;
     /// Seconds without a request after which a session with nothing in flight is closed.
     pub const SESSION_IDLE_TIMEOUT_SECS: u64 = 30 * 60;
     /// How often the configuration file is checked for changes, in milliseconds.
@@ -469,6 +471,12 @@ pub struct UpstreamConfig {
     /// Largest message accepted from this upstream, in bytes.
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
+    /// Seconds an upstream session's GET stream stays open once nothing needs it (HTTP). It is
+    /// open while something can receive what it carries: always for a client that can be
+    /// asked things, else while the client has its own GET stream open, a native task of it
+    /// reports progress, or it is the gateway's catalog session.
+    #[serde(default = "default_stream_idle")]
+    pub stream_idle_secs: u64,
     /// For an upstream without native tasks: how its tools may be called as tasks (the gateway
     /// runs them in the background). Ignored when the upstream declares
     /// `tasks.requests.tools.call`: its tools' own `execution.taskSupport` applies.
@@ -503,6 +511,10 @@ fn default_max_message() -> usize {
     defaults::MAX_UPSTREAM_MESSAGE_BYTES
 }
 
+fn default_stream_idle() -> u64 {
+    defaults::STREAM_IDLE_SECS
+}
+
 impl UpstreamConfig {
     /// An HTTP upstream with defaults.
     pub fn http(name: impl Into<String>, url: impl Into<String>) -> UpstreamConfig {
@@ -518,6 +530,7 @@ impl UpstreamConfig {
             prefix: true,
             timeout_secs: defaults::UPSTREAM_TIMEOUT_SECS,
             max_message_bytes: defaults::MAX_UPSTREAM_MESSAGE_BYTES,
+            stream_idle_secs: defaults::STREAM_IDLE_SECS,
             task_support: TaskSupportSetting::Optional,
             required: false,
             tool_task_support: BTreeMap::new(),
@@ -799,6 +812,9 @@ impl Config {
             if up.max_message_bytes < 1024 {
                 bad(at("max_message_bytes"), "must be at least 1024".into());
             }
+            if up.stream_idle_secs > 86_400 {
+                bad(at("stream_idle_secs"), "must be at most 86400 (a day)".into());
+            }
         }
         let names = self.upstreams.iter().map(|u| u.name.as_str()).collect();
         problems.extend(tenants::collect(&self.tenants, &names));
@@ -885,6 +901,19 @@ mod tests {
         let Err(ConfigError::Invalid { problems, .. }) = parse(15_001) else { panic!("expected invalid") };
         assert_eq!(problems[0].location, "server.first_message_wait_ms");
         assert!(problems[0].message.contains("0 to 15000"), "{}", problems[0].message);
+    }
+
+    #[test]
+    fn an_upstream_streams_idle_time_is_at_most_a_day() {
+        let parse = |secs: u64| {
+            let body = format!("[[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\nstream_idle_secs = {secs}\n");
+            Config::from_toml(&body, "t.toml", &no_env)
+        };
+        assert_eq!(parse(0).unwrap().upstreams[0].stream_idle_secs, 0);
+        assert_eq!(parse(86_400).unwrap().upstreams[0].stream_idle_secs, 86_400);
+        assert_eq!(UpstreamConfig::http("a", "http://h/mcp").stream_idle_secs, 30);
+        let Err(ConfigError::Invalid { problems, .. }) = parse(86_401) else { panic!("expected invalid") };
+        assert_eq!(problems[0].location, "upstream[0] (\"a\").stream_idle_secs");
     }
 
     #[test]

@@ -838,8 +838,9 @@ impl SessionHandle {
 
     /// Opens the session's GET stream.
     pub async fn open_stream(&self) -> Result<OutboundReceiver, GatewayError> {
-        let (tx, rx) = self.outbound("get", None)?;
-        self.deliver(OpenStream(tx)).await??;
+        let (tx, mut rx) = self.outbound("get", None)?;
+        let guard = self.deliver(OpenStream(tx)).await??;
+        rx.hold(Box::new(guard));
         Ok(rx)
     }
 }

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub upstream_request_duration: HistogramVec,
     /// Upstream failures by upstream and reason.
     pub upstream_errors: IntCounterVec,
+    /// Long-lived streams open to each upstream: GET streams (2025-11-25) and
+    /// `subscriptions/listen` streams (2026-07-28), each holding a connection.
+    pub upstream_streams: IntGaugeVec,
     /// Requests refused at admission (a cap was reached), by tenant and reason.
     pub admission_rejected: IntCounterVec,
     /// Messages that found an actor's mailbox or a stream full, by reason.
@@ -183,6 +186,11 @@ impl Metrics {
                 LATENCY_BUCKETS,
             ),
             upstream_errors: counter("taskgate_upstream_errors_total", "Upstream failures", &["upstream", "reason"]),
+            upstream_streams: gauge(
+                "taskgate_upstream_streams",
+                "Long-lived streams open to an upstream (GET or subscriptions/listen), each a connection",
+                &["upstream"],
+            ),
             admission_rejected: counter(
                 "taskgate_admission_rejected_total",
                 "Requests refused because a cap was reached",
@@ -372,6 +380,7 @@ impl Metrics {
             }
         }
         for upstream in upstreams {
+            self.upstream_streams.with_label_values(&[upstream]);
             for reason in UPSTREAM_ERRORS {
                 self.upstream_errors.with_label_values(&[upstream, reason]);
             }
@@ -413,6 +422,10 @@ impl Metrics {
 impl taskgate_upstream::RequestObserver for Metrics {
     fn observe(&self, upstream: &str, method: &str, took: Duration, error: Option<&'static str>) {
         self.upstream_request(upstream, method, took, error);
+    }
+
+    fn stream(&self, upstream: &str, open: bool) {
+        self.upstream_streams.with_label_values(&[upstream]).add(if open { 1 } else { -1 });
     }
 }
 

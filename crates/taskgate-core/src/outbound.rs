@@ -126,8 +126,9 @@ pub struct Outbound {
 /// The receiving side, held by the HTTP response.
 pub struct OutboundReceiver {
     queue: Arc<Queue>,
-    /// Released with the receiver (the stream's place in the gateway's pool of streams).
-    guard: Option<Box<dyn Send + Sync>>,
+    /// Released with the receiver (the stream's place in the gateway's pool of streams; what
+    /// a GET stream keeps open upstream).
+    guards: Vec<Box<dyn Send + Sync>>,
 }
 
 /// A new stream under `limits` and the session's budget. `on_overflow` runs once, outside any
@@ -139,7 +140,7 @@ pub fn channel(
 ) -> (Outbound, OutboundReceiver) {
     let state = State { senders: 1, ..State::default() };
     let queue = Arc::new(Queue { state: Mutex::new(state), limits, session, on_overflow });
-    (Outbound { queue: queue.clone() }, OutboundReceiver { queue, guard: None })
+    (Outbound { queue: queue.clone() }, OutboundReceiver { queue, guards: Vec::new() })
 }
 
 impl Outbound {
@@ -277,7 +278,7 @@ impl Drop for Outbound {
 impl OutboundReceiver {
     /// Keeps `guard` until the receiver is dropped.
     pub fn hold(&mut self, guard: Box<dyn Send + Sync>) {
-        self.guard = Some(guard);
+        self.guards.push(guard);
     }
 
     /// The next message, or `None` when the stream has ended.

@@ -143,6 +143,8 @@ impl Router {
             identity.capabilities = serde_json::from_str(&key.0).unwrap_or_default();
         }
         let session = connector.open(identity, tx);
+        // A catalog session learns of list changes on its GET stream.
+        session.keep_listening();
         self.catalog_sessions.insert(key.clone(), session.clone());
         Some(session)
     }

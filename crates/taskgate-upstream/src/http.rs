@@ -34,6 +34,8 @@ pub(crate) struct HttpChannel {
     client: reqwest::Client,
     headers: HeaderMap,
     max_message_bytes: usize,
+    /// How long the GET stream stays open once nothing needs it.
+    stream_idle: Duration,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
     expired: AtomicBool,
@@ -45,6 +47,32 @@ pub(crate) struct HttpChannel {
     incoming: mpsc::Sender<Incoming>,
     routes: Arc<Routes>,
     closed: watch::Receiver<bool>,
+    /// Whether the GET stream is open (`Some(true)`), not (`Some(false)`), or will not be
+    /// (`None`: the upstream offers none).
+    stream: watch::Sender<Option<bool>>,
+    observer: Option<Arc<dyn crate::RequestObserver>>,
+}
+
+/// Counts a long-lived stream as open (metrics) for as long as it lives.
+struct Counted<'a> {
+    channel: &'a HttpChannel,
+}
+
+impl<'a> Counted<'a> {
+    fn new(channel: &'a HttpChannel) -> Counted<'a> {
+        if let Some(observer) = &channel.observer {
+            observer.stream(&channel.name, true);
+        }
+        Counted { channel }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        if let Some(observer) = &self.channel.observer {
+            observer.stream(&self.channel.name, false);
+        }
+    }
 }
 
 impl HttpChannel {
@@ -54,6 +82,7 @@ impl HttpChannel {
         incoming: mpsc::Sender<Incoming>,
         routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
+        observer: Option<Arc<dyn crate::RequestObserver>>,
     ) -> HttpChannel {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
@@ -73,6 +102,7 @@ impl HttpChannel {
             client,
             headers,
             max_message_bytes: config.max_message_bytes,
+            stream_idle: Duration::from_secs(config.stream_idle_secs),
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
             expired: AtomicBool::new(false),
@@ -81,6 +111,8 @@ impl HttpChannel {
             incoming,
             routes,
             closed,
+            stream: watch::channel(Some(false)).0,
+            observer,
         }
     }
 
@@ -388,7 +420,10 @@ impl HttpChannel {
     /// Keeps the session's GET stream open for messages the upstream sends on its own. The
     /// returned receiver settles once the first attempt has: the stream is open (the upstream
     /// has answered its headers), or there is none to be had.
-    pub(crate) fn listen(self: Arc<Self>) -> tokio::sync::oneshot::Receiver<()> {
+    pub(crate) fn listen(
+        self: Arc<Self>,
+        mut listening: crate::session::Listening,
+    ) -> tokio::sync::oneshot::Receiver<()> {
         let (settled, first) = tokio::sync::oneshot::channel();
         let mut settled = Some(settled);
         tokio::spawn(async move {
@@ -398,26 +433,50 @@ impl HttpChannel {
                 if *closed.borrow() || !self.is_alive() {
                     return;
                 }
+                if !listening.wanted() {
+                    // Nothing to receive what the stream would carry: nobody waits for it.
+                    if let Some(settled) = settled.take() {
+                        let _ = settled.send(());
+                    }
+                    tokio::select! {
+                        changed = listening.holds.changed() => if changed.is_err() { return },
+                        _ = closed.changed() => return,
+                    }
+                    continue;
+                }
                 let attempt = self.builder(reqwest::Method::GET).header(ACCEPT, "text/event-stream").send();
                 let outcome = tokio::select! {
                     r = attempt => r,
                     _ = closed.changed() => return,
                 };
                 match outcome {
-                    Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => return, // no GET stream offered
+                    Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => {
+                        // No GET stream offered.
+                        self.stream.send_replace(None);
+                        return;
+                    }
                     Ok(r) => match self.check_status(r).await {
                         Ok(r) if content_type(&r).starts_with("text/event-stream") => {
                             backoff = Duration::from_millis(250);
                             if let Some(settled) = settled.take() {
                                 let _ = settled.send(());
                             }
-                            tokio::select! {
-                                _ = self.read_stream(r, None, None) => {},
+                            self.stream.send_replace(Some(true));
+                            let _counted = Counted::new(&self);
+                            let unneeded = tokio::select! {
+                                _ = self.read_stream(r, None, None) => false,
                                 _ = closed.changed() => return,
+                                _ = unwanted(&mut listening, self.stream_idle) => true,
+                            };
+                            self.stream.send_replace(Some(false));
+                            if unneeded {
+                                tracing::debug!(upstream = %self.name, "GET stream closed: nothing has needed it for a while");
+                                continue;
                             }
                         }
                         Ok(_) => {
                             tracing::warn!(upstream = %self.name, "GET stream answered without text/event-stream; not listening");
+                            self.stream.send_replace(None);
                             return;
                         }
                         Err(ChannelError::Expired) => return,
@@ -439,6 +498,13 @@ impl HttpChannel {
             }
         });
         first
+    }
+
+    /// Waits (at most `wait`) until the GET stream is open, unless the upstream offers none:
+    /// for a request whose effects come on it (`resources/subscribe`).
+    pub(crate) async fn stream_opened(&self, wait: Duration) {
+        let mut state = self.stream.subscribe();
+        let _ = tokio::time::timeout(wait, state.wait_for(|open| *open != Some(false))).await;
     }
 
     /// Keeps a 2026-07-28 `subscriptions/listen` stream open while `filter` names something to
@@ -475,6 +541,7 @@ impl HttpChannel {
                 match opened {
                     Ok(r) if content_type(&r).starts_with("text/event-stream") => {
                         backoff = Duration::from_millis(250);
+                        let _counted = Counted::new(&self);
                         tokio::select! {
                             _ = self.read_listen(r) => {},
                             changed = filter.changed() => {
@@ -558,6 +625,21 @@ fn rpc_error(body: &[u8]) -> Option<taskgate_protocol::ErrorObject> {
 
 fn content_type(response: &Response) -> String {
     response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
+}
+
+/// Returns once nothing has wanted the GET stream for `idle`.
+async fn unwanted(listening: &mut crate::session::Listening, idle: Duration) {
+    loop {
+        while listening.wanted() {
+            if listening.holds.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(idle) => return,
+            changed = listening.holds.changed() => if changed.is_err() { return std::future::pending().await },
+        }
+    }
 }
 
 /// reqwest's Display omits the cause ("error sending request"); include the chain.

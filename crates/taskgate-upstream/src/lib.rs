@@ -37,6 +37,6 @@ pub(crate) async fn decode(bytes: Vec<u8>) -> Result<Result<Message, MessageErro
     }
 }
 pub use session::{
-    ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, UpstreamEvent, UpstreamSession,
-    WeakUpstreamSession,
+    ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
+    UpstreamSession, WeakUpstreamSession,
 };

@@ -33,6 +33,12 @@ pub struct ClientIdentity {
 }
 
 impl ClientIdentity {
+    /// Whether the client can be asked things (elicitation, sampling, roots): an upstream may
+    /// ask on its GET stream, so a session of such a client keeps that stream open.
+    pub fn answers_requests(&self) -> bool {
+        ["elicitation", "sampling", "roots"].iter().any(|c| self.capabilities.get(c).is_some())
+    }
+
     /// The gateway itself as a client with no optional capabilities (used for the catalog).
     pub fn gateway() -> ClientIdentity {
         ClientIdentity {
@@ -151,6 +157,35 @@ impl Drop for CallGuard<'_> {
 pub struct ProgressRoute {
     routes: Arc<Routes>,
     key: String,
+    /// The progress of a task the upstream runs may come on its GET stream.
+    _listening: StreamHold,
+}
+
+/// Keeps an upstream session's GET stream open while held (see [`UpstreamSession::hold_stream`]).
+pub struct StreamHold {
+    holds: Arc<watch::Sender<usize>>,
+}
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        self.holds.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// When an upstream session's GET stream is open (streamable-http "Listening for Messages from
+/// the Server"): always for a client that can be asked things (an upstream may ask on it), and
+/// otherwise while something holds it: the client's own GET stream, a native task's progress
+/// route, a catalog session. With nothing to receive what it carries, it closes after the
+/// upstream's `stream_idle_secs`.
+pub(crate) struct Listening {
+    pub(crate) always: bool,
+    pub(crate) holds: watch::Receiver<usize>,
+}
+
+impl Listening {
+    pub(crate) fn wanted(&self) -> bool {
+        self.always || *self.holds.borrow() > 0
+    }
 }
 
 impl Drop for ProgressRoute {
@@ -205,6 +240,10 @@ impl From<UpstreamError> for ChannelError {
 pub trait RequestObserver: Send + Sync + 'static {
     /// One request to `upstream` took `took`; `error` is the failure's reason label, if any.
     fn observe(&self, upstream: &str, method: &str, took: Duration, error: Option<&'static str>);
+
+    /// A long-lived stream to `upstream` (a GET stream, a `subscriptions/listen` stream) opened
+    /// or closed.
+    fn stream(&self, _upstream: &str, _open: bool) {}
 }
 
 /// One configured upstream: what its sessions share.
@@ -321,10 +360,11 @@ impl Connector {
             incoming_tx,
             session.inner.routes.clone(),
             session.inner.closed.subscribe(),
+            self.inner.observer.clone(),
         ));
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
-        drop(channel.clone().listen());
+        drop(channel.clone().listen(session.listening()));
         let ready = Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: json!({}), modern: None });
         *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
         Some(session)
@@ -334,8 +374,11 @@ impl Connector {
     /// on its own arrive on `events`.
     pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<UpstreamEvent>) -> UpstreamSession {
         let (closed, _) = watch::channel(false);
+        let (holds, _) = watch::channel(0);
         let inner = Arc::new(SessionInner {
             connector: self.clone(),
+            listen_always: identity.answers_requests(),
+            holds: Arc::new(holds),
             identity,
             events,
             state: tokio::sync::Mutex::new(None),
@@ -360,6 +403,10 @@ pub struct UpstreamSession {
 pub(crate) struct SessionInner {
     pub(crate) connector: Connector,
     identity: ClientIdentity,
+    /// The GET stream is always open (the client can be asked things).
+    listen_always: bool,
+    /// How many [`StreamHold`]s keep the GET stream open.
+    holds: Arc<watch::Sender<usize>>,
     pub(crate) events: mpsc::Sender<UpstreamEvent>,
     /// Requests in flight that may have the upstream ask the client something meanwhile.
     calls: parking_lot::Mutex<Vec<RequestId>>,
@@ -540,6 +587,13 @@ impl UpstreamSession {
             let Message::Request { id, method, params } = message.clone() else { unreachable!("a request") };
             return Box::pin(self.modern_request(ready, state, id, &method, params, related.cloned())).await;
         }
+        if let (Channel::Http(http), Some(methods::RESOURCES_SUBSCRIBE)) = (&ready.channel, message.method()) {
+            // Its updates come on the GET stream: when something receives them, the stream is
+            // open before the subscription, so that none is sent to no stream.
+            if self.listening().wanted() {
+                http.stream_opened(GET_STREAM_WAIT).await;
+            }
+        }
         match ready.channel.request(message, related, &[]).await {
             Err(ChannelError::Expired) => {
                 // basic/transports "Session Management": on 404 start a new session.
@@ -607,7 +661,24 @@ impl UpstreamSession {
     pub fn route_progress(&self, token: &Value, sink: mpsc::Sender<Message>) -> ProgressRoute {
         let key = token.to_string();
         self.inner.routes.by_token.lock().insert(key.clone(), sink);
-        ProgressRoute { routes: self.inner.routes.clone(), key }
+        ProgressRoute { routes: self.inner.routes.clone(), key, _listening: self.hold_stream() }
+    }
+
+    /// Keeps the session's GET stream open (opening it if it is not) until the hold is dropped:
+    /// something can receive what the upstream sends there.
+    pub fn hold_stream(&self) -> StreamHold {
+        self.inner.holds.send_modify(|n| *n += 1);
+        StreamHold { holds: self.inner.holds.clone() }
+    }
+
+    /// Keeps the session's GET stream open for as long as the session lives (a catalog
+    /// session, which learns of list changes there).
+    pub fn keep_listening(&self) {
+        self.inner.holds.send_modify(|n| *n += 1);
+    }
+
+    fn listening(&self) -> Listening {
+        Listening { always: self.inner.listen_always, holds: self.inner.holds.subscribe() }
     }
 
     /// Sends a notification (initializing first if needed).
@@ -757,6 +828,7 @@ impl UpstreamSession {
                 incoming_tx,
                 self.inner.routes.clone(),
                 self.inner.closed.subscribe(),
+                self.inner.connector.inner.observer.clone(),
             ))),
             Transport::Stdio => {
                 let permit = self.inner.connector.inner.processes.clone().try_acquire_owned().map_err(|_| {
@@ -843,10 +915,10 @@ impl UpstreamSession {
         }
         channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
         if let Channel::Http(http) = &channel {
-            // The GET stream is open before the first request goes out: a server that sends a
-            // request for its client on it (elicitation during the first call) would otherwise
-            // send it to no stream, and the call would hang until its timeout.
-            let opened = http.clone().listen();
+            // When wanted, the GET stream is open before the first request goes out: a server
+            // that sends a request for its client on it (elicitation during the first call)
+            // would otherwise send it to no stream, and the call would hang until its timeout.
+            let opened = http.clone().listen(self.listening());
             if tokio::time::timeout(GET_STREAM_WAIT, opened).await.is_err() {
                 tracing::debug!(upstream = %name, "the GET stream did not open in time; going on without waiting");
             }

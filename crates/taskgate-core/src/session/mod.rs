@@ -68,6 +68,11 @@ pub struct SessionActor {
     upstreams: HashMap<String, UpstreamSession>,
     /// The standalone GET stream, when the client has one open.
     get_stream: Option<Outbound>,
+    /// GET streams of the client's not yet ended (a new one may replace an old one before the
+    /// old one's response ends); while there is one, each upstream session's GET stream is held
+    /// open, for what it carries to reach the client.
+    client_streams: usize,
+    upstream_streams: HashMap<String, taskgate_upstream::StreamHold>,
     /// In-flight client requests by the client's id.
     requests: HashMap<RequestId, InFlight>,
     /// (upstream, upstream-local id) → the client's id, for routing what an upstream sends.
@@ -160,6 +165,8 @@ impl SessionActor {
             catalog,
             upstreams: HashMap::new(),
             get_stream: None,
+            client_streams: 0,
+            upstream_streams: HashMap::new(),
             requests: HashMap::new(),
             by_upstream: HashMap::new(),
             relayed: HashMap::new(),
@@ -185,6 +192,9 @@ impl SessionActor {
         let upstream = name.to_owned();
         ctx.add_stream(receiver_stream(rx, move |event| (upstream.clone(), event)));
         let session = connector.open(self.client.clone(), tx);
+        if self.client_streams > 0 {
+            self.upstream_streams.insert(name.to_owned(), session.hold_stream());
+        }
         self.upstreams.insert(name.to_owned(), session.clone());
         self.apply_level(name, &session, ctx);
         Some(session)
@@ -248,6 +258,7 @@ impl SessionActor {
 
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
     fn release_upstreams(&mut self) {
+        self.upstream_streams.clear();
         self.upstreams.clear();
     }
 }
@@ -375,17 +386,50 @@ impl Handler<ClientRequest> for SessionActor {
     }
 }
 
-/// The client opened its GET stream.
+/// The client opened its GET stream. The answer is held with the stream's receiver: the
+/// session learns when the stream's response ends.
 pub(crate) struct OpenStream(pub Outbound);
 
 impl Message for OpenStream {
-    type Result = Result<(), GatewayError>;
+    type Result = Result<ClientStreamGuard, GatewayError>;
+}
+
+/// Held while a client GET stream's response lives; tells the session when it ends.
+pub(crate) struct ClientStreamGuard(Addr<SessionActor>);
+
+impl Drop for ClientStreamGuard {
+    fn drop(&mut self) {
+        self.0.do_send(ClientStreamEnded);
+    }
+}
+
+/// A client GET stream's response ended.
+struct ClientStreamEnded;
+
+impl Message for ClientStreamEnded {
+    type Result = ();
+}
+
+impl Handler<ClientStreamEnded> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ClientStreamEnded, _: &mut Context<Self>) {
+        self.client_streams = self.client_streams.saturating_sub(1);
+        if self.client_streams == 0 {
+            // Nothing receives what the upstreams' GET streams carry: they may close.
+            self.upstream_streams.clear();
+        }
+    }
 }
 
 impl Handler<OpenStream> for SessionActor {
-    type Result = Result<(), GatewayError>;
+    type Result = Result<ClientStreamGuard, GatewayError>;
 
-    fn handle(&mut self, OpenStream(tx): OpenStream, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, OpenStream(tx): OpenStream, ctx: &mut Context<Self>) -> Self::Result {
+        self.client_streams += 1;
+        for (name, session) in &self.upstreams {
+            self.upstream_streams.entry(name.clone()).or_insert_with(|| session.hold_stream());
+        }
         // One GET stream at a time, so no message is sent on two streams (basic/transports
         // "Multiple Connections"). A new one replaces the old at once, taking over what it had
         // not delivered: a client whose connection dropped reconnects without waiting for the
@@ -397,7 +441,7 @@ impl Handler<OpenStream> for SessionActor {
             let _ = tx.send_frame(queued.frame);
         }
         self.get_stream = Some(tx);
-        Ok(())
+        Ok(ClientStreamGuard(ctx.address()))
     }
 }
 
