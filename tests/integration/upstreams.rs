@@ -126,3 +126,71 @@ async fn a_stdio_upstream_that_cannot_start_is_reported_by_name() {
         error.message
     );
 }
+
+/// Waits until the gateway holds `n` GET streams open to the demo (its own count, exported as
+/// `taskgate_upstream_streams`; the demo, an actix server, notices a closed stream only when
+/// it next writes to it).
+async fn open_streams(gw: &TestGateway, n: i64, when: &str) {
+    let streams = || gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get();
+    let wait = async {
+        while streams() != n {
+            tokio::task::yield_now().await;
+        }
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.is_err() {
+        panic!("{when}: the gateway holds {} GET streams open to the upstream, not {n}", streams());
+    }
+}
+
+/// streamable-http "Listening for Messages from the Server": an upstream session's GET stream
+/// is open only while something can receive what it carries. The gateway's catalog session
+/// always listens (list changes); a client session that cannot be asked anything listens only
+/// while its client has its own GET stream open, and what comes reaches it; one that can be
+/// asked (elicitation, sampling, roots) always listens. With `stream_idle_secs = 0`, an
+/// unneeded stream closes as soon as nothing needs it.
+#[actix_rt::test]
+async fn an_upstream_get_stream_is_open_only_while_something_can_receive_what_it_carries() {
+    let demo = DemoUpstream::start();
+    let mut upstream = demo.upstream("demo");
+    upstream.stream_idle_secs = 0;
+    let mut config = config_with(vec![upstream]);
+    config.federation.max_tool_catalogs = 1;
+    let gw = TestGateway::start(config);
+    let mut plain = McpClient::new(&gw.url);
+    plain.initialize().await;
+    plain.call("demo__echo", json!({"text": "x"})).await.unwrap();
+    open_streams(&gw, 1, "a plain session").await; // the catalog session's only
+
+    let mut get = plain.open_stream().await.expect("the GET stream opens");
+    open_streams(&gw, 2, "the client listening").await;
+    // What the upstream sends there reaches the client: a list change.
+    plain.call("demo__toggle_extra", json!({})).await.unwrap();
+    within_stream(&mut get, "notifications/tools/list_changed").await;
+    drop(get);
+    open_streams(&gw, 1, "the client no longer listening").await;
+
+    let mut asking = McpClient::new(&gw.url);
+    asking.initialize_with("2025-11-25", json!({"elicitation": {}})).await;
+    asking.call("demo__echo", json!({"text": "y"})).await.unwrap();
+    open_streams(&gw, 2, "a session that can be asked").await;
+    // More plain sessions hold none.
+    for _ in 0..3 {
+        let mut other = McpClient::new(&gw.url);
+        other.initialize().await;
+        other.call("demo__echo", json!({"text": "z"})).await.unwrap();
+    }
+    assert_eq!(gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get(), 2);
+}
+
+async fn within_stream(stream: &mut taskgate_testkit::SseReader, method: &str) {
+    let wait = async {
+        loop {
+            match stream.next().await {
+                Some(taskgate_protocol::Message::Notification { method: m, .. }) if m == method => return,
+                Some(_) => continue,
+                None => panic!("the stream ended before {method}"),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.expect("the notification arrived");
+}
