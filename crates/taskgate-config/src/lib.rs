@@ -78,6 +78,8 @@ pub mod defaults {
     pub const MAX_UPSTREAM_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
     /// Seconds an upstream GET stream stays open once nothing needs it.
     pub const STREAM_IDLE_SECS: u64 = 30;
+    /// Connections to one HTTP upstream at once.
+    pub const MAX_UPSTREAM_CONNECTIONS: usize = 256;
     /// Seconds without a request after which a session with nothing in flight is closed.
     pub const SESSION_IDLE_TIMEOUT_SECS: u64 = 30 * 60;
     /// How often the configuration file is checked for changes, in milliseconds.
@@ -477,6 +479,11 @@ pub struct UpstreamConfig {
     /// reports progress, or it is the gateway's catalog session.
     #[serde(default = "default_stream_idle")]
     pub stream_idle_secs: u64,
+    /// Most connections to this upstream at once (HTTP), all its sessions together: requests
+    /// in flight and long-lived streams; a request waits for one (within `timeout_secs`), and
+    /// streams leave a quarter of them to requests.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
     /// For an upstream without native tasks: how its tools may be called as tasks (the gateway
     /// runs them in the background). Ignored when the upstream declares
     /// `tasks.requests.tools.call`: its tools' own `execution.taskSupport` applies.
@@ -515,6 +522,10 @@ fn default_stream_idle() -> u64 {
     defaults::STREAM_IDLE_SECS
 }
 
+fn default_max_connections() -> usize {
+    defaults::MAX_UPSTREAM_CONNECTIONS
+}
+
 impl UpstreamConfig {
     /// An HTTP upstream with defaults.
     pub fn http(name: impl Into<String>, url: impl Into<String>) -> UpstreamConfig {
@@ -531,6 +542,7 @@ impl UpstreamConfig {
             timeout_secs: defaults::UPSTREAM_TIMEOUT_SECS,
             max_message_bytes: defaults::MAX_UPSTREAM_MESSAGE_BYTES,
             stream_idle_secs: defaults::STREAM_IDLE_SECS,
+            max_connections: defaults::MAX_UPSTREAM_CONNECTIONS,
             task_support: TaskSupportSetting::Optional,
             required: false,
             tool_task_support: BTreeMap::new(),
@@ -815,6 +827,9 @@ impl Config {
             if up.stream_idle_secs > 86_400 {
                 bad(at("stream_idle_secs"), "must be at most 86400 (a day)".into());
             }
+            if !(2..=65_535).contains(&up.max_connections) {
+                bad(at("max_connections"), "must be 2 to 65535 (a stream and a request at least)".into());
+            }
         }
         let names = self.upstreams.iter().map(|u| u.name.as_str()).collect();
         problems.extend(tenants::collect(&self.tenants, &names));
@@ -914,6 +929,22 @@ mod tests {
         assert_eq!(UpstreamConfig::http("a", "http://h/mcp").stream_idle_secs, 30);
         let Err(ConfigError::Invalid { problems, .. }) = parse(86_401) else { panic!("expected invalid") };
         assert_eq!(problems[0].location, "upstream[0] (\"a\").stream_idle_secs");
+    }
+
+    #[test]
+    fn an_upstreams_connections_are_bounded_and_leave_room_for_a_request() {
+        let parse = |max: usize| {
+            let body = format!(
+                "[[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\nmax_connections = {max}\n"
+            );
+            Config::from_toml(&body, "t.toml", &no_env)
+        };
+        assert_eq!(parse(2).unwrap().upstreams[0].max_connections, 2);
+        assert_eq!(UpstreamConfig::http("a", "http://h/mcp").max_connections, 256);
+        for max in [0, 1, 65_536] {
+            let Err(ConfigError::Invalid { problems, .. }) = parse(max) else { panic!("{max}: expected invalid") };
+            assert_eq!(problems[0].location, "upstream[0] (\"a\").max_connections");
+        }
     }
 
     #[test]

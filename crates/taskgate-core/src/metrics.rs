@@ -51,6 +51,11 @@ pub struct Metrics {
     /// Long-lived streams open to each upstream: GET streams (2025-11-25) and
     /// `subscriptions/listen` streams (2026-07-28), each holding a connection.
     pub upstream_streams: IntGaugeVec,
+    /// Connections to each HTTP upstream in use (requests in flight and streams open), under
+    /// its `max_connections`.
+    pub upstream_connections: IntGaugeVec,
+    /// Requests to each HTTP upstream that waited for a connection (all in use).
+    pub upstream_connection_waits: IntCounterVec,
     /// Requests refused at admission (a cap was reached), by tenant and reason.
     pub admission_rejected: IntCounterVec,
     /// Messages that found an actor's mailbox or a stream full, by reason.
@@ -189,6 +194,16 @@ impl Metrics {
             upstream_streams: gauge(
                 "taskgate_upstream_streams",
                 "Long-lived streams open to an upstream (GET or subscriptions/listen), each a connection",
+                &["upstream"],
+            ),
+            upstream_connections: gauge(
+                "taskgate_upstream_connections",
+                "Connections to an HTTP upstream in use (requests in flight, streams open), at most its max_connections",
+                &["upstream"],
+            ),
+            upstream_connection_waits: counter(
+                "taskgate_upstream_connection_waits_total",
+                "Requests to an HTTP upstream that waited for a connection (all of max_connections in use)",
                 &["upstream"],
             ),
             admission_rejected: counter(
@@ -381,6 +396,8 @@ impl Metrics {
         }
         for upstream in upstreams {
             self.upstream_streams.with_label_values(&[upstream]);
+            self.upstream_connections.with_label_values(&[upstream]);
+            self.upstream_connection_waits.with_label_values(&[upstream]);
             for reason in UPSTREAM_ERRORS {
                 self.upstream_errors.with_label_values(&[upstream, reason]);
             }
@@ -426,6 +443,16 @@ impl taskgate_upstream::RequestObserver for Metrics {
 
     fn stream(&self, upstream: &str, open: bool) {
         self.upstream_streams.with_label_values(&[upstream]).add(if open { 1 } else { -1 });
+    }
+
+    fn connections_gauge(&self, upstream: &str) -> Option<Box<dyn Fn(usize) + Send + Sync>> {
+        let gauge = self.upstream_connections.with_label_values(&[upstream]);
+        Some(Box::new(move |in_use| gauge.set(in_use as i64)))
+    }
+
+    fn connection_waits(&self, upstream: &str) -> Option<Box<dyn Fn() + Send + Sync>> {
+        let waits = self.upstream_connection_waits.with_label_values(&[upstream]);
+        Some(Box::new(move || waits.inc()))
     }
 }
 

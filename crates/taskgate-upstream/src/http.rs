@@ -50,7 +50,7 @@ pub(crate) struct HttpChannel {
     /// Whether the GET stream is open (`Some(true)`), not (`Some(false)`), or will not be
     /// (`None`: the upstream offers none).
     stream: watch::Sender<Option<bool>>,
-    observer: Option<Arc<dyn crate::RequestObserver>>,
+    connections: Arc<Connections>,
 }
 
 /// Counts a long-lived stream as open (metrics) for as long as it lives.
@@ -60,7 +60,7 @@ struct Counted<'a> {
 
 impl<'a> Counted<'a> {
     fn new(channel: &'a HttpChannel) -> Counted<'a> {
-        if let Some(observer) = &channel.observer {
+        if let Some(observer) = &channel.connections.observer {
             observer.stream(&channel.name, true);
         }
         Counted { channel }
@@ -69,8 +69,82 @@ impl<'a> Counted<'a> {
 
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
-        if let Some(observer) = &self.channel.observer {
+        if let Some(observer) = &self.channel.connections.observer {
             observer.stream(&self.channel.name, false);
+        }
+    }
+}
+
+/// The bound on connections to one HTTP upstream (`upstream[].max_connections`), shared by all
+/// its sessions: a request holds one until its response is read, a long-lived stream (GET,
+/// `subscriptions/listen`) while it is open. A stream takes one only while a quarter of them
+/// (at least one) stays free, so streams never starve requests; a request waits for one,
+/// within its timeout.
+pub(crate) struct Connections {
+    permits: Arc<tokio::sync::Semaphore>,
+    max: usize,
+    reserve: usize,
+    pub(crate) observer: Option<Arc<dyn crate::RequestObserver>>,
+    gauge: Option<Box<dyn Fn(usize) + Send + Sync>>,
+    waited: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+/// One connection's place under the bound, given back when dropped.
+pub(crate) struct ConnectionPermit {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    connections: Arc<Connections>,
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.connections.report();
+    }
+}
+
+impl Connections {
+    pub(crate) fn new(name: &str, max: usize, observer: Option<Arc<dyn crate::RequestObserver>>) -> Arc<Connections> {
+        let max = max.max(1);
+        let gauge = observer.as_ref().and_then(|o| o.connections_gauge(name));
+        let waited = observer.as_ref().and_then(|o| o.connection_waits(name));
+        Arc::new(Connections {
+            permits: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            reserve: (max / 4).max(1),
+            observer,
+            gauge,
+            waited,
+        })
+    }
+
+    /// A place for a request, waiting for one if all are taken.
+    async fn for_request(self: &Arc<Self>) -> ConnectionPermit {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                if let Some(waited) = &self.waited {
+                    waited();
+                }
+                self.permits.clone().acquire_owned().await.expect("the semaphore is never closed")
+            }
+        };
+        self.report();
+        ConnectionPermit { permit: Some(permit), connections: self.clone() }
+    }
+
+    /// A place for a long-lived stream, if one is free beyond the requests' reserve.
+    fn for_stream(self: &Arc<Self>) -> Option<ConnectionPermit> {
+        if self.permits.available_permits() <= self.reserve {
+            return None;
+        }
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        self.report();
+        Some(ConnectionPermit { permit: Some(permit), connections: self.clone() })
+    }
+
+    fn report(&self) {
+        if let Some(gauge) = &self.gauge {
+            gauge(self.max - self.permits.available_permits());
         }
     }
 }
@@ -82,7 +156,7 @@ impl HttpChannel {
         incoming: mpsc::Sender<Incoming>,
         routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
-        observer: Option<Arc<dyn crate::RequestObserver>>,
+        connections: Arc<Connections>,
     ) -> HttpChannel {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
@@ -112,7 +186,7 @@ impl HttpChannel {
             routes,
             closed,
             stream: watch::channel(Some(false)).0,
-            observer,
+            connections,
         }
     }
 
@@ -210,6 +284,7 @@ impl HttpChannel {
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<(StatusCode, Option<Result<Value, taskgate_protocol::ErrorObject>>), UpstreamError> {
         let id = message.id().cloned().expect("requests have ids");
+        let _connection = self.connections.for_request().await;
         let response = self.post_raw(message, extra).await?;
         let status = response.status();
         if status.is_success() {
@@ -268,6 +343,7 @@ impl HttpChannel {
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Value, ChannelError> {
         let id = message.id().cloned().expect("requests have ids");
+        let _connection = self.connections.for_request().await;
         let response = self.post(message, extra).await?;
         if message.method() == Some("initialize") {
             if let Some(sid) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
@@ -307,6 +383,7 @@ impl HttpChannel {
 
     /// Sends a notification or a response; the upstream answers 202.
     pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
+        let _connection = self.connections.for_request().await;
         let response = self.post(message, &[]).await?;
         // Some servers answer notifications with a body; drain and ignore it.
         let _ = self.read_body(response).await;
@@ -444,6 +521,20 @@ impl HttpChannel {
                     }
                     continue;
                 }
+                let Some(_connection) = self.connections.for_stream() else {
+                    // No connection to spare for it under max_connections: try again later
+                    // (nobody waits for it meanwhile).
+                    tracing::debug!(upstream = %self.name, "no connection free for the GET stream; waiting");
+                    if let Some(settled) = settled.take() {
+                        let _ = settled.send(());
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {},
+                        _ = closed.changed() => return,
+                    }
+                    backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
+                    continue;
+                };
                 let attempt = self.builder(reqwest::Method::GET).header(ACCEPT, "text/event-stream").send();
                 let outcome = tokio::select! {
                     r = attempt => r,
@@ -530,6 +621,15 @@ impl HttpChannel {
                         changed = filter.changed() => if changed.is_err() { return },
                         _ = closed.changed() => return,
                     }
+                    continue;
+                };
+                let Some(_connection) = self.connections.for_stream() else {
+                    tracing::debug!(upstream = %self.name, "no connection free for subscriptions/listen; waiting");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {},
+                        _ = closed.changed() => return,
+                    }
+                    backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
                     continue;
                 };
                 let message = request(wanted);

@@ -244,6 +244,19 @@ pub trait RequestObserver: Send + Sync + 'static {
     /// A long-lived stream to `upstream` (a GET stream, a `subscriptions/listen` stream) opened
     /// or closed.
     fn stream(&self, _upstream: &str, _open: bool) {}
+
+    /// Where to report how many connections to `upstream` are in use (requests in flight and
+    /// streams open, under its `max_connections`): asked once per upstream, called on every
+    /// change.
+    fn connections_gauge(&self, _upstream: &str) -> Option<Box<dyn Fn(usize) + Send + Sync>> {
+        None
+    }
+
+    /// Where to count the requests to `upstream` that waited for a connection (all of its
+    /// `max_connections` were in use).
+    fn connection_waits(&self, _upstream: &str) -> Option<Box<dyn Fn() + Send + Sync>> {
+        None
+    }
 }
 
 /// One configured upstream: what its sessions share.
@@ -261,6 +274,8 @@ pub(crate) struct ConnectorInner {
     tool_headers: ToolHeaders,
     http: reqwest::Client,
     processes: Arc<Semaphore>,
+    /// The bound on connections to an HTTP upstream.
+    connections: Arc<crate::http::Connections>,
     observer: Option<Arc<dyn RequestObserver>>,
     /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
     shutdown: tokio::sync::watch::Sender<bool>,
@@ -276,13 +291,26 @@ impl Connector {
     pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
         let http = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(config.max_connections)
             .tcp_nodelay(true)
             .build()
             .expect("an HTTP client with default TLS builds");
         let processes = Arc::new(Semaphore::new(config.max_processes));
+        let connections = crate::http::Connections::new(&config.name, config.max_connections, observer.clone());
         let shutdown = tokio::sync::watch::channel(false).0;
         let (era, tool_headers) = (parking_lot::Mutex::new(None), ToolHeaders::default());
-        Connector { inner: Arc::new(ConnectorInner { config, era, tool_headers, http, processes, observer, shutdown }) }
+        Connector {
+            inner: Arc::new(ConnectorInner {
+                config,
+                era,
+                tool_headers,
+                http,
+                processes,
+                connections,
+                observer,
+                shutdown,
+            }),
+        }
     }
 
     /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
@@ -360,7 +388,7 @@ impl Connector {
             incoming_tx,
             session.inner.routes.clone(),
             session.inner.closed.subscribe(),
-            self.inner.observer.clone(),
+            self.inner.connections.clone(),
         ));
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
@@ -828,7 +856,7 @@ impl UpstreamSession {
                 incoming_tx,
                 self.inner.routes.clone(),
                 self.inner.closed.subscribe(),
-                self.inner.connector.inner.observer.clone(),
+                self.inner.connector.inner.connections.clone(),
             ))),
             Transport::Stdio => {
                 let permit = self.inner.connector.inner.processes.clone().try_acquire_owned().map_err(|_| {
