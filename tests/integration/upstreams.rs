@@ -194,3 +194,53 @@ async fn within_stream(stream: &mut taskgate_testkit::SseReader, method: &str) {
     };
     tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.expect("the notification arrived");
 }
+
+/// `upstream[].max_connections` bounds the connections to an HTTP upstream, all its sessions
+/// together: with 2, the catalog session's GET stream holds one and requests share the other.
+/// A second client's call waits (counted in `taskgate_upstream_connection_waits_total`) and
+/// does not reach the upstream until the first call's connection is free; then it goes.
+#[actix_rt::test]
+async fn upstream_connections_are_bounded_and_a_request_waits_for_one() {
+    let demo = DemoUpstream::start();
+    let mut upstream = demo.upstream("demo");
+    upstream.max_connections = 2;
+    let mut config = config_with(vec![upstream]);
+    config.federation.max_tool_catalogs = 1;
+    let gw = TestGateway::start(config);
+    let metrics = gw.gateway.metrics();
+    let in_use = || metrics.upstream_connections.with_label_values(&["demo"]).get();
+    let waits = || metrics.upstream_connection_waits.with_label_values(&["demo"]).get();
+    let mut first = McpClient::new(&gw.url);
+    first.initialize().await;
+    let mut second = McpClient::new(&gw.url);
+    second.initialize().await;
+    second.call("demo__echo", json!({"text": "warm"})).await.unwrap();
+    open_streams(&gw, 1, "the catalog's GET stream").await;
+
+    let held = actix_rt::spawn(async move { first.call("demo__wait", json!({"gate": "first"})).await });
+    until(|| demo.demo.in_flight() == 1, "the first call at the upstream").await;
+    assert_eq!(in_use(), 2, "the GET stream and the first call");
+    let before = waits();
+    let queued = actix_rt::spawn(async move { second.call("demo__wait", json!({"gate": "second"})).await });
+    until(|| waits() == before + 1, "the second call waiting for a connection").await;
+    assert_eq!(demo.demo.stats().calls, 2, "the warm-up and the first call only");
+
+    demo.demo.release("first");
+    assert_eq!(held.await.unwrap().unwrap()["content"][0]["text"], "gate first opened");
+    until(|| demo.demo.stats().calls == 3, "the second call at the upstream").await;
+    demo.demo.release("second");
+    assert_eq!(queued.await.unwrap().unwrap()["content"][0]["text"], "gate second opened");
+    until(|| in_use() == 1, "only the GET stream in use").await;
+}
+
+/// Waits (a bounded time) until `done` holds.
+async fn until(done: impl Fn() -> bool, what: &str) {
+    let wait = async {
+        while !done() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not in time"));
+}
