@@ -85,7 +85,7 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
         verdict(scaled(extra) <= 8.0)
     );
     println!(
-        "- connections to the upstream held by {} sessions: {connections_after} (the sessions declare no capabilities and open no GET stream, so theirs hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; each session still has an upstream session of its own; target: at most a configured pool)",
+        "- connections to the upstream held by {} sessions: {connections_after} (the sessions declare no capabilities and open no GET stream, so theirs hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; each session still has an upstream session of its own; target: at most upstream[].max_connections, 256 by default)",
         count + 1
     );
     println!();
