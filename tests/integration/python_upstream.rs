@@ -389,3 +389,41 @@ async fn a_2026_upstreams_sampling_and_roots_requests_reach_a_2025_client_as_its
         assert_eq!(text_of(&result), "roots: file:///work/project", "{prefix}");
     }
 }
+
+/// A 2026 upstream's `subscriptions/listen` stream takes the place of the GET stream, and is
+/// open on the same terms: the catalog session's always (list changes), a client session's
+/// only while its client can receive what it carries (here, while its GET stream is open).
+#[actix_rt::test]
+async fn a_2026_upstreams_listen_stream_is_open_only_while_something_can_receive_it() {
+    let server = PythonServer::start().await;
+    let mut upstream = UpstreamConfig::http("py", server.url.clone());
+    upstream.stream_idle_secs = 0;
+    let mut config = config_with(vec![upstream]);
+    config.federation.max_tool_catalogs = 1;
+    let gw = TestGateway::start(config);
+    let streams = || gw.gateway.metrics().upstream_streams.with_label_values(&["py"]).get();
+    let until = |n: i64, what: &'static str| {
+        let streams = &streams;
+        async move {
+            let wait = async {
+                while streams() != n {
+                    tokio::task::yield_now().await;
+                }
+            };
+            if tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.is_err() {
+                panic!("{what}: {} listen streams open to the upstream, not {n}", streams());
+            }
+        }
+    };
+    let mut plain = McpClient::new(&gw.url);
+    plain.initialize().await;
+    assert_eq!(text_of(&plain.call("py__echo", json!({"text": "x"})).await.unwrap()), "x");
+    until(1, "a plain session").await;
+    let mut get = plain.open_stream().await.expect("the GET stream opens");
+    until(2, "the client listening").await;
+    // What the stream carries reaches the client.
+    plain.call("py__grow", json!({"name": "sprout"})).await.unwrap();
+    notified(&mut get, "notifications/tools/list_changed").await;
+    drop(get);
+    until(1, "the client no longer listening").await;
+}

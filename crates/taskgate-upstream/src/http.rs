@@ -599,13 +599,15 @@ impl HttpChannel {
     }
 
     /// Keeps a 2026-07-28 `subscriptions/listen` stream open while `filter` names something to
-    /// listen for (basic/patterns/subscriptions), in place of the legacy GET stream: reopened
-    /// with the new filter when it changes, and after a backoff when the stream ends. What it
-    /// carries goes where a GET stream's messages go.
+    /// listen for (basic/patterns/subscriptions) and something can receive what it carries
+    /// (`listening`, as for a GET stream), in place of the legacy GET stream: reopened with the
+    /// new filter when it changes, and after a backoff when the stream ends; closed after the
+    /// idle time once nothing needs it. What it carries goes where a GET stream's messages go.
     pub(crate) fn subscribe(
         self: Arc<Self>,
         mut filter: watch::Receiver<Option<Value>>,
         request: Box<dyn Fn(Value) -> Message + Send>,
+        mut listening: crate::session::Listening,
     ) {
         tokio::spawn(async move {
             let mut closed = self.closed.clone();
@@ -616,9 +618,10 @@ impl HttpChannel {
                     return;
                 }
                 let wanted = filter.borrow_and_update().clone();
-                let Some(wanted) = wanted else {
+                let Some(wanted) = wanted.filter(|_| listening.wanted()) else {
                     tokio::select! {
                         changed = filter.changed() => if changed.is_err() { return },
+                        changed = listening.holds.changed() => if changed.is_err() { return },
                         _ = closed.changed() => return,
                     }
                     continue;
@@ -647,6 +650,10 @@ impl HttpChannel {
                             changed = filter.changed() => {
                                 if changed.is_err() { return }
                                 continue; // reopened at once with the new filter
+                            }
+                            _ = unwanted(&mut listening, self.stream_idle) => {
+                                tracing::debug!(upstream = %self.name, "subscriptions/listen closed: nothing has needed it for a while");
+                                continue;
                             }
                             _ = closed.changed() => return,
                         }

@@ -1088,7 +1088,7 @@ impl Channel {
             for_request.listen_request(filter, id)
         });
         match self {
-            Channel::Http(http) => http.clone().subscribe(state.filter.subscribe(), request),
+            Channel::Http(http) => http.clone().subscribe(state.filter.subscribe(), request, session.listening()),
             Channel::Stdio(stdio) => stdio.subscribe(state.filter.subscribe(), request),
         }
     }

@@ -705,7 +705,7 @@ impl UpstreamSession {
         self.inner.holds.send_modify(|n| *n += 1);
     }
 
-    fn listening(&self) -> Listening {
+    pub(crate) fn listening(&self) -> Listening {
         Listening { always: self.inner.listen_always, holds: self.inner.holds.subscribe() }
     }
 
