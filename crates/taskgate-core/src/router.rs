@@ -137,7 +137,7 @@ impl Router {
         let connector = self.connectors.iter().find(|c| c.name() == key.1)?.clone();
         let (tx, rx) = mpsc::channel(64);
         let tag = key.clone();
-        ctx.add_stream(receiver_stream(rx, move |event| (tag.clone(), event)));
+        ctx.add_stream(receiver_stream(rx, move |event: Box<UpstreamEvent>| (tag.clone(), *event)));
         let mut identity = ClientIdentity::gateway();
         if !key.0.is_empty() {
             identity.capabilities = serde_json::from_str(&key.0).unwrap_or_default();

@@ -44,7 +44,7 @@ pub(crate) struct HttpChannel {
     /// A modern request was refused as a legacy server refuses one (a 4xx without a recognized
     /// modern error): the upstream may have gone back to 2025-11-25 (see [`Self::take_doubt`]).
     doubt: AtomicBool,
-    incoming: mpsc::Sender<Incoming>,
+    incoming: mpsc::Sender<Box<Incoming>>,
     routes: Arc<Routes>,
     closed: watch::Receiver<bool>,
     /// Whether the GET stream is open (`Some(true)`), not (`Some(false)`), or will not be
@@ -153,7 +153,7 @@ impl HttpChannel {
     pub(crate) fn new(
         config: &UpstreamConfig,
         client: reqwest::Client,
-        incoming: mpsc::Sender<Incoming>,
+        incoming: mpsc::Sender<Box<Incoming>>,
         routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
         connections: Arc<Connections>,
@@ -483,7 +483,7 @@ impl HttpChannel {
                         true
                     }
                     (_, _, Some(related)) => {
-                        self.incoming.send(Incoming { message, related: Some(related.clone()) }).await.is_ok()
+                        self.incoming.send(Box::new(Incoming { message, related: Some(related.clone()) })).await.is_ok()
                     }
                     (_, _, None) => self.routes.deliver(message, &self.incoming).await,
                 };

@@ -108,7 +108,7 @@ impl Routes {
 
     /// Delivers an unattributed message: to a request's sink when its token matches, else to
     /// the session's owner.
-    pub(crate) async fn deliver(&self, message: Message, incoming: &mpsc::Sender<Incoming>) -> bool {
+    pub(crate) async fn deliver(&self, message: Message, incoming: &mpsc::Sender<Box<Incoming>>) -> bool {
         let message = match self.sink_for(&message) {
             Some(sink) => match sink.send(message).await {
                 Ok(()) => return true,
@@ -117,7 +117,7 @@ impl Routes {
             },
             None => message,
         };
-        incoming.send(Incoming { message, related: None }).await.is_ok()
+        incoming.send(Box::new(Incoming { message, related: None })).await.is_ok()
     }
 }
 
@@ -370,7 +370,7 @@ impl Connector {
     pub fn resume(
         &self,
         identity: ClientIdentity,
-        events: mpsc::Sender<UpstreamEvent>,
+        events: mpsc::Sender<Box<UpstreamEvent>>,
         resume: &SessionResume,
     ) -> Option<UpstreamSession> {
         if self.config().transport != Transport::Http {
@@ -400,7 +400,7 @@ impl Connector {
 
     /// Opens a session; nothing is sent until its first request. Messages the upstream sends
     /// on its own arrive on `events`.
-    pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<UpstreamEvent>) -> UpstreamSession {
+    pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<Box<UpstreamEvent>>) -> UpstreamSession {
         let (closed, _) = watch::channel(false);
         let (holds, _) = watch::channel(0);
         let inner = Arc::new(SessionInner {
@@ -435,7 +435,9 @@ pub(crate) struct SessionInner {
     listen_always: bool,
     /// How many [`StreamHold`]s keep the GET stream open.
     holds: Arc<watch::Sender<usize>>,
-    pub(crate) events: mpsc::Sender<UpstreamEvent>,
+    /// Boxed: a channel allocates its first block of 32 slots at once, and an event is 144
+    /// bytes; most sessions never get one.
+    pub(crate) events: mpsc::Sender<Box<UpstreamEvent>>,
     /// Requests in flight that may have the upstream ask the client something meanwhile.
     calls: parking_lot::Mutex<Vec<RequestId>>,
     /// The live connection; the async mutex serialises (re-)initialization.
@@ -724,7 +726,7 @@ impl UpstreamSession {
     pub async fn hand_over(&self, request: Message, related: RequestId) {
         if let Message::Request { id, method, params } = request {
             let event = UpstreamEvent::Request { id, method, params, related: Some(related) };
-            let _ = self.inner.events.send(event).await;
+            let _ = self.inner.events.send(Box::new(event)).await;
         }
     }
 
@@ -1024,8 +1026,9 @@ impl Drop for SessionInner {
 }
 
 /// Moves what the upstream sends on its own to the session's owner; answers pings itself.
-async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Incoming>) {
-    while let Some(Incoming { message, related }) = incoming.recv().await {
+async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Box<Incoming>>) {
+    while let Some(boxed) = incoming.recv().await {
+        let Incoming { message, related } = *boxed;
         let Some(inner) = session.upgrade() else { return };
         let event = match message {
             Message::Request { id, method, .. } if method == methods::PING => {
@@ -1049,7 +1052,7 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Incoming
         };
         let events = inner.events.clone();
         drop(inner);
-        if events.send(event).await.is_err() {
+        if events.send(Box::new(event)).await.is_err() {
             return;
         }
     }

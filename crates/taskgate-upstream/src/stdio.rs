@@ -44,7 +44,7 @@ impl StdioChannel {
     pub(crate) fn spawn(
         config: &UpstreamConfig,
         permit: OwnedSemaphorePermit,
-        incoming: mpsc::Sender<Incoming>,
+        incoming: mpsc::Sender<Box<Incoming>>,
         routes: Arc<Routes>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<StdioChannel, UpstreamError> {
@@ -249,7 +249,7 @@ async fn read_stdout(
     stdout: tokio::process::ChildStdout,
     max_line: usize,
     pending: Pending,
-    incoming: mpsc::Sender<Incoming>,
+    incoming: mpsc::Sender<Box<Incoming>>,
     routes: Arc<Routes>,
 ) {
     let mut lines = LineReader::new(stdout, max_line);

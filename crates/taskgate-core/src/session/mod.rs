@@ -190,7 +190,7 @@ impl SessionActor {
         let connector = self.shared.connectors.get(name)?.clone();
         let (tx, rx) = mpsc::channel(UPSTREAM_EVENTS);
         let upstream = name.to_owned();
-        ctx.add_stream(receiver_stream(rx, move |event| (upstream.clone(), event)));
+        ctx.add_stream(receiver_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
         let session = connector.open(self.client.clone(), tx);
         if self.client_streams > 0 {
             self.upstream_streams.insert(name.to_owned(), session.hold_stream());

@@ -168,12 +168,12 @@ async fn serve_resumed(
     shared: Arc<Shared>,
     upstream: String,
     session: UpstreamSession,
-    mut events: mpsc::Receiver<UpstreamEvent>,
+    mut events: mpsc::Receiver<Box<UpstreamEvent>>,
 ) {
     // Only a weak hold: the session ends when its last task does.
     let session = session.downgrade();
     while let Some(event) = events.recv().await {
-        match event {
+        match *event {
             UpstreamEvent::Notification { method, params, .. } if method == methods::TASKS_STATUS => {
                 if let Some(up) = params.as_ref().and_then(TaskView::from_value) {
                     let task = shared.tasks.native_task(&(upstream.clone(), up.task_id.clone()));
