@@ -79,7 +79,8 @@ impl Drop for Counted<'_> {
 /// its sessions: a request holds one until its response is read, a long-lived stream (GET,
 /// `subscriptions/listen`) while it is open. A stream takes one only while a quarter of them
 /// (at least one) stays free, so streams never starve requests; a request waits for one,
-/// within its timeout.
+/// within its timeout. Responses and notifications to the upstream are not held to it (see
+/// `send`).
 pub(crate) struct Connections {
     permits: Arc<tokio::sync::Semaphore>,
     max: usize,
@@ -383,7 +384,9 @@ impl HttpChannel {
 
     /// Sends a notification or a response; the upstream answers 202.
     pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
-        let _connection = self.connections.for_request().await;
+        // Not under max_connections: a response or a notification is short, and one may be
+        // what a request holding a connection waits for (the answer to the upstream's
+        // elicitation); waiting for a connection here could wait for ever.
         let response = self.post(message, &[]).await?;
         // Some servers answer notifications with a body; drain and ignore it.
         let _ = self.read_body(response).await;
