@@ -244,3 +244,42 @@ async fn until(done: impl Fn() -> bool, what: &str) {
         .await
         .unwrap_or_else(|_| panic!("{what}: not in time"));
 }
+
+/// A request holding the last connection can still be answered: the client's answer to the
+/// upstream's elicitation goes back outside the bound (with `max_connections = 2`, the
+/// catalog's GET stream holds one and the call the other).
+#[actix_rt::test]
+async fn an_answer_to_the_upstream_is_not_held_back_by_the_connection_bound() {
+    let demo = DemoUpstream::start();
+    let mut upstream = demo.upstream("demo");
+    upstream.max_connections = 2;
+    let mut config = config_with(vec![upstream]);
+    config.federation.max_tool_catalogs = 1;
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut call =
+        c.request_stream("tools/call", Some(json!({"name": "demo__ask", "arguments": {"question": "Name?"}}))).await;
+    let asked = loop {
+        match within_next(&mut call).await {
+            taskgate_protocol::Message::Request { id, method, .. } if method == "elicitation/create" => break id,
+            _ => continue,
+        }
+    };
+    assert_eq!(gw.gateway.metrics().upstream_connections.with_label_values(&["demo"]).get(), 2);
+    let answer = json!({"action": "accept", "content": {"answer": "Ada"}});
+    assert_eq!(c.post_message(&taskgate_protocol::Message::response(asked, answer)).await.status.as_u16(), 202);
+    let result = loop {
+        if let taskgate_protocol::Message::Response { result, .. } = within_next(&mut call).await {
+            break result;
+        }
+    };
+    assert!(result["content"][0]["text"].as_str().unwrap_or_default().contains("Ada"), "{result}");
+}
+
+async fn within_next(stream: &mut taskgate_testkit::SseReader) -> taskgate_protocol::Message {
+    tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
+        .await
+        .expect("a message in time")
+        .expect("the stream ended early")
+}
