@@ -507,6 +507,32 @@ impl HttpChannel {
         let (settled, first) = tokio::sync::oneshot::channel();
         let mut settled = Some(settled);
         tokio::spawn(async move {
+            if !listening.wanted() {
+                // Until something needs the stream, the task is this small future; the loop
+                // (about 2.5 KB of state) is allocated only then. Nobody waits meanwhile.
+                if let Some(settled) = settled.take() {
+                    let _ = settled.send(());
+                }
+                let mut closed = self.closed.clone();
+                while !listening.wanted() {
+                    tokio::select! {
+                        changed = listening.holds.changed() => if changed.is_err() { return },
+                        _ = closed.changed() => return,
+                    }
+                }
+            }
+            Box::pin(self.listen_loop(listening, settled)).await
+        });
+        first
+    }
+
+    /// The GET stream's loop (see [`Self::listen`]).
+    async fn listen_loop(
+        self: Arc<Self>,
+        mut listening: crate::session::Listening,
+        mut settled: Option<tokio::sync::oneshot::Sender<()>>,
+    ) {
+        {
             let mut closed = self.closed.clone();
             let mut backoff = Duration::from_millis(250);
             loop {
@@ -590,8 +616,7 @@ impl HttpChannel {
                 }
                 backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
             }
-        });
-        first
+        }
     }
 
     /// Waits (at most `wait`) until the GET stream is open, unless the upstream offers none:
