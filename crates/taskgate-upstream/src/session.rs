@@ -276,6 +276,8 @@ pub(crate) struct ConnectorInner {
     processes: Arc<Semaphore>,
     /// The bound on connections to an HTTP upstream.
     connections: Arc<crate::http::Connections>,
+    /// The capabilities its sessions were last given, shared by them.
+    capabilities: parking_lot::Mutex<Option<Arc<Value>>>,
     observer: Option<Arc<dyn RequestObserver>>,
     /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
     shutdown: tokio::sync::watch::Sender<bool>,
@@ -307,6 +309,7 @@ impl Connector {
                 http,
                 processes,
                 connections,
+                capabilities: parking_lot::Mutex::new(None),
                 observer,
                 shutdown,
             }),
@@ -322,6 +325,20 @@ impl Connector {
         // Each process holds a permit until it has exited.
         let _ = self.inner.processes.acquire_many(all).await;
         self.inner.processes.close();
+    }
+
+    /// `capabilities`, as the one copy the sessions of this upstream share while it declares
+    /// the same (each session kept its own: about 2 KB a session for the demo's).
+    pub(crate) fn shared_capabilities(&self, capabilities: Value) -> Arc<Value> {
+        let mut last = self.inner.capabilities.lock();
+        match &*last {
+            Some(shared) if **shared == capabilities => shared.clone(),
+            _ => {
+                let shared = Arc::new(capabilities);
+                *last = Some(shared.clone());
+                shared
+            }
+        }
     }
 
     /// The upstream's configured name.
@@ -393,7 +410,8 @@ impl Connector {
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
         drop(channel.clone().listen(session.listening()));
-        let ready = Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: json!({}), modern: None });
+        let ready =
+            Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: Arc::new(json!({})), modern: None });
         *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
         Some(session)
     }
@@ -450,7 +468,9 @@ pub(crate) struct SessionInner {
 /// keeps for it.
 pub(crate) struct Ready {
     pub(crate) channel: Channel,
-    pub(crate) server_capabilities: Value,
+    /// Shared by the sessions of a connector while the upstream declares the same (see
+    /// [`Connector::shared_capabilities`]).
+    pub(crate) server_capabilities: Arc<Value>,
     pub(crate) modern: Option<Arc<ModernState>>,
 }
 
@@ -765,7 +785,7 @@ impl UpstreamSession {
 
     /// The upstream's capabilities from `initialize`, initializing first if needed.
     pub async fn server_capabilities(&self) -> Result<Value, UpstreamError> {
-        Ok(self.ready().await?.server_capabilities.clone())
+        Ok(Value::clone(&self.ready().await?.server_capabilities))
     }
 
     /// Ends the session: HTTP DELETE, or closing the process's stdin and then killing it.
@@ -953,7 +973,9 @@ impl UpstreamSession {
                 tracing::debug!(upstream = %name, "the GET stream did not open in time; going on without waiting");
             }
         }
-        let server_capabilities = result.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+        let mut result = result;
+        let server_capabilities =
+            connector.shared_capabilities(result.get_mut("capabilities").map_or_else(|| json!({}), Value::take));
         tracing::debug!(upstream = %name, %version, "upstream session initialized");
         let ready = Arc::new(Ready { channel, server_capabilities, modern: None });
         *state = Some(ready.clone());
@@ -1001,7 +1023,7 @@ impl UpstreamSession {
         let modern = Arc::new(ModernState::new(self.upstream(), http, &self.inner.identity, discovered, tool_headers));
         channel.subscribe(self, &modern);
         tracing::debug!(upstream = self.upstream(), "upstream speaks 2026-07-28");
-        let server_capabilities = modern.capabilities.clone();
+        let server_capabilities = self.inner.connector.shared_capabilities(modern.capabilities.clone());
         let ready = Arc::new(Ready { channel, server_capabilities, modern: Some(modern) });
         *state = Some(ready.clone());
         ready
@@ -1033,7 +1055,9 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Box<Inco
         let event = match message {
             Message::Request { id, method, .. } if method == methods::PING => {
                 let session = UpstreamSession { inner };
-                if let Err(e) = session.respond(Message::response(id, json!({}))).await {
+                // Boxed: this task lives as long as its session, and its state is as large as
+                // the largest future it awaits; pings are rare.
+                if let Err(e) = Box::pin(session.respond(Message::response(id, json!({})))).await {
                     tracing::debug!(upstream = session.upstream(), error = %e, "could not answer an upstream ping");
                 }
                 continue;
