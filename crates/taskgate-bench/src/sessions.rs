@@ -36,7 +36,7 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
         bin,
         &format!(
             "max_sessions = {}\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n",
-            count + 16
+            2 * count + 16
         ),
     )
     .await?;
@@ -46,12 +46,61 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
     first.initialize().await;
     call(&first, "demo__echo").await?;
     let (gateway_before, demo_before, connections_before) = (gateway.rss(), demo.rss(), connections_to(demo_port));
+    let clients = open_sessions(count, plan.concurrency, || McpClient::new(&url)).await?;
+    let (gateway_after, demo_after, connections_after) = (gateway.rss(), demo.rss(), connections_to(demo_port));
+    // As many more sessions again, their clients sharing one connection pool (at most
+    // `concurrency` connections): what a session costs without a client connection of its own.
+    let shared = open_sessions(count, plan.concurrency, || McpClient::sharing_connections(&first)).await?;
+    let gateway_shared = gateway.rss();
+    let per_session = gateway_after.saturating_sub(gateway_before) as f64 / count as f64;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let extra = mib(gateway_after.saturating_sub(gateway_before));
+    println!("| measure | before | with {count} more sessions |");
+    println!("| --- | --- | --- |");
+    println!(
+        "| gateway RSS | {:.1} MiB | {:.1} MiB (+{extra:.1} MiB, {per_session:.0} B a session) |",
+        mib(gateway_before),
+        mib(gateway_after)
+    );
+    let extra_shared = mib(gateway_shared.saturating_sub(gateway_after));
+    println!(
+        "| gateway RSS, {count} more sessions sharing {} client connections | {:.1} MiB | {:.1} MiB (+{extra_shared:.1} MiB, {:.0} B a session) |",
+        plan.concurrency,
+        mib(gateway_after),
+        mib(gateway_shared),
+        gateway_shared.saturating_sub(gateway_after) as f64 / count as f64
+    );
+    println!("| upstream RSS | {:.1} MiB | {:.1} MiB |", mib(demo_before), mib(demo_after));
+    println!("| connections to the upstream | {connections_before} | {connections_after} |");
+    println!();
+    let scaled = |x: f64| x * 1000.0 / count as f64;
+    println!(
+        "- extra gateway RSS, scaled to 1,000 sessions, each with a client connection of its own: {:.1} MiB (target ≤ 8: {})",
+        scaled(extra),
+        verdict(scaled(extra) <= 8.0)
+    );
+    println!(
+        "- the same, the clients sharing {} connections: {:.1} MiB (target ≤ 8: {})",
+        plan.concurrency,
+        scaled(extra_shared),
+        verdict(scaled(extra_shared) <= 8.0)
+    );
+    println!(
+        "- connections to the upstream held by {} sessions: {connections_after} (the sessions declare no capabilities and open no GET stream, so theirs hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; each session still has an upstream session of its own; target: at most upstream[].max_connections, 256 by default)",
+        count + 1
+    );
+    println!();
+    drop((clients, shared));
+    Ok(())
+}
+
+/// Opens `count` sessions, `concurrency` at a time, each making one call.
+async fn open_sessions(count: usize, concurrency: usize, client: impl Fn() -> McpClient) -> Result<Vec<McpClient>> {
     let mut clients = Vec::with_capacity(count);
-    for batch in (0..count).collect::<Vec<_>>().chunks(plan.concurrency) {
+    for batch in (0..count).collect::<Vec<_>>().chunks(concurrency) {
         let opened = join_all(batch.iter().map(|_| {
-            let url = url.clone();
+            let mut client = client();
             async move {
-                let mut client = McpClient::new(&url);
                 client.initialize().await;
                 call(&client, "demo__echo").await.map(|_| client)
             }
@@ -64,31 +113,5 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
     if clients.len() != count {
         bail!("{} sessions opened of {count}", clients.len());
     }
-    let (gateway_after, demo_after, connections_after) = (gateway.rss(), demo.rss(), connections_to(demo_port));
-    let per_session = gateway_after.saturating_sub(gateway_before) as f64 / count as f64;
-    let mib = |b: u64| b as f64 / 1048576.0;
-    let extra = mib(gateway_after.saturating_sub(gateway_before));
-    println!("| measure | before | with {count} more sessions |");
-    println!("| --- | --- | --- |");
-    println!(
-        "| gateway RSS | {:.1} MiB | {:.1} MiB (+{extra:.1} MiB, {per_session:.0} B a session) |",
-        mib(gateway_before),
-        mib(gateway_after)
-    );
-    println!("| upstream RSS | {:.1} MiB | {:.1} MiB |", mib(demo_before), mib(demo_after));
-    println!("| connections to the upstream | {connections_before} | {connections_after} |");
-    println!();
-    let scaled = |x: f64| x * 1000.0 / count as f64;
-    println!(
-        "- extra gateway RSS, scaled to 1,000 sessions: {:.1} MiB (target ≤ 8: {})",
-        scaled(extra),
-        verdict(scaled(extra) <= 8.0)
-    );
-    println!(
-        "- connections to the upstream held by {} sessions: {connections_after} (the sessions declare no capabilities and open no GET stream, so theirs hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; each session still has an upstream session of its own; target: at most upstream[].max_connections, 256 by default)",
-        count + 1
-    );
-    println!();
-    drop(clients);
-    Ok(())
+    Ok(clients)
 }

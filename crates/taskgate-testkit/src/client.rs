@@ -68,6 +68,11 @@ impl McpClient {
         McpClient { bearer: Some(token.to_owned()), ..McpClient::new(url) }
     }
 
+    /// A new session's client that shares `other`'s HTTP connections (its connection pool).
+    pub fn sharing_connections(other: &McpClient) -> McpClient {
+        McpClient { http: other.http.clone(), ..McpClient::new(&other.url) }
+    }
+
     /// A client for the endpoint at `url`.
     pub fn new(url: &str) -> McpClient {
         McpClient {
