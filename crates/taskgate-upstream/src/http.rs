@@ -510,15 +510,9 @@ impl HttpChannel {
             if !listening.wanted() {
                 // Until something needs the stream, the task is this small future; the loop
                 // (about 2.5 KB of state) is allocated only then. Nobody waits meanwhile.
-                if let Some(settled) = settled.take() {
-                    let _ = settled.send(());
-                }
-                let mut closed = self.closed.clone();
-                while !listening.wanted() {
-                    tokio::select! {
-                        changed = listening.holds.changed() => if changed.is_err() { return },
-                        _ = closed.changed() => return,
-                    }
+                settle(&mut settled);
+                if !until_wanted(&mut listening, &mut self.closed.clone()).await {
+                    return;
                 }
             }
             Box::pin(self.listen_loop(listening, settled)).await
@@ -541,12 +535,9 @@ impl HttpChannel {
                 }
                 if !listening.wanted() {
                     // Nothing to receive what the stream would carry: nobody waits for it.
-                    if let Some(settled) = settled.take() {
-                        let _ = settled.send(());
-                    }
-                    tokio::select! {
-                        changed = listening.holds.changed() => if changed.is_err() { return },
-                        _ = closed.changed() => return,
+                    settle(&mut settled);
+                    if !until_wanted(&mut listening, &mut closed).await {
+                        return;
                     }
                     continue;
                 }
@@ -554,14 +545,10 @@ impl HttpChannel {
                     // No connection to spare for it under max_connections: try again later
                     // (nobody waits for it meanwhile).
                     tracing::debug!(upstream = %self.name, "no connection free for the GET stream; waiting");
-                    if let Some(settled) = settled.take() {
-                        let _ = settled.send(());
+                    settle(&mut settled);
+                    if !back_off(&mut backoff, &mut closed).await {
+                        return;
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {},
-                        _ = closed.changed() => return,
-                    }
-                    backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
                     continue;
                 };
                 let attempt = self.builder(reqwest::Method::GET).header(ACCEPT, "text/event-stream").send();
@@ -578,9 +565,7 @@ impl HttpChannel {
                     Ok(r) => match self.check_status(r).await {
                         Ok(r) if content_type(&r).starts_with("text/event-stream") => {
                             backoff = Duration::from_millis(250);
-                            if let Some(settled) = settled.take() {
-                                let _ = settled.send(());
-                            }
+                            settle(&mut settled);
                             self.stream.send_replace(Some(true));
                             let _counted = Counted::new(&self);
                             let unneeded = tokio::select! {
@@ -607,14 +592,10 @@ impl HttpChannel {
                     Err(e) => tracing::debug!(upstream = %self.name, error = %describe(&e), "GET stream failed"),
                 }
                 // The first attempt failed: nobody waits for the retries.
-                if let Some(settled) = settled.take() {
-                    let _ = settled.send(());
+                settle(&mut settled);
+                if !back_off(&mut backoff, &mut closed).await {
+                    return;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {},
-                    _ = closed.changed() => return,
-                }
-                backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
             }
         }
     }
@@ -656,11 +637,9 @@ impl HttpChannel {
                 };
                 let Some(_connection) = self.connections.for_stream() else {
                     tracing::debug!(upstream = %self.name, "no connection free for subscriptions/listen; waiting");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {},
-                        _ = closed.changed() => return,
+                    if !back_off(&mut backoff, &mut closed).await {
+                        return;
                     }
-                    backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
                     continue;
                 };
                 let message = request(wanted);
@@ -760,6 +739,37 @@ fn rpc_error(body: &[u8]) -> Option<taskgate_protocol::ErrorObject> {
 
 fn content_type(response: &Response) -> String {
     response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
+}
+
+/// Tells whoever waits for the GET stream's first attempt that it has settled (nobody waits
+/// for the later ones).
+fn settle(settled: &mut Option<tokio::sync::oneshot::Sender<()>>) {
+    if let Some(settled) = settled.take() {
+        let _ = settled.send(());
+    }
+}
+
+/// Waits until something wants the stream: false if the channel closed (or its session went)
+/// first.
+async fn until_wanted(listening: &mut crate::session::Listening, closed: &mut watch::Receiver<bool>) -> bool {
+    while !listening.wanted() {
+        tokio::select! {
+            changed = listening.holds.changed() => if changed.is_err() { return false },
+            _ = closed.changed() => return false,
+        }
+    }
+    true
+}
+
+/// Waits out `backoff`, doubling it for the next time (at most [`MAX_LISTEN_BACKOFF`]): false
+/// if the channel closed meanwhile.
+async fn back_off(backoff: &mut Duration, closed: &mut watch::Receiver<bool>) -> bool {
+    let closing = tokio::select! {
+        _ = tokio::time::sleep(*backoff) => false,
+        _ = closed.changed() => true,
+    };
+    *backoff = (*backoff * 2).min(MAX_LISTEN_BACKOFF);
+    !closing
 }
 
 /// Returns once nothing has wanted the GET stream for `idle`.
