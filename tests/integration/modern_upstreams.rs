@@ -16,13 +16,14 @@ use crate::rmcp_server::RmcpTaskServer;
 use crate::support::{self, within};
 
 /// The gateway in front of `upstreams`, relaying every progress value.
-fn gateway(upstreams: Vec<UpstreamConfig>) -> TestGateway {
+pub(crate) fn gateway(upstreams: Vec<UpstreamConfig>) -> TestGateway {
     let mut config = config_with(upstreams);
     config.progress.min_interval_ms = 0;
     TestGateway::start(config)
 }
 
-fn comparable(summary: &Value) -> Value {
+/// A client's summary without its tool list (the gateway's names are namespaced).
+pub(crate) fn comparable(summary: &Value) -> Value {
     let mut summary = summary.clone();
     summary.as_object_mut().unwrap().remove("tools");
     summary

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use crate::interop::run_ts_client_with;
 use crate::interop_modern::run_python_client;
 use crate::modern::Client as ModernClient;
+use crate::modern_upstreams::{comparable, gateway};
 use crate::support::within;
 
 fn python() -> std::path::PathBuf {
@@ -114,20 +115,6 @@ pub async fn stdio_upstream(name: &str) -> (UpstreamConfig, PythonEvents) {
     });
     let upstream = UpstreamConfig::stdio(name, python().display().to_string(), vec![script(), "stdio".into(), address]);
     (upstream, PythonEvents { lines: rx, counts: HashMap::new() })
-}
-
-/// The gateway in front of `upstreams`, relaying every progress value.
-fn gateway(upstreams: Vec<UpstreamConfig>) -> TestGateway {
-    let mut config = config_with(upstreams);
-    config.progress.min_interval_ms = 0;
-    TestGateway::start(config)
-}
-
-/// A client's summary without its tool list (the gateway's names are namespaced).
-fn comparable(summary: &Value) -> Value {
-    let mut summary = summary.clone();
-    summary.as_object_mut().unwrap().remove("tools");
-    summary
 }
 
 fn assert_namespaced(direct: &Value, through: &Value, prefix: &str) {

@@ -5,6 +5,8 @@ use serde_json::json;
 use taskgate_config::UpstreamConfig;
 use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient, TestGateway};
 
+use crate::support::within;
+
 #[actix_rt::test]
 async fn one_upstream_session_per_client_session_declaring_the_clients_capabilities() {
     let demo = DemoUpstream::start();
@@ -28,13 +30,6 @@ async fn one_upstream_session_per_client_session_declaring_the_clients_capabilit
     let sessions = demo.http.sessions();
     assert_eq!(c.delete().await, 200);
     within(demo.http.wait_sessions(|n| *n < sessions)).await;
-}
-
-/// Bounds a wait on an event so that a bug fails the test instead of hanging it.
-async fn within<F: std::future::Future>(event: F) -> F::Output {
-    tokio::time::timeout(std::time::Duration::from_secs(30), event)
-        .await
-        .expect("the awaited event did not happen within 30 s")
 }
 
 #[actix_rt::test]
@@ -127,19 +122,39 @@ async fn a_stdio_upstream_that_cannot_start_is_reported_by_name() {
     );
 }
 
+/// The gateway in front of `demo` with one tool catalog (no variant per capability set, so
+/// the only catalog session is the base one), the upstream's settings as `tune` sets them.
+fn one_catalog_gateway(demo: &DemoUpstream, tune: impl FnOnce(&mut UpstreamConfig)) -> TestGateway {
+    let mut upstream = demo.upstream("demo");
+    tune(&mut upstream);
+    let mut config = config_with(vec![upstream]);
+    config.federation.max_tool_catalogs = 1;
+    TestGateway::start(config)
+}
+
 /// Waits until the gateway holds `n` GET streams open to the demo (its own count, exported as
 /// `taskgate_upstream_streams`; the demo, an actix server, notices a closed stream only when
 /// it next writes to it).
 async fn open_streams(gw: &TestGateway, n: i64, when: &str) {
     let streams = || gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get();
+    until(|| streams() == n, &format!("{when}: {n} GET streams open to the upstream")).await;
+}
+
+/// Waits (a bounded time) until `done` holds.
+async fn until(done: impl Fn() -> bool, what: &str) {
     let wait = async {
-        while streams() != n {
+        while !done() {
             tokio::task::yield_now().await;
         }
     };
-    if tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.is_err() {
-        panic!("{when}: the gateway holds {} GET streams open to the upstream, not {n}", streams());
-    }
+    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not in time"));
+}
+
+/// The stream's next message (a bounded wait; the stream must not end).
+async fn next_message(stream: &mut taskgate_testkit::SseReader) -> taskgate_protocol::Message {
+    within(stream.next()).await.expect("the stream ended early")
 }
 
 /// streamable-http "Listening for Messages from the Server": an upstream session's GET stream
@@ -151,11 +166,7 @@ async fn open_streams(gw: &TestGateway, n: i64, when: &str) {
 #[actix_rt::test]
 async fn an_upstream_get_stream_is_open_only_while_something_can_receive_what_it_carries() {
     let demo = DemoUpstream::start();
-    let mut upstream = demo.upstream("demo");
-    upstream.stream_idle_secs = 0;
-    let mut config = config_with(vec![upstream]);
-    config.federation.max_tool_catalogs = 1;
-    let gw = TestGateway::start(config);
+    let gw = one_catalog_gateway(&demo, |u| u.stream_idle_secs = 0);
     let mut plain = McpClient::new(&gw.url);
     plain.initialize().await;
     plain.call("demo__echo", json!({"text": "x"})).await.unwrap();
@@ -165,7 +176,9 @@ async fn an_upstream_get_stream_is_open_only_while_something_can_receive_what_it
     open_streams(&gw, 2, "the client listening").await;
     // What the upstream sends there reaches the client: a list change.
     plain.call("demo__toggle_extra", json!({})).await.unwrap();
-    within_stream(&mut get, "notifications/tools/list_changed").await;
+    while !matches!(next_message(&mut get).await, taskgate_protocol::Message::Notification { method, .. } if method == "notifications/tools/list_changed")
+    {
+    }
     drop(get);
     open_streams(&gw, 1, "the client no longer listening").await;
 
@@ -182,19 +195,6 @@ async fn an_upstream_get_stream_is_open_only_while_something_can_receive_what_it
     assert_eq!(gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get(), 2);
 }
 
-async fn within_stream(stream: &mut taskgate_testkit::SseReader, method: &str) {
-    let wait = async {
-        loop {
-            match stream.next().await {
-                Some(taskgate_protocol::Message::Notification { method: m, .. }) if m == method => return,
-                Some(_) => continue,
-                None => panic!("the stream ended before {method}"),
-            }
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.expect("the notification arrived");
-}
-
 /// `upstream[].max_connections` bounds the connections to an HTTP upstream, all its sessions
 /// together: with 2, the catalog session's GET stream holds one and requests share the other.
 /// A second client's call waits (counted in `taskgate_upstream_connection_waits_total`) and
@@ -202,11 +202,7 @@ async fn within_stream(stream: &mut taskgate_testkit::SseReader, method: &str) {
 #[actix_rt::test]
 async fn upstream_connections_are_bounded_and_a_request_waits_for_one() {
     let demo = DemoUpstream::start();
-    let mut upstream = demo.upstream("demo");
-    upstream.max_connections = 2;
-    let mut config = config_with(vec![upstream]);
-    config.federation.max_tool_catalogs = 1;
-    let gw = TestGateway::start(config);
+    let gw = one_catalog_gateway(&demo, |u| u.max_connections = 2);
     let metrics = gw.gateway.metrics();
     let in_use = || metrics.upstream_connections.with_label_values(&["demo"]).get();
     let waits = || metrics.upstream_connection_waits.with_label_values(&["demo"]).get();
@@ -233,35 +229,19 @@ async fn upstream_connections_are_bounded_and_a_request_waits_for_one() {
     until(|| in_use() == 1, "only the GET stream in use").await;
 }
 
-/// Waits (a bounded time) until `done` holds.
-async fn until(done: impl Fn() -> bool, what: &str) {
-    let wait = async {
-        while !done() {
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not in time"));
-}
-
 /// A request holding the last connection can still be answered: the client's answer to the
 /// upstream's elicitation goes back outside the bound (with `max_connections = 2`, the
 /// catalog's GET stream holds one and the call the other).
 #[actix_rt::test]
 async fn an_answer_to_the_upstream_is_not_held_back_by_the_connection_bound() {
     let demo = DemoUpstream::start();
-    let mut upstream = demo.upstream("demo");
-    upstream.max_connections = 2;
-    let mut config = config_with(vec![upstream]);
-    config.federation.max_tool_catalogs = 1;
-    let gw = TestGateway::start(config);
+    let gw = one_catalog_gateway(&demo, |u| u.max_connections = 2);
     let mut c = McpClient::new(&gw.url);
     c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
     let mut call =
         c.request_stream("tools/call", Some(json!({"name": "demo__ask", "arguments": {"question": "Name?"}}))).await;
     let asked = loop {
-        match within_next(&mut call).await {
+        match next_message(&mut call).await {
             taskgate_protocol::Message::Request { id, method, .. } if method == "elicitation/create" => break id,
             _ => continue,
         }
@@ -270,16 +250,9 @@ async fn an_answer_to_the_upstream_is_not_held_back_by_the_connection_bound() {
     let answer = json!({"action": "accept", "content": {"answer": "Ada"}});
     assert_eq!(c.post_message(&taskgate_protocol::Message::response(asked, answer)).await.status.as_u16(), 202);
     let result = loop {
-        if let taskgate_protocol::Message::Response { result, .. } = within_next(&mut call).await {
+        if let taskgate_protocol::Message::Response { result, .. } = next_message(&mut call).await {
             break result;
         }
     };
     assert!(result["content"][0]["text"].as_str().unwrap_or_default().contains("Ada"), "{result}");
-}
-
-async fn within_next(stream: &mut taskgate_testkit::SseReader) -> taskgate_protocol::Message {
-    tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
-        .await
-        .expect("a message in time")
-        .expect("the stream ended early")
 }
