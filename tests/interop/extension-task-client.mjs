@@ -4,22 +4,11 @@
 // at once, a task that asks the user (the SDK's elicitation handler answers), progress on a
 // plain call, and a task cancelled with tasks/cancel. node extension-task-client.mjs URL;
 // prints one JSON summary.
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CreateTaskResultSchema, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { connectAnswering } from './v1-connect.mjs';
 
 const [url] = process.argv.slice(2);
-const client = new Client(
-  { name: 'taskgate-interop-v1', version: '1.0.0' },
-  { capabilities: { elicitation: { form: {} } } },
-);
-const asked = [];
-client.setRequestHandler(ElicitRequestSchema, async (request) => {
-  asked.push(request.params.message);
-  return { action: 'accept', content: { answer: 'Ada' } };
-});
-const transport = new StreamableHTTPClientTransport(new URL(url));
-await client.connect(transport);
+const { client, transport, asked } = await connectAnswering(url);
 const out = { version: transport.protocolVersion, taskCapability: client.getServerCapabilities().tasks ?? null };
 await client.listTools(); // teaches the client which tools run as tasks
 

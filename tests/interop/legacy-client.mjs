@@ -3,22 +3,11 @@
 // and an AbortSignal cancellation (notifications/cancelled). Tools are found by suffix, so the
 // same script runs through the gateway in front of any upstream with the demo's tools.
 // Prints one JSON summary.
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { CallToolResultSchema, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { connectAnswering } from './v1-connect.mjs';
 
 const [url] = process.argv.slice(2);
-const client = new Client(
-  { name: 'taskgate-interop-v1', version: '1.0.0' },
-  { capabilities: { elicitation: { form: {} } } },
-);
-const asked = [];
-client.setRequestHandler(ElicitRequestSchema, async (request) => {
-  asked.push(request.params.message);
-  return { action: 'accept', content: { answer: 'Ada' } };
-});
-const transport = new StreamableHTTPClientTransport(new URL(url));
-await client.connect(transport);
+const { client, transport, asked } = await connectAnswering(url);
 const summary = { version: transport.protocolVersion };
 const { tools } = await client.listTools();
 const named = (suffix) => tools.find((t) => t.name === suffix || t.name.endsWith(`__${suffix}`)).name;
