@@ -50,7 +50,10 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
     let (gateway_after, demo_after, connections_after) = (gateway.rss(), demo.rss(), connections_to(demo_port));
     // As many more sessions again, their clients sharing one connection pool (at most
     // `concurrency` connections): what a session costs without a client connection of its own.
-    let shared = open_sessions(count, plan.concurrency, || McpClient::sharing_connections(&first)).await?;
+    // A new pool: `first`'s connection has been idle for the whole first phase, longer than the
+    // gateway's keep-alive, and a request on it could race the server closing it.
+    let pool = McpClient::new(&url);
+    let shared = open_sessions(count, plan.concurrency, || McpClient::sharing_connections(&pool)).await?;
     let gateway_shared = gateway.rss();
     let per_session = gateway_after.saturating_sub(gateway_before) as f64 / count as f64;
     let mib = |b: u64| b as f64 / 1048576.0;
