@@ -27,10 +27,6 @@ use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
 
 use super::Modern;
 
-/// How long the front door waits for the first message of a request before it commits to an
-/// SSE response (a quick result, an early error or an `input_required` goes out as one JSON
-/// object with its own HTTP status).
-const FIRST_MESSAGE_WAIT: Duration = Duration::from_millis(100);
 /// How often an SSE response with nothing to say carries a comment: a closed connection is
 /// only noticed on a write, and closing the stream is how a 2026 client cancels.
 const KEEP_ALIVE: Duration = Duration::from_secs(1);
@@ -354,8 +350,18 @@ fn cancel(call: &Call, reason: &str) {
 
 /// Serves the call from its session's messages: one JSON object when the answer comes at once,
 /// else an SSE stream that ends with it. Closing the stream cancels the request.
-pub(crate) async fn respond(modern: Arc<Modern>, call: Call, mut messages: OutboundReceiver) -> HttpResponse {
-    let deadline = tokio::time::Instant::now() + FIRST_MESSAGE_WAIT;
+///
+/// The front door waits `first_wait` (`server.first_message_wait_ms`, as for a 2025-11-25
+/// session) for the first message of a request before it commits to an SSE response: a quick
+/// result, an early error or an `input_required` goes out as one JSON object with its own HTTP
+/// status.
+pub(crate) async fn respond(
+    modern: Arc<Modern>,
+    call: Call,
+    mut messages: OutboundReceiver,
+    first_wait: Duration,
+) -> HttpResponse {
+    let deadline = tokio::time::Instant::now() + first_wait;
     let first = loop {
         match tokio::time::timeout_at(deadline, messages.recv()).await {
             Err(_) => break None,
@@ -506,6 +512,7 @@ pub(crate) async fn resume(
     method: &str,
     params: &Value,
     client_token: Option<Value>,
+    first_wait: Duration,
 ) -> HttpResponse {
     let state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
     let digest = super::state::digest(method, Some(params));
@@ -538,7 +545,7 @@ pub(crate) async fn resume(
         let (json, status) = park(&modern, call, messages, unanswered, &mut None);
         return json_response(json, status);
     }
-    respond(modern, call, messages).await
+    respond(modern, call, messages, first_wait).await
 }
 
 impl Modern {

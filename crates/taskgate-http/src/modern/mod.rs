@@ -273,10 +273,11 @@ async fn forward(
     state: Arc<Modern>,
 ) -> Result<HttpResponse, GatewayError> {
     let mut params = params.unwrap_or_else(|| json!({}));
+    let first_wait = Duration::from_millis(gateway.config().server.first_message_wait_ms);
     let client_token = params.get("_meta").and_then(|m| m.get(taskgate_protocol::mcp::meta::PROGRESS_TOKEN)).cloned();
     // A retry (basic/patterns/mrtr): it resumes the exchange its requestState names.
     if params.get("requestState").is_some() {
-        return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token).await);
+        return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token, first_wait).await);
     }
     // The digest binds a requestState to this request; a client that declared none of the
     // capabilities input requests need is never sent one (basic/patterns/mrtr: inputRequests
@@ -319,5 +320,5 @@ async fn forward(
         digest,
     };
     let messages = session.request_with(internal_id, method, Some(params), mode).await?;
-    Ok(exchange::respond(state, call, messages).await)
+    Ok(exchange::respond(state, call, messages, first_wait).await)
 }
