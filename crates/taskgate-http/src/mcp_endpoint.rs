@@ -33,17 +33,17 @@ pub async fn post(
         let identity = identity(headers, &gateway)?;
         let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
         let body = checks::body(headers, payload, gateway.max_body_bytes(&identity), timeout).await?;
-        let message = match Message::from_slice_strict(&body) {
+        let parsed = match Message::from_slice_front(&body) {
             Err(e) => Err(GatewayError::Parse(e.to_string())),
             Ok(Err(MessageError::Batch)) => {
                 Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
             }
             Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
-            Ok(Ok(message)) => Ok(message),
+            Ok(Ok(parsed)) => Ok(parsed),
         }?;
-        Ok::<_, GatewayError>((identity, message))
+        Ok::<_, GatewayError>((identity, parsed))
     };
-    let (identity, message) = match checked.await {
+    let (identity, (message, fields)) = match checked.await {
         Ok(m) => m,
         Err(e) => return reply::error(&e, None),
     };
@@ -58,7 +58,7 @@ pub async fn post(
         method = %Untrusted(message.method().unwrap_or("response")),
     );
     let modern = modern.into_inner();
-    match tracing::Instrument::instrument(dispatch(headers, identity, message, &gateway, modern), span).await {
+    match tracing::Instrument::instrument(dispatch(headers, identity, message, fields, &gateway, modern), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     }
@@ -69,7 +69,8 @@ type Refusal = (GatewayError, Option<taskgate_protocol::RequestId>);
 async fn dispatch(
     headers: &HeaderMap,
     identity: Identity,
-    message: Message,
+    mut message: Message,
+    fields: taskgate_protocol::modern::PerRequest,
     gateway: &Gateway,
     modern: std::sync::Arc<crate::modern::Modern>,
 ) -> Result<HttpResponse, Refusal> {
@@ -77,7 +78,17 @@ async fn dispatch(
     checks::identifiers(&message)?;
     // basic/versioning "Backward Compatibility": a request with the modern `_meta` is served
     // statelessly, beside the sessions of initialize.
-    let modern_message = crate::modern::is_modern(headers, &message);
+    let modern_message = crate::modern::is_modern(headers, &message, &fields);
+    // Anything else goes on as the client sent it: a 2025-11-25 message gets back whatever
+    // per-request fields of the other revision it carried.
+    let fields = if modern_message {
+        fields
+    } else {
+        if let Message::Request { params, .. } | Message::Notification { params, .. } = &mut message {
+            fields.restore(params);
+        }
+        Default::default()
+    };
     let id = message.id().cloned();
     if let Message::Request { id, .. } = &message {
         // Shutting down: requests go elsewhere (notifications and responses still reach the
@@ -97,7 +108,7 @@ async fn dispatch(
             ));
         }
         if modern_message {
-            return Ok(crate::modern::serve(headers, identity, message, gateway, modern).await);
+            return Ok(crate::modern::serve(headers, identity, message, fields, gateway, modern).await);
         }
         if method == methods::INITIALIZE {
             if checks::session_id(headers).is_some() {
@@ -127,7 +138,7 @@ async fn dispatch(
         }
     }
     if modern_message {
-        return Ok(crate::modern::serve(headers, identity, message, gateway, modern).await);
+        return Ok(crate::modern::serve(headers, identity, message, fields, gateway, modern).await);
     }
     let session_id = checks::session_id(headers).ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::codes;
+use crate::modern::PerRequest;
 
 /// A JSON-RPC request id: a string or an integer, kept exactly as it came.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -28,6 +29,15 @@ impl RequestId {
             Value::String(s) => Some(RequestId::String(s.clone())),
             Value::Number(n) => n.as_i64().map(RequestId::Number),
             _ => None,
+        }
+    }
+
+    /// An id from JSON, taken without a copy; the value back when it is not an id.
+    pub fn from_owned(value: Value) -> Result<RequestId, Value> {
+        match value {
+            Value::String(s) => Ok(RequestId::String(s)),
+            Value::Number(ref n) => n.as_i64().map(RequestId::Number).ok_or(value),
+            other => Err(other),
         }
     }
 
@@ -154,67 +164,50 @@ impl Message {
             Value::Array(_) => return Err(MessageError::Batch),
             other => return Err(MessageError::Invalid(format!("expected a JSON object, got {}", json_kind(&other)))),
         };
-        match object.get("jsonrpc") {
-            Some(Value::String(v)) if v == "2.0" => {}
-            Some(other) => return Err(MessageError::Invalid(format!("\"jsonrpc\" must be \"2.0\", got {other}"))),
-            None => return Err(MessageError::Invalid("missing \"jsonrpc\": \"2.0\"".into())),
-        }
-        let id = match object.remove("id") {
+        let jsonrpc = match object.remove("jsonrpc") {
             None => None,
-            Some(raw) => match RequestId::from_value(&raw) {
-                Some(id) => Some(id),
-                None if raw.is_null() && object.contains_key("error") => None,
-                None => {
-                    return Err(MessageError::Invalid(format!(
-                        "\"id\" must be a string or an integer, got {}",
-                        json_kind(&raw)
-                    )))
-                }
-            },
+            Some(Value::String(v)) if v == "2.0" => Some(Member::Expected),
+            Some(other) => Some(Member::Other(other)),
         };
-        if let Some(method) = object.remove("method") {
-            let Value::String(method) = method else {
-                return Err(MessageError::Invalid("\"method\" must be a string".into()));
-            };
-            let params = take_params(&mut object)?;
-            if object.contains_key("result") || object.contains_key("error") {
-                return Err(MessageError::Invalid(
-                    "a message cannot have both \"method\" and \"result\"/\"error\"".into(),
-                ));
-            }
-            return Ok(match id {
-                Some(id) => Message::Request { id, method, params },
-                None => Message::Notification { method, params },
-            });
+        Envelope {
+            jsonrpc,
+            id: object.remove("id"),
+            method: object.remove("method"),
+            params: object.remove("params"),
+            result: object.remove("result"),
+            error: object.remove("error"),
         }
-        match (object.remove("result"), object.remove("error")) {
-            (Some(result), None) => {
-                let id = id.ok_or_else(|| MessageError::Invalid("a response needs an \"id\"".into()))?;
-                Ok(Message::Response { id, result })
-            }
-            (None, Some(error)) => {
-                let error: ErrorObject = serde_json::from_value(error)
-                    .map_err(|e| MessageError::Invalid(format!("\"error\" must be {{code, message, data?}}: {e}")))?;
-                Ok(Message::Error { id, error })
-            }
-            (Some(_), Some(_)) => {
-                Err(MessageError::Invalid("a response cannot have both \"result\" and \"error\"".into()))
-            }
-            (None, None) => Err(MessageError::Invalid(
-                "expected \"method\" (request or notification) or \"result\"/\"error\" (response)".into(),
-            )),
-        }
+        .into_message()
     }
 
     /// [`Message::from_slice`], and a JSON object with the same key twice is a syntax error
     /// (RFC 8259 says names SHOULD be unique; which of two values counts is undefined, so the
     /// front door refuses to guess).
     pub fn from_slice_strict(bytes: &[u8]) -> Result<Result<Message, MessageError>, serde_json::Error> {
+        Ok(Message::from_slice_front(bytes)?.map(|(mut message, fields)| {
+            if let Message::Request { params, .. } | Message::Notification { params, .. } = &mut message {
+                fields.restore(params);
+            }
+            message
+        }))
+    }
+
+    /// [`Message::from_slice_strict`] as the front door reads a body: the envelope's members are
+    /// read straight into the message (no tree of the whole message is built), and the
+    /// per-request fields of a 2026-07-28 request (basic "Per-request protocol fields": the
+    /// version, the client's capabilities and info in `params._meta`) are taken out of `_meta`
+    /// as they are read, into [`PerRequest`]; a `_meta` that held only those is left out. A
+    /// message that is not served as 2026-07-28 gets them back with [`PerRequest::restore`].
+    pub fn from_slice_front(bytes: &[u8]) -> Result<Result<(Message, PerRequest), MessageError>, serde_json::Error> {
         use serde::de::DeserializeSeed;
+        let mut fields = PerRequest::default();
         let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-        let value = strict::Strict.deserialize(&mut deserializer)?;
+        let parsed = strict::Top(&mut fields).deserialize(&mut deserializer)?;
         deserializer.end()?;
-        Ok(Message::parse(value))
+        Ok(match parsed {
+            strict::Parsed::Envelope(envelope) => envelope.into_message().map(|m| (m, fields)),
+            strict::Parsed::Other(value) => Message::parse(value).map(|m| (m, fields)),
+        })
     }
 
     /// Parses raw bytes; JSON syntax errors are reported separately from envelope errors.
@@ -339,8 +332,87 @@ impl Serialize for Message {
     }
 }
 
-fn take_params(object: &mut Map<String, Value>) -> Result<Option<Value>, MessageError> {
-    match object.remove("params") {
+/// A member whose value is checked against the one it must have as it is read (`"jsonrpc":
+/// "2.0"`, the 2026-07-28 `_meta` protocol version): no copy is made of the expected text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Member {
+    /// The expected string.
+    Expected,
+    /// Anything else, as sent.
+    Other(Value),
+}
+
+/// The members of a JSON-RPC message that say what it is; the others are ignored.
+#[derive(Default)]
+pub(crate) struct Envelope {
+    jsonrpc: Option<Member>,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+impl Envelope {
+    /// Classifies the members as exactly one message (see [`Message::parse`]).
+    fn into_message(self) -> Result<Message, MessageError> {
+        match self.jsonrpc {
+            Some(Member::Expected) => {}
+            Some(Member::Other(other)) => {
+                return Err(MessageError::Invalid(format!("\"jsonrpc\" must be \"2.0\", got {other}")))
+            }
+            None => return Err(MessageError::Invalid("missing \"jsonrpc\": \"2.0\"".into())),
+        }
+        let id = match self.id {
+            None => None,
+            Some(raw) => match RequestId::from_owned(raw) {
+                Ok(id) => Some(id),
+                Err(raw) if raw.is_null() && self.error.is_some() => None,
+                Err(raw) => {
+                    return Err(MessageError::Invalid(format!(
+                        "\"id\" must be a string or an integer, got {}",
+                        json_kind(&raw)
+                    )))
+                }
+            },
+        };
+        if let Some(method) = self.method {
+            let Value::String(method) = method else {
+                return Err(MessageError::Invalid("\"method\" must be a string".into()));
+            };
+            let params = checked_params(self.params)?;
+            if self.result.is_some() || self.error.is_some() {
+                return Err(MessageError::Invalid(
+                    "a message cannot have both \"method\" and \"result\"/\"error\"".into(),
+                ));
+            }
+            return Ok(match id {
+                Some(id) => Message::Request { id, method, params },
+                None => Message::Notification { method, params },
+            });
+        }
+        match (self.result, self.error) {
+            (Some(result), None) => {
+                let id = id.ok_or_else(|| MessageError::Invalid("a response needs an \"id\"".into()))?;
+                Ok(Message::Response { id, result })
+            }
+            (None, Some(error)) => {
+                let error: ErrorObject = serde_json::from_value(error)
+                    .map_err(|e| MessageError::Invalid(format!("\"error\" must be {{code, message, data?}}: {e}")))?;
+                Ok(Message::Error { id, error })
+            }
+            (Some(_), Some(_)) => {
+                Err(MessageError::Invalid("a response cannot have both \"result\" and \"error\"".into()))
+            }
+            (None, None) => Err(MessageError::Invalid(
+                "expected \"method\" (request or notification) or \"result\"/\"error\" (response)".into(),
+            )),
+        }
+    }
+}
+
+fn checked_params(params: Option<Value>) -> Result<Option<Value>, MessageError> {
+    match params {
         None => Ok(None),
         Some(p @ Value::Object(_)) => Ok(Some(p)),
         // JSON-RPC allows by-position params; MCP's are always an object (schema: `params?: {…}`).
@@ -415,6 +487,75 @@ mod tests {
         assert!(Message::from_slice_strict(b"{} x").is_err(), "trailing bytes");
     }
 
+    /// The front door's reading is the plain parse followed by taking the per-request fields
+    /// out of `_meta`, for every shape of message, and the strict reading puts them back.
+    #[test]
+    fn the_front_door_reading_takes_the_per_request_fields_as_the_plain_parse_and_take_would() {
+        let v = "io.modelcontextprotocol/protocolVersion";
+        let c = "io.modelcontextprotocol/clientCapabilities";
+        let i = "io.modelcontextprotocol/clientInfo";
+        let bodies = [
+            json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{v:"2026-07-28",c:{},i:{"name":"n","version":"1"}}}}),
+            json!({"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"_meta":{"progressToken":3,v:"2026-07-28",c:{"sampling":{}},"io.modelcontextprotocol/logLevel":"info"},"arguments":{"_meta":{v:"x"}}}}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{v:"1900-01-01"}}}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{v:7,c:[],i:"me"}}}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{}}}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":5}}),
+            json!({"jsonrpc":"2.0","method":"notifications/x","params":{"_meta":{c:{}}}}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":[1]}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":"s"}),
+            json!({"jsonrpc":"2.0","id":1,"result":{"_meta":{v:"2026-07-28"}}}),
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"m"}}),
+            json!({"jsonrpc":"2.0","id":1,"error":{"code":"x"}}),
+            json!({"jsonrpc":"1.0","id":1,"method":"m"}),
+            json!({"jsonrpc":2,"id":1,"method":"m"}),
+            json!({"id":1,"method":"m"}),
+            json!({"jsonrpc":"2.0","id":1.5,"method":"m","extra":{"a":1}}),
+            json!({"jsonrpc":"2.0","id":1,"method":"m","result":{}}),
+            json!({"jsonrpc":"2.0","id":1}),
+            json!([{"jsonrpc":"2.0","id":1,"method":"m"}]),
+            json!("text"),
+            json!(null),
+        ];
+        for body in bodies {
+            let text = body.to_string();
+            let front = Message::from_slice_front(text.as_bytes()).unwrap();
+            let plain = Message::parse(body.clone()).map(|mut m| {
+                let fields = match &mut m {
+                    Message::Request { params, .. } | Message::Notification { params, .. } => {
+                        PerRequest::take(params.as_mut())
+                    }
+                    _ => PerRequest::default(),
+                };
+                (m, fields)
+            });
+            assert_eq!(front, plain, "{body}");
+            assert_eq!(Message::from_slice_strict(text.as_bytes()).unwrap(), Message::parse(body.clone()), "{body}");
+        }
+        // What was taken is what was sent.
+        let (_, fields) = Message::from_slice_front(
+            json!({"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{v:"2026-07-28",c:{"roots":{}},i:{"name":"n"}}}}).to_string().as_bytes(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(fields.version, Some(Member::Expected));
+        assert_eq!(fields.capabilities, Some(json!({"roots": {}})));
+        assert_eq!(fields.client_info, Some(json!({"name": "n"})));
+        // Duplicates are refused among the taken fields and the envelope's members too.
+        for dup in [
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"_meta":{{"{v}":"2026-07-28","{v}":"2026-07-28"}}}}}}"#
+            ),
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{},"_meta":{}}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"m"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","x":1,"x":2}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{},"params":{}}"#.to_owned(),
+        ] {
+            let e = Message::from_slice_front(dup.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("duplicate key"), "{dup}: {e}");
+        }
+    }
+
     #[test]
     fn round_trips_unknown_param_fields() {
         let v = json!({"jsonrpc":"2.0","id":"7","method":"tools/call",
@@ -441,12 +582,17 @@ mod tests {
     }
 }
 
-/// A JSON value reader that refuses duplicate object keys.
+/// A JSON value reader that refuses duplicate object keys, and the front door's reading of a
+/// message with it ([`Top`]): the envelope's members straight into an [`Envelope`], and the
+/// 2026-07-28 per-request fields out of `params._meta` into a [`PerRequest`].
 mod strict {
     use std::fmt;
 
     use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
     use serde_json::{Map, Value};
+
+    use super::{Envelope, Member};
+    use crate::modern::{meta, PerRequest, PROTOCOL_VERSION};
 
     pub(super) struct Strict;
 
@@ -456,6 +602,32 @@ mod strict {
         fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
             deserializer.deserialize_any(Strict)
         }
+    }
+
+    /// The visits of a value that is not an object, as [`Strict`] reads them, for the visitors
+    /// below that treat only objects (or only strings) specially; `$wrap` turns the value into
+    /// the visitor's own.
+    macro_rules! as_strict {
+        ($wrap:expr) => {
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Strict.visit_bool(v).map($wrap)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Strict.visit_i64(v).map($wrap)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Strict.visit_u64(v).map($wrap)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Strict.visit_f64(v).map($wrap)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Strict.visit_unit().map($wrap)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Strict.visit_seq(seq).map($wrap)
+            }
+        };
     }
 
     impl<'de> Visitor<'de> for Strict {
@@ -505,18 +677,260 @@ mod strict {
             let mut object = Map::new();
             while let Some(key) = map.next_key::<String>()? {
                 let value = map.next_value_seed(Strict)?;
-                // One lookup a key: the entry is vacant unless the key came before.
-                match object.entry(key) {
-                    serde_json::map::Entry::Vacant(slot) => {
-                        slot.insert(value);
-                    }
-                    serde_json::map::Entry::Occupied(taken) => {
-                        let shown: String = taken.key().chars().take(64).collect();
-                        return Err(de::Error::custom(format!("duplicate key {shown:?} in an object")));
-                    }
-                }
+                insert(&mut object, key, value)?;
             }
             Ok(Value::Object(object))
         }
+    }
+
+    /// Inserts a member; one lookup a key: the entry is vacant unless the key came before.
+    fn insert<E: de::Error>(object: &mut Map<String, Value>, key: String, value: Value) -> Result<(), E> {
+        match object.entry(key) {
+            serde_json::map::Entry::Vacant(slot) => {
+                slot.insert(value);
+                Ok(())
+            }
+            serde_json::map::Entry::Occupied(taken) => Err(duplicate(taken.key())),
+        }
+    }
+
+    fn duplicate<E: de::Error>(key: &str) -> E {
+        let shown: String = key.chars().take(64).collect();
+        de::Error::custom(format!("duplicate key {shown:?} in an object"))
+    }
+
+    /// Fills a member read once; a second time is a duplicate key.
+    fn once<T, E: de::Error>(slot: &mut Option<T>, key: &str, value: T) -> Result<(), E> {
+        if slot.is_some() {
+            return Err(duplicate(key));
+        }
+        *slot = Some(value);
+        Ok(())
+    }
+
+    /// A key compared with the names a visitor knows, without a copy unless it is another.
+    struct KeySeed(&'static [&'static str]);
+
+    enum Key {
+        Known(usize),
+        Other(String),
+    }
+
+    impl<'de> DeserializeSeed<'de> for KeySeed {
+        type Value = Key;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Key, D::Error> {
+            deserializer.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for KeySeed {
+        type Value = Key;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object key")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+            Ok(match self.0.iter().position(|k| *k == v) {
+                Some(i) => Key::Known(i),
+                None => Key::Other(v.to_owned()),
+            })
+        }
+    }
+
+    /// A string member checked against the text it must have (see [`Member`]).
+    struct Expect(&'static str);
+
+    impl<'de> DeserializeSeed<'de> for Expect {
+        type Value = Member;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Expect {
+        type Value = Member;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Member, E> {
+            Ok(if v == self.0 { Member::Expected } else { Member::Other(Value::String(v.to_owned())) })
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Member, A::Error> {
+            Strict.visit_map(map).map(Member::Other)
+        }
+
+        as_strict!(Member::Other);
+    }
+
+    /// What the front door reads: a message's members, or (for anything but an object) the
+    /// value, for [`super::Message::parse`] to say what is wrong with it. One lives on the
+    /// stack per message read; boxing the envelope would cost an allocation for nothing.
+    #[allow(clippy::large_enum_variant)]
+    pub(super) enum Parsed {
+        Envelope(Envelope),
+        Other(Value),
+    }
+
+    /// The message, with the per-request fields of `params._meta` going to the [`PerRequest`].
+    pub(super) struct Top<'a>(pub(super) &'a mut PerRequest);
+
+    impl<'de> DeserializeSeed<'de> for Top<'_> {
+        type Value = Parsed;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Parsed, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    const ENVELOPE: &[&str] = &["jsonrpc", "id", "method", "params", "result", "error"];
+
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = Parsed;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON-RPC message")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Parsed, E> {
+            Ok(Parsed::Other(Value::String(v.to_owned())))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+            let mut envelope = Envelope::default();
+            // Members the envelope does not use are read (checked) and dropped; their names
+            // are kept only to find a duplicate.
+            let mut others: Vec<String> = Vec::new();
+            while let Some(key) = map.next_key_seed(KeySeed(ENVELOPE))? {
+                let name = match key {
+                    Key::Known(i) => ENVELOPE[i],
+                    Key::Other(name) => {
+                        map.next_value_seed(Strict)?;
+                        if others.contains(&name) {
+                            return Err(duplicate(&name));
+                        }
+                        others.push(name);
+                        continue;
+                    }
+                };
+                match name {
+                    "jsonrpc" => once(&mut envelope.jsonrpc, name, map.next_value_seed(Expect("2.0"))?)?,
+                    "id" => once(&mut envelope.id, name, map.next_value_seed(Strict)?)?,
+                    "method" => once(&mut envelope.method, name, map.next_value_seed(Strict)?)?,
+                    "params" => {
+                        if envelope.params.is_some() {
+                            return Err(duplicate(name));
+                        }
+                        envelope.params = Some(map.next_value_seed(Params(&mut *self.0))?);
+                    }
+                    "result" => once(&mut envelope.result, name, map.next_value_seed(Strict)?)?,
+                    _ => once(&mut envelope.error, name, map.next_value_seed(Strict)?)?,
+                }
+            }
+            Ok(Parsed::Envelope(envelope))
+        }
+
+        as_strict!(Parsed::Other);
+    }
+
+    /// `params`: its `_meta` read by [`Meta`].
+    struct Params<'a>(&'a mut PerRequest);
+
+    impl<'de> DeserializeSeed<'de> for Params<'_> {
+        type Value = Value;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Params<'_> {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut object = Map::new();
+            let mut seen_meta = false;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "_meta" {
+                    if seen_meta {
+                        return Err(duplicate(&key));
+                    }
+                    seen_meta = true;
+                    if let Some(value) = map.next_value_seed(Meta(&mut *self.0))? {
+                        insert(&mut object, key, value)?;
+                    }
+                    continue;
+                }
+                let value = map.next_value_seed(Strict)?;
+                insert(&mut object, key, value)?;
+            }
+            Ok(Value::Object(object))
+        }
+
+        as_strict!(std::convert::identity);
+    }
+
+    /// `params._meta`: the version, capabilities and client info go to the [`PerRequest`];
+    /// `None` when nothing else was in it.
+    struct Meta<'a>(&'a mut PerRequest);
+
+    impl<'de> DeserializeSeed<'de> for Meta<'_> {
+        type Value = Option<Value>;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Option<Value>, D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    const FIELDS: &[&str] = &[meta::PROTOCOL_VERSION, meta::CLIENT_CAPABILITIES, meta::CLIENT_INFO];
+
+    impl<'de> Visitor<'de> for Meta<'_> {
+        type Value = Option<Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Option<Value>, E> {
+            Ok(Some(Value::String(v.to_owned())))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Value>, A::Error> {
+            let fields = self.0;
+            let mut object = Map::new();
+            let mut taken = false;
+            while let Some(key) = map.next_key_seed(KeySeed(FIELDS))? {
+                match key {
+                    Key::Known(0) => {
+                        let version = map.next_value_seed(Expect(PROTOCOL_VERSION))?;
+                        once(&mut fields.version, FIELDS[0], version)?;
+                    }
+                    Key::Known(1) => once(&mut fields.capabilities, FIELDS[1], map.next_value_seed(Strict)?)?,
+                    Key::Known(_) => once(&mut fields.client_info, FIELDS[2], map.next_value_seed(Strict)?)?,
+                    Key::Other(key) => {
+                        let value = map.next_value_seed(Strict)?;
+                        insert(&mut object, key, value)?;
+                        continue;
+                    }
+                }
+                taken = true;
+            }
+            Ok(if taken && object.is_empty() { None } else { Some(Value::Object(object)) })
+        }
+
+        as_strict!(Some);
     }
 }

@@ -5,6 +5,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::jsonrpc::Member;
+
 /// The modern revision the gateway serves.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
 /// Every version the gateway implements, modern first (the `supported` list of -32022 and of
@@ -39,13 +41,6 @@ pub mod meta {
     pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     /// The `subscriptions/listen` request a notification belongs to.
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-    /// The per-request keys the front door consumes (they are not passed on).
-    pub const PER_REQUEST: [&str; 4] = [PROTOCOL_VERSION, CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL];
-}
-
-/// The `_meta` protocol version of a request, when it has one: the mark of a modern request.
-pub fn requested_version(params: Option<&Value>) -> Option<&Value> {
-    params?.get("_meta")?.get(meta::PROTOCOL_VERSION)
 }
 
 /// The log levels of basic/utilities/logging, least severe first.
@@ -54,6 +49,70 @@ pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error"
 /// The severity rank of a level name (`None`: not a level).
 pub fn log_rank(level: &str) -> Option<usize> {
     LOG_LEVELS.iter().position(|l| *l == level)
+}
+
+/// The per-request fields of `params._meta` as the front door takes them out while it parses a
+/// message ([`crate::Message::from_slice_front`]), unchecked: the version (compared as it is
+/// read), the client's capabilities and its info. The log level stays in `_meta`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PerRequest {
+    /// `io.modelcontextprotocol/protocolVersion`, if sent: [`Member::Expected`] when it is
+    /// [`PROTOCOL_VERSION`].
+    pub version: Option<Member>,
+    /// `io.modelcontextprotocol/clientCapabilities`, if sent.
+    pub capabilities: Option<Value>,
+    /// `io.modelcontextprotocol/clientInfo`, if sent.
+    pub client_info: Option<Value>,
+}
+
+impl PerRequest {
+    /// Whether none was sent.
+    pub fn is_empty(&self) -> bool {
+        self.version.is_none() && self.capabilities.is_none() && self.client_info.is_none()
+    }
+
+    /// Takes the fields out of a params value's `_meta` (an empty `_meta` goes when it held
+    /// only them), as the front door's parse does.
+    pub fn take(params: Option<&mut Value>) -> PerRequest {
+        let mut fields = PerRequest::default();
+        let Some(Value::Object(params)) = params else { return fields };
+        let Some(Value::Object(m)) = params.get_mut("_meta") else { return fields };
+        fields.version = m.shift_remove(meta::PROTOCOL_VERSION).map(|v| match v {
+            Value::String(s) if s == PROTOCOL_VERSION => Member::Expected,
+            other => Member::Other(other),
+        });
+        fields.capabilities = m.shift_remove(meta::CLIENT_CAPABILITIES);
+        fields.client_info = m.shift_remove(meta::CLIENT_INFO);
+        if m.is_empty() && !fields.is_empty() {
+            params.shift_remove("_meta");
+        }
+        fields
+    }
+
+    /// Puts the fields back into `params._meta`, after what else it holds, for a message that
+    /// is not served as 2026-07-28 (it goes on as the client sent it, but for that order).
+    pub fn restore(self, params: &mut Option<Value>) {
+        if self.is_empty() {
+            return;
+        }
+        let params = params.get_or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(params) = params else { return };
+        let m = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(m) = m else { return };
+        if let Some(version) = self.version {
+            let version = match version {
+                Member::Expected => Value::from(PROTOCOL_VERSION),
+                Member::Other(v) => v,
+            };
+            m.insert(meta::PROTOCOL_VERSION.into(), version);
+        }
+        if let Some(capabilities) = self.capabilities {
+            m.insert(meta::CLIENT_CAPABILITIES.into(), capabilities);
+        }
+        if let Some(info) = self.client_info {
+            m.insert(meta::CLIENT_INFO.into(), info);
+        }
+    }
 }
 
 /// The per-request fields of a modern request (basic "Per-request protocol fields").
@@ -80,106 +139,64 @@ pub enum MetaError {
 }
 
 impl RequestMeta {
-    /// Reads the per-request fields: the version first (an unsupported one is -32022 whatever
-    /// else is wrong), then the capabilities (required, an object), the client info (an object
-    /// when present) and the log level (a level name when present).
+    /// Reads the per-request fields (on a copy of the params: see [`RequestMeta::checked`]).
     pub fn from_params(params: Option<&Value>) -> Result<RequestMeta, MetaError> {
-        let meta = params.and_then(|p| p.get("_meta")).and_then(Value::as_object);
-        let [_, capabilities, client_info, _] = Self::fields(meta);
-        let log_level = Self::check(meta)?;
-        Ok(RequestMeta {
-            version: PROTOCOL_VERSION,
-            capabilities: capabilities.cloned().unwrap_or_default(),
-            client_info: client_info.cloned(),
-            log_level,
-        })
+        let mut params = params.cloned();
+        RequestMeta::take_from_params(params.as_mut())
     }
 
-    /// As [`RequestMeta::from_params`], and moves the version, capabilities and client info out
-    /// of the params' `_meta` (the rest of `_meta` stays, in its order; an empty `_meta` goes):
-    /// they are the gateway's to read, not the upstream's, and nothing is copied. The log level
-    /// stays too: it is the request's own (server/utilities/logging "Per-request log level"), a
-    /// 2026-07-28 upstream takes it as it is, and a 2025-11-25 upstream ignores a reserved key
-    /// it does not know.
-    pub fn take_from_params(params: Option<&mut Value>) -> Result<RequestMeta, MetaError> {
-        let Some(Value::Object(params)) = params else { return Err(Self::check(None).expect_err("no _meta")) };
-        let Some(Value::Object(meta)) = params.get_mut("_meta") else {
-            return Err(Self::check(None).expect_err("no _meta"));
+    /// Takes the per-request fields out of the params ([`PerRequest::take`]) and checks them
+    /// ([`RequestMeta::checked`]).
+    pub fn take_from_params(mut params: Option<&mut Value>) -> Result<RequestMeta, MetaError> {
+        let fields = PerRequest::take(params.as_deref_mut());
+        RequestMeta::checked(fields, params.as_deref())
+    }
+
+    /// Checks the per-request fields taken out of a request, the version first (an unsupported
+    /// one is -32022 whatever else is wrong), then the capabilities (required, an object), the
+    /// client info (an object when present) and the log level, read from the params' `_meta`
+    /// (a level name when present). It stays there: it is the request's own
+    /// (server/utilities/logging "Per-request log level"), a 2026-07-28 upstream takes it as it
+    /// is, and a 2025-11-25 upstream ignores a reserved key it does not know.
+    pub fn checked(fields: PerRequest, params: Option<&Value>) -> Result<RequestMeta, MetaError> {
+        let missing = |key: &str| {
+            MetaError::Invalid(format!(
+                "the request has no _meta[\"{key}\"]; every request of protocol version {PROTOCOL_VERSION} carries it"
+            ))
         };
-        let log_level = Self::check(Some(meta))?;
-        let (mut capabilities, mut client_info) = (Value::Null, None);
-        let mut rest = Map::new();
-        for (key, value) in std::mem::take(meta) {
-            match key.as_str() {
-                meta::CLIENT_CAPABILITIES => capabilities = value,
-                meta::CLIENT_INFO => client_info = Some(value),
-                meta::PROTOCOL_VERSION => {}
-                _ => {
-                    rest.insert(key, value);
-                }
-            }
-        }
-        if rest.is_empty() {
-            params.shift_remove("_meta");
-        } else {
-            *meta = rest;
-        }
-        Ok(RequestMeta { version: PROTOCOL_VERSION, capabilities, client_info, log_level })
-    }
-
-    /// The per-request fields of `_meta`, in the order of [`meta::PER_REQUEST`], found by
-    /// comparing keys (a `_meta` has a handful).
-    fn fields(meta: Option<&Map<String, Value>>) -> [Option<&Value>; 4] {
-        let mut found = [None; 4];
-        for (key, value) in meta.into_iter().flatten() {
-            if let Some(i) = meta::PER_REQUEST.iter().position(|k| k == key) {
-                found[i] = Some(value);
-            }
-        }
-        found
-    }
-
-    /// Checks the per-request fields (see [`RequestMeta::from_params`]); the log level.
-    fn check(meta: Option<&Map<String, Value>>) -> Result<Option<&'static str>, MetaError> {
-        let [version, capabilities, client_info, log_level] = Self::fields(meta);
-        match version {
-            Some(Value::String(v)) if v == PROTOCOL_VERSION => {}
-            Some(Value::String(v)) => return Err(MetaError::Unsupported(v.clone())),
-            Some(_) => {
+        match fields.version {
+            Some(Member::Expected) => {}
+            Some(Member::Other(Value::String(v))) => return Err(MetaError::Unsupported(v)),
+            Some(Member::Other(_)) => {
                 return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be a string", meta::PROTOCOL_VERSION)))
             }
-            None => {
-                return Err(MetaError::Invalid(format!(
-                    "the request has no _meta[\"{}\"]; every request of protocol version {PROTOCOL_VERSION} carries it",
-                    meta::PROTOCOL_VERSION
-                )))
-            }
+            None => return Err(missing(meta::PROTOCOL_VERSION)),
         }
-        match capabilities {
-            Some(Value::Object(_)) => {}
+        let capabilities = match fields.capabilities {
+            Some(c @ Value::Object(_)) => c,
             Some(_) => {
                 return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_CAPABILITIES)))
             }
-            None => {
+            None => return Err(missing(meta::CLIENT_CAPABILITIES)),
+        };
+        let client_info = match fields.client_info {
+            None => None,
+            Some(c @ Value::Object(_)) => Some(c),
+            Some(_) => return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_INFO))),
+        };
+        let level = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(meta::LOG_LEVEL));
+        let log_level = match level {
+            None => None,
+            Some(Value::String(l)) if log_rank(l).is_some() => log_rank(l).map(|r| LOG_LEVELS[r]),
+            Some(_) => {
                 return Err(MetaError::Invalid(format!(
-                    "the request has no _meta[\"{}\"]; every request of protocol version {PROTOCOL_VERSION} carries it",
-                    meta::CLIENT_CAPABILITIES
+                    "_meta[\"{}\"] must be one of {}",
+                    meta::LOG_LEVEL,
+                    LOG_LEVELS.join(", ")
                 )))
             }
-        }
-        match client_info {
-            None | Some(Value::Object(_)) => {}
-            Some(_) => return Err(MetaError::Invalid(format!("_meta[\"{}\"] must be an object", meta::CLIENT_INFO))),
-        }
-        match log_level {
-            None => Ok(None),
-            Some(Value::String(l)) if log_rank(l).is_some() => Ok(log_rank(l).map(|r| LOG_LEVELS[r])),
-            Some(_) => Err(MetaError::Invalid(format!(
-                "_meta[\"{}\"] must be one of {}",
-                meta::LOG_LEVEL,
-                LOG_LEVELS.join(", ")
-            ))),
-        }
+        };
+        Ok(RequestMeta { version: PROTOCOL_VERSION, capabilities, client_info, log_level })
     }
 
     /// Whether the client declared the tasks extension on this request.
@@ -321,10 +338,5 @@ mod tests {
         }, "arguments": {}});
         RequestMeta::take_from_params(Some(&mut only)).unwrap();
         assert_eq!(only.to_string(), r#"{"name":"t","arguments":{}}"#);
-        // A refused request keeps its params as they came.
-        let mut bad = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "1900-01-01", "x": 1}});
-        let before = bad.clone();
-        assert!(RequestMeta::take_from_params(Some(&mut bad)).is_err());
-        assert_eq!(bad, before);
     }
 }

@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use taskgate_config::Config;
 use taskgate_core::{Gateway, GatewayError, Identity, TaskMode};
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self, MetaError, RequestMeta};
+use taskgate_protocol::modern::{self, MetaError, PerRequest, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
 use crate::checks::{self, VERSION_NAME};
@@ -75,12 +75,12 @@ impl Modern {
 
 /// Whether a message is to be served as 2026-07-28: its `_meta` says so, or it names a method
 /// only that revision has, or it carries that revision's header and no session.
-pub fn is_modern(headers: &HeaderMap, message: &Message) -> bool {
-    let (method, params) = match message {
-        Message::Request { method, params, .. } | Message::Notification { method, params } => (method, params),
+pub fn is_modern(headers: &HeaderMap, message: &Message, fields: &PerRequest) -> bool {
+    let method = match message {
+        Message::Request { method, .. } | Message::Notification { method, .. } => method,
         _ => return checks::session_id(headers).is_none() && header_version(headers) == Some(modern::PROTOCOL_VERSION),
     };
-    if modern::requested_version(params.as_ref()).is_some() {
+    if fields.version.is_some() {
         return true;
     }
     if matches!(method.as_str(), modern::methods::SERVER_DISCOVER | modern::methods::SUBSCRIPTIONS_LISTEN) {
@@ -100,6 +100,7 @@ pub async fn serve(
     headers: &HeaderMap,
     identity: Identity,
     message: Message,
+    fields: PerRequest,
     gateway: &Gateway,
     state: Arc<Modern>,
 ) -> HttpResponse {
@@ -119,29 +120,40 @@ pub async fn serve(
             return crate::reply::error(&e, None);
         }
     };
-    match serve_request(headers, identity, &id, method, params, gateway, state).await {
+    // basic/versioning: an unsupported version MUST get -32022 listing the supported ones;
+    // basic "`_meta`": a missing required field MUST get -32602 with 400. The fields were taken
+    // out of `_meta` as the body was parsed (Message::from_slice_front): they are the gateway's
+    // to read, not the upstream's.
+    let checked = RequestMeta::checked(fields, params.as_ref())
+        .map_err(|e| match e {
+            MetaError::Unsupported(v) => {
+                GatewayError::UnsupportedRevision(taskgate_core::logs::Untrusted(&v).to_string())
+            }
+            MetaError::Invalid(why) => GatewayError::InvalidMeta(why),
+        })
+        .and_then(|request_meta| {
+            standard_headers(headers, &method, params.as_ref(), request_meta.version)?;
+            Ok(request_meta)
+        });
+    let request_meta = match checked {
+        Ok(request_meta) => request_meta,
+        Err(e) => return crate::reply::error(&e, Some(id)),
+    };
+    match serve_request(identity, &id, method, params, request_meta, gateway, state).await {
         Ok(response) => response,
         Err(e) => crate::reply::error(&e, Some(id)),
     }
 }
 
 async fn serve_request(
-    headers: &HeaderMap,
     identity: Identity,
     id: &RequestId,
     method: String,
     params: Option<Value>,
+    request_meta: RequestMeta,
     gateway: &Gateway,
     state: Arc<Modern>,
 ) -> Result<HttpResponse, GatewayError> {
-    // basic/versioning: an unsupported version MUST get -32022 listing the supported ones;
-    // basic "`_meta`": a missing required field MUST get -32602 with 400.
-    let mut params = params;
-    let request_meta = RequestMeta::take_from_params(params.as_mut()).map_err(|e| match e {
-        MetaError::Unsupported(v) => GatewayError::UnsupportedRevision(taskgate_core::logs::Untrusted(&v).to_string()),
-        MetaError::Invalid(why) => GatewayError::InvalidMeta(why),
-    })?;
-    standard_headers(headers, &method, params.as_ref(), request_meta.version)?;
     match method.as_str() {
         modern::methods::SERVER_DISCOVER => Ok(discover(gateway, &identity, id)),
         modern::methods::SUBSCRIPTIONS_LISTEN => {
@@ -294,7 +306,7 @@ async fn forward(
     if let Some(object) = params.as_object_mut() {
         object.remove("inputResponses");
         object.remove("requestState");
-        // The per-request fields are out already (RequestMeta::take_from_params).
+        // The per-request fields are out already (Message::from_slice_front).
         if let Some(Value::Object(m)) = object.get_mut("_meta") {
             if let Some(token) = &internal_token {
                 m.insert(taskgate_protocol::mcp::meta::PROGRESS_TOKEN.into(), token.clone());
