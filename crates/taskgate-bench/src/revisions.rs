@@ -1,5 +1,5 @@
 //! Section 8, revisions: a 2026-07-28 stateless `tools/call` against a 2025-11-25 session call, through
-//! the same gateway to the same upstream, interleaved round by round. The stateless request
+//! the same gateway to the same upstream, interleaved call by call. The stateless request
 //! carries its version, capabilities and client info in `_meta` and the standard headers, and is
 //! served by a pooled session; the target is that this costs at most 10% more added latency.
 
@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use serde_json::json;
 use taskgate_testkit::McpClient;
 
-use crate::{call, connect, ms, percentile, sequential_latencies, start_demo, start_gateway, verdict, Plan};
+use crate::{call, connect, ms, percentile, start_demo, start_gateway, verdict, Plan};
 
 /// One 2026-07-28 `tools/call`, as a stateless client sends it; checks it succeeded.
 pub async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
@@ -60,20 +60,33 @@ async fn session_post(client: &McpClient, body: &Bytes, tool: &str) -> Result<()
     }
 }
 
-/// Sequential latencies of one kind of call: the body is built once, outside the timing, so
-/// that what is timed is the round trip (the client's own work is the same for both kinds but
-/// for the 2026 request's larger body and headers).
-async fn latencies(client: &McpClient, tool: &str, n: usize, stateless: bool) -> Result<Vec<Duration>> {
-    let body = if stateless { stateless_body(tool) } else { session_body(tool) };
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let started = Instant::now();
-        if stateless {
-            stateless_post(client, &body, tool).await?;
-        } else {
-            session_post(client, &body, tool).await?;
+/// Sequential latencies of the three paths, call by call in turn (the order rotating each
+/// round), so that the machine's noise falls on all three alike: the bodies are built once,
+/// outside the timing, so that what is timed is the round trip (the client's own work is the
+/// same for both kinds but for the 2026 request's larger body and headers).
+async fn interleaved(
+    direct: &McpClient,
+    session: &McpClient,
+    stateless: &McpClient,
+    n: usize,
+) -> Result<[Vec<Duration>; 3]> {
+    let (session_body, stateless_body) = (session_body("demo__echo"), stateless_body("demo__echo"));
+    let direct_body = Bytes::from(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}})
+            .to_string(),
+    );
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    for round in 0..n {
+        for turn in 0..3 {
+            let path = (round + turn) % 3;
+            let started = Instant::now();
+            match path {
+                0 => session_post(direct, &direct_body, "echo").await?,
+                1 => session_post(session, &session_body, "demo__echo").await?,
+                _ => stateless_post(stateless, &stateless_body, "demo__echo").await?,
+            }
+            samples[path].push(started.elapsed());
         }
-        samples.push(started.elapsed());
     }
     Ok(samples)
 }
@@ -93,13 +106,7 @@ pub async fn revisions(plan: &Plan, bin: &Path) -> Result<()> {
         call(&session, "demo__echo").await?;
         stateless_call(&stateless, "demo__echo").await?;
     }
-    let rounds = 4;
-    let (mut d, mut s, mut m) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        d.extend(sequential_latencies(&direct, "echo", plan.sequential / rounds).await?);
-        s.extend(latencies(&session, "demo__echo", plan.sequential / rounds, false).await?);
-        m.extend(latencies(&stateless, "demo__echo", plan.sequential / rounds, true).await?);
-    }
+    let [mut d, mut s, mut m] = interleaved(&direct, &session, &stateless, plan.sequential).await?;
     let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
     let (s50, s99) = (percentile(&mut s, 0.5), percentile(&mut s, 0.99));
     let (m50, m99) = (percentile(&mut m, 0.5), percentile(&mut m, 0.99));
