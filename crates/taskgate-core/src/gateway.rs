@@ -163,12 +163,41 @@ pub struct Gateway {
     shared: Arc<Shared>,
     supervisor: Addr<Supervisor>,
     /// Sessions serving stateless requests, by identity and relayed client capabilities.
-    pool: Arc<parking_lot::Mutex<HashMap<PoolKey, String>>>,
+    pool: Arc<parking_lot::Mutex<Pool>>,
 }
 
-/// What a pooled session is shared by: tenant, principal, and the canonical form of the client
-/// capabilities the gateway relays (what its upstream sessions declare).
-type PoolKey = (String, String, String);
+/// The pooled sessions' ids, by what a pooled session is shared by: tenant, principal, and the
+/// canonical form of the client capabilities the gateway relays (what its upstream sessions
+/// declare). Nested so that a request finds its session by the names it carries, without
+/// building a key.
+#[derive(Default)]
+struct Pool(HashMap<String, HashMap<String, HashMap<crate::router::Caps, String>>>);
+
+impl Pool {
+    fn get(&self, tenant: &str, principal: &str, caps: &str) -> Option<&String> {
+        self.0.get(tenant)?.get(principal)?.get(caps)
+    }
+
+    fn insert(&mut self, tenant: &str, principal: &str, caps: &str, id: String) {
+        let principals = self.0.entry(tenant.to_owned()).or_default();
+        principals.entry(principal.to_owned()).or_default().insert(caps.to_owned(), id);
+    }
+
+    /// Keeps the sessions `keep` says are still there.
+    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.0.retain(|_, principals| {
+            principals.retain(|_, sessions| {
+                sessions.retain(|_, id| keep(id));
+                !sessions.is_empty()
+            });
+            !principals.is_empty()
+        });
+    }
+
+    fn len(&self) -> usize {
+        self.0.values().flat_map(HashMap::values).map(HashMap::len).sum()
+    }
+}
 
 impl Gateway {
     /// Starts the core (the Router begins listing upstream tools). Call inside an actix system.
@@ -637,12 +666,15 @@ impl Gateway {
         capabilities: &Value,
         client_info: Option<&Value>,
     ) -> Result<SessionHandle, GatewayError> {
-        let relayable = mcp::relayable_client_capabilities(capabilities);
-        let key = (identity.tenant.clone(), identity.principal.clone(), crate::router::capability_key(&relayable));
-        if let Some(id) = self.pool.lock().get(&key).cloned() {
-            if let Ok(handle) = self.session(&id, identity) {
-                return Ok(handle);
-            }
+        // The common case, a client that can be asked nothing, needs no key built.
+        let relays_any =
+            ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object));
+        let relayable = if relays_any { mcp::relayable_client_capabilities(capabilities) } else { json!({}) };
+        let caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
+        let (tenant, principal) = (identity.tenant.as_str(), identity.principal.as_str());
+        let pooled = self.pool.lock().get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok());
+        if let Some(handle) = pooled {
+            return Ok(handle);
         }
         let params = json!({
             "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
@@ -657,12 +689,12 @@ impl Gateway {
         let catalog = self.catalog_ready(Some(&params)).await;
         let mut pool = self.pool.lock();
         // Another request may have started it meanwhile.
-        if let Some(handle) = pool.get(&key).and_then(|id| self.session(id, identity).ok()) {
+        if let Some(handle) = pool.get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok()) {
             return Ok(handle);
         }
-        pool.retain(|_, id| self.shared.sessions.contains(id));
+        pool.retain(|id| self.shared.sessions.contains(id));
         let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true)?;
-        pool.insert(key, id.clone());
+        pool.insert(tenant, principal, &caps, id.clone());
         self.session(&id, identity)
     }
 

@@ -304,8 +304,9 @@ async fn forward(
     // gateway's own, mapped back on the way out.
     let internal_token = client_token.as_ref().map(|_| internal_id.to_value());
     if let Some(object) = params.as_object_mut() {
-        object.remove("inputResponses");
-        object.remove("requestState");
+        // Answers without a requestState answer nothing (a retry went to resume above); the
+        // rest of the params keep their order.
+        object.shift_remove("inputResponses");
         // The per-request fields are out already (Message::from_slice_front).
         if let Some(Value::Object(m)) = object.get_mut("_meta") {
             if let Some(token) = &internal_token {
@@ -327,10 +328,10 @@ async fn forward(
         method: method.clone(),
         client_token,
         log_rank: request_meta.log_level.and_then(modern::log_rank),
-        session: session.clone(),
+        session,
         identity,
         digest,
     };
-    let messages = session.request_with(internal_id, method, Some(params), mode).await?;
+    let messages = call.session.request_with(internal_id, method, Some(params), mode).await?;
     Ok(exchange::respond(state, call, messages, first_wait).await)
 }
