@@ -151,7 +151,13 @@ fn plain_result(method: &str, internal_id: &RequestId, client_id: &RequestId, js
     }
     let mut out = String::with_capacity(json.len() + 160);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-    out.push_str(&serde_json::to_string(client_id).ok()?);
+    match client_id {
+        RequestId::Number(n) => {
+            use std::fmt::Write;
+            write!(out, "{n}").ok()?;
+        }
+        RequestId::String(s) => out.push_str(&serde_json::to_string(s).ok()?),
+    }
     out.push_str(r#","result":{"#);
     for (key, raw) in &members {
         if key != "_meta" {
@@ -207,7 +213,13 @@ fn result_text<'a>(id: &RequestId, json: &'a str) -> Option<&'a str> {
         RequestId::String(s) if !s.contains(['"', '\\']) && !s.chars().any(char::is_control) => {
             rest.strip_prefix('"')?.strip_prefix(s.as_str())?.strip_prefix('"')?
         }
-        RequestId::Number(n) => rest.strip_prefix(n.to_string().as_str())?,
+        RequestId::Number(n) => {
+            let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '-'))?;
+            if rest[..end].parse::<i64>().ok()? != *n {
+                return None;
+            }
+            &rest[end..]
+        }
         RequestId::String(_) => return None,
     };
     rest.strip_prefix(r#","result":"#)?.strip_suffix('}')
@@ -654,6 +666,14 @@ mod tests {
         }
         let numbered = r#"{"jsonrpc":"2.0","id":42,"result":{"content":[]}}"#;
         assert!(plain_result(methods::TOOLS_CALL, &RequestId::Number(42), &id, numbered).is_some());
+        for other in [4, 420, -42] {
+            assert_eq!(plain_result(methods::TOOLS_CALL, &RequestId::Number(other), &id, numbered), None);
+        }
+        // The client's id is written as JSON, whatever it holds.
+        for client in [RequestId::String("a \"b\"\n".into()), RequestId::Number(-3)] {
+            let fast = plain_result(methods::TOOLS_CALL, &RequestId::Number(42), &client, numbered).unwrap();
+            assert_eq!(serde_json::from_str::<Value>(&fast).unwrap(), general(methods::TOOLS_CALL, &client, numbered));
+        }
         // Anything else takes the general path: a task, an error, a request, a notification,
         // a `_meta` that is not an object, a response to another request.
         let m = RequestId::String("m".into());

@@ -67,9 +67,10 @@ impl Modern {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
     }
 
-    /// A process-unique id for a request sent to a pooled session.
+    /// A process-unique id for a request sent to a pooled session (a number: the pooled
+    /// sessions' requests all come through here, so nothing else takes one of these ids there).
     fn internal_id(&self) -> RequestId {
-        RequestId::String(format!("taskgate-m{}", self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+        RequestId::Number(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64)
     }
 }
 
