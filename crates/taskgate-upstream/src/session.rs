@@ -283,6 +283,13 @@ pub(crate) struct ConnectorInner {
     shutdown: tokio::sync::watch::Sender<bool>,
 }
 
+/// How long an idle connection to an upstream is kept for reuse: under the keep-alive of the
+/// common servers (Node's and actix-web's 5 s, uvicorn's 5 s, nginx's 75 s), so the gateway
+/// closes an idle connection before the server does. A request sent on a connection just as
+/// the server closes it fails (the server may or may not have read it, so it is not sent
+/// again): with 90 s, a request after 5 to 90 s of quiet could meet that race.
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
 impl Connector {
     /// A connector for one upstream.
     pub fn new(config: UpstreamConfig) -> Connector {
@@ -292,7 +299,7 @@ impl Connector {
     /// A connector whose requests are reported to `observer`.
     pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
         let http = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(POOL_IDLE)
             .pool_max_idle_per_host(config.max_connections)
             .tcp_nodelay(true)
             .build()
