@@ -40,3 +40,38 @@ pub use session::{
     ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
     UpstreamSession, WeakUpstreamSession,
 };
+
+/// A table that emptied after a burst keeps its peak capacity until told otherwise: one whose
+/// last entry just went gives it back above this many slots.
+const SHRINK_EMPTY_ABOVE: usize = 64;
+
+/// Removes `key`; a table left empty gives back a large capacity (see [`SHRINK_EMPTY_ABOVE`]).
+pub(crate) fn remove_and_shrink<K, V, Q>(map: &mut foldhash::HashMap<K, V>, key: &Q) -> Option<V>
+where
+    K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    let removed = map.remove(key);
+    if map.is_empty() && map.capacity() > SHRINK_EMPTY_ABOVE {
+        map.shrink_to_fit();
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_table_emptied_after_a_burst_gives_its_capacity_back() {
+        let mut map = foldhash::HashMap::default();
+        for i in 0..10_000u32 {
+            map.insert(i, ());
+        }
+        for i in 0..9_999u32 {
+            assert_eq!(super::remove_and_shrink(&mut map, &i), Some(()));
+        }
+        assert!(map.capacity() >= 10_000, "not shrunk while an entry is left");
+        assert_eq!(super::remove_and_shrink(&mut map, &9_999), Some(()));
+        assert!(map.capacity() <= super::SHRINK_EMPTY_ABOVE, "{}", map.capacity());
+        assert_eq!(super::remove_and_shrink(&mut map, &1), None);
+    }
+}

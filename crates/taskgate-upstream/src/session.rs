@@ -138,7 +138,7 @@ impl<'a> CallGuard<'a> {
                 | methods::COMPLETION_COMPLETE
         );
         if asks {
-            inner.calls.lock().push(id.clone());
+            inner.calls.lock().insert(id.clone(), ());
         }
         CallGuard { inner, id: asks.then(|| id.clone()) }
     }
@@ -147,7 +147,7 @@ impl<'a> CallGuard<'a> {
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if let Some(id) = &self.id {
-            self.inner.calls.lock().retain(|c| c != id);
+            crate::remove_and_shrink(&mut self.inner.calls.lock(), id);
         }
     }
 }
@@ -464,7 +464,7 @@ pub(crate) struct SessionInner {
     /// bytes; most sessions never get one.
     pub(crate) events: mpsc::Sender<Box<UpstreamEvent>>,
     /// Requests in flight that may have the upstream ask the client something meanwhile.
-    calls: parking_lot::Mutex<Vec<RequestId>>,
+    calls: parking_lot::Mutex<foldhash::HashMap<RequestId, ()>>,
     /// The live connection; the async mutex serialises (re-)initialization.
     state: tokio::sync::Mutex<Option<Arc<Ready>>>,
     closed: watch::Sender<bool>,
@@ -707,9 +707,11 @@ impl UpstreamSession {
     /// `completion/complete`), if exactly one is. A request the upstream sends on no request's
     /// stream (stdio has none; an HTTP server may use its GET stream) then belongs to it.
     pub fn sole_call_in_flight(&self) -> Option<RequestId> {
-        match self.inner.calls.lock().as_slice() {
-            [only] => Some(only.clone()),
-            _ => None,
+        let calls = self.inner.calls.lock();
+        if calls.len() == 1 {
+            calls.keys().next().cloned()
+        } else {
+            None
         }
     }
 

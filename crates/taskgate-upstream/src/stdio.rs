@@ -217,7 +217,7 @@ struct PendingEntry<'a> {
 
 impl Drop for PendingEntry<'_> {
     fn drop(&mut self) {
-        self.pending.lock().remove(&self.id);
+        crate::remove_and_shrink(&mut self.pending.lock(), &self.id);
     }
 }
 
@@ -275,7 +275,7 @@ async fn read_stdout(
             }
         };
         if message.is_response() {
-            let waiter = message.id().and_then(|id| pending.lock().remove(id));
+            let waiter = message.id().and_then(|id| crate::remove_and_shrink(&mut pending.lock(), id));
             match waiter {
                 Some(tx) => {
                     let _ = tx.send(message);

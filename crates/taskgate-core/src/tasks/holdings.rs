@@ -111,6 +111,10 @@ impl Holdings {
                     table.by_tenant.remove(&holding.tenant);
                 }
             }
+            // A burst's table gives its capacity back once the burst is over.
+            if table.by_task.is_empty() && table.by_task.capacity() > 64 {
+                table.by_task.shrink_to_fit();
+            }
         }
     }
 
