@@ -572,54 +572,66 @@ impl UpstreamSession {
 
     /// Sends a request; notifications about it (those on its response stream, and progress
     /// naming its token) and requests the upstream sends on its response stream (other than
-    /// `ping`) go to `related`, each before the result is returned, in the order sent.
-    pub async fn request_routed(
-        &self,
+    /// `ping`) go to `related`, each before the result is returned, in the order sent. (The
+    /// message is made here: the future holds it once.)
+    pub fn request_routed<'a>(
+        &'a self,
         id: RequestId,
         method: &str,
         params: Option<Value>,
         related: Option<mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
-        let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related.as_ref());
-        let _call = CallGuard::new(&self.inner, &id, method);
+    ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'a {
+        self.request_message(Message::request(id, method, params), related)
+    }
+
+    /// [`UpstreamSession::request_routed`] of a request already made (`message` is a request).
+    // Not an async fn: one keeps its arguments twice in its state (as passed, and moved into
+    // its body); this block uses them where they are.
+    #[allow(clippy::manual_async_fn)]
+    pub fn request_message<'a>(
+        &'a self,
+        message: Message,
+        related: Option<mpsc::Sender<Message>>,
+    ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'a {
+        async move { self.run(&message, related.as_ref()).await }
+    }
+
+    /// [`UpstreamSession::request_message`] with the session moved in, for a call that outlives
+    /// its caller (a wrapped task's). Not an async fn, for the same reason.
+    #[allow(clippy::manual_async_fn)]
+    pub fn into_request(
+        self,
+        message: Message,
+    ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'static {
+        async move { self.run(&message, None).await }
+    }
+
+    /// Runs a request, its progress routed and the call counted in flight meanwhile.
+    async fn run(&self, message: &Message, related: Option<&mpsc::Sender<Message>>) -> Result<Value, UpstreamError> {
+        let Message::Request { id, method, params } = message else { unreachable!("a request") };
+        let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related);
+        let _call = CallGuard::new(&self.inner, id, method);
         let started = std::time::Instant::now();
-        let outcome = self.request_inner(id, method, params, related).await;
+        let outcome = self.request_inner(message, related).await;
         self.observe(method, started, &outcome);
         outcome
     }
 
     async fn request_inner(
         &self,
-        id: RequestId,
-        method: &str,
-        params: Option<Value>,
-        related: Option<mpsc::Sender<Message>>,
+        message: &Message,
+        related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
-        let message = Message::request(id, method, params);
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
+        // The state a call waits in is kept small (a wrapped task's call spends its life in
+        // it): what happens before the request goes and after a failure are separate, boxed
+        // futures, so their locals take no room in it.
         let attempt = async {
-            // Boxed: initialization is a large future, rarely run; in-flight calls stay small.
-            let ready = match Box::pin(self.connect()).await {
-                // The revision cached for the upstream failed at `initialize`, which forgot it:
-                // connect again, probing (basic/versioning: re-probe when the cached assumption
-                // later fails).
-                Err(e) if is_revision_refusal(&e) && self.inner.connector.era().is_none() => {
-                    Box::pin(self.connect()).await?
-                }
-                other => other?,
-            };
-            let outcome = self.dispatch(&ready, &message, related.as_ref()).await;
-            let outcome = match outcome {
-                // The upstream refused the request unprocessed because it no longer speaks the
-                // revision the session was opened with; the request goes again, once, in the
-                // revision a new probe finds.
-                Err(e) if Box::pin(self.revision_moved(&ready, &e)).await => {
-                    let ready = Box::pin(self.ready()).await?;
-                    self.dispatch(&ready, &message, related.as_ref()).await
-                }
-                other => other,
-            };
-            outcome
+            let ready = Box::pin(self.connect_probing()).await?;
+            match self.dispatch(&ready, message, related).await {
+                Err(e) => Box::pin(self.after_failure(ready, e, message, related)).await,
+                outcome => outcome,
+            }
         };
         match tokio::time::timeout(timeout, attempt).await {
             // Every MCP result is an object (schema.ts `Result`); `null` or a bare value is the
@@ -631,6 +643,34 @@ impl UpstreamSession {
             Ok(result) => result.map_err(|e| self.revision_refusal_named(e)),
             Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
         }
+    }
+
+    /// The session's connection; when the revision cached for the upstream failed at
+    /// `initialize` (which forgot it), connects again, probing (basic/versioning: re-probe when
+    /// the cached assumption later fails).
+    async fn connect_probing(&self) -> Result<Arc<Ready>, UpstreamError> {
+        match Box::pin(self.connect()).await {
+            Err(e) if is_revision_refusal(&e) && self.inner.connector.era().is_none() => Box::pin(self.connect()).await,
+            other => other,
+        }
+    }
+
+    /// A request that failed: when the upstream refused it unprocessed because it no longer
+    /// speaks the revision the session was opened with, it goes again, once, in the revision a
+    /// new probe finds; any other failure stands.
+    async fn after_failure(
+        &self,
+        ready: Arc<Ready>,
+        error: UpstreamError,
+        message: &Message,
+        related: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
+        if !self.revision_moved(&ready, &error).await {
+            return Err(error);
+        }
+        drop(ready);
+        let ready = self.ready().await?;
+        self.dispatch(&ready, message, related).await
     }
 
     /// Sends `message` in the session's revision and waits for its outcome.
@@ -646,20 +686,30 @@ impl UpstreamSession {
         }
         if let (Channel::Http(http), Some(methods::RESOURCES_SUBSCRIBE)) = (&ready.channel, message.method()) {
             // Its updates come on the GET stream: when something receives them, the stream is
-            // open before the subscription, so that none is sent to no stream.
+            // open before the subscription, so that none is sent to no stream. (Boxed: rare,
+            // and a wrapped call's future stays small without it.)
             if self.listening().wanted() {
-                http.stream_opened(GET_STREAM_WAIT).await;
+                Box::pin(http.stream_opened(GET_STREAM_WAIT)).await;
             }
         }
         match ready.channel.request(message, related, &[]).await {
-            Err(ChannelError::Expired) => {
-                // basic/transports "Session Management": on 404 start a new session.
-                tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
-                let ready = Box::pin(self.ready()).await?;
-                ready.channel.request(message, related, &[]).await.map_err(|e| self.expired_twice(e))
-            }
+            // basic/transports "Session Management": on 404 start a new session (boxed: rare,
+            // and kept out of the state a call waits in).
+            Err(ChannelError::Expired) => Box::pin(self.renewed(message, related)).await,
             other => other.map_err(|e| self.expired_twice(e)),
         }
+    }
+
+    /// A request the upstream answered with 404 (it expired the session), sent again once in a
+    /// new session.
+    async fn renewed(
+        &self,
+        message: &Message,
+        related: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
+        tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
+        let ready = self.ready().await?;
+        ready.channel.request(message, related, &[]).await.map_err(|e| self.expired_twice(e))
     }
 
     /// Whether `error` shows that the upstream no longer speaks the revision `ready` was opened

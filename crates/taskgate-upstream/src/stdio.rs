@@ -132,7 +132,9 @@ impl StdioChannel {
         self.pending.lock().insert(id.clone(), tx);
         // Removes the entry whichever way this future ends (answered, failed, dropped).
         let _entry = PendingEntry { pending: &self.pending, id };
-        self.write(message).await?;
+        // Boxed: the write is over in a moment, and the wait for the answer (which a wrapped
+        // task's call spends its life in) stays small without its state inline.
+        Box::pin(self.write(message)).await?;
         match rx.await {
             Ok(Message::Response { result, .. }) => Ok(result),
             Ok(Message::Error { error, .. }) => {

@@ -497,22 +497,23 @@ impl Actor for TaskActor {
                 let (id, params) = (upstream_id.clone(), std::mem::take(params));
                 // Only a task with a progress token needs a channel for its call's notifications
                 // (a live task costs less without one).
-                let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
-                    match self.progress.clone() {
-                        Some(progress) => Box::pin(crate::session::relay_call(
-                            session,
-                            methods::TOOLS_CALL,
-                            id,
-                            params,
-                            None,
-                            Some(progress),
-                            false,
-                            None,
-                        )),
-                        None => Box::pin(async move {
-                            session.request_routed(id, methods::TOOLS_CALL, Some(params), None).await
-                        }),
-                    };
+                let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match self.progress.clone() {
+                    Some(progress) => Box::pin(crate::session::relay_call(
+                        session,
+                        methods::TOOLS_CALL,
+                        id,
+                        params,
+                        None,
+                        Some(progress),
+                        false,
+                        None,
+                    )),
+                    None => {
+                        // The request is made here, so the future holds it once.
+                        let message = taskgate_protocol::Message::request(id, methods::TOOLS_CALL, Some(params));
+                        Box::pin(session.into_request(message))
+                    }
+                };
                 // The call runs outside the actor, so a restarted actor still gets its outcome: it
                 // lands in the slot, and whichever actor is the task's now is told.
                 let slot: CallSlot = Arc::default();
