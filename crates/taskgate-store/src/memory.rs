@@ -14,14 +14,16 @@ pub struct MemoryTaskStore {
 
 #[derive(Default)]
 struct Inner {
-    by_id: HashMap<String, TaskRecord>,
+    /// Boxed: a record is about 400 bytes, and a table holds its entries inline with room to
+    /// spare (up to half its slots free after it grows).
+    by_id: HashMap<String, Box<TaskRecord>>,
     by_owner: HashMap<Owner, BTreeSet<(u64, String)>>,
     by_expiry: BTreeSet<(u64, String)>,
 }
 
 impl Inner {
     fn remove(&mut self, id: &str) -> Option<TaskRecord> {
-        let record = self.by_id.remove(id)?;
+        let record = *self.by_id.remove(id)?;
         if let Some(set) = self.by_owner.get_mut(&record.owner) {
             set.remove(&(record.created_at_ms, record.id.clone()));
             if set.is_empty() {
@@ -59,12 +61,12 @@ impl TaskStore for MemoryTaskStore {
         if let Some(at) = record.expires_at_ms() {
             inner.by_expiry.insert((at, record.id.clone()));
         }
-        inner.by_id.insert(record.id.clone(), record);
+        inner.by_id.insert(record.id.clone(), Box::new(record));
         ready(Ok(()))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        ready(Ok(self.inner.lock().by_id.get(id).cloned()))
+        ready(Ok(self.inner.lock().by_id.get(id).map(|r| TaskRecord::clone(r))))
     }
 
     fn compare_and_set<'a>(
@@ -75,7 +77,7 @@ impl TaskStore for MemoryTaskStore {
     ) -> StoreFuture<'a, TaskRecord> {
         let mut inner = self.inner.lock();
         let Some(record) = inner.by_id.get_mut(id) else { return ready(Err(StoreError::NotFound)) };
-        ready(crate::apply_update(record, expected, update).map(|()| record.clone()))
+        ready(crate::apply_update(record, expected, update).map(|()| TaskRecord::clone(record)))
     }
 
     fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage> {
@@ -97,7 +99,7 @@ impl TaskStore for MemoryTaskStore {
             }
         };
         let tasks: Vec<TaskRecord> =
-            iter.by_ref().take(limit).filter_map(|(_, id)| inner.by_id.get(id).cloned()).collect();
+            iter.by_ref().take(limit).filter_map(|(_, id)| inner.by_id.get(id).map(|r| TaskRecord::clone(r))).collect();
         let next_cursor = match (iter.next(), tasks.last()) {
             (Some(_), Some(last)) => Some(encode_cursor(last.created_at_ms, &last.id)),
             _ => None,
@@ -125,7 +127,7 @@ impl TaskStore for MemoryTaskStore {
             .filter(|r| !r.status.is_terminal() && r.replica.as_deref() != Some(replica))
             .map(|r| {
                 r.replica = Some(replica.to_owned());
-                r.clone()
+                TaskRecord::clone(r)
             })
             .collect();
         ready(Ok(claimed))

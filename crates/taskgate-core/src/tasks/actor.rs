@@ -104,7 +104,8 @@ pub struct TaskActor {
     fetching_result: bool,
     /// A native task's result, fetched while it was `input_required`, kept until the upstream
     /// reports the terminal status it goes with.
-    fetched: Option<TaskOutcome>,
+    /// (Boxed: rare, and an actor lives as long as its task.)
+    fetched: Option<Box<TaskOutcome>>,
     poll_failures: u32,
     permit: Option<TaskPermit>,
     /// A wrapped task's running call and where its outcome lands.
@@ -408,7 +409,7 @@ impl TaskActor {
         }
         if up.status.is_terminal() {
             match self.fetched.take() {
-                Some(outcome) => self.settle(up.status, up.status_message, Some(outcome), ctx),
+                Some(outcome) => self.settle(up.status, up.status_message, Some(*outcome), ctx),
                 None => self.fetch_result(ctx),
             }
             return;
@@ -448,9 +449,9 @@ impl TaskActor {
             act.running = None;
             act.fetching_result = false;
             match result {
-                Ok(value) => act.fetched = Some(TaskOutcome::Result(without_upstream_task(value))),
+                Ok(value) => act.fetched = Some(Box::new(TaskOutcome::Result(without_upstream_task(value)))),
                 // The upstream's JSON-RPC error for the task is the underlying request's error.
-                Err(UpstreamError::Rpc { error, .. }) => act.fetched = Some(TaskOutcome::Error(*error)),
+                Err(UpstreamError::Rpc { error, .. }) => act.fetched = Some(Box::new(TaskOutcome::Error(*error))),
                 Err(e) => {
                     tracing::info!(task = %act.id, error = %e, "fetching the upstream task result failed; polling on")
                 }
