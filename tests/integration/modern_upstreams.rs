@@ -426,6 +426,8 @@ async fn a_tasks_extension_upstreams_task_is_followed_again_after_a_gateway_rest
 struct Switch {
     url: String,
     target: std::sync::Arc<parking_lot::Mutex<String>>,
+    /// Every request body it passed on, in order.
+    bodies: std::sync::Arc<parking_lot::Mutex<Vec<Value>>>,
     _server: actix_web::dev::ServerHandle,
 }
 
@@ -434,9 +436,14 @@ impl Switch {
         use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
         let target = std::sync::Arc::new(parking_lot::Mutex::new(target.to_owned()));
         let shared = target.clone();
+        let bodies = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let recorded = bodies.clone();
         let client = reqwest::Client::new();
         let forward = move |req: HttpRequest, body: web::Bytes| {
             let (url, client) = (shared.lock().clone(), client.clone());
+            if let Ok(value) = serde_json::from_slice::<Value>(&body) {
+                recorded.lock().push(value);
+            }
             async move {
                 let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).unwrap();
                 let mut out = client.request(method, url).body(body.to_vec());
@@ -468,12 +475,49 @@ impl Switch {
         let server = server.run();
         let handle = server.handle();
         actix_rt::spawn(server);
-        Switch { url: format!("http://127.0.0.1:{port}/mcp"), target, _server: handle }
+        Switch { url: format!("http://127.0.0.1:{port}/mcp"), target, bodies, _server: handle }
     }
 
     fn to(&self, target: &str) {
         *self.target.lock() = target.to_owned();
     }
+
+    /// The `_meta` of the last `tools/call` the upstream received.
+    fn last_call_meta(&self) -> Option<Value> {
+        let bodies = self.bodies.lock();
+        let call = bodies.iter().rev().find(|b| b["method"] == "tools/call")?;
+        call["params"].get("_meta").cloned()
+    }
+}
+
+/// basic "Per-request protocol fields": the version, capabilities and client info a 2026-07-28
+/// client sends in `_meta` are the gateway's to read and do not reach the upstream; the rest of
+/// its `_meta` does (a vendor key, the per-request log level). A 2025-11-25 session's request
+/// that happens to carry one of those keys (without the version, so it is not a 2026 request)
+/// goes on with them, as the client sent them.
+#[actix_rt::test]
+async fn per_request_fields_stop_at_the_gateway_and_the_rest_of_meta_goes_on() {
+    let demo = taskgate_testkit::DemoUpstream::start();
+    let switch = Switch::start(&demo.http.url);
+    let gw = gateway(vec![UpstreamConfig::http("up", switch.url.clone())]);
+    let modern = ModernClient::new(&gw.url, json!({}));
+    let meta = json!({"vendor/k": 1, "io.modelcontextprotocol/logLevel": "error"});
+    let reply = modern.send("tools/call", json!({"name": "up__echo", "arguments": {"text": "x"}, "_meta": meta})).await;
+    assert_eq!(reply.outcome().unwrap()["resultType"], "complete");
+    assert_eq!(switch.last_call_meta(), Some(meta));
+    // Only the gateway's fields: no _meta at all upstream.
+    let reply = modern.send("tools/call", json!({"name": "up__echo", "arguments": {"text": "y"}})).await;
+    assert_eq!(reply.outcome().unwrap()["resultType"], "complete");
+    assert_eq!(switch.last_call_meta(), None);
+
+    let mut session = McpClient::new(&gw.url);
+    session.initialize().await;
+    let sent = json!({"vendor/k": 2, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
+    let reply = session
+        .request("tools/call", Some(json!({"name": "up__echo", "arguments": {"text": "z"}, "_meta": sent})))
+        .await;
+    assert_eq!(text_of(&reply.outcome().unwrap()), "z");
+    assert_eq!(switch.last_call_meta(), Some(sent));
 }
 
 /// basic/versioning "Backward Compatibility": the revision found for an upstream is cached,

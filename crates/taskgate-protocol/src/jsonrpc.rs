@@ -550,6 +550,11 @@ mod tests {
             r#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"m"}"#.to_owned(),
             r#"{"jsonrpc":"2.0","id":1,"method":"m","x":1,"x":2}"#.to_owned(),
             r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{},"params":{}}"#.to_owned(),
+            // Many members the envelope does not use, one of them twice.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"m",{}"k5":0}}"#,
+                (0..50_000).map(|i| format!(r#""k{i}":0,"#)).collect::<String>()
+            ),
         ] {
             let e = Message::from_slice_front(dup.as_bytes()).unwrap_err();
             assert!(e.to_string().contains("duplicate key"), "{dup}: {e}");
@@ -804,8 +809,8 @@ mod strict {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
             let mut envelope = Envelope::default();
             // Members the envelope does not use are read (checked) and dropped; their names
-            // are kept only to find a duplicate.
-            let mut others: Vec<String> = Vec::new();
+            // are kept only to find a duplicate (in a set: a body may hold many).
+            let mut others: std::collections::HashSet<String> = std::collections::HashSet::new();
             while let Some(key) = map.next_key_seed(KeySeed(ENVELOPE))? {
                 let name = match key {
                     Key::Known(i) => ENVELOPE[i],
@@ -814,7 +819,7 @@ mod strict {
                         if others.contains(&name) {
                             return Err(duplicate(&name));
                         }
-                        others.push(name);
+                        others.insert(name);
                         continue;
                     }
                 };
