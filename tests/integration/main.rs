@@ -19,6 +19,7 @@ mod restart;
 mod rmcp_client;
 mod rmcp_server;
 mod served;
+mod shared_sessions;
 mod support;
 mod tasks;
 mod tenants;

@@ -80,6 +80,8 @@ pub mod defaults {
     pub const STREAM_IDLE_SECS: u64 = 30;
     /// Connections to one HTTP upstream at once.
     pub const MAX_UPSTREAM_CONNECTIONS: usize = 256;
+    /// Seconds a shared upstream session outlives its last client session.
+    pub const SHARED_IDLE_SECS: u64 = 60;
     /// Seconds without a request after which a session with nothing in flight is closed.
     pub const SESSION_IDLE_TIMEOUT_SECS: u64 = 30 * 60;
     /// How often the configuration file is checked for changes, in milliseconds.
@@ -499,6 +501,32 @@ pub struct UpstreamConfig {
     /// `2026-07-28`.
     #[serde(default)]
     pub protocol: UpstreamProtocol,
+    /// Whether client sessions share upstream sessions (see [`ShareSessions`]).
+    #[serde(default)]
+    pub share_sessions: ShareSessions,
+    /// Seconds a shared upstream session is kept once no client session uses it, for the next
+    /// one to reuse (0: ended at once).
+    #[serde(default = "default_shared_idle")]
+    pub shared_idle_secs: u64,
+}
+
+/// Whether the client sessions of one tenant and principal, declaring the same client, share
+/// an upstream session (`upstream[].share_sessions`). Only clients that can be asked nothing
+/// (no roots, sampling or elicitation) share, and only until they set a log level or subscribe
+/// to a resource (state an upstream keeps per session); what the upstream sends about a request
+/// reaches the client session that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShareSessions {
+    /// Share when the upstream speaks 2026-07-28, which has no sessions (nothing a client
+    /// could observe is kept per session at the upstream); not with a 2025-11-25 upstream.
+    #[default]
+    Auto,
+    /// Share with any upstream: right for a server that keeps no state per session that its
+    /// clients could observe (most tool servers). One session for many clients.
+    Always,
+    /// Every client session has upstream sessions of its own.
+    Never,
 }
 
 fn default_task_support() -> TaskSupportSetting {
@@ -526,6 +554,10 @@ fn default_max_connections() -> usize {
     defaults::MAX_UPSTREAM_CONNECTIONS
 }
 
+fn default_shared_idle() -> u64 {
+    defaults::SHARED_IDLE_SECS
+}
+
 impl UpstreamConfig {
     /// An HTTP upstream with defaults.
     pub fn http(name: impl Into<String>, url: impl Into<String>) -> UpstreamConfig {
@@ -547,6 +579,8 @@ impl UpstreamConfig {
             required: false,
             tool_task_support: BTreeMap::new(),
             protocol: UpstreamProtocol::Auto,
+            share_sessions: ShareSessions::Auto,
+            shared_idle_secs: defaults::SHARED_IDLE_SECS,
         }
     }
 
@@ -827,6 +861,9 @@ impl Config {
             if up.stream_idle_secs > 86_400 {
                 bad(at("stream_idle_secs"), "must be at most 86400 (a day)".into());
             }
+            if up.shared_idle_secs > 86_400 {
+                bad(at("shared_idle_secs"), "must be at most 86400 (a day)".into());
+            }
             if !(2..=65_535).contains(&up.max_connections) {
                 bad(at("max_connections"), "must be 2 to 65535 (a stream and a request at least)".into());
             }
@@ -929,6 +966,29 @@ mod tests {
         assert_eq!(UpstreamConfig::http("a", "http://h/mcp").stream_idle_secs, 30);
         let Err(ConfigError::Invalid { problems, .. }) = parse(86_401) else { panic!("expected invalid") };
         assert_eq!(problems[0].location, "upstream[0] (\"a\").stream_idle_secs");
+    }
+
+    #[test]
+    fn session_sharing_is_auto_by_default_and_its_idle_time_at_most_a_day() {
+        let parse = |extra: &str| {
+            let body = format!(
+                "[[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\n{extra}\n"
+            );
+            Config::from_toml(&body, "t.toml", &no_env)
+        };
+        let default = &parse("").unwrap().upstreams[0];
+        assert_eq!((default.share_sessions, default.shared_idle_secs), (ShareSessions::Auto, 60));
+        for (text, mode) in
+            [("always", ShareSessions::Always), ("never", ShareSessions::Never), ("auto", ShareSessions::Auto)]
+        {
+            let parsed = parse(&format!("share_sessions = \"{text}\"\nshared_idle_secs = 0")).unwrap();
+            assert_eq!((parsed.upstreams[0].share_sessions, parsed.upstreams[0].shared_idle_secs), (mode, 0));
+        }
+        assert!(matches!(parse("share_sessions = \"sometimes\""), Err(ConfigError::Parse { .. })));
+        let Err(ConfigError::Invalid { problems, .. }) = parse("shared_idle_secs = 86401") else {
+            panic!("expected invalid")
+        };
+        assert_eq!(problems[0].location, "upstream[0] (\"a\").shared_idle_secs");
     }
 
     #[test]

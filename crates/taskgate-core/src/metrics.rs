@@ -56,6 +56,8 @@ pub struct Metrics {
     pub upstream_connections: IntGaugeVec,
     /// Requests to each HTTP upstream that waited for a connection (all in use).
     pub upstream_connection_waits: IntCounterVec,
+    /// Sessions held with each upstream, by whether client sessions share them.
+    pub upstream_sessions: IntGaugeVec,
     /// Requests refused at admission (a cap was reached), by tenant and reason.
     pub admission_rejected: IntCounterVec,
     /// Messages that found an actor's mailbox or a stream full, by reason.
@@ -200,6 +202,11 @@ impl Metrics {
                 "taskgate_upstream_connections",
                 "Connections to an HTTP upstream in use (requests in flight, streams open), at most its max_connections",
                 &["upstream"],
+            ),
+            upstream_sessions: gauge(
+                "taskgate_upstream_sessions",
+                "Sessions held with an upstream (the catalog's included), shared by client sessions or not",
+                &["upstream", "shared"],
             ),
             upstream_connection_waits: counter(
                 "taskgate_upstream_connection_waits_total",
@@ -398,6 +405,9 @@ impl Metrics {
             self.upstream_streams.with_label_values(&[upstream]);
             self.upstream_connections.with_label_values(&[upstream]);
             self.upstream_connection_waits.with_label_values(&[upstream]);
+            for shared in ["true", "false"] {
+                self.upstream_sessions.with_label_values(&[upstream, shared]);
+            }
             for reason in UPSTREAM_ERRORS {
                 self.upstream_errors.with_label_values(&[upstream, reason]);
             }
@@ -443,6 +453,11 @@ impl taskgate_upstream::RequestObserver for Metrics {
 
     fn stream(&self, upstream: &str, open: bool) {
         self.upstream_streams.with_label_values(&[upstream]).add(if open { 1 } else { -1 });
+    }
+
+    fn session(&self, upstream: &str, shared: bool, open: bool) {
+        let shared = if shared { "true" } else { "false" };
+        self.upstream_sessions.with_label_values(&[upstream, shared]).add(if open { 1 } else { -1 });
     }
 
     fn connections_gauge(&self, upstream: &str) -> Option<Box<dyn Fn(usize) + Send + Sync>> {

@@ -16,6 +16,7 @@ mod error;
 pub mod http;
 mod modern;
 mod session;
+mod shared;
 pub mod stdio;
 
 pub use error::UpstreamError;

@@ -890,7 +890,7 @@ impl UpstreamSession {
             None => {
                 if let Message::Request { id, method, params } = request {
                     let event = UpstreamEvent::Request { id, method, params, related: Some(related_id.clone()) };
-                    let _ = self.inner.events.send(Box::new(event)).await;
+                    self.inner.events.deliver(event, None).await;
                 }
             }
         }

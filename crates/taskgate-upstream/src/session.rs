@@ -3,13 +3,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use taskgate_config::{Transport, UpstreamConfig, UpstreamProtocol};
+use taskgate_config::{ShareSessions, Transport, UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::{Message, RequestId};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::http::HttpChannel;
 use crate::modern::{Era, ModernState, ToolHeaders, Verdict};
+use crate::shared::{Lane, Lanes, Owners};
 use crate::stdio::StdioChannel;
 use crate::UpstreamError;
 
@@ -257,6 +258,9 @@ pub trait RequestObserver: Send + Sync + 'static {
     fn connection_waits(&self, _upstream: &str) -> Option<Box<dyn Fn() + Send + Sync>> {
         None
     }
+
+    /// A session with `upstream` began (`open`) or ended; `shared` when client sessions share it.
+    fn session(&self, _upstream: &str, _shared: bool, _open: bool) {}
 }
 
 /// One configured upstream: what its sessions share.
@@ -278,6 +282,8 @@ pub(crate) struct ConnectorInner {
     connections: Arc<crate::http::Connections>,
     /// The capabilities its sessions were last given, shared by them.
     capabilities: parking_lot::Mutex<Option<Arc<Value>>>,
+    /// Sessions shared by client sessions, by sharing key (see [`Connector::open_shared`]).
+    shared: parking_lot::Mutex<foldhash::HashMap<String, Arc<SessionInner>>>,
     observer: Option<Arc<dyn RequestObserver>>,
     /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
     shutdown: tokio::sync::watch::Sender<bool>,
@@ -317,6 +323,7 @@ impl Connector {
                 processes,
                 connections,
                 capabilities: parking_lot::Mutex::new(None),
+                shared: parking_lot::Mutex::default(),
                 observer,
                 shutdown,
             }),
@@ -328,6 +335,9 @@ impl Connector {
     /// exited; no process is started after it.
     pub async fn shutdown(&self) {
         self.inner.shutdown.send_replace(true);
+        // The pool's sessions end with their last client session now, not after an idle while.
+        let pooled: Vec<_> = self.inner.shared.lock().drain().collect();
+        drop(pooled);
         let all = self.inner.config.max_processes as u32;
         // Each process holds a permit until it has exited.
         let _ = self.inner.processes.acquire_many(all).await;
@@ -345,6 +355,82 @@ impl Connector {
                 *last = Some(shared.clone());
                 shared
             }
+        }
+    }
+
+    pub(crate) fn from_inner(inner: Arc<ConnectorInner>) -> Connector {
+        Connector { inner }
+    }
+
+    /// Whether client sessions share this upstream's sessions now (`share_sessions`): always,
+    /// never, or (`auto`) once the upstream is known to speak 2026-07-28.
+    pub fn shares_sessions(&self) -> bool {
+        match self.inner.config.share_sessions {
+            ShareSessions::Always => true,
+            ShareSessions::Never => false,
+            ShareSessions::Auto => self.era() == Some(Era::Modern),
+        }
+    }
+
+    /// Shared sessions kept now (with client sessions, or idle).
+    pub fn shared_sessions(&self) -> usize {
+        self.inner.shared.lock().len()
+    }
+
+    /// A lane in the session shared under `key`, opening it if there is none: its client
+    /// session receives on `events` what the upstream sends about its own requests and what
+    /// every sharing client receives (see the `shared` module). The key is the caller's: it
+    /// must separate everything the upstream must not mix (tenant, principal, and the
+    /// identity declared, which must be the same for one key).
+    pub fn open_shared(
+        &self,
+        key: &str,
+        identity: ClientIdentity,
+        events: mpsc::Sender<Box<UpstreamEvent>>,
+    ) -> UpstreamSession {
+        let mut pool = self.inner.shared.lock();
+        let inner = match pool.get(key).filter(|inner| !*inner.closed.borrow()) {
+            Some(inner) => inner.clone(),
+            None => {
+                let lanes = Arc::new(Lanes::new(key.to_owned(), Arc::downgrade(&self.inner)));
+                let inner = self.new_inner(identity, Owners::Shared(lanes));
+                pool.insert(key.to_owned(), inner.clone());
+                inner
+            }
+        };
+        drop(pool);
+        let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session is shared") };
+        let lane = Arc::new(lanes.join(events));
+        UpstreamSession { inner, lane: Some(lane) }
+    }
+
+    /// The last lane left the session shared under `key` (the `emptied`th time): it ends
+    /// after `shared_idle_secs` unless a client session joins meanwhile.
+    pub(crate) fn shared_idle(&self, key: &str, emptied: u64) {
+        let idle = Duration::from_secs(self.inner.config.shared_idle_secs);
+        let expire = {
+            let connector = Arc::downgrade(&self.inner);
+            let key = key.to_owned();
+            move || {
+                let Some(inner) = connector.upgrade() else { return };
+                let mut pool = inner.shared.lock();
+                let idle = pool.get(&key).is_some_and(|session| match &session.events {
+                    Owners::Shared(lanes) => lanes.idle_since(emptied),
+                    Owners::One(_) => true,
+                });
+                let ended = if idle { pool.remove(&key) } else { None };
+                drop(pool);
+                drop(ended); // its DELETE is spawned by its drop
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !idle.is_zero() => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(idle).await;
+                    expire();
+                });
+            }
+            _ => expire(),
         }
     }
 
@@ -426,9 +512,16 @@ impl Connector {
     /// Opens a session; nothing is sent until its first request. Messages the upstream sends
     /// on its own arrive on `events`.
     pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<Box<UpstreamEvent>>) -> UpstreamSession {
+        UpstreamSession { inner: self.new_inner(identity, Owners::One(events)), lane: None }
+    }
+
+    fn new_inner(&self, identity: ClientIdentity, events: Owners) -> Arc<SessionInner> {
         let (closed, _) = watch::channel(false);
         let (holds, _) = watch::channel(0);
-        let inner = Arc::new(SessionInner {
+        if let Some(observer) = &self.inner.observer {
+            observer.session(self.name(), matches!(events, Owners::Shared(_)), true);
+        }
+        Arc::new(SessionInner {
             connector: self.clone(),
             listen_always: identity.answers_requests(),
             holds: Arc::new(holds),
@@ -438,8 +531,7 @@ impl Connector {
             calls: parking_lot::Mutex::default(),
             closed,
             routes: Arc::default(),
-        });
-        UpstreamSession { inner }
+        })
     }
 }
 
@@ -448,9 +540,12 @@ static NEXT_REQUEST_ID: AtomicI64 = AtomicI64::new(1);
 
 /// One MCP session with an upstream. Cheap to clone; all clones are the same session, which
 /// ends (DELETE, or the process is stopped) when the last clone is dropped or on [`Self::close`].
+/// A handle from [`Connector::open_shared`] is one client session's lane in a shared session:
+/// the lane leaves when its last clone is dropped, and the session ends after it is idle.
 #[derive(Clone)]
 pub struct UpstreamSession {
     pub(crate) inner: Arc<SessionInner>,
+    lane: Option<Arc<Lane>>,
 }
 
 pub(crate) struct SessionInner {
@@ -460,9 +555,10 @@ pub(crate) struct SessionInner {
     listen_always: bool,
     /// How many [`StreamHold`]s keep the GET stream open.
     holds: Arc<watch::Sender<usize>>,
-    /// Boxed: a channel allocates its first block of 32 slots at once, and an event is 144
-    /// bytes; most sessions never get one.
-    pub(crate) events: mpsc::Sender<Box<UpstreamEvent>>,
+    /// Who receives what the upstream sends on its own: one client session, or the lanes of a
+    /// shared session. (Events are boxed: a channel allocates its first block of 32 slots at
+    /// once, and an event is 144 bytes; most sessions never get one.)
+    pub(crate) events: Owners,
     /// Requests in flight that may have the upstream ask the client something meanwhile.
     calls: parking_lot::Mutex<foldhash::HashMap<RequestId, ()>>,
     /// The live connection; the async mutex serialises (re-)initialization.
@@ -527,19 +623,29 @@ impl Channel {
 #[derive(Clone)]
 pub struct WeakUpstreamSession {
     inner: Weak<SessionInner>,
+    lane: Option<Weak<Lane>>,
 }
 
 impl WeakUpstreamSession {
-    /// The session, while something else holds it.
+    /// The session, while something else holds it (a lane: while something holds the lane).
     pub fn upgrade(&self) -> Option<UpstreamSession> {
-        self.inner.upgrade().map(|inner| UpstreamSession { inner })
+        let lane = match &self.lane {
+            Some(lane) => Some(lane.upgrade()?),
+            None => None,
+        };
+        self.inner.upgrade().map(|inner| UpstreamSession { inner, lane })
     }
 }
 
 impl UpstreamSession {
     /// A hold that does not keep the session open.
     pub fn downgrade(&self) -> WeakUpstreamSession {
-        WeakUpstreamSession { inner: Arc::downgrade(&self.inner) }
+        WeakUpstreamSession { inner: Arc::downgrade(&self.inner), lane: self.lane.as_ref().map(Arc::downgrade) }
+    }
+
+    /// Whether this is a lane of a session shared by client sessions.
+    pub fn is_shared(&self) -> bool {
+        self.lane.is_some()
     }
 
     /// The upstream's name.
@@ -611,6 +717,9 @@ impl UpstreamSession {
         let Message::Request { id, method, params } = message else { unreachable!("a request") };
         let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related);
         let _call = CallGuard::new(&self.inner, id, method);
+        // In a shared session, what the upstream sends about this request reaches this lane.
+        let _lane =
+            self.lane.as_ref().map(|lane| lane.call(id, params.as_ref().is_some_and(|p| p.get("task").is_some())));
         let started = std::time::Instant::now();
         let outcome = self.request_inner(message, related).await;
         self.observe(method, started, &outcome);
@@ -757,12 +866,7 @@ impl UpstreamSession {
     /// `completion/complete`), if exactly one is. A request the upstream sends on no request's
     /// stream (stdio has none; an HTTP server may use its GET stream) then belongs to it.
     pub fn sole_call_in_flight(&self) -> Option<RequestId> {
-        let calls = self.inner.calls.lock();
-        if calls.len() == 1 {
-            calls.keys().next().cloned()
-        } else {
-            None
-        }
+        self.inner.sole_call()
     }
 
     /// Routes the upstream's progress notifications naming `token` to `sink` until the returned
@@ -805,7 +909,7 @@ impl UpstreamSession {
     pub async fn hand_over(&self, request: Message, related: RequestId) {
         if let Message::Request { id, method, params } = request {
             let event = UpstreamEvent::Request { id, method, params, related: Some(related) };
-            let _ = self.inner.events.send(Box::new(event)).await;
+            self.inner.events.deliver(event, None).await;
         }
     }
 
@@ -847,8 +951,12 @@ impl UpstreamSession {
         Ok(Value::clone(&self.ready().await?.server_capabilities))
     }
 
-    /// Ends the session: HTTP DELETE, or closing the process's stdin and then killing it.
+    /// Ends the session: HTTP DELETE, or closing the process's stdin and then killing it. (A
+    /// lane of a shared session only leaves it, when dropped.)
     pub async fn close(&self) {
+        if self.lane.is_some() {
+            return;
+        }
         self.inner.closed.send_replace(true);
         let ready = self.inner.state.lock().await.take();
         if let Some(ready) = ready {
@@ -1094,10 +1202,24 @@ fn is_revision_refusal(error: &UpstreamError) -> bool {
     matches!(error, UpstreamError::Rpc { error, .. } if error.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION)
 }
 
+impl SessionInner {
+    fn sole_call(&self) -> Option<RequestId> {
+        let calls = self.calls.lock();
+        if calls.len() == 1 {
+            calls.keys().next().cloned()
+        } else {
+            None
+        }
+    }
+}
+
 /// The last holder of a session is gone (the client session ended and no task still runs on
 /// it): end it at the upstream too. A stdio process is stopped by dropping its channel.
 impl Drop for SessionInner {
     fn drop(&mut self) {
+        if let Some(observer) = &self.connector.inner.observer {
+            observer.session(self.connector.name(), matches!(self.events, Owners::Shared(_)), false);
+        }
         self.closed.send_replace(true);
         let ready = self.state.try_lock().ok().and_then(|mut state| state.take());
         if let (Some(ready), Ok(runtime)) = (ready, tokio::runtime::Handle::try_current()) {
@@ -1113,7 +1235,7 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Box<Inco
         let Some(inner) = session.upgrade() else { return };
         let event = match message {
             Message::Request { id, method, .. } if method == methods::PING => {
-                let session = UpstreamSession { inner };
+                let session = UpstreamSession { inner, lane: None };
                 // Boxed: this task lives as long as its session, and its state is as large as
                 // the largest future it awaits; pings are rare.
                 if let Err(e) = Box::pin(session.respond(Message::response(id, json!({})))).await {
@@ -1133,9 +1255,14 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Box<Inco
                 continue;
             }
         };
+        // Unrelated, a request belongs to the one call in flight that may ask, if one is.
+        let sole = match (&event, &inner.events) {
+            (UpstreamEvent::Request { related: None, .. }, Owners::Shared(_)) => inner.sole_call(),
+            _ => None,
+        };
         let events = inner.events.clone();
         drop(inner);
-        if events.send(Box::new(event)).await.is_err() {
+        if !events.deliver(event, sole).await {
             return;
         }
     }

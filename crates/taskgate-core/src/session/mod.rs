@@ -101,6 +101,9 @@ pub struct SessionActor {
     queued_bytes: usize,
     /// The level the client set with `logging/setLevel`, for upstream sessions opened later.
     log_level: Option<String>,
+    /// It has set a log level or subscribed to a resource (state an upstream keeps per
+    /// session): its upstream sessions are its own, never shared.
+    private: bool,
     /// Listing positions too long to hand the client as cursors, by number (bounded).
     stashed_cursors: std::collections::VecDeque<(u64, crate::offerings::ListCursor)>,
     next_stash: u64,
@@ -178,6 +181,7 @@ impl SessionActor {
             queued: Vec::new(),
             queued_bytes: 0,
             log_level: None,
+            private: false,
             stashed_cursors: std::collections::VecDeque::new(),
             next_stash: 1,
         }
@@ -191,13 +195,49 @@ impl SessionActor {
         let (tx, rx) = mpsc::channel(UPSTREAM_EVENTS);
         let upstream = name.to_owned();
         ctx.add_stream(receiver_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
-        let session = connector.open(self.client.clone(), tx);
+        let session = if self.may_share() && connector.shares_sessions() {
+            connector.open_shared(&self.share_key(), self.client.clone(), tx)
+        } else {
+            connector.open(self.client.clone(), tx)
+        };
         if self.client_streams > 0 {
             self.upstream_streams.insert(name.to_owned(), session.hold_stream());
         }
         self.upstreams.insert(name.to_owned(), session.clone());
         self.apply_level(name, &session, ctx);
         Some(session)
+    }
+
+    /// Whether this session's upstream sessions may be shared with other client sessions
+    /// (`upstream[].share_sessions`): nothing can be asked of its client (an upstream may ask
+    /// outside any request, and only this client could answer), and it keeps no state at the
+    /// upstream (a log level, subscriptions).
+    fn may_share(&self) -> bool {
+        !self.private && !self.client.answers_requests()
+    }
+
+    /// Who may share an upstream session: one tenant's, one principal's client sessions,
+    /// declaring the same client to it (capabilities and `clientInfo`, as it sees them).
+    fn share_key(&self) -> String {
+        let Identity { tenant, principal } = &self.identity;
+        let ClientIdentity { capabilities, client_info } = &self.client;
+        // Lengths first: no choice of names makes two identities one key.
+        format!("{}:{tenant}{}:{principal}{capabilities}\n{client_info}", tenant.len(), principal.len())
+    }
+
+    /// The session is about to keep state at its upstreams: its shared upstream sessions are
+    /// replaced by sessions of its own (calls in flight on the shared ones finish there).
+    fn go_private(&mut self, ctx: &mut Context<Self>) {
+        if self.private {
+            return;
+        }
+        self.private = true;
+        let shared: Vec<String> =
+            self.upstreams.iter().filter(|(_, s)| s.is_shared()).map(|(name, _)| name.clone()).collect();
+        for name in shared {
+            self.upstreams.remove(&name);
+            self.upstream_session(&name, ctx);
+        }
     }
 
     /// Forgets a request and everything keyed by it (whichever side ends it first).

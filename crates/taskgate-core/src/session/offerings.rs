@@ -253,6 +253,10 @@ impl SessionActor {
         // read while a writer waits would deadlock).
         let routes = names::route_uri(self.shared.catalog.read().naming(), &uri);
         let candidates = self.candidates("resources", routes);
+        if method == methods::RESOURCES_SUBSCRIBE {
+            // Subscriptions are upstream-session state: this client's are its own.
+            self.go_private(ctx);
+        }
         let attempts = retarget(params.as_ref(), candidates, "/uri");
         if attempts.is_empty() {
             // server/resources "Error Handling": -32002 for a resource that is not found.
@@ -379,6 +383,8 @@ impl SessionActor {
             let why = format!("logging/setLevel needs \"level\", one of {}", LEVELS.join(", "));
             return self.finish(id, Err(GatewayError::InvalidParams(why)));
         };
+        // A log level is upstream-session state: this client's is its own.
+        self.go_private(ctx);
         self.log_level = Some(level.to_owned());
         let sessions: Vec<UpstreamSession> =
             self.upstreams.iter().filter(|(name, _)| self.offers_logging(name)).map(|(_, s)| s.clone()).collect();

@@ -1,0 +1,336 @@
+//! Upstream sessions shared by several client sessions (`upstream[].share_sessions`).
+//!
+//! A shared session is one [`SessionInner`](crate::session::SessionInner) with one *lane* per
+//! client session using it. Each lane has its own event channel, so the client session sees
+//! what it would see with a session of its own; what the upstream sends on its own is routed:
+//!
+//! - about a request (on its response stream, or a request the upstream sends while exactly
+//!   one call that may ask is in flight): to the lane that sent that request;
+//! - requests, `notifications/tasks/status`, `notifications/tools/list_changed`,
+//!   `notifications/progress` and `notifications/cancelled` about nothing in flight: to one
+//!   lane (what they lead to is gateway-wide: a task's actor, the router; a request is answered
+//!   once), preferring a lane with a task creation in flight for a task's status (it holds
+//!   a status that arrives before the task is known);
+//! - everything else (log messages, list changes of resources and prompts, resource updates):
+//!   to every lane, as each client would have had it from a session of its own.
+//!
+//! The sharing key (tenant, principal, the client's declared identity) is the caller's; the
+//! connector keeps one session per key, and `shared_idle_secs` after its last lane left.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::RequestId;
+use tokio::sync::mpsc;
+
+use crate::session::{ConnectorInner, UpstreamEvent};
+
+/// Requests whose lane is remembered after they ended: what the upstream sent about a request
+/// is read by the session's pump, which may come to it after the response.
+const ENDED_KEPT: usize = 256;
+
+/// Who receives what an upstream session's server sends on its own.
+#[derive(Clone)]
+pub(crate) enum Owners {
+    /// The one client session of a session of its own.
+    One(mpsc::Sender<Box<UpstreamEvent>>),
+    /// The lanes of a shared session.
+    Shared(Arc<Lanes>),
+}
+
+impl Owners {
+    /// Delivers `event`; false once no one will ever receive one again (the pump stops).
+    /// `sole` is the one call in flight that may ask, for a request related to none.
+    pub(crate) async fn deliver(&self, event: UpstreamEvent, sole: Option<RequestId>) -> bool {
+        match self {
+            Owners::One(tx) => tx.send(Box::new(event)).await.is_ok(),
+            Owners::Shared(lanes) => {
+                lanes.deliver(event, sole).await;
+                true
+            }
+        }
+    }
+}
+
+/// The lanes of one shared session.
+pub(crate) struct Lanes {
+    /// The sharing key, and the connector whose pool holds the session by it.
+    key: String,
+    connector: Weak<ConnectorInner>,
+    table: parking_lot::Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    senders: foldhash::HashMap<u64, mpsc::Sender<Box<UpstreamEvent>>>,
+    /// The lane of each request in flight and of the last [`ENDED_KEPT`] ended.
+    owners: foldhash::HashMap<RequestId, u64>,
+    ended: VecDeque<RequestId>,
+    /// Task-augmented requests in flight, by lane.
+    creating: foldhash::HashMap<u64, usize>,
+    next: u64,
+    /// Counts the times the last lane left: an idle expiry applies only to the idle period it
+    /// was set for.
+    emptied: u64,
+}
+
+impl Lanes {
+    pub(crate) fn new(key: String, connector: Weak<ConnectorInner>) -> Lanes {
+        Lanes { key, connector, table: parking_lot::Mutex::default() }
+    }
+
+    /// A new lane, its events sent to `events`.
+    pub(crate) fn join(self: &Arc<Self>, events: mpsc::Sender<Box<UpstreamEvent>>) -> Lane {
+        let mut table = self.table.lock();
+        table.next += 1;
+        let id = table.next;
+        table.senders.insert(id, events);
+        Lane { id, lanes: self.clone() }
+    }
+
+    /// Whether the session has had no lane since its last one left `emptied` times ago.
+    pub(crate) fn idle_since(&self, emptied: u64) -> bool {
+        let table = self.table.lock();
+        table.senders.is_empty() && table.emptied == emptied
+    }
+
+    async fn deliver(&self, event: UpstreamEvent, sole: Option<RequestId>) {
+        let (about, one) = match &event {
+            UpstreamEvent::Request { related, .. } => (related.clone().or(sole), true),
+            UpstreamEvent::Notification { method, related, .. } => (
+                related.clone(),
+                matches!(
+                    method.as_str(),
+                    methods::TASKS_STATUS | methods::TOOLS_LIST_CHANGED | methods::PROGRESS | methods::CANCELLED
+                ),
+            ),
+        };
+        let is_status = matches!(&event, UpstreamEvent::Notification { method, .. } if method == methods::TASKS_STATUS);
+        let targets: Vec<mpsc::Sender<Box<UpstreamEvent>>> = {
+            let table = self.table.lock();
+            let owner = about.as_ref().and_then(|id| table.owners.get(id)).and_then(|lane| table.senders.get(lane));
+            match owner {
+                Some(sender) => vec![sender.clone()],
+                None if about.is_some() && !one => {
+                    // About a request whose lane has left: no other client's business.
+                    tracing::debug!("a message about a request of a client session that has ended; dropped");
+                    return;
+                }
+                None if one => {
+                    let creating = is_status
+                        .then(|| table.creating.iter().find(|(_, n)| **n > 0).and_then(|(l, _)| table.senders.get(l)))
+                        .flatten();
+                    creating.or_else(|| table.senders.values().next()).cloned().into_iter().collect()
+                }
+                None => table.senders.values().cloned().collect(),
+            }
+        };
+        match targets.as_slice() {
+            [] => tracing::debug!("a shared upstream session with no client session; a message dropped"),
+            // One receiver: waited for, as a session of its own waits for its owner.
+            [one] => {
+                let _ = one.send(Box::new(event)).await;
+            }
+            // Several: one slow reader does not hold up the others; a full one misses it.
+            many => {
+                for sender in many {
+                    if sender.try_send(Box::new(event.clone())).is_err() {
+                        tracing::debug!("a client session's upstream events are full; a notification dropped");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records that lane `lane` sent request `id` (until [`Lanes::ended`]).
+    fn started(&self, lane: u64, id: &RequestId, creates_task: bool) {
+        let mut table = self.table.lock();
+        table.owners.insert(id.clone(), lane);
+        if creates_task {
+            *table.creating.entry(lane).or_default() += 1;
+        }
+    }
+
+    fn ended(&self, lane: u64, id: &RequestId, creates_task: bool) {
+        let mut table = self.table.lock();
+        if creates_task {
+            if let Some(n) = table.creating.get_mut(&lane) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    table.creating.remove(&lane);
+                }
+            }
+        }
+        table.ended.push_back(id.clone());
+        if table.ended.len() > ENDED_KEPT {
+            if let Some(old) = table.ended.pop_front() {
+                crate::remove_and_shrink(&mut table.owners, &old);
+            }
+        }
+    }
+
+    fn leave(&self, lane: u64) {
+        let emptied = {
+            let mut table = self.table.lock();
+            crate::remove_and_shrink(&mut table.senders, &lane);
+            table.creating.remove(&lane);
+            if !table.senders.is_empty() {
+                return;
+            }
+            table.emptied += 1;
+            table.emptied
+        };
+        if let Some(connector) = self.connector.upgrade() {
+            crate::session::Connector::from_inner(connector).shared_idle(&self.key, emptied);
+        }
+    }
+}
+
+/// One client session's place in a shared session: it leaves when the last handle holding it
+/// is dropped.
+pub(crate) struct Lane {
+    id: u64,
+    lanes: Arc<Lanes>,
+}
+
+impl Lane {
+    /// Keeps `id` routed to this lane while the guard lives (and a while after).
+    pub(crate) fn call<'a>(&'a self, id: &'a RequestId, creates_task: bool) -> LaneCall<'a> {
+        self.lanes.started(self.id, id, creates_task);
+        LaneCall { lane: self, id, creates_task }
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        self.lanes.leave(self.id);
+    }
+}
+
+/// A request of a lane in flight.
+pub(crate) struct LaneCall<'a> {
+    lane: &'a Lane,
+    id: &'a RequestId,
+    creates_task: bool,
+}
+
+impl Drop for LaneCall<'_> {
+    fn drop(&mut self) {
+        self.lane.lanes.ended(self.lane.id, self.id, self.creates_task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Weak};
+    use std::time::Duration;
+
+    use serde_json::json;
+    use taskgate_config::{ShareSessions, UpstreamConfig};
+    use taskgate_protocol::RequestId;
+    use tokio::sync::mpsc;
+
+    use super::{Lanes, ENDED_KEPT};
+    use crate::session::{ClientIdentity, Connector, UpstreamEvent};
+
+    fn note(method: &str, related: Option<i64>) -> UpstreamEvent {
+        UpstreamEvent::Notification { method: method.into(), params: None, related: related.map(RequestId::Number) }
+    }
+
+    fn received(rx: &mut mpsc::Receiver<Box<UpstreamEvent>>) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(event) = rx.try_recv() {
+            seen.push(match *event {
+                UpstreamEvent::Notification { method, .. } | UpstreamEvent::Request { method, .. } => method,
+            });
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn each_message_goes_to_the_lane_it_is_about_or_to_one_or_every_lane() {
+        let lanes = Arc::new(Lanes::new("k".into(), Weak::new()));
+        let ((ta, mut ra), (tb, mut rb)) = (mpsc::channel(64), mpsc::channel(64));
+        let (a, b) = (lanes.join(ta), lanes.join(tb));
+        let (five, six) = (RequestId::Number(5), RequestId::Number(6));
+        let call_a = a.call(&five, false);
+        let _call_b = b.call(&six, true);
+        lanes.deliver(note("notifications/message", Some(5)), None).await;
+        assert_eq!((received(&mut ra), received(&mut rb)), (vec!["notifications/message".into()], vec![]));
+        // Unrelated: announcements to every lane; what leads to one action, to one lane.
+        lanes.deliver(note("notifications/resources/list_changed", None), None).await;
+        assert_eq!(received(&mut ra).len() + received(&mut rb).len(), 2);
+        for once in ["notifications/tools/list_changed", "notifications/progress", "notifications/cancelled"] {
+            lanes.deliver(note(once, None), None).await;
+            assert_eq!(received(&mut ra).len() + received(&mut rb).len(), 1, "{once}");
+        }
+        // A task's status goes to the lane creating a task (b), which holds it until it knows.
+        lanes.deliver(note("notifications/tasks/status", None), None).await;
+        assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (0, 1));
+        // A request about nothing goes to the lane of the one call in flight that may ask.
+        let ask = UpstreamEvent::Request {
+            id: RequestId::Number(1),
+            method: "elicitation/create".into(),
+            params: Some(json!({})),
+            related: None,
+        };
+        lanes.deliver(ask, Some(five.clone())).await;
+        assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (1, 0));
+        // An ended request's lane is kept for its late messages, a bounded number of them.
+        drop(call_a);
+        lanes.deliver(note("notifications/message", Some(5)), None).await;
+        assert_eq!(received(&mut ra).len(), 1);
+        let ids: Vec<RequestId> = (100..100 + ENDED_KEPT as i64).map(RequestId::Number).collect();
+        for id in &ids {
+            drop(b.call(id, false));
+        }
+        lanes.deliver(note("notifications/message", Some(5)), None).await;
+        assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (0, 0), "forgotten, and no one else's");
+        assert!(lanes.table.lock().owners.len() <= ENDED_KEPT + 1);
+    }
+
+    fn connector(idle: u64) -> Connector {
+        let config = UpstreamConfig {
+            share_sessions: ShareSessions::Always,
+            shared_idle_secs: idle,
+            ..UpstreamConfig::http("up", "http://127.0.0.1:1/mcp")
+        };
+        Connector::new(config)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_session_outlives_its_last_lane_by_the_idle_time_only() {
+        let connector = connector(30);
+        let events = || mpsc::channel(4).0;
+        let first = connector.open_shared("k", ClientIdentity::gateway(), events());
+        let second = connector.open_shared("k", ClientIdentity::gateway(), events());
+        let other = connector.open_shared("other key", ClientIdentity::gateway(), events());
+        assert!(Arc::ptr_eq(&first.inner, &second.inner) && !Arc::ptr_eq(&first.inner, &other.inner));
+        assert!(first.is_shared());
+        let session = Arc::downgrade(&first.inner);
+        drop((first, second, other));
+        assert_eq!(connector.shared_sessions(), 2, "kept while idle");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        // Joined and left again: the idle time counts from the last leaving.
+        let again = connector.open_shared("k", ClientIdentity::gateway(), events());
+        assert!(std::ptr::eq(Weak::as_ptr(&session), Arc::as_ptr(&again.inner)), "the idle session reused");
+        drop(again);
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(connector.shared_sessions(), 1, "'other key' expired; 'k' was used 15 s ago");
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        assert_eq!(connector.shared_sessions(), 0);
+        assert!(session.upgrade().is_none(), "ended");
+    }
+
+    #[tokio::test]
+    async fn with_no_idle_time_a_shared_session_ends_with_its_last_lane() {
+        let connector = connector(0);
+        let lane = connector.open_shared("k", ClientIdentity::gateway(), mpsc::channel(4).0);
+        let held = lane.clone();
+        drop(lane);
+        assert_eq!(connector.shared_sessions(), 1, "a clone still holds the lane");
+        drop(held);
+        assert_eq!(connector.shared_sessions(), 0);
+    }
+}
