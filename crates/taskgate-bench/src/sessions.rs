@@ -26,16 +26,79 @@ fn connections_to(port: u16) -> usize {
         .count()
 }
 
+/// What one gateway was made to hold by the sessions.
+struct Held {
+    /// Gateway RSS: before, with `count` sessions each with a client connection of its own,
+    /// with `count` more sharing `concurrency` client connections.
+    gateway: [u64; 3],
+    /// The upstream's RSS before and with the first `count` sessions.
+    demo: [u64; 2],
+    /// Connections to the upstream before and with the first `count` sessions.
+    connections: [usize; 2],
+    /// Upstream sessions the gateway holds with all the sessions open (its catalog's included).
+    upstream_sessions: u64,
+}
+
 pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
     let count = if plan.quick { 50 } else { 1000 };
     println!("## 10. Sessions: {count} client sessions, one call each, one HTTP upstream");
     println!();
+    let private = measure(plan, bin, count, "never").await?;
+    let shared = measure(plan, bin, count, "always").await?;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let extra = |h: &Held| mib(h.gateway[1].saturating_sub(h.gateway[0]));
+    let extra_shared = |h: &Held| mib(h.gateway[2].saturating_sub(h.gateway[1]));
+    let per = |mib: f64| mib * 1048576.0 / count as f64;
+    println!("| measure | each client session its own upstream session (`share_sessions = \"never\"`) | shared (`\"always\"`) |");
+    println!("| --- | --- | --- |");
+    let row = |name: &str, f: &dyn Fn(&Held) -> String| println!("| {name} | {} | {} |", f(&private), f(&shared));
+    row("gateway RSS before", &|h| format!("{:.1} MiB", mib(h.gateway[0])));
+    row(&format!("extra gateway RSS, {count} sessions each with a client connection of its own"), &|h| {
+        format!("+{:.1} MiB ({:.0} B a session)", extra(h), per(extra(h)))
+    });
+    row(&format!("extra gateway RSS, {count} more sessions sharing {} client connections", plan.concurrency), &|h| {
+        format!("+{:.1} MiB ({:.0} B a session)", extra_shared(h), per(extra_shared(h)))
+    });
+    row(&format!("upstream sessions held with {} client sessions open", 2 * count + 1), &|h| {
+        h.upstream_sessions.to_string()
+    });
+    row("upstream RSS, before and with the first sessions", &|h| {
+        format!("{:.1} → {:.1} MiB", mib(h.demo[0]), mib(h.demo[1]))
+    });
+    row("connections to the upstream, before and with the first sessions", &|h| {
+        format!("{} → {}", h.connections[0], h.connections[1])
+    });
+    println!();
+    let scaled = |x: f64| x * 1000.0 / count as f64;
+    for (name, held) in [("own upstream sessions", &private), ("shared upstream sessions", &shared)] {
+        println!(
+            "- {name}: extra gateway RSS scaled to 1,000 sessions, each with a client connection of its own: {:.1} MiB (target ≤ 8: {}); the clients sharing {} connections: {:.1} MiB (target ≤ 8: {})",
+            scaled(extra(held)),
+            verdict(scaled(extra(held)) <= 8.0),
+            plan.concurrency,
+            scaled(extra_shared(held)),
+            verdict(scaled(extra_shared(held)) <= 8.0)
+        );
+    }
+    println!(
+        "- connections to the upstream held by {} sessions: {} and {} (the sessions declare no capabilities and open no GET stream, so they hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; target: at most upstream[].max_connections, 256 by default: {})",
+        count + 1,
+        private.connections[1],
+        shared.connections[1],
+        verdict(private.connections[1].max(shared.connections[1]) <= 256)
+    );
+    println!();
+    Ok(())
+}
+
+/// Opens the sessions through a gateway whose upstream has `share_sessions = share`.
+async fn measure(plan: &Plan, bin: &Path, count: usize, share: &str) -> Result<Held> {
     let (demo, demo_url) = start_demo(bin).await?;
     let demo_port: u16 = demo_url.trim_start_matches("http://127.0.0.1:").trim_end_matches("/mcp").parse()?;
     let (gateway, url) = start_gateway(
         bin,
         &format!(
-            "max_sessions = {}\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n",
+            "max_sessions = {}\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\nshare_sessions = \"{share}\"\n",
             2 * count + 16
         ),
     )
@@ -53,48 +116,26 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
     // A new pool: `first`'s connection has been idle for the whole first phase, longer than the
     // gateway's keep-alive, and a request on it could race the server closing it.
     let pool = McpClient::new(&url);
-    let shared = open_sessions(count, plan.concurrency, || McpClient::sharing_connections(&pool)).await?;
+    let more = open_sessions(count, plan.concurrency, || McpClient::sharing_connections(&pool)).await?;
     let gateway_shared = gateway.rss();
-    let per_session = gateway_after.saturating_sub(gateway_before) as f64 / count as f64;
-    let mib = |b: u64| b as f64 / 1048576.0;
-    let extra = mib(gateway_after.saturating_sub(gateway_before));
-    println!("| measure | before | with {count} more sessions |");
-    println!("| --- | --- | --- |");
-    println!(
-        "| gateway RSS | {:.1} MiB | {:.1} MiB (+{extra:.1} MiB, {per_session:.0} B a session) |",
-        mib(gateway_before),
-        mib(gateway_after)
-    );
-    let extra_shared = mib(gateway_shared.saturating_sub(gateway_after));
-    println!(
-        "| gateway RSS, {count} more sessions sharing {} client connections | {:.1} MiB | {:.1} MiB (+{extra_shared:.1} MiB, {:.0} B a session) |",
-        plan.concurrency,
-        mib(gateway_after),
-        mib(gateway_shared),
-        gateway_shared.saturating_sub(gateway_after) as f64 / count as f64
-    );
-    println!("| upstream RSS | {:.1} MiB | {:.1} MiB |", mib(demo_before), mib(demo_after));
-    println!("| connections to the upstream | {connections_before} | {connections_after} |");
-    println!();
-    let scaled = |x: f64| x * 1000.0 / count as f64;
-    println!(
-        "- extra gateway RSS, scaled to 1,000 sessions, each with a client connection of its own: {:.1} MiB (target ≤ 8: {})",
-        scaled(extra),
-        verdict(scaled(extra) <= 8.0)
-    );
-    println!(
-        "- the same, the clients sharing {} connections: {:.1} MiB (target ≤ 8: {})",
-        plan.concurrency,
-        scaled(extra_shared),
-        verdict(scaled(extra_shared) <= 8.0)
-    );
-    println!(
-        "- connections to the upstream held by {} sessions: {connections_after} (the sessions declare no capabilities and open no GET stream, so theirs hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; each session still has an upstream session of its own; target: at most upstream[].max_connections, 256 by default)",
-        count + 1
-    );
-    println!();
-    drop((clients, shared));
-    Ok(())
+    let upstream_sessions = upstream_sessions(&url).await?;
+    drop((clients, more));
+    Ok(Held {
+        gateway: [gateway_before, gateway_after, gateway_shared],
+        demo: [demo_before, demo_after],
+        connections: [connections_before, connections_after],
+        upstream_sessions,
+    })
+}
+
+/// `taskgate_upstream_sessions`, summed, from the gateway's /metrics.
+async fn upstream_sessions(url: &str) -> Result<u64> {
+    let metrics = reqwest::get(url.replace("/mcp", "/metrics")).await?.text().await?;
+    Ok(metrics
+        .lines()
+        .filter(|l| l.starts_with("taskgate_upstream_sessions{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
 }
 
 /// Opens `count` sessions, `concurrency` at a time, each making one call.

@@ -385,7 +385,7 @@ impl Connector {
     pub fn open_shared(
         &self,
         key: &str,
-        identity: ClientIdentity,
+        identity: impl FnOnce() -> ClientIdentity,
         events: mpsc::Sender<Box<UpstreamEvent>>,
     ) -> UpstreamSession {
         let mut pool = self.inner.shared.lock();
@@ -393,7 +393,7 @@ impl Connector {
             Some(inner) => inner.clone(),
             None => {
                 let lanes = Arc::new(Lanes::new(key.to_owned(), Arc::downgrade(&self.inner)));
-                let inner = self.new_inner(identity, Owners::Shared(lanes));
+                let inner = self.new_inner(identity(), Owners::Shared(lanes));
                 pool.insert(key.to_owned(), inner.clone());
                 inner
             }

@@ -303,9 +303,9 @@ mod tests {
     async fn a_shared_session_outlives_its_last_lane_by_the_idle_time_only() {
         let connector = connector(30);
         let events = || mpsc::channel(4).0;
-        let first = connector.open_shared("k", ClientIdentity::gateway(), events());
-        let second = connector.open_shared("k", ClientIdentity::gateway(), events());
-        let other = connector.open_shared("other key", ClientIdentity::gateway(), events());
+        let first = connector.open_shared("k", ClientIdentity::gateway, events());
+        let second = connector.open_shared("k", ClientIdentity::gateway, events());
+        let other = connector.open_shared("other key", ClientIdentity::gateway, events());
         assert!(Arc::ptr_eq(&first.inner, &second.inner) && !Arc::ptr_eq(&first.inner, &other.inner));
         assert!(first.is_shared());
         let session = Arc::downgrade(&first.inner);
@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(connector.shared_sessions(), 2, "kept while idle");
         tokio::time::sleep(Duration::from_secs(20)).await;
         // Joined and left again: the idle time counts from the last leaving.
-        let again = connector.open_shared("k", ClientIdentity::gateway(), events());
+        let again = connector.open_shared("k", ClientIdentity::gateway, events());
         assert!(std::ptr::eq(Weak::as_ptr(&session), Arc::as_ptr(&again.inner)), "the idle session reused");
         drop(again);
         tokio::time::sleep(Duration::from_secs(15)).await;
@@ -326,7 +326,7 @@ mod tests {
     #[tokio::test]
     async fn with_no_idle_time_a_shared_session_ends_with_its_last_lane() {
         let connector = connector(0);
-        let lane = connector.open_shared("k", ClientIdentity::gateway(), mpsc::channel(4).0);
+        let lane = connector.open_shared("k", ClientIdentity::gateway, mpsc::channel(4).0);
         let held = lane.clone();
         drop(lane);
         assert_eq!(connector.shared_sessions(), 1, "a clone still holds the lane");

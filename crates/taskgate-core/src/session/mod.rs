@@ -109,6 +109,18 @@ pub struct SessionActor {
     next_stash: u64,
 }
 
+/// Removes `key`; a table left empty gives its memory back, so that an idle session holds
+/// none for its requests (a first insert reserves room for several: about 600 bytes for
+/// `requests`, 300 for `by_upstream`, kept for the session's life though most sessions are idle
+/// most of the time). The next request allocates again: one allocation per request.
+fn remove_freeing<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, key: &K) -> Option<V> {
+    let removed = map.remove(key);
+    if map.is_empty() {
+        map.shrink_to_fit();
+    }
+    removed
+}
+
 /// A message waiting for a stream: the task it is about, the request id it carries (a relayed
 /// request), and the message as it will be sent.
 struct Queued {
@@ -196,7 +208,7 @@ impl SessionActor {
         let upstream = name.to_owned();
         ctx.add_stream(receiver_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
         let session = if self.may_share() && connector.shares_sessions() {
-            connector.open_shared(&self.share_key(), self.client.clone(), tx)
+            connector.open_shared(&self.share_key(), || self.client.clone(), tx)
         } else {
             connector.open(self.client.clone(), tx)
         };
@@ -242,10 +254,10 @@ impl SessionActor {
 
     /// Forgets a request and everything keyed by it (whichever side ends it first).
     fn forget(&mut self, id: &RequestId) -> Option<InFlight> {
-        let request = self.requests.remove(id)?;
+        let request = remove_freeing(&mut self.requests, id)?;
         self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(key) = &request.upstream {
-            self.by_upstream.remove(key);
+            remove_freeing(&mut self.by_upstream, key);
         }
         // Requests of a task on another replica were relayed for this tasks/result only: once
         // no one here waits on the task, their answers have nowhere to go.
