@@ -407,7 +407,18 @@ impl Connector {
     /// The last lane left the session shared under `key` (the `emptied`th time): it ends
     /// after `shared_idle_secs` unless a client session joins meanwhile.
     pub(crate) fn shared_idle(&self, key: &str, emptied: u64) {
-        let idle = Duration::from_secs(self.inner.config.shared_idle_secs);
+        let mut idle = Duration::from_secs(self.inner.config.shared_idle_secs);
+        {
+            // Idle sessions kept are bounded too: clients declaring ever new identities would
+            // otherwise leave a session each behind for the idle time.
+            let pool = self.inner.shared.lock();
+            let crowded = pool.len() > MAX_IDLE_SHARED
+                && pool.values().filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())).count()
+                    > MAX_IDLE_SHARED;
+            if crowded {
+                idle = Duration::ZERO;
+            }
+        }
         let expire = {
             let connector = Arc::downgrade(&self.inner);
             let key = key.to_owned();
@@ -534,6 +545,9 @@ impl Connector {
         })
     }
 }
+
+/// Idle shared sessions one upstream keeps at most (beyond them, one ends with its last lane).
+pub(crate) const MAX_IDLE_SHARED: usize = 64;
 
 /// The next request id of any upstream session of this process.
 static NEXT_REQUEST_ID: AtomicI64 = AtomicI64::new(1);

@@ -89,6 +89,11 @@ impl Lanes {
         Lane { id, lanes: self.clone() }
     }
 
+    /// Whether the session has no lane now.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.table.lock().senders.is_empty()
+    }
+
     /// Whether the session has had no lane since its last one left `emptied` times ago.
     pub(crate) fn idle_since(&self, emptied: u64) -> bool {
         let table = self.table.lock();
@@ -109,6 +114,8 @@ impl Lanes {
         let is_status = matches!(&event, UpstreamEvent::Notification { method, .. } if method == methods::TASKS_STATUS);
         let targets: Vec<mpsc::Sender<Box<UpstreamEvent>>> = {
             let table = self.table.lock();
+            // A lane whose client session has ended (a task still holds it) receives nothing.
+            let live = |sender: &&mpsc::Sender<Box<UpstreamEvent>>| !sender.is_closed();
             let owner = about.as_ref().and_then(|id| table.owners.get(id)).and_then(|lane| table.senders.get(lane));
             match owner {
                 Some(sender) => vec![sender.clone()],
@@ -119,11 +126,18 @@ impl Lanes {
                 }
                 None if one => {
                     let creating = is_status
-                        .then(|| table.creating.iter().find(|(_, n)| **n > 0).and_then(|(l, _)| table.senders.get(l)))
+                        .then(|| {
+                            table
+                                .creating
+                                .iter()
+                                .filter(|(_, n)| **n > 0)
+                                .filter_map(|(lane, _)| table.senders.get(lane))
+                                .find(live)
+                        })
                         .flatten();
-                    creating.or_else(|| table.senders.values().next()).cloned().into_iter().collect()
+                    creating.or_else(|| table.senders.values().find(live)).cloned().into_iter().collect()
                 }
-                None => table.senders.values().cloned().collect(),
+                None => table.senders.values().filter(live).cloned().collect(),
             }
         };
         match targets.as_slice() {
@@ -321,6 +335,30 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(16)).await;
         assert_eq!(connector.shared_sessions(), 0);
         assert!(session.upgrade().is_none(), "ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_shared_sessions_are_bounded_in_count() {
+        let connector = connector(3600);
+        let lanes: Vec<_> = (0..70)
+            .map(|i| connector.open_shared(&format!("client {i}"), ClientIdentity::gateway, mpsc::channel(4).0))
+            .collect();
+        drop(lanes);
+        assert_eq!(connector.shared_sessions(), crate::session::MAX_IDLE_SHARED);
+    }
+
+    #[tokio::test]
+    async fn a_lane_whose_client_session_ended_is_passed_over() {
+        let lanes = Arc::new(Lanes::new("k".into(), Weak::new()));
+        // Eight lanes whose sessions ended (tasks of theirs still hold them), one live.
+        let ended: Vec<_> = (0..8).map(|_| lanes.join(mpsc::channel(64).0)).collect();
+        let (tb, mut rb) = mpsc::channel(64);
+        let _b = lanes.join(tb);
+        for _ in 0..10 {
+            lanes.deliver(note("notifications/tools/list_changed", None), None).await;
+        }
+        assert_eq!(received(&mut rb).len(), 10);
+        drop(ended);
     }
 
     #[tokio::test]
