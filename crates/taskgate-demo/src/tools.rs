@@ -176,10 +176,12 @@ impl DemoServer {
     }
 
     pub(crate) fn add_listener(&self, connection: u64, tx: mpsc::Sender<Message>) {
+        // Under the listeners' lock, as in `announce_to`: a message queued between the drain and
+        // the push would otherwise wait for a stream that is already open.
+        let mut listeners = self.inner.listeners.lock();
         for message in self.inner.undelivered.lock().remove(&connection).unwrap_or_default() {
             let _ = tx.try_send(message);
         }
-        let mut listeners = self.inner.listeners.lock();
         listeners.retain(|(_, l)| !l.is_closed());
         listeners.push((connection, tx));
     }
@@ -202,7 +204,7 @@ impl DemoServer {
 
     /// Sends to one connection's stream (a request for its client).
     fn announce_to(&self, connection: u64, message: Message) {
-        let listeners = self.inner.listeners.lock().clone();
+        let listeners = self.inner.listeners.lock();
         let open: Vec<_> = listeners.iter().filter(|(c, l)| *c == connection && !l.is_closed()).collect();
         if open.is_empty() {
             self.inner.undelivered.lock().entry(connection).or_default().push(message);
