@@ -44,6 +44,29 @@ async fn call_with_token(c: &McpClient, id: i64, tool: &str, args: Value, token:
     c.post_raw(body.to_string(), &[]).await
 }
 
+/// Two clients sharing the demo's session, each having made one call.
+async fn two_sharing_clients() -> (DemoUpstream, TestGateway, McpClient, McpClient) {
+    let demo = DemoUpstream::start();
+    let gw = gateway(shared(&demo, 60));
+    let (mut a, mut b) = (McpClient::new(&gw.url), McpClient::new(&gw.url));
+    a.initialize().await;
+    b.initialize().await;
+    a.call("demo__echo", json!({"text": "a"})).await.unwrap();
+    b.call("demo__echo", json!({"text": "b"})).await.unwrap();
+    (demo, gw, a, b)
+}
+
+/// Waits until the catalog session's GET stream and the shared session's (open for the
+/// clients' own) are open.
+async fn both_listening(gw: &TestGateway) {
+    let open = async {
+        while gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get() != 2 {
+            tokio::task::yield_now().await;
+        }
+    };
+    within(open).await;
+}
+
 #[actix_rt::test]
 async fn client_sessions_share_one_upstream_session_and_each_gets_only_its_own() {
     let demo = DemoUpstream::start();
@@ -118,21 +141,9 @@ async fn client_sessions_share_one_upstream_session_and_each_gets_only_its_own()
 
 #[actix_rt::test]
 async fn what_the_upstream_announces_reaches_every_sharing_client() {
-    let demo = DemoUpstream::start();
-    let gw = gateway(shared(&demo, 60));
-    let (mut a, mut b) = (McpClient::new(&gw.url), McpClient::new(&gw.url));
-    a.initialize().await;
-    b.initialize().await;
-    a.call("demo__echo", json!({"text": "a"})).await.unwrap();
-    b.call("demo__echo", json!({"text": "b"})).await.unwrap();
+    let (demo, gw, mut a, b) = two_sharing_clients().await;
     let mut streams = [a.open_stream().await.unwrap(), b.open_stream().await.unwrap()];
-    // The catalog session's GET stream, and the shared session's, open for the clients'.
-    let open = async {
-        while gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get() != 2 {
-            tokio::task::yield_now().await;
-        }
-    };
-    within(open).await;
+    both_listening(&gw).await;
     a.call("demo__toggle_resource", json!({})).await.unwrap();
     for stream in &mut streams {
         loop {
@@ -226,20 +237,9 @@ async fn tenants_principals_and_clients_that_can_be_asked_never_share() {
 /// task, never to another sharing client.
 #[actix_rt::test]
 async fn what_a_task_hears_reaches_the_client_that_created_it_only() {
-    let demo = DemoUpstream::start();
-    let gw = gateway(shared(&demo, 60));
-    let (mut a, mut b) = (McpClient::new(&gw.url), McpClient::new(&gw.url));
-    a.initialize().await;
-    b.initialize().await;
-    a.call("demo__echo", json!({"text": "a"})).await.unwrap();
-    b.call("demo__echo", json!({"text": "b"})).await.unwrap();
+    let (_demo, gw, mut a, mut b) = two_sharing_clients().await;
     let (mut ga, mut gb) = (a.open_stream().await.unwrap(), b.open_stream().await.unwrap());
-    let open = async {
-        while gw.gateway.metrics().upstream_streams.with_label_values(&["demo"]).get() != 2 {
-            tokio::task::yield_now().await;
-        }
-    };
-    within(open).await;
+    both_listening(&gw).await;
     let task = crate::support::create(&mut a, "demo__chatter", json!({"count": 2, "bytes": 3})).await;
     let result = crate::support::method(&mut a, "tasks/result", &task).await.unwrap();
     assert_eq!(result["content"][0]["text"], "sent 2 messages");
