@@ -265,3 +265,27 @@ async fn what_a_task_hears_reaches_the_client_that_created_it_only() {
         }
     }
 }
+
+/// A request an upstream sends in a shared session (here an elicitation the demo sends whatever
+/// its client declared) is refused by the gateway at once: none of the sharing clients can
+/// answer it, and it must not reach another client; the other client's call goes on.
+#[actix_rt::test]
+async fn a_request_from_the_upstream_in_a_shared_session_is_refused_and_reaches_no_client() {
+    let (demo, gw, mut a, b) = two_sharing_clients().await;
+    let mut listening = b.open_stream().await.unwrap();
+    both_listening(&gw).await;
+    let refused = a.call("demo__ask", json!({"question": "shared?"})).await.unwrap_err();
+    assert_eq!(refused.code, -32601, "{refused:?}");
+    assert!(refused.message.contains("elicitation/create was not relayed"), "{}", refused.message);
+    assert_eq!(sessions(&gw, "true"), 1);
+    // b saw nothing of it: the next thing on its stream is the next announcement.
+    a.call("demo__toggle_resource", json!({})).await.unwrap();
+    loop {
+        match within(listening.next()).await.expect("b's GET stream ended") {
+            Message::Notification { method, .. } if method == "notifications/resources/list_changed" => break,
+            Message::Request { method, .. } => panic!("b was asked {method}"),
+            _ => continue,
+        }
+    }
+    drop(demo);
+}

@@ -890,7 +890,7 @@ impl UpstreamSession {
             None => {
                 if let Message::Request { id, method, params } = request {
                     let event = UpstreamEvent::Request { id, method, params, related: Some(related_id.clone()) };
-                    self.inner.events.deliver(event, None).await;
+                    self.to_owner(event).await;
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use taskgate_config::{ShareSessions, Transport, UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::mcp::{self, methods};
-use taskgate_protocol::{Message, RequestId};
+use taskgate_protocol::{ErrorObject, Message, RequestId};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::http::HttpChannel;
@@ -923,8 +923,27 @@ impl UpstreamSession {
     pub async fn hand_over(&self, request: Message, related: RequestId) {
         if let Message::Request { id, method, params } = request {
             let event = UpstreamEvent::Request { id, method, params, related: Some(related) };
-            self.inner.events.deliver(event, None).await;
+            self.to_owner(event).await;
         }
+    }
+
+    /// Gives what the upstream sent on its own to the session's owner. A request in a shared
+    /// session is refused here: its clients declared none of roots, sampling and elicitation
+    /// (the core shares no other session), so none of them could answer it, and a request
+    /// meant for one client must not reach another.
+    pub(crate) async fn to_owner(&self, event: UpstreamEvent) {
+        if let (Owners::Shared(_), UpstreamEvent::Request { id, method, .. }) = (&self.inner.events, &event) {
+            let why = format!(
+                "{method} was not relayed: the client shares this session with others and declared no capability to answer requests"
+            );
+            let refusal =
+                Message::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::METHOD_NOT_FOUND, why));
+            if let Err(e) = self.respond(refusal).await {
+                tracing::debug!(upstream = self.upstream(), error = %e, "could not refuse an upstream request");
+            }
+            return;
+        }
+        self.inner.events.deliver(event).await;
     }
 
     /// Answers a request the upstream sent (an [`UpstreamEvent::Request`]).
@@ -1269,14 +1288,14 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Box<Inco
                 continue;
             }
         };
-        // Unrelated, a request belongs to the one call in flight that may ask, if one is.
-        let sole = match (&event, &inner.events) {
-            (UpstreamEvent::Request { related: None, .. }, Owners::Shared(_)) => inner.sole_call(),
-            _ => None,
-        };
+        if matches!((&event, &inner.events), (UpstreamEvent::Request { .. }, Owners::Shared(_))) {
+            // Boxed, as the ping's answer: rare, and this task lives as long as its session.
+            Box::pin(UpstreamSession { inner, lane: None }.to_owner(event)).await;
+            continue;
+        }
         let events = inner.events.clone();
         drop(inner);
-        if !events.deliver(event, sole).await {
+        if !events.deliver(event).await {
             return;
         }
     }

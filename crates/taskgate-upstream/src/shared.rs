@@ -4,15 +4,18 @@
 //! client session using it. Each lane has its own event channel, so the client session sees
 //! what it would see with a session of its own; what the upstream sends on its own is routed:
 //!
-//! - about a request (on its response stream, or a request the upstream sends while exactly
-//!   one call that may ask is in flight): to the lane that sent that request;
-//! - requests, `notifications/tasks/status`, `notifications/tools/list_changed`,
+//! - about a request (on its response stream): to the lane that sent that request;
+//! - `notifications/tasks/status`, `notifications/tools/list_changed`,
 //!   `notifications/progress` and `notifications/cancelled` about nothing in flight: to one
-//!   lane (what they lead to is gateway-wide: a task's actor, the router; a request is answered
-//!   once), preferring a lane with a task creation in flight for a task's status (it holds
-//!   a status that arrives before the task is known);
+//!   lane (what they lead to is gateway-wide: a task's actor, the router), preferring a lane
+//!   with a task creation in flight for a task's status (it holds a status that arrives
+//!   before the task is known);
 //! - everything else (log messages, list changes of resources and prompts, resource updates):
 //!   to every lane, as each client would have had it from a session of its own.
+//!
+//! A request the upstream sends (elicitation, sampling, roots) reaches no lane: the session
+//! refuses it (`UpstreamSession::to_owner`), since only clients that declared none of those
+//! capabilities share sessions.
 //!
 //! The sharing key (tenant, principal, the client's declared identity) is the caller's; the
 //! connector keeps one session per key, and `shared_idle_secs` after its last lane left.
@@ -41,12 +44,11 @@ pub(crate) enum Owners {
 
 impl Owners {
     /// Delivers `event`; false once no one will ever receive one again (the pump stops).
-    /// `sole` is the one call in flight that may ask, for a request related to none.
-    pub(crate) async fn deliver(&self, event: UpstreamEvent, sole: Option<RequestId>) -> bool {
+    pub(crate) async fn deliver(&self, event: UpstreamEvent) -> bool {
         match self {
             Owners::One(tx) => tx.send(Box::new(event)).await.is_ok(),
             Owners::Shared(lanes) => {
-                lanes.deliver(event, sole).await;
+                lanes.deliver(event).await;
                 true
             }
         }
@@ -100,9 +102,10 @@ impl Lanes {
         table.senders.is_empty() && table.emptied == emptied
     }
 
-    async fn deliver(&self, event: UpstreamEvent, sole: Option<RequestId>) {
+    async fn deliver(&self, event: UpstreamEvent) {
         let (about, one) = match &event {
-            UpstreamEvent::Request { related, .. } => (related.clone().or(sole), true),
+            // (Refused before it gets here; were one to come, one lane would take it.)
+            UpstreamEvent::Request { related, .. } => (related.clone(), true),
             UpstreamEvent::Notification { method, related, .. } => (
                 related.clone(),
                 matches!(
@@ -240,7 +243,6 @@ mod tests {
     use std::sync::{Arc, Weak};
     use std::time::Duration;
 
-    use serde_json::json;
     use taskgate_config::{ShareSessions, UpstreamConfig};
     use taskgate_protocol::RequestId;
     use tokio::sync::mpsc;
@@ -270,36 +272,27 @@ mod tests {
         let (five, six) = (RequestId::Number(5), RequestId::Number(6));
         let call_a = a.call(&five, false);
         let _call_b = b.call(&six, true);
-        lanes.deliver(note("notifications/message", Some(5)), None).await;
+        lanes.deliver(note("notifications/message", Some(5))).await;
         assert_eq!((received(&mut ra), received(&mut rb)), (vec!["notifications/message".into()], vec![]));
         // Unrelated: announcements to every lane; what leads to one action, to one lane.
-        lanes.deliver(note("notifications/resources/list_changed", None), None).await;
+        lanes.deliver(note("notifications/resources/list_changed", None)).await;
         assert_eq!(received(&mut ra).len() + received(&mut rb).len(), 2);
         for once in ["notifications/tools/list_changed", "notifications/progress", "notifications/cancelled"] {
-            lanes.deliver(note(once, None), None).await;
+            lanes.deliver(note(once, None)).await;
             assert_eq!(received(&mut ra).len() + received(&mut rb).len(), 1, "{once}");
         }
         // A task's status goes to the lane creating a task (b), which holds it until it knows.
-        lanes.deliver(note("notifications/tasks/status", None), None).await;
+        lanes.deliver(note("notifications/tasks/status", None)).await;
         assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (0, 1));
-        // A request about nothing goes to the lane of the one call in flight that may ask.
-        let ask = UpstreamEvent::Request {
-            id: RequestId::Number(1),
-            method: "elicitation/create".into(),
-            params: Some(json!({})),
-            related: None,
-        };
-        lanes.deliver(ask, Some(five.clone())).await;
-        assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (1, 0));
         // An ended request's lane is kept for its late messages, a bounded number of them.
         drop(call_a);
-        lanes.deliver(note("notifications/message", Some(5)), None).await;
+        lanes.deliver(note("notifications/message", Some(5))).await;
         assert_eq!(received(&mut ra).len(), 1);
         let ids: Vec<RequestId> = (100..100 + ENDED_KEPT as i64).map(RequestId::Number).collect();
         for id in &ids {
             drop(b.call(id, false));
         }
-        lanes.deliver(note("notifications/message", Some(5)), None).await;
+        lanes.deliver(note("notifications/message", Some(5))).await;
         assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (0, 0), "forgotten, and no one else's");
         assert!(lanes.table.lock().owners.len() <= ENDED_KEPT + 1);
     }
@@ -355,7 +348,7 @@ mod tests {
         let (tb, mut rb) = mpsc::channel(64);
         let _b = lanes.join(tb);
         for _ in 0..10 {
-            lanes.deliver(note("notifications/tools/list_changed", None), None).await;
+            lanes.deliver(note("notifications/tools/list_changed", None)).await;
         }
         assert_eq!(received(&mut rb).len(), 10);
         drop(ended);
