@@ -620,10 +620,16 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
         }
     }
     println!();
+    stop_profiled(gateway).await;
+    Ok(())
+}
+
+/// A gateway run under a profiler (TASKGATE_BENCH_WRAP) ends with SIGTERM and is waited for,
+/// so that the profiler writes its output; otherwise dropping it is enough.
+async fn stop_profiled(gateway: Process) {
     if std::env::var("TASKGATE_BENCH_WRAP").is_ok_and(|w| !w.trim().is_empty()) {
         gateway.terminate().await;
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -865,6 +871,7 @@ async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     println!("- memory per live task: {:.0} B (target ≤ 2048 B: {})", per_task, verdict(per_task <= 2048.0));
     println!("- memory after expiry: {:.2}× baseline (target ≤ 1.1: {})", after_ratio, verdict(after_ratio <= 1.1));
     println!();
+    stop_profiled(gateway).await;
     Ok(())
 }
 
