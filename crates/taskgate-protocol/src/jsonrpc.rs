@@ -294,6 +294,33 @@ impl Message {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("messages serialize")
     }
+
+    /// A request's compact JSON text, written from its parts (as [`Message::to_json`] writes
+    /// the [`Message::Request`] they make), with no message made first.
+    pub fn request_json(id: &RequestId, method: &str, params: Option<&Value>) -> String {
+        serde_json::to_string(&RequestParts { id, method, params }).expect("messages serialize")
+    }
+}
+
+/// A request's borrowed parts, written as the request.
+struct RequestParts<'a> {
+    id: &'a RequestId,
+    method: &'a str,
+    params: Option<&'a Value>,
+}
+
+impl Serialize for RequestParts<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("jsonrpc", "2.0")?;
+        map.serialize_entry("id", self.id)?;
+        map.serialize_entry("method", self.method)?;
+        if let Some(p) = self.params {
+            map.serialize_entry("params", p)?;
+        }
+        map.end()
+    }
 }
 
 /// Written straight from the borrowed parts, in the order of [`Message::to_value`]: nothing is
@@ -301,16 +328,13 @@ impl Message {
 impl Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
+        if let Message::Request { id, method, params } = self {
+            return RequestParts { id, method, params: params.as_ref() }.serialize(serializer);
+        }
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("jsonrpc", "2.0")?;
         match self {
-            Message::Request { id, method, params } => {
-                map.serialize_entry("id", id)?;
-                map.serialize_entry("method", method)?;
-                if let Some(p) = params {
-                    map.serialize_entry("params", p)?;
-                }
-            }
+            Message::Request { .. } => unreachable!("written above"),
             Message::Notification { method, params } => {
                 map.serialize_entry("method", method)?;
                 if let Some(p) = params {
@@ -583,6 +607,9 @@ mod tests {
         ] {
             let m = Message::parse(v.clone()).unwrap();
             assert_eq!(m.to_json(), v.to_string(), "key order and text match the tree's");
+            if let Message::Request { id, method, params } = &m {
+                assert_eq!(Message::request_json(id, method, params.as_ref()), v.to_string(), "from the parts alike");
+            }
         }
     }
 }

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Response, StatusCode};
@@ -13,7 +14,7 @@ use taskgate_protocol::sse::Decoder;
 use taskgate_protocol::{Message, RequestId};
 use tokio::sync::{mpsc, watch};
 
-use crate::session::{ChannelError, Incoming, Routes};
+use crate::session::{ChannelError, Encoded, Incoming, Routes};
 use crate::UpstreamError;
 
 const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
@@ -257,16 +258,12 @@ impl HttpChannel {
         b
     }
 
-    async fn post(&self, message: &Message, extra: &[(HeaderName, HeaderValue)]) -> Result<Response, ChannelError> {
-        let response = self.post_raw(message, extra).await?;
+    async fn post(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Response, ChannelError> {
+        let response = self.post_raw(json, extra).await?;
         self.check_status(response).await
     }
 
-    async fn post_raw(
-        &self,
-        message: &Message,
-        extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<Response, UpstreamError> {
+    async fn post_raw(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Response, UpstreamError> {
         if self.url.host_str() == Some("invalid.invalid") {
             return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)));
         }
@@ -274,7 +271,7 @@ impl HttpChannel {
         for (name, value) in extra {
             builder = builder.header(name, value);
         }
-        builder.body(message.to_json()).send().await.map_err(|e| self.unavailable(describe(&e)))
+        builder.body(json).send().await.map_err(|e| self.unavailable(describe(&e)))
     }
 
     /// Sends a modern `server/discover` probe (streamable-http "Backward Compatibility"): the
@@ -286,7 +283,7 @@ impl HttpChannel {
     ) -> Result<(StatusCode, Option<Result<Value, taskgate_protocol::ErrorObject>>), UpstreamError> {
         let id = message.id().cloned().expect("requests have ids");
         let _connection = self.connections.for_request().await;
-        let response = self.post_raw(message, extra).await?;
+        let response = self.post_raw(message.to_json().into(), extra).await?;
         let status = response.status();
         if status.is_success() {
             return match self.read_reply(response, &id, None).await {
@@ -339,14 +336,14 @@ impl HttpChannel {
     /// Sends a request and waits for its response, which may come as JSON or on an SSE stream.
     pub(crate) async fn request(
         &self,
-        message: &Message,
+        request: &Encoded,
         sink: Option<&mpsc::Sender<Message>>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Value, ChannelError> {
-        let id = message.id().cloned().expect("requests have ids");
+        let id = request.id.clone();
         let _connection = self.connections.for_request().await;
-        let response = self.post(message, extra).await?;
-        if message.method() == Some("initialize") {
+        let response = self.post(request.json.clone(), extra).await?;
+        if request.initialize {
             if let Some(sid) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
                 *self.session_id.lock() = Some(sid.to_owned());
             }
@@ -387,7 +384,7 @@ impl HttpChannel {
         // Not under max_connections: a response or a notification is short, and one may be
         // what a request holding a connection waits for (the answer to the upstream's
         // elicitation); waiting for a connection here could wait for ever.
-        let response = self.post(message, &[]).await?;
+        let response = self.post(message.to_json().into(), &[]).await?;
         // Some servers answer notifications with a body; drain and ignore it.
         let _ = self.read_body(response).await;
         Ok(())
@@ -645,7 +642,7 @@ impl HttpChannel {
                 let message = request(wanted);
                 let headers = [(METHOD_HEADER, listen.clone())];
                 let opened = tokio::select! {
-                    r = self.post(&message, &headers) => r,
+                    r = self.post(message.to_json().into(), &headers) => r,
                     _ = closed.changed() => return,
                 };
                 match opened {

@@ -1022,8 +1022,9 @@ impl UpstreamSession {
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let headers = if state.http { request_headers(method, &params, &state.tool_headers) } else { Vec::new() };
-        let message = Message::request(id, method, Some(params));
-        match channel.request(&message, related, &headers).await {
+        let request = crate::session::Encoded::request(id, method, Some(&params));
+        drop(params);
+        match channel.request(&request, related, &headers).await {
             Ok(result) if result.is_object() => Ok(result),
             Ok(result) => Err(state
                 .protocol(format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result)))),

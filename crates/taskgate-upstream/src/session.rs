@@ -591,6 +591,43 @@ pub(crate) struct Ready {
     pub(crate) modern: Option<Arc<ModernState>>,
 }
 
+/// A request as it goes on the wire, written once. A call holds this rather than its message
+/// while it waits for the answer (a wrapped task's call waits for its task's whole life): the
+/// JSON text is one allocation and a fraction of the size of the parsed params, and a retry
+/// (after a 404, or in a new revision) sends it again as it is.
+pub(crate) struct Encoded {
+    pub(crate) id: RequestId,
+    /// An `initialize` (its response names the HTTP session).
+    pub(crate) initialize: bool,
+    /// A `resources/subscribe` (the GET stream opens first).
+    pub(crate) subscribe: bool,
+    pub(crate) json: bytes::Bytes,
+}
+
+impl Encoded {
+    /// A request from its parts.
+    pub(crate) fn request(id: RequestId, method: &str, params: Option<&Value>) -> Encoded {
+        let json = Message::request_json(&id, method, params).into();
+        let (initialize, subscribe) = (method == methods::INITIALIZE, method == methods::RESOURCES_SUBSCRIBE);
+        Encoded { id, initialize, subscribe, json }
+    }
+
+    /// `message`, a request.
+    pub(crate) fn of(message: &Message) -> Encoded {
+        let Message::Request { id, method, params } = message else { unreachable!("a request") };
+        Encoded::request(id.clone(), method, params.as_ref())
+    }
+
+    /// The request as a message again (for a retry in the 2026-07-28 revision, which rewrites
+    /// it).
+    pub(crate) fn decode(&self) -> Message {
+        match Message::from_slice(&self.json) {
+            Ok(Ok(message)) => message,
+            _ => unreachable!("the gateway's own request reads back"),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub(crate) enum Channel {
     Http(Arc<HttpChannel>),
@@ -600,14 +637,14 @@ pub(crate) enum Channel {
 impl Channel {
     pub(crate) async fn request(
         &self,
-        message: &Message,
+        request: &Encoded,
         sink: Option<&mpsc::Sender<Message>>,
         headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     ) -> Result<Value, ChannelError> {
         match self {
             // Boxed: the HTTP path's future is large, and a stdio call should not carry its size.
-            Channel::Http(c) => Box::pin(c.request(message, sink, headers)).await,
-            Channel::Stdio(c) => c.request(message).await,
+            Channel::Http(c) => Box::pin(c.request(request, sink, headers)).await,
+            Channel::Stdio(c) => c.request(request).await,
         }
     }
 
@@ -710,10 +747,10 @@ impl UpstreamSession {
     #[allow(clippy::manual_async_fn)]
     pub fn request_message<'a>(
         &'a self,
-        message: Message,
+        mut message: Message,
         related: Option<mpsc::Sender<Message>>,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'a {
-        async move { self.run(&message, related.as_ref()).await }
+        async move { self.run(&mut message, related.as_ref()).await }
     }
 
     /// [`UpstreamSession::request_message`] with the session moved in, for a call that outlives
@@ -721,13 +758,18 @@ impl UpstreamSession {
     #[allow(clippy::manual_async_fn)]
     pub fn into_request(
         self,
-        message: Message,
+        mut message: Message,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'static {
-        async move { self.run(&message, None).await }
+        async move { self.run(&mut message, None).await }
     }
 
-    /// Runs a request, its progress routed and the call counted in flight meanwhile.
-    async fn run(&self, message: &Message, related: Option<&mpsc::Sender<Message>>) -> Result<Value, UpstreamError> {
+    /// Runs a request, its progress routed and the call counted in flight meanwhile. Its params
+    /// are taken from `message` when it goes (a call holds them only as the text sent).
+    async fn run(
+        &self,
+        message: &mut Message,
+        related: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
         let Message::Request { id, method, params } = message else { unreachable!("a request") };
         let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related);
         let _call = CallGuard::new(&self.inner, id, method);
@@ -735,24 +777,42 @@ impl UpstreamSession {
         let _lane =
             self.lane.as_ref().map(|lane| lane.call(id, params.as_ref().is_some_and(|p| p.get("task").is_some())));
         let started = std::time::Instant::now();
-        let outcome = self.request_inner(message, related).await;
+        let outcome = self.request_inner(id, method, params, related).await;
         self.observe(method, started, &outcome);
         outcome
     }
 
     async fn request_inner(
         &self,
-        message: &Message,
+        id: &RequestId,
+        method: &str,
+        params: &mut Option<Value>,
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
         // The state a call waits in is kept small (a wrapped task's call spends its life in
         // it): what happens before the request goes and after a failure are separate, boxed
-        // futures, so their locals take no room in it.
+        // futures, so their locals take no room in it. Over a legacy session the request is
+        // held as the JSON text it goes as (`Encoded`), not as parsed params, while its answer
+        // is awaited.
         let attempt = async {
             let ready = Box::pin(self.connect_probing()).await?;
-            match self.dispatch(&ready, message, related).await {
-                Err(e) => Box::pin(self.after_failure(ready, e, message, related)).await,
+            if let Some(state) = &ready.modern {
+                // The params stay for a retry in another revision, should the upstream have moved.
+                let sent = params.clone();
+                let outcome =
+                    Box::pin(self.modern_request(&ready, state, id.clone(), method, sent, related.cloned())).await;
+                return match outcome {
+                    Err(e) => {
+                        let request = Encoded::request(id.clone(), method, params.take().as_ref());
+                        Box::pin(self.after_failure(ready, e, &request, related)).await
+                    }
+                    outcome => outcome,
+                };
+            }
+            let request = Encoded::request(id.clone(), method, params.take().as_ref());
+            match self.dispatch(&ready, &request, related).await {
+                Err(e) => Box::pin(self.after_failure(ready, e, &request, related)).await,
                 outcome => outcome,
             }
         };
@@ -785,7 +845,7 @@ impl UpstreamSession {
         &self,
         ready: Arc<Ready>,
         error: UpstreamError,
-        message: &Message,
+        request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         if !self.revision_moved(&ready, &error).await {
@@ -793,21 +853,21 @@ impl UpstreamSession {
         }
         drop(ready);
         let ready = self.ready().await?;
-        self.dispatch(&ready, message, related).await
+        if let Some(state) = &ready.modern {
+            let Message::Request { id, method, params } = request.decode() else { unreachable!("a request") };
+            return Box::pin(self.modern_request(&ready, state, id, &method, params, related.cloned())).await;
+        }
+        self.dispatch(&ready, request, related).await
     }
 
-    /// Sends `message` in the session's revision and waits for its outcome.
+    /// Sends `request` in the session's legacy revision and waits for its outcome.
     async fn dispatch(
         &self,
         ready: &Ready,
-        message: &Message,
+        request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
-        if let Some(state) = &ready.modern {
-            let Message::Request { id, method, params } = message.clone() else { unreachable!("a request") };
-            return Box::pin(self.modern_request(ready, state, id, &method, params, related.cloned())).await;
-        }
-        if let (Channel::Http(http), Some(methods::RESOURCES_SUBSCRIBE)) = (&ready.channel, message.method()) {
+        if let (Channel::Http(http), true) = (&ready.channel, request.subscribe) {
             // Its updates come on the GET stream: when something receives them, the stream is
             // open before the subscription, so that none is sent to no stream. (Boxed: rare,
             // and a wrapped call's future stays small without it.)
@@ -815,10 +875,10 @@ impl UpstreamSession {
                 Box::pin(http.stream_opened(GET_STREAM_WAIT)).await;
             }
         }
-        match ready.channel.request(message, related, &[]).await {
+        match ready.channel.request(request, related, &[]).await {
             // basic/transports "Session Management": on 404 start a new session (boxed: rare,
             // and kept out of the state a call waits in).
-            Err(ChannelError::Expired) => Box::pin(self.renewed(message, related)).await,
+            Err(ChannelError::Expired) => Box::pin(self.renewed(request, related)).await,
             other => other.map_err(|e| self.expired_twice(e)),
         }
     }
@@ -827,12 +887,16 @@ impl UpstreamSession {
     /// new session.
     async fn renewed(
         &self,
-        message: &Message,
+        request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
         let ready = self.ready().await?;
-        ready.channel.request(message, related, &[]).await.map_err(|e| self.expired_twice(e))
+        if let Some(state) = &ready.modern {
+            let Message::Request { id, method, params } = request.decode() else { unreachable!("a request") };
+            return Box::pin(self.modern_request(&ready, state, id, &method, params, related.cloned())).await;
+        }
+        ready.channel.request(request, related, &[]).await.map_err(|e| self.expired_twice(e))
     }
 
     /// Whether `error` shows that the upstream no longer speaks the revision `ready` was opened
@@ -1139,7 +1203,7 @@ impl UpstreamSession {
                 "clientInfo": self.inner.identity.client_info,
             })),
         );
-        let result = match channel.request(&init, None, &[]).await {
+        let result = match channel.request(&Encoded::of(&init), None, &[]).await {
             Ok(result) => result,
             Err(e) => {
                 channel.shutdown().await;
@@ -1202,12 +1266,14 @@ impl UpstreamSession {
                 let (status, outcome) = http.probe(&discover, &headers).await?;
                 (Some(status.as_u16()), outcome)
             }
-            Channel::Stdio(stdio) => match tokio::time::timeout(STDIO_PROBE_WAIT, stdio.request(&discover)).await {
-                Ok(Ok(result)) => (None, Some(Ok(result))),
-                Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
-                Ok(Err(ChannelError::Failed(e))) => return Err(e),
-                Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
-            },
+            Channel::Stdio(stdio) => {
+                match tokio::time::timeout(STDIO_PROBE_WAIT, stdio.request(&Encoded::of(&discover))).await {
+                    Ok(Ok(result)) => (None, Some(Ok(result))),
+                    Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
+                    Ok(Err(ChannelError::Failed(e))) => return Err(e),
+                    Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
+                }
+            }
         };
         crate::modern::classify(status, outcome).map_err(|reason| UpstreamError::Unavailable { upstream: name, reason })
     }

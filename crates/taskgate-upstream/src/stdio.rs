@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::Value;
 use taskgate_config::UpstreamConfig;
@@ -17,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit};
 
-use crate::session::{ChannelError, Incoming, Routes};
+use crate::session::{ChannelError, Encoded, Incoming, Routes};
 use crate::UpstreamError;
 
 /// Lines queued for the process's stdin.
@@ -31,7 +32,7 @@ type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Message>>>>;
 /// One running upstream process.
 pub(crate) struct StdioChannel {
     name: String,
-    stdin: Mutex<Option<mpsc::Sender<String>>>,
+    stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
     pending: Pending,
     alive: Arc<AtomicBool>,
     exit: Arc<Mutex<Option<String>>>,
@@ -83,7 +84,7 @@ impl StdioChannel {
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let exit = Arc::new(Mutex::new(None));
-        let (stdin_tx, stdin_rx) = mpsc::channel::<String>(STDIN_BUFFER);
+        let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(STDIN_BUFFER);
 
         tokio::spawn(write_stdin(child.stdin.take().expect("piped stdin"), stdin_rx, shutdown.clone()));
         tokio::spawn(read_stdout(
@@ -119,22 +120,22 @@ impl StdioChannel {
         UpstreamError::Unavailable { upstream: self.name.clone(), reason: format!("the process {why}") }
     }
 
-    async fn write(&self, message: &Message) -> Result<(), ChannelError> {
+    async fn write(&self, json: Bytes) -> Result<(), ChannelError> {
         let tx = self.stdin.lock().clone().ok_or_else(|| self.gone())?;
         // Messages MUST NOT contain embedded newlines: compact JSON never does.
-        tx.send(message.to_json()).await.map_err(|_| self.gone())?;
+        tx.send(json).await.map_err(|_| self.gone())?;
         Ok(())
     }
 
-    pub(crate) async fn request(&self, message: &Message) -> Result<Value, ChannelError> {
-        let id = message.id().cloned().expect("requests have ids");
+    pub(crate) async fn request(&self, request: &Encoded) -> Result<Value, ChannelError> {
+        let id = request.id.clone();
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id.clone(), tx);
         // Removes the entry whichever way this future ends (answered, failed, dropped).
         let _entry = PendingEntry { pending: &self.pending, id };
         // Boxed: the write is over in a moment, and the wait for the answer (which a wrapped
         // task's call spends its life in) stays small without its state inline.
-        Box::pin(self.write(message)).await?;
+        Box::pin(self.write(request.json.clone())).await?;
         match rx.await {
             Ok(Message::Response { result, .. }) => Ok(result),
             Ok(Message::Error { error, .. }) => {
@@ -146,7 +147,7 @@ impl StdioChannel {
     }
 
     pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
-        self.write(message).await
+        self.write(message.to_json().into()).await
     }
 
     /// Keeps a 2026-07-28 `subscriptions/listen` request open while `filter` names something
@@ -177,7 +178,7 @@ impl StdioChannel {
                 let id = message.id().cloned().expect("a request");
                 let (tx, rx) = oneshot::channel();
                 pending.lock().insert(id.clone(), tx);
-                if stdin.send(message.to_json()).await.is_err() {
+                if stdin.send(message.to_json().into()).await.is_err() {
                     pending.lock().remove(&id);
                     return;
                 }
@@ -188,7 +189,7 @@ impl StdioChannel {
                             taskgate_protocol::mcp::methods::CANCELLED,
                             Some(serde_json::json!({ "requestId": id.to_value() })),
                         );
-                        if changed.is_err() || stdin.send(cancel.to_json()).await.is_err() {
+                        if changed.is_err() || stdin.send(cancel.to_json().into()).await.is_err() {
                             return;
                         }
                     }
@@ -225,7 +226,7 @@ impl Drop for PendingEntry<'_> {
 
 async fn write_stdin(
     mut stdin: tokio::process::ChildStdin,
-    mut lines: mpsc::Receiver<String>,
+    mut lines: mpsc::Receiver<Bytes>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -235,7 +236,7 @@ async fn write_stdin(
         };
         let Some(line) = line else { break };
         let written = async {
-            stdin.write_all(line.as_bytes()).await?;
+            stdin.write_all(&line).await?;
             stdin.write_all(b"\n").await?;
             stdin.flush().await
         };
