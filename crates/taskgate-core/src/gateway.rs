@@ -671,7 +671,7 @@ impl Gateway {
             ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object));
         let relayable = if relays_any { mcp::relayable_client_capabilities(capabilities) } else { json!({}) };
         let caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
-        let (tenant, principal) = (identity.tenant.as_str(), identity.principal.as_str());
+        let (tenant, principal) = (&*identity.tenant, &*identity.principal);
         let pooled = self.pool.lock().get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok());
         if let Some(handle) = pooled {
             return Ok(handle);
@@ -761,7 +761,7 @@ impl Gateway {
             addr: entry.addr,
             metrics: self.shared.metrics.clone(),
             protocol_version: entry.protocol_version,
-            tenant: entry.identity.tenant,
+            tenant: entry.identity.tenant.to_string(),
             limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
             budget: entry.budget,
             streams: (self.shared.streams.clone(), share, server.max_streams),

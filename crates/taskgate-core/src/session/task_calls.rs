@@ -29,7 +29,7 @@ impl SessionActor {
             p.remove("task");
         }
         let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
-        let work = Work::Wrapped { upstream_id: session.next_request_id(), params: upstream_params };
+        let work = Work::Wrapped { upstream_id: session.next_request_id(), params: Some(Box::new(upstream_params)) };
         let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
         self.create_task(id, start, Map::new(), ctx);
     }
@@ -170,7 +170,7 @@ impl SessionActor {
             });
             let poll = std::time::Duration::from_millis(poll_ms);
             let (progress_route, actor) = match route {
-                Some((guard, notes, actor)) => (Some((guard, notes)), Some(actor)),
+                Some((guard, notes, actor)) => (Some(Box::new((guard, notes))), Some(actor)),
                 None => (None, None),
             };
             let work = Work::Native { upstream_task_id: up.task_id, poll, progress_route };

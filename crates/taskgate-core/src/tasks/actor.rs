@@ -33,8 +33,9 @@ pub(crate) enum Work {
     Wrapped {
         /// The upstream-local id of the call, for `notifications/cancelled`.
         upstream_id: RequestId,
-        /// The call's params (the upstream's tool name, no `task`).
-        params: Value,
+        /// The call's params (the upstream's tool name, no `task`), until the call takes them.
+        /// (Boxed, as the route below: an actor keeps its `work` for its task's life.)
+        params: Option<Box<Value>>,
     },
     /// A task the upstream runs; the gateway follows it.
     Native {
@@ -44,7 +45,7 @@ pub(crate) enum Work {
         poll: Duration,
         /// The task's progress token route at the upstream, and the notes it receives.
         progress_route:
-            Option<(taskgate_upstream::ProgressRoute, tokio::sync::mpsc::Receiver<taskgate_protocol::Message>)>,
+            Option<Box<(taskgate_upstream::ProgressRoute, tokio::sync::mpsc::Receiver<taskgate_protocol::Message>)>>,
     },
 }
 
@@ -239,7 +240,7 @@ impl TaskActor {
                     m.tasks.with_label_values(&[&self.owner.tenant, record.status.as_str()]).inc();
                 }
                 if record.status.is_terminal() {
-                    let labels = [self.owner.tenant.as_str(), self.session.upstream(), record.status.as_str()];
+                    let labels = [&*self.owner.tenant, self.session.upstream(), record.status.as_str()];
                     m.tasks_finished.with_label_values(&labels).inc();
                     let took = record.last_updated_at_ms.saturating_sub(record.created_at_ms) as f64 / 1000.0;
                     m.task_duration.with_label_values(&labels).observe(took);
@@ -495,7 +496,7 @@ impl Actor for TaskActor {
                 self.shared.tasks.track_call(key, &self.id);
                 let session = self.session.clone();
                 // The params move into the call: one copy per task, not two.
-                let (id, params) = (upstream_id.clone(), std::mem::take(params));
+                let (id, params) = (upstream_id.clone(), params.take().map_or(Value::Null, |p| *p));
                 // Only a task with a progress token needs a channel for its call's notifications
                 // (a live task costs less without one).
                 let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match self.progress.clone() {
@@ -531,7 +532,7 @@ impl Actor for TaskActor {
             }
             Work::Native { progress_route, .. } => {
                 // Forward the task's progress (routed by its token) for as long as it lives.
-                if let (Some((_, notes)), Some(actor)) = (progress_route.as_mut(), self.progress.clone()) {
+                if let (Some((_, notes)), Some(actor)) = (progress_route.as_deref_mut(), self.progress.clone()) {
                     let mut notes = std::mem::replace(notes, tokio::sync::mpsc::channel(1).1);
                     // Outside the actor, like a wrapped call: it ends when the route is dropped.
                     self.forwarder = Some(actix::spawn(async move {
@@ -867,10 +868,7 @@ impl Drop for TaskActor {
             id: std::mem::take(&mut self.id),
             owner: self.owner.clone(),
             session: self.session.clone(),
-            work: std::mem::replace(
-                &mut self.work,
-                Work::Wrapped { upstream_id: RequestId::Number(0), params: Value::Null },
-            ),
+            work: std::mem::replace(&mut self.work, Work::Wrapped { upstream_id: RequestId::Number(0), params: None }),
             progress: self.progress.take(),
             permit: self.permit.take(),
             call: self.call.take(),

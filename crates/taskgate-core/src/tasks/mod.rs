@@ -57,7 +57,7 @@ pub fn granted_ttl(requested: Option<u64>, limits: &EffectiveTaskLimits) -> Opti
 
 /// The store's owner for an identity.
 pub fn owner(identity: &Identity) -> Owner {
-    Owner { tenant: identity.tenant.clone(), principal: identity.principal.clone() }
+    Owner { tenant: identity.tenant.to_string(), principal: identity.principal.to_string() }
 }
 
 /// The one answer for a task id that is unknown, expired, or someone else's: the same text, so

@@ -99,7 +99,8 @@ fn follow_again(
 }
 
 fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSession) {
-    let owner = Identity { tenant: record.owner.tenant.clone(), principal: record.owner.principal.clone() };
+    let owner =
+        Identity { tenant: record.owner.tenant.as_str().into(), principal: record.owner.principal.as_str().into() };
     let upstream_task_id = record.upstream_task_id.clone().expect("checked by follow_again");
     let native = Some((record.upstream.clone(), upstream_task_id.clone()));
     let poll = Duration::from_millis(record.poll_interval_ms);

@@ -87,15 +87,15 @@ pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<Event
                 tasks.wake(&task_id);
             }
             StoreEvent::Status { owner, task } => {
-                let owner = Identity { tenant: owner.tenant, principal: owner.principal };
+                let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };
                 tasks.status_to_sessions(&owner, task);
             }
             StoreEvent::Progress { owner, task_id, params } => {
-                let owner = Identity { tenant: owner.tenant, principal: owner.principal };
+                let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };
                 tasks.progress_to_sessions(&owner, &task_id, params);
             }
             StoreEvent::InputRequested { owner, task_id } => {
-                let owner = Identity { tenant: owner.tenant, principal: owner.principal };
+                let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };
                 tasks.inputs_to_sessions(&owner, &task_id);
             }
             StoreEvent::InputResponses { task_id, responses } => {

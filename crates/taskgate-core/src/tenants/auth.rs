@@ -91,7 +91,10 @@ impl Credentials {
                     // A principal's name says where it came from: an API key's `key:<name>`
                     // never equals a token's `jwt:<issuer>|<sub>` (issue: equal names from two
                     // credential kinds are two requestors).
-                    let identity = Identity { tenant: tenant.id.clone(), principal: format!("key:{}", key.principal) };
+                    let identity = Identity {
+                        tenant: tenant.id.as_str().into(),
+                        principal: format!("key:{}", key.principal).into(),
+                    };
                     api_keys.insert(hash, identity);
                 }
             }
@@ -130,7 +133,7 @@ impl Credentials {
     pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Identity, AuthError> {
         let Some(header) = authorization else {
             return match &self.anonymous {
-                Some(tenant) => Ok(Identity { tenant: tenant.clone(), principal: "anonymous".into() }),
+                Some(tenant) => Ok(Identity { tenant: tenant.as_str().into(), principal: "anonymous".into() }),
                 None => Err(AuthError::Missing),
             };
         };
@@ -202,7 +205,10 @@ impl Credentials {
             Some(Value::Number(n)) => n.to_string(),
             _ => return Err(AuthError::Token("it lacks the configured principal claim")),
         };
-        Ok(Identity { tenant: verifier.tenant.clone(), principal: format!("{}{principal}", verifier.source) })
+        Ok(Identity {
+            tenant: verifier.tenant.as_str().into(),
+            principal: format!("{}{principal}", verifier.source).into(),
+        })
     }
 }
 
@@ -317,7 +323,7 @@ mod tests {
     fn api_keys_resolve_by_hash_and_unknown_ones_are_refused() {
         let c = Credentials::build(&config(), &|_| None).unwrap();
         let id = c.authenticate(Some("Bearer key-1"), 0).unwrap();
-        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("acme", "key:ci"));
+        assert_eq!((&*id.tenant, &*id.principal), ("acme", "key:ci"));
         assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
         assert_eq!(c.authenticate(Some("Bearer key-2"), 0), Err(AuthError::UnknownKey));
         assert_eq!(c.authenticate(Some("Basic a2V5"), 0), Err(AuthError::Malformed));
@@ -332,7 +338,7 @@ mod tests {
         let auth = |claims: &Value, secret: &str, now| {
             c.authenticate(Some(&format!("Bearer {}", sign_hs256(claims, secret))), now)
         };
-        assert_eq!(auth(&good, SECRET, 1500).unwrap().principal, "jwt:#0|alice");
+        assert_eq!(&*auth(&good, SECRET, 1500).unwrap().principal, "jwt:#0|alice");
         assert_eq!(auth(&good, SECRET, 2001), Err(AuthError::Token("it has expired")));
         assert_eq!(auth(&good, SECRET, 999), Err(AuthError::Token("it is not valid yet (nbf)")));
         assert_eq!(
@@ -378,7 +384,7 @@ mod tests {
         let id = c
             .authenticate(Some(&sign(json!({"sub": "bob", "org": "globex", "aud": "taskgate", "exp": 10}))), 5)
             .unwrap();
-        assert_eq!((id.tenant.as_str(), id.principal.as_str()), ("globex", "jwt:#0|bob"));
+        assert_eq!((&*id.tenant, &*id.principal), ("globex", "jwt:#0|bob"));
         let unknown_org = sign(json!({"sub": "bob", "org": "initech", "aud": "taskgate", "exp": 10}));
         assert!(c.authenticate(Some(&unknown_org), 5).is_err());
         // An HS256 token "signed" with the public key as an HMAC secret is refused (alg confusion).

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use taskgate_config::Rate;
 
+use crate::registry::Identity;
+
 /// A rate check that failed: which bucket, and how long until it admits again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
@@ -183,19 +185,19 @@ pub enum Cap {
 /// One admitted task's place under its caps; dropping it gives the place back.
 pub struct TaskPermit {
     counts: Arc<Mutex<HashMap<String, Counts>>>,
-    tenant: String,
-    principal: String,
+    /// Whose (shared text: a permit costs no copy of the names).
+    who: Identity,
 }
 
 impl Concurrency {
     /// Admits one more task for (tenant, principal) under the caps, or says which is full.
     pub fn acquire(
         &self,
-        tenant: &str,
-        principal: &str,
+        who: &Identity,
         tenant_cap: Option<usize>,
         principal_cap: Option<usize>,
     ) -> Result<TaskPermit, Cap> {
+        let (tenant, principal) = (&*who.tenant, &*who.principal);
         let mut all = self.counts.lock();
         let counts = all.entry(tenant.to_owned()).or_default();
         if let Some(cap) = tenant_cap {
@@ -211,7 +213,7 @@ impl Concurrency {
         }
         counts.tenant += 1;
         *counts.principals.entry(principal.to_owned()).or_default() += 1;
-        Ok(TaskPermit { counts: self.counts.clone(), tenant: tenant.to_owned(), principal: principal.to_owned() })
+        Ok(TaskPermit { counts: self.counts.clone(), who: who.clone() })
     }
 
     /// Tasks held now by a tenant.
@@ -223,16 +225,16 @@ impl Concurrency {
 impl Drop for TaskPermit {
     fn drop(&mut self) {
         let mut all = self.counts.lock();
-        if let Some(counts) = all.get_mut(&self.tenant) {
+        if let Some(counts) = all.get_mut(&*self.who.tenant) {
             counts.tenant = counts.tenant.saturating_sub(1);
-            if let Some(n) = counts.principals.get_mut(&self.principal) {
+            if let Some(n) = counts.principals.get_mut(&*self.who.principal) {
                 *n -= 1;
                 if *n == 0 {
-                    counts.principals.remove(&self.principal);
+                    counts.principals.remove(&*self.who.principal);
                 }
             }
             if counts.tenant == 0 {
-                all.remove(&self.tenant);
+                all.remove(&*self.who.tenant);
             }
         }
     }
@@ -299,14 +301,15 @@ mod tests {
     #[test]
     fn permits_count_tasks_until_dropped() {
         let c = Concurrency::default();
-        let a = c.acquire("t", "alice", Some(3), Some(2)).unwrap();
-        let b = c.acquire("t", "alice", Some(3), Some(2)).unwrap();
-        assert_eq!(c.acquire("t", "alice", Some(3), Some(2)).err(), Some(Cap::Principal(2)));
-        let d = c.acquire("t", "bob", Some(3), Some(2)).unwrap();
-        assert_eq!(c.acquire("t", "carol", Some(3), Some(2)).err(), Some(Cap::Tenant(3)));
-        assert!(c.acquire("u", "alice", Some(3), Some(2)).is_ok());
+        let who = |tenant: &str, principal: &str| Identity { tenant: tenant.into(), principal: principal.into() };
+        let a = c.acquire(&who("t", "alice"), Some(3), Some(2)).unwrap();
+        let b = c.acquire(&who("t", "alice"), Some(3), Some(2)).unwrap();
+        assert_eq!(c.acquire(&who("t", "alice"), Some(3), Some(2)).err(), Some(Cap::Principal(2)));
+        let d = c.acquire(&who("t", "bob"), Some(3), Some(2)).unwrap();
+        assert_eq!(c.acquire(&who("t", "carol"), Some(3), Some(2)).err(), Some(Cap::Tenant(3)));
+        assert!(c.acquire(&who("u", "alice"), Some(3), Some(2)).is_ok());
         drop(a);
-        assert!(c.acquire("t", "carol", Some(3), Some(2)).is_ok());
+        assert!(c.acquire(&who("t", "carol"), Some(3), Some(2)).is_ok());
         drop((b, d));
         assert_eq!(c.of_tenant("t"), 0);
     }

@@ -256,18 +256,13 @@ impl Tenancy {
     pub fn admit_task(&self, identity: &Identity) -> Result<TaskPermit, Cap> {
         let policy = self.policy(&identity.tenant);
         let l = &policy.limits;
-        self.concurrency.acquire(
-            &identity.tenant,
-            &identity.principal,
-            l.max_concurrent_tasks,
-            l.max_concurrent_tasks_per_principal,
-        )
+        self.concurrency.acquire(identity, l.max_concurrent_tasks, l.max_concurrent_tasks_per_principal)
     }
 
     /// The place of a task admitted before, now run by this process (after a restart or a
     /// takeover): counted under the caps whatever they are now, never refused.
     pub fn readmit_task(&self, identity: &Identity) -> TaskPermit {
-        self.concurrency.acquire(&identity.tenant, &identity.principal, None, None).expect("no cap, no refusal")
+        self.concurrency.acquire(identity, None, None).expect("no cap, no refusal")
     }
 }
 

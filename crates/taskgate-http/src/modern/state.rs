@@ -47,7 +47,7 @@ impl StateKey {
     /// params whose digest is `digest`.
     pub fn issue(&self, exchange: &str, identity: &Identity, method: &str, digest: &str, expires_ms: u64) -> String {
         let payload = json!({
-            "x": exchange, "t": identity.tenant, "p": identity.principal, "m": method, "d": digest, "e": expires_ms,
+            "x": exchange, "t": &*identity.tenant, "p": &*identity.principal, "m": method, "d": digest, "e": expires_ms,
         })
         .to_string();
         format!("{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(self.mac(payload.as_bytes())))
@@ -73,7 +73,7 @@ impl StateKey {
         }
         let claims: Value = serde_json::from_slice(&payload).map_err(|_| FORGED)?;
         let field = |k: &str| claims.get(k).and_then(Value::as_str).unwrap_or_default();
-        if field("t") != identity.tenant || field("p") != identity.principal {
+        if field("t") != &*identity.tenant || field("p") != &*identity.principal {
             return Err("requestState was issued to another principal");
         }
         if field("m") != method || field("d") != digest {
