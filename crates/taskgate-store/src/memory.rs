@@ -1,6 +1,7 @@
 //! The in-memory [`TaskStore`]: one process, no persistence.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -15,25 +16,26 @@ pub struct MemoryTaskStore {
 #[derive(Default)]
 struct Inner {
     /// Boxed: a record is about 400 bytes, and a table holds its entries inline with room to
-    /// spare (up to half its slots free after it grows).
-    by_id: HashMap<String, Box<TaskRecord>>,
-    by_owner: HashMap<Owner, BTreeSet<(u64, String)>>,
-    by_expiry: BTreeSet<(u64, String)>,
+    /// spare (up to half its slots free after it grows). The three indexes share one copy of
+    /// each id.
+    by_id: HashMap<Arc<str>, Box<TaskRecord>>,
+    by_owner: HashMap<Owner, BTreeSet<(u64, Arc<str>)>>,
+    by_expiry: BTreeSet<(u64, Arc<str>)>,
 }
 
 impl Inner {
     fn remove(&mut self, id: &str) -> Option<TaskRecord> {
-        let record = *self.by_id.remove(id)?;
+        let (id, record) = self.by_id.remove_entry(id)?;
         if let Some(set) = self.by_owner.get_mut(&record.owner) {
-            set.remove(&(record.created_at_ms, record.id.clone()));
+            set.remove(&(record.created_at_ms, id.clone()));
             if set.is_empty() {
                 self.by_owner.remove(&record.owner);
             }
         }
         if let Some(at) = record.expires_at_ms() {
-            self.by_expiry.remove(&(at, record.id.clone()));
+            self.by_expiry.remove(&(at, id));
         }
-        Some(record)
+        Some(*record)
     }
 }
 
@@ -54,14 +56,15 @@ impl TaskStore for MemoryTaskStore {
         if inner.by_id.len() >= self.max_tasks {
             return ready(Err(StoreError::Full { limit: self.max_tasks }));
         }
-        if inner.by_id.contains_key(&record.id) {
+        if inner.by_id.contains_key(record.id.as_str()) {
             return ready(Err(StoreError::Backend(format!("task id {} already exists", record.id))));
         }
-        inner.by_owner.entry(record.owner.clone()).or_default().insert((record.created_at_ms, record.id.clone()));
+        let id: Arc<str> = record.id.as_str().into();
+        inner.by_owner.entry(record.owner.clone()).or_default().insert((record.created_at_ms, id.clone()));
         if let Some(at) = record.expires_at_ms() {
-            inner.by_expiry.insert((at, record.id.clone()));
+            inner.by_expiry.insert((at, id.clone()));
         }
-        inner.by_id.insert(record.id.clone(), Box::new(record));
+        inner.by_id.insert(id, Box::new(record));
         ready(Ok(()))
     }
 
@@ -92,14 +95,18 @@ impl TaskStore for MemoryTaskStore {
         let Some(set) = inner.by_owner.get(owner) else {
             return ready(Ok(ListPage { tasks: Vec::new(), next_cursor: None }));
         };
-        let mut iter: Box<dyn Iterator<Item = &(u64, String)>> = match &after {
+        let mut iter: Box<dyn Iterator<Item = &(u64, Arc<str>)>> = match after {
             None => Box::new(set.iter()),
-            Some(position) => {
-                Box::new(set.range((std::ops::Bound::Excluded(position.clone()), std::ops::Bound::Unbounded)))
+            Some((at, id)) => {
+                let position = (at, Arc::from(id));
+                Box::new(set.range((std::ops::Bound::Excluded(position), std::ops::Bound::Unbounded)))
             }
         };
-        let tasks: Vec<TaskRecord> =
-            iter.by_ref().take(limit).filter_map(|(_, id)| inner.by_id.get(id).map(|r| TaskRecord::clone(r))).collect();
+        let tasks: Vec<TaskRecord> = iter
+            .by_ref()
+            .take(limit)
+            .filter_map(|(_, id)| inner.by_id.get(&**id).map(|r| TaskRecord::clone(r)))
+            .collect();
         let next_cursor = match (iter.next(), tasks.last()) {
             (Some(_), Some(last)) => Some(encode_cursor(last.created_at_ms, &last.id)),
             _ => None,
@@ -109,7 +116,7 @@ impl TaskStore for MemoryTaskStore {
 
     fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>> {
         let mut inner = self.inner.lock();
-        let due: Vec<String> =
+        let due: Vec<Arc<str>> =
             inner.by_expiry.iter().take_while(|(at, _)| *at <= now_ms).map(|(_, id)| id.clone()).collect();
         let removed = due.iter().filter_map(|id| inner.remove(id)).collect();
         ready(Ok(removed))
