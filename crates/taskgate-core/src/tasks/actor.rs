@@ -70,7 +70,7 @@ type CallSlot = Arc<parking_lot::Mutex<Option<Result<Value, UpstreamError>>>>;
 
 /// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
 pub(crate) struct Remains {
-    pub id: String,
+    pub id: Arc<str>,
     pub owner: Identity,
     pub session: UpstreamSession,
     pub work: Work,
@@ -92,7 +92,8 @@ pub(crate) struct Input {
 
 /// One task.
 pub struct TaskActor {
-    id: String,
+    /// Shared with the service's tables of actors and calls.
+    pub(crate) id: Arc<str>,
     shared: Arc<Shared>,
     owner: Identity,
     status: TaskStatus,
@@ -124,7 +125,7 @@ pub struct TaskActor {
 impl TaskActor {
     pub(crate) fn new(shared: Arc<Shared>, start: TaskStart) -> TaskActor {
         TaskActor {
-            id: start.record.id.clone(),
+            id: start.record.id.as_str().into(),
             shared,
             owner: start.owner,
             status: start.record.status,
@@ -573,7 +574,7 @@ impl Actor for TaskActor {
         let mut told: Vec<&Addr<SessionActor>> = Vec::new();
         for input in &self.inputs {
             if !told.contains(&&input.session) {
-                input.session.do_send(TaskEnded(self.id.clone()));
+                input.session.do_send(TaskEnded(self.id.to_string()));
                 told.push(&input.session);
             }
         }

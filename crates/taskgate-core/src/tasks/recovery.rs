@@ -122,8 +122,9 @@ fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSe
     }
     let work = Work::Native { upstream_task_id, poll, progress_route: None };
     let start = TaskStart { record, owner, session, work, progress: None, permit };
-    let actor = TaskActor::new(shared.clone(), start).start();
-    shared.tasks.register(&id, actor, native);
+    let actor = TaskActor::new(shared.clone(), start);
+    let id = actor.id.clone();
+    shared.tasks.register(&id, actor.start(), native);
 }
 
 /// Fails a task whose upstream work died with a gateway process; false when it was settled

@@ -46,12 +46,13 @@ pub struct TaskService {
     /// `tasks/list` page size.
     page_size: usize,
     /// Live task actors by task id.
-    actors: RwLock<HashMap<String, Addr<TaskActor>>>,
+    /// (Keys share the actor's own copy of the id.)
+    actors: RwLock<HashMap<Arc<str>, Addr<TaskActor>>>,
     /// Native tasks: what the upstream calls them → our task id.
     native: RwLock<HashMap<NativeKey, String>>,
     /// Upstream requests made for a task → our task id. What the upstream sends on their
     /// streams (elicitation…) belongs to that task.
-    calls: RwLock<HashMap<CallKey, String>>,
+    calls: RwLock<HashMap<CallKey, Arc<str>>>,
     /// `tasks/result` waiters by task id; entries go with their last waiter.
     waiting: Mutex<HashMap<String, watch::Sender<()>>>,
     /// When each task was last polled, and its suggested interval. An entry is useful only for
@@ -106,14 +107,14 @@ impl TaskService {
 
     /// The tasks this process runs now.
     pub(crate) fn running_ids(&self) -> Vec<String> {
-        self.actors.read().keys().cloned().collect()
+        self.actors.read().keys().map(|id| id.to_string()).collect()
     }
 
     /// Registers a started actor (and, for a native task, the upstream's id for it).
-    pub(crate) fn register(&self, task_id: &str, actor: Addr<TaskActor>, native: Option<NativeKey>) {
-        self.actors.write().insert(task_id.to_owned(), actor);
+    pub(crate) fn register(&self, task_id: &Arc<str>, actor: Addr<TaskActor>, native: Option<NativeKey>) {
+        self.actors.write().insert(task_id.clone(), actor);
         if let Some(key) = native {
-            self.native.write().insert(key, task_id.to_owned());
+            self.native.write().insert(key, task_id.to_string());
         }
     }
 
@@ -136,8 +137,8 @@ impl TaskService {
     }
 
     /// Notes that an upstream request is made for a task.
-    pub(crate) fn track_call(&self, key: CallKey, task_id: &str) {
-        self.calls.write().insert(key, task_id.to_owned());
+    pub(crate) fn track_call(&self, key: CallKey, task_id: &Arc<str>) {
+        self.calls.write().insert(key, task_id.clone());
     }
 
     /// The request ended.
@@ -147,7 +148,7 @@ impl TaskService {
 
     /// The task an upstream request was made for.
     pub(crate) fn task_of_call(&self, key: &CallKey) -> Option<String> {
-        self.calls.read().get(key).cloned()
+        self.calls.read().get(key).map(|id| id.to_string())
     }
 
     /// Claims the tasks no live gateway process runs (after a restart, or a replica's death)
@@ -254,9 +255,11 @@ impl TaskService {
         m.tasks_created.with_label_values(&[&record.owner.tenant, &record.upstream]).inc();
         m.tasks.with_label_values(&[&record.owner.tenant, record.status.as_str()]).inc();
         tracing::info!(target: "taskgate::audit", task = %record.id, tenant = %record.owner.tenant, principal = %record.owner.principal, upstream = %record.upstream, ttl_ms = ?record.ttl_ms, "task created");
-        let actor = TaskActor::new(shared.clone(), start).start();
+        let actor = TaskActor::new(shared.clone(), start);
+        let id = actor.id.clone();
+        let actor = actor.start();
         // Registered before the answer, so a tasks/result right after finds the task running.
-        service.register(&record.id, actor, native);
+        service.register(&id, actor, native);
         Ok(record)
     }
 

@@ -180,9 +180,9 @@ impl Handler<Restart> for Supervisor {
                     return;
                 }
             };
-            let id = remains.id.clone();
-            let actor = TaskActor::restarted(shared.clone(), &record, remains).start();
-            shared.tasks.register(&id, actor, native);
+            let actor = TaskActor::restarted(shared.clone(), &record, remains);
+            let id = actor.id.clone();
+            shared.tasks.register(&id, actor.start(), native);
         }));
     }
 }
