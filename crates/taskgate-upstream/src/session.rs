@@ -617,15 +617,6 @@ impl Encoded {
         let Message::Request { id, method, params } = message else { unreachable!("a request") };
         Encoded::request(id.clone(), method, params.as_ref())
     }
-
-    /// The request as a message again (for a retry in the 2026-07-28 revision, which rewrites
-    /// it).
-    pub(crate) fn decode(&self) -> Message {
-        match Message::from_slice(&self.json) {
-            Ok(Ok(message)) => message,
-            _ => unreachable!("the gateway's own request reads back"),
-        }
-    }
 }
 
 #[derive(Clone)]
@@ -843,6 +834,25 @@ impl UpstreamSession {
         }
     }
 
+    /// `request`, written for a legacy session, sent again in a 2026-07-28 one (the upstream
+    /// moved): read back and rewritten as that revision sends it.
+    async fn modern_again(
+        &self,
+        ready: &Ready,
+        state: &Arc<ModernState>,
+        request: &Encoded,
+        related: Option<&mpsc::Sender<Message>>,
+    ) -> Result<Value, UpstreamError> {
+        let Ok(Ok(Message::Request { id, method, params })) = Message::from_slice(&request.json) else {
+            // The gateway's own text always reads back; should it not, the call fails plainly.
+            return Err(UpstreamError::Unavailable {
+                upstream: self.upstream().into(),
+                reason: "the request could not be sent again in the upstream's new revision".into(),
+            });
+        };
+        self.modern_request(ready, state, id, &method, params, related.cloned()).await
+    }
+
     /// The session's connection; when the revision cached for the upstream failed at
     /// `initialize` (which forgot it), connects again, probing (basic/versioning: re-probe when
     /// the cached assumption later fails).
@@ -869,8 +879,7 @@ impl UpstreamSession {
         drop(ready);
         let ready = self.ready().await?;
         if let Some(state) = &ready.modern {
-            let Message::Request { id, method, params } = request.decode() else { unreachable!("a request") };
-            return Box::pin(self.modern_request(&ready, state, id, &method, params, related.cloned())).await;
+            return Box::pin(self.modern_again(&ready, state, request, related)).await;
         }
         self.dispatch(&ready, request, related).await
     }
@@ -908,8 +917,7 @@ impl UpstreamSession {
         tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
         let ready = self.ready().await?;
         if let Some(state) = &ready.modern {
-            let Message::Request { id, method, params } = request.decode() else { unreachable!("a request") };
-            return Box::pin(self.modern_request(&ready, state, id, &method, params, related.cloned())).await;
+            return Box::pin(self.modern_again(&ready, state, request, related)).await;
         }
         ready.channel.request(request, related, &[]).await.map_err(|e| self.expired_twice(e))
     }
