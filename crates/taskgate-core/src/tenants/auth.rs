@@ -72,7 +72,9 @@ pub(crate) struct Credentials {
     /// By the key's SHA-256: a look-up by hash reveals nothing about the key itself.
     api_keys: HashMap<[u8; 32], Identity>,
     jwts: Vec<JwtVerifier>,
-    anonymous: Option<String>,
+    /// The identity of a request with no credentials, if a tenant takes them (shared: each
+    /// request's copy costs no allocation).
+    anonymous: Option<Identity>,
 }
 
 impl Credentials {
@@ -84,7 +86,7 @@ impl Credentials {
         let mut anonymous = None;
         for (i, tenant) in config.tenants.iter().enumerate() {
             if tenant.anonymous {
-                anonymous = Some(tenant.id.clone());
+                anonymous = Some(Identity { tenant: tenant.id.as_str().into(), principal: "anonymous".into() });
             }
             for key in &tenant.api_keys {
                 if let Some(hash) = decode_hex32(&key.sha256) {
@@ -120,7 +122,7 @@ impl Credentials {
             }
         }
         if config.tenants.is_empty() {
-            anonymous = Some(super::IMPLICIT_TENANT.to_owned());
+            anonymous = Some(Identity { tenant: super::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
         }
         if problems.is_empty() {
             Ok(Credentials { api_keys, jwts, anonymous })
@@ -133,7 +135,7 @@ impl Credentials {
     pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Identity, AuthError> {
         let Some(header) = authorization else {
             return match &self.anonymous {
-                Some(tenant) => Ok(Identity { tenant: tenant.as_str().into(), principal: "anonymous".into() }),
+                Some(identity) => Ok(identity.clone()),
                 None => Err(AuthError::Missing),
             };
         };
