@@ -31,6 +31,13 @@ impl Kind {
             Kind::Stateless => "2026-07-28 stateless tools/call",
         }
     }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Kind::Session => "session",
+            Kind::Stateless => "stateless",
+        }
+    }
 }
 
 fn valgrind_installed() -> bool {
@@ -65,7 +72,20 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
     // callgrind writes its profile when the process exits cleanly.
     gateway.terminate().await;
     let profile = std::fs::read_to_string(&out);
-    let _ = std::fs::remove_file(&out);
+    // TASKGATE_BENCH_CALLGRIND_DIR keeps the profiles there (named by kind and calls), to be read
+    // with callgrind_annotate; otherwise they are removed.
+    match std::env::var_os("TASKGATE_BENCH_CALLGRIND_DIR") {
+        Some(dir) => {
+            let kept = Path::new(&dir).join(format!("{}-{calls}.callgrind", kind.slug()));
+            if std::fs::rename(&out, &kept).is_err() {
+                let _ = std::fs::copy(&out, &kept);
+                let _ = std::fs::remove_file(&out);
+            }
+        }
+        None => {
+            let _ = std::fs::remove_file(&out);
+        }
+    }
     served?;
     let profile = profile.with_context(|| format!("callgrind wrote no profile at {}", out.display()))?;
     profile

@@ -91,7 +91,11 @@ first: cargo build --release --workspace) and prints the report as Markdown.
   --help           this text
 
 nginx (the reverse-proxy comparison), redis-server (the Redis rows) and valgrind (instruction
-counts) are used when installed and skipped with a note otherwise.";
+counts) are used when installed and skipped with a note otherwise.
+
+Environment: TASKGATE_BENCH_WRAP runs the gateway under a profiler (e.g. \"valgrind
+--tool=massif\"); TASKGATE_BENCH_CALLGRIND_DIR keeps the instruction section's callgrind
+profiles in that directory.";
 
 /// Reads the command line; `Err` carries the message for a bad one.
 fn parse_args(args: &[String]) -> Result<Option<Plan>, String> {
@@ -334,7 +338,7 @@ fn free_port() -> Result<u16> {
 
 /// Starts a child and waits for the stdout line that contains `marker`; returns the line.
 async fn spawn_until(mut command: Command, marker: &str) -> Result<(Process, String)> {
-    command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).env("TASKGATE_LOG", "error");
+    command.stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).env("TASKGATE_LOG", "info");
     let mut child = command.spawn().context("cannot start a child process")?;
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
     let line = tokio::time::timeout(Duration::from_secs(180), async {
