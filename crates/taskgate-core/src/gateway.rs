@@ -854,7 +854,8 @@ impl SessionHandle {
         mode: crate::TaskMode,
     ) -> Result<OutboundReceiver, GatewayError> {
         let (reply, rx) = self.outbound("request", Some(id.clone()))?;
-        self.deliver(ClientRequest { id, method, params, reply, mode }).await??;
+        let span = tracing::Span::current();
+        self.deliver(ClientRequest { id, method, params, reply, mode, span }).await??;
         Ok(rx)
     }
 

@@ -28,6 +28,10 @@ pub struct Untrusted<'a>(pub &'a str);
 
 impl fmt::Display for Untrusted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The usual case (a method, a session id) is short and plain: written at once.
+        if self.0.len() <= UNTRUSTED_BYTES && !self.0.bytes().any(|b| b.is_ascii_control() || b == b'\\' || b >= 0x80) {
+            return f.write_str(self.0);
+        }
         let mut written = 0;
         for c in self.0.chars() {
             if written + c.len_utf8() > UNTRUSTED_BYTES {
@@ -137,6 +141,12 @@ mod tests {
     fn untrusted_strings_are_cut_and_escaped() {
         assert_eq!(Untrusted("plain-id").to_string(), "plain-id");
         assert_eq!(Untrusted("a\nb\rc\u{1b}[31m").to_string(), "a\\nb\\rc\\u{1b}[31m");
+        assert_eq!(Untrusted("a\\b\u{7f}").to_string(), "a\\\\b\\u{7f}");
+        assert_eq!(Untrusted("café").to_string(), "café");
+        // Exactly the limit is written whole; one byte more is cut.
+        let limit = "y".repeat(UNTRUSTED_BYTES);
+        assert_eq!(Untrusted(&limit).to_string(), limit);
+        assert!(Untrusted(&format!("{limit}y")).to_string().ends_with("…(129 bytes)"));
         let long = "x".repeat(4 * 1024 * 1024);
         let shown = Untrusted(&long).to_string();
         assert!(shown.len() < UNTRUSTED_BYTES + 32, "{}", shown.len());

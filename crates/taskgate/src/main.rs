@@ -8,15 +8,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod logging;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use taskgate_config::{Config, ConfigError, LogFormat, UpstreamConfig};
+use taskgate_config::{Config, ConfigError, UpstreamConfig};
 use taskgate_core::Gateway;
-use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(
@@ -137,27 +138,10 @@ fn check_config(file: &std::path::Path) -> ExitCode {
     }
 }
 
-fn init_logging(config: &Config) {
-    let filter = EnvFilter::try_new(&config.logging.level).unwrap_or_else(|e| {
-        eprintln!("taskgate: invalid log filter {:?} ({e}); using \"info\"", config.logging.level);
-        EnvFilter::new("info")
-    });
-    // Every line is escaped and bounded whatever a field holds (invariant: a client cannot
-    // forge or flood log lines).
-    // Colours only on a terminal: a log file or collector gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let writer = move || taskgate_core::logs::SafeWriter { inner: std::io::stderr(), ansi };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
-    let _ = match config.logging.format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Human => builder.try_init(),
-    };
-}
-
 /// Runs the gateway until Ctrl-C or SIGTERM, reloading tenants from `path` on SIGHUP and when
 /// the file changes.
 fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> anyhow::Result<()> {
-    init_logging(&config);
+    logging::init(&config);
     actix_rt::System::new().block_on(async move {
         let poll = config.server.config_poll_ms;
         let gateway = Gateway::start(config).map_err(problems)?;
@@ -295,7 +279,7 @@ fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
     let mut config = Config::parse_unvalidated(DEMO_CONFIG, "config/demo.toml", &|key| std::env::var(key).ok())?;
     config.server.listen = listen.to_string();
     config.store = taskgate_config::StoreConfig::file(data.display().to_string());
-    init_logging(&config);
+    logging::init(&config);
     let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
     actix_rt::System::new().block_on(async move {
         // 'demo' runs tasks natively; 'local' has plain tools that the gateway wraps as tasks.

@@ -142,6 +142,8 @@ struct InFlight {
     running: Option<SpawnHandle>,
     /// The request's progress token's actor.
     progress: Option<Addr<ProgressActor>>,
+    /// The client request's span.
+    span: tracing::Span,
 }
 
 /// A request an upstream sent that was relayed to the client.
@@ -164,7 +166,25 @@ enum Asker {
     /// the shared store; the answer goes back through the store's events).
     Replica { key: String },
 }
+
 impl SessionActor {
+    /// The span request `id`'s call to `upstream` runs in: a child of the client request's
+    /// span, which names the tenant, principal, session and method, naming the upstream (one
+    /// span and field written per call, not four fields again); one naming them all when the
+    /// request came with no span.
+    fn upstream_span(&self, id: &RequestId, method: &str, upstream: &str) -> tracing::Span {
+        match self.requests.get(id).map(|r| &r.span).filter(|s| !s.is_none()) {
+            Some(parent) => tracing::info_span!(parent: parent, "upstream_call", upstream = %upstream),
+            None => tracing::info_span!(
+                "upstream_call",
+                session = %self.id,
+                tenant = %self.identity.tenant,
+                method,
+                upstream = %upstream,
+            ),
+        }
+    }
+
     pub(crate) fn new(
         id: String,
         shared: Arc<Shared>,
@@ -345,6 +365,9 @@ pub(crate) struct ClientRequest {
     pub params: Option<Value>,
     pub reply: Outbound,
     pub mode: TaskMode,
+    /// The client request's span (the front door's `mcp_request`): what runs for the request
+    /// upstream logs inside it.
+    pub span: tracing::Span,
 }
 
 /// Who decides whether a `tools/call` becomes a task: part of the internal request model, set
@@ -371,7 +394,7 @@ impl Handler<ClientRequest> for SessionActor {
     type Result = Result<(), GatewayError>;
 
     fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
-        let ClientRequest { id, method, params, reply, mode } = msg;
+        let ClientRequest { id, method, params, reply, mode, span } = msg;
         if self.requests.contains_key(&id) {
             return Err(GatewayError::InvalidRequest(format!(
                 "request id {id} is already in use by a request in progress in this session"
@@ -400,7 +423,7 @@ impl Handler<ClientRequest> for SessionActor {
             && params.as_ref().is_some_and(|p| p.get("task").is_some());
         self.requests.insert(
             id.clone(),
-            InFlight { reply, upstream: None, task, task_augmented, mode, running: None, progress: None },
+            InFlight { reply, upstream: None, task, task_augmented, mode, running: None, progress: None, span },
         );
         self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match method.as_str() {

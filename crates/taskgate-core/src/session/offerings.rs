@@ -353,7 +353,7 @@ impl SessionActor {
         {
             let _ = previous.try_send(Abandon);
         }
-        let span = tracing::info_span!("upstream_call", session = %self.id, tenant = %self.identity.tenant, method, upstream = %upstream);
+        let span = self.upstream_span(&id, method, &upstream);
         let call = tracing::Instrument::instrument(
             relay_call(session, method, upstream_id, params, Some(reply), progress, true, Some(ctx.address())),
             span,

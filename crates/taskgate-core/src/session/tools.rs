@@ -194,13 +194,7 @@ impl SessionActor {
         if let Some(request) = self.requests.get_mut(&id) {
             request.progress = progress.clone();
         }
-        let span = tracing::info_span!(
-            "upstream_call",
-            session = %self.id,
-            tenant = %self.identity.tenant,
-            method = methods::TOOLS_CALL,
-            upstream = %upstream_name,
-        );
+        let span = self.upstream_span(&id, methods::TOOLS_CALL, &upstream_name);
         let call = tracing::Instrument::instrument(
             relay_call(
                 session,
