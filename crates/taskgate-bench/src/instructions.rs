@@ -22,6 +22,8 @@ enum Kind {
     Session,
     /// A 2026-07-28 stateless request.
     Stateless,
+    /// A 2025-11-25 session call through the bare actix-web + reqwest proxy: the stack alone.
+    Bare,
 }
 
 impl Kind {
@@ -29,6 +31,7 @@ impl Kind {
         match self {
             Kind::Session => "2025-11-25 session tools/call",
             Kind::Stateless => "2026-07-28 stateless tools/call",
+            Kind::Bare => "the same session call through the bare actix-web + reqwest proxy (the stack alone)",
         }
     }
 
@@ -36,6 +39,7 @@ impl Kind {
         match self {
             Kind::Session => "session",
             Kind::Stateless => "stateless",
+            Kind::Bare => "bare",
         }
     }
 }
@@ -50,13 +54,17 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
     let wrap =
         ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
     let config = format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n");
-    let (gateway, url) = start_gateway_wrapped(bin, &config, &wrap).await?;
+    let (gateway, url) = match kind {
+        Kind::Bare => crate::bare::start(demo_url, &wrap).await?,
+        _ => start_gateway_wrapped(bin, &config, &wrap).await?,
+    };
     let served = async {
         match kind {
-            Kind::Session => {
+            Kind::Session | Kind::Bare => {
                 let client = connect(&url).await?;
+                let tool = if matches!(kind, Kind::Bare) { "echo" } else { "demo__echo" };
                 for _ in 0..calls {
-                    call(&client, "demo__echo").await?;
+                    call(&client, tool).await?;
                 }
             }
             Kind::Stateless => {
@@ -106,7 +114,7 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     let (warm_up, measured) = if plan.quick { (10, 20) } else { (50, 400) };
     let (_demo, demo_url) = start_demo(bin).await?;
     let mut per_call = Vec::new();
-    for kind in [Kind::Session, Kind::Stateless] {
+    for kind in [Kind::Session, Kind::Stateless, Kind::Bare] {
         let base = count(bin, &demo_url, kind, warm_up).await?;
         let full = count(bin, &demo_url, kind, warm_up + measured).await?;
         if full <= base {
@@ -114,17 +122,19 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
         }
         per_call.push((kind, (full - base) / measured as u64));
     }
-    println!("| call, through the gateway to the demo upstream over HTTP | gateway instructions per call |");
+    println!("| call, to the demo upstream over HTTP | instructions per call in the proxy |");
     println!("| --- | --- |");
     for (kind, n) in &per_call {
         println!("| {} | {} |", kind.name(), n);
     }
     let ratio = per_call[1].1 as f64 / per_call[0].1 as f64;
+    let over_stack = per_call[0].1 as f64 / per_call[2].1 as f64;
     println!();
     println!(
         "- {measured} calls after {warm_up} warm-up calls, each kind on a fresh gateway, one keep-alive connection"
     );
     println!("- 2026 stateless / 2025 session: {ratio:.2} (target ≤ 1.1: {})", verdict(ratio <= 1.1));
+    println!("- 2025 session call through taskgate / through the stack alone: {over_stack:.2}");
     println!();
     Ok(())
 }

@@ -18,6 +18,7 @@ use taskgate_testkit::McpClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod bare;
 mod instructions;
 mod revisions;
 mod sessions;
@@ -138,6 +139,12 @@ fn main() -> Result<()> {
         let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--fixed-server PORT BODY")?;
         let body = args.get(2).cloned().unwrap_or_default();
         return actix_rt::System::new().block_on(fixed_server(port, body));
+    }
+    if args.first().map(String::as_str) == Some("--bare-proxy") {
+        // The bare actix-web + reqwest proxy of sections 1 and 9, in a process of its own.
+        let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--bare-proxy PORT UPSTREAM_URL")?;
+        let upstream = args.get(2).cloned().context("--bare-proxy PORT UPSTREAM_URL")?;
+        return actix_rt::System::new().block_on(bare::serve(port, upstream));
     }
     let plan = match parse_args(&args) {
         Ok(Some(plan)) => plan,
@@ -541,9 +548,12 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
             .await?;
     let upstream_addr = demo_url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     let nginx = start_nginx(&upstream_addr).await?;
+    // The gateway's HTTP stack with no MCP work: the floor this stack sets.
+    let (bare_process, bare_url) = bare::start(&demo_url, &[]).await?;
 
     let direct = connect(&demo_url).await?;
     let through = connect(&gateway_url).await?;
+    let bare = connect(&bare_url).await?;
     let proxied = match &nginx {
         Some((_, url)) => Some(connect(url).await?),
         None => None,
@@ -552,33 +562,47 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     for _ in 0..20 {
         call(&direct, "echo").await?;
         call(&through, "demo__echo").await?;
+        call(&bare, "echo").await?;
         if let Some(p) = &proxied {
             call(p, "echo").await?;
         }
     }
     // Interleave the paths round by round so that noise hits them alike.
     let rounds = 4;
-    let (mut d, mut g, mut n) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut d, mut g, mut b, mut n) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         d.extend(sequential_latencies(&direct, "echo", plan.sequential / rounds).await?);
         g.extend(sequential_latencies(&through, "demo__echo", plan.sequential / rounds).await?);
+        b.extend(sequential_latencies(&bare, "echo", plan.sequential / rounds).await?);
         if let Some(p) = &proxied {
             n.extend(sequential_latencies(p, "echo", plan.sequential / rounds).await?);
         }
     }
     let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
     let (g50, g99) = (percentile(&mut g, 0.5), percentile(&mut g, 0.99));
+    let (b50, b99) = (percentile(&mut b, 0.5), percentile(&mut b, 0.99));
     let direct_rps = throughput(&direct, "echo", plan.concurrent_total, plan.concurrency).await?;
+    // CPU seconds per 1,000 calls, from each throughput run's calls.
+    let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / plan.concurrent_total as f64;
     let cpu_before = gateway.cpu();
     let gateway_rps = throughput(&through, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
-    // CPU seconds per 1,000 calls, from the throughput run's calls.
-    let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / plan.concurrent_total as f64;
     let gateway_cpu = per_thousand(gateway.cpu().saturating_sub(cpu_before));
-    println!("| path | p50 | p99 | throughput at {} clients |", plan.concurrency);
-    println!("| --- | --- | --- | --- |");
-    println!("| direct to the upstream | {} | {} | {:.0} req/s |", ms(d50), ms(d99), direct_rps);
-    println!("| through taskgate | {} | {} | {:.0} req/s |", ms(g50), ms(g99), gateway_rps);
+    let cpu_before = bare_process.cpu();
+    let bare_rps = throughput(&bare, "echo", plan.concurrent_total, plan.concurrency).await?;
+    let bare_cpu = per_thousand(bare_process.cpu().saturating_sub(cpu_before));
+    println!("| path | p50 | p99 | throughput at {} clients | CPU per 1,000 calls |", plan.concurrency);
+    println!("| --- | --- | --- | --- | --- |");
+    println!("| direct to the upstream | {} | {} | {:.0} req/s | |", ms(d50), ms(d99), direct_rps);
+    println!("| through taskgate | {} | {} | {:.0} req/s | {:.3} s |", ms(g50), ms(g99), gateway_rps, gateway_cpu);
+    println!(
+        "| through the bare actix-web + reqwest proxy (the stack alone) | {} | {} | {:.0} req/s | {:.3} s |",
+        ms(b50),
+        ms(b99),
+        bare_rps,
+        bare_cpu
+    );
     let gateway_added = g50.saturating_sub(d50);
+    let bare_added = b50.saturating_sub(d50).max(Duration::from_micros(1));
     match &proxied {
         Some(p) => {
             let (n50, n99) = (percentile(&mut n, 0.5), percentile(&mut n, 0.99));
@@ -586,7 +610,13 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
             let cpu_before = nginx_process.cpu();
             let nginx_rps = throughput(p, "echo", plan.concurrent_total, plan.concurrency).await?;
             let nginx_cpu = per_thousand(nginx_process.cpu().saturating_sub(cpu_before));
-            println!("| through nginx (proxy_pass) | {} | {} | {:.0} req/s |", ms(n50), ms(n99), nginx_rps);
+            println!(
+                "| through nginx (proxy_pass) | {} | {} | {:.0} req/s | {:.3} s |",
+                ms(n50),
+                ms(n99),
+                nginx_rps,
+                nginx_cpu
+            );
             let nginx_added = n50.saturating_sub(d50).max(Duration::from_micros(1));
             let latency_ratio = gateway_added.as_secs_f64() / nginx_added.as_secs_f64();
             let throughput_ratio = gateway_rps / nginx_rps;
@@ -611,6 +641,13 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
                 cpu_ratio,
                 verdict(cpu_ratio <= 1.5)
             );
+            println!(
+                "- the stack alone (bare proxy) vs nginx: added latency {} ({:.2}×), throughput {:.2}×, CPU {:.2}×",
+                ms(bare_added),
+                bare_added.as_secs_f64() / nginx_added.as_secs_f64(),
+                bare_rps / nginx_rps,
+                bare_cpu / nginx_cpu.max(1e-9)
+            );
         }
         None => {
             println!();
@@ -623,6 +660,12 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
             );
         }
     }
+    println!(
+        "- taskgate vs the stack alone: added latency {:.2}×, throughput {:.2}×, CPU {:.2}×",
+        gateway_added.as_secs_f64() / bare_added.as_secs_f64(),
+        gateway_rps / bare_rps,
+        gateway_cpu / bare_cpu.max(1e-9)
+    );
     println!();
     stop_profiled(gateway).await;
     Ok(())

@@ -1,0 +1,85 @@
+//! The gateway's HTTP stack with nothing of the gateway in it: a bare proxy built from the
+//! same libraries (actix-web in front, one worker; reqwest behind, with the gateway's TLS
+//! backend), which forwards each POST's bytes and the headers MCP needs and streams the answer
+//! back as it comes, reading none of it. Sections 1 and 9 measure it beside the gateway and
+//! nginx: what it costs is the floor of this stack, before any MCP work.
+
+use actix_web::http::StatusCode;
+use actix_web::web::Bytes;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use anyhow::Result;
+use tokio::process::Command;
+
+use crate::{free_port, spawn_until, Process};
+
+/// The request headers forwarded (MCP's and the content's), and the response headers returned.
+const REQUEST_HEADERS: [&str; 4] = ["content-type", "accept", "mcp-session-id", "mcp-protocol-version"];
+const RESPONSE_HEADERS: [&str; 2] = ["content-type", "mcp-session-id"];
+
+/// Serves the bare proxy on `port` in front of `upstream` (an MCP endpoint URL) until SIGTERM.
+pub async fn serve(port: u16, upstream: String) -> Result<()> {
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    // Parsed once, as the gateway does.
+    let upstream = reqwest::Url::parse(&upstream)?;
+    let server = HttpServer::new(move || {
+        let (client, upstream) = (client.clone(), upstream.clone());
+        App::new().route(
+            "/mcp",
+            web::post()
+                .to(move |request: HttpRequest, body: Bytes| forward(client.clone(), upstream.clone(), request, body)),
+        )
+    })
+    .workers(1)
+    // As the gateway does: no Nagle stall on small writes.
+    .on_connect(|connection, _| {
+        if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+            let _ = tcp.set_nodelay(true);
+        }
+    })
+    .shutdown_timeout(1)
+    .bind(("127.0.0.1", port))?
+    .run();
+    println!("bare proxy listening on {port}");
+    server.await?;
+    Ok(())
+}
+
+async fn forward(client: reqwest::Client, upstream: reqwest::Url, request: HttpRequest, body: Bytes) -> HttpResponse {
+    let mut out = client.post(upstream).body(body);
+    for name in REQUEST_HEADERS {
+        if let Some(value) = request.headers().get(name) {
+            out = out.header(name, value.as_bytes());
+        }
+    }
+    match out.send().await {
+        Ok(reply) => {
+            let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut response = HttpResponse::build(status);
+            for name in RESPONSE_HEADERS {
+                if let Some(value) = reply.headers().get(name) {
+                    response.insert_header((name, value.as_bytes()));
+                }
+            }
+            response.streaming(reply.bytes_stream())
+        }
+        Err(e) => HttpResponse::BadGateway().body(e.to_string()),
+    }
+}
+
+/// Starts the bare proxy (this program, `--bare-proxy`) in front of `upstream`, under `wrap`
+/// (a profiler's command line) if any; returns it and its MCP endpoint URL.
+pub async fn start(upstream: &str, wrap: &[String]) -> Result<(Process, String)> {
+    let port = free_port()?;
+    let exe = std::env::current_exe()?;
+    let mut command = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(&exe);
+            command
+        }
+        None => Command::new(&exe),
+    };
+    command.arg("--bare-proxy").arg(port.to_string()).arg(upstream);
+    let (process, _) = spawn_until(command, "bare proxy listening").await?;
+    Ok((process, format!("http://127.0.0.1:{port}/mcp")))
+}
