@@ -7,13 +7,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
-use reqwest::{Response, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use taskgate_config::UpstreamConfig;
 use taskgate_protocol::sse::Decoder;
 use taskgate_protocol::{Message, RequestId};
 use tokio::sync::{mpsc, watch};
 
+use crate::client::{HttpClient, HttpError, Reply, Target};
 use crate::session::{ChannelError, Encoded, Incoming, Routes};
 use crate::UpstreamError;
 
@@ -29,10 +30,10 @@ const MAX_LISTEN_BACKOFF: Duration = Duration::from_secs(30);
 /// One Streamable HTTP session with an upstream.
 pub(crate) struct HttpChannel {
     name: String,
-    /// Parsed once: reqwest would parse (and IDNA-check) a string on every request.
-    url: reqwest::Url,
+    /// Parsed once (`None`: the configured URL is not one, and every request fails saying so).
+    target: Option<Target>,
     url_text: String,
-    client: reqwest::Client,
+    client: HttpClient,
     headers: HeaderMap,
     max_message_bytes: usize,
     /// How long the GET stream stays open once nothing needs it.
@@ -154,7 +155,7 @@ impl Connections {
 impl HttpChannel {
     pub(crate) fn new(
         config: &UpstreamConfig,
-        client: reqwest::Client,
+        client: HttpClient,
         incoming: mpsc::Sender<Box<Incoming>>,
         routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
@@ -171,9 +172,8 @@ impl HttpChannel {
         }
         HttpChannel {
             name: config.name.clone(),
-            // A URL that does not parse makes every request fail (see `post`), naming it.
-            url: reqwest::Url::parse(config.url.as_deref().unwrap_or_default())
-                .unwrap_or_else(|_| reqwest::Url::parse("http://invalid.invalid/").expect("a valid URL")),
+            // A URL that does not parse makes every request fail (see `send`), naming it.
+            target: Target::parse(config.url.as_deref().unwrap_or_default()),
             url_text: config.url.clone().unwrap_or_default(),
             client,
             headers,
@@ -247,31 +247,40 @@ impl HttpChannel {
         UpstreamError::Protocol { upstream: self.name.clone(), reason: reason.into() }
     }
 
-    fn builder(&self, method: reqwest::Method) -> reqwest::RequestBuilder {
-        let mut b = self.client.request(method, self.url.clone()).headers(self.headers.clone());
-        if let Some(id) = self.session_id.lock().clone() {
-            b = b.header(SESSION_HEADER, id);
+    /// The headers of a request in this session: the configured ones, the session's id and
+    /// protocol version.
+    fn headers(&self) -> HeaderMap {
+        let mut headers = self.headers.clone();
+        if let Some(id) = self.session_id.lock().as_deref().and_then(|id| HeaderValue::from_str(id).ok()) {
+            headers.insert(SESSION_HEADER, id);
         }
-        if let Some(v) = self.protocol_version.lock().clone() {
-            b = b.header(VERSION_HEADER, v);
+        if let Some(v) = self.protocol_version.lock().as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(VERSION_HEADER, v);
         }
-        b
+        headers
     }
 
-    async fn post(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Response, ChannelError> {
+    /// Sends a request of this session with `headers` (from [`Self::headers`]).
+    async fn send_request(&self, method: Method, headers: HeaderMap, body: Bytes) -> Result<Reply, UpstreamError> {
+        let Some(target) = &self.target else {
+            return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)));
+        };
+        self.client.send(method, target, headers, body).await.map_err(|e| self.unavailable(e.0))
+    }
+
+    async fn post(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Reply, ChannelError> {
         let response = self.post_raw(json, extra).await?;
         self.check_status(response).await
     }
 
-    async fn post_raw(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Response, UpstreamError> {
-        if self.url.host_str() == Some("invalid.invalid") {
-            return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)));
-        }
-        let mut builder = self.builder(reqwest::Method::POST).header(CONTENT_TYPE, JSON).header(ACCEPT, JSON_OR_SSE);
+    async fn post_raw(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Reply, UpstreamError> {
+        let mut headers = self.headers();
+        headers.insert(CONTENT_TYPE, JSON);
+        headers.insert(ACCEPT, JSON_OR_SSE);
         for (name, value) in extra {
-            builder = builder.header(name, value);
+            headers.insert(name, value.clone());
         }
-        builder.body(json).send().await.map_err(|e| self.unavailable(describe(&e)))
+        self.send_request(Method::POST, headers, json).await
     }
 
     /// Sends a modern `server/discover` probe (streamable-http "Backward Compatibility"): the
@@ -298,7 +307,7 @@ impl HttpChannel {
     }
 
     /// Maps HTTP statuses: 404 on a known session means it expired; others are errors.
-    async fn check_status(&self, response: Response) -> Result<Response, ChannelError> {
+    async fn check_status(&self, response: Reply) -> Result<Reply, ChannelError> {
         let status = response.status();
         if status == StatusCode::NOT_FOUND && self.session_id.lock().is_some() {
             self.expired.store(true, Ordering::Relaxed);
@@ -307,7 +316,7 @@ impl HttpChannel {
         if status.is_success() {
             return Ok(response);
         }
-        let body = response.text().await.unwrap_or_default();
+        let body = response.text(self.max_message_bytes).await.unwrap_or_default();
         let error = rpc_error(body.as_bytes());
         if self.is_modern() {
             // basic/versioning "Backward Compatibility": a 4xx without a recognized modern error
@@ -354,7 +363,7 @@ impl HttpChannel {
     /// The outcome of request `id` from its response: JSON, or an SSE stream carrying it.
     async fn read_reply(
         &self,
-        response: Response,
+        response: Reply,
         id: &RequestId,
         sink: Option<&mpsc::Sender<Message>>,
     ) -> Result<Value, ChannelError> {
@@ -401,9 +410,9 @@ impl HttpChannel {
         }
     }
 
-    async fn read_body(&self, mut response: Response) -> Result<Vec<u8>, ChannelError> {
+    async fn read_body(&self, mut response: Reply) -> Result<Vec<u8>, ChannelError> {
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.unavailable(describe(&e)))? {
+        while let Some(chunk) = response.chunk().await.map_err(|e: HttpError| self.unavailable(e.0))? {
             if body.len() + chunk.len() > self.max_message_bytes {
                 return Err(self
                     .protocol(format!("response exceeds max_message_bytes ({})", self.max_message_bytes))
@@ -418,7 +427,7 @@ impl HttpChannel {
     /// Returns the awaited response's outcome, or `None` when the stream ends without it.
     async fn read_stream(
         &self,
-        mut response: Response,
+        mut response: Reply,
         awaiting: Option<&RequestId>,
         sink: Option<&mpsc::Sender<Message>>,
     ) -> Result<Option<Value>, ChannelError> {
@@ -427,7 +436,7 @@ impl HttpChannel {
             let chunk = match response.chunk().await {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => return Ok(None),
-                Err(e) => return Err(self.unavailable(describe(&e)).into()),
+                Err(e) => return Err(self.unavailable(e.0).into()),
             };
             let events = decoder.feed(&chunk).map_err(|_| {
                 self.protocol(format!("an SSE event exceeds max_message_bytes ({})", self.max_message_bytes))
@@ -548,7 +557,9 @@ impl HttpChannel {
                     }
                     continue;
                 };
-                let attempt = self.builder(reqwest::Method::GET).header(ACCEPT, "text/event-stream").send();
+                let mut headers = self.headers();
+                headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+                let attempt = self.send_request(Method::GET, headers, Bytes::new());
                 let outcome = tokio::select! {
                     r = attempt => r,
                     _ = closed.changed() => return,
@@ -586,7 +597,7 @@ impl HttpChannel {
                             tracing::debug!(upstream = %self.name, error = %e, "GET stream failed")
                         }
                     },
-                    Err(e) => tracing::debug!(upstream = %self.name, error = %describe(&e), "GET stream failed"),
+                    Err(e) => tracing::debug!(upstream = %self.name, error = %e, "GET stream failed"),
                 }
                 // The first attempt failed: nobody waits for the retries.
                 settle(&mut settled);
@@ -680,7 +691,7 @@ impl HttpChannel {
 
     /// Reads a listen stream until it ends: the acknowledgment is consumed, every notification
     /// goes on without the subscription id (it names our request, which nobody else knows).
-    async fn read_listen(&self, mut response: Response) {
+    async fn read_listen(&self, mut response: Reply) {
         let mut decoder = Decoder::new(self.max_message_bytes);
         loop {
             let Ok(Some(chunk)) = response.chunk().await else { return };
@@ -719,9 +730,15 @@ impl HttpChannel {
         if self.session_id.lock().is_none() {
             return;
         }
-        let sent = self.builder(reqwest::Method::DELETE).timeout(Duration::from_secs(5)).send().await;
-        if let Err(e) = sent {
-            tracing::debug!(upstream = %self.name, error = %describe(&e), "DELETE of the upstream session failed");
+        let sent = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.send_request(Method::DELETE, self.headers(), Bytes::new()),
+        )
+        .await;
+        match sent {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(upstream = %self.name, error = %e, "DELETE of the upstream session failed"),
+            Err(_) => tracing::debug!(upstream = %self.name, "DELETE of the upstream session timed out"),
         }
     }
 }
@@ -734,7 +751,7 @@ fn rpc_error(body: &[u8]) -> Option<taskgate_protocol::ErrorObject> {
     }
 }
 
-fn content_type(response: &Response) -> String {
+fn content_type(response: &Reply) -> String {
     response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
 }
 
@@ -782,16 +799,4 @@ async fn unwanted(listening: &mut crate::session::Listening, idle: Duration) {
             changed = listening.holds.changed() => if changed.is_err() { return std::future::pending().await },
         }
     }
-}
-
-/// reqwest's Display omits the cause ("error sending request"); include the chain.
-fn describe(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -12,6 +12,7 @@
 //! Messages the upstream sends on its own (notifications, requests) arrive as
 //! [`UpstreamEvent`]s on a bounded channel given to the session's owner.
 
+mod client;
 mod error;
 pub mod http;
 mod modern;

@@ -276,7 +276,7 @@ pub(crate) struct ConnectorInner {
     era: parking_lot::Mutex<Option<Era>>,
     /// The `x-mcp-header` annotations of a modern upstream's tools.
     tool_headers: ToolHeaders,
-    http: reqwest::Client,
+    http: crate::client::HttpClient,
     processes: Arc<Semaphore>,
     /// The bound on connections to an HTTP upstream.
     connections: Arc<crate::http::Connections>,
@@ -304,12 +304,7 @@ impl Connector {
 
     /// A connector whose requests are reported to `observer`.
     pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
-        let http = reqwest::Client::builder()
-            .pool_idle_timeout(POOL_IDLE)
-            .pool_max_idle_per_host(config.max_connections)
-            .tcp_nodelay(true)
-            .build()
-            .expect("an HTTP client with default TLS builds");
+        let http = crate::client::HttpClient::new(config.url.as_deref(), config.max_connections, POOL_IDLE);
         let processes = Arc::new(Semaphore::new(config.max_processes));
         let connections = crate::http::Connections::new(&config.name, config.max_connections, observer.clone());
         let shutdown = tokio::sync::watch::channel(false).0;
