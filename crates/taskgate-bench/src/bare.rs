@@ -1,13 +1,16 @@
 //! The gateway's HTTP stack with nothing of the gateway in it: a bare proxy built from the
-//! same libraries (actix-web in front, one worker; reqwest behind, with the gateway's TLS
-//! backend), which forwards each POST's bytes and the headers MCP needs and streams the answer
-//! back as it comes, reading none of it. Sections 1 and 9 measure it beside the gateway and
-//! nginx: what it costs is the floor of this stack, before any MCP work.
+//! same libraries (actix-web in front, one worker; hyper's pooled client behind, as the
+//! gateway's upstream channels use it), which forwards each POST's bytes and the headers MCP
+//! needs and streams the answer back as it comes, reading none of it. Sections 1 and 9 measure
+//! it beside the gateway and nginx: what it costs is the floor of this stack, before any MCP
+//! work.
 
 use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use anyhow::Result;
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::process::Command;
 
 use crate::{free_port, spawn_until, Process};
@@ -18,9 +21,12 @@ const RESPONSE_HEADERS: [&str; 2] = ["content-type", "mcp-session-id"];
 
 /// Serves the bare proxy on `port` in front of `upstream` (an MCP endpoint URL) until SIGTERM.
 pub async fn serve(port: u16, upstream: String) -> Result<()> {
-    let client = reqwest::Client::builder().no_proxy().build()?;
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
     // Parsed once, as the gateway does.
-    let upstream = reqwest::Url::parse(&upstream)?;
+    let upstream: hyper::Uri = upstream.parse()?;
     let server = HttpServer::new(move || {
         let (client, upstream) = (client.clone(), upstream.clone());
         App::new().route(
@@ -44,14 +50,19 @@ pub async fn serve(port: u16, upstream: String) -> Result<()> {
     Ok(())
 }
 
-async fn forward(client: reqwest::Client, upstream: reqwest::Url, request: HttpRequest, body: Bytes) -> HttpResponse {
-    let mut out = client.post(upstream).body(body);
+type Client = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
+
+async fn forward(client: Client, upstream: hyper::Uri, request: HttpRequest, body: Bytes) -> HttpResponse {
+    let mut out = hyper::Request::post(upstream);
     for name in REQUEST_HEADERS {
         if let Some(value) = request.headers().get(name) {
             out = out.header(name, value.as_bytes());
         }
     }
-    match out.send().await {
+    let Ok(out) = out.body(Full::new(body)) else {
+        return HttpResponse::BadRequest().body("a header that is not one");
+    };
+    match client.request(out).await {
         Ok(reply) => {
             let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
             let mut response = HttpResponse::build(status);
@@ -60,7 +71,8 @@ async fn forward(client: reqwest::Client, upstream: reqwest::Url, request: HttpR
                     response.insert_header((name, value.as_bytes()));
                 }
             }
-            response.streaming(reply.bytes_stream())
+            let body = http_body_util::BodyDataStream::new(reply.into_body());
+            response.streaming(body)
         }
         Err(e) => HttpResponse::BadGateway().body(e.to_string()),
     }

@@ -22,7 +22,7 @@ enum Kind {
     Session,
     /// A 2026-07-28 stateless request.
     Stateless,
-    /// A 2025-11-25 session call through the bare actix-web + reqwest proxy: the stack alone.
+    /// A 2025-11-25 session call through the bare actix-web + hyper proxy: the stack alone.
     Bare,
 }
 
@@ -31,7 +31,7 @@ impl Kind {
         match self {
             Kind::Session => "2025-11-25 session tools/call",
             Kind::Stateless => "2026-07-28 stateless tools/call",
-            Kind::Bare => "the same session call through the bare actix-web + reqwest proxy (the stack alone)",
+            Kind::Bare => "the same session call through the bare actix-web + hyper proxy (the stack alone)",
         }
     }
 

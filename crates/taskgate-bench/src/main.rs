@@ -141,7 +141,7 @@ fn main() -> Result<()> {
         return actix_rt::System::new().block_on(fixed_server(port, body));
     }
     if args.first().map(String::as_str) == Some("--bare-proxy") {
-        // The bare actix-web + reqwest proxy of sections 1 and 9, in a process of its own.
+        // The bare actix-web + hyper proxy of sections 1 and 9, in a process of its own.
         let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--bare-proxy PORT UPSTREAM_URL")?;
         let upstream = args.get(2).cloned().context("--bare-proxy PORT UPSTREAM_URL")?;
         return actix_rt::System::new().block_on(bare::serve(port, upstream));
@@ -595,7 +595,7 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     println!("| direct to the upstream | {} | {} | {:.0} req/s | |", ms(d50), ms(d99), direct_rps);
     println!("| through taskgate | {} | {} | {:.0} req/s | {:.3} s |", ms(g50), ms(g99), gateway_rps, gateway_cpu);
     println!(
-        "| through the bare actix-web + reqwest proxy (the stack alone) | {} | {} | {:.0} req/s | {:.3} s |",
+        "| through the bare actix-web + hyper proxy (the stack alone) | {} | {} | {:.0} req/s | {:.3} s |",
         ms(b50),
         ms(b99),
         bare_rps,

@@ -81,7 +81,7 @@ pub async fn sessions(plan: &Plan, bin: &Path) -> Result<()> {
         );
     }
     println!(
-        "- connections to the upstream held by {} sessions: {} and {} (the sessions declare no capabilities and open no GET stream, so they hold no upstream GET stream: these are the catalog's GET stream and reqwest's idle pool; target: at most upstream[].max_connections, 256 by default: {})",
+        "- connections to the upstream held by {} sessions: {} and {} (the sessions declare no capabilities and open no GET stream, so they hold no upstream GET stream: these are the catalog's GET stream and the HTTP client's idle pool; target: at most upstream[].max_connections, 256 by default: {})",
         count + 1,
         private.connections[1],
         shared.connections[1],
