@@ -256,3 +256,68 @@ async fn an_answer_to_the_upstream_is_not_held_back_by_the_connection_bound() {
     };
     assert!(result["content"][0]["text"].as_str().unwrap_or_default().contains("Ada"), "{result}");
 }
+
+/// A server that answers every request with `307 Temporary Redirect` to `location`, having read
+/// the request whole; returns its MCP endpoint URL and how many requests it answered.
+async fn redirecting_server(location: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = answered.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (location, count) = (location.clone(), count.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
+                    if let Some(end) = head_end {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() >= end + 4 + length {
+                            seen.drain(..end + 4 + length);
+                            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let reply = format!(
+                                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
+                            );
+                            if socket.write_all(reply.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (url, answered)
+}
+
+#[actix_rt::test]
+async fn an_upstream_redirect_is_not_followed_and_the_call_fails_naming_it() {
+    // The redirect points at a working upstream: following it would make the call succeed
+    // (and send the configured headers to wherever the redirect names).
+    let demo = DemoUpstream::start();
+    let (moved_url, answered) = redirecting_server(demo.http.url.clone()).await;
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo"), UpstreamConfig::http("moved", &moved_url)]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let before = demo.demo.stats().initializes;
+    let error = c.call("moved__echo", json!({"text": "x"})).await.unwrap_err();
+    assert!(error.message.contains("'moved'"), "{}", error.message);
+    assert!(error.message.contains("307"), "{}", error.message);
+    assert!(answered.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    // Nothing reached the upstream the redirect named.
+    assert_eq!(demo.demo.stats().initializes, before);
+    assert_eq!(c.call("demo__echo", json!({"text": "fine"})).await.unwrap()["content"][0]["text"], "fine");
+}
