@@ -1,5 +1,6 @@
 //! Upstream sessions: lazily opened per client session with the client's capabilities,
-//! re-initialized when expired, bounded stdio processes, and dead upstreams.
+//! re-initialized when expired, bounded stdio processes, dead upstreams, redirects (not
+//! followed) and the environment's proxy.
 
 use serde_json::json;
 use taskgate_config::UpstreamConfig;
@@ -320,4 +321,66 @@ async fn an_upstream_redirect_is_not_followed_and_the_call_fails_naming_it() {
     // Nothing reached the upstream the redirect named.
     assert_eq!(demo.demo.stats().initializes, before);
     assert_eq!(c.call("demo__echo", json!({"text": "fine"})).await.unwrap()["content"][0]["text"], "fine");
+}
+
+/// A forward proxy: it pipes each connection to the host its first request names (in absolute
+/// form, as a client sends it to a proxy), and reports each first request line.
+async fn forward_proxy() -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                let line = loop {
+                    if let Some(end) = seen.windows(2).position(|w| w == b"\r\n") {
+                        break String::from_utf8_lossy(&seen[..end]).into_owned();
+                    }
+                    match client.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                };
+                let _ = tx.send(line.clone());
+                // "POST http://HOST:PORT/mcp HTTP/1.1": the origin server is HOST:PORT.
+                let Some(host) = line.split(' ').nth(1).and_then(|t| t.strip_prefix("http://")) else { return };
+                let host = host.split('/').next().unwrap_or_default().to_owned();
+                let Ok(mut origin) = tokio::net::TcpStream::connect(host).await else { return };
+                if origin.write_all(&seen).await.is_err() {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
+            });
+        }
+    });
+    (url, rx)
+}
+
+/// An upstream the environment sends through a proxy (HTTP_PROXY) is reached through it, the
+/// real `taskgate serve` reading its environment as deployed.
+#[actix_rt::test]
+async fn an_upstream_behind_the_environments_proxy_is_reached_through_it() {
+    let demo = DemoUpstream::start();
+    let (proxy, mut requests) = forward_proxy().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("taskgate.toml");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = {:?}\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n",
+        dir.path().join("data").display().to_string(),
+        demo.http.url
+    );
+    std::fs::write(&file, text).unwrap();
+    let env = [("HTTP_PROXY", proxy.as_str()), ("http_proxy", proxy.as_str()), ("NO_PROXY", ""), ("no_proxy", "")];
+    let gw = taskgate_testkit::ServedGateway::start_with_env(&file, &env).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    assert_eq!(c.call("demo__echo", json!({"text": "via"})).await.unwrap()["content"][0]["text"], "via");
+    // The gateway's requests went to the proxy, in the absolute form a proxy is sent.
+    let first = within(requests.recv()).await.expect("a request through the proxy");
+    assert_eq!(first, format!("POST {} HTTP/1.1", demo.http.url), "{first}");
 }

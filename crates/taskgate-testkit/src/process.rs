@@ -32,19 +32,31 @@ impl ServedGateway {
 
     /// Starts it; `Err` holds what it printed on stderr when it exited instead of serving.
     pub async fn try_start(config: &Path) -> Result<ServedGateway, String> {
-        ServedGateway::try_start_with_open_files(config, None).await
+        ServedGateway::try_start_with(config, None, &[]).await
     }
 
     /// Starts it with its open-file limit (soft and hard) set to `open_files`.
     pub async fn start_with_open_files(config: &Path, open_files: u64) -> ServedGateway {
-        ServedGateway::try_start_with_open_files(config, Some(open_files))
+        ServedGateway::try_start_with(config, Some(open_files), &[])
             .await
             .unwrap_or_else(|stderr| panic!("taskgate serve did not start: {stderr}"))
     }
 
-    async fn try_start_with_open_files(config: &Path, open_files: Option<u64>) -> Result<ServedGateway, String> {
+    /// Starts it with these environment variables set (on top of the test's own).
+    pub async fn start_with_env(config: &Path, env: &[(&str, &str)]) -> ServedGateway {
+        ServedGateway::try_start_with(config, None, env)
+            .await
+            .unwrap_or_else(|stderr| panic!("taskgate serve did not start: {stderr}"))
+    }
+
+    async fn try_start_with(
+        config: &Path,
+        open_files: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Result<ServedGateway, String> {
         let mut command = tokio::process::Command::new(taskgate_bin());
         command
+            .envs(env.iter().copied())
             .args(["serve", "--config"])
             .arg(config)
             .stdout(Stdio::piped())
