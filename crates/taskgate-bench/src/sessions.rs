@@ -120,6 +120,7 @@ async fn measure(plan: &Plan, bin: &Path, count: usize, share: &str) -> Result<H
     let gateway_shared = gateway.rss();
     let upstream_sessions = upstream_sessions(&url).await?;
     drop((clients, more));
+    crate::stop_profiled(gateway).await;
     Ok(Held {
         gateway: [gateway_before, gateway_after, gateway_shared],
         demo: [demo_before, demo_after],
