@@ -19,13 +19,12 @@ use serde_json::Value;
 use taskgate_config::FederationConfig;
 use taskgate_protocol::mcp::{methods, ToolView};
 use taskgate_upstream::{ClientIdentity, Connector, UpstreamError, UpstreamEvent, UpstreamSession};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::catalog::Catalog;
 use crate::metrics::Metrics;
 use crate::registry::Sessions;
 use crate::session::ToolsChanged;
-use crate::stream::receiver_stream;
 
 /// How long an upstream whose listing failed is left alone before the next attempt.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -135,9 +134,9 @@ impl Router {
             return Some(s.clone());
         }
         let connector = self.connectors.iter().find(|c| c.name() == key.1)?.clone();
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = taskgate_upstream::event_channel(64);
         let tag = key.clone();
-        ctx.add_stream(receiver_stream(rx, move |event: Box<UpstreamEvent>| (tag.clone(), *event)));
+        ctx.add_stream(crate::stream::event_stream(rx, move |event: Box<UpstreamEvent>| (tag.clone(), *event)));
         let mut identity = ClientIdentity::gateway();
         if !key.0.is_empty() {
             identity.capabilities = serde_json::from_str(&key.0).unwrap_or_default();

@@ -14,6 +14,7 @@
 
 mod client;
 mod error;
+mod events;
 pub mod http;
 mod modern;
 mod session;
@@ -38,6 +39,7 @@ pub(crate) async fn decode(bytes: Vec<u8>) -> Result<Result<Message, MessageErro
         Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
     }
 }
+pub use events::{event_channel, EventReceiver, EventSender, NotSent};
 pub use session::{
     ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
     UpstreamSession, WeakUpstreamSession,

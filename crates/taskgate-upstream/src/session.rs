@@ -381,7 +381,7 @@ impl Connector {
         &self,
         key: &str,
         identity: impl FnOnce() -> ClientIdentity,
-        events: mpsc::Sender<Box<UpstreamEvent>>,
+        events: crate::EventSender,
     ) -> UpstreamSession {
         let mut pool = self.inner.shared.lock();
         let inner = match pool.get(key).filter(|inner| !*inner.closed.borrow()) {
@@ -486,7 +486,7 @@ impl Connector {
     pub fn resume(
         &self,
         identity: ClientIdentity,
-        events: mpsc::Sender<Box<UpstreamEvent>>,
+        events: crate::EventSender,
         resume: &SessionResume,
     ) -> Option<UpstreamSession> {
         if self.config().transport != Transport::Http {
@@ -517,7 +517,7 @@ impl Connector {
 
     /// Opens a session; nothing is sent until its first request. Messages the upstream sends
     /// on its own arrive on `events`.
-    pub fn open(&self, identity: ClientIdentity, events: mpsc::Sender<Box<UpstreamEvent>>) -> UpstreamSession {
+    pub fn open(&self, identity: ClientIdentity, events: crate::EventSender) -> UpstreamSession {
         UpstreamSession { inner: self.new_inner(identity, Owners::One(events)), lane: None }
     }
 

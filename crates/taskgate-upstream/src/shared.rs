@@ -25,8 +25,8 @@ use std::sync::{Arc, Weak};
 
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::RequestId;
-use tokio::sync::mpsc;
 
+use crate::events::EventSender;
 use crate::session::{ConnectorInner, UpstreamEvent};
 
 /// Requests whose lane is remembered after they ended: what the upstream sent about a request
@@ -37,7 +37,7 @@ const ENDED_KEPT: usize = 256;
 #[derive(Clone)]
 pub(crate) enum Owners {
     /// The one client session of a session of its own.
-    One(mpsc::Sender<Box<UpstreamEvent>>),
+    One(EventSender),
     /// The lanes of a shared session.
     Shared(Arc<Lanes>),
 }
@@ -65,7 +65,7 @@ pub(crate) struct Lanes {
 
 #[derive(Default)]
 struct Table {
-    senders: foldhash::HashMap<u64, mpsc::Sender<Box<UpstreamEvent>>>,
+    senders: foldhash::HashMap<u64, EventSender>,
     /// The lane of each request in flight and of the last [`ENDED_KEPT`] ended.
     owners: foldhash::HashMap<RequestId, u64>,
     ended: VecDeque<RequestId>,
@@ -83,7 +83,7 @@ impl Lanes {
     }
 
     /// A new lane, its events sent to `events`.
-    pub(crate) fn join(self: &Arc<Self>, events: mpsc::Sender<Box<UpstreamEvent>>) -> Lane {
+    pub(crate) fn join(self: &Arc<Self>, events: EventSender) -> Lane {
         let mut table = self.table.lock();
         table.next += 1;
         let id = table.next;
@@ -115,10 +115,10 @@ impl Lanes {
             ),
         };
         let is_status = matches!(&event, UpstreamEvent::Notification { method, .. } if method == methods::TASKS_STATUS);
-        let targets: Vec<mpsc::Sender<Box<UpstreamEvent>>> = {
+        let targets: Vec<EventSender> = {
             let table = self.table.lock();
             // A lane whose client session has ended (a task still holds it) receives nothing.
-            let live = |sender: &&mpsc::Sender<Box<UpstreamEvent>>| !sender.is_closed();
+            let live = |sender: &&EventSender| !sender.is_closed();
             let owner = about.as_ref().and_then(|id| table.owners.get(id)).and_then(|lane| table.senders.get(lane));
             match owner {
                 Some(sender) => vec![sender.clone()],
@@ -245,7 +245,6 @@ mod tests {
 
     use taskgate_config::{ShareSessions, UpstreamConfig};
     use taskgate_protocol::RequestId;
-    use tokio::sync::mpsc;
 
     use super::{Lanes, ENDED_KEPT};
     use crate::session::{ClientIdentity, Connector, UpstreamEvent};
@@ -254,9 +253,9 @@ mod tests {
         UpstreamEvent::Notification { method: method.into(), params: None, related: related.map(RequestId::Number) }
     }
 
-    fn received(rx: &mut mpsc::Receiver<Box<UpstreamEvent>>) -> Vec<String> {
+    fn received(rx: &mut crate::EventReceiver) -> Vec<String> {
         let mut seen = Vec::new();
-        while let Ok(event) = rx.try_recv() {
+        while let Some(event) = rx.try_recv() {
             seen.push(match *event {
                 UpstreamEvent::Notification { method, .. } | UpstreamEvent::Request { method, .. } => method,
             });
@@ -267,7 +266,7 @@ mod tests {
     #[tokio::test]
     async fn each_message_goes_to_the_lane_it_is_about_or_to_one_or_every_lane() {
         let lanes = Arc::new(Lanes::new("k".into(), Weak::new()));
-        let ((ta, mut ra), (tb, mut rb)) = (mpsc::channel(64), mpsc::channel(64));
+        let ((ta, mut ra), (tb, mut rb)) = (crate::event_channel(64), crate::event_channel(64));
         let (a, b) = (lanes.join(ta), lanes.join(tb));
         let (five, six) = (RequestId::Number(5), RequestId::Number(6));
         let call_a = a.call(&five, false);
@@ -309,7 +308,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_shared_session_outlives_its_last_lane_by_the_idle_time_only() {
         let connector = connector(30);
-        let events = || mpsc::channel(4).0;
+        let events = || crate::event_channel(4).0;
         let first = connector.open_shared("k", ClientIdentity::gateway, events());
         let second = connector.open_shared("k", ClientIdentity::gateway, events());
         let other = connector.open_shared("other key", ClientIdentity::gateway, events());
@@ -334,7 +333,7 @@ mod tests {
     async fn idle_shared_sessions_are_bounded_in_count() {
         let connector = connector(3600);
         let lanes: Vec<_> = (0..70)
-            .map(|i| connector.open_shared(&format!("client {i}"), ClientIdentity::gateway, mpsc::channel(4).0))
+            .map(|i| connector.open_shared(&format!("client {i}"), ClientIdentity::gateway, crate::event_channel(4).0))
             .collect();
         drop(lanes);
         assert_eq!(connector.shared_sessions(), crate::session::MAX_IDLE_SHARED);
@@ -344,8 +343,8 @@ mod tests {
     async fn a_lane_whose_client_session_ended_is_passed_over() {
         let lanes = Arc::new(Lanes::new("k".into(), Weak::new()));
         // Eight lanes whose sessions ended (tasks of theirs still hold them), one live.
-        let ended: Vec<_> = (0..8).map(|_| lanes.join(mpsc::channel(64).0)).collect();
-        let (tb, mut rb) = mpsc::channel(64);
+        let ended: Vec<_> = (0..8).map(|_| lanes.join(crate::event_channel(64).0)).collect();
+        let (tb, mut rb) = crate::event_channel(64);
         let _b = lanes.join(tb);
         for _ in 0..10 {
             lanes.deliver(note("notifications/tools/list_changed", None)).await;
@@ -357,7 +356,7 @@ mod tests {
     #[tokio::test]
     async fn with_no_idle_time_a_shared_session_ends_with_its_last_lane() {
         let connector = connector(0);
-        let lane = connector.open_shared("k", ClientIdentity::gateway, mpsc::channel(4).0);
+        let lane = connector.open_shared("k", ClientIdentity::gateway, crate::event_channel(4).0);
         let held = lane.clone();
         drop(lane);
         assert_eq!(connector.shared_sessions(), 1, "a clone still holds the lane");

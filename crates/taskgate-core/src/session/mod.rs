@@ -44,7 +44,6 @@ use crate::gateway::Shared;
 use crate::progress::{Abandon, Finish, Progress, ProgressActor, ProgressTarget};
 use crate::registry::Identity;
 use crate::router::{EnsureCatalog, RefreshUpstream, ToolCatalog, UpstreamFailure};
-use crate::stream::receiver_stream;
 use crate::tasks::{self, InputProvided, InputRequested, TaskService, TaskStart, UpstreamStatus, Work};
 use crate::GatewayError;
 
@@ -224,9 +223,11 @@ impl SessionActor {
             return Some(s.clone());
         }
         let connector = self.shared.connectors.get(name)?.clone();
-        let (tx, rx) = mpsc::channel(UPSTREAM_EVENTS);
+        // Most client sessions never receive an event: a small channel (see
+        // `taskgate_upstream::event_channel`).
+        let (tx, rx) = taskgate_upstream::event_channel(UPSTREAM_EVENTS);
         let upstream = name.to_owned();
-        ctx.add_stream(receiver_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
+        ctx.add_stream(crate::stream::event_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
         let session = if self.may_share() && connector.shares_sessions() {
             connector.open_shared(&self.share_key(), || self.client.clone(), tx)
         } else {

@@ -18,7 +18,6 @@ use taskgate_protocol::tasks::{TaskStatus, TaskView};
 use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage};
 use taskgate_store::{TaskOutcome, TaskRecord, Update, UpstreamSessionRef};
 use taskgate_upstream::{ClientIdentity, SessionResume, UpstreamEvent, UpstreamSession};
-use tokio::sync::mpsc;
 
 use super::actor::{TaskActor, TaskStart, UpstreamStatus, Work};
 use crate::gateway::Shared;
@@ -90,7 +89,7 @@ fn follow_again(
     if let Some(session) = sessions.get(&key) {
         return Some(session.clone());
     }
-    let (events, rx) = mpsc::channel(RESUMED_EVENTS);
+    let (events, rx) = taskgate_upstream::event_channel(RESUMED_EVENTS);
     let resume = SessionResume { session_id: session_id.clone(), protocol_version: protocol_version.clone() };
     let session = connector.resume(ClientIdentity::gateway(), events, &resume)?;
     actix::spawn(serve_resumed(shared.clone(), record.upstream.clone(), session.clone(), rx));
@@ -170,7 +169,7 @@ async fn serve_resumed(
     shared: Arc<Shared>,
     upstream: String,
     session: UpstreamSession,
-    mut events: mpsc::Receiver<Box<UpstreamEvent>>,
+    mut events: taskgate_upstream::EventReceiver,
 ) {
     // Only a weak hold: the session ends when its last task does.
     let session = session.downgrade();
