@@ -183,6 +183,16 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_unused_channel_is_one_small_allocation() {
+        // What every client session holds per upstream before any event (the queue allocates
+        // only when something is queued): the shared state and the Arc's two counts.
+        let (tx, rx) = event_channel(256);
+        assert_eq!(rx.0.state.lock().queue.capacity(), 0);
+        assert!(std::mem::size_of::<Chan>() + 2 * std::mem::size_of::<usize>() <= 136);
+        drop((tx, rx));
+    }
+
     #[tokio::test]
     async fn events_arrive_in_order_and_the_end_comes_after_the_last_sender() {
         let (tx, mut rx) = event_channel(4);
