@@ -12,6 +12,7 @@ mod modern;
 mod modern_upstreams;
 mod offerings;
 mod operations;
+mod passing;
 mod progress;
 mod python_upstream;
 mod replicas;

@@ -154,6 +154,11 @@ impl Outbound {
         self.push(Frame::new(message), true)
     }
 
+    /// Queues the last message, serialised earlier; the stream ends once it is read.
+    pub fn send_final_frame(&self, frame: Frame) -> Result<(), Refused> {
+        self.push(frame, true)
+    }
+
     /// Queues a message serialised earlier.
     pub fn send_frame(&self, frame: Frame) -> Result<(), Refused> {
         self.push(frame, false)

@@ -6,6 +6,7 @@
 //! - [`mcp`]: method names, protocol versions, `_meta` keys, capabilities and typed views of the
 //!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
 //! - [`modern`]: MCP 2026-07-28 and the tasks extension: `_meta` fields, names, header values.
+//! - [`passing`]: upstream results passed through as the text they came as ([`passing::Payload`]).
 //! - [`sse`]: Server-Sent Events framing, both directions.
 //! - [`tasks`]: task statuses, the transition rule, the `Task` object, timestamps.
 //!
@@ -16,7 +17,9 @@ pub mod codes;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod modern;
+pub mod passing;
 pub mod sse;
 pub mod tasks;
 
 pub use jsonrpc::{ErrorObject, Message, MessageError, RequestId};
+pub use passing::{Payload, RawResult, Reply};

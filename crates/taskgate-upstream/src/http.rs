@@ -10,8 +10,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use taskgate_config::UpstreamConfig;
+use taskgate_protocol::passing::Reply as Received;
 use taskgate_protocol::sse::Decoder;
-use taskgate_protocol::{Message, RequestId};
+use taskgate_protocol::{Message, Payload, RequestId};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{HttpClient, HttpError, Reply, Target};
@@ -295,8 +296,8 @@ impl HttpChannel {
         let response = self.post_raw(message.to_json().into(), extra).await?;
         let status = response.status();
         if status.is_success() {
-            return match self.read_reply(response, &id, None).await {
-                Ok(v) => Ok((status, Some(Ok(v)))),
+            return match self.read_reply(response, &id, false, None).await {
+                Ok(v) => Ok((status, Some(Ok(v.into_value())))),
                 Err(ChannelError::Failed(UpstreamError::Rpc { error, .. })) => Ok((status, Some(Err(*error)))),
                 Err(ChannelError::Failed(e)) => Err(e),
                 Err(ChannelError::Expired) => Ok((status, None)),
@@ -348,7 +349,7 @@ impl HttpChannel {
         request: &Encoded,
         sink: Option<&mpsc::Sender<Message>>,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> Result<Value, ChannelError> {
+    ) -> Result<Payload, ChannelError> {
         let id = request.id.clone();
         let _connection = self.connections.for_request().await;
         let response = self.post(request.json.clone(), extra).await?;
@@ -357,25 +358,28 @@ impl HttpChannel {
                 *self.session_id.lock() = Some(sid.to_owned());
             }
         }
-        self.read_reply(response, &id, sink).await
+        self.read_reply(response, &id, request.pass, sink).await
     }
 
-    /// The outcome of request `id` from its response: JSON, or an SSE stream carrying it.
+    /// The outcome of request `id` from its response: JSON, or an SSE stream carrying it. With
+    /// `pass`, its result is kept as the text it came as ([`Payload::Raw`]).
     async fn read_reply(
         &self,
         response: Reply,
         id: &RequestId,
+        pass: bool,
         sink: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, ChannelError> {
+    ) -> Result<Payload, ChannelError> {
         let id = id.clone();
         let content_type = content_type(&response);
         if content_type.starts_with("text/event-stream") {
-            self.read_stream(response, Some(&id), sink)
+            self.read_stream(response, Some((&id, pass)), sink)
                 .await?
                 .ok_or_else(|| self.unavailable("the response stream ended before the response arrived").into())
         } else if content_type.starts_with("application/json") {
             let body = self.read_body(response).await?;
-            let reply = crate::decode(body)
+            let passing = pass.then(|| id.clone());
+            let reply = crate::decode_reply(body, move |got| passing.as_ref() == Some(got))
                 .await
                 .map_err(|e| self.protocol(format!("response is not JSON: {e}")))?
                 .map_err(|e| self.protocol(e.to_string()))?;
@@ -400,9 +404,13 @@ impl HttpChannel {
     }
 
     /// The result or error for `id` from a reply message, if it is that reply.
-    fn outcome(&self, id: &RequestId, reply: Message) -> Option<Result<Value, ChannelError>> {
+    fn outcome(&self, id: &RequestId, reply: Received) -> Option<Result<Payload, ChannelError>> {
+        let reply = match reply {
+            Received::Passed { id: got, result } => return (&got == id).then_some(Ok(Payload::Raw(result))),
+            Received::Message(message) => message,
+        };
         match reply {
-            Message::Response { id: got, result } if &got == id => Some(Ok(result)),
+            Message::Response { id: got, result } if &got == id => Some(Ok(Payload::Value(result))),
             Message::Error { id: got, error } if got.as_ref() == Some(id) || got.is_none() => {
                 Some(Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into()))
             }
@@ -424,13 +432,16 @@ impl HttpChannel {
     }
 
     /// Reads SSE events: messages other than the awaited response go to the session's owner.
-    /// Returns the awaited response's outcome, or `None` when the stream ends without it.
+    /// Returns the awaited response's outcome (its result kept as text when the request's
+    /// result is passed through), or `None` when the stream ends without it.
     async fn read_stream(
         &self,
         mut response: Reply,
-        awaiting: Option<&RequestId>,
+        awaiting: Option<(&RequestId, bool)>,
         sink: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Option<Value>, ChannelError> {
+    ) -> Result<Option<Payload>, ChannelError> {
+        let passing = awaiting.and_then(|(id, pass)| pass.then(|| id.clone()));
+        let awaiting = awaiting.map(|(id, _)| id);
         let mut decoder = Decoder::new(self.max_message_bytes);
         loop {
             let chunk = match response.chunk().await {
@@ -445,7 +456,9 @@ impl HttpChannel {
                 if event.data.trim().is_empty() {
                     continue; // priming event or keep-alive
                 }
-                let message = match crate::decode(event.data.into_bytes()).await {
+                let passing = passing.clone();
+                let reply = crate::decode_reply(event.data.into_bytes(), move |got| passing.as_ref() == Some(got));
+                let message = match reply.await {
                     Ok(Ok(m)) => m,
                     Ok(Err(e)) => {
                         tracing::warn!(upstream = %self.name, error = %e, "upstream sent an invalid JSON-RPC message; dropped");
@@ -468,6 +481,7 @@ impl HttpChannel {
                         }
                     }
                 }
+                let message = message.into_message();
                 // Notifications on a request's own stream belong to it and reach its caller in
                 // order, before its response. Requests go to the session's owner to be relayed.
                 // A cancellation names one of the upstream's own requests: it goes the way requests

@@ -23,7 +23,7 @@ pub mod stdio;
 
 pub use error::UpstreamError;
 
-use taskgate_protocol::{Message, MessageError};
+use taskgate_protocol::{Message, MessageError, Reply, RequestId};
 
 /// Messages larger than this are parsed on tokio's blocking pool, so a multi-megabyte event
 /// never holds up the I/O worker that serves other clients' streams.
@@ -35,6 +35,24 @@ pub(crate) async fn decode(bytes: Vec<u8>) -> Result<Result<Message, MessageErro
         return Message::from_slice(&bytes);
     }
     match tokio::task::spawn_blocking(move || Message::from_slice(&bytes)).await {
+        Ok(parsed) => parsed,
+        Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
+    }
+}
+
+/// [`decode`], a result to a request that `passing` names kept as the text it came as
+/// ([`Reply::from_slice`]).
+pub(crate) async fn decode_reply<F>(
+    bytes: Vec<u8>,
+    passing: F,
+) -> Result<Result<Reply, MessageError>, serde_json::Error>
+where
+    F: Fn(&RequestId) -> bool + Send + 'static,
+{
+    if bytes.len() < LARGE_MESSAGE {
+        return Reply::from_slice(&bytes, passing);
+    }
+    match tokio::task::spawn_blocking(move || Reply::from_slice(&bytes, passing)).await {
         Ok(parsed) => parsed,
         Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use taskgate_config::{ShareSessions, Transport, UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::mcp::{self, methods};
-use taskgate_protocol::{ErrorObject, Message, RequestId};
+use taskgate_protocol::{ErrorObject, Message, Payload, RequestId};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::http::HttpChannel;
@@ -596,6 +596,8 @@ pub(crate) struct Encoded {
     pub(crate) initialize: bool,
     /// A `resources/subscribe` (the GET stream opens first).
     pub(crate) subscribe: bool,
+    /// Its result is passed through: kept as the text it comes as ([`Payload::Raw`]).
+    pub(crate) pass: bool,
     pub(crate) json: bytes::Bytes,
 }
 
@@ -604,7 +606,7 @@ impl Encoded {
     pub(crate) fn request(id: RequestId, method: &str, params: Option<&Value>) -> Encoded {
         let json = Message::request_json(&id, method, params).into();
         let (initialize, subscribe) = (method == methods::INITIALIZE, method == methods::RESOURCES_SUBSCRIBE);
-        Encoded { id, initialize, subscribe, json }
+        Encoded { id, initialize, subscribe, pass: false, json }
     }
 
     /// `message`, a request.
@@ -627,6 +629,16 @@ impl Channel {
         sink: Option<&mpsc::Sender<Message>>,
         headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     ) -> Result<Value, ChannelError> {
+        self.request_payload(request, sink, headers).await.map(Payload::into_value)
+    }
+
+    /// [`Channel::request`], a result passed through (`request.pass`) kept as text.
+    pub(crate) async fn request_payload(
+        &self,
+        request: &Encoded,
+        sink: Option<&mpsc::Sender<Message>>,
+        headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
+    ) -> Result<Payload, ChannelError> {
         match self {
             // Boxed: the HTTP path's future is large, and a stdio call should not carry its size.
             Channel::Http(c) => Box::pin(c.request(request, sink, headers)).await,
@@ -736,7 +748,25 @@ impl UpstreamSession {
         mut message: Message,
         related: Option<mpsc::Sender<Message>>,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'a {
-        async move { self.run(&mut message, related.as_ref()).await }
+        async move { self.run(&mut message, related.as_ref(), false).await.map(Payload::into_value) }
+    }
+
+    /// [`UpstreamSession::request_routed`], its result as a [`Payload`]. With `pass` (a caller
+    /// that passes the result on without looking inside, as a plain `tools/call`'s), over a
+    /// 2025-11-25 session the result stays the text the upstream wrote ([`Payload::Raw`]), read
+    /// only as far as checking that it is JSON and an object. (A 2026-07-28 upstream's result
+    /// is read: the gateway rewrites it.)
+    #[allow(clippy::manual_async_fn)]
+    pub fn request_payload<'a>(
+        &'a self,
+        id: RequestId,
+        method: &str,
+        params: Option<Value>,
+        related: Option<mpsc::Sender<Message>>,
+        pass: bool,
+    ) -> impl std::future::Future<Output = Result<Payload, UpstreamError>> + 'a {
+        let mut message = Message::request(id, method, params);
+        async move { self.run(&mut message, related.as_ref(), pass).await }
     }
 
     /// [`UpstreamSession::request_message`] with the session moved in, for a call that outlives
@@ -746,7 +776,7 @@ impl UpstreamSession {
         self,
         mut message: Message,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'static {
-        async move { self.run(&mut message, None).await }
+        async move { self.run(&mut message, None, false).await.map(Payload::into_value) }
     }
 
     /// Runs a request, its progress routed and the call counted in flight meanwhile. Its params
@@ -755,7 +785,8 @@ impl UpstreamSession {
         &self,
         message: &mut Message,
         related: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
+        pass: bool,
+    ) -> Result<Payload, UpstreamError> {
         let Message::Request { id, method, params } = message else { unreachable!("a request") };
         let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related);
         let _call = CallGuard::new(&self.inner, id, method);
@@ -763,7 +794,7 @@ impl UpstreamSession {
         let _lane =
             self.lane.as_ref().map(|lane| lane.call(id, params.as_ref().is_some_and(|p| p.get("task").is_some())));
         let started = std::time::Instant::now();
-        let outcome = self.request_inner(id, method, params, related).await;
+        let outcome = self.request_inner(id, method, params, related, pass).await;
         self.observe(method, started, &outcome);
         outcome
     }
@@ -774,7 +805,8 @@ impl UpstreamSession {
         method: &str,
         params: &mut Option<Value>,
         related: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
+        pass: bool,
+    ) -> Result<Payload, UpstreamError> {
         let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
         // The state a call waits in is kept small (a wrapped task's call spends its life in
         // it): what happens before the request goes and after a failure are separate, boxed
@@ -786,7 +818,8 @@ impl UpstreamSession {
             if ready.modern.is_some() {
                 return Box::pin(self.modern_attempt(ready, id, method, params.take(), related)).await;
             }
-            let request = Encoded::request(id.clone(), method, params.take().as_ref());
+            let mut request = Encoded::request(id.clone(), method, params.take().as_ref());
+            request.pass = pass;
             match self.dispatch(&ready, &request, related).await {
                 Err(e) => Box::pin(self.after_failure(ready, e, &request, related)).await,
                 outcome => outcome,
@@ -797,7 +830,7 @@ impl UpstreamSession {
             // upstream's mistake, answered as one, never passed on.
             Ok(Ok(result)) if !result.is_object() => Err(UpstreamError::Protocol {
                 upstream: self.upstream().into(),
-                reason: format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result)),
+                reason: format!("its result is {}, not an object", result.json_kind()),
             }),
             Ok(result) => result.map_err(|e| self.revision_refusal_named(e)),
             Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
@@ -814,7 +847,7 @@ impl UpstreamSession {
         method: &str,
         params: Option<Value>,
         related: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
+    ) -> Result<Payload, UpstreamError> {
         let outcome = {
             let state = ready.modern.as_ref().expect("a modern session");
             self.modern_request(&ready, state, id.clone(), method, params.clone(), related.cloned()).await
@@ -825,7 +858,7 @@ impl UpstreamSession {
                 drop(params);
                 Box::pin(self.after_failure(ready, e, &request, related)).await
             }
-            outcome => outcome,
+            outcome => outcome.map(Payload::Value),
         }
     }
 
@@ -867,14 +900,14 @@ impl UpstreamSession {
         error: UpstreamError,
         request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
+    ) -> Result<Payload, UpstreamError> {
         if !self.revision_moved(&ready, &error).await {
             return Err(error);
         }
         drop(ready);
         let ready = self.ready().await?;
         if let Some(state) = &ready.modern {
-            return Box::pin(self.modern_again(&ready, state, request, related)).await;
+            return Box::pin(self.modern_again(&ready, state, request, related)).await.map(Payload::Value);
         }
         self.dispatch(&ready, request, related).await
     }
@@ -885,7 +918,7 @@ impl UpstreamSession {
         ready: &Ready,
         request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
+    ) -> Result<Payload, UpstreamError> {
         if let (Channel::Http(http), true) = (&ready.channel, request.subscribe) {
             // Its updates come on the GET stream: when something receives them, the stream is
             // open before the subscription, so that none is sent to no stream. (Boxed: rare,
@@ -894,7 +927,7 @@ impl UpstreamSession {
                 Box::pin(http.stream_opened(GET_STREAM_WAIT)).await;
             }
         }
-        match ready.channel.request(request, related, &[]).await {
+        match ready.channel.request_payload(request, related, &[]).await {
             // basic/transports "Session Management": on 404 start a new session (boxed: rare,
             // and kept out of the state a call waits in).
             Err(ChannelError::Expired) => Box::pin(self.renewed(request, related)).await,
@@ -908,13 +941,13 @@ impl UpstreamSession {
         &self,
         request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
+    ) -> Result<Payload, UpstreamError> {
         tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
         let ready = self.ready().await?;
         if let Some(state) = &ready.modern {
-            return Box::pin(self.modern_again(&ready, state, request, related)).await;
+            return Box::pin(self.modern_again(&ready, state, request, related)).await.map(Payload::Value);
         }
-        ready.channel.request(request, related, &[]).await.map_err(|e| self.expired_twice(e))
+        ready.channel.request_payload(request, related, &[]).await.map_err(|e| self.expired_twice(e))
     }
 
     /// Whether `error` shows that the upstream no longer speaks the revision `ready` was opened
@@ -1286,7 +1319,7 @@ impl UpstreamSession {
             }
             Channel::Stdio(stdio) => {
                 match tokio::time::timeout(STDIO_PROBE_WAIT, stdio.request(&Encoded::of(&discover))).await {
-                    Ok(Ok(result)) => (None, Some(Ok(result))),
+                    Ok(Ok(result)) => (None, Some(Ok(result.into_value()))),
                     Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
                     Ok(Err(ChannelError::Failed(e))) => return Err(e),
                     Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::Value;
 use taskgate_config::UpstreamConfig;
-use taskgate_protocol::{Message, RequestId};
+use taskgate_protocol::{Message, Payload, Reply, RequestId};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit};
@@ -27,7 +27,9 @@ const STDIN_BUFFER: usize = 256;
 /// before the next step.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
-type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Message>>>>;
+/// The requests waiting for their responses, each with whether its result is passed through
+/// (kept as the text it comes as: [`Payload::Raw`]).
+type Pending = Arc<Mutex<HashMap<RequestId, (oneshot::Sender<Reply>, bool)>>>;
 
 /// One running upstream process.
 pub(crate) struct StdioChannel {
@@ -127,18 +129,19 @@ impl StdioChannel {
         Ok(())
     }
 
-    pub(crate) async fn request(&self, request: &Encoded) -> Result<Value, ChannelError> {
+    pub(crate) async fn request(&self, request: &Encoded) -> Result<Payload, ChannelError> {
         let id = request.id.clone();
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(id.clone(), tx);
+        self.pending.lock().insert(id.clone(), (tx, request.pass));
         // Removes the entry whichever way this future ends (answered, failed, dropped).
         let _entry = PendingEntry { pending: &self.pending, id };
         // Boxed: the write is over in a moment, and the wait for the answer (which a wrapped
         // task's call spends its life in) stays small without its state inline.
         Box::pin(self.write(request.json.clone())).await?;
         match rx.await {
-            Ok(Message::Response { result, .. }) => Ok(result),
-            Ok(Message::Error { error, .. }) => {
+            Ok(Reply::Passed { result, .. }) => Ok(Payload::Raw(result)),
+            Ok(Reply::Message(Message::Response { result, .. })) => Ok(Payload::Value(result)),
+            Ok(Reply::Message(Message::Error { error, .. })) => {
                 Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into())
             }
             Ok(_) => unreachable!("only responses are routed to pending requests"),
@@ -177,7 +180,7 @@ impl StdioChannel {
                 let message = request(wanted);
                 let id = message.id().cloned().expect("a request");
                 let (tx, rx) = oneshot::channel();
-                pending.lock().insert(id.clone(), tx);
+                pending.lock().insert(id.clone(), (tx, false));
                 if stdin.send(message.to_json().into()).await.is_err() {
                     pending.lock().remove(&id);
                     return;
@@ -268,7 +271,9 @@ async fn read_stdout(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let parsed = crate::decode(line).await;
+        // A result goes as the text it came as to a request that passes it through.
+        let passes = pending.clone();
+        let parsed = crate::decode_reply(line, move |id| passes.lock().get(id).is_some_and(|(_, pass)| *pass)).await;
         let message = match parsed {
             Ok(Ok(m)) => m,
             _ => {
@@ -280,7 +285,7 @@ async fn read_stdout(
         if message.is_response() {
             let waiter = message.id().and_then(|id| crate::remove_and_shrink(&mut pending.lock(), id));
             match waiter {
-                Some(tx) => {
+                Some((tx, _)) => {
                     let _ = tx.send(message);
                 }
                 None => {
@@ -291,7 +296,7 @@ async fn read_stdout(
         }
         // Lines are handled in order, so a request's progress reaches its sink before its
         // response reaches the waiting request.
-        if !routes.deliver(message, &incoming).await {
+        if !routes.deliver(message.into_message(), &incoming).await {
             return;
         }
     }

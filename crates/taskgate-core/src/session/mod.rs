@@ -28,7 +28,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
-use taskgate_protocol::{ErrorObject, Message as RpcMessage, RequestId};
+use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RequestId};
 use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
 use tokio::sync::mpsc;
 
@@ -306,6 +306,21 @@ impl SessionActor {
         // The stream ends with its response, whatever else still holds it (a relayed request
         // the upstream never saw answered).
         let _ = request.reply.send_final(&message);
+    }
+
+    /// [`SessionActor::finish`] with a result that may be the upstream's own text, which goes
+    /// to the client as it came (only the id is the client's).
+    fn finish_payload(&mut self, id: RequestId, outcome: Result<Payload, GatewayError>) {
+        match outcome {
+            Ok(Payload::Raw(raw)) => {
+                let Some(request) = self.forget(&id) else { return };
+                let frame =
+                    Frame { json: Payload::Raw(raw).response_json(&id), response: true, store_unavailable: false };
+                let _ = request.reply.send_final_frame(frame);
+            }
+            Ok(Payload::Value(result)) => self.finish(id, Ok(result)),
+            Err(e) => self.finish(id, Err(e)),
+        }
     }
 
     /// Runs a task method's work in a spawned future and answers with its outcome.

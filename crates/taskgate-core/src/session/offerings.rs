@@ -355,7 +355,7 @@ impl SessionActor {
         }
         let span = self.upstream_span(&id, method, &upstream);
         let call = tracing::Instrument::instrument(
-            relay_call(session, method, upstream_id, params, Some(reply), progress, true, Some(ctx.address())),
+            relay_call(session, method, upstream_id, params, Some(reply), progress, true, Some(ctx.address()), false),
             span,
         );
         let naming = self.naming_of(&upstream);
@@ -365,7 +365,8 @@ impl SessionActor {
                 act.forward_to(finished, method, attempts, index + 1, first_error.or(Some(e)), ctx)
             }
             Err(e) => act.finish(finished, Err(GatewayError::from(first_error.unwrap_or(e)))),
-            Ok(mut result) => {
+            Ok(result) => {
+                let mut result = result.into_value();
                 names::expose_uris_in(&naming, &mut result);
                 act.finish(finished, Ok(result))
             }

@@ -213,7 +213,8 @@ impl SessionActor {
 /// Runs an upstream request (`tools/call`, `resources/read`, `prompts/get`…), forwarding the notifications that belong to it, all before
 /// the result: progress to its [`ProgressActor`] (awaited, so order holds), anything else to
 /// the client's stream for the request. With `finish`, the progress actor delivers what it has
-/// pending and stops before the result is returned.
+/// pending and stops before the result is returned. With `pass`, the result may come as the
+/// upstream's text ([`Payload::Raw`], see [`UpstreamSession::request_payload`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn relay_call(
     session: UpstreamSession,
@@ -224,9 +225,10 @@ pub(crate) async fn relay_call(
     progress: Option<Addr<ProgressActor>>,
     finish: bool,
     relay: Option<Addr<SessionActor>>,
-) -> Result<Value, taskgate_upstream::UpstreamError> {
+    pass: bool,
+) -> Result<Payload, taskgate_upstream::UpstreamError> {
     let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
-    let call = session.request_routed(upstream_id.clone(), method, Some(params), Some(related));
+    let call = session.request_payload(upstream_id.clone(), method, Some(params), Some(related), pass);
     tokio::pin!(call);
     let forward = |note: RpcMessage| {
         let progress = progress.clone();

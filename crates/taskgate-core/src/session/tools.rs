@@ -205,12 +205,15 @@ impl SessionActor {
                 progress,
                 true,
                 Some(ctx.address()),
+                // The result is the upstream's to shape: it goes to the client as it came.
+                true,
             ),
             span,
         );
         let finished = id.clone();
         let handle = ctx.spawn(
-            call.into_actor(self).map(move |outcome, act, _| act.finish(finished, outcome.map_err(GatewayError::from))),
+            call.into_actor(self)
+                .map(move |outcome, act, _| act.finish_payload(finished, outcome.map_err(GatewayError::from))),
         );
         if let Some(request) = self.requests.get_mut(&id) {
             request.running = Some(handle);

@@ -501,16 +501,20 @@ impl Actor for TaskActor {
                 // Only a task with a progress token needs a channel for its call's notifications
                 // (a live task costs less without one).
                 let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match self.progress.clone() {
-                    Some(progress) => Box::pin(crate::session::relay_call(
-                        session,
-                        methods::TOOLS_CALL,
-                        id,
-                        params,
-                        None,
-                        Some(progress),
-                        false,
-                        None,
-                    )),
+                    Some(progress) => Box::pin(async move {
+                        let call = crate::session::relay_call(
+                            session,
+                            methods::TOOLS_CALL,
+                            id,
+                            params,
+                            None,
+                            Some(progress),
+                            false,
+                            None,
+                            false,
+                        );
+                        call.await.map(taskgate_protocol::Payload::into_value)
+                    }),
                     None => {
                         // The request is made here, so the future holds it once.
                         let message = taskgate_protocol::Message::request(id, methods::TOOLS_CALL, Some(params));

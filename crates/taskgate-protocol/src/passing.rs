@@ -1,0 +1,356 @@
+//! Results passed through as the upstream wrote them.
+//!
+//! A plain `tools/call` result is the upstream's to shape: the gateway answers the client with
+//! it and reads nothing inside. Reading it into a [`Value`] tree and writing it out again cost
+//! the gateway more than any other part of a proxied call's JSON work (a map per object, a
+//! string per key and value, the tree dropped after), and for a large result it is work in
+//! proportion to its size. [`Reply::from_slice`] reads an upstream's message so that a result
+//! the caller passes through stays the text it came as ([`RawResult`]); every other message is
+//! read exactly as [`Message::from_slice`] reads it.
+
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::jsonrpc::{Message, MessageError, RequestId};
+
+/// A JSON object as an upstream wrote it: valid JSON (checked as it was read), an object, on
+/// one line (it may go out as an SSE event's one `data:` line, or a stdio line, as it is).
+#[derive(Debug, Clone)]
+pub struct RawResult(Box<RawValue>);
+
+impl RawResult {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The result as a tree (for a caller that must look inside after all).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.get()).expect("a raw result is valid JSON, checked when it was read")
+    }
+
+    /// `raw`, if it can be passed on as it is: an object, on one line.
+    fn accept(raw: &RawValue) -> Option<RawResult> {
+        let text = raw.get().as_bytes();
+        let passable = text.first() == Some(&b'{') && !text.contains(&b'\n') && !text.contains(&b'\r');
+        passable.then(|| RawResult(raw.to_owned()))
+    }
+}
+
+impl PartialEq for RawResult {
+    fn eq(&self, other: &RawResult) -> bool {
+        self.get() == other.get()
+    }
+}
+
+/// A request's result: a tree, or the upstream's text passed through.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Payload {
+    /// Read into a tree.
+    Value(Value),
+    /// Kept as the upstream wrote it (see [`Reply::from_slice`]).
+    Raw(RawResult),
+}
+
+impl Payload {
+    /// The result as a tree (a raw one is read now).
+    pub fn into_value(self) -> Value {
+        match self {
+            Payload::Value(v) => v,
+            Payload::Raw(raw) => raw.to_value(),
+        }
+    }
+
+    /// Whether the result is a JSON object, as every MCP result is (schema.ts `Result`).
+    pub fn is_object(&self) -> bool {
+        match self {
+            Payload::Value(v) => v.is_object(),
+            Payload::Raw(_) => true, // only objects are kept raw
+        }
+    }
+
+    /// A short name of the result's JSON type, for error messages.
+    pub fn json_kind(&self) -> &'static str {
+        match self {
+            Payload::Value(v) => crate::jsonrpc::json_kind(v),
+            Payload::Raw(_) => "an object",
+        }
+    }
+
+    /// The response to request `id` with this result, as compact JSON text (as
+    /// [`Message::to_json`] writes [`Message::Response`]).
+    pub fn response_json(&self, id: &RequestId) -> String {
+        match self {
+            Payload::Value(v) => Message::response(id.clone(), v.clone()).to_json(),
+            Payload::Raw(raw) => {
+                let mut out = String::with_capacity(raw.get().len() + 48);
+                out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+                out.push_str(&serde_json::to_string(id).expect("ids serialize"));
+                out.push_str(r#","result":"#);
+                out.push_str(raw.get());
+                out.push('}');
+                out
+            }
+        }
+    }
+}
+
+impl From<Value> for Payload {
+    fn from(v: Value) -> Payload {
+        Payload::Value(v)
+    }
+}
+
+/// A message read from an upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A result answering a request whose result is passed through, as the upstream wrote it.
+    Passed {
+        /// The request answered.
+        id: RequestId,
+        /// Its result.
+        result: RawResult,
+    },
+    /// Any other message, read as [`Message::from_slice`] reads it.
+    Message(Message),
+}
+
+impl Reply {
+    /// Reads one JSON-RPC message. A response `{"jsonrpc":"2.0","id":…,"result":{…}}` to a
+    /// request that `passing` names keeps its result as the text it came as (checked to be
+    /// JSON, as a tree's reading checks it); anything else (another request's result, an error,
+    /// a request or notification, an unusual envelope: a member more, one twice, a result on
+    /// several lines) is read as [`Message::from_slice`] reads it, with the same outcome. The
+    /// look at the envelope stops at the first member that rules passing out (a notification's
+    /// `method`, usually its second), so it costs the other messages next to nothing.
+    pub fn from_slice(
+        bytes: &[u8],
+        passing: impl Fn(&RequestId) -> bool,
+    ) -> Result<Result<Reply, MessageError>, serde_json::Error> {
+        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+        let peek = Peek { passing: &passing };
+        if let Ok((id, raw)) = peek.deserialize(&mut deserializer) {
+            if deserializer.end().is_ok() {
+                if let Some(result) = RawResult::accept(raw) {
+                    return Ok(Ok(Reply::Passed { id, result }));
+                }
+            }
+        }
+        Ok(Message::from_slice(bytes)?.map(Reply::Message))
+    }
+
+    /// The id of a response (passed or read), of a request, or of an error that names one.
+    pub fn id(&self) -> Option<&RequestId> {
+        match self {
+            Reply::Passed { id, .. } => Some(id),
+            Reply::Message(m) => m.id(),
+        }
+    }
+
+    /// True for responses and error responses.
+    pub fn is_response(&self) -> bool {
+        match self {
+            Reply::Passed { .. } => true,
+            Reply::Message(m) => m.is_response(),
+        }
+    }
+
+    /// The message as a [`Message`] (a passed result is read into a tree).
+    pub fn into_message(self) -> Message {
+        match self {
+            Reply::Passed { id, result } => Message::Response { id, result: result.to_value() },
+            Reply::Message(m) => m,
+        }
+    }
+}
+
+/// Why a look at an envelope stopped: the message is read the usual way.
+fn not_passed<E: de::Error>() -> E {
+    E::custom("not a result passed through")
+}
+
+/// Reads an envelope's members while they can make a passed result: `jsonrpc` ("2.0"), `id`
+/// (one `passing` names) and `result`, each once; anything else stops the reading.
+struct Peek<'p, F> {
+    passing: &'p F,
+}
+
+impl<'de, F: Fn(&RequestId) -> bool> DeserializeSeed<'de> for Peek<'_, F> {
+    type Value = (RequestId, &'de RawValue);
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, F: Fn(&RequestId) -> bool> Visitor<'de> for Peek<'_, F> {
+    type Value = (RequestId, &'de RawValue);
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC response")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut version, mut id, mut result) = (false, None, None);
+        // A key with escapes cannot be borrowed: that stops the look too (the usual reading
+        // reads it).
+        while let Some(key) = map.next_key::<&'de str>()? {
+            match key {
+                "jsonrpc" if !version => {
+                    if map.next_value::<&'de RawValue>()?.get() != r#""2.0""# {
+                        return Err(not_passed());
+                    }
+                    version = true;
+                }
+                "id" if id.is_none() => {
+                    let read = map.next_value_seed(IdSeed)?;
+                    if !(self.passing)(&read) {
+                        return Err(not_passed());
+                    }
+                    id = Some(read);
+                }
+                "result" if result.is_none() => result = Some(map.next_value::<&'de RawValue>()?),
+                _ => return Err(not_passed()),
+            }
+        }
+        match (version, id, result) {
+            (true, Some(id), Some(result)) => Ok((id, result)),
+            _ => Err(not_passed()),
+        }
+    }
+}
+
+/// A request id: a string or an integer.
+struct IdSeed;
+
+impl<'de> DeserializeSeed<'de> for IdSeed {
+    type Value = RequestId;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<RequestId, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IdSeed {
+    type Value = RequestId;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string or an integer")
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<RequestId, E> {
+        Ok(RequestId::Number(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<RequestId, E> {
+        i64::try_from(v).map(RequestId::Number).map_err(|_| not_passed())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<RequestId, E> {
+        Ok(RequestId::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<RequestId, E> {
+        Ok(RequestId::String(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn any(_: &RequestId) -> bool {
+        true
+    }
+
+    #[test]
+    fn a_result_to_a_passing_request_stays_the_text_it_came_as() {
+        let text = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi \u00e9"}],"n":1.50}}"#;
+        let reply = Reply::from_slice(text.as_bytes(), |id| id == &RequestId::Number(7)).unwrap().unwrap();
+        let Reply::Passed { id, result } = &reply else { panic!("passed: {reply:?}") };
+        assert_eq!(id, &RequestId::Number(7));
+        assert_eq!(result.get(), r#"{"content":[{"type":"text","text":"hi \u00e9"}],"n":1.50}"#);
+        // The client's id goes in; the text is the upstream's, byte for byte.
+        let out = Payload::Raw(result.clone()).response_json(&RequestId::String("c-1".into()));
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":"c-1","result":{"content":[{"type":"text","text":"hi \u00e9"}],"n":1.50}}"#
+        );
+        // And it reads back as the tree the usual reading makes.
+        assert_eq!(reply.into_message(), Message::from_slice(text.as_bytes()).unwrap().unwrap());
+        let string_id = r#"{"id":"x","result":{},"jsonrpc":"2.0"}"#;
+        assert!(matches!(Reply::from_slice(string_id.as_bytes(), any).unwrap().unwrap(), Reply::Passed { .. }));
+    }
+
+    /// Every other message, and every unusual envelope, is read exactly as the usual reading
+    /// reads it (its outcome, its errors).
+    #[test]
+    fn anything_else_is_read_as_the_usual_reading_reads_it() {
+        let bodies = [
+            // Not passing this request.
+            r#"{"jsonrpc":"2.0","id":8,"result":{"a":1}}"#,
+            // Not a result, or not only one.
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{},"error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"a":1},"extra":true}"#,
+            // Not an object, or not on one line.
+            r#"{"jsonrpc":"2.0","id":7,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":"text"}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\n\"a\": 1\n}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"a\":\r1}}",
+            // A member twice (the usual reading takes the last), escapes in a key.
+            r#"{"jsonrpc":"2.0","id":7,"result":{"a":1},"result":{"b":2}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"id":8,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"res\u0075lt":{"a":1}}"#,
+            // Bad envelopes.
+            r#"{"jsonrpc":"1.0","id":7,"result":{}}"#,
+            r#"{"id":7,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7.5,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","result":{}}"#,
+            r#"[{"jsonrpc":"2.0","id":7,"result":{}}]"#,
+            r#""text""#,
+        ];
+        for body in bodies {
+            let passing = |id: &RequestId| id == &RequestId::Number(7);
+            let read = Reply::from_slice(body.as_bytes(), passing).unwrap().map(Reply::into_message);
+            assert_eq!(read, Message::from_slice(body.as_bytes()).unwrap(), "{body}");
+            assert!(
+                !matches!(Reply::from_slice(body.as_bytes(), passing).unwrap(), Ok(Reply::Passed { .. })),
+                "{body}"
+            );
+        }
+        // Not JSON at all: the same syntax error.
+        for bad in
+            [&br#"{"jsonrpc":"2.0","id":7,"result":{"a":}}"#[..], br#"{"jsonrpc":"2.0","id":7,"result":{}} x"#, b"\xff"]
+        {
+            assert!(Reply::from_slice(bad, any).is_err());
+            assert!(Message::from_slice(bad).is_err());
+        }
+        // Invalid UTF-8 inside the result is refused as the usual reading refuses it.
+        let mut invalid = br#"{"jsonrpc":"2.0","id":7,"result":{"a":""}}"#.to_vec();
+        invalid.insert(r#"{"jsonrpc":"2.0","id":7,"result":{"a":""#.len(), 0xff);
+        assert!(Reply::from_slice(&invalid, any).is_err());
+    }
+
+    #[test]
+    fn a_payload_is_an_object_and_reads_back_as_a_tree() {
+        let text = r#"{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"big":12345678901234567890}}}"#;
+        let Reply::Passed { result, .. } = Reply::from_slice(text.as_bytes(), any).unwrap().unwrap() else {
+            panic!("passed")
+        };
+        let raw = Payload::Raw(result);
+        assert!(raw.is_object());
+        assert_eq!(raw.json_kind(), "an object");
+        assert_eq!(raw.clone().into_value(), json!({"structuredContent":{"big":12345678901234567890u64}}));
+        let tree = Payload::from(json!({"a": 1}));
+        assert_eq!(tree.response_json(&RequestId::Number(3)), r#"{"jsonrpc":"2.0","id":3,"result":{"a":1}}"#);
+        assert!(!Payload::from(json!([])).is_object());
+    }
+}

@@ -1,0 +1,186 @@
+//! Results passed through: a plain `tools/call`'s result reaches the client as the text the
+//! upstream wrote (numbers beyond a double's precision, their spelling, key order, escapes),
+//! over HTTP (a JSON reply and an SSE one) and over stdio; a result written on several lines is
+//! read and written again on one (an SSE event's `data:` line cannot hold it as it is); a
+//! result that is not an object stays the upstream's error.
+
+use serde_json::{json, Value};
+use taskgate_config::{UpstreamConfig, UpstreamProtocol};
+use taskgate_protocol::Message;
+use taskgate_testkit::{config_with, McpClient, TestGateway};
+
+/// A result a tree would not write back the same: an integer no double holds, `1.50`, keys out
+/// of order, escapes a writer would turn into UTF-8.
+const RESULT: &str = r#"{"content":[{"type":"text","text":"exact \"q\""}],"structuredContent":{"z":1,"big":123456789012345678901234567890,"price":1.50,"esc":"\u00e9\ud83d\ude00"}}"#;
+
+/// The same kind of result on several lines, as a pretty-printing server writes it.
+const PRETTY: &str = "{\n  \"content\": [\n    {\"type\": \"text\", \"text\": \"pretty\"}\n  ]\n}";
+
+const TOOLS: &str = r#"{"tools":[{"name":"exact","inputSchema":{"type":"object"}}]}"#;
+const INITIALIZED: &str =
+    r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"canned","version":"1"}}"#;
+
+/// The reply body an upstream writes for a request: the response text, written by hand.
+fn response(id: &Value, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+}
+
+/// A 2025-11-25 Streamable HTTP server whose replies are written by hand: `tools/call` answers
+/// `RESULT` as JSON (`{"shape": "json"}`), on an SSE stream after a log message about the call
+/// (`"sse"`), or `PRETTY` as JSON (`"pretty"`). Returns its URL.
+async fn canned_http_upstream() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 8192];
+                loop {
+                    let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
+                    if let Some(end) = head_end {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() >= end + 4 + length {
+                            let body: Vec<u8> = seen[end + 4..end + 4 + length].to_vec();
+                            seen.drain(..end + 4 + length);
+                            let reply = answer(&head, &body);
+                            if socket.write_all(reply.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// One HTTP reply of [`canned_http_upstream`].
+fn answer(head: &str, body: &[u8]) -> String {
+    let reply = |status: &str, headers: &str, body: &str| {
+        format!("HTTP/1.1 {status}\r\n{headers}content-length: {}\r\n\r\n{body}", body.len())
+    };
+    if head.starts_with("get ") {
+        return reply("405 Method Not Allowed", "", "");
+    }
+    if head.starts_with("delete ") {
+        return reply("200 OK", "", "");
+    }
+    let request: Value = serde_json::from_slice(body).unwrap_or_default();
+    let Some(id) = request.get("id") else { return reply("202 Accepted", "", "") };
+    let json = "content-type: application/json\r\n";
+    match request["method"].as_str().unwrap_or_default() {
+        "initialize" => reply("200 OK", &format!("{json}mcp-session-id: canned-1\r\n"), &response(id, INITIALIZED)),
+        "tools/list" => reply("200 OK", json, &response(id, TOOLS)),
+        "tools/call" => match request["params"]["arguments"]["shape"].as_str().unwrap_or_default() {
+            "sse" => {
+                let log =
+                    r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"working"}}"#;
+                let events =
+                    format!("event: message\ndata: {log}\n\nevent: message\ndata: {}\n\n", response(id, RESULT));
+                reply("200 OK", "content-type: text/event-stream\r\n", &events)
+            }
+            "pretty" => reply("200 OK", json, &response(id, PRETTY)),
+            _ => reply("200 OK", json, &response(id, RESULT)),
+        },
+        _ => reply("200 OK", json, &response(id, "{}")),
+    }
+}
+
+/// A 2025-11-25 stdio server whose lines are written by hand (`tools/call` answers `RESULT`).
+fn canned_stdio_upstream(name: &str) -> UpstreamConfig {
+    let script = format!(
+        r#"
+import json, sys
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    m = json.loads(line)
+    if "id" not in m or "method" not in m:
+        continue
+    r = {{"initialize": {initialized}, "tools/list": {tools}, "tools/call": {result}}}.get(m["method"], "{{}}")
+    sys.stdout.write('{{"jsonrpc":"2.0","id":%s,"result":%s}}\n' % (json.dumps(m["id"]), r))
+    sys.stdout.flush()
+"#,
+        // JSON string literals are Python string literals too.
+        initialized = Value::from(INITIALIZED),
+        tools = Value::from(TOOLS),
+        result = Value::from(RESULT),
+    );
+    let mut upstream = UpstreamConfig::stdio(name, "python3", vec!["-c".into(), script]);
+    upstream.protocol = UpstreamProtocol::Legacy;
+    upstream
+}
+
+/// POSTs a `tools/call` and returns the response as the client received it: the body of a
+/// JSON reply, or the `data:` line of an SSE reply's last event (each event checked to be one
+/// message on one line).
+async fn call_text(c: &McpClient, accept: &str, arguments: Value) -> String {
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "canned__exact", "arguments": arguments}});
+    let mut headers = c.headers();
+    headers.insert("accept", accept.parse().unwrap());
+    let response = reqwest::Client::new().post(&c.url).headers(headers).body(body.to_string()).send().await.unwrap();
+    let sse = response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream");
+    let text = response.text().await.unwrap();
+    if !sse {
+        return text;
+    }
+    let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    for line in &lines {
+        assert!(Message::from_slice(line.as_bytes()).unwrap().is_ok(), "each event is one message: {line}");
+    }
+    lines.last().expect("an event").to_string()
+}
+
+fn sent_as_written(text: &str) {
+    assert_eq!(
+        text,
+        format!(r#"{{"jsonrpc":"2.0","id":9,"result":{RESULT}}}"#),
+        "the upstream's text, the client's id"
+    );
+}
+
+#[actix_rt::test]
+async fn an_http_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() {
+    let url = canned_http_upstream().await;
+    let mut upstream = UpstreamConfig::http("canned", &url);
+    upstream.protocol = UpstreamProtocol::Legacy;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // Answered as JSON, and on a stream after a notification, to a client taking either.
+    sent_as_written(&call_text(&c, "application/json, text/event-stream", json!({"shape": "json"})).await);
+    sent_as_written(&call_text(&c, "application/json, text/event-stream", json!({"shape": "sse"})).await);
+    sent_as_written(&call_text(&c, "text/event-stream", json!({"shape": "sse"})).await);
+    // A result on several lines is read and written on one: the SSE event stays one message.
+    let pretty = call_text(&c, "text/event-stream", json!({"shape": "pretty"})).await;
+    let Message::Response { result, .. } = Message::from_slice(pretty.as_bytes()).unwrap().unwrap() else {
+        panic!("a response: {pretty}")
+    };
+    assert_eq!(result, json!({"content": [{"type": "text", "text": "pretty"}]}));
+    // What the test client reads of it is the same result.
+    let read = c.call("canned__exact", json!({"shape": "json"})).await.unwrap();
+    assert_eq!(read["structuredContent"]["esc"], "é😀");
+    assert_eq!(read["content"][0]["text"], "exact \"q\"");
+}
+
+#[actix_rt::test]
+async fn a_stdio_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() {
+    let gw = TestGateway::start(config_with(vec![canned_stdio_upstream("canned")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    sent_as_written(&call_text(&c, "application/json, text/event-stream", json!({})).await);
+    sent_as_written(&call_text(&c, "text/event-stream", json!({})).await);
+}
