@@ -24,7 +24,14 @@ enum Kind {
     Stateless,
     /// A 2025-11-25 session call through the bare actix-web + hyper proxy: the stack alone.
     Bare,
+    /// A 2025-11-25 session call whose result is [`LARGE`] bytes of text.
+    Large,
+    /// The same through the bare proxy.
+    BareLarge,
 }
+
+/// The text in the large result: what a result's size costs the gateway, against the stack.
+const LARGE: usize = 64 * 1024;
 
 impl Kind {
     fn name(self) -> &'static str {
@@ -32,6 +39,8 @@ impl Kind {
             Kind::Session => "2025-11-25 session tools/call",
             Kind::Stateless => "2026-07-28 stateless tools/call",
             Kind::Bare => "the same session call through the bare actix-web + hyper proxy (the stack alone)",
+            Kind::Large => "2025-11-25 session tools/call with a 64 KiB result",
+            Kind::BareLarge => "the same 64 KiB call through the bare proxy (the stack alone)",
         }
     }
 
@@ -40,6 +49,8 @@ impl Kind {
             Kind::Session => "session",
             Kind::Stateless => "stateless",
             Kind::Bare => "bare",
+            Kind::Large => "large",
+            Kind::BareLarge => "bare-large",
         }
     }
 }
@@ -55,7 +66,7 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
         ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
     let config = format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n");
     let (gateway, url) = match kind {
-        Kind::Bare => crate::bare::start(demo_url, &wrap).await?,
+        Kind::Bare | Kind::BareLarge => crate::bare::start(demo_url, &wrap).await?,
         _ => start_gateway_wrapped(bin, &config, &wrap).await?,
     };
     let served = async {
@@ -71,6 +82,18 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
                 let client = McpClient::new(&url);
                 for _ in 0..calls {
                     stateless_call(&client, "demo__echo").await?;
+                }
+            }
+            Kind::Large | Kind::BareLarge => {
+                let client = connect(&url).await?;
+                let tool = if matches!(kind, Kind::BareLarge) { "blob" } else { "demo__blob" };
+                for _ in 0..calls {
+                    let mut c = client.clone();
+                    let result = c.call(tool, serde_json::json!({ "bytes": LARGE })).await;
+                    let text = result.as_ref().ok().and_then(|r| r["content"][0]["text"].as_str());
+                    if text.map(str::len) != Some(LARGE) {
+                        bail!("{tool} answered {result:?}");
+                    }
                 }
             }
         }
@@ -114,7 +137,7 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     let (warm_up, measured) = if plan.quick { (10, 20) } else { (50, 400) };
     let (_demo, demo_url) = start_demo(bin).await?;
     let mut per_call = Vec::new();
-    for kind in [Kind::Session, Kind::Stateless, Kind::Bare] {
+    for kind in [Kind::Session, Kind::Stateless, Kind::Bare, Kind::Large, Kind::BareLarge] {
         let base = count(bin, &demo_url, kind, warm_up).await?;
         let full = count(bin, &demo_url, kind, warm_up + measured).await?;
         if full <= base {
@@ -135,6 +158,8 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     );
     println!("- 2026 stateless / 2025 session: {ratio:.2} (target ≤ 1.1: {})", verdict(ratio <= 1.1));
     println!("- 2025 session call through taskgate / through the stack alone: {over_stack:.2}");
+    let large = per_call[3].1 as f64 / per_call[4].1 as f64;
+    println!("- with a 64 KiB result, through taskgate / through the stack alone: {large:.2}");
     println!();
     Ok(())
 }

@@ -15,14 +15,18 @@ use serde_json::Value;
 use crate::jsonrpc::{Message, MessageError, RequestId};
 
 /// A JSON object as an upstream wrote it: valid JSON (checked as it was read), an object, on
-/// one line (it may go out as an SSE event's one `data:` line, or a stdio line, as it is).
+/// one line (it may go out as an SSE event's one `data:` line, or a stdio line, as it is). It
+/// is kept in the text of the message it came in, not copied out of it.
 #[derive(Debug, Clone)]
-pub struct RawResult(Box<RawValue>);
+pub struct RawResult {
+    message: String,
+    range: std::ops::Range<usize>,
+}
 
 impl RawResult {
     /// The JSON text.
     pub fn get(&self) -> &str {
-        self.0.get()
+        &self.message[self.range.clone()]
     }
 
     /// The result as a tree (for a caller that must look inside after all).
@@ -30,11 +34,12 @@ impl RawResult {
         serde_json::from_str(self.get()).expect("a raw result is valid JSON, checked when it was read")
     }
 
-    /// `raw`, if it can be passed on as it is: an object, on one line.
-    fn accept(raw: &RawValue) -> Option<RawResult> {
+    /// Whether `raw` can be passed on as it is: an object, on one line. (JSON text has no
+    /// control characters but its whitespace: a byte below 0x0e is a line break or a tab, and a
+    /// tab, rare, makes the result read and written again as well.)
+    fn passable(raw: &RawValue) -> bool {
         let text = raw.get().as_bytes();
-        let passable = text.first() == Some(&b'{') && !text.contains(&b'\n') && !text.contains(&b'\r');
-        passable.then(|| RawResult(raw.to_owned()))
+        text.first() == Some(&b'{') && !crate::sse::has_byte_below(text, 0x0e)
     }
 }
 
@@ -128,16 +133,37 @@ impl Reply {
         bytes: &[u8],
         passing: impl Fn(&RequestId) -> bool,
     ) -> Result<Result<Reply, MessageError>, serde_json::Error> {
-        let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-        let peek = Peek { passing: &passing };
-        if let Ok((id, raw)) = peek.deserialize(&mut deserializer) {
-            if deserializer.end().is_ok() {
-                if let Some(result) = RawResult::accept(raw) {
-                    return Ok(Ok(Reply::Passed { id, result }));
-                }
-            }
+        if let Some((id, raw)) = passed(bytes, &passing) {
+            let result = RawResult { message: raw.get().to_owned(), range: 0..raw.get().len() };
+            return Ok(Ok(Reply::Passed { id, result }));
         }
         Ok(Message::from_slice(bytes)?.map(Reply::Message))
+    }
+
+    /// [`Reply::from_slice`] of a message's text, which a passed result is kept in (no copy).
+    pub fn from_string(
+        text: String,
+        passing: impl Fn(&RequestId) -> bool,
+    ) -> Result<Result<Reply, MessageError>, serde_json::Error> {
+        match passed(text.as_bytes(), &passing) {
+            Some((id, raw)) => {
+                let start = raw.get().as_ptr() as usize - text.as_ptr() as usize;
+                let range = start..start + raw.get().len();
+                Ok(Ok(Reply::Passed { id, result: RawResult { message: text, range } }))
+            }
+            None => Ok(Message::from_slice(text.as_bytes())?.map(Reply::Message)),
+        }
+    }
+
+    /// [`Reply::from_string`] of bytes (UTF-8 is checked as a tree's reading checks it).
+    pub fn from_vec(
+        bytes: Vec<u8>,
+        passing: impl Fn(&RequestId) -> bool,
+    ) -> Result<Result<Reply, MessageError>, serde_json::Error> {
+        match String::from_utf8(bytes) {
+            Ok(text) => Reply::from_string(text, passing),
+            Err(e) => Ok(Message::from_slice(e.as_bytes())?.map(Reply::Message)),
+        }
     }
 
     /// The id of a response (passed or read), of a request, or of an error that names one.
@@ -163,6 +189,15 @@ impl Reply {
             Reply::Message(m) => m,
         }
     }
+}
+
+/// The id and the result of a message that is a result `passing` names and that can be passed
+/// on as it is.
+fn passed<'a>(bytes: &'a [u8], passing: &impl Fn(&RequestId) -> bool) -> Option<(RequestId, &'a RawValue)> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let (id, raw) = (Peek { passing }).deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    RawResult::passable(raw).then_some((id, raw))
 }
 
 /// Why a look at an envelope stopped: the message is read the usual way.
@@ -321,6 +356,8 @@ mod tests {
             let passing = |id: &RequestId| id == &RequestId::Number(7);
             let read = Reply::from_slice(body.as_bytes(), passing).unwrap().map(Reply::into_message);
             assert_eq!(read, Message::from_slice(body.as_bytes()).unwrap(), "{body}");
+            let owned = Reply::from_vec(body.as_bytes().to_vec(), passing).unwrap().map(Reply::into_message);
+            assert_eq!(owned, read, "{body}");
             assert!(
                 !matches!(Reply::from_slice(body.as_bytes(), passing).unwrap(), Ok(Reply::Passed { .. })),
                 "{body}"
@@ -337,6 +374,22 @@ mod tests {
         let mut invalid = br#"{"jsonrpc":"2.0","id":7,"result":{"a":""}}"#.to_vec();
         invalid.insert(r#"{"jsonrpc":"2.0","id":7,"result":{"a":""#.len(), 0xff);
         assert!(Reply::from_slice(&invalid, any).is_err());
+        assert!(Reply::from_vec(invalid, any).is_err());
+        // A tab between tokens: read and written again too (its result is the same).
+        let tab = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"a\":\t1}}";
+        assert!(matches!(Reply::from_slice(tab.as_bytes(), any).unwrap().unwrap(), Reply::Message(_)));
+    }
+
+    #[test]
+    fn a_result_kept_in_its_message_is_the_same_text_as_one_copied_out() {
+        let text = r#"{"jsonrpc":"2.0", "id":7 , "result": {"a":[1,{"b":"c"}]} }"#;
+        let copied = Reply::from_slice(text.as_bytes(), any).unwrap().unwrap();
+        let kept = Reply::from_string(text.to_owned(), any).unwrap().unwrap();
+        let from_bytes = Reply::from_vec(text.as_bytes().to_vec(), any).unwrap().unwrap();
+        let Reply::Passed { result, .. } = &kept else { panic!("passed: {kept:?}") };
+        assert_eq!(result.get(), r#"{"a":[1,{"b":"c"}]}"#);
+        assert_eq!(kept, copied);
+        assert_eq!(from_bytes, copied);
     }
 
     #[test]

@@ -457,7 +457,7 @@ impl HttpChannel {
                     continue; // priming event or keep-alive
                 }
                 let passing = passing.clone();
-                let reply = crate::decode_reply(event.data.into_bytes(), move |got| passing.as_ref() == Some(got));
+                let reply = crate::decode_text(event.data, move |got| passing.as_ref() == Some(got));
                 let message = match reply.await {
                     Ok(Ok(m)) => m,
                     Ok(Err(e)) => {

@@ -40,8 +40,8 @@ pub(crate) async fn decode(bytes: Vec<u8>) -> Result<Result<Message, MessageErro
     }
 }
 
-/// [`decode`], a result to a request that `passing` names kept as the text it came as
-/// ([`Reply::from_slice`]).
+/// [`decode`], a result to a request that `passing` names kept as the text it came as, in the
+/// message's own bytes ([`Reply::from_vec`]).
 pub(crate) async fn decode_reply<F>(
     bytes: Vec<u8>,
     passing: F,
@@ -50,9 +50,23 @@ where
     F: Fn(&RequestId) -> bool + Send + 'static,
 {
     if bytes.len() < LARGE_MESSAGE {
-        return Reply::from_slice(&bytes, passing);
+        return Reply::from_vec(bytes, passing);
     }
-    match tokio::task::spawn_blocking(move || Reply::from_slice(&bytes, passing)).await {
+    match tokio::task::spawn_blocking(move || Reply::from_vec(bytes, passing)).await {
+        Ok(parsed) => parsed,
+        Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
+    }
+}
+
+/// [`decode_reply`] of text (an SSE event's data, already UTF-8).
+pub(crate) async fn decode_text<F>(text: String, passing: F) -> Result<Result<Reply, MessageError>, serde_json::Error>
+where
+    F: Fn(&RequestId) -> bool + Send + 'static,
+{
+    if text.len() < LARGE_MESSAGE {
+        return Reply::from_string(text, passing);
+    }
+    match tokio::task::spawn_blocking(move || Reply::from_string(text, passing)).await {
         Ok(parsed) => parsed,
         Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
     }
