@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod bare;
+mod floor;
 mod instructions;
 mod revisions;
 mod sessions;
@@ -139,6 +140,11 @@ fn main() -> Result<()> {
         let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--fixed-server PORT BODY")?;
         let body = args.get(2).cloned().unwrap_or_default();
         return actix_rt::System::new().block_on(fixed_server(port, body));
+    }
+    if args.first().map(String::as_str) == Some("--task-floor") {
+        // Section 3's floor, in a process of its own (its resident memory is the measure).
+        let n: usize = args.get(1).and_then(|n| n.parse().ok()).context("--task-floor N")?;
+        return actix_rt::System::new().block_on(floor::run(n));
     }
     if args.first().map(String::as_str) == Some("--bare-proxy") {
         // The bare actix-web + hyper proxy of sections 1 and 9, in a process of its own.
@@ -916,10 +922,31 @@ async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     println!("- creation latency independent of the upstream: p50 wait/echo = {:.2} (≈1 expected)", p50_ratio);
     // Issue 16's target (issue 5 had 4 KiB).
     println!("- memory per live task: {:.0} B (target ≤ 2048 B: {})", per_task, verdict(per_task <= 2048.0));
+    match task_floor(plan.tasks).await {
+        Ok((record, actor, call)) => println!(
+            "- the floor in DESIGN's shape, the same libraries and none of the gateway's logic ({} tasks in a process of its own): the store's record {record:.0} B, + an actor with a ttl timer {actor:.0} B, + a call waiting for its answer {call:.0} B = {:.0} B a task",
+            plan.tasks,
+            record + actor + call
+        ),
+        Err(e) => println!("- the floor could not be measured: {e:#}"),
+    }
     println!("- memory after expiry: {:.2}× baseline (target ≤ 1.1: {})", after_ratio, verdict(after_ratio <= 1.1));
     println!();
     stop_profiled(gateway).await;
     Ok(())
+}
+
+/// Runs `taskgate-bench --task-floor n` and reads its three figures (bytes per task).
+async fn task_floor(n: usize) -> Result<(f64, f64, f64)> {
+    let exe = std::env::current_exe()?;
+    let out = tokio::process::Command::new(exe).arg("--task-floor").arg(n.to_string()).output().await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| -> Result<f64> {
+        text.split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .with_context(|| format!("--task-floor printed {text:?} ({})", String::from_utf8_lossy(&out.stderr)))
+    };
+    Ok((field("record")?, field("actor")?, field("call")?))
 }
 
 // ---------------------------------------------------------------------------------------------
