@@ -11,6 +11,10 @@ use taskgate_protocol::{ErrorObject, Message, RequestId};
 
 /// How long any single test request may take before the test fails instead of hanging.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an idle connection is kept for the next request: below the gateway's keep-alive
+/// (actix-web's 5 s), so that a request never goes on a connection the gateway is closing
+/// (a POST is not retried; the benchmark's section 10 once failed so, after its clients idled).
+const POOL_IDLE: Duration = Duration::from_secs(3);
 
 /// A reply to one POST.
 #[derive(Debug)]
@@ -79,7 +83,11 @@ impl McpClient {
             url: url.to_owned(),
             session: None,
             protocol_version: None,
-            http: reqwest::Client::builder().timeout(REQUEST_TIMEOUT).build().expect("client"),
+            http: reqwest::Client::builder()
+                .timeout(REQUEST_TIMEOUT)
+                .pool_idle_timeout(POOL_IDLE)
+                .build()
+                .expect("client"),
             next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
             bearer: None,
         }
