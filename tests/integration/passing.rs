@@ -29,42 +29,7 @@ fn response(id: &Value, result: &str) -> String {
 /// `RESULT` as JSON (`{"shape": "json"}`), on an SSE stream after a log message about the call
 /// (`"sse"`), or `PRETTY` as JSON (`"pretty"`). Returns its URL.
 async fn canned_http_upstream() -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 8192];
-                loop {
-                    let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
-                    if let Some(end) = head_end {
-                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-                        let length = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= end + 4 + length {
-                            let body: Vec<u8> = seen[end + 4..end + 4 + length].to_vec();
-                            seen.drain(..end + 4 + length);
-                            let reply = answer(&head, &body);
-                            if socket.write_all(reply.as_bytes()).await.is_err() {
-                                return;
-                            }
-                            continue;
-                        }
-                    }
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-            });
-        }
-    });
-    url
+    crate::support::raw_http_server(answer).await
 }
 
 /// One HTTP reply of [`canned_http_upstream`].

@@ -1,4 +1,5 @@
-//! Helpers shared by the tests that drive tasks across processes (restart.rs, replicas.rs).
+//! Helpers shared by the tests: bounded waits, tasks driven across processes (restart.rs,
+//! replicas.rs), a hand-written HTTP server (upstreams.rs, passing.rs).
 
 use std::time::Duration;
 
@@ -21,4 +22,47 @@ pub async fn create(c: &mut McpClient, tool: &str, args: Value) -> String {
 /// A task method (`tasks/get`, `tasks/result`, `tasks/cancel`) on one task.
 pub async fn method(c: &mut McpClient, name: &str, task_id: &str) -> Result<Value, ErrorObject> {
     c.request(name, Some(json!({"taskId": task_id}))).await.outcome()
+}
+
+/// A hand-written HTTP/1.1 server on 127.0.0.1:0 for upstreams no SDK would be: each request
+/// (its head, lower-cased, and its body, read whole by `content-length`) gets the raw reply
+/// `answer` writes; connections are kept alive. Returns its MCP endpoint URL.
+pub async fn raw_http_server(answer: impl Fn(&str, &[u8]) -> String + Send + Sync + 'static) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let answer = std::sync::Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 8192];
+                loop {
+                    let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
+                    if let Some(end) = head_end {
+                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if seen.len() >= end + 4 + length {
+                            let reply = answer(&head, &seen[end + 4..end + 4 + length]);
+                            seen.drain(..end + 4 + length);
+                            if socket.write_all(reply.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    url
 }

@@ -261,46 +261,13 @@ async fn an_answer_to_the_upstream_is_not_held_back_by_the_connection_bound() {
 /// A server that answers every request with `307 Temporary Redirect` to `location`, having read
 /// the request whole; returns its MCP endpoint URL and how many requests it answered.
 async fn redirecting_server(location: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = answered.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (location, count) = (location.clone(), count.clone());
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let head_end = seen.windows(4).position(|w| w == b"\r\n\r\n");
-                    if let Some(end) = head_end {
-                        let head = String::from_utf8_lossy(&seen[..end]).to_ascii_lowercase();
-                        let length = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= end + 4 + length {
-                            seen.drain(..end + 4 + length);
-                            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            let reply = format!(
-                                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
-                            );
-                            if socket.write_all(reply.as_bytes()).await.is_err() {
-                                return;
-                            }
-                            continue;
-                        }
-                    }
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-            });
-        }
-    });
+    let url = crate::support::raw_http_server(move |_, _| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n")
+    })
+    .await;
     (url, answered)
 }
 
