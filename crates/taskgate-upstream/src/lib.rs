@@ -31,13 +31,7 @@ const LARGE_MESSAGE: usize = 256 * 1024;
 
 /// Parses one JSON-RPC message an upstream sent; a large one off the I/O worker.
 pub(crate) async fn decode(bytes: Vec<u8>) -> Result<Result<Message, MessageError>, serde_json::Error> {
-    if bytes.len() < LARGE_MESSAGE {
-        return Message::from_slice(&bytes);
-    }
-    match tokio::task::spawn_blocking(move || Message::from_slice(&bytes)).await {
-        Ok(parsed) => parsed,
-        Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
-    }
+    parse_sized(bytes.len(), move || Message::from_slice(&bytes)).await
 }
 
 /// [`decode`], a result to a request that `passing` names kept as the text it came as, in the
@@ -49,13 +43,7 @@ pub(crate) async fn decode_reply<F>(
 where
     F: Fn(&RequestId) -> bool + Send + 'static,
 {
-    if bytes.len() < LARGE_MESSAGE {
-        return Reply::from_vec(bytes, passing);
-    }
-    match tokio::task::spawn_blocking(move || Reply::from_vec(bytes, passing)).await {
-        Ok(parsed) => parsed,
-        Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
-    }
+    parse_sized(bytes.len(), move || Reply::from_vec(bytes, passing)).await
 }
 
 /// [`decode_reply`] of text (an SSE event's data, already UTF-8).
@@ -63,14 +51,24 @@ pub(crate) async fn decode_text<F>(text: String, passing: F) -> Result<Result<Re
 where
     F: Fn(&RequestId) -> bool + Send + 'static,
 {
-    if text.len() < LARGE_MESSAGE {
-        return Reply::from_string(text, passing);
+    parse_sized(text.len(), move || Reply::from_string(text, passing)).await
+}
+
+/// Runs `parse` of a message of `len` bytes here, or on tokio's blocking pool when it is large.
+async fn parse_sized<T, P>(len: usize, parse: P) -> Result<T, serde_json::Error>
+where
+    T: Send + 'static,
+    P: FnOnce() -> Result<T, serde_json::Error> + Send + 'static,
+{
+    if len < LARGE_MESSAGE {
+        return parse();
     }
-    match tokio::task::spawn_blocking(move || Reply::from_string(text, passing)).await {
+    match tokio::task::spawn_blocking(parse).await {
         Ok(parsed) => parsed,
         Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(format!("the parser stopped: {e}"))),
     }
 }
+
 pub use events::{event_channel, EventReceiver, EventSender, NotSent};
 pub use session::{
     ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
