@@ -141,6 +141,47 @@ async fn an_http_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() 
     assert_eq!(read["content"][0]["text"], "exact \"q\"");
 }
 
+/// A 2026-07-28 client's stateless `tools/call`, its reply body as received.
+async fn call_text_2026(url: &str) -> String {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "passing-test", "version": "1"},
+    });
+    let params = json!({"name": "canned__exact", "arguments": {"shape": "sse"}, "_meta": meta});
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params});
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "canned__exact")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+#[actix_rt::test]
+async fn a_2026_client_gets_the_upstreams_members_as_written_with_its_revisions_fields() {
+    let url = canned_http_upstream().await;
+    let mut upstream = UpstreamConfig::http("canned", &url);
+    upstream.protocol = UpstreamProtocol::Legacy;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let text = call_text_2026(&gw.url).await;
+    // The 2026-07-28 result's top level is the gateway's (resultType); each member's text is
+    // the upstream's.
+    let structured =
+        r#""structuredContent":{"z":1,"big":123456789012345678901234567890,"price":1.50,"esc":"\u00e9\ud83d\ude00"}"#;
+    assert!(text.contains(structured), "{text}");
+    assert!(text.contains(r#""content":[{"type":"text","text":"exact \"q\""}]"#), "{text}");
+    assert!(text.contains(r#""resultType":"complete""#), "{text}");
+    assert!(text.contains(r#""id":4"#), "{text}");
+}
+
 #[actix_rt::test]
 async fn a_stdio_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() {
     let gw = TestGateway::start(config_with(vec![canned_stdio_upstream("canned")]));

@@ -86,18 +86,21 @@ impl Payload {
     /// The response to request `id` with this result, as compact JSON text (as
     /// [`Message::to_json`] writes [`Message::Response`]).
     pub fn response_json(&self, id: &RequestId) -> String {
-        match self {
-            Payload::Value(v) => Message::response(id.clone(), v.clone()).to_json(),
-            Payload::Raw(raw) => {
-                let mut out = String::with_capacity(raw.get().len() + 48);
-                out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-                out.push_str(&serde_json::to_string(id).expect("ids serialize"));
-                out.push_str(r#","result":"#);
-                out.push_str(raw.get());
-                out.push('}');
-                out
+        let written;
+        let result = match self {
+            Payload::Value(v) => {
+                written = serde_json::to_string(v).expect("values serialize");
+                written.as_str()
             }
-        }
+            Payload::Raw(raw) => raw.get(),
+        };
+        let mut out = String::with_capacity(result.len() + 48);
+        out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        out.push_str(&serde_json::to_string(id).expect("ids serialize"));
+        out.push_str(r#","result":"#);
+        out.push_str(result);
+        out.push('}');
+        out
     }
 }
 
