@@ -29,7 +29,7 @@ fn response(id: &Value, result: &str) -> String {
 /// `RESULT` as JSON (`{"shape": "json"}`), on an SSE stream after a log message about the call
 /// (`"sse"`), or `PRETTY` as JSON (`"pretty"`). Returns its URL.
 async fn canned_http_upstream() -> String {
-    crate::support::raw_http_server(answer).await
+    crate::support::raw_http_server(|head, body| crate::support::Answer::Reply(answer(head, body))).await
 }
 
 /// One HTTP reply of [`canned_http_upstream`].

@@ -24,10 +24,18 @@ pub async fn method(c: &mut McpClient, name: &str, task_id: &str) -> Result<Valu
     c.request(name, Some(json!({"taskId": task_id}))).await.outcome()
 }
 
+/// What [`raw_http_server`] does with a request.
+pub enum Answer {
+    /// Writes this raw reply; the connection stays open for the next request.
+    Reply(String),
+    /// Never answers: the connection is held until the other side closes it, then this runs.
+    Hold(Box<dyn FnOnce() + Send>),
+}
+
 /// A hand-written HTTP/1.1 server on 127.0.0.1:0 for upstreams no SDK would be: each request
-/// (its head, lower-cased, and its body, read whole by `content-length`) gets the raw reply
-/// `answer` writes; connections are kept alive. Returns its MCP endpoint URL.
-pub async fn raw_http_server(answer: impl Fn(&str, &[u8]) -> String + Send + Sync + 'static) -> String {
+/// (its head, lower-cased, and its body, read whole by `content-length`) gets what `answer`
+/// says; connections are kept alive. Returns its MCP endpoint URL.
+pub async fn raw_http_server(answer: impl Fn(&str, &[u8]) -> Answer + Send + Sync + 'static) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -50,8 +58,17 @@ pub async fn raw_http_server(answer: impl Fn(&str, &[u8]) -> String + Send + Syn
                         if seen.len() >= end + 4 + length {
                             let reply = answer(&head, &seen[end + 4..end + 4 + length]);
                             seen.drain(..end + 4 + length);
-                            if socket.write_all(reply.as_bytes()).await.is_err() {
-                                return;
+                            match reply {
+                                Answer::Reply(reply) => {
+                                    if socket.write_all(reply.as_bytes()).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Answer::Hold(closed) => {
+                                    while !matches!(socket.read(&mut buf).await, Ok(0) | Err(_)) {}
+                                    closed();
+                                    return;
+                                }
                             }
                             continue;
                         }

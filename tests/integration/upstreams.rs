@@ -265,7 +265,9 @@ async fn redirecting_server(location: String) -> (String, std::sync::Arc<std::sy
     let count = answered.clone();
     let url = crate::support::raw_http_server(move |_, _| {
         count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n")
+        crate::support::Answer::Reply(format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n"
+        ))
     })
     .await;
     (url, answered)
@@ -350,4 +352,70 @@ async fn an_upstream_behind_the_environments_proxy_is_reached_through_it() {
     // The gateway's requests went to the proxy, in the absolute form a proxy is sent.
     let first = within(requests.recv()).await.expect("a request through the proxy");
     assert_eq!(first, format!("POST {} HTTP/1.1", demo.http.url), "{first}");
+}
+
+/// An upstream that takes calls and notifications and answers neither (it answers
+/// `initialize` and `tools/list`); reports each call's arrival and when the gateway closes the
+/// connection a cancellation came on.
+async fn silent_upstream() -> (String, tokio::sync::mpsc::UnboundedReceiver<&'static str>) {
+    use crate::support::Answer;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let url = crate::support::raw_http_server(move |head, body| {
+        let reply = |status: &str, headers: &str, body: &str| {
+            Answer::Reply(format!("HTTP/1.1 {status}\r\n{headers}content-length: {}\r\n\r\n{body}", body.len()))
+        };
+        if head.starts_with("get ") {
+            return reply("405 Method Not Allowed", "", "");
+        }
+        let request: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let json = "content-type: application/json\r\n";
+        let respond = |result: &str| format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, request["id"]);
+        match request["method"].as_str().unwrap_or_default() {
+            "initialize" => reply(
+                "200 OK",
+                &format!("{json}mcp-session-id: silent-1\r\n"),
+                &respond(r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"silent","version":"1"}}"#),
+            ),
+            "tools/list" => reply("200 OK", json, &respond(r#"{"tools":[{"name":"hang","inputSchema":{"type":"object"}}]}"#)),
+            "tools/call" => {
+                let _ = tx.send("call");
+                Answer::Hold(Box::new(|| {}))
+            }
+            "notifications/cancelled" => {
+                let tx = tx.clone();
+                Answer::Hold(Box::new(move || {
+                    let _ = tx.send("cancel closed");
+                }))
+            }
+            _ if request.get("id").is_none() => reply("202 Accepted", "", ""),
+            _ => reply("200 OK", json, &respond("{}")),
+        }
+    })
+    .await;
+    (url, rx)
+}
+
+#[actix_rt::test]
+async fn a_message_the_upstream_never_accepts_is_given_up_after_the_timeout() {
+    // A client's cancellation reaches the upstream as a notification POSTed on its own
+    // connection; an upstream that never answers it must not hold that connection (and the
+    // task sending it) for ever.
+    let (url, mut seen) = silent_upstream().await;
+    let mut upstream = UpstreamConfig::http("silent", &url);
+    upstream.protocol = taskgate_config::UpstreamProtocol::Legacy;
+    upstream.timeout_secs = 1;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let caller = c.clone();
+    let call = tokio::spawn(async move {
+        let body = json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call", "params": {"name": "silent__hang", "arguments": {}}});
+        caller.post_raw(body.to_string(), &[]).await
+    });
+    assert_eq!(within(seen.recv()).await, Some("call"));
+    let cancel = json!({"requestId": 77, "reason": "changed my mind"});
+    assert_eq!(c.notify("notifications/cancelled", Some(cancel)).await, 202);
+    // Closed by the gateway once its timeout passed (before the bound, never).
+    assert_eq!(within(seen.recv()).await, Some("cancel closed"));
+    call.abort();
 }

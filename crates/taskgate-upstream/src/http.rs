@@ -39,6 +39,8 @@ pub(crate) struct HttpChannel {
     max_message_bytes: usize,
     /// How long the GET stream stays open once nothing needs it.
     stream_idle: Duration,
+    /// How long a notification or a response may take to be accepted (`timeout_secs`).
+    send_timeout: Duration,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
     expired: AtomicBool,
@@ -180,6 +182,7 @@ impl HttpChannel {
             headers,
             max_message_bytes: config.max_message_bytes,
             stream_idle: Duration::from_secs(config.stream_idle_secs),
+            send_timeout: Duration::from_secs(config.timeout_secs),
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
             expired: AtomicBool::new(false),
@@ -396,11 +399,24 @@ impl HttpChannel {
     pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
         // Not under max_connections: a response or a notification is short, and one may be
         // what a request holding a connection waits for (the answer to the upstream's
-        // elicitation); waiting for a connection here could wait for ever.
-        let response = self.post(message.to_json().into(), &[]).await?;
-        // Some servers answer notifications with a body; drain and ignore it.
-        let _ = self.read_body(response).await;
-        Ok(())
+        // elicitation); waiting for a connection here could wait for ever. Bounded in time
+        // instead: an upstream that never answers holds no connection and no task for ever
+        // (a client's cancellations each send one).
+        let sent = async {
+            let response = self.post(message.to_json().into(), &[]).await?;
+            // Some servers answer notifications with a body; drain and ignore it.
+            let _ = self.read_body(response).await;
+            Ok(())
+        };
+        match tokio::time::timeout(self.send_timeout, sent).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(self
+                .unavailable(format!(
+                    "it did not accept a message within {} s (timeout_secs)",
+                    self.send_timeout.as_secs()
+                ))
+                .into()),
+        }
     }
 
     /// The result or error for `id` from a reply message, if it is that reply.
