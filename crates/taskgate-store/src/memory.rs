@@ -1,11 +1,19 @@
 //! The in-memory [`TaskStore`]: one process, no persistence.
+//!
+//! Every live task has a record here, so a record is kept small (it is most of what a task
+//! costs beside its actor): the names many records share (owner, upstream, tool, replica) are
+//! held once and counted, the id is the one copy the indexes share, and what a working task
+//! rarely has (a status message, an outcome, an upstream task) is boxed apart.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::{decode_cursor, encode_cursor, ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
+use crate::{
+    decode_cursor, encode_cursor, ListPage, Owner, StoreError, StoreFuture, TaskOutcome, TaskRecord, TaskStatus,
+    TaskStore, Update, UpstreamSessionRef,
+};
 
 /// Tasks in a map, with an index per owner (for listing) and one by expiry time.
 pub struct MemoryTaskStore {
@@ -15,27 +23,177 @@ pub struct MemoryTaskStore {
 
 #[derive(Default)]
 struct Inner {
-    /// Boxed: a record is about 400 bytes, and a table holds its entries inline with room to
-    /// spare (up to half its slots free after it grows). The three indexes share one copy of
-    /// each id.
-    by_id: HashMap<Arc<str>, Box<TaskRecord>>,
-    by_owner: HashMap<Owner, BTreeSet<(u64, Arc<str>)>>,
+    /// Boxed: a table holds its entries inline with room to spare (up to half its slots free
+    /// after it grows). The three indexes share one copy of each id.
+    by_id: HashMap<Arc<str>, Box<Stored>>,
+    /// Keyed by the one copy of each owner the records share.
+    by_owner: HashMap<Arc<Owner>, BTreeSet<(u64, Arc<str>)>>,
     by_expiry: BTreeSet<(u64, Arc<str>)>,
+    /// Upstream, tool and replica names in use, one copy each.
+    names: Names,
+}
+
+/// A record as the table keeps it (its id is the table's key).
+struct Stored {
+    owner: Arc<Owner>,
+    upstream: Arc<str>,
+    tool: Arc<str>,
+    replica: Option<Arc<str>>,
+    status: TaskStatus,
+    created_at_ms: u64,
+    last_updated_at_ms: u64,
+    ttl_ms: Option<u64>,
+    poll_interval_ms: u64,
+    rare: Option<Box<Rare>>,
+}
+
+/// The fields a working task usually has none of.
+#[derive(Default)]
+struct Rare {
+    status_message: Option<String>,
+    upstream_task_id: Option<String>,
+    upstream_session: Option<UpstreamSessionRef>,
+    outcome: Option<TaskOutcome>,
+}
+
+impl Rare {
+    fn boxed(rare: Rare) -> Option<Box<Rare>> {
+        let empty = rare.status_message.is_none()
+            && rare.upstream_task_id.is_none()
+            && rare.upstream_session.is_none()
+            && rare.outcome.is_none();
+        (!empty).then(|| Box::new(rare))
+    }
+}
+
+/// Names shared by many records, each held once while a record uses it.
+#[derive(Default)]
+struct Names(HashSet<Arc<str>>);
+
+impl Names {
+    fn intern(&mut self, name: String) -> Arc<str> {
+        if let Some(held) = self.0.get(name.as_str()) {
+            return held.clone();
+        }
+        let held: Arc<str> = name.into();
+        self.0.insert(held.clone());
+        held
+    }
+
+    /// Lets go of a record's copy of a name: the last copy out takes the name out.
+    fn release(&mut self, name: Arc<str>) {
+        // The set's copy and this one.
+        if Arc::strong_count(&name) <= 2 {
+            self.0.remove(&name);
+        }
+    }
+}
+
+impl Stored {
+    fn expires_at_ms(&self) -> Option<u64> {
+        self.ttl_ms.map(|ttl| self.created_at_ms.saturating_add(ttl))
+    }
+
+    fn record(&self, id: &str) -> TaskRecord {
+        let rare = self.rare.as_deref();
+        TaskRecord {
+            id: id.to_owned(),
+            owner: Owner::clone(&self.owner),
+            status: self.status,
+            status_message: rare.and_then(|r| r.status_message.clone()),
+            created_at_ms: self.created_at_ms,
+            last_updated_at_ms: self.last_updated_at_ms,
+            ttl_ms: self.ttl_ms,
+            poll_interval_ms: self.poll_interval_ms,
+            upstream: self.upstream.to_string(),
+            tool: self.tool.to_string(),
+            upstream_task_id: rare.and_then(|r| r.upstream_task_id.clone()),
+            upstream_session: rare.and_then(|r| r.upstream_session.clone()),
+            replica: self.replica.as_deref().map(str::to_owned),
+            outcome: rare.and_then(|r| r.outcome.clone()),
+        }
+    }
+
+    /// Takes what an update may change from `record` (this record, updated).
+    fn take_changes(&mut self, names: &mut Names, record: &TaskRecord) {
+        self.status = record.status;
+        self.last_updated_at_ms = record.last_updated_at_ms;
+        let upstream_session = self.rare.take().and_then(|r| r.upstream_session);
+        self.rare = Rare::boxed(Rare {
+            status_message: record.status_message.clone(),
+            upstream_task_id: record.upstream_task_id.clone(),
+            upstream_session,
+            outcome: record.outcome.clone(),
+        });
+        if record.replica.is_none() {
+            if let Some(replica) = self.replica.take() {
+                names.release(replica);
+            }
+        }
+    }
 }
 
 impl Inner {
+    fn insert(&mut self, record: TaskRecord) {
+        let TaskRecord {
+            id,
+            owner,
+            status,
+            status_message,
+            created_at_ms,
+            last_updated_at_ms,
+            ttl_ms,
+            poll_interval_ms,
+            upstream,
+            tool,
+            upstream_task_id,
+            upstream_session,
+            replica,
+            outcome,
+        } = record;
+        let id: Arc<str> = id.into();
+        let owner = match self.by_owner.get_key_value(&owner) {
+            Some((held, _)) => held.clone(),
+            None => Arc::new(owner),
+        };
+        self.by_owner.entry(owner.clone()).or_default().insert((created_at_ms, id.clone()));
+        let stored = Stored {
+            owner,
+            upstream: self.names.intern(upstream),
+            tool: self.names.intern(tool),
+            replica: replica.map(|r| self.names.intern(r)),
+            status,
+            created_at_ms,
+            last_updated_at_ms,
+            ttl_ms,
+            poll_interval_ms,
+            rare: Rare::boxed(Rare { status_message, upstream_task_id, upstream_session, outcome }),
+        };
+        if let Some(at) = stored.expires_at_ms() {
+            self.by_expiry.insert((at, id.clone()));
+        }
+        self.by_id.insert(id, Box::new(stored));
+    }
+
     fn remove(&mut self, id: &str) -> Option<TaskRecord> {
-        let (id, record) = self.by_id.remove_entry(id)?;
-        if let Some(set) = self.by_owner.get_mut(&record.owner) {
-            set.remove(&(record.created_at_ms, id.clone()));
+        let (id, stored) = self.by_id.remove_entry(id)?;
+        let record = stored.record(&id);
+        if let Some(set) = self.by_owner.get_mut(&stored.owner) {
+            set.remove(&(stored.created_at_ms, id.clone()));
             if set.is_empty() {
-                self.by_owner.remove(&record.owner);
+                self.by_owner.remove(&stored.owner);
             }
         }
-        if let Some(at) = record.expires_at_ms() {
+        if let Some(at) = stored.expires_at_ms() {
             self.by_expiry.remove(&(at, id));
         }
-        Some(*record)
+        let Stored { upstream, tool, replica, .. } = *stored;
+        self.names.release(upstream);
+        self.names.release(tool);
+        if let Some(replica) = replica {
+            self.names.release(replica);
+        }
+        Some(record)
     }
 }
 
@@ -59,28 +217,24 @@ impl TaskStore for MemoryTaskStore {
         if inner.by_id.contains_key(record.id.as_str()) {
             return ready(Err(StoreError::Backend(format!("task id {} already exists", record.id))));
         }
-        let id: Arc<str> = record.id.as_str().into();
-        inner.by_owner.entry(record.owner.clone()).or_default().insert((record.created_at_ms, id.clone()));
-        if let Some(at) = record.expires_at_ms() {
-            inner.by_expiry.insert((at, id.clone()));
-        }
-        inner.by_id.insert(id, Box::new(record));
+        inner.insert(record);
         ready(Ok(()))
     }
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        ready(Ok(self.inner.lock().by_id.get(id).map(|r| TaskRecord::clone(r))))
+        ready(Ok(self.inner.lock().by_id.get_key_value(id).map(|(id, stored)| stored.record(id))))
     }
 
-    fn compare_and_set<'a>(
-        &'a self,
-        id: &'a str,
-        expected: crate::TaskStatus,
-        update: Update,
-    ) -> StoreFuture<'a, TaskRecord> {
-        let mut inner = self.inner.lock();
-        let Some(record) = inner.by_id.get_mut(id) else { return ready(Err(StoreError::NotFound)) };
-        ready(crate::apply_update(record, expected, update).map(|()| TaskRecord::clone(record)))
+    fn compare_and_set<'a>(&'a self, id: &'a str, expected: TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord> {
+        let mut guard = self.inner.lock();
+        let Inner { by_id, names, .. } = &mut *guard;
+        let Some(stored) = by_id.get_mut(id) else { return ready(Err(StoreError::NotFound)) };
+        let mut record = stored.record(id);
+        if let Err(e) = crate::apply_update(&mut record, expected, update) {
+            return ready(Err(e));
+        }
+        stored.take_changes(names, &record);
+        ready(Ok(record))
     }
 
     fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage> {
@@ -105,7 +259,7 @@ impl TaskStore for MemoryTaskStore {
         let tasks: Vec<TaskRecord> = iter
             .by_ref()
             .take(limit)
-            .filter_map(|(_, id)| inner.by_id.get(&**id).map(|r| TaskRecord::clone(r)))
+            .filter_map(|(_, id)| inner.by_id.get(&**id).map(|stored| stored.record(id)))
             .collect();
         let next_cursor = match (iter.next(), tasks.last()) {
             (Some(_), Some(last)) => Some(encode_cursor(last.created_at_ms, &last.id)),
@@ -127,16 +281,18 @@ impl TaskStore for MemoryTaskStore {
     }
 
     fn claim_orphans<'a>(&'a self, replica: &'a str, _now_ms: u64) -> StoreFuture<'a, Vec<TaskRecord>> {
-        let mut inner = self.inner.lock();
-        let claimed = inner
-            .by_id
-            .values_mut()
-            .filter(|r| !r.status.is_terminal() && r.replica.as_deref() != Some(replica))
-            .map(|r| {
-                r.replica = Some(replica.to_owned());
-                TaskRecord::clone(r)
-            })
-            .collect();
+        let mut guard = self.inner.lock();
+        let Inner { by_id, names, .. } = &mut *guard;
+        let mut claimed = Vec::new();
+        for (id, stored) in by_id.iter_mut() {
+            if stored.status.is_terminal() || stored.replica.as_deref() == Some(replica) {
+                continue;
+            }
+            if let Some(previous) = stored.replica.replace(names.intern(replica.to_owned())) {
+                names.release(previous);
+            }
+            claimed.push(stored.record(id));
+        }
         ready(Ok(claimed))
     }
 
@@ -148,5 +304,102 @@ impl TaskStore for MemoryTaskStore {
         let mut inner = self.inner.lock();
         inner.by_id.shrink_to_fit();
         inner.by_owner.shrink_to_fit();
+        inner.names.0.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, tenant: &str, upstream: &str, tool: &str) -> TaskRecord {
+        TaskRecord {
+            id: id.into(),
+            owner: Owner { tenant: tenant.into(), principal: "p".into() },
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at_ms: 1,
+            last_updated_at_ms: 1,
+            ttl_ms: Some(10),
+            poll_interval_ms: 1000,
+            upstream: upstream.into(),
+            tool: tool.into(),
+            upstream_task_id: None,
+            upstream_session: None,
+            replica: Some("r1".into()),
+            outcome: None,
+        }
+    }
+
+    fn names(store: &MemoryTaskStore) -> Vec<String> {
+        let mut names: Vec<String> = store.inner.lock().names.0.iter().map(|n| n.to_string()).collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn records_share_one_copy_of_each_name_and_the_last_record_out_takes_it() {
+        let store = MemoryTaskStore::new(10);
+        // A tool named as its upstream: one name, two uses in one record.
+        store.create(record("a", "t1", "echo", "echo")).await.unwrap();
+        store.create(record("b", "t1", "echo", "wait")).await.unwrap();
+        store.create(record("c", "t2", "other", "wait")).await.unwrap();
+        assert_eq!(names(&store), ["echo", "other", "r1", "wait"]);
+        {
+            let inner = store.inner.lock();
+            let (a, b) = (&inner.by_id["a"], &inner.by_id["b"]);
+            assert!(Arc::ptr_eq(&a.upstream, &b.upstream) && Arc::ptr_eq(&a.owner, &b.owner));
+            assert!(Arc::ptr_eq(&a.upstream, &a.tool));
+            assert_eq!(inner.by_owner.len(), 2);
+        }
+        store.delete("c").await.unwrap();
+        assert_eq!(names(&store), ["echo", "r1", "wait"]);
+        assert_eq!(store.inner.lock().by_owner.len(), 1);
+        // A terminal task lets go of its replica.
+        let done = Update {
+            status: TaskStatus::Completed,
+            status_message: None,
+            outcome: Some(TaskOutcome::Result(serde_json::json!({"content": []}))),
+            upstream_task_id: None,
+            now_ms: 2,
+        };
+        store.compare_and_set("a", TaskStatus::Working, done.clone()).await.unwrap();
+        store.compare_and_set("b", TaskStatus::Working, done).await.unwrap();
+        assert_eq!(names(&store), ["echo", "wait"]);
+        let a = store.get("a").await.unwrap().unwrap();
+        assert_eq!((a.status, a.replica, a.tool.as_str()), (TaskStatus::Completed, None, "echo"));
+        assert!(a.outcome.is_some());
+        assert_eq!(store.expire(100).await.unwrap().len(), 2);
+        assert!(names(&store).is_empty() && store.inner.lock().by_owner.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_record_reads_back_as_it_was_written_rare_fields_included() {
+        let store = MemoryTaskStore::new(10);
+        let mut full = record("a", "t1", "up", "tool");
+        full.status = TaskStatus::InputRequired;
+        full.status_message = Some("waiting".into());
+        full.upstream_task_id = Some("u-1".into());
+        full.upstream_session =
+            Some(UpstreamSessionRef { session_id: "s".into(), protocol_version: "2025-11-25".into() });
+        full.ttl_ms = None;
+        store.create(full.clone()).await.unwrap();
+        assert_eq!(store.get("a").await.unwrap(), Some(full.clone()));
+        let plain = record("b", "t1", "up", "tool");
+        store.create(plain.clone()).await.unwrap();
+        assert_eq!(store.get("b").await.unwrap(), Some(plain));
+        assert!(store.inner.lock().by_id["b"].rare.is_none());
+        // An update keeps what it does not change (the upstream session).
+        let working = Update {
+            status: TaskStatus::Working,
+            status_message: None,
+            outcome: None,
+            upstream_task_id: None,
+            now_ms: 5,
+        };
+        let after = store.compare_and_set("a", TaskStatus::InputRequired, working).await.unwrap();
+        assert_eq!(after.upstream_session, full.upstream_session);
+        assert_eq!(after.upstream_task_id, full.upstream_task_id);
+        assert_eq!(store.get("a").await.unwrap(), Some(after));
     }
 }
