@@ -64,9 +64,10 @@ pub(crate) struct TaskStart {
 /// How long a task's end waits for its progress forwarder to pass on what it holds.
 const FORWARDER_DRAIN: Duration = Duration::from_secs(1);
 
-/// A wrapped task's upstream call, which runs outside the actor so that it survives the
-/// actor's restart: its outcome waits here until an actor takes it.
-type CallSlot = Arc<parking_lot::Mutex<Option<Result<Value, UpstreamError>>>>;
+/// A wrapped task's upstream call, a task of its own outside the actor so that it survives the
+/// actor's restart: its outcome waits in the task until the actor that holds the handle then
+/// takes it ([`AwaitCall`]).
+type Call = tokio::task::JoinHandle<Result<Value, UpstreamError>>;
 
 /// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
 pub(crate) struct Remains {
@@ -76,7 +77,7 @@ pub(crate) struct Remains {
     pub work: Work,
     pub progress: Option<Addr<ProgressActor>>,
     pub permit: Option<TaskPermit>,
-    pub call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
+    pub call: Option<Call>,
     pub inputs: Vec<Input>,
 }
 
@@ -111,7 +112,7 @@ pub struct TaskActor {
     poll_failures: u32,
     permit: Option<TaskPermit>,
     /// A wrapped task's running call and where its outcome lands.
-    call: Option<(tokio::task::JoinHandle<()>, CallSlot)>,
+    call: Option<Call>,
     /// A native task's progress forwarder (from its token's route to its progress actor).
     forwarder: Option<tokio::task::JoinHandle<()>>,
     /// Restarted from [`Remains`]: the work is already running.
@@ -165,14 +166,22 @@ impl TaskActor {
         actor
     }
 
-    /// Takes a finished wrapped call's outcome, if there is one, and settles the task with it.
-    fn take_call_outcome(&mut self, ctx: &mut Context<Self>) {
-        let outcome = self.call.as_ref().and_then(|(_, slot)| slot.lock().take());
-        if let Some(outcome) = outcome {
-            self.call = None;
-            let (status, message, outcome) = settle_call(outcome);
-            self.settle(status, message, Some(outcome), ctx);
-        }
+    /// Settles the task with its wrapped call's outcome.
+    fn call_ended(
+        &mut self,
+        joined: Result<Result<Value, UpstreamError>, tokio::task::JoinError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let (status, message, outcome) = match joined {
+            Ok(outcome) => settle_call(outcome),
+            // Only a bug ends a call this way (it is aborted only with its actor's context gone).
+            Err(e) => {
+                tracing::error!(task = %self.id, error = %e, "a wrapped task's upstream call ended abnormally");
+                let error = GatewayError::Internal("the upstream call ended abnormally".into()).error_object();
+                (TaskStatus::Failed, Some(format!("Tool call failed: {}", error.message)), TaskOutcome::Error(error))
+            }
+        };
+        self.settle(status, message, Some(outcome), ctx);
     }
 
     /// Applies a status change through the store (compare-and-set against the status this actor
@@ -306,7 +315,7 @@ impl TaskActor {
         if let Some(handle) = self.running.take() {
             ctx.cancel_future(handle);
         }
-        if let Some((call, _)) = self.call.take() {
+        if let Some(call) = self.call.take() {
             call.abort();
         }
         if let Some(progress) = self.progress.take() {
@@ -485,7 +494,9 @@ impl Actor for TaskActor {
             // The work is already running (a wrapped call outside any actor, a native task at
             // the upstream): take an outcome that arrived meanwhile, or keep following it.
             match self.work {
-                Work::Wrapped { .. } => self.take_call_outcome(ctx),
+                Work::Wrapped { .. } => {
+                    ctx.spawn(AwaitCall);
+                }
                 Work::Native { .. } => self.poll(ctx),
             }
             tracing::warn!(task = %self.id, tenant = %self.owner.tenant, "task actor restarted from the store");
@@ -499,9 +510,11 @@ impl Actor for TaskActor {
                 // The params move into the call: one copy per task, not two.
                 let (id, params) = (upstream_id.clone(), params.take().map_or(Value::Null, |p| *p));
                 // Only a task with a progress token needs a channel for its call's notifications
-                // (a live task costs less without one).
-                let call: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = match self.progress.clone() {
-                    Some(progress) => Box::pin(async move {
+                // (a live task costs less without one). The call runs outside the actor, so a
+                // restarted actor still gets its outcome; its future is the task's own, not
+                // boxed apart.
+                let call = match self.progress.clone() {
+                    Some(progress) => actix::spawn(async move {
                         let call = crate::session::relay_call(
                             session,
                             methods::TOOLS_CALL,
@@ -518,22 +531,11 @@ impl Actor for TaskActor {
                     None => {
                         // The request is made here, so the future holds it once.
                         let message = taskgate_protocol::Message::request(id, methods::TOOLS_CALL, Some(params));
-                        Box::pin(session.into_request(message))
+                        actix::spawn(session.into_request(message))
                     }
                 };
-                // The call runs outside the actor, so a restarted actor still gets its outcome: it
-                // lands in the slot, and whichever actor is the task's now is told.
-                let slot: CallSlot = Arc::default();
-                let (landing, shared, id) = (slot.clone(), self.shared.clone(), self.id.clone());
-                let handle = actix::spawn(async move {
-                    let outcome = call.await;
-                    *landing.lock() = Some(outcome);
-                    let actor = shared.tasks.actor(&id);
-                    if let Some(actor) = actor {
-                        let _ = actor.send(CallDone).await;
-                    }
-                });
-                self.call = Some((handle, slot));
+                self.call = Some(call);
+                ctx.spawn(AwaitCall);
             }
             Work::Native { progress_route, .. } => {
                 // Forward the task's progress (routed by its token) for as long as it lives.
@@ -564,7 +566,7 @@ impl Actor for TaskActor {
             return;
         }
         self.stopped_cleanly = true;
-        if let Some((call, _)) = self.call.take() {
+        if let Some(call) = self.call.take() {
             call.abort();
         }
         let store = self.shared.tasks.store().clone();
@@ -804,18 +806,27 @@ impl Handler<Expire> for TaskActor {
     }
 }
 
-/// A wrapped task's call finished; its outcome is in the slot.
-pub(crate) struct CallDone;
+/// Waits in the actor's context for its wrapped call (the handle in [`TaskActor::call`]) and
+/// settles the task with the outcome. The handle stays the actor's, not this future's, so an
+/// actor that crashes hands it on ([`Remains`]) and the call is not made again.
+struct AwaitCall;
 
-impl Message for CallDone {
-    type Result = ();
-}
+impl ActorFuture<TaskActor> for AwaitCall {
+    type Output = ();
 
-impl Handler<CallDone> for TaskActor {
-    type Result = ();
-
-    fn handle(&mut self, _: CallDone, ctx: &mut Context<Self>) {
-        self.take_call_outcome(ctx);
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        act: &mut TaskActor,
+        ctx: &mut Context<TaskActor>,
+        task: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let Some(call) = act.call.as_mut() else { return std::task::Poll::Ready(()) };
+        let std::task::Poll::Ready(joined) = std::future::Future::poll(std::pin::Pin::new(call), task) else {
+            return std::task::Poll::Pending;
+        };
+        act.call = None;
+        act.call_ended(joined, ctx);
+        std::task::Poll::Ready(())
     }
 }
 

@@ -171,7 +171,7 @@ impl Handler<Restart> for Supervisor {
                 // Expired, or settled by someone else (a cancel through the store): the waiters
                 // read what the store says; the permit and the work go.
                 _ => {
-                    if let Some((call, _)) = remains.call.take() {
+                    if let Some(call) = remains.call.take() {
                         call.abort();
                     }
                     shared.tasks.unregister(&remains.id, native.as_ref());
