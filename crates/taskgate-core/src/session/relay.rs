@@ -33,7 +33,7 @@ impl SessionActor {
         related: Option<&RequestId>,
         params: &mut Option<Value>,
     ) -> Option<String> {
-        let by_call = related.and_then(|r| self.shared.tasks.task_of_call(&(upstream.to_owned(), r.clone())));
+        let by_call = related.and_then(|r| self.shared.tasks.task_of_call(upstream, r));
         let named = params
             .as_ref()
             .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))

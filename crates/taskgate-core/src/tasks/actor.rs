@@ -125,8 +125,10 @@ pub struct TaskActor {
 
 impl TaskActor {
     pub(crate) fn new(shared: Arc<Shared>, start: TaskStart) -> TaskActor {
+        // One copy of the id for the task's entries in every table: the holdings' own.
+        let id = shared.tasks.holdings.shared_id(&start.record.id).unwrap_or_else(|| start.record.id.as_str().into());
         TaskActor {
-            id: start.record.id.as_str().into(),
+            id,
             shared,
             owner: start.owner,
             status: start.record.status,
@@ -452,11 +454,11 @@ impl TaskActor {
         let session = self.session.clone();
         let params = json!({"taskId": upstream_task_id});
         let request_id = session.next_request_id();
-        let key = (session.upstream().to_owned(), request_id.clone());
-        self.shared.tasks.track_call(key.clone(), &self.id);
+        self.shared.tasks.track_call(session.upstream(), request_id.clone(), &self.id);
+        let key = request_id.clone();
         let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
         self.running = Some(ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
-            act.shared.tasks.forget_call(&key);
+            act.shared.tasks.forget_call(act.session.upstream(), &key);
             act.running = None;
             act.fetching_result = false;
             match result {
@@ -504,8 +506,7 @@ impl Actor for TaskActor {
         }
         match &mut self.work {
             Work::Wrapped { upstream_id, params } => {
-                let key = (self.session.upstream().to_owned(), upstream_id.clone());
-                self.shared.tasks.track_call(key, &self.id);
+                self.shared.tasks.track_call(self.session.upstream(), upstream_id.clone(), &self.id);
                 let session = self.session.clone();
                 // The params move into the call: one copy per task, not two.
                 let (id, params) = (upstream_id.clone(), params.take().map_or(Value::Null, |p| *p));
@@ -584,14 +585,14 @@ impl Actor for TaskActor {
                 told.push(&input.session);
             }
         }
-        let upstream = self.session.upstream().to_owned();
         match &self.work {
             Work::Native { upstream_task_id, .. } => {
-                self.shared.tasks.unregister(&self.id, Some(&(upstream, upstream_task_id.clone())));
+                let native = (self.session.upstream().to_owned(), upstream_task_id.clone());
+                self.shared.tasks.unregister(&self.id, Some(&native));
             }
             Work::Wrapped { upstream_id, .. } => {
                 self.shared.tasks.unregister(&self.id, None);
-                self.shared.tasks.forget_call(&(upstream, upstream_id.clone()));
+                self.shared.tasks.forget_call(self.session.upstream(), upstream_id);
             }
         }
     }

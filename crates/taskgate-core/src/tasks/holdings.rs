@@ -7,15 +7,20 @@
 //! replica counts its own.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-/// One task held.
+/// One task held (every task this process created has one: kept small).
 struct Holding {
-    tenant: String,
+    /// The one copy of the tenant's name the table keeps.
+    tenant: Arc<str>,
     result_bytes: usize,
-    expires_at_ms: Option<u64>,
+    /// [`NEVER`] for a task without a ttl.
+    expires_at_ms: u64,
 }
+
+const NEVER: u64 = u64::MAX;
 
 /// A tenant's totals.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +33,9 @@ pub struct Held {
 
 #[derive(Default)]
 struct Table {
-    by_task: HashMap<String, Holding>,
-    by_tenant: HashMap<String, Held>,
+    /// Keyed by the task id the rest of the gateway shares ([`Holdings::shared_id`]).
+    by_task: HashMap<Arc<str>, Holding>,
+    by_tenant: HashMap<Arc<str>, Held>,
     result_bytes: usize,
 }
 
@@ -37,6 +43,18 @@ struct Table {
 #[derive(Default)]
 pub struct Holdings {
     table: Mutex<Table>,
+}
+
+impl Table {
+    /// The tenant's totals, under the one copy of its name.
+    fn tenant(&mut self, tenant: &str) -> (Arc<str>, &mut Held) {
+        let name = match self.by_tenant.get_key_value(tenant) {
+            Some((name, _)) => name.clone(),
+            None => Arc::from(tenant),
+        };
+        let held = self.by_tenant.entry(name.clone()).or_default();
+        (name, held)
+    }
 }
 
 /// Why a result does not fit.
@@ -52,13 +70,16 @@ impl Holdings {
     /// One more task for `tenant` unless it holds `share` already.
     pub fn admit(&self, task_id: &str, tenant: &str, expires_at_ms: Option<u64>, share: usize) -> Result<(), usize> {
         let mut table = self.table.lock();
-        let held = table.by_tenant.entry(tenant.to_owned()).or_default();
+        let (tenant, held) = table.tenant(tenant);
         if held.tasks >= share {
+            if held.tasks == 0 {
+                table.by_tenant.remove(&tenant);
+            }
             return Err(share);
         }
         held.tasks += 1;
-        let holding = Holding { tenant: tenant.to_owned(), result_bytes: 0, expires_at_ms };
-        table.by_task.insert(task_id.to_owned(), holding);
+        let holding = Holding { tenant, result_bytes: 0, expires_at_ms: expires_at_ms.unwrap_or(NEVER) };
+        table.by_task.insert(task_id.into(), holding);
         Ok(())
     }
 
@@ -85,17 +106,16 @@ impl Holdings {
         }
         table.result_bytes = total_after;
         let known = table.by_task.contains_key(task_id);
-        let held = table.by_tenant.entry(tenant.to_owned()).or_default();
+        let (tenant, held) = table.tenant(tenant);
         held.result_bytes = tenant_after;
         if !known {
             held.tasks += 1;
+            let holding = Holding { tenant, result_bytes: 0, expires_at_ms: expires_at_ms.unwrap_or(NEVER) };
+            table.by_task.insert(task_id.into(), holding);
         }
-        let holding = table.by_task.entry(task_id.to_owned()).or_insert_with(|| Holding {
-            tenant: tenant.to_owned(),
-            result_bytes: 0,
-            expires_at_ms,
-        });
-        holding.result_bytes = bytes;
+        if let Some(holding) = table.by_task.get_mut(task_id) {
+            holding.result_bytes = bytes;
+        }
         Ok(())
     }
 
@@ -120,18 +140,19 @@ impl Holdings {
 
     /// Forgets every task whose ttl has passed.
     pub fn prune(&self, now_ms: u64) {
-        let expired: Vec<String> = {
+        let expired: Vec<Arc<str>> = {
             let table = self.table.lock();
-            table
-                .by_task
-                .iter()
-                .filter(|(_, h)| h.expires_at_ms.is_some_and(|at| at <= now_ms))
-                .map(|(id, _)| id.clone())
-                .collect()
+            table.by_task.iter().filter(|(_, h)| h.expires_at_ms <= now_ms).map(|(id, _)| id.clone()).collect()
         };
         for id in expired {
             self.release(&id);
         }
+    }
+
+    /// The held task's id as the table keeps it, for the gateway's other tables to share (a
+    /// task's id is then one copy, however many tables name it).
+    pub fn shared_id(&self, task_id: &str) -> Option<Arc<str>> {
+        self.table.lock().by_task.get_key_value(task_id).map(|(id, _)| id.clone())
     }
 
     /// A tenant's totals.
@@ -141,7 +162,7 @@ impl Holdings {
 
     /// Every tenant's totals.
     pub fn by_tenant(&self) -> Vec<(String, Held)> {
-        self.table.lock().by_tenant.iter().map(|(t, h)| (t.clone(), *h)).collect()
+        self.table.lock().by_tenant.iter().map(|(t, h)| (t.to_string(), *h)).collect()
     }
 }
 
@@ -172,5 +193,21 @@ mod tests {
         assert_eq!(h.held("c"), Held { tasks: 1, result_bytes: 10 });
         h.prune(500);
         assert_eq!(h.held("c"), Held::default());
+        // Refused, a tenant holding nothing leaves no entry.
+        assert_eq!(h.admit("z1", "z", None, 0), Err(0));
+        assert!(h.by_tenant().iter().all(|(t, _)| t != "z"));
+    }
+
+    #[test]
+    fn a_held_tasks_id_and_its_tenants_name_are_one_copy_each() {
+        let h = Holdings::default();
+        h.admit("t1", "a", None, 10).unwrap();
+        h.admit("t2", "a", None, 10).unwrap();
+        let id = h.shared_id("t1").unwrap();
+        assert!(Arc::ptr_eq(&id, &h.shared_id("t1").unwrap()));
+        assert_eq!(h.shared_id("t3"), None);
+        let table = h.table.lock();
+        assert!(Arc::ptr_eq(&table.by_task["t1"].tenant, &table.by_task["t2"].tenant));
+        assert!(Arc::ptr_eq(&table.by_task["t1"].tenant, table.by_tenant.get_key_value("a").unwrap().0));
     }
 }

@@ -33,8 +33,6 @@ use crate::GatewayError;
 
 /// (upstream, upstream task id) of a native task.
 pub(crate) type NativeKey = (String, String);
-/// (upstream, upstream-local request id) of a request made for a task.
-pub(crate) type CallKey = (String, RequestId);
 
 /// The task layer's state and operations.
 pub struct TaskService {
@@ -52,7 +50,8 @@ pub struct TaskService {
     native: RwLock<HashMap<NativeKey, String>>,
     /// Upstream requests made for a task → our task id. What the upstream sends on their
     /// streams (elicitation…) belongs to that task.
-    calls: RwLock<HashMap<CallKey, Arc<str>>>,
+    /// By upstream, then request id: an entry per call names no upstream of its own.
+    calls: RwLock<HashMap<String, HashMap<RequestId, Arc<str>>>>,
     /// `tasks/result` waiters by task id; entries go with their last waiter.
     waiting: Mutex<HashMap<String, watch::Sender<()>>>,
     /// When each task was last polled, and its suggested interval. An entry is useful only for
@@ -137,18 +136,25 @@ impl TaskService {
     }
 
     /// Notes that an upstream request is made for a task.
-    pub(crate) fn track_call(&self, key: CallKey, task_id: &Arc<str>) {
-        self.calls.write().insert(key, task_id.clone());
+    pub(crate) fn track_call(&self, upstream: &str, request: RequestId, task_id: &Arc<str>) {
+        let mut calls = self.calls.write();
+        let of_upstream = match calls.get_mut(upstream) {
+            Some(of_upstream) => of_upstream,
+            None => calls.entry(upstream.to_owned()).or_default(),
+        };
+        of_upstream.insert(request, task_id.clone());
     }
 
     /// The request ended.
-    pub(crate) fn forget_call(&self, key: &CallKey) {
-        self.calls.write().remove(key);
+    pub(crate) fn forget_call(&self, upstream: &str, request: &RequestId) {
+        if let Some(of_upstream) = self.calls.write().get_mut(upstream) {
+            of_upstream.remove(request);
+        }
     }
 
     /// The task an upstream request was made for.
-    pub(crate) fn task_of_call(&self, key: &CallKey) -> Option<String> {
-        self.calls.read().get(key).map(|id| id.to_string())
+    pub(crate) fn task_of_call(&self, upstream: &str, request: &RequestId) -> Option<String> {
+        self.calls.read().get(upstream)?.get(request).map(|id| id.to_string())
     }
 
     /// Claims the tasks no live gateway process runs (after a restart, or a replica's death)
@@ -166,7 +172,11 @@ impl TaskService {
     pub(crate) fn compact(&self) {
         self.store.compact();
         self.actors.write().shrink_to_fit();
-        self.calls.write().shrink_to_fit();
+        let mut calls = self.calls.write();
+        calls.retain(|_, of_upstream| !of_upstream.is_empty());
+        calls.values_mut().for_each(HashMap::shrink_to_fit);
+        calls.shrink_to_fit();
+        drop(calls);
         self.native.write().shrink_to_fit();
         self.last_poll.lock().shrink_to_fit();
         self.waiting.lock().shrink_to_fit();
