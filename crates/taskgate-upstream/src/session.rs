@@ -820,10 +820,13 @@ impl UpstreamSession {
             }
             let mut request = Encoded::request(id.clone(), method, params.take().as_ref());
             request.pass = pass;
-            match self.dispatch(&ready, &request, related).await {
-                Err(e) => Box::pin(self.after_failure(ready, e, &request, related)).await,
-                outcome => outcome,
-            }
+            // The outcome is taken apart before the retry's wait, so that it takes no room
+            // in the state the call waits in.
+            let error = match self.dispatch(&ready, &request, related).await {
+                Err(e) => e,
+                outcome => return outcome,
+            };
+            Box::pin(self.after_failure(ready, error, &request, related)).await
         };
         match tokio::time::timeout(timeout, attempt).await {
             // Every MCP result is an object (schema.ts `Result`); `null` or a bare value is the
@@ -929,10 +932,11 @@ impl UpstreamSession {
         }
         match ready.channel.request_payload(request, related, &[]).await {
             // basic/transports "Session Management": on 404 start a new session (boxed: rare,
-            // and kept out of the state a call waits in).
-            Err(ChannelError::Expired) => Box::pin(self.renewed(request, related)).await,
-            other => other.map_err(|e| self.expired_twice(e)),
+            // and kept out of the state a call waits in, as the outcome it replaces is).
+            Err(ChannelError::Expired) => {}
+            other => return other.map_err(|e| self.expired_twice(e)),
         }
+        Box::pin(self.renewed(request, related)).await
     }
 
     /// A request the upstream answered with 404 (it expired the session), sent again once in a
