@@ -29,7 +29,9 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 /// The requests waiting for their responses, each with whether its result is passed through
 /// (kept as the text it comes as: [`Payload::Raw`]).
-type Pending = Arc<Mutex<HashMap<RequestId, (oneshot::Sender<Reply>, bool)>>>;
+/// A request's answer is boxed: the channel's shared state is allocated with room for its
+/// value, and a wrapped task's call keeps that state for its whole life.
+type Pending = Arc<Mutex<HashMap<RequestId, (oneshot::Sender<Box<Reply>>, bool)>>>;
 
 /// One running upstream process.
 pub(crate) struct StdioChannel {
@@ -138,7 +140,7 @@ impl StdioChannel {
         // Boxed: the write is over in a moment, and the wait for the answer (which a wrapped
         // task's call spends its life in) stays small without its state inline.
         Box::pin(self.write(request.json.clone())).await?;
-        match rx.await {
+        match rx.await.map(|reply| *reply) {
             Ok(Reply::Passed { result, .. }) => Ok(Payload::Raw(result)),
             Ok(Reply::Message(Message::Response { result, .. })) => Ok(Payload::Value(result)),
             Ok(Reply::Message(Message::Error { error, .. })) => {
@@ -286,7 +288,7 @@ async fn read_stdout(
             let waiter = message.id().and_then(|id| crate::remove_and_shrink(&mut pending.lock(), id));
             match waiter {
                 Some((tx, _)) => {
-                    let _ = tx.send(message);
+                    let _ = tx.send(Box::new(message));
                 }
                 None => {
                     tracing::debug!(upstream = %name, id = ?message.id(), "response to no pending request; dropped")
