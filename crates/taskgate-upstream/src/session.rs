@@ -1,5 +1,6 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -122,14 +123,15 @@ impl Routes {
     }
 }
 
-/// Keeps a request in [`SessionInner::calls`] while it is in flight.
+/// Keeps a request in [`SessionInner::calls`] while it is in flight. (It borrows the id the
+/// call holds: a waiting call keeps one copy.)
 struct CallGuard<'a> {
     inner: &'a SessionInner,
-    id: Option<RequestId>,
+    id: Option<&'a RequestId>,
 }
 
 impl<'a> CallGuard<'a> {
-    fn new(inner: &'a SessionInner, id: &RequestId, method: &str) -> CallGuard<'a> {
+    fn new(inner: &'a SessionInner, id: &'a RequestId, method: &str) -> CallGuard<'a> {
         let asks = matches!(
             method,
             methods::TOOLS_CALL
@@ -141,13 +143,13 @@ impl<'a> CallGuard<'a> {
         if asks {
             inner.calls.lock().insert(id.clone(), ());
         }
-        CallGuard { inner, id: asks.then(|| id.clone()) }
+        CallGuard { inner, id: asks.then_some(id) }
     }
 }
 
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
-        if let Some(id) = &self.id {
+        if let Some(id) = self.id {
             crate::remove_and_shrink(&mut self.inner.calls.lock(), id);
         }
     }
@@ -616,6 +618,59 @@ impl Encoded {
     }
 }
 
+/// A request's params as its call holds them until they go: as a message has them, or boxed
+/// (a wrapped task's call, which waits for its task's life, keeps a word for them, not a
+/// `Value`).
+trait Params: Send {
+    fn value(&self) -> Option<&Value>;
+    fn take_value(&mut self) -> Option<Value>;
+}
+
+impl Params for Option<Value> {
+    fn value(&self) -> Option<&Value> {
+        self.as_ref()
+    }
+
+    fn take_value(&mut self) -> Option<Value> {
+        self.take()
+    }
+}
+
+impl Params for Option<Box<Value>> {
+    fn value(&self) -> Option<&Value> {
+        self.as_deref()
+    }
+
+    fn take_value(&mut self) -> Option<Value> {
+        self.take().map(|params| *params)
+    }
+}
+
+/// A stdio request's answer, or `None` when its deadline comes first. (One small future, not
+/// a `select!` and its state: a wrapped task's call waits in it for its task's life.)
+struct AnswerBy<'a> {
+    wait: crate::stdio::StdioWait,
+    deadline: std::pin::Pin<&'a mut tokio::time::Sleep>,
+}
+
+impl std::future::Future for AnswerBy<'_> {
+    type Output = Option<Result<Payload, ChannelError>>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        // Answered first, as `tokio::time::timeout` polls its future first.
+        if let Poll::Ready(answer) = std::pin::Pin::new(&mut self.wait).poll(cx) {
+            return Poll::Ready(Some(answer));
+        }
+        self.deadline.as_mut().poll(cx).map(|()| None)
+    }
+}
+
+/// A request sent: its outcome, or (a legacy stdio session's) what waits for it.
+enum Sent {
+    Done(Result<Payload, UpstreamError>),
+    Waiting(crate::stdio::StdioWait),
+}
+
 #[derive(Clone)]
 pub(crate) enum Channel {
     Http(Arc<HttpChannel>),
@@ -769,18 +824,20 @@ impl UpstreamSession {
         async move { self.run(&mut message, related.as_ref(), pass).await }
     }
 
-    /// [`UpstreamSession::request_message`] with the session moved in, for a call that outlives
-    /// its caller (a wrapped task's). Not an async fn, for the same reason.
+    /// A request with the session moved in, for a call that outlives its caller (a wrapped
+    /// task's): only its id, method and params are kept while it waits (its params until they
+    /// go). Not an async fn, for the same reason as [`Self::request_message`].
     #[allow(clippy::manual_async_fn)]
     pub fn into_request(
         self,
-        mut message: Message,
+        id: RequestId,
+        method: &'static str,
+        mut params: Option<Box<Value>>,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'static {
-        async move { self.run(&mut message, None, false).await.map(Payload::into_value) }
+        async move { self.run_parts(&id, method, &mut params, None, false).await.map(Payload::into_value) }
     }
 
-    /// Runs a request, its progress routed and the call counted in flight meanwhile. Its params
-    /// are taken from `message` when it goes (a call holds them only as the text sent).
+    /// Runs `message` (a request): [`Self::run_parts`].
     async fn run(
         &self,
         message: &mut Message,
@@ -788,56 +845,121 @@ impl UpstreamSession {
         pass: bool,
     ) -> Result<Payload, UpstreamError> {
         let Message::Request { id, method, params } = message else { unreachable!("a request") };
-        let _route = TokenRoute::new(&self.inner.routes, params.as_ref(), related);
+        self.run_parts(id, method, params, related, pass).await
+    }
+
+    /// Runs a request, its progress routed and the call counted in flight meanwhile. Its params
+    /// are taken when it goes (a call holds them only as the text sent, or not at all).
+    async fn run_parts<P: Params>(
+        &self,
+        id: &RequestId,
+        method: &str,
+        params: &mut P,
+        related: Option<&mpsc::Sender<Message>>,
+        pass: bool,
+    ) -> Result<Payload, UpstreamError> {
+        let _route = TokenRoute::new(&self.inner.routes, params.value(), related);
         let _call = CallGuard::new(&self.inner, id, method);
         // In a shared session, what the upstream sends about this request reaches this lane.
         let _lane =
-            self.lane.as_ref().map(|lane| lane.call(id, params.as_ref().is_some_and(|p| p.get("task").is_some())));
+            self.lane.as_ref().map(|lane| lane.call(id, params.value().is_some_and(|p| p.get("task").is_some())));
         let started = std::time::Instant::now();
-        let outcome = self.request_inner(id, method, params, related, pass).await;
+        // The state a call waits in is kept small (a wrapped task's call spends its life in
+        // it): sending is a boxed future of its own, over once the request is written to a
+        // process, so that what waits for a stdio answer is its pending entry, the timeout and
+        // the guards above, not the layers that sent it. (Over HTTP the answer comes on the
+        // request's own response, which the boxed future reads.)
+        let deadline = tokio::time::sleep(self.timeout());
+        tokio::pin!(deadline);
+        let wait = {
+            // (A block: what was sent takes no room once the wait is out of it.)
+            let sent = tokio::select! {
+                biased;
+                sent = Box::pin(self.send(id, method, params, related, pass)) => sent,
+                () = &mut deadline => return self.observed(method, started, Err(self.timed_out())),
+            };
+            match sent {
+                Sent::Done(outcome) => return self.observed(method, started, self.answered(outcome)),
+                Sent::Waiting(wait) => wait,
+            }
+        };
+        let outcome = match (AnswerBy { wait, deadline }).await {
+            Some(answer) => self.answered(answer.map_err(|e| self.expired_twice(e))),
+            None => Err(self.timed_out()),
+        };
+        self.observed(method, started, outcome)
+    }
+
+    /// `outcome`, counted in the upstream's metrics.
+    fn observed(
+        &self,
+        method: &str,
+        started: std::time::Instant,
+        outcome: Result<Payload, UpstreamError>,
+    ) -> Result<Payload, UpstreamError> {
         self.observe(method, started, &outcome);
         outcome
     }
 
-    async fn request_inner(
-        &self,
-        id: &RequestId,
-        method: &str,
-        params: &mut Option<Value>,
-        related: Option<&mpsc::Sender<Message>>,
-        pass: bool,
-    ) -> Result<Payload, UpstreamError> {
-        let timeout = Duration::from_secs(self.inner.connector.config().timeout_secs);
-        // The state a call waits in is kept small (a wrapped task's call spends its life in
-        // it): what happens before the request goes and after a failure are separate, boxed
-        // futures, so their locals take no room in it. Over a legacy session the request is
-        // held as the JSON text it goes as (`Encoded`), not as parsed params, while its answer
-        // is awaited.
-        let attempt = async {
-            let ready = Box::pin(self.connect_probing()).await?;
-            if ready.modern.is_some() {
-                return Box::pin(self.modern_attempt(ready, id, method, params.take(), related)).await;
-            }
-            let mut request = Encoded::request(id.clone(), method, params.take().as_ref());
-            request.pass = pass;
-            // The outcome is taken apart before the retry's wait, so that it takes no room
-            // in the state the call waits in.
-            let error = match self.dispatch(&ready, &request, related).await {
-                Err(e) => e,
-                outcome => return outcome,
-            };
-            Box::pin(self.after_failure(ready, error, &request, related)).await
-        };
-        match tokio::time::timeout(timeout, attempt).await {
+    /// How long a request may take.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.inner.connector.config().timeout_secs)
+    }
+
+    fn timed_out(&self) -> UpstreamError {
+        UpstreamError::Timeout { upstream: self.upstream().into(), after: self.timeout() }
+    }
+
+    /// A request's outcome as its caller gets it.
+    fn answered(&self, outcome: Result<Payload, UpstreamError>) -> Result<Payload, UpstreamError> {
+        match outcome {
             // Every MCP result is an object (schema.ts `Result`); `null` or a bare value is the
             // upstream's mistake, answered as one, never passed on.
-            Ok(Ok(result)) if !result.is_object() => Err(UpstreamError::Protocol {
+            Ok(result) if !result.is_object() => Err(UpstreamError::Protocol {
                 upstream: self.upstream().into(),
                 reason: format!("its result is {}, not an object", result.json_kind()),
             }),
-            Ok(result) => result.map_err(|e| self.revision_refusal_named(e)),
-            Err(_) => Err(UpstreamError::Timeout { upstream: self.upstream().into(), after: timeout }),
+            result => result.map_err(|e| self.revision_refusal_named(e)),
         }
+    }
+
+    /// Sends a request: over a legacy stdio session, until it is written (what waits for its
+    /// answer is returned); otherwise until it is answered. Over a legacy session the request
+    /// is held as the JSON text it goes as (`Encoded`), not as parsed params.
+    async fn send<P: Params>(
+        &self,
+        id: &RequestId,
+        method: &str,
+        params: &mut P,
+        related: Option<&mpsc::Sender<Message>>,
+        pass: bool,
+    ) -> Sent {
+        let ready = match Box::pin(self.connect_probing()).await {
+            Ok(ready) => ready,
+            Err(e) => return Sent::Done(Err(e)),
+        };
+        if ready.modern.is_some() {
+            return Sent::Done(Box::pin(self.modern_attempt(ready, id, method, params.take_value(), related)).await);
+        }
+        let mut request = Encoded::request(id.clone(), method, params.take_value().as_ref());
+        request.pass = pass;
+        if let Channel::Stdio(stdio) = &ready.channel {
+            // A process has no session to expire and keeps its revision for life (a legacy
+            // session's failure is never sent again: `after_failure`), so once written the
+            // request needs nothing but its answer. Its progress and the requests the process
+            // sends about it are routed by the guards `run` holds.
+            return match stdio.start(&request).await {
+                Ok(wait) => Sent::Waiting(wait),
+                Err(e) => Sent::Done(Err(self.expired_twice(e))),
+            };
+        }
+        // The outcome is taken apart before the retry's wait, so that it takes no room in the
+        // state the call waits in.
+        let error = match self.dispatch(&ready, &request, related).await {
+            Err(e) => e,
+            outcome => return Sent::Done(outcome),
+        };
+        Sent::Done(Box::pin(self.after_failure(ready, error, &request, related)).await)
     }
 
     /// A request in a 2026-07-28 session. Its params stay for one retry in another revision,

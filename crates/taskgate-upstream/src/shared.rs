@@ -213,9 +213,9 @@ pub(crate) struct Lane {
 
 impl Lane {
     /// Keeps `id` routed to this lane while the guard lives (and a while after).
-    pub(crate) fn call(&self, id: &RequestId, creates_task: bool) -> LaneCall<'_> {
+    pub(crate) fn call<'a>(&'a self, id: &'a RequestId, creates_task: bool) -> LaneCall<'a> {
         self.lanes.started(self.id, id, creates_task);
-        LaneCall { lane: self, id: id.clone(), creates_task }
+        LaneCall { lane: self, id, creates_task }
     }
 }
 
@@ -225,16 +225,16 @@ impl Drop for Lane {
     }
 }
 
-/// A request of a lane in flight.
+/// A request of a lane in flight (borrowing the id its call holds).
 pub(crate) struct LaneCall<'a> {
     lane: &'a Lane,
-    id: RequestId,
+    id: &'a RequestId,
     creates_task: bool,
 }
 
 impl Drop for LaneCall<'_> {
     fn drop(&mut self) {
-        self.lane.lanes.ended(self.lane.id, &self.id, self.creates_task);
+        self.lane.lanes.ended(self.lane.id, self.id, self.creates_task);
     }
 }
 

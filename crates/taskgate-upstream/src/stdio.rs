@@ -131,24 +131,21 @@ impl StdioChannel {
         Ok(())
     }
 
-    pub(crate) async fn request(&self, request: &Encoded) -> Result<Payload, ChannelError> {
-        let id = request.id.clone();
+    pub(crate) async fn request(self: &Arc<Self>, request: &Encoded) -> Result<Payload, ChannelError> {
+        self.start(request).await?.await
+    }
+
+    /// Writes `request` and returns what waits for its answer: the request's text is not
+    /// kept (a process has no session to expire and keeps its revision for life, so nothing
+    /// sends it again), and the wait is a few words, not the state of the call that made it.
+    pub(crate) async fn start(self: &Arc<Self>, request: &Encoded) -> Result<StdioWait, ChannelError> {
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(id.clone(), (tx, request.pass));
-        // Removes the entry whichever way this future ends (answered, failed, dropped).
-        let _entry = PendingEntry { pending: &self.pending, id };
-        // Boxed: the write is over in a moment, and the wait for the answer (which a wrapped
-        // task's call spends its life in) stays small without its state inline.
+        self.pending.lock().insert(request.id.clone(), (tx, request.pass));
+        // Removes the entry whichever way the wait ends (answered, failed, dropped).
+        let wait = StdioWait { channel: self.clone(), id: request.id.clone(), rx };
+        // Boxed: the write is over in a moment.
         Box::pin(self.write(request.json.clone())).await?;
-        match rx.await.map(|reply| *reply) {
-            Ok(Reply::Passed { result, .. }) => Ok(Payload::Raw(result)),
-            Ok(Reply::Message(Message::Response { result, .. })) => Ok(Payload::Value(result)),
-            Ok(Reply::Message(Message::Error { error, .. })) => {
-                Err(UpstreamError::Rpc { upstream: self.name.clone(), error: Box::new(error) }.into())
-            }
-            Ok(_) => unreachable!("only responses are routed to pending requests"),
-            Err(_) => Err(self.gone().into()),
-        }
+        Ok(wait)
     }
 
     pub(crate) async fn send(&self, message: &Message) -> Result<(), ChannelError> {
@@ -218,14 +215,34 @@ impl StdioChannel {
     }
 }
 
-struct PendingEntry<'a> {
-    pending: &'a Pending,
+/// A request written to the process, waiting for its answer: its entry in the pending table
+/// (removed when this is dropped, answered or not) and the channel its answer comes on.
+pub(crate) struct StdioWait {
+    channel: Arc<StdioChannel>,
     id: RequestId,
+    rx: oneshot::Receiver<Box<Reply>>,
 }
 
-impl Drop for PendingEntry<'_> {
+impl std::future::Future for StdioWait {
+    type Output = Result<Payload, ChannelError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let answer = std::task::ready!(std::pin::Pin::new(&mut self.rx).poll(cx));
+        std::task::Poll::Ready(match answer.map(|reply| *reply) {
+            Ok(Reply::Passed { result, .. }) => Ok(Payload::Raw(result)),
+            Ok(Reply::Message(Message::Response { result, .. })) => Ok(Payload::Value(result)),
+            Ok(Reply::Message(Message::Error { error, .. })) => {
+                Err(UpstreamError::Rpc { upstream: self.channel.name.clone(), error: Box::new(error) }.into())
+            }
+            Ok(_) => unreachable!("only responses are routed to pending requests"),
+            Err(_) => Err(self.channel.gone().into()),
+        })
+    }
+}
+
+impl Drop for StdioWait {
     fn drop(&mut self) {
-        crate::remove_and_shrink(&mut self.pending.lock(), &self.id);
+        crate::remove_and_shrink(&mut self.channel.pending.lock(), &self.id);
     }
 }
 

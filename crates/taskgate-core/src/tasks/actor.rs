@@ -509,7 +509,7 @@ impl Actor for TaskActor {
                 self.shared.tasks.track_call(self.session.upstream(), upstream_id.clone(), &self.id);
                 let session = self.session.clone();
                 // The params move into the call: one copy per task, not two.
-                let (id, params) = (upstream_id.clone(), params.take().map_or(Value::Null, |p| *p));
+                let (id, params) = (upstream_id.clone(), params.take().unwrap_or_else(|| Box::new(Value::Null)));
                 // Only a task with a progress token needs a channel for its call's notifications
                 // (a live task costs less without one). The call runs outside the actor, so a
                 // restarted actor still gets its outcome; its future is the task's own, not
@@ -520,7 +520,7 @@ impl Actor for TaskActor {
                             session,
                             methods::TOOLS_CALL,
                             id,
-                            params,
+                            *params,
                             None,
                             Some(progress),
                             false,
@@ -529,11 +529,7 @@ impl Actor for TaskActor {
                         );
                         call.await.map(taskgate_protocol::Payload::into_value)
                     }),
-                    None => {
-                        // The request is made here, so the future holds it once.
-                        let message = taskgate_protocol::Message::request(id, methods::TOOLS_CALL, Some(params));
-                        actix::spawn(session.into_request(message))
-                    }
+                    None => actix::spawn(session.into_request(id, methods::TOOLS_CALL, Some(params))),
                 };
                 self.call = Some(call);
                 ctx.spawn(AwaitCall);
