@@ -76,7 +76,7 @@ impl SessionActor {
         extra: Map<String, Value>,
         ctx: &mut Context<Self>,
     ) {
-        let native_upstream = matches!(start.work, Work::Native { .. }).then(|| start.record.upstream.clone());
+        let native_upstream = matches!(start.work, Work::Native(_)).then(|| start.record.upstream.clone());
         let progress = start.progress.clone();
         let create = TaskService::create(self.shared.clone(), start);
         ctx.spawn(create.into_actor(self).map(move |created, act, ctx| {
@@ -170,10 +170,10 @@ impl SessionActor {
             });
             let poll = std::time::Duration::from_millis(poll_ms);
             let (progress_route, actor) = match route {
-                Some((guard, notes, actor)) => (Some(Box::new((guard, notes))), Some(actor)),
+                Some((guard, notes, actor)) => (Some((guard, notes)), Some(actor)),
                 None => (None, None),
             };
-            let work = Work::Native { upstream_task_id: up.task_id, poll, progress_route };
+            let work = crate::tasks::Native::work(up.task_id, poll, progress_route);
             let start = TaskStart { record, owner: act.identity.clone(), session, work, progress: actor, permit };
             act.create_task(id, start, extra, ctx);
         }));

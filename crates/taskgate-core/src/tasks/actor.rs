@@ -37,16 +37,89 @@ pub(crate) enum Work {
         /// (Boxed, as the route below: an actor keeps its `work` for its task's life.)
         params: Option<Box<Value>>,
     },
-    /// A task the upstream runs; the gateway follows it.
-    Native {
-        /// The upstream's task id.
+    /// A task the upstream runs; the gateway follows it. (Boxed with what following it takes:
+    /// a wrapped task, the common kind, carries none of it.)
+    Native(Box<Native>),
+}
+
+/// A task the upstream runs, and the state of following it.
+pub(crate) struct Native {
+    /// The upstream's task id.
+    pub upstream_task_id: String,
+    /// How often to poll it.
+    pub poll: Duration,
+    /// The task's progress token route at the upstream, and the notes it receives.
+    pub progress_route:
+        Option<(taskgate_upstream::ProgressRoute, tokio::sync::mpsc::Receiver<taskgate_protocol::Message>)>,
+    /// The `tasks/result` call in flight, in the actor's context.
+    running: Option<SpawnHandle>,
+    fetching_result: bool,
+    /// The result, fetched while the task was `input_required`, kept until the upstream
+    /// reports the terminal status it goes with.
+    fetched: Option<Box<TaskOutcome>>,
+    poll_failures: u32,
+    /// The progress forwarder (from the token's route to the task's progress actor).
+    forwarder: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Native {
+    /// The work of following a task the upstream runs.
+    pub(crate) fn work(
         upstream_task_id: String,
-        /// How often to poll it.
         poll: Duration,
-        /// The task's progress token route at the upstream, and the notes it receives.
-        progress_route:
-            Option<Box<(taskgate_upstream::ProgressRoute, tokio::sync::mpsc::Receiver<taskgate_protocol::Message>)>>,
-    },
+        progress_route: Option<(
+            taskgate_upstream::ProgressRoute,
+            tokio::sync::mpsc::Receiver<taskgate_protocol::Message>,
+        )>,
+    ) -> Work {
+        Work::Native(Box::new(Native {
+            upstream_task_id,
+            poll,
+            progress_route,
+            running: None,
+            fetching_result: false,
+            fetched: None,
+            poll_failures: 0,
+            forwarder: None,
+        }))
+    }
+}
+
+/// Whose task it is, and its place under the tenant's concurrency caps while it holds one
+/// (the permit names the owner: one copy of the identity, not two).
+pub(crate) enum Owner {
+    Holding(TaskPermit),
+    Released(Identity),
+}
+
+impl Owner {
+    fn new(owner: Identity, permit: Option<TaskPermit>) -> Owner {
+        match permit {
+            Some(permit) => Owner::Holding(permit),
+            None => Owner::Released(owner),
+        }
+    }
+
+    fn who(&self) -> &Identity {
+        match self {
+            Owner::Holding(permit) => permit.who(),
+            Owner::Released(who) => who,
+        }
+    }
+
+    /// Gives the task's place under the caps back.
+    fn release(&mut self) {
+        if let Owner::Holding(permit) = self {
+            *self = Owner::Released(permit.who().clone());
+        }
+    }
+
+    fn into_parts(self) -> (Identity, Option<TaskPermit>) {
+        match self {
+            Owner::Holding(permit) => (permit.who().clone(), Some(permit)),
+            Owner::Released(who) => (who, None),
+        }
+    }
 }
 
 /// Everything a new task actor needs.
@@ -72,11 +145,10 @@ type Call = tokio::task::JoinHandle<Result<Value, UpstreamError>>;
 /// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
 pub(crate) struct Remains {
     pub id: Arc<str>,
-    pub owner: Identity,
+    pub owner: Owner,
     pub session: UpstreamSession,
     pub work: Work,
     pub progress: Option<Addr<ProgressActor>>,
-    pub permit: Option<TaskPermit>,
     pub call: Option<Call>,
     pub inputs: Vec<Input>,
 }
@@ -96,25 +168,19 @@ pub struct TaskActor {
     /// Shared with the service's tables of actors and calls.
     pub(crate) id: Arc<str>,
     shared: Arc<Shared>,
-    owner: Identity,
+    owner: Owner,
     status: TaskStatus,
-    status_message: Option<String>,
-    expires_at_ms: Option<u64>,
+    /// (Boxed text: a task's message rarely changes, and a word less keeps the actor's cell a
+    /// step smaller.)
+    status_message: Option<Box<str>>,
+    /// When the task expires, in ms since the epoch (never: `None`; 0 is kept as 1, an
+    /// instant as long past).
+    expires_at: Option<std::num::NonZeroU64>,
     session: UpstreamSession,
     work: Work,
-    running: Option<SpawnHandle>,
     progress: Option<Addr<ProgressActor>>,
-    fetching_result: bool,
-    /// A native task's result, fetched while it was `input_required`, kept until the upstream
-    /// reports the terminal status it goes with.
-    /// (Boxed: rare, and an actor lives as long as its task.)
-    fetched: Option<Box<TaskOutcome>>,
-    poll_failures: u32,
-    permit: Option<TaskPermit>,
     /// A wrapped task's running call and where its outcome lands.
     call: Option<Call>,
-    /// A native task's progress forwarder (from its token's route to its progress actor).
-    forwarder: Option<tokio::task::JoinHandle<()>>,
     /// Restarted from [`Remains`]: the work is already running.
     restarted: bool,
     /// `stopped` ran: dropping the actor is the normal end, not a crash.
@@ -130,20 +196,14 @@ impl TaskActor {
         TaskActor {
             id,
             shared,
-            owner: start.owner,
+            owner: Owner::new(start.owner, start.permit),
             status: start.record.status,
-            status_message: start.record.status_message.clone(),
-            expires_at_ms: start.record.expires_at_ms(),
+            status_message: start.record.status_message.as_deref().map(Into::into),
+            expires_at: start.record.expires_at_ms().map(|at| std::num::NonZeroU64::new(at.max(1)).expect("not 0")),
             session: start.session,
             work: start.work,
-            running: None,
             progress: start.progress,
-            fetching_result: false,
-            fetched: None,
-            poll_failures: 0,
-            permit: start.permit,
             call: None,
-            forwarder: None,
             restarted: false,
             stopped_cleanly: false,
             inputs: Vec::new(),
@@ -153,19 +213,29 @@ impl TaskActor {
     /// An actor for a task whose previous actor stopped abnormally: its state comes from the
     /// store, its work and permit from what the old actor left.
     pub(crate) fn restarted(shared: Arc<Shared>, record: &TaskRecord, remains: Remains) -> TaskActor {
+        let (owner, permit) = remains.owner.into_parts();
+        let mut work = remains.work;
+        if let Work::Native(native) = &mut work {
+            // The old context's futures went with it.
+            (native.running, native.fetching_result) = (None, false);
+        }
         let start = TaskStart {
             record: record.clone(),
-            owner: remains.owner,
+            owner,
             session: remains.session,
-            work: remains.work,
+            work,
             progress: remains.progress,
-            permit: remains.permit,
+            permit,
         };
         let mut actor = TaskActor::new(shared, start);
         actor.call = remains.call;
         actor.inputs = remains.inputs;
         actor.restarted = true;
         actor
+    }
+
+    fn expires_at_ms(&self) -> Option<u64> {
+        self.expires_at.map(std::num::NonZeroU64::get)
     }
 
     /// Settles the task with its wrapped call's outcome.
@@ -221,10 +291,10 @@ impl TaskActor {
     ) -> (TaskStatus, Option<String>, Option<TaskOutcome>) {
         let Some(held) = &outcome else { return (status, message, outcome) };
         let bytes = serde_json::to_vec(held).map_or(0, |v| v.len());
-        let tenant = &self.owner.tenant;
+        let tenant = &self.owner.who().tenant;
         let share = self.shared.tenancy.policy(tenant).shares.result_bytes;
         let total = self.shared.config.tasks.max_result_bytes_total;
-        match self.shared.tasks.holdings.hold_result(&self.id, tenant, self.expires_at_ms, bytes, (share, total)) {
+        match self.shared.tasks.holdings.hold_result(&self.id, tenant, self.expires_at_ms(), bytes, (share, total)) {
             Ok(()) => (status, message, outcome),
             Err(too_large) => {
                 let why = match too_large {
@@ -248,34 +318,37 @@ impl TaskActor {
             Ok(record) => {
                 let m = &self.shared.metrics;
                 if record.status != self.status {
-                    m.tasks.with_label_values(&[&self.owner.tenant, self.status.as_str()]).dec();
-                    m.tasks.with_label_values(&[&self.owner.tenant, record.status.as_str()]).inc();
+                    m.tasks.with_label_values(&[&self.owner.who().tenant, self.status.as_str()]).dec();
+                    m.tasks.with_label_values(&[&self.owner.who().tenant, record.status.as_str()]).inc();
                 }
                 if record.status.is_terminal() {
-                    let labels = [&*self.owner.tenant, self.session.upstream(), record.status.as_str()];
+                    let labels = [&*self.owner.who().tenant, self.session.upstream(), record.status.as_str()];
                     m.tasks_finished.with_label_values(&labels).inc();
                     let took = record.last_updated_at_ms.saturating_sub(record.created_at_ms) as f64 / 1000.0;
                     m.task_duration.with_label_values(&labels).observe(took);
                 }
                 self.status = record.status;
-                self.status_message = record.status_message.clone();
+                self.status_message = record.status_message.as_deref().map(Into::into);
                 if !record.status.is_terminal() {
                     self.announce(&record);
                     return;
                 }
                 // The task's place under its caps is free from the moment it is terminal, before
                 // anyone hears of it, so a requestor told "done" may start another at once.
-                self.permit = None;
-                tracing::info!(target: "taskgate::audit", task = %self.id, tenant = %self.owner.tenant, principal = %self.owner.principal, status = %record.status, "task finished");
+                self.owner.release();
+                tracing::info!(target: "taskgate::audit", task = %self.id, tenant = %self.owner.who().tenant, principal = %self.owner.who().principal, status = %record.status, "task finished");
                 // The last progress value goes out before the terminal status and the result;
                 // none after.
                 let progress = self.progress.take();
                 // A native task's progress that arrived before its end is forwarded first: the
                 // token's route goes, and the forwarder drains what it holds and ends.
-                if let Work::Native { progress_route, .. } = &mut self.work {
-                    *progress_route = None;
-                }
-                let forwarder = self.forwarder.take();
+                let forwarder = match &mut self.work {
+                    Work::Native(native) => {
+                        native.progress_route = None;
+                        native.forwarder.take()
+                    }
+                    Work::Wrapped { .. } => None,
+                };
                 let flushed = async move {
                     if let Some(forwarder) = forwarder {
                         let _ = tokio::time::timeout(FORWARDER_DRAIN, forwarder).await;
@@ -309,12 +382,15 @@ impl TaskActor {
 
     /// notifications/tasks/status to the requestor's sessions, on every replica.
     fn announce(&self, record: &TaskRecord) {
-        self.shared.tasks.announce(&self.owner, record.view().to_value());
+        self.shared.tasks.announce(self.owner.who(), record.view().to_value());
     }
 
     /// Stops the upstream work here without telling the upstream (another replica follows it).
     fn drop_work(&mut self, ctx: &mut Context<Self>) {
-        if let Some(handle) = self.running.take() {
+        if let Some(handle) = match &mut self.work {
+            Work::Native(native) => native.running.take(),
+            Work::Wrapped { .. } => None,
+        } {
             ctx.cancel_future(handle);
         }
         if let Some(call) = self.call.take() {
@@ -336,8 +412,8 @@ impl TaskActor {
                     let _ = session.notify(methods::CANCELLED, Some(params)).await;
                 });
             }
-            Work::Native { upstream_task_id, .. } => {
-                let params = json!({"taskId": upstream_task_id});
+            Work::Native(native) => {
+                let params = json!({"taskId": native.upstream_task_id});
                 actix::spawn(async move {
                     let _ = session.request(methods::TASKS_CANCEL, Some(params)).await;
                 });
@@ -353,8 +429,8 @@ impl TaskActor {
                 Ok(Some(record)) => act.shared.tasks.deleted(&record),
                 _ => act.shared.tasks.finished(&act.id),
             }
-            act.permit = None;
-            tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.tenant, principal = %act.owner.principal, "task ttl elapsed; task and result deleted");
+            act.owner.release();
+            tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.who().tenant, principal = %act.owner.who().principal, "task ttl elapsed; task and result deleted");
             if !act.status.is_terminal() {
                 act.stop_work(ctx);
             }
@@ -363,18 +439,18 @@ impl TaskActor {
     }
 
     fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
-        if let Work::Native { poll, .. } = self.work {
-            ctx.run_later(poll, |act, ctx| act.poll(ctx));
+        if let Work::Native(native) = &self.work {
+            ctx.run_later(native.poll, |act, ctx| act.poll(ctx));
         }
     }
 
     fn poll(&mut self, ctx: &mut Context<Self>) {
-        let Work::Native { upstream_task_id, .. } = &self.work else { return };
+        let Work::Native(native) = &self.work else { return };
         if self.status.is_terminal() {
             return;
         }
         let session = self.session.clone();
-        let params = json!({"taskId": upstream_task_id});
+        let params = json!({"taskId": native.upstream_task_id});
         let get = async move { session.request(methods::TASKS_GET, Some(params)).await };
         ctx.spawn(get.into_actor(self).map(|result, act, ctx| match result {
             Ok(task) => match taskgate_protocol::tasks::TaskView::from_value(&task) {
@@ -393,9 +469,11 @@ impl TaskActor {
     }
 
     fn poll_failed(&mut self, why: String, ctx: &mut Context<Self>) {
-        self.poll_failures += 1;
-        tracing::info!(task = %self.id, failures = self.poll_failures, %why, "polling the upstream task failed");
-        if self.poll_failures >= MAX_POLL_FAILURES {
+        let Work::Native(native) = &mut self.work else { return };
+        native.poll_failures += 1;
+        let failures = native.poll_failures;
+        tracing::info!(task = %self.id, failures, %why, "polling the upstream task failed");
+        if failures >= MAX_POLL_FAILURES {
             let error = ErrorObject::new(
                 codes::UPSTREAM_UNAVAILABLE,
                 format!("upstream '{}' stopped answering about the task: {why}", self.session.upstream()),
@@ -413,15 +491,20 @@ impl TaskActor {
 
     /// A status seen at the upstream (by polling or `notifications/tasks/status`).
     fn observe(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
-        self.poll_failures = 0;
-        if let (Work::Native { poll, .. }, Some(ms)) = (&mut self.work, up.poll_interval_ms) {
-            *poll = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
+        let Work::Native(native) = &mut self.work else { return };
+        native.poll_failures = 0;
+        if let Some(ms) = up.poll_interval_ms {
+            native.poll = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
         }
         if self.status.is_terminal() {
             return;
         }
         if up.status.is_terminal() {
-            match self.fetched.take() {
+            let fetched = match &mut self.work {
+                Work::Native(native) => native.fetched.take(),
+                Work::Wrapped { .. } => None,
+            };
+            match fetched {
                 Some(outcome) => self.settle(up.status, up.status_message, Some(*outcome), ctx),
                 None => self.fetch_result(ctx),
             }
@@ -431,7 +514,9 @@ impl TaskActor {
         // upstream's requests come on the tasks/result stream, after its status says so: the
         // status follows when the first of them is here (`wait_for_input`).
         let before_its_requests = up.status == TaskStatus::InputRequired && self.inputs.is_empty();
-        if !before_its_requests && (up.status != self.status || up.status_message != self.status_message) {
+        if !before_its_requests
+            && (up.status != self.status || up.status_message.as_deref() != self.status_message.as_deref())
+        {
             self.settle(up.status, up.status_message, None, ctx);
         }
         if up.status == TaskStatus::InputRequired {
@@ -446,31 +531,35 @@ impl TaskActor {
     /// (carrying, on its stream, whatever the upstream needs from the requestor meanwhile). The
     /// outcome is kept, and a poll learns the terminal status it goes with.
     fn fetch_result(&mut self, ctx: &mut Context<Self>) {
-        let Work::Native { upstream_task_id, .. } = &self.work else { return };
-        if self.fetching_result || self.fetched.is_some() {
+        let Work::Native(native) = &mut self.work else { return };
+        if native.fetching_result || native.fetched.is_some() {
             return;
         }
-        self.fetching_result = true;
+        native.fetching_result = true;
         let session = self.session.clone();
-        let params = json!({"taskId": upstream_task_id});
+        let params = json!({"taskId": native.upstream_task_id});
         let request_id = session.next_request_id();
         self.shared.tasks.track_call(session.upstream(), request_id.clone(), &self.id);
         let key = request_id.clone();
         let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
-        self.running = Some(ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
+        let running = ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
             act.shared.tasks.forget_call(act.session.upstream(), &key);
-            act.running = None;
-            act.fetching_result = false;
+            let Work::Native(native) = &mut act.work else { return };
+            native.running = None;
+            native.fetching_result = false;
             match result {
-                Ok(value) => act.fetched = Some(Box::new(TaskOutcome::Result(without_upstream_task(value)))),
+                Ok(value) => native.fetched = Some(Box::new(TaskOutcome::Result(without_upstream_task(value)))),
                 // The upstream's JSON-RPC error for the task is the underlying request's error.
-                Err(UpstreamError::Rpc { error, .. }) => act.fetched = Some(Box::new(TaskOutcome::Error(*error))),
+                Err(UpstreamError::Rpc { error, .. }) => native.fetched = Some(Box::new(TaskOutcome::Error(*error))),
                 Err(e) => {
                     tracing::info!(task = %act.id, error = %e, "fetching the upstream task result failed; polling on")
                 }
             }
             act.poll(ctx);
-        })));
+        }));
+        if let Work::Native(native) = &mut self.work {
+            native.running = Some(running);
+        }
     }
 }
 
@@ -488,7 +577,7 @@ impl Actor for TaskActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
-        if let Some(at) = self.expires_at_ms {
+        if let Some(at) = self.expires_at_ms() {
             let left = at.saturating_sub(self.shared.clock.now_ms());
             ctx.run_later(Duration::from_millis(left), |act, ctx| act.expire(ctx));
         }
@@ -499,9 +588,9 @@ impl Actor for TaskActor {
                 Work::Wrapped { .. } => {
                     ctx.spawn(AwaitCall);
                 }
-                Work::Native { .. } => self.poll(ctx),
+                Work::Native(_) => self.poll(ctx),
             }
-            tracing::warn!(task = %self.id, tenant = %self.owner.tenant, "task actor restarted from the store");
+            tracing::warn!(task = %self.id, tenant = %self.owner.who().tenant, "task actor restarted from the store");
             return;
         }
         match &mut self.work {
@@ -534,12 +623,12 @@ impl Actor for TaskActor {
                 self.call = Some(call);
                 ctx.spawn(AwaitCall);
             }
-            Work::Native { progress_route, .. } => {
+            Work::Native(native) => {
                 // Forward the task's progress (routed by its token) for as long as it lives.
-                if let (Some((_, notes)), Some(actor)) = (progress_route.as_deref_mut(), self.progress.clone()) {
+                if let (Some((_, notes)), Some(actor)) = (native.progress_route.as_mut(), self.progress.clone()) {
                     let mut notes = std::mem::replace(notes, tokio::sync::mpsc::channel(1).1);
                     // Outside the actor, like a wrapped call: it ends when the route is dropped.
-                    self.forwarder = Some(actix::spawn(async move {
+                    native.forwarder = Some(actix::spawn(async move {
                         while let Some(note) = notes.recv().await {
                             if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
                                 if actor.send(Progress(params)).await.is_err() {
@@ -552,7 +641,7 @@ impl Actor for TaskActor {
                 self.schedule_poll(ctx);
             }
         }
-        tracing::debug!(task = %self.id, tenant = %self.owner.tenant, upstream = self.session.upstream(), "task actor started");
+        tracing::debug!(task = %self.id, tenant = %self.owner.who().tenant, upstream = self.session.upstream(), "task actor started");
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -582,8 +671,8 @@ impl Actor for TaskActor {
             }
         }
         match &self.work {
-            Work::Native { upstream_task_id, .. } => {
-                let native = (self.session.upstream().to_owned(), upstream_task_id.clone());
+            Work::Native(native) => {
+                let native = (self.session.upstream().to_owned(), native.upstream_task_id.clone());
                 self.shared.tasks.unregister(&self.id, Some(&native));
             }
             Work::Wrapped { upstream_id, .. } => {
@@ -616,7 +705,7 @@ impl Handler<Cancel> for TaskActor {
             Ok(record) => {
                 act.stop_work(ctx);
                 act.settled(Ok(record.clone()), ctx);
-                tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.tenant, principal = %act.owner.principal, "task cancelled");
+                tracing::info!(target: "taskgate::audit", task = %act.id, tenant = %act.owner.who().tenant, principal = %act.owner.who().principal, "task cancelled");
                 Ok(record)
             }
             Err(StoreError::Conflict { current })
@@ -680,7 +769,7 @@ impl Handler<InputRequested> for TaskActor {
         if !store.shared() {
             return self.wait_for_input(ctx);
         }
-        let keep = match self.expires_at_ms {
+        let keep = match self.expires_at_ms() {
             Some(at) => at.saturating_sub(self.shared.clock.now_ms()).max(1),
             None => INPUT_KEEP_MS,
         };
@@ -691,7 +780,7 @@ impl Handler<InputRequested> for TaskActor {
         // in one handler run last first.)
         ctx.wait(put.into_actor(self).map(|written, act, ctx| {
             match written {
-                Ok(()) => act.shared.tasks.input_stored(&act.owner, &act.id),
+                Ok(()) => act.shared.tasks.input_stored(act.owner.who(), &act.id),
                 Err(e) => tracing::warn!(task = %act.id, error = %e, "a task's input request could not be stored; only this replica lists it"),
             }
             act.wait_for_input(ctx);
@@ -842,7 +931,7 @@ impl Handler<StoppedElsewhere> for TaskActor {
     type Result = ();
 
     fn handle(&mut self, msg: StoppedElsewhere, ctx: &mut Context<Self>) {
-        self.permit = None;
+        self.owner.release();
         if msg.cancelled {
             self.stop_work(ctx);
         } else {
@@ -877,13 +966,13 @@ impl Drop for TaskActor {
             return;
         }
         let Some(supervisor) = self.shared.supervisor.get() else { return };
+        let who = self.owner.who().clone();
         let remains = Remains {
             id: std::mem::take(&mut self.id),
-            owner: self.owner.clone(),
+            owner: std::mem::replace(&mut self.owner, Owner::Released(who)),
             session: self.session.clone(),
             work: std::mem::replace(&mut self.work, Work::Wrapped { upstream_id: RequestId::Number(0), params: None }),
             progress: self.progress.take(),
-            permit: self.permit.take(),
             call: self.call.take(),
             inputs: std::mem::take(&mut self.inputs),
         };

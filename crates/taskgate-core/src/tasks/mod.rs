@@ -20,7 +20,7 @@ use taskgate_upstream::UpstreamError;
 
 pub use actor::Crash;
 pub use actor::TaskActor;
-pub(crate) use actor::{InputProvided, InputRequested, TaskStart, UpstreamStatus, Work};
+pub(crate) use actor::{InputProvided, InputRequested, Native, TaskStart, UpstreamStatus, Work};
 pub use holdings::{Held, Holdings, TooLarge};
 pub(crate) use observed::ObservedStore;
 pub use recovery::Recovered;

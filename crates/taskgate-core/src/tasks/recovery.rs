@@ -19,7 +19,7 @@ use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage};
 use taskgate_store::{TaskOutcome, TaskRecord, Update, UpstreamSessionRef};
 use taskgate_upstream::{ClientIdentity, SessionResume, UpstreamEvent, UpstreamSession};
 
-use super::actor::{TaskActor, TaskStart, UpstreamStatus, Work};
+use super::actor::{TaskActor, TaskStart, UpstreamStatus};
 use crate::gateway::Shared;
 use crate::registry::Identity;
 
@@ -119,7 +119,7 @@ fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSe
             }
         });
     }
-    let work = Work::Native { upstream_task_id, poll, progress_route: None };
+    let work = super::Native::work(upstream_task_id, poll, None);
     let start = TaskStart { record, owner, session, work, progress: None, permit };
     let actor = TaskActor::new(shared.clone(), start);
     let id = actor.id.clone();

@@ -258,7 +258,7 @@ impl TaskService {
             });
         }
         let native = match &start.work {
-            Work::Native { upstream_task_id, .. } => Some((record.upstream.clone(), upstream_task_id.clone())),
+            Work::Native(native) => Some((record.upstream.clone(), native.upstream_task_id.clone())),
             Work::Wrapped { .. } => None,
         };
         let m = &service.metrics;

@@ -161,8 +161,8 @@ impl Handler<Restart> for Supervisor {
             shared.metrics.actor_restarts.with_label_values(&["task_actor_crashed"]).inc();
             let mut remains = *remains;
             let native = match &remains.work {
-                super::Work::Native { upstream_task_id, .. } => {
-                    Some((remains.session.upstream().to_owned(), upstream_task_id.clone()))
+                super::Work::Native(native) => {
+                    Some((remains.session.upstream().to_owned(), native.upstream_task_id.clone()))
                 }
                 super::Work::Wrapped { .. } => None,
             };

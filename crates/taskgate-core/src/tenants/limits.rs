@@ -189,6 +189,13 @@ pub struct TaskPermit {
     who: Identity,
 }
 
+impl TaskPermit {
+    /// Whose place this is.
+    pub fn who(&self) -> &Identity {
+        &self.who
+    }
+}
+
 impl Concurrency {
     /// Admits one more task for (tenant, principal) under the caps, or says which is full.
     pub fn acquire(
