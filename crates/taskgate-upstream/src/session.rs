@@ -596,8 +596,10 @@ pub(crate) struct Encoded {
     pub(crate) id: RequestId,
     /// An `initialize` (its response names the HTTP session).
     pub(crate) initialize: bool,
-    /// A `resources/subscribe` (the GET stream opens first).
-    pub(crate) subscribe: bool,
+    /// Followed on the GET stream after its response: a `resources/subscribe` (the updates),
+    /// or a call creating a task with a progress token (the task's progress). When something
+    /// receives what that stream carries, it opens first.
+    pub(crate) on_stream: bool,
     /// Its result is passed through: kept as the text it comes as ([`Payload::Raw`]).
     pub(crate) pass: bool,
     pub(crate) json: bytes::Bytes,
@@ -607,8 +609,11 @@ impl Encoded {
     /// A request from its parts.
     pub(crate) fn request(id: RequestId, method: &str, params: Option<&Value>) -> Encoded {
         let json = Message::request_json(&id, method, params).into();
-        let (initialize, subscribe) = (method == methods::INITIALIZE, method == methods::RESOURCES_SUBSCRIBE);
-        Encoded { id, initialize, subscribe, pass: false, json }
+        let initialize = method == methods::INITIALIZE;
+        let creates_task = params.is_some_and(|p| p.get("task").is_some());
+        let on_stream =
+            method == methods::RESOURCES_SUBSCRIBE || (creates_task && mcp::progress_token(params).is_some());
+        Encoded { id, initialize, on_stream, pass: false, json }
     }
 
     /// `message`, a request.
@@ -1044,10 +1049,12 @@ impl UpstreamSession {
         request: &Encoded,
         related: Option<&mpsc::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
-        if let (Channel::Http(http), true) = (&ready.channel, request.subscribe) {
-            // Its updates come on the GET stream: when something receives them, the stream is
-            // open before the subscription, so that none is sent to no stream. (Boxed: rare,
-            // and a wrapped call's future stays small without it.)
+        if let (Channel::Http(http), true) = (&ready.channel, request.on_stream) {
+            // What follows it comes on the GET stream (a subscription's updates, a new task's
+            // progress, sent by the upstream as soon as it starts the task): when something
+            // receives it, the stream is open before the request goes, so that none of it is
+            // sent to no stream. (Boxed: rare, and a wrapped call's future stays small without
+            // it.)
             if self.listening().wanted() {
                 Box::pin(http.stream_opened(GET_STREAM_WAIT)).await;
             }
