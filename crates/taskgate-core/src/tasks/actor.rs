@@ -578,8 +578,9 @@ impl Actor for TaskActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
         if let Some(at) = self.expires_at_ms() {
+            // On the one timer of every task's ttl ([`super::expiries`]): `Expire` comes then.
             let left = at.saturating_sub(self.shared.clock.now_ms());
-            ctx.run_later(Duration::from_millis(left), |act, ctx| act.expire(ctx));
+            self.shared.tasks.expiries.add(&self.id, Duration::from_millis(left));
         }
         if self.restarted {
             // The work is already running (a wrapped call outside any actor, a native task at

@@ -3,6 +3,7 @@
 //! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
+mod expiries;
 mod holdings;
 mod observed;
 mod recovery;

@@ -60,6 +60,8 @@ pub struct TaskService {
     last_poll: Mutex<HashMap<String, (Instant, Duration)>>,
     /// What each tenant holds, in tasks and result bytes (its share of the pools).
     pub(crate) holdings: super::Holdings,
+    /// Every live task's ttl, on one timer (run by the Supervisor).
+    pub(crate) expiries: Arc<super::expiries::Expiries>,
 }
 
 impl TaskService {
@@ -84,6 +86,7 @@ impl TaskService {
             waiting: Mutex::default(),
             last_poll: Mutex::default(),
             holdings: super::Holdings::default(),
+            expiries: Arc::default(),
         }
     }
 

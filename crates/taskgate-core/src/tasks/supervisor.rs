@@ -96,6 +96,9 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // The live tasks' ttl timer, beside the mailbox.
+        let timer = super::expiries::run(Arc::downgrade(&self.shared), self.shared.tasks.expiries.clone());
+        ctx.spawn(timer.into_actor(self));
         let every = Duration::from_millis(self.shared.config.tasks.sweep_interval_ms);
         ctx.run_interval(every, |act, ctx| {
             // Beside the mailbox: a sweep of a large store (many round trips to Redis) must not
