@@ -123,6 +123,52 @@ impl Routes {
     }
 }
 
+/// The requests in flight that may have the upstream ask the client something meanwhile, kept
+/// only as far as [`SessionInner::sole_call`] needs: how many there are and the sum of their
+/// (numeric) ids, which is the id itself when one is. A table of them cost every waiting call
+/// (a wrapped task's, for the task's life) a slot. The gateway's ids to an upstream are
+/// numbers ([`UpstreamSession::next_request_id`]); a string id is listed as it is.
+#[derive(Default)]
+struct InFlight {
+    count: usize,
+    /// The numeric ids' sum (wrapping: only its value with one call in flight is read).
+    sum: i64,
+    strings: Vec<String>,
+}
+
+impl InFlight {
+    fn add(&mut self, id: &RequestId) {
+        self.count += 1;
+        match id {
+            RequestId::Number(n) => self.sum = self.sum.wrapping_add(*n),
+            RequestId::String(s) => self.strings.push(s.clone()),
+        }
+    }
+
+    fn remove(&mut self, id: &RequestId) {
+        self.count -= 1;
+        match id {
+            RequestId::Number(n) => self.sum = self.sum.wrapping_sub(*n),
+            RequestId::String(s) => {
+                if let Some(at) = self.strings.iter().position(|x| x == s) {
+                    self.strings.swap_remove(at);
+                }
+                if self.strings.is_empty() {
+                    self.strings = Vec::new();
+                }
+            }
+        }
+    }
+
+    fn sole(&self) -> Option<RequestId> {
+        match (self.count, self.strings.first()) {
+            (1, Some(s)) => Some(RequestId::String(s.clone())),
+            (1, None) => Some(RequestId::Number(self.sum)),
+            _ => None,
+        }
+    }
+}
+
 /// Keeps a request in [`SessionInner::calls`] while it is in flight. (It borrows the id the
 /// call holds: a waiting call keeps one copy.)
 struct CallGuard<'a> {
@@ -141,7 +187,7 @@ impl<'a> CallGuard<'a> {
                 | methods::COMPLETION_COMPLETE
         );
         if asks {
-            inner.calls.lock().insert(id.clone(), ());
+            inner.calls.lock().add(id);
         }
         CallGuard { inner, id: asks.then_some(id) }
     }
@@ -150,7 +196,7 @@ impl<'a> CallGuard<'a> {
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
-            crate::remove_and_shrink(&mut self.inner.calls.lock(), id);
+            self.inner.calls.lock().remove(id);
         }
     }
 }
@@ -571,7 +617,7 @@ pub(crate) struct SessionInner {
     /// once, and an event is 144 bytes; most sessions never get one.)
     pub(crate) events: Owners,
     /// Requests in flight that may have the upstream ask the client something meanwhile.
-    calls: parking_lot::Mutex<foldhash::HashMap<RequestId, ()>>,
+    calls: parking_lot::Mutex<InFlight>,
     /// The live connection; the async mutex serialises (re-)initialization.
     state: tokio::sync::Mutex<Option<Arc<Ready>>>,
     closed: watch::Sender<bool>,
@@ -1487,12 +1533,7 @@ fn is_revision_refusal(error: &UpstreamError) -> bool {
 
 impl SessionInner {
     fn sole_call(&self) -> Option<RequestId> {
-        let calls = self.calls.lock();
-        if calls.len() == 1 {
-            calls.keys().next().cloned()
-        } else {
-            None
-        }
+        self.calls.lock().sole()
     }
 }
 
@@ -1548,5 +1589,31 @@ async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiver<Box<Inco
         if !events.deliver(event).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sole_call_in_flight_is_known_from_a_count_and_a_sum() {
+        let mut calls = InFlight::default();
+        let (a, b, c) = (RequestId::Number(7), RequestId::Number(i64::MAX), RequestId::String("s".into()));
+        assert_eq!(calls.sole(), None);
+        calls.add(&a);
+        assert_eq!(calls.sole(), Some(a.clone()));
+        calls.add(&b);
+        calls.add(&c);
+        assert_eq!(calls.sole(), None);
+        calls.remove(&a);
+        calls.remove(&c);
+        // The sum wrapped past i64::MAX on the way and came back.
+        assert_eq!(calls.sole(), Some(b.clone()));
+        calls.add(&c);
+        calls.remove(&b);
+        assert_eq!(calls.sole(), Some(c.clone()));
+        calls.remove(&c);
+        assert_eq!((calls.sole(), calls.count, calls.sum, calls.strings.capacity()), (None, 0, 0, 0));
     }
 }
