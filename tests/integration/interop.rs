@@ -24,8 +24,17 @@ async fn start_node_server(script: &str) -> (tokio::process::Child, String) {
 pub async fn start_node_server_with_output(
     script: &str,
 ) -> (tokio::process::Child, String, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
+    start_node_server_with(script, &[]).await
+}
+
+/// [`start_node_server_with_output`], with environment variables for the server.
+async fn start_node_server_with(
+    script: &str,
+    envs: &[(&str, &str)],
+) -> (tokio::process::Child, String, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
     let mut child = tokio::process::Command::new("node")
         .arg(script)
+        .envs(envs.iter().copied())
         .current_dir(interop_dir())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -122,6 +131,50 @@ async fn typescript_task_client_through_the_gateway_to_native_and_wrapped_tasks(
     assert!(listed.contains(&wrapped_id) && listed.contains(&native["taskId"].as_str().unwrap()), "{listed:?}");
     assert_eq!(out["cancelled"]["status"], "cancelled");
     assert_eq!(out["cancelAgain"]["code"], -32602, "{}", out["cancelAgain"]);
+}
+
+/// The TypeScript SDK's streamable HTTP transport, with no event store, drops what it sends
+/// on no request's stream while its GET stream is not open. A task it runs reports progress
+/// there from its start: the progress reaches the client because the gateway opens the
+/// upstream session's GET stream (held by the task's progress route) before the call goes,
+/// here where the server takes each GET up 300 ms late. (A new upstream session waits for its
+/// stream at `initialize`; this one was initialized without one, by a first task.)
+#[actix_rt::test]
+async fn a_typescript_servers_task_progress_sent_as_the_task_starts_reaches_the_client() {
+    use taskgate_protocol::Message;
+    let (_tasks, tasks_url, _) = start_node_server_with("task-server.mjs", &[("SLOW_GET_MS", "300")]).await;
+    let mut config = config_with(vec![UpstreamConfig::http("tstask", tasks_url)]);
+    // Every value passed on (none coalesced), so that each one's arrival is checked.
+    config.progress.min_interval_ms = 0;
+    let gw = TestGateway::start(config);
+    for round in 0..2 {
+        // A new client each round, and its own upstream session: initialized by a first task
+        // with no progress token, while nothing holds the session's GET stream.
+        let mut c = taskgate_testkit::McpClient::new(&gw.url);
+        c.initialize().await;
+        let first =
+            serde_json::json!({"name": "tstask__progress_task", "arguments": {"steps": 1, "ms": 0}, "task": {}});
+        c.request("tools/call", Some(first)).await.outcome().unwrap();
+        // The client's stream opens the upstream's (300 ms late at the server) …
+        let mut stream = c.open_stream().await.unwrap();
+        // … while this task, at once, reports its progress there.
+        let token = format!("ts-tok-{round}");
+        let params = serde_json::json!({"name": "tstask__progress_task", "arguments": {"steps": 3, "ms": 20},
+            "task": {}, "_meta": {"progressToken": token}});
+        let created = c.request("tools/call", Some(params)).await.outcome().unwrap();
+        let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+        let mut values = Vec::new();
+        while values.last() != Some(&3.0) {
+            if let Some(Message::Notification { method, params: Some(p) }) = stream.next().await {
+                if method == "notifications/progress" {
+                    assert_eq!(p["progressToken"], token.as_str());
+                    assert_eq!(p["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
+                    values.push(p["progress"].as_f64().unwrap());
+                }
+            }
+        }
+        assert_eq!(values, [1.0, 2.0, 3.0], "round {round}");
+    }
 }
 
 #[actix_rt::test]

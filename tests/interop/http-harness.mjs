@@ -4,6 +4,11 @@ import http from "node:http";
 import { randomUUID } from "node:crypto";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 
+// SLOW_GET_MS (tests only): each GET (a client's standalone stream) is taken up this many
+// milliseconds late, as a slow network or a busy server would: what the server sends on that
+// stream meanwhile has no stream to go to.
+const slowGetMs = Number(process.env.SLOW_GET_MS ?? 0);
+
 export function serveHttp(buildServer) {
   const transports = new Map();
   const readBody = (req) =>
@@ -15,6 +20,9 @@ export function serveHttp(buildServer) {
     });
   const httpServer = http.createServer(async (req, res) => {
     try {
+      if (req.method === "GET" && slowGetMs > 0) {
+        await new Promise((resolve) => setTimeout(resolve, slowGetMs));
+      }
       const sid = req.headers["mcp-session-id"];
       let transport = sid ? transports.get(sid) : undefined;
       const body = req.method === "POST" ? JSON.parse(await readBody(req)) : undefined;

@@ -42,6 +42,40 @@ function buildServer() {
       },
     },
   );
+  // Reports progress as soon as the task starts, as a notification of the server's own (no
+  // related request: the SDK sends it on the standalone GET stream, and drops it when none is
+  // open, having no event store), then completes after ms.
+  server.experimental.tasks.registerToolTask(
+    "progress_task",
+    {
+      description: "Reports progress 1..steps as the task starts, then completes after ms",
+      inputSchema: { steps: z.number().int(), ms: z.number().int() },
+      execution: { taskSupport: "required" },
+    },
+    {
+      async createTask({ steps, ms }, { taskStore, taskRequestedTtl, _meta }) {
+        const task = await taskStore.createTask({ ttl: taskRequestedTtl });
+        const progressToken = _meta?.progressToken;
+        for (let progress = 1; progress <= steps && progressToken !== undefined; progress++) {
+          await server.server.notification({ method: "notifications/progress", params: { progressToken, progress, total: steps } });
+        }
+        setTimeout(async () => {
+          try {
+            await taskStore.storeTaskResult(task.taskId, "completed", { content: [{ type: "text", text: `reported ${steps}` }] });
+          } catch (e) {
+            console.error("not stored:", e.message);
+          }
+        }, ms);
+        return { task };
+      },
+      async getTask(_args, { taskId, taskStore }) {
+        return await taskStore.getTask(taskId);
+      },
+      async getTaskResult(_args, { taskId, taskStore }) {
+        return await taskStore.getTaskResult(taskId);
+      },
+    },
+  );
   return server;
 }
 
