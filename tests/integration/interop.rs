@@ -133,6 +133,86 @@ async fn typescript_task_client_through_the_gateway_to_native_and_wrapped_tasks(
     assert_eq!(out["cancelAgain"]["code"], -32602, "{}", out["cancelAgain"]);
 }
 
+/// Writes a test CA and a certificate it signed for 127.0.0.1 and localhost (with openssl's
+/// command line); returns (the CA's certificate, the server's certificate, the server's key).
+fn test_certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(&[
+        &["req", "-x509"][..],
+        &key,
+        &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=taskgate test CA"],
+    ]
+    .concat());
+    run(&[&["req"][..], &key, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]].concat());
+    let extensions =
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n";
+    std::fs::write(dir.join("server.ext"), extensions).unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]);
+    (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"))
+}
+
+/// An upstream over HTTPS (the TypeScript SDK's server behind node's TLS) with a certificate
+/// from a private CA, which the gateway's process is given as `SSL_CERT_FILE` (the trust store
+/// of the OpenSSL its TLS uses): calls reach it. A gateway that does not trust the CA reaches
+/// none of it and logs why.
+#[actix_rt::test]
+async fn an_https_upstream_is_reached_when_its_private_ca_is_trusted_and_refused_when_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = test_certificates(dir.path());
+    let tls = [("TLS_CERT", cert.to_str().unwrap()), ("TLS_KEY", key.to_str().unwrap())];
+    let (_server, url, _) = start_node_server_with("server.mjs", &tls).await;
+    let url = url.replacen("http://", "https://", 1);
+    let config = dir.path().join("taskgate.toml");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[logging]\nlevel = \"info\"\n[store]\nbackend = \"memory\"\n\
+         [[upstream]]\nname = \"ts\"\ntransport = \"http\"\nurl = \"{url}\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let greet = serde_json::json!({"name": "ts__greet", "arguments": {"name": "TLS"}});
+
+    let served =
+        taskgate_testkit::ServedGateway::start_with_env(&config, &[("SSL_CERT_FILE", ca.to_str().unwrap())]).await;
+    let mut c = taskgate_testkit::McpClient::new(&served.url);
+    c.initialize().await;
+    let result = c.request("tools/call", Some(greet.clone())).await.outcome().unwrap();
+    assert_eq!(result["content"][0]["text"], "Hello, TLS!");
+    let listed = c.request("tools/list", None).await.outcome().unwrap();
+    assert!(listed["tools"].as_array().unwrap().iter().any(|t| t["name"] == "ts__greet"), "{listed}");
+
+    // Trusting no CA at all (an empty trust file): the upstream is refused, and the log says why.
+    let none = dir.path().join("none.pem");
+    std::fs::write(&none, "").unwrap();
+    let mut untrusting =
+        taskgate_testkit::ServedGateway::start_with_env(&config, &[("SSL_CERT_FILE", none.to_str().unwrap())]).await;
+    let mut c = taskgate_testkit::McpClient::new(&untrusting.url);
+    c.initialize().await;
+    assert!(c.request("tools/call", Some(greet)).await.outcome().is_err());
+    let why = untrusting.log_line("certificate").await;
+    assert!(why.contains("upstream 'ts' is unavailable"), "{why}");
+    assert!(why.contains("unable to get local issuer certificate"), "{why}");
+    assert_eq!(why.matches("certificate verify failed").count(), 1, "each cause once: {why}");
+}
+
 /// The TypeScript SDK's streamable HTTP transport, with no event store, drops what it sends
 /// on no request's stream while its GET stream is not open. A task it runs reports progress
 /// there from its start: the progress reaches the client because the gateway opens the

@@ -1,6 +1,8 @@
 // The Streamable HTTP harness the TypeScript SDK peers share: one transport per session, on
 // 127.0.0.1 and a free port; prints {"port": N} once listening.
 import http from "node:http";
+import https from "node:https";
+import { readFileSync } from "node:fs";
 import { randomUUID } from "node:crypto";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 
@@ -8,6 +10,10 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 // milliseconds late, as a slow network or a busy server would: what the server sends on that
 // stream meanwhile has no stream to go to.
 const slowGetMs = Number(process.env.SLOW_GET_MS ?? 0);
+// TLS_CERT and TLS_KEY (PEM files): serve HTTPS instead of HTTP.
+const tls = process.env.TLS_CERT && process.env.TLS_KEY
+  ? { cert: readFileSync(process.env.TLS_CERT), key: readFileSync(process.env.TLS_KEY) }
+  : undefined;
 
 export function serveHttp(buildServer) {
   const transports = new Map();
@@ -18,7 +24,7 @@ export function serveHttp(buildServer) {
       req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
       req.on("error", reject);
     });
-  const httpServer = http.createServer(async (req, res) => {
+  const handler = async (req, res) => {
     try {
       if (req.method === "GET" && slowGetMs > 0) {
         await new Promise((resolve) => setTimeout(resolve, slowGetMs));
@@ -44,6 +50,7 @@ export function serveHttp(buildServer) {
       console.error("server error", e);
       if (!res.headersSent) res.writeHead(500).end();
     }
-  });
+  };
+  const httpServer = tls ? https.createServer(tls, handler) : http.createServer(handler);
   httpServer.listen(0, "127.0.0.1", () => console.log(JSON.stringify({ port: httpServer.address().port })));
 }

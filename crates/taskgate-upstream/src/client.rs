@@ -177,8 +177,9 @@ impl HttpError {
         let mut source = e.source();
         while let Some(s) = source {
             let next = s.to_string();
-            // hyper's layers often repeat their cause's text.
-            if !text.ends_with(&next) {
+            // hyper's layers often repeat their cause's text (native-tls's puts it first,
+            // before the certificate's verify result).
+            if !text.contains(&next) {
                 text.push_str(": ");
                 text.push_str(&next);
             }
@@ -197,6 +198,35 @@ impl std::fmt::Display for HttpError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_names_each_cause_once() {
+        let openssl = Layer("error:0A000086:certificate verify failed", None);
+        let tls = Layer(
+            "error:0A000086:certificate verify failed (unable to get local issuer certificate)",
+            Some(Box::new(openssl)),
+        );
+        let connect = Layer("client error (Connect)", Some(Box::new(tls)));
+        assert_eq!(
+            HttpError::from_chain(&connect).to_string(),
+            "client error (Connect): error:0A000086:certificate verify failed (unable to get local issuer certificate)"
+        );
+    }
 
     fn proxies(http: &str, no: &str) -> hyper_util::client::proxy::matcher::Matcher {
         hyper_util::client::proxy::matcher::Matcher::builder().http(http).https(http).no(no).build()
