@@ -300,7 +300,7 @@ pub struct TasksConfig {
     /// Bytes of task results held at once (serialised); a task whose result does not fit
     /// becomes `failed` with a statusMessage saying so.
     pub max_result_bytes_total: usize,
-    /// How often expired tasks are swept, in milliseconds (a backstop to each task's own timer).
+    /// How often expired tasks are swept, in milliseconds (a backstop to the live tasks' ttl timer).
     pub sweep_interval_ms: u64,
 }
 

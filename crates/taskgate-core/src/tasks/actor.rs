@@ -1,4 +1,5 @@
-//! [`TaskActor`]: one per live task. It owns the upstream work and the ttl timer; status changes
+//! [`TaskActor`]: one per live task. It owns the upstream work and its ttl (a deadline on the one
+//! timer of [`super::expiries`]); status changes
 //! go through the store's compare-and-set, checked by the one transition rule. When the task is
 //! terminal it tells the [`super::TaskService`] (which wakes the `tasks/result` waiters) and
 //! stops; the record stays in the store until its ttl ends.

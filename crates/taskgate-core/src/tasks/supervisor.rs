@@ -1,6 +1,7 @@
-//! The [`Supervisor`]: the gateway's clocks and restarts. It sweeps expired tasks out of the
-//! store as a backstop to each [`super::TaskActor`]'s own ttl timer (a task whose actor has
-//! stopped, or a record another replica wrote) and tells live actors whose task it removed;
+//! The [`Supervisor`]: the gateway's clocks and restarts. It runs the one timer of every live
+//! task's ttl ([`super::expiries`]), sweeps expired tasks out of the store as a backstop to it
+//! (a task whose actor has stopped, or a record another replica wrote) and tells live actors
+//! whose task it removed;
 //! closes idle sessions; forgets full rate buckets; and restarts task actors that crashed, from
 //! the store. Admission (rate and concurrency limits) is in [`crate::tenants`]: shared tables it
 //! owns the rules of, checked without a mailbox hop.
