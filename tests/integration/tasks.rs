@@ -469,6 +469,50 @@ async fn a_wrapped_task_on_a_stdio_upstream_relays_elicitation_as_over_http() {
     wrapped_task_asks(&mut c, "local__ask").await;
 }
 
+/// A wrapped task's call on a stdio upstream waits, once written, with no task of its own, in
+/// its actor: an actor that crashes meanwhile hands it on, and the restarted one gets the answer.
+#[actix_rt::test]
+async fn a_wrapped_stdio_call_waiting_through_its_actors_crash_gets_its_answer() {
+    let gw = TestGateway::start(config_with(vec![taskgate_testkit::stdio_demo_upstream("local")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut stream = c.open_stream().await.unwrap();
+    let id = task_id(&mut c, "local__ask", json!({"question": "Still there?"})).await;
+    // The question came: the call is written and waits for the process's answer.
+    let taskgate_protocol::Message::Request { id: asked, .. } = next_matching(&mut stream, is_request).await else {
+        panic!()
+    };
+    assert!(gw.gateway.crash_task_actor(&id).await);
+    within(async {
+        while !gw.gateway.task_actor_alive(&id) {
+            c.request("ping", None).await;
+        }
+    })
+    .await;
+    let answer = taskgate_protocol::Message::response(asked, json!({"action": "accept", "content": {"answer": "yes"}}));
+    assert_eq!(c.post_message(&answer).await.status, 202);
+    let result = within(method(&mut c, "tasks/result", &id)).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "answer: yes");
+    assert_eq!(method_status(&mut c, &id).await, "completed");
+}
+
+/// A cancelled wrapped task's waiting stdio call lets go of what it held: the process is told,
+/// and the next task's call is again the one call in flight its question belongs to.
+#[actix_rt::test]
+async fn a_cancelled_wrapped_stdio_call_leaves_nothing_waiting() {
+    let gw = TestGateway::start(config_with(vec![taskgate_testkit::stdio_demo_upstream("local")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut stream = c.open_stream().await.unwrap();
+    let id = task_id(&mut c, "local__ask", json!({"question": "Cancel me?"})).await;
+    next_matching(&mut stream, is_request).await;
+    let cancelled = method(&mut c, "tasks/cancel", &id).await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled");
+    // Had the cancelled call kept its place in flight, two calls would be in flight and this
+    // task's question would belong to neither.
+    wrapped_task_asks(&mut c, "local__ask").await;
+}
+
 async fn method_status(c: &mut McpClient, id: &str) -> String {
     method(c, "tasks/get", id).await.unwrap()["status"].as_str().unwrap().to_owned()
 }

@@ -71,8 +71,8 @@ where
 
 pub use events::{event_channel, EventReceiver, EventSender, NotSent};
 pub use session::{
-    ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
-    UpstreamSession, WeakUpstreamSession,
+    CallState, ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
+    UpstreamSession, WaitingCall, WeakUpstreamSession,
 };
 
 /// A table that emptied after a burst keeps its peak capacity until told otherwise: one whose

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::http::HttpChannel;
 use crate::modern::{Era, ModernState, ToolHeaders, Verdict};
-use crate::shared::{Lane, Lanes, Owners};
+use crate::shared::{Lane, LaneCall, Lanes, Owners};
 use crate::stdio::StdioChannel;
 use crate::UpstreamError;
 
@@ -193,6 +193,13 @@ impl<'a> CallGuard<'a> {
     }
 }
 
+impl CallGuard<'_> {
+    /// Hands the call's place among those in flight to a [`WaitingCall`]: whether it has one.
+    fn keep(mut self) -> bool {
+        self.id.take().is_some()
+    }
+}
+
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
@@ -260,6 +267,13 @@ impl<'a> TokenRoute<'a> {
             _ => None,
         };
         TokenRoute { routes, key }
+    }
+}
+
+impl TokenRoute<'_> {
+    /// Hands the route to a [`WaitingCall`]: its key, if a route was made.
+    fn keep(mut self) -> Option<String> {
+        self.key.take()
     }
 }
 
@@ -697,22 +711,67 @@ impl Params for Option<Box<Value>> {
     }
 }
 
-/// A stdio request's answer, or `None` when its deadline comes first. (One small future, not
-/// a `select!` and its state: a wrapped task's call waits in it for its task's life.)
-struct AnswerBy<'a> {
-    wait: crate::stdio::StdioWait,
-    deadline: std::pin::Pin<&'a mut tokio::time::Sleep>,
+/// A request started: its outcome, or the call waiting for its answer.
+enum Started<'m> {
+    Done(Result<Payload, UpstreamError>),
+    Waiting(WaitingCall<'m>),
 }
 
-impl std::future::Future for AnswerBy<'_> {
-    type Output = Option<Result<Payload, ChannelError>>;
+/// What a wrapped task's call is once sent ([`UpstreamSession::into_call`]).
+pub enum CallState {
+    /// Its outcome.
+    Done(Result<Value, UpstreamError>),
+    /// Written to a stdio upstream, waiting for its answer: poll it for the outcome.
+    Waiting(WaitingCall<'static>),
+}
+
+/// A call written to a stdio upstream and waiting for its answer, holding what its call held
+/// while it waits: the pending entry, its deadline, its progress route, its place among the
+/// calls in flight and its lane's, and what the metrics need at the end. Dropped unanswered
+/// (a cancelled task), it gives all of them back. A few words, not the state of the layers
+/// that sent the request: a wrapped task's call waits in it for the task's life.
+pub struct WaitingCall<'m> {
+    session: UpstreamSession,
+    id: RequestId,
+    method: &'m str,
+    started: std::time::Instant,
+    wait: crate::stdio::StdioWait,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    route: Option<String>,
+    asks: bool,
+    /// In a shared session: the lane's call, and whether it creates a task.
+    lane: Option<bool>,
+}
+
+impl std::future::Future for WaitingCall<'_> {
+    type Output = Result<Payload, UpstreamError>;
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
         // Answered first, as `tokio::time::timeout` polls its future first.
-        if let Poll::Ready(answer) = std::pin::Pin::new(&mut self.wait).poll(cx) {
-            return Poll::Ready(Some(answer));
+        let outcome = match std::pin::Pin::new(&mut this.wait).poll(cx) {
+            Poll::Ready(answer) => this.session.answered(answer.map_err(|e| this.session.expired_twice(e))),
+            Poll::Pending => {
+                std::task::ready!(this.deadline.as_mut().poll(cx));
+                Err(this.session.timed_out())
+            }
+        };
+        Poll::Ready(this.session.observed(this.method, this.started, outcome))
+    }
+}
+
+impl Drop for WaitingCall<'_> {
+    fn drop(&mut self) {
+        let inner = &self.session.inner;
+        if let Some(key) = &self.route {
+            inner.routes.by_token.lock().remove(key);
         }
-        self.deadline.as_mut().poll(cx).map(|()| None)
+        if self.asks {
+            inner.calls.lock().remove(&self.id);
+        }
+        if let (Some(creates_task), Some(lane)) = (self.lane, &self.session.lane) {
+            lane.ended(&self.id, creates_task);
+        }
     }
 }
 
@@ -876,16 +935,24 @@ impl UpstreamSession {
     }
 
     /// A request with the session moved in, for a call that outlives its caller (a wrapped
-    /// task's): only its id, method and params are kept while it waits (its params until they
-    /// go). Not an async fn, for the same reason as [`Self::request_message`].
+    /// task's): its outcome, or, over a legacy stdio session, the call waiting for its answer
+    /// ([`CallState::Waiting`]), which the caller keeps and polls: a wrapped task's call then
+    /// waits with no task of its own. Only its id, method and params are kept until then (its
+    /// params until they go). Not an async fn, for the same reason as
+    /// [`Self::request_message`].
     #[allow(clippy::manual_async_fn)]
-    pub fn into_request(
+    pub fn into_call(
         self,
         id: RequestId,
         method: &'static str,
         mut params: Option<Box<Value>>,
-    ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'static {
-        async move { self.run_parts(&id, method, &mut params, None, false).await.map(Payload::into_value) }
+    ) -> impl std::future::Future<Output = CallState> + 'static {
+        async move {
+            match self.start_call(&id, method, &mut params, None, false).await {
+                Started::Done(outcome) => CallState::Done(outcome.map(Payload::into_value)),
+                Started::Waiting(waiting) => CallState::Waiting(waiting),
+            }
+        }
     }
 
     /// Runs `message` (a request): [`Self::run_parts`].
@@ -909,36 +976,50 @@ impl UpstreamSession {
         related: Option<&mpsc::Sender<Message>>,
         pass: bool,
     ) -> Result<Payload, UpstreamError> {
-        let _route = TokenRoute::new(&self.inner.routes, params.value(), related);
-        let _call = CallGuard::new(&self.inner, id, method);
+        match self.start_call(id, method, params, related, pass).await {
+            Started::Done(outcome) => outcome,
+            Started::Waiting(waiting) => waiting.await,
+        }
+    }
+
+    /// Sends a request, its progress routed and the call counted in flight meanwhile: its
+    /// outcome, or, once a legacy stdio request is written, the call waiting for its answer
+    /// ([`WaitingCall`], which holds all that from then on).
+    async fn start_call<'m, P: Params>(
+        &self,
+        id: &RequestId,
+        method: &'m str,
+        params: &mut P,
+        related: Option<&mpsc::Sender<Message>>,
+        pass: bool,
+    ) -> Started<'m> {
+        let route = TokenRoute::new(&self.inner.routes, params.value(), related);
+        let call = CallGuard::new(&self.inner, id, method);
         // In a shared session, what the upstream sends about this request reaches this lane.
-        let _lane =
+        let lane =
             self.lane.as_ref().map(|lane| lane.call(id, params.value().is_some_and(|p| p.get("task").is_some())));
         let started = std::time::Instant::now();
-        // The state a call waits in is kept small (a wrapped task's call spends its life in
-        // it): sending is a boxed future of its own, over once the request is written to a
-        // process, so that what waits for a stdio answer is its pending entry, the timeout and
-        // the guards above, not the layers that sent it. (Over HTTP the answer comes on the
-        // request's own response, which the boxed future reads.)
         let deadline = tokio::time::sleep(self.timeout());
         tokio::pin!(deadline);
-        let wait = {
-            // (A block: what was sent takes no room once the wait is out of it.)
-            let sent = tokio::select! {
-                biased;
-                sent = Box::pin(self.send(id, method, params, related, pass)) => sent,
-                () = &mut deadline => return self.observed(method, started, Err(self.timed_out())),
-            };
-            match sent {
-                Sent::Done(outcome) => return self.observed(method, started, self.answered(outcome)),
-                Sent::Waiting(wait) => wait,
-            }
+        let sent = tokio::select! {
+            biased;
+            sent = Box::pin(self.send(id, method, params, related, pass)) => sent,
+            () = &mut deadline => return Started::Done(self.observed(method, started, Err(self.timed_out()))),
         };
-        let outcome = match (AnswerBy { wait, deadline }).await {
-            Some(answer) => self.answered(answer.map_err(|e| self.expired_twice(e))),
-            None => Err(self.timed_out()),
-        };
-        self.observed(method, started, outcome)
+        match sent {
+            Sent::Done(outcome) => Started::Done(self.observed(method, started, self.answered(outcome))),
+            Sent::Waiting(wait) => Started::Waiting(WaitingCall {
+                session: self.clone(),
+                id: id.clone(),
+                method,
+                started,
+                wait,
+                deadline: Box::pin(tokio::time::sleep_until(deadline.deadline())),
+                route: route.keep(),
+                asks: call.keep(),
+                lane: lane.map(LaneCall::keep),
+            }),
+        }
     }
 
     /// `outcome`, counted in the upstream's metrics.

@@ -219,6 +219,13 @@ impl Lane {
     }
 }
 
+impl Lane {
+    /// A call of this lane kept by a [`crate::session::WaitingCall`] ended.
+    pub(crate) fn ended(&self, id: &RequestId, creates_task: bool) {
+        self.lanes.ended(self.id, id, creates_task);
+    }
+}
+
 impl Drop for Lane {
     fn drop(&mut self) {
         self.lanes.leave(self.id);
@@ -230,6 +237,16 @@ pub(crate) struct LaneCall<'a> {
     lane: &'a Lane,
     id: &'a RequestId,
     creates_task: bool,
+}
+
+impl LaneCall<'_> {
+    /// Hands the call to a [`crate::session::WaitingCall`], which ends it ([`Lane::ended`]):
+    /// whether it creates a task.
+    pub(crate) fn keep(self) -> bool {
+        let creates_task = self.creates_task;
+        std::mem::forget(self);
+        creates_task
+    }
 }
 
 impl Drop for LaneCall<'_> {

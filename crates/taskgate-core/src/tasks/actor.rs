@@ -20,7 +20,7 @@ use taskgate_protocol::mcp::{meta, methods};
 use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
 use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage, RequestId};
 use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
-use taskgate_upstream::{UpstreamError, UpstreamSession};
+use taskgate_upstream::{UpstreamError, UpstreamSession, WaitingCall};
 
 /// Bounds on how often a native upstream task is polled.
 const MIN_POLL: Duration = Duration::from_millis(50);
@@ -138,10 +138,26 @@ pub(crate) struct TaskStart {
 /// How long a task's end waits for its progress forwarder to pass on what it holds.
 const FORWARDER_DRAIN: Duration = Duration::from_secs(1);
 
-/// A wrapped task's upstream call, a task of its own outside the actor so that it survives the
-/// actor's restart: its outcome waits in the task until the actor that holds the handle then
-/// takes it ([`AwaitCall`]).
-type Call = tokio::task::JoinHandle<Result<Value, UpstreamError>>;
+/// A wrapped task's upstream call, outside the actor's context so that it survives the
+/// actor's restart (the actor that holds it then polls it, [`AwaitCall`]): a task of its own
+/// while it is being sent (and for its whole life over HTTP, where the answer comes on the
+/// request's own response, and when it relays progress), then, once written to a stdio
+/// upstream, the call waiting for its answer with no task of its own ([`WaitingCall`]). One
+/// word in the actor.
+pub(crate) type Call = Box<CallState>;
+
+pub(crate) enum CallState {
+    Sending(tokio::task::JoinHandle<taskgate_upstream::CallState>),
+    Waiting(WaitingCall<'static>),
+}
+
+/// Stops a call: its task is aborted, or its waiting state dropped (which gives back its
+/// pending entry, its place in flight and its lane's).
+pub(crate) fn abort_call(call: CallState) {
+    if let CallState::Sending(handle) = call {
+        handle.abort();
+    }
+}
 
 /// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
 pub(crate) struct Remains {
@@ -395,7 +411,7 @@ impl TaskActor {
             ctx.cancel_future(handle);
         }
         if let Some(call) = self.call.take() {
-            call.abort();
+            abort_call(*call);
         }
         if let Some(progress) = self.progress.take() {
             let _ = progress.try_send(Abandon);
@@ -605,7 +621,7 @@ impl Actor for TaskActor {
                 // (a live task costs less without one). The call runs outside the actor, so a
                 // restarted actor still gets its outcome; its future is the task's own, not
                 // boxed apart.
-                let call = match self.progress.clone() {
+                let sending = match self.progress.clone() {
                     Some(progress) => actix::spawn(async move {
                         let call = crate::session::relay_call(
                             session,
@@ -618,11 +634,11 @@ impl Actor for TaskActor {
                             None,
                             false,
                         );
-                        call.await.map(taskgate_protocol::Payload::into_value)
+                        taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
                     }),
-                    None => actix::spawn(session.into_request(id, methods::TOOLS_CALL, Some(params))),
+                    None => actix::spawn(session.into_call(id, methods::TOOLS_CALL, Some(params))),
                 };
-                self.call = Some(call);
+                self.call = Some(Box::new(CallState::Sending(sending)));
                 ctx.spawn(AwaitCall);
             }
             Work::Native(native) => {
@@ -655,7 +671,7 @@ impl Actor for TaskActor {
         }
         self.stopped_cleanly = true;
         if let Some(call) = self.call.take() {
-            call.abort();
+            abort_call(*call);
         }
         let store = self.shared.tasks.store().clone();
         if store.shared() && !self.inputs.is_empty() {
@@ -908,13 +924,28 @@ impl ActorFuture<TaskActor> for AwaitCall {
         ctx: &mut Context<TaskActor>,
         task: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
-        let Some(call) = act.call.as_mut() else { return std::task::Poll::Ready(()) };
-        let std::task::Poll::Ready(joined) = std::future::Future::poll(std::pin::Pin::new(call), task) else {
-            return std::task::Poll::Pending;
+        use std::task::Poll;
+        let ended = loop {
+            let Some(call) = act.call.as_deref_mut() else { return Poll::Ready(()) };
+            match call {
+                CallState::Sending(handle) => match std::future::Future::poll(std::pin::Pin::new(handle), task) {
+                    Poll::Pending => return Poll::Pending,
+                    // Written to a stdio upstream: the call waits here, its task over.
+                    Poll::Ready(Ok(taskgate_upstream::CallState::Waiting(waiting))) => {
+                        *call = CallState::Waiting(waiting);
+                    }
+                    Poll::Ready(Ok(taskgate_upstream::CallState::Done(outcome))) => break Ok(outcome),
+                    Poll::Ready(Err(e)) => break Err(e),
+                },
+                CallState::Waiting(waiting) => match std::future::Future::poll(std::pin::Pin::new(waiting), task) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(outcome) => break Ok(outcome.map(taskgate_protocol::Payload::into_value)),
+                },
+            }
         };
         act.call = None;
-        act.call_ended(joined, ctx);
-        std::task::Poll::Ready(())
+        act.call_ended(ended, ctx);
+        Poll::Ready(())
     }
 }
 

@@ -176,7 +176,7 @@ impl Handler<Restart> for Supervisor {
                 // read what the store says; the permit and the work go.
                 _ => {
                     if let Some(call) = remains.call.take() {
-                        call.abort();
+                        super::actor::abort_call(*call);
                     }
                     shared.tasks.unregister(&remains.id, native.as_ref());
                     shared.tasks.finished(&remains.id);
