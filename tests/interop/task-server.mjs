@@ -10,6 +10,27 @@ import { z } from "zod";
 
 const taskStore = new InMemoryTaskStore();
 
+// Completes `task` with `text` after `ms` milliseconds.
+function completeAfter(store, task, ms, text) {
+  setTimeout(async () => {
+    try {
+      await store.storeTaskResult(task.taskId, "completed", { content: [{ type: "text", text }] });
+    } catch (e) {
+      console.error("not stored:", e.message);
+    }
+  }, ms);
+}
+
+// A task tool's tasks/get and tasks/result: what the store holds.
+const readsFromTheStore = {
+  async getTask(_args, { taskId, taskStore }) {
+    return await taskStore.getTask(taskId);
+  },
+  async getTaskResult(_args, { taskId, taskStore }) {
+    return await taskStore.getTaskResult(taskId);
+  },
+};
+
 function buildServer() {
   const server = new McpServer(
     { name: "ts-task-peer", version: "1.0.0" },
@@ -25,21 +46,10 @@ function buildServer() {
     {
       async createTask({ ms }, { taskStore, taskRequestedTtl }) {
         const task = await taskStore.createTask({ ttl: taskRequestedTtl });
-        setTimeout(async () => {
-          try {
-            await taskStore.storeTaskResult(task.taskId, "completed", { content: [{ type: "text", text: `waited ${ms} ms` }] });
-          } catch (e) {
-            console.error("not stored:", e.message);
-          }
-        }, ms);
+        completeAfter(taskStore, task, ms, `waited ${ms} ms`);
         return { task };
       },
-      async getTask(_args, { taskId, taskStore }) {
-        return await taskStore.getTask(taskId);
-      },
-      async getTaskResult(_args, { taskId, taskStore }) {
-        return await taskStore.getTaskResult(taskId);
-      },
+      ...readsFromTheStore,
     },
   );
   // Reports progress as soon as the task starts, as a notification of the server's own (no
@@ -59,21 +69,10 @@ function buildServer() {
         for (let progress = 1; progress <= steps && progressToken !== undefined; progress++) {
           await server.server.notification({ method: "notifications/progress", params: { progressToken, progress, total: steps } });
         }
-        setTimeout(async () => {
-          try {
-            await taskStore.storeTaskResult(task.taskId, "completed", { content: [{ type: "text", text: `reported ${steps}` }] });
-          } catch (e) {
-            console.error("not stored:", e.message);
-          }
-        }, ms);
+        completeAfter(taskStore, task, ms, `reported ${steps}`);
         return { task };
       },
-      async getTask(_args, { taskId, taskStore }) {
-        return await taskStore.getTask(taskId);
-      },
-      async getTaskResult(_args, { taskId, taskStore }) {
-        return await taskStore.getTaskResult(taskId);
-      },
+      ...readsFromTheStore,
     },
   );
   return server;
