@@ -469,19 +469,26 @@ async fn a_wrapped_task_on_a_stdio_upstream_relays_elicitation_as_over_http() {
     wrapped_task_asks(&mut c, "local__ask").await;
 }
 
-/// A wrapped task's call on a stdio upstream waits, once written, with no task of its own, in
-/// its actor: an actor that crashes meanwhile hands it on, and the restarted one gets the answer.
-#[actix_rt::test]
-async fn a_wrapped_stdio_call_waiting_through_its_actors_crash_gets_its_answer() {
+/// A gateway in front of the stdio demo and a client (which can be asked, its GET stream open)
+/// with a wrapped `local__ask` task whose question has reached it: the task's call is written
+/// and waits for the process's answer. Returns the task id and the question's id.
+async fn stdio_task_asking(question: &str) -> (TestGateway, McpClient, taskgate_testkit::SseReader, String, RequestId) {
     let gw = TestGateway::start(config_with(vec![taskgate_testkit::stdio_demo_upstream("local")]));
     let mut c = McpClient::new(&gw.url);
     c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
     let mut stream = c.open_stream().await.unwrap();
-    let id = task_id(&mut c, "local__ask", json!({"question": "Still there?"})).await;
-    // The question came: the call is written and waits for the process's answer.
+    let id = task_id(&mut c, "local__ask", json!({"question": question})).await;
     let taskgate_protocol::Message::Request { id: asked, .. } = next_matching(&mut stream, is_request).await else {
         panic!()
     };
+    (gw, c, stream, id, asked)
+}
+
+/// A wrapped task's call on a stdio upstream waits, once written, with no task of its own, in
+/// its actor: an actor that crashes meanwhile hands it on, and the restarted one gets the answer.
+#[actix_rt::test]
+async fn a_wrapped_stdio_call_waiting_through_its_actors_crash_gets_its_answer() {
+    let (gw, mut c, _stream, id, asked) = stdio_task_asking("Still there?").await;
     assert!(gw.gateway.crash_task_actor(&id).await);
     within(async {
         while !gw.gateway.task_actor_alive(&id) {
@@ -496,16 +503,11 @@ async fn a_wrapped_stdio_call_waiting_through_its_actors_crash_gets_its_answer()
     assert_eq!(method_status(&mut c, &id).await, "completed");
 }
 
-/// A cancelled wrapped task's waiting stdio call lets go of what it held: the process is told,
-/// and the next task's call is again the one call in flight its question belongs to.
+/// A cancelled wrapped task's waiting stdio call lets go of what it held: the next task's call
+/// is again the one call in flight its question belongs to.
 #[actix_rt::test]
 async fn a_cancelled_wrapped_stdio_call_leaves_nothing_waiting() {
-    let gw = TestGateway::start(config_with(vec![taskgate_testkit::stdio_demo_upstream("local")]));
-    let mut c = McpClient::new(&gw.url);
-    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
-    let mut stream = c.open_stream().await.unwrap();
-    let id = task_id(&mut c, "local__ask", json!({"question": "Cancel me?"})).await;
-    next_matching(&mut stream, is_request).await;
+    let (_gw, mut c, _stream, id, _asked) = stdio_task_asking("Cancel me?").await;
     let cancelled = method(&mut c, "tasks/cancel", &id).await.unwrap();
     assert_eq!(cancelled["status"], "cancelled");
     // Had the cancelled call kept its place in flight, two calls would be in flight and this

@@ -618,9 +618,9 @@ impl Actor for TaskActor {
                 // The params move into the call: one copy per task, not two.
                 let (id, params) = (upstream_id.clone(), params.take().unwrap_or_else(|| Box::new(Value::Null)));
                 // Only a task with a progress token needs a channel for its call's notifications
-                // (a live task costs less without one). The call runs outside the actor, so a
-                // restarted actor still gets its outcome; its future is the task's own, not
-                // boxed apart.
+                // (a live task costs less without one). The call runs outside the actor's
+                // context (a task while it is sent, then, on stdio, the waiting call the actor
+                // keeps), so a restarted actor still gets its outcome.
                 let sending = match self.progress.clone() {
                     Some(progress) => actix::spawn(async move {
                         let call = crate::session::relay_call(
