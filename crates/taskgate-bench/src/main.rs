@@ -813,8 +813,12 @@ async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     );
     let (gateway, url) = start_gateway(bin, &config).await?;
     let mut client = connect(&url).await?;
-    // One plain call first, so the stdio process and every lazy structure exist.
-    call(&client, "local__echo").await?;
+    // Plain calls first, as many at a time as the tasks will be created, so the stdio process,
+    // every lazy structure and the client's connections exist before the baseline: the
+    // connections stay open after the tasks expire and are not the tasks' memory.
+    for result in join_all((0..plan.concurrency).map(|_| call(&client, "local__echo"))).await {
+        result?;
+    }
     let baseline = gateway.rss();
     // Creation latency must not depend on the upstream: compare a tool that never finishes
     // (`wait`) with one that finishes at once (`echo`).
