@@ -196,3 +196,52 @@ async fn a_second_signal_ends_the_grace_and_streams_still_in_flight_end_cleanly(
     // Plain text in a file: no colour codes when stderr is not a terminal.
     assert!(gw.seen.iter().all(|l| !l.contains('\u{1b}')), "{:?}", gw.seen.first());
 }
+
+/// The malloc settings of the environment a process started with, from /proc: its
+/// `GLIBC_TUNABLES` and the gateway's mark of having run itself again.
+fn environment(pid: u32) -> Vec<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .filter(|v| v.starts_with("GLIBC_TUNABLES=") || v.starts_with("TASKGATE_MALLOC_TUNED="))
+        .collect()
+}
+
+/// Serves one stdio call, so its upstream processes exist; returns their environments.
+async fn stdio_environments(gw: &ServedGateway) -> Vec<Vec<String>> {
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    assert_eq!(c.call("local__echo", json!({"text": "env"})).await.unwrap()["content"][0]["text"], "env");
+    let children = gw.children();
+    assert!(!children.is_empty(), "no stdio upstream process");
+    children.into_iter().map(environment).collect()
+}
+
+/// Issue 16 (memory after a burst of tasks): `serve` runs itself again, once, with glibc's
+/// tunables set (glibc reads them only as a process starts), keeping its pid; its stdio
+/// upstreams start with the environment the operator gave it; and an operator's own
+/// `GLIBC_TUNABLES`, even empty, is kept as it is.
+#[actix_rt::test]
+async fn serve_runs_with_glibcs_tunables_unless_the_operator_sets_them_and_its_children_get_the_operators_environment()
+{
+    let tunables = format!("GLIBC_TUNABLES={}", taskgate_config::defaults::GLIBC_TUNABLES);
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(&dir, &demo, "");
+
+    let gw = ServedGateway::start(&file).await;
+    // The process the test started (same pid) now runs the program again with the tunables.
+    assert_eq!(environment(gw.pid()), [tunables, "TASKGATE_MALLOC_TUNED=1".to_owned()]);
+    for child in stdio_environments(&gw).await {
+        assert!(child.is_empty(), "a stdio upstream inherited the gateway's tunables: {child:?}");
+    }
+    drop(gw);
+
+    let mut gw = ServedGateway::start_with_env(&file, &[("GLIBC_TUNABLES", "")]).await;
+    // Not run again: the operator's empty setting and no mark.
+    assert_eq!(environment(gw.pid()), ["GLIBC_TUNABLES="]);
+    gw.log_line("the operator's GLIBC_TUNABLES kept").await;
+    for child in stdio_environments(&gw).await {
+        assert_eq!(child, ["GLIBC_TUNABLES="], "the operator's setting reaches the upstream");
+    }
+}

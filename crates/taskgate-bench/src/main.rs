@@ -408,7 +408,9 @@ async fn start_gateway_wrapped(bin: &Path, config: &str, wrap: &[String]) -> Res
     let mut command = match wrap.split_first() {
         Some((program, args)) => {
             let mut command = Command::new(program);
-            command.args(args).arg(bin);
+            // The gateway's own malloc settings, given here: it would otherwise run itself
+            // again to set them, outside the profiler.
+            command.args(args).arg(bin).env("GLIBC_TUNABLES", taskgate_config::defaults::GLIBC_TUNABLES);
             command
         }
         None => Command::new(bin),

@@ -9,6 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod logging;
+mod malloc;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,10 +82,14 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::CheckConfig { file } => return check_config(&file),
         Command::Serve { config: path, listen } => {
-            Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path))
+            let tuning = malloc::tune();
+            Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path, tuning))
         }
         Command::HashKey { key } => hash_key(key),
-        Command::Demo { listen, data } => demo(listen, data),
+        Command::Demo { listen, data } => {
+            let tuning = malloc::tune();
+            demo(listen, data, tuning)
+        }
         Command::DemoUpstream { stdio, listen, conformance } => demo_upstream(stdio, listen, conformance),
     };
     match outcome {
@@ -140,8 +145,14 @@ fn check_config(file: &std::path::Path) -> ExitCode {
 
 /// Runs the gateway until Ctrl-C or SIGTERM, reloading tenants from `path` on SIGHUP and when
 /// the file changes.
-fn run_gateway(config: Config, listen: Option<SocketAddr>, path: PathBuf) -> anyhow::Result<()> {
+fn run_gateway(
+    config: Config,
+    listen: Option<SocketAddr>,
+    path: PathBuf,
+    tuning: malloc::Tuning,
+) -> anyhow::Result<()> {
     logging::init(&config);
+    tuning.log();
     actix_rt::System::new().block_on(async move {
         let poll = config.server.config_poll_ms;
         let gateway = Gateway::start(config).map_err(problems)?;
@@ -275,11 +286,12 @@ fn problems(problems: Vec<taskgate_config::Problem>) -> anyhow::Error {
 /// The demo's configuration: tenants and limits (its upstreams are added at start).
 const DEMO_CONFIG: &str = include_str!("../../../config/demo.toml");
 
-fn demo(listen: SocketAddr, data: PathBuf) -> anyhow::Result<()> {
+fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Result<()> {
     let mut config = Config::parse_unvalidated(DEMO_CONFIG, "config/demo.toml", &|key| std::env::var(key).ok())?;
     config.server.listen = listen.to_string();
     config.store = taskgate_config::StoreConfig::file(data.display().to_string());
     logging::init(&config);
+    tuning.log();
     let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
     actix_rt::System::new().block_on(async move {
         // 'demo' runs tasks natively; 'local' has plain tools that the gateway wraps as tasks.
