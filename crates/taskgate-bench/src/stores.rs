@@ -126,6 +126,26 @@ async fn measure(plan: &Plan, bin: &Path, demo_url: &str, candidate: Candidate<'
     })
 }
 
+/// The floor of a durable write on the disk the stores use: `n` appends of 1 KiB to a file in
+/// `dir`, each followed by `fdatasync` (what one redb commit or one Redis write with
+/// `appendfsync always` waits for at least).
+fn fsync_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("fsync-floor");
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    let block = [b'x'; 1024];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        samples.push(started.elapsed());
+    }
+    drop(file);
+    std::fs::remove_file(&path)?;
+    Ok(samples)
+}
+
 fn redis_installed() -> bool {
     std::process::Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success())
 }
@@ -152,6 +172,8 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
         what: "disk",
     };
     rows.push(measure(plan, bin, &demo_url, file, held).await?);
+    let mut fsyncs = fsync_latencies(&data, plan.sequential.min(1000))?;
+    let fsync = (percentile(&mut fsyncs, 0.5), percentile(&mut fsyncs, 0.99));
     let redis = redis_installed().then(RedisServer::start);
     if let Some(redis) = &redis {
         let port = redis.port;
@@ -194,6 +216,16 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
         let ratio = row.create.1.as_secs_f64() / memory.create.1.as_secs_f64().max(1e-9);
         println!("- CreateTaskResult p99, {} / memory: {ratio:.2} (target ≤ 3: {})", row.name, verdict(ratio <= 3.0));
     }
+    // A durable store cannot answer sooner than its disk: the memory store's creation plus one
+    // fsync is the least a creation can take.
+    let floor = memory.create.1 + fsync.1;
+    println!(
+        "- the floor of a durable creation on this disk: one 1 KiB append + fdatasync takes {} / {} (p50 / p99); the memory store's creation p99 + that p99 = {}, {:.2}× the memory store's p99",
+        ms(fsync.0),
+        ms(fsync.1),
+        ms(floor),
+        floor.as_secs_f64() / memory.create.1.as_secs_f64().max(1e-9)
+    );
     println!("- {held} tasks held per store (finished, kept until their ttl)");
     if redis.is_none() {
         println!("- Redis rows skipped: redis-server is not installed (apt-get install -y redis-server)");
