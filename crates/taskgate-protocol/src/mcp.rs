@@ -311,6 +311,17 @@ pub fn progress_token(params: Option<&Value>) -> Option<&Value> {
     params?.get("_meta")?.get(meta::PROGRESS_TOKEN)
 }
 
+/// `_meta["io.modelcontextprotocol/related-task"]` of a message's params: the task it belongs
+/// to. (Looked up key by key: `Value::pointer` allocates a string for each step of its path.)
+pub fn related_task(params: Option<&Value>) -> Option<&Value> {
+    params?.get("_meta")?.get(meta::RELATED_TASK)
+}
+
+/// The `taskId` of [`related_task`].
+pub fn related_task_id(params: Option<&Value>) -> Option<&str> {
+    related_task(params)?.get("taskId")?.as_str()
+}
+
 /// The `cursor` of a paginated request: `Ok(None)` when absent, `Err` when not a string.
 pub fn cursor(params: Option<&Value>) -> Result<Option<&str>, String> {
     match params.and_then(|p| p.get("cursor")) {

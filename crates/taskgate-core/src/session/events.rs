@@ -71,10 +71,7 @@ impl SessionActor {
         let params = match event {
             UpstreamEvent::Notification { params, .. } | UpstreamEvent::Request { params, .. } => params,
         };
-        let named = params
-            .as_ref()
-            .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
-            .and_then(Value::as_str);
+        let named = mcp::related_task_id(params.as_ref());
         named.is_some_and(|t| !self.shared.tasks.knows_native(&(upstream.to_owned(), t.to_owned())))
     }
 

@@ -34,11 +34,7 @@ impl SessionActor {
         params: &mut Option<Value>,
     ) -> Option<String> {
         let by_call = related.and_then(|r| self.shared.tasks.task_of_call(upstream, r));
-        let named = params
-            .as_ref()
-            .and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task/taskId"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let named = mcp::related_task_id(params.as_ref()).map(str::to_owned);
         let by_meta =
             named.and_then(|upstream_task| self.shared.tasks.native_task(&(upstream.to_owned(), upstream_task)));
         let task = by_call.or(by_meta);
@@ -77,14 +73,13 @@ impl SessionActor {
         // Sent outside any request's stream (stdio, an upstream GET stream) and naming no task,
         // while exactly one request of this session that may ask is at that upstream (the
         // client's own call, or a wrapped task's): it belongs to that request.
-        let names_task =
-            params.as_ref().and_then(|p| p.pointer("/_meta/io.modelcontextprotocol~1related-task")).is_some();
+        let names_task = mcp::related_task(params.as_ref()).is_some();
         let related = match related {
             None if !names_task => self.upstreams.get(&upstream).and_then(UpstreamSession::sole_call_in_flight),
             related => related,
         };
         let task = self.task_of(&upstream, related.as_ref(), &mut params);
-        let relayed_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+        let relayed_token = mcp::progress_token(params.as_ref()).cloned();
         let task_stream = task.as_ref().and_then(|t| {
             self.requests
                 .values()

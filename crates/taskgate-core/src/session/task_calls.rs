@@ -182,14 +182,14 @@ impl SessionActor {
     /// A progress actor for a task's token (valid for the task's lifetime), and the upstream
     /// token that replaces it.
     pub(super) fn task_progress(&self, task_id: &str, params: &mut Value) -> Option<(Addr<ProgressActor>, Value)> {
-        let token = params.pointer("/_meta/progressToken").cloned()?;
+        let token = mcp::progress_token(Some(params)).cloned()?;
         let target = ProgressTarget::Task {
             task_id: task_id.to_owned(),
             owner: self.identity.clone(),
             tasks: self.shared.tasks.clone(),
         };
         let actor = self.start_progress(token, params, target);
-        let upstream = params.pointer("/_meta/progressToken").cloned().unwrap_or(Value::Null);
+        let upstream = mcp::progress_token(Some(params)).cloned().unwrap_or(Value::Null);
         Some((actor, upstream))
     }
 

@@ -222,7 +222,7 @@ impl SessionActor {
 
     /// A progress actor for a plain call's token, which is replaced upstream by a fresh one.
     pub(super) fn request_progress(&self, params: &mut Value, reply: &Outbound) -> Option<Addr<ProgressActor>> {
-        let token = params.pointer("/_meta/progressToken").cloned()?;
+        let token = mcp::progress_token(Some(params)).cloned()?;
         Some(self.start_progress(token, params, ProgressTarget::Request(reply.clone())))
     }
 
