@@ -27,6 +27,9 @@ pub enum Tuning {
     Operators(String),
     /// Not glibc's malloc (another allocator, another C library).
     NotGlibc,
+    /// Run by something a second `exec` would leave (the dynamic loader named on the command
+    /// line, valgrind): glibc's defaults, and why.
+    Wrapped(&'static str),
     /// Running again failed; glibc's defaults.
     Failed(String),
 }
@@ -47,18 +50,36 @@ pub fn tune() -> Tuning {
     if let Some(theirs) = std::env::var_os("GLIBC_TUNABLES") {
         return Tuning::Operators(theirs.to_string_lossy().into_owned());
     }
-    Tuning::Failed(run_again().to_string())
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Tuning::Failed(e.to_string()),
+    };
+    if let Some(why) = wrapped(&exe, std::env::var_os("LD_PRELOAD").as_deref()) {
+        return Tuning::Wrapped(why);
+    }
+    Tuning::Failed(run_again(exe).to_string())
+}
+
+/// Why running `exe` again would not run this program as it runs now, if it would not:
+/// started as `ld-linux… taskgate serve`, `exe` is the loader, which would not find the
+/// program again; under valgrind (its preload library in `LD_PRELOAD`), the program run
+/// again would run outside it.
+fn wrapped(exe: &std::path::Path, preload: Option<&std::ffi::OsStr>) -> Option<&'static str> {
+    let name = exe.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    if name.starts_with("ld-linux") || name.starts_with("ld.so") || name.starts_with("ld-musl") {
+        return Some("started by the dynamic loader");
+    }
+    if preload.is_some_and(|p| p.to_string_lossy().contains("vgpreload")) {
+        return Some("running under valgrind");
+    }
+    None
 }
 
 /// Replaces this process with the same program and arguments and [`TUNABLES`]; returns only
 /// if that failed.
 #[cfg(unix)]
-fn run_again() -> std::io::Error {
+fn run_again(exe: std::path::PathBuf) -> std::io::Error {
     use std::os::unix::process::CommandExt;
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => return e,
-    };
     let mut args = std::env::args_os();
     let mut command = std::process::Command::new(exe);
     if let Some(arg0) = args.next() {
@@ -68,7 +89,7 @@ fn run_again() -> std::io::Error {
 }
 
 #[cfg(not(unix))]
-fn run_again() -> std::io::Error {
+fn run_again(_exe: std::path::PathBuf) -> std::io::Error {
     std::io::Error::other("not supported on this system")
 }
 
@@ -81,11 +102,36 @@ impl Tuning {
                 tracing::info!(tunables = %theirs, "glibc malloc: the operator's GLIBC_TUNABLES kept")
             }
             Tuning::NotGlibc => {}
+            Tuning::Wrapped(why) => tracing::info!(
+                tunables = TUNABLES,
+                "glibc malloc keeps its defaults ({why}): set GLIBC_TUNABLES to choose"
+            ),
             Tuning::Failed(why) => tracing::warn!(
                 tunables = TUNABLES,
                 error = %why,
                 "could not run again with glibc's tunables: memory freed after a burst of tasks is given back less fully"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::path::Path;
+
+    use super::wrapped;
+
+    #[test]
+    fn the_program_is_run_again_only_when_that_runs_it_as_it_runs_now() {
+        assert_eq!(wrapped(Path::new("/usr/local/bin/taskgate"), None), None);
+        assert_eq!(wrapped(Path::new("/opt/gw/my-gateway"), Some(OsStr::new("/usr/lib/libfoo.so"))), None);
+        assert_eq!(
+            wrapped(Path::new("/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"), None),
+            Some("started by the dynamic loader")
+        );
+        assert_eq!(wrapped(Path::new("/lib/ld-musl-x86_64.so.1"), None), Some("started by the dynamic loader"));
+        let valgrind = OsStr::new("/usr/libexec/valgrind/vgpreload_core-amd64-linux.so");
+        assert_eq!(wrapped(Path::new("/work/target/release/taskgate"), Some(valgrind)), Some("running under valgrind"));
     }
 }
