@@ -56,6 +56,10 @@ impl ServedGateway {
     ) -> Result<ServedGateway, String> {
         let mut command = tokio::process::Command::new(taskgate_bin());
         command
+            // The gateway's own malloc settings, whatever the test runner's environment holds
+            // (a test gives its own through `env`).
+            .env_remove("GLIBC_TUNABLES")
+            .env_remove("TASKGATE_MALLOC_TUNED")
             .envs(env.iter().copied())
             .args(["serve", "--config"])
             .arg(config)
