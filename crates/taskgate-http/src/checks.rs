@@ -76,17 +76,20 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
     let mut result = Accepts { json: false, sse: false };
     for range in accept.split(',') {
         let mut parts = range.split(';');
-        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let media = parts.next().unwrap_or_default().trim();
         let refused =
             parts.any(|p| matches!(p.trim().split_once('='), Some(("q", q)) if q.trim().parse::<f32>() == Ok(0.0)));
         if refused {
             continue;
         }
-        match media.as_str() {
-            "*/*" => result = Accepts { json: true, sse: true },
-            "application/*" | "application/json" => result.json = true,
-            "text/*" | "text/event-stream" => result.sse = true,
-            _ => {}
+        // Media types are case-insensitive (compared in place: this runs on every request).
+        let is = |name: &str| media.eq_ignore_ascii_case(name);
+        if is("*/*") {
+            result = Accepts { json: true, sse: true };
+        } else if is("application/*") || is("application/json") {
+            result.json = true;
+        } else if is("text/*") || is("text/event-stream") {
+            result.sse = true;
         }
     }
     result
@@ -225,6 +228,12 @@ mod tests {
             accepts(&headers(&[("accept", "application/json, text/event-stream;q=0")])),
             Accepts { json: true, sse: false }
         );
+        // Media types are case-insensitive.
+        assert_eq!(
+            accepts(&headers(&[("accept", "Application/JSON, TEXT/Event-Stream")])),
+            Accepts { json: true, sse: true }
+        );
+        assert_eq!(accepts(&headers(&[("accept", "Text/*")])), Accepts { json: false, sse: true });
     }
 
     #[test]

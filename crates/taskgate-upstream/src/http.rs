@@ -374,12 +374,15 @@ impl HttpChannel {
         sink: Option<&mpsc::Sender<Message>>,
     ) -> Result<Payload, ChannelError> {
         let id = id.clone();
-        let content_type = content_type(&response);
-        if content_type.starts_with("text/event-stream") {
+        let (sse, json) = {
+            let content_type = content_type(&response);
+            (is_media(content_type, "text/event-stream"), is_media(content_type, "application/json"))
+        };
+        if sse {
             self.read_stream(response, Some((&id, pass)), sink)
                 .await?
                 .ok_or_else(|| self.unavailable("the response stream ended before the response arrived").into())
-        } else if content_type.starts_with("application/json") {
+        } else if json {
             let body = self.read_body(response).await?;
             let passing = pass.then(|| id.clone());
             let reply = crate::decode_reply(body, move |got| passing.as_ref() == Some(got))
@@ -391,7 +394,9 @@ impl HttpChannel {
         } else if response.status() == StatusCode::ACCEPTED {
             Err(self.protocol("answered a request with 202 Accepted and no response").into())
         } else {
-            Err(self.protocol(format!("unexpected Content-Type {content_type:?}")).into())
+            Err(self
+                .protocol(format!("unexpected Content-Type {:?}", content_type(&response).to_ascii_lowercase()))
+                .into())
         }
     }
 
@@ -601,7 +606,7 @@ impl HttpChannel {
                         return;
                     }
                     Ok(r) => match self.check_status(r).await {
-                        Ok(r) if content_type(&r).starts_with("text/event-stream") => {
+                        Ok(r) if is_media(content_type(&r), "text/event-stream") => {
                             backoff = Duration::from_millis(250);
                             settle(&mut settled);
                             self.stream.send_replace(Some(true));
@@ -687,7 +692,7 @@ impl HttpChannel {
                     _ = closed.changed() => return,
                 };
                 match opened {
-                    Ok(r) if content_type(&r).starts_with("text/event-stream") => {
+                    Ok(r) if is_media(content_type(&r), "text/event-stream") => {
                         backoff = Duration::from_millis(250);
                         let _counted = Counted::new(&self);
                         tokio::select! {
@@ -781,8 +786,15 @@ fn rpc_error(body: &[u8]) -> Option<taskgate_protocol::ErrorObject> {
     }
 }
 
-fn content_type(response: &Reply) -> String {
-    response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
+/// The response's Content-Type, as sent.
+fn content_type(response: &Reply) -> &str {
+    response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default()
+}
+
+/// True when `content_type` is `media`, parameters and all (media types are ASCII
+/// case-insensitive; compared in place: this runs on every response).
+fn is_media(content_type: &str, media: &str) -> bool {
+    content_type.as_bytes().get(..media.len()).is_some_and(|head| head.eq_ignore_ascii_case(media.as_bytes()))
 }
 
 /// Tells whoever waits for the GET stream's first attempt that it has settled (nobody waits
@@ -828,5 +840,20 @@ async fn unwanted(listening: &mut crate::session::Listening, idle: Duration) {
             _ = tokio::time::sleep(idle) => return,
             changed = listening.holds.changed() => if changed.is_err() { return std::future::pending().await },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_media;
+
+    #[test]
+    fn a_media_type_is_matched_case_insensitively_with_its_parameters() {
+        assert!(is_media("text/event-stream", "text/event-stream"));
+        assert!(is_media("Text/Event-Stream; charset=utf-8", "text/event-stream"));
+        assert!(is_media("APPLICATION/JSON", "application/json"));
+        assert!(!is_media("text/event", "text/event-stream"));
+        assert!(!is_media("", "application/json"));
+        assert!(!is_media("application/jsonl", "text/event-stream"));
     }
 }
