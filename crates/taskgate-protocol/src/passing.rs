@@ -96,7 +96,14 @@ impl Payload {
         };
         let mut out = String::with_capacity(result.len() + 48);
         out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-        out.push_str(&serde_json::to_string(id).expect("ids serialize"));
+        match id {
+            // An integer is its digits; written in place (this runs for every result).
+            RequestId::Number(n) => {
+                use std::fmt::Write;
+                let _ = write!(out, "{n}");
+            }
+            RequestId::String(_) => out.push_str(&serde_json::to_string(id).expect("ids serialize")),
+        }
         out.push_str(r#","result":"#);
         out.push_str(result);
         out.push('}');
