@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use taskgate_testkit::McpClient;
 
 use crate::revisions::stateless_call;
-use crate::{call, connect, start_demo, start_gateway_wrapped, verdict, Plan};
+use crate::{call, connect, start_demo, start_gateway_wrapped, Plan};
 
 /// The kinds of call measured.
 #[derive(Clone, Copy)]
@@ -156,7 +156,9 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     println!(
         "- {measured} calls after {warm_up} warm-up calls, each kind on a fresh gateway, one keep-alive connection"
     );
-    println!("- 2026 stateless / 2025 session: {ratio:.2} (target ≤ 1.1: {})", verdict(ratio <= 1.1));
+    // Issue 14's target is on added latency (section 8); this is the same comparison in
+    // instructions, which section 8's wall time follows only loosely.
+    println!("- 2026 stateless / 2025 session: {ratio:.2} (the target, ≤ 1.1, is on added latency: section 8)");
     println!("- 2025 session call through taskgate / through the stack alone: {over_stack:.2}");
     let large = per_call[3].1 as f64 / per_call[4].1 as f64;
     println!("- with a 64 KiB result, through taskgate / through the stack alone: {large:.2}");
