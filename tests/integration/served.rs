@@ -201,6 +201,8 @@ async fn a_second_signal_ends_the_grace_and_streams_still_in_flight_end_cleanly(
 /// `GLIBC_TUNABLES` and the gateway's mark of having run itself again.
 fn environment(pid: u32) -> Vec<String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    // Every process here has a PATH: an empty read is a process that has gone.
+    assert!(!raw.is_empty(), "process {pid} has no environment to read");
     raw.split(|b| *b == 0)
         .map(|v| String::from_utf8_lossy(v).into_owned())
         .filter(|v| v.starts_with("GLIBC_TUNABLES=") || v.starts_with("TASKGATE_MALLOC_TUNED="))
@@ -212,6 +214,7 @@ async fn stdio_environments(gw: &ServedGateway) -> Vec<Vec<String>> {
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
     assert_eq!(c.call("local__echo", json!({"text": "env"})).await.unwrap()["content"][0]["text"], "env");
+    // The processes that serve it now (one answered this call).
     let children = gw.children();
     assert!(!children.is_empty(), "no stdio upstream process");
     children.into_iter().map(environment).collect()
