@@ -234,11 +234,16 @@ async fn serve_runs_with_glibcs_tunables_unless_the_operator_sets_them_and_its_c
 
     let gw = ServedGateway::start(&file).await;
     // The process the test started (same pid) now runs the program again with the tunables.
-    assert_eq!(environment(gw.pid()), [tunables, "TASKGATE_MALLOC_TUNED=1".to_owned()]);
+    assert_eq!(environment(gw.pid()), [tunables.clone(), "TASKGATE_MALLOC_TUNED=1".to_owned()]);
     for child in stdio_environments(&gw).await {
         assert!(child.is_empty(), "a stdio upstream inherited the gateway's tunables: {child:?}");
     }
     drop(gw);
+
+    // A stray mark in the operator's environment, without the tunables, is not taken for them.
+    let stray = ServedGateway::start_with_env(&file, &[("TASKGATE_MALLOC_TUNED", "1")]).await;
+    assert_eq!(environment(stray.pid()), [tunables.clone(), "TASKGATE_MALLOC_TUNED=1".to_owned()]);
+    drop(stray);
 
     let mut gw = ServedGateway::start_with_env(&file, &[("GLIBC_TUNABLES", "")]).await;
     // Not run again: the operator's empty setting and no mark.

@@ -42,13 +42,18 @@ pub fn tune() -> Tuning {
     if !cfg!(all(target_os = "linux", target_env = "gnu", not(feature = "mimalloc"), not(feature = "jemalloc"))) {
         return Tuning::NotGlibc;
     }
-    if std::env::var_os(MARK).is_some() {
-        // The process run again: glibc has read the tunables; children start without them.
+    let marked = std::env::var_os(MARK).is_some();
+    let tunables = std::env::var_os("GLIBC_TUNABLES");
+    if marked {
         std::env::remove_var(MARK);
-        std::env::remove_var("GLIBC_TUNABLES");
-        return Tuning::Tuned;
+        if ran_again(marked, tunables.as_deref()) {
+            // The process run again: glibc has read the tunables; children start without them.
+            std::env::remove_var("GLIBC_TUNABLES");
+            return Tuning::Tuned;
+        }
+        // A mark without our tunables came from elsewhere: dropped, and on as if it were not.
     }
-    if let Some(theirs) = std::env::var_os("GLIBC_TUNABLES") {
+    if let Some(theirs) = tunables {
         return Tuning::Operators(theirs.to_string_lossy().into_owned());
     }
     let exe = match std::env::current_exe() {
@@ -59,6 +64,12 @@ pub fn tune() -> Tuning {
         return Tuning::Wrapped(why);
     }
     Tuning::Failed(run_again(exe).to_string())
+}
+
+/// Whether this is the process run again: marked, with exactly [`TUNABLES`] (a mark the
+/// operator's environment happened to hold, with their tunables or none, is not).
+fn ran_again(marked: bool, tunables: Option<&std::ffi::OsStr>) -> bool {
+    marked && tunables == Some(std::ffi::OsStr::new(TUNABLES))
 }
 
 /// Why running `exe` again would not run this program as it runs now, if it would not:
@@ -121,7 +132,7 @@ mod tests {
     use std::ffi::OsStr;
     use std::path::Path;
 
-    use super::wrapped;
+    use super::{ran_again, wrapped, TUNABLES};
 
     #[test]
     fn the_program_is_run_again_only_when_that_runs_it_as_it_runs_now() {
@@ -134,5 +145,13 @@ mod tests {
         assert_eq!(wrapped(Path::new("/lib/ld-musl-x86_64.so.1"), None), Some("started by the dynamic loader"));
         let valgrind = OsStr::new("/usr/libexec/valgrind/vgpreload_core-amd64-linux.so");
         assert_eq!(wrapped(Path::new("/work/target/release/taskgate"), Some(valgrind)), Some("running under valgrind"));
+    }
+
+    #[test]
+    fn only_a_mark_with_our_tunables_is_the_process_run_again() {
+        assert!(ran_again(true, Some(OsStr::new(TUNABLES))));
+        assert!(!ran_again(true, None));
+        assert!(!ran_again(true, Some(OsStr::new("glibc.malloc.arena_max=2"))));
+        assert!(!ran_again(false, Some(OsStr::new(TUNABLES))));
     }
 }
