@@ -24,6 +24,8 @@ enum Kind {
     Stateless,
     /// A 2025-11-25 session call through the bare actix-web + hyper proxy: the stack alone.
     Bare,
+    /// The same through the bare proxy with hyper's server in front instead of actix-web.
+    BareHyper,
     /// A 2025-11-25 session call whose result is [`LARGE`] bytes of text.
     Large,
     /// The same through the bare proxy.
@@ -39,6 +41,7 @@ impl Kind {
             Kind::Session => "2025-11-25 session tools/call",
             Kind::Stateless => "2026-07-28 stateless tools/call",
             Kind::Bare => "the same session call through the bare actix-web + hyper proxy (the stack alone)",
+            Kind::BareHyper => "the same session call through a bare hyper proxy (hyper's server and client, no actix)",
             Kind::Large => "2025-11-25 session tools/call with a 64 KiB result",
             Kind::BareLarge => "the same 64 KiB call through the bare proxy (the stack alone)",
         }
@@ -49,6 +52,7 @@ impl Kind {
             Kind::Session => "session",
             Kind::Stateless => "stateless",
             Kind::Bare => "bare",
+            Kind::BareHyper => "bare-hyper",
             Kind::Large => "large",
             Kind::BareLarge => "bare-large",
         }
@@ -66,14 +70,15 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
         ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
     let config = format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n");
     let (gateway, url) = match kind {
-        Kind::Bare | Kind::BareLarge => crate::bare::start(demo_url, &wrap).await?,
+        Kind::Bare | Kind::BareLarge => crate::bare::start(demo_url, &wrap, crate::bare::Front::Actix).await?,
+        Kind::BareHyper => crate::bare::start(demo_url, &wrap, crate::bare::Front::Hyper).await?,
         _ => start_gateway_wrapped(bin, &config, &wrap).await?,
     };
     let served = async {
         match kind {
-            Kind::Session | Kind::Bare => {
+            Kind::Session | Kind::Bare | Kind::BareHyper => {
                 let client = connect(&url).await?;
-                let tool = if matches!(kind, Kind::Bare) { "echo" } else { "demo__echo" };
+                let tool = if matches!(kind, Kind::Session) { "demo__echo" } else { "echo" };
                 for _ in 0..calls {
                     call(&client, tool).await?;
                 }
@@ -137,7 +142,7 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     let (warm_up, measured) = if plan.quick { (10, 20) } else { (50, 400) };
     let (_demo, demo_url) = start_demo(bin).await?;
     let mut per_call = Vec::new();
-    for kind in [Kind::Session, Kind::Stateless, Kind::Bare, Kind::Large, Kind::BareLarge] {
+    for kind in [Kind::Session, Kind::Stateless, Kind::Bare, Kind::BareHyper, Kind::Large, Kind::BareLarge] {
         let base = count(bin, &demo_url, kind, warm_up).await?;
         let full = count(bin, &demo_url, kind, warm_up + measured).await?;
         if full <= base {
@@ -160,7 +165,11 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     // instructions, which section 8's wall time follows only loosely.
     println!("- 2026 stateless / 2025 session: {ratio:.2} (the target, ≤ 1.1, is on added latency: section 8)");
     println!("- 2025 session call through taskgate / through the stack alone: {over_stack:.2}");
-    let large = per_call[3].1 as f64 / per_call[4].1 as f64;
+    println!(
+        "- the stack alone / the bare hyper proxy: {:.2} (what actix-web's front door costs over hyper's)",
+        per_call[2].1 as f64 / per_call[3].1 as f64
+    );
+    let large = per_call[4].1 as f64 / per_call[5].1 as f64;
     println!("- with a 64 KiB result, through taskgate / through the stack alone: {large:.2}");
     println!();
     Ok(())

@@ -152,6 +152,12 @@ fn main() -> Result<()> {
         let upstream = args.get(2).cloned().context("--bare-proxy PORT UPSTREAM_URL")?;
         return actix_rt::System::new().block_on(bare::serve(port, upstream));
     }
+    if args.first().map(String::as_str) == Some("--bare-hyper-proxy") {
+        // The same with hyper's server in front instead of actix-web.
+        let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--bare-hyper-proxy PORT UPSTREAM_URL")?;
+        let upstream = args.get(2).cloned().context("--bare-hyper-proxy PORT UPSTREAM_URL")?;
+        return bare::serve_hyper(port, upstream);
+    }
     let plan = match parse_args(&args) {
         Ok(Some(plan)) => plan,
         Ok(None) => {
@@ -288,9 +294,9 @@ impl Process {
             .unwrap_or(0)
     }
 
-    /// CPU time (user + system) of the process and of its children still running (nginx's
-    /// workers), from /proc.
-    fn cpu(&self) -> Duration {
+    /// CPU time, user and system (kernel), of the process and of its children still running
+    /// (nginx's workers), from /proc.
+    fn cpu_split(&self) -> (Duration, Duration) {
         process_tree_cpu(self.pid())
     }
 }
@@ -329,20 +335,25 @@ fn ticks_per_second() -> f64 {
     }
 }
 
-/// User + system CPU of `pid` and, recursively, of its live children.
-fn process_tree_cpu(pid: u32) -> Duration {
+/// User and system CPU of `pid` and, recursively, of its live children.
+fn process_tree_cpu(pid: u32) -> (Duration, Duration) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The fields after the command name (which may hold spaces) in parentheses.
     let fields: Vec<&str> =
         stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
-    let mut total = Duration::from_secs_f64(ticks as f64 / ticks_per_second());
+    let time = |i: usize| {
+        let ticks = fields.get(i).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        Duration::from_secs_f64(ticks as f64 / ticks_per_second())
+    };
+    let (mut user, mut system) = (time(11), time(12));
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
-        total += process_tree_cpu(child);
+        let (u, s) = process_tree_cpu(child);
+        user += u;
+        system += s;
     }
-    total
+    (user, system)
 }
 
 fn free_port() -> Result<u16> {
@@ -557,11 +568,14 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     let upstream_addr = demo_url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     let nginx = start_nginx(&upstream_addr).await?;
     // The gateway's HTTP stack with no MCP work: the floor this stack sets.
-    let (bare_process, bare_url) = bare::start(&demo_url, &[]).await?;
+    let (bare_process, bare_url) = bare::start(&demo_url, &[], bare::Front::Actix).await?;
+    // The same with hyper's server in front: the floor of the leanest Rust stack.
+    let (hyper_process, hyper_url) = bare::start(&demo_url, &[], bare::Front::Hyper).await?;
 
     let direct = connect(&demo_url).await?;
     let through = connect(&gateway_url).await?;
     let bare = connect(&bare_url).await?;
+    let lean = connect(&hyper_url).await?;
     let proxied = match &nginx {
         Some((_, url)) => Some(connect(url).await?),
         None => None,
@@ -571,17 +585,19 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
         call(&direct, "echo").await?;
         call(&through, "demo__echo").await?;
         call(&bare, "echo").await?;
+        call(&lean, "echo").await?;
         if let Some(p) = &proxied {
             call(p, "echo").await?;
         }
     }
     // Interleave the paths round by round so that noise hits them alike.
     let rounds = 4;
-    let (mut d, mut g, mut b, mut n) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut d, mut g, mut b, mut h, mut n) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         d.extend(sequential_latencies(&direct, "echo", plan.sequential / rounds).await?);
         g.extend(sequential_latencies(&through, "demo__echo", plan.sequential / rounds).await?);
         b.extend(sequential_latencies(&bare, "echo", plan.sequential / rounds).await?);
+        h.extend(sequential_latencies(&lean, "echo", plan.sequential / rounds).await?);
         if let Some(p) = &proxied {
             n.extend(sequential_latencies(p, "echo", plan.sequential / rounds).await?);
         }
@@ -589,15 +605,28 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
     let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
     let (g50, g99) = (percentile(&mut g, 0.5), percentile(&mut g, 0.99));
     let (b50, b99) = (percentile(&mut b, 0.5), percentile(&mut b, 0.99));
+    let (h50, h99) = (percentile(&mut h, 0.5), percentile(&mut h, 0.99));
     let direct_rps = throughput(&direct, "echo", plan.concurrent_total, plan.concurrency).await?;
-    // CPU seconds per 1,000 calls, from each throughput run's calls.
+    // CPU seconds per 1,000 calls, from each throughput run's calls, as user and system time.
     let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / plan.concurrent_total as f64;
-    let cpu_before = gateway.cpu();
+    let measure = |process: &Process| {
+        let before = process.cpu_split();
+        move |process: &Process| {
+            let after = process.cpu_split();
+            (per_thousand(after.0.saturating_sub(before.0)), per_thousand(after.1.saturating_sub(before.1)))
+        }
+    };
+    let done = measure(&gateway);
     let gateway_rps = throughput(&through, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
-    let gateway_cpu = per_thousand(gateway.cpu().saturating_sub(cpu_before));
-    let cpu_before = bare_process.cpu();
+    let gateway_split = done(&gateway);
+    let done = measure(&bare_process);
     let bare_rps = throughput(&bare, "echo", plan.concurrent_total, plan.concurrency).await?;
-    let bare_cpu = per_thousand(bare_process.cpu().saturating_sub(cpu_before));
+    let bare_split = done(&bare_process);
+    let done = measure(&hyper_process);
+    let hyper_rps = throughput(&lean, "echo", plan.concurrent_total, plan.concurrency).await?;
+    let hyper_split = done(&hyper_process);
+    let (gateway_cpu, bare_cpu, hyper_cpu) =
+        (gateway_split.0 + gateway_split.1, bare_split.0 + bare_split.1, hyper_split.0 + hyper_split.1);
     println!("| path | p50 | p99 | throughput at {} clients | CPU per 1,000 calls |", plan.concurrency);
     println!("| --- | --- | --- | --- | --- |");
     println!("| direct to the upstream | {} | {} | {:.0} req/s | |", ms(d50), ms(d99), direct_rps);
@@ -609,15 +638,24 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
         bare_rps,
         bare_cpu
     );
+    println!(
+        "| through a bare hyper proxy (hyper's server and client, no actix) | {} | {} | {:.0} req/s | {:.3} s |",
+        ms(h50),
+        ms(h99),
+        hyper_rps,
+        hyper_cpu
+    );
     let gateway_added = g50.saturating_sub(d50);
     let bare_added = b50.saturating_sub(d50).max(Duration::from_micros(1));
+    let hyper_added = h50.saturating_sub(d50).max(Duration::from_micros(1));
     match &proxied {
         Some(p) => {
             let (n50, n99) = (percentile(&mut n, 0.5), percentile(&mut n, 0.99));
             let nginx_process = &nginx.as_ref().expect("nginx runs").0;
-            let cpu_before = nginx_process.cpu();
+            let done = measure(nginx_process);
             let nginx_rps = throughput(p, "echo", plan.concurrent_total, plan.concurrency).await?;
-            let nginx_cpu = per_thousand(nginx_process.cpu().saturating_sub(cpu_before));
+            let nginx_split = done(nginx_process);
+            let nginx_cpu = nginx_split.0 + nginx_split.1;
             println!(
                 "| through nginx (proxy_pass) | {} | {} | {:.0} req/s | {:.3} s |",
                 ms(n50),
@@ -655,6 +693,24 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
                 bare_added.as_secs_f64() / nginx_added.as_secs_f64(),
                 bare_rps / nginx_rps,
                 bare_cpu / nginx_cpu.max(1e-9)
+            );
+            println!(
+                "- the bare hyper proxy vs nginx: added latency {} ({:.2}×), throughput {:.2}×, CPU {:.2}×",
+                ms(hyper_added),
+                hyper_added.as_secs_f64() / nginx_added.as_secs_f64(),
+                hyper_rps / nginx_rps,
+                hyper_cpu / nginx_cpu.max(1e-9)
+            );
+            println!(
+                "- CPU per 1,000 calls, user + system: taskgate {:.3} + {:.3} s, the stack alone {:.3} + {:.3} s, the bare hyper proxy {:.3} + {:.3} s, nginx {:.3} + {:.3} s",
+                gateway_split.0,
+                gateway_split.1,
+                bare_split.0,
+                bare_split.1,
+                hyper_split.0,
+                hyper_split.1,
+                nginx_split.0,
+                nginx_split.1
             );
         }
         None => {
