@@ -34,12 +34,15 @@ impl RawResult {
         serde_json::from_str(self.get()).expect("a raw result is valid JSON, checked when it was read")
     }
 
-    /// Whether `raw` can be passed on as it is: an object, on one line. (JSON text has no
-    /// control characters but its whitespace: a byte below 0x0e is a line break or a tab, and a
-    /// tab, rare, makes the result read and written again as well.)
+    /// Whether `raw` can be passed on as it is: an object, on one line. `raw` is valid JSON
+    /// (read so), and valid JSON has no control character but its whitespace between tokens:
+    /// a line feed, a carriage return or a tab (RFC 8259, section 2: `ws`; section 7: a string
+    /// escapes U+0000 to U+001F). So one search for those three finds every line break; a tab,
+    /// rare, makes the result read and written again as well. (memchr searches 16 or 32 bytes
+    /// an instruction: this runs over every byte of every result passed.)
     fn passable(raw: &RawValue) -> bool {
         let text = raw.get().as_bytes();
-        text.first() == Some(&b'{') && !crate::sse::has_byte_below(text, 0x0e)
+        text.first() == Some(&b'{') && memchr::memchr3(b'\n', b'\r', b'\t', text).is_none()
     }
 }
 
@@ -155,7 +158,7 @@ impl Reply {
         text: String,
         passing: impl Fn(&RequestId) -> bool,
     ) -> Result<Result<Reply, MessageError>, serde_json::Error> {
-        match passed(text.as_bytes(), &passing) {
+        match passed_str(&text, &passing) {
             Some((id, raw)) => {
                 let start = raw.get().as_ptr() as usize - text.as_ptr() as usize;
                 let range = start..start + raw.get().len();
@@ -204,7 +207,19 @@ impl Reply {
 /// The id and the result of a message that is a result `passing` names and that can be passed
 /// on as it is.
 fn passed<'a>(bytes: &'a [u8], passing: &impl Fn(&RequestId) -> bool) -> Option<(RequestId, &'a RawValue)> {
-    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    passed_in(serde_json::Deserializer::from_slice(bytes), passing)
+}
+
+/// [`passed`] of text known to be UTF-8, which is not checked again (a result's bytes are
+/// otherwise checked twice: as the upstream's text, and as the raw result's).
+fn passed_str<'a>(text: &'a str, passing: &impl Fn(&RequestId) -> bool) -> Option<(RequestId, &'a RawValue)> {
+    passed_in(serde_json::Deserializer::from_str(text), passing)
+}
+
+fn passed_in<'a, R: serde_json::de::Read<'a>>(
+    mut deserializer: serde_json::Deserializer<R>,
+    passing: &impl Fn(&RequestId) -> bool,
+) -> Option<(RequestId, &'a RawValue)> {
     let (id, raw) = (Peek { passing }).deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
     RawResult::passable(raw).then_some((id, raw))
@@ -388,6 +403,28 @@ mod tests {
         // A tab between tokens: read and written again too (its result is the same).
         let tab = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"a\":\t1}}";
         assert!(matches!(Reply::from_slice(tab.as_bytes(), any).unwrap().unwrap(), Reply::Message(_)));
+        // A line break between tokens (a pretty-printed JSON body), as a line feed, a carriage
+        // return or both: read and written again on one line.
+        for ws in ["\n", "\r", "\r\n", " \n\t "] {
+            let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"a\":{ws}[1,{ws}2]}}}}");
+            let Reply::Message(message) = Reply::from_slice(body.as_bytes(), any).unwrap().unwrap() else {
+                panic!("passed with a line break: {body:?}")
+            };
+            assert_eq!(message.to_json(), r#"{"jsonrpc":"2.0","id":7,"result":{"a":[1,2]}}"#);
+        }
+        // Escaped line breaks and tabs inside a string are not control characters: passed.
+        let escaped = r#"{"jsonrpc":"2.0","id":7,"result":{"a":"x\ny\r\tz"}}"#;
+        let Reply::Passed { result, .. } = Reply::from_slice(escaped.as_bytes(), any).unwrap().unwrap() else {
+            panic!("not passed: {escaped}")
+        };
+        assert_eq!(result.get(), r#"{"a":"x\ny\r\tz"}"#);
+        // A raw control character inside a string is not JSON: refused, as the usual reading
+        // refuses it.
+        for raw in ["\n", "\r", "\t", "\u{1}"] {
+            let body = format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{{\"a\":\"x{raw}y\"}}}}");
+            assert!(Reply::from_slice(body.as_bytes(), any).is_err(), "{body:?}");
+            assert!(Message::from_slice(body.as_bytes()).is_err(), "{body:?}");
+        }
     }
 
     #[test]

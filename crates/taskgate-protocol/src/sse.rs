@@ -60,9 +60,9 @@ impl Decoder {
         let mut events = Vec::new();
         let mut start = 0;
         let mut from = self.scanned;
-        // Eight bytes at a time, and each line read where it lies (a result of megabytes comes
+        // memchr's vector search, and each line read where it lies (a result of megabytes comes
         // as one line): the text is checked once, and copied once, into the event's data.
-        while let Some(pos) = find_byte(&self.buffer[from..], b'\n') {
+        while let Some(pos) = memchr::memchr(b'\n', &self.buffer[from..]) {
             let end = from + pos;
             let mut line = &self.buffer[start..end];
             if line.last() == Some(&b'\r') {
@@ -120,45 +120,6 @@ fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Option<Eve
     None
 }
 
-/// Repeats a byte in each of a word's eight bytes.
-const fn splat(byte: u8) -> u64 {
-    u64::from_ne_bytes([byte; 8])
-}
-
-/// The high bit of each byte of `word` that is zero (exact for the lowest such byte, which is
-/// all that is read of it).
-fn zero_bytes(word: u64) -> u64 {
-    word.wrapping_sub(splat(1)) & !word & splat(0x80)
-}
-
-/// The first `byte` in `bytes`, eight bytes at a time.
-pub fn find_byte(bytes: &[u8], byte: u8) -> Option<usize> {
-    let mut words = bytes.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut words {
-        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        let found = zero_bytes(word ^ splat(byte));
-        if found != 0 {
-            return Some(at + found.trailing_zeros() as usize / 8);
-        }
-        at += 8;
-    }
-    words.remainder().iter().position(|b| *b == byte).map(|i| at + i)
-}
-
-/// Whether `bytes` holds a byte below `bound` (at most 0x80), eight bytes at a time.
-pub fn has_byte_below(bytes: &[u8], bound: u8) -> bool {
-    assert!(bound <= 0x80, "the word trick holds for bounds up to 0x80");
-    let mut words = bytes.chunks_exact(8);
-    for chunk in &mut words {
-        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        if word.wrapping_sub(splat(bound)) & !word & splat(0x80) != 0 {
-            return true;
-        }
-    }
-    words.remainder().iter().any(|b| *b < bound)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,37 +162,6 @@ mod tests {
         let events = d.feed(b"\n\n").unwrap();
         assert_eq!(events[0].data.len(), 4 << 20);
         assert!(d.buffer.is_empty() && d.scanned == 0);
-    }
-
-    #[test]
-    fn bytes_are_found_eight_at_a_time_where_a_plain_search_finds_them() {
-        // Every position in and around the words, every neighbour value (the carries of the
-        // word trick included: 0x0b, 0x8a, 0x09, 0x00, 0xff around a 0x0a).
-        for len in 0..40 {
-            for fill in [0u8, 0x09, 0x0b, 0x0c, 0x0e, 0x8a, 0x8d, 0xff, b'x'] {
-                let mut bytes = vec![fill; len];
-                assert_eq!(find_byte(&bytes, b'\n'), None, "{len} {fill}");
-                assert_eq!(has_byte_below(&bytes, 0x0e), len > 0 && fill < 0x0e, "{len} {fill}");
-                for at in 0..len {
-                    bytes[at] = b'\n';
-                    assert_eq!(find_byte(&bytes, b'\n'), bytes.iter().position(|b| *b == b'\n'), "{len} {fill} {at}");
-                    assert!(has_byte_below(&bytes, 0x0e));
-                    assert!(!has_byte_below(&bytes, 0x0a) || fill < 0x0a);
-                    bytes[at] = b'\r';
-                    assert!(has_byte_below(&bytes, 0x0e));
-                    assert_eq!(find_byte(&bytes, b'\r'), Some(at));
-                    bytes[at] = fill;
-                    // Two: the first is found.
-                    if at + 3 < len {
-                        bytes[at] = b'\n';
-                        bytes[at + 3] = b'\n';
-                        assert_eq!(find_byte(&bytes, b'\n'), Some(at));
-                        bytes[at] = fill;
-                        bytes[at + 3] = fill;
-                    }
-                }
-            }
-        }
     }
 
     #[test]
