@@ -1,6 +1,6 @@
 //! The log of `taskgate serve`: its filter, its writer, and how fields are written.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use taskgate_config::{Config, LogFormat};
 use tracing::field::{Field, Visit};
@@ -38,14 +38,48 @@ pub struct PlainFields;
 
 impl<'w> FormatFields<'w> for PlainFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+        let writer = Gathered { writer, buffer: [0; GATHERED], len: 0 };
         let mut visitor = PlainVisitor { writer, first: true, result: Ok(()) };
         fields.record(&mut visitor);
-        visitor.result
+        visitor.result.and_then(|()| visitor.writer.flush())
+    }
+}
+
+/// Bytes of fields gathered before they are written on.
+const GATHERED: usize = 256;
+
+/// Gathers what is written and writes it on in one piece: a span's fields go into a string
+/// of their own, which would otherwise grow (and be moved) several times for each span.
+struct Gathered<'w> {
+    writer: Writer<'w>,
+    buffer: [u8; GATHERED],
+    len: usize,
+}
+
+impl Gathered<'_> {
+    fn flush(&mut self) -> fmt::Result {
+        let gathered = std::mem::take(&mut self.len);
+        // Whole pieces of `str` were gathered: this is UTF-8.
+        self.writer.write_str(std::str::from_utf8(&self.buffer[..gathered]).map_err(|_| fmt::Error)?)
+    }
+}
+
+impl fmt::Write for Gathered<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.len + s.len() > GATHERED {
+            self.flush()?;
+            if s.len() > GATHERED {
+                return self.writer.write_str(s);
+            }
+        }
+        self.buffer[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
     }
 }
 
 struct PlainVisitor<'w> {
-    writer: Writer<'w>,
+    writer: Gathered<'w>,
     first: bool,
     result: fmt::Result,
 }
@@ -67,7 +101,8 @@ impl PlainVisitor<'_> {
         }
         if name != "message" {
             let name = name.strip_prefix("r#").unwrap_or(name);
-            self.result = self.result.and_then(|()| write!(self.writer, "{name}="));
+            self.result = self.result.and_then(|()| self.writer.write_str(name));
+            self.result = self.result.and_then(|()| self.writer.write_char('='));
         }
         self.result.is_ok()
     }
@@ -172,6 +207,22 @@ mod tests {
         let empty = tracing::info_span!("empty");
         let _empty = empty.enter();
         tracing::info!(count = 2u64);
+    }
+
+    #[test]
+    fn fields_longer_than_what_is_gathered_at_once_are_written_whole_and_in_order() {
+        // Values that fill what is gathered exactly, cross its end, and exceed it alone.
+        let lines = || {
+            for len in [1, 200, 230, 240, 250, 251, 256, 257, 600] {
+                let value = "v".repeat(len);
+                let span = tracing::info_span!("span", a = %value, b = %"é".repeat(len / 2), c = len);
+                let _entered = span.enter();
+                tracing::info!(long = %value, "event {len}");
+            }
+        };
+        let plain = written(PlainFields, lines);
+        assert_eq!(plain, written(tracing_subscriber::fmt::format::DefaultFields::new(), lines));
+        assert!(plain.contains(&format!("a={} ", "v".repeat(600))), "{plain}");
     }
 
     #[test]
