@@ -22,7 +22,7 @@ use taskgate_store::{FileTaskStore, MemoryTaskStore, RedisTaskStore, TaskStore};
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
-use crate::outbound::{Limits, Outbound, OutboundReceiver, SessionBudget};
+use crate::outbound::{Limits, Outbound, OutboundReceiver};
 use crate::registry::{Full, Identity, SessionEntry, Sessions};
 use crate::router::{Router, ToolCatalog, UpstreamHealth};
 use crate::session::{
@@ -70,13 +70,13 @@ pub(crate) struct Shared {
 /// The gateway's pool of client streams.
 #[derive(Default)]
 pub(crate) struct StreamPool {
-    open: parking_lot::Mutex<(usize, HashMap<String, usize>)>,
+    open: parking_lot::Mutex<(usize, HashMap<Arc<str>, usize>)>,
 }
 
 /// A stream's place in the pool, given back when dropped.
 struct StreamPlace {
     pool: Arc<StreamPool>,
-    tenant: String,
+    tenant: Arc<str>,
 }
 
 impl Drop for StreamPlace {
@@ -93,22 +93,27 @@ impl Drop for StreamPlace {
 }
 
 impl StreamPool {
-    fn take(self: &Arc<Self>, tenant: &str, share: usize, max: usize) -> Result<StreamPlace, GatewayError> {
+    fn take(self: &Arc<Self>, tenant: &Arc<str>, share: usize, max: usize) -> Result<StreamPlace, GatewayError> {
         let mut open = self.open.lock();
         if open.0 >= max {
             return Err(GatewayError::Overloaded(format!(
                 "the gateway has its maximum of {max} client streams open (server.max_streams)"
             )));
         }
-        let mine = open.1.get(tenant).copied().unwrap_or(0);
+        let mine = open.1.get(&**tenant).copied().unwrap_or(0);
         if mine >= share {
             return Err(GatewayError::LimitExceeded(format!(
                 "tenant \"{tenant}\" has its share of {share} client streams open (server.tenant_share_percent of server.max_streams)"
             )));
         }
         open.0 += 1;
-        *open.1.entry(tenant.to_owned()).or_default() += 1;
-        Ok(StreamPlace { pool: self.clone(), tenant: tenant.to_owned() })
+        match open.1.get_mut(&**tenant) {
+            Some(n) => *n += 1,
+            None => {
+                open.1.insert(tenant.clone(), 1);
+            }
+        }
+        Ok(StreamPlace { pool: self.clone(), tenant: tenant.clone() })
     }
 }
 
@@ -758,12 +763,9 @@ impl Gateway {
         let server = &self.shared.config.server;
         let share = self.shared.tenancy.policy(&entry.identity.tenant).shares.streams;
         Ok(SessionHandle {
-            addr: entry.addr,
+            entry,
             metrics: self.shared.metrics.clone(),
-            protocol_version: entry.protocol_version,
-            tenant: entry.identity.tenant.to_string(),
             limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
-            budget: entry.budget,
             streams: (self.shared.streams.clone(), share, server.max_streams),
         })
     }
@@ -772,7 +774,7 @@ impl Gateway {
     pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
         let handle = self.session(id, identity)?;
         self.shared.sessions.remove(id);
-        let _ = handle.addr.send(Close).await;
+        let _ = handle.entry.addr.send(Close).await;
         Ok(())
     }
 }
@@ -780,12 +782,10 @@ impl Gateway {
 /// A client session, as the front door sees it.
 #[derive(Clone)]
 pub struct SessionHandle {
-    addr: Addr<SessionActor>,
+    /// The session's entry in the registry (its actor, identity, version and budget), shared.
+    entry: Arc<SessionEntry>,
     metrics: Arc<Metrics>,
-    protocol_version: String,
-    tenant: String,
     limits: Limits,
-    budget: Arc<SessionBudget>,
     /// The pool of client streams, the tenant's share of it, and its size.
     streams: (Arc<StreamPool>, usize, usize),
 }
@@ -793,7 +793,7 @@ pub struct SessionHandle {
 impl SessionHandle {
     /// The protocol version negotiated at initialize.
     pub fn protocol_version(&self) -> &str {
-        &self.protocol_version
+        &self.entry.protocol_version
     }
 
     async fn deliver<M>(&self, message: M) -> Result<M::Result, GatewayError>
@@ -802,7 +802,7 @@ impl SessionHandle {
         M::Result: Send,
         SessionActor: Handler<M>,
     {
-        match tokio::time::timeout(MAILBOX_WAIT, self.addr.send(message)).await {
+        match tokio::time::timeout(MAILBOX_WAIT, self.entry.addr.send(message)).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(MailboxError::Closed)) => Err(GatewayError::SessionNotFound),
             Ok(Err(MailboxError::Timeout)) | Err(_) => {
@@ -822,15 +822,20 @@ impl SessionHandle {
         request: Option<RequestId>,
     ) -> Result<(Outbound, OutboundReceiver), GatewayError> {
         let (pool, share, max) = &self.streams;
-        let place = pool.take(&self.tenant, *share, *max).inspect_err(|_| {
-            self.metrics.admission_rejected.with_label_values(&[&self.tenant, "tenant_max_streams"]).inc();
+        let tenant = &self.entry.identity.tenant;
+        let place = pool.take(tenant, *share, *max).inspect_err(|_| {
+            self.metrics.admission_rejected.with_label_values(&[tenant, "tenant_max_streams"]).inc();
         })?;
-        let (addr, metrics, tenant) = (self.addr.clone(), self.metrics.clone(), self.tenant.clone());
+        // The actor held weakly: a strong address is a sender of its own to actix (made, and
+        // allocated, per clone), needed only when the stream overflows.
+        let (addr, metrics, tenant) = (self.entry.addr.downgrade(), self.metrics.clone(), tenant.clone());
         let on_overflow = move || {
             metrics.streams_dropped.with_label_values(&[&tenant, stream]).inc();
-            addr.do_send(StreamOverflowed(request.clone()));
+            if let Some(addr) = addr.upgrade() {
+                addr.do_send(StreamOverflowed(request.clone()));
+            }
         };
-        let (tx, mut rx) = crate::outbound::channel(self.limits, self.budget.clone(), Box::new(on_overflow));
+        let (tx, mut rx) = crate::outbound::channel(self.limits, self.entry.budget.clone(), Box::new(on_overflow));
         rx.hold(Box::new(place));
         Ok((tx, rx))
     }

@@ -50,7 +50,8 @@ pub(crate) enum Full {
 
 /// The session table.
 pub(crate) struct Sessions {
-    map: RwLock<HashMap<String, SessionEntry>>,
+    /// Each entry shared: a request's handle holds it without copying it.
+    map: RwLock<HashMap<String, Arc<SessionEntry>>>,
     max: usize,
 }
 
@@ -77,12 +78,12 @@ impl Sessions {
                 return Err(Full::Tenant(cap));
             }
         }
-        map.insert(id, entry);
+        map.insert(id, Arc::new(entry));
         Ok(())
     }
 
     /// Sessions whose last request is older than `cutoff_ms`.
-    pub fn seen_before(&self, cutoff_ms: u64) -> Vec<(String, SessionEntry)> {
+    pub fn seen_before(&self, cutoff_ms: u64) -> Vec<(String, Arc<SessionEntry>)> {
         self.map
             .read()
             .iter()
@@ -93,7 +94,7 @@ impl Sessions {
 
     /// Removes a session if it is still idle since `cutoff_ms` (a request may have come in
     /// since it was found idle).
-    pub fn remove_if_idle(&self, id: &str, cutoff_ms: u64) -> Option<SessionEntry> {
+    pub fn remove_if_idle(&self, id: &str, cutoff_ms: u64) -> Option<Arc<SessionEntry>> {
         let mut map = self.map.write();
         if map.get(id)?.last_seen_ms.load(Ordering::Relaxed) < cutoff_ms {
             map.remove(id)
@@ -108,7 +109,7 @@ impl Sessions {
 
     /// The session, if it exists and belongs to `identity`. A session of another identity is
     /// reported exactly like one that does not exist.
-    pub fn get(&self, id: &str, identity: &Identity, now_ms: u64) -> Option<SessionEntry> {
+    pub fn get(&self, id: &str, identity: &Identity, now_ms: u64) -> Option<Arc<SessionEntry>> {
         let entry = self.map.read().get(id).filter(|e| &e.identity == identity).cloned()?;
         entry.last_seen_ms.fetch_max(now_ms, Ordering::Relaxed);
         Some(entry)
@@ -118,7 +119,7 @@ impl Sessions {
         self.map.read().contains_key(id)
     }
 
-    pub fn remove(&self, id: &str) -> Option<SessionEntry> {
+    pub fn remove(&self, id: &str) -> Option<Arc<SessionEntry>> {
         self.map.write().remove(id)
     }
 

@@ -60,7 +60,7 @@ impl Supervisor {
         // The sessions answer in their own time, outside the Supervisor's mailbox.
         async move {
             for (id, entry) in idle {
-                let check = CloseIfIdle { cutoff_ms: cutoff, last_seen_ms: entry.last_seen_ms };
+                let check = CloseIfIdle { cutoff_ms: cutoff, last_seen_ms: entry.last_seen_ms.clone() };
                 if entry.addr.send(check).await == Ok(true) {
                     shared.sessions.remove_if_idle(&id, cutoff);
                     shared.metrics.sessions_expired.with_label_values(&[&entry.identity.tenant]).inc();
