@@ -69,7 +69,7 @@ where
     }
 }
 
-pub use events::{event_channel, EventReceiver, EventSender, NotSent};
+pub use events::{channel, event_channel, EventReceiver, EventSender, NotSent, Receiver, Sender};
 pub use session::{
     CallState, ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
     UpstreamSession, WaitingCall, WeakUpstreamSession,
@@ -103,7 +103,10 @@ mod tests {
         for i in 0..9_999u32 {
             assert_eq!(super::remove_and_shrink(&mut map, &i), Some(()));
         }
-        assert!(map.capacity() >= 10_000, "not shrunk while an entry is left");
+        // Not shrunk while an entry is left. (Not `>= 10_000`: a removal that leaves a
+        // tombstone takes its slot out of the reported capacity until the table is rebuilt, so
+        // the figure falls below the entries once held by a hash-dependent amount.)
+        assert!(map.capacity() > 1_000, "not shrunk while an entry is left: {}", map.capacity());
         assert_eq!(super::remove_and_shrink(&mut map, &9_999), Some(()));
         assert!(map.capacity() <= super::SHRINK_EMPTY_ABOVE, "{}", map.capacity());
         assert_eq!(super::remove_and_shrink(&mut map, &1), None);
