@@ -1,10 +1,13 @@
 //! The channel that carries an upstream session's events to its owner (a client session, the
-//! router, recovery): bounded, a sender waiting while it is full, the order kept.
+//! router, recovery), and a call's related messages to its caller: bounded, a sender waiting
+//! while it is full, the order kept.
 //!
-//! Every client session holds one per upstream it has called, and most never carry anything.
-//! A tokio channel takes about 800 bytes before its first message (its shared state, padded
-//! to cache lines, and a first block of 32 slots); this one takes about 130 (its state; the
-//! queue grows with what is in it and gives its room back once drained).
+//! Every client session holds one per upstream it has called, and most never carry anything;
+//! every proxied call makes one for what the upstream sends about it before its response, and
+//! most carry nothing either. A tokio channel takes about 800 bytes before its first message
+//! (its shared state, padded to cache lines) and allocates a first block of 32 slots (4 KB for
+//! a message) when made; this one takes about 130 (its state; the queue grows with what is in
+//! it and gives its room back once drained).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,63 +21,72 @@ use crate::UpstreamEvent;
 
 type Event = Box<UpstreamEvent>;
 
-struct Chan {
-    /// Free places: a sender takes one for each event, the receiver gives it back.
+/// The sending side of an upstream session's events.
+pub type EventSender = Sender<Event>;
+/// The receiving side of an upstream session's events.
+pub type EventReceiver = Receiver<Event>;
+
+/// A bounded channel of upstream events holding at most `capacity` of them.
+pub fn event_channel(capacity: usize) -> (EventSender, EventReceiver) {
+    channel(capacity)
+}
+
+struct Chan<T> {
+    /// Free places: a sender takes one for each item, the receiver gives it back.
     room: Semaphore,
-    state: Mutex<State>,
+    state: Mutex<State<T>>,
     senders: AtomicUsize,
 }
 
-#[derive(Default)]
-struct State {
-    queue: VecDeque<Event>,
-    /// The receiver, waiting for an event.
+struct State<T> {
+    queue: VecDeque<T>,
+    /// The receiver, waiting for an item.
     waker: Option<Waker>,
     receiver_gone: bool,
 }
 
-/// A bounded channel of upstream events holding at most `capacity` of them.
-pub fn event_channel(capacity: usize) -> (EventSender, EventReceiver) {
+/// A bounded channel holding at most `capacity` items.
+pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let chan = Arc::new(Chan {
         room: Semaphore::new(capacity),
-        state: Mutex::new(State::default()),
+        state: Mutex::new(State { queue: VecDeque::new(), waker: None, receiver_gone: false }),
         senders: AtomicUsize::new(1),
     });
-    (EventSender(chan.clone()), EventReceiver(chan))
+    (Sender(chan.clone()), Receiver(chan))
 }
 
-/// The event was not sent: the receiver is gone (or, from `try_send`, the channel is full).
+/// The item was not sent: the receiver is gone (or, from `try_send`, the channel is full).
 #[derive(Debug)]
-pub struct NotSent(pub Event);
+pub struct NotSent<T = Event>(pub T);
 
 /// The sending side; cloned for each sender.
-pub struct EventSender(Arc<Chan>);
+pub struct Sender<T>(Arc<Chan<T>>);
 
-impl EventSender {
-    /// Sends `event`, waiting while the channel is full.
-    pub async fn send(&self, event: Event) -> Result<(), NotSent> {
+impl<T> Sender<T> {
+    /// Sends `item`, waiting while the channel is full.
+    pub async fn send(&self, item: T) -> Result<(), NotSent<T>> {
         match self.0.room.acquire().await {
             Ok(place) => place.forget(),
-            Err(_) => return Err(NotSent(event)),
+            Err(_) => return Err(NotSent(item)),
         }
-        self.push(event)
+        self.push(item)
     }
 
-    /// Sends `event` if there is room now.
-    pub fn try_send(&self, event: Event) -> Result<(), NotSent> {
+    /// Sends `item` if there is room now.
+    pub fn try_send(&self, item: T) -> Result<(), NotSent<T>> {
         match self.0.room.try_acquire() {
             Ok(place) => place.forget(),
-            Err(_) => return Err(NotSent(event)),
+            Err(_) => return Err(NotSent(item)),
         }
-        self.push(event)
+        self.push(item)
     }
 
-    fn push(&self, event: Event) -> Result<(), NotSent> {
+    fn push(&self, item: T) -> Result<(), NotSent<T>> {
         let mut state = self.0.state.lock();
         if state.receiver_gone {
-            return Err(NotSent(event));
+            return Err(NotSent(item));
         }
-        state.queue.push_back(event);
+        state.queue.push_back(item);
         let waker = state.waker.take();
         drop(state);
         if let Some(waker) = waker {
@@ -89,14 +101,14 @@ impl EventSender {
     }
 }
 
-impl Clone for EventSender {
-    fn clone(&self) -> EventSender {
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Sender<T> {
         self.0.senders.fetch_add(1, Ordering::Relaxed);
-        EventSender(self.0.clone())
+        Sender(self.0.clone())
     }
 }
 
-impl Drop for EventSender {
+impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last sender: the receiver sees the end once the queue is drained.
@@ -108,26 +120,26 @@ impl Drop for EventSender {
     }
 }
 
-impl std::fmt::Debug for EventSender {
+impl<T> std::fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EventSender")
+        f.write_str("Sender")
     }
 }
 
 /// The receiving side.
-pub struct EventReceiver(Arc<Chan>);
+pub struct Receiver<T>(Arc<Chan<T>>);
 
-impl EventReceiver {
-    /// The next event; `None` once every sender is gone and the queue is empty.
-    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+impl<T> Receiver<T> {
+    /// The next item; `None` once every sender is gone and the queue is empty.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let mut state = self.0.state.lock();
-        if let Some(event) = state.queue.pop_front() {
+        if let Some(item) = state.queue.pop_front() {
             if state.queue.is_empty() && state.queue.capacity() > 8 {
                 state.queue = VecDeque::new();
             }
             drop(state);
             self.0.room.add_permits(1);
-            return Poll::Ready(Some(event));
+            return Poll::Ready(Some(item));
         }
         // Read under the lock: the last sender's drop takes the waker under it after counting
         // itself out, so either it is seen gone here or it wakes the waker stored here.
@@ -138,20 +150,20 @@ impl EventReceiver {
         Poll::Pending
     }
 
-    /// The next event if one is there now.
-    pub fn try_recv(&mut self) -> Option<Event> {
-        let event = self.0.state.lock().queue.pop_front()?;
+    /// The next item if one is there now.
+    pub fn try_recv(&mut self) -> Option<T> {
+        let item = self.0.state.lock().queue.pop_front()?;
         self.0.room.add_permits(1);
-        Some(event)
+        Some(item)
     }
 
-    /// Waits for the next event; `None` once every sender is gone and the queue is empty.
-    pub async fn recv(&mut self) -> Option<Event> {
+    /// Waits for the next item; `None` once every sender is gone and the queue is empty.
+    pub async fn recv(&mut self) -> Option<T> {
         std::future::poll_fn(|cx| self.poll_recv(cx)).await
     }
 }
 
-impl Drop for EventReceiver {
+impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let dropped = {
             let mut state = self.0.state.lock();
@@ -189,7 +201,7 @@ mod tests {
         // only when something is queued): the shared state and the Arc's two counts.
         let (tx, rx) = event_channel(256);
         assert_eq!(rx.0.state.lock().queue.capacity(), 0);
-        assert!(std::mem::size_of::<Chan>() + 2 * std::mem::size_of::<usize>() <= 136);
+        assert!(std::mem::size_of::<Chan<Event>>() + 2 * std::mem::size_of::<usize>() <= 136);
         drop((tx, rx));
     }
 

@@ -43,6 +43,9 @@ pub(crate) struct HttpChannel {
     send_timeout: Duration,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
+    /// [`Self::headers`] as last built: the same for every request until the session's id or
+    /// version changes (each change clears it).
+    built_headers: Mutex<Option<HeaderMap>>,
     expired: AtomicBool,
     /// Speaking 2026-07-28: no session, and an error status carries a JSON-RPC error.
     modern: AtomicBool,
@@ -185,6 +188,7 @@ impl HttpChannel {
             send_timeout: Duration::from_secs(config.timeout_secs),
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
+            built_headers: Mutex::new(None),
             expired: AtomicBool::new(false),
             doubt: AtomicBool::new(false),
             modern: AtomicBool::new(false),
@@ -198,6 +202,12 @@ impl HttpChannel {
 
     pub(crate) fn set_protocol_version(&self, version: &str) {
         *self.protocol_version.lock() = Some(version.to_owned());
+        *self.built_headers.lock() = None;
+    }
+
+    fn set_session_id(&self, id: &str) {
+        *self.session_id.lock() = Some(id.to_owned());
+        *self.built_headers.lock() = None;
     }
 
     /// From now on the channel speaks 2026-07-28: every POST carries that version's header and
@@ -213,7 +223,7 @@ impl HttpChannel {
 
     /// Continues a session the upstream gave an earlier process of the gateway.
     pub(crate) fn adopt(&self, resume: &crate::SessionResume) {
-        *self.session_id.lock() = Some(resume.session_id.clone());
+        self.set_session_id(&resume.session_id);
         self.set_protocol_version(&resume.protocol_version);
     }
 
@@ -237,6 +247,7 @@ impl HttpChannel {
     /// Back to no version header: the probe set one, and a legacy `initialize` carries none.
     pub(crate) fn clear_protocol_version(&self) {
         *self.protocol_version.lock() = None;
+        *self.built_headers.lock() = None;
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -254,6 +265,12 @@ impl HttpChannel {
     /// The headers of a request in this session: the configured ones, the session's id and
     /// protocol version.
     fn headers(&self) -> HeaderMap {
+        // Built under the lock: a change of id or version clears it after setting them, so
+        // what is kept is never older than they are.
+        self.built_headers.lock().get_or_insert_with(|| self.build_headers()).clone()
+    }
+
+    fn build_headers(&self) -> HeaderMap {
         let mut headers = self.headers.clone();
         if let Some(id) = self.session_id.lock().as_deref().and_then(|id| HeaderValue::from_str(id).ok()) {
             headers.insert(SESSION_HEADER, id);
@@ -350,7 +367,7 @@ impl HttpChannel {
     pub(crate) async fn request(
         &self,
         request: &Encoded,
-        sink: Option<&mpsc::Sender<Message>>,
+        sink: Option<&crate::Sender<Message>>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Result<Payload, ChannelError> {
         let id = request.id.clone();
@@ -358,7 +375,7 @@ impl HttpChannel {
         let response = self.post(request.json.clone(), extra).await?;
         if request.initialize {
             if let Some(sid) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
-                *self.session_id.lock() = Some(sid.to_owned());
+                self.set_session_id(sid);
             }
         }
         self.read_reply(response, &id, request.pass, sink).await
@@ -371,7 +388,7 @@ impl HttpChannel {
         response: Reply,
         id: &RequestId,
         pass: bool,
-        sink: Option<&mpsc::Sender<Message>>,
+        sink: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, ChannelError> {
         let id = id.clone();
         let (sse, json) = {
@@ -459,7 +476,7 @@ impl HttpChannel {
         &self,
         mut response: Reply,
         awaiting: Option<(&RequestId, bool)>,
-        sink: Option<&mpsc::Sender<Message>>,
+        sink: Option<&crate::Sender<Message>>,
     ) -> Result<Option<Payload>, ChannelError> {
         let passing = awaiting.and_then(|(id, pass)| pass.then(|| id.clone()));
         let awaiting = awaiting.map(|(id, _)| id);

@@ -27,7 +27,7 @@ use serde_json::{json, Map, Value};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::modern::{self as wire, meta as wmeta, methods as wmethods, PROTOCOL_VERSION, TASKS_EXTENSION};
 use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::session::{Channel, ChannelError, Ready, UpstreamSession};
 use crate::{UpstreamError, UpstreamEvent};
@@ -602,7 +602,7 @@ impl UpstreamSession {
         id: RequestId,
         method: &str,
         params: Option<Value>,
-        related: Option<mpsc::Sender<Message>>,
+        related: Option<crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let (cancel, cancelled) = oneshot::channel();
         let round = Arc::new(Mutex::new(id.clone()));
@@ -625,7 +625,7 @@ impl UpstreamSession {
         call: Call<'_>,
         method: &str,
         params: Option<Value>,
-        related: Option<mpsc::Sender<Message>>,
+        related: Option<crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let Call { ready, state, id, .. } = call;
         let task_id = || {
@@ -724,7 +724,7 @@ impl UpstreamSession {
         call: Call<'_>,
         method: &str,
         params: Option<Value>,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let Call { ready, state, id, round } = call;
         let mut params = params.unwrap_or_else(|| json!({}));
@@ -848,7 +848,7 @@ impl UpstreamSession {
         state: &Arc<ModernState>,
         asks: &Value,
         related_id: &RequestId,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let Value::Object(asks) = asks else { return Err(state.protocol("inputRequests is not an object")) };
         if asks.len() > MAX_INPUT_REQUESTS {
@@ -872,7 +872,7 @@ impl UpstreamSession {
         state: &Arc<ModernState>,
         ask: &Value,
         related_id: &RequestId,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Asked, UpstreamError> {
         let method = ask.get("method").and_then(Value::as_str).unwrap_or_default();
         if !INPUT_METHODS.contains(&method) {
@@ -935,7 +935,7 @@ impl UpstreamSession {
         state: &Arc<ModernState>,
         related_id: &RequestId,
         task_id: &str,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         loop {
             let task = self.task_get(ready, state, self.next_request_id(), task_id).await?;
@@ -1019,7 +1019,7 @@ impl UpstreamSession {
         id: RequestId,
         method: &str,
         params: Value,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let headers = if state.http { request_headers(method, &params, &state.tool_headers) } else { Vec::new() };
         let request = crate::session::Encoded::request(id, method, Some(&params));

@@ -97,12 +97,12 @@ pub(crate) struct Incoming {
 /// a request's own SSE response stream go to its sink directly.)
 #[derive(Default)]
 pub(crate) struct Routes {
-    by_token: parking_lot::Mutex<foldhash::HashMap<String, mpsc::Sender<Message>>>,
+    by_token: parking_lot::Mutex<foldhash::HashMap<String, crate::Sender<Message>>>,
 }
 
 impl Routes {
     /// The sink for a notification that names a progress token of an in-flight request.
-    pub(crate) fn sink_for(&self, message: &Message) -> Option<mpsc::Sender<Message>> {
+    pub(crate) fn sink_for(&self, message: &Message) -> Option<crate::Sender<Message>> {
         let Message::Notification { params: Some(params), .. } = message else { return None };
         let token = params.get(mcp::meta::PROGRESS_TOKEN)?;
         self.by_token.lock().get(&token.to_string()).cloned()
@@ -115,7 +115,7 @@ impl Routes {
             Some(sink) => match sink.send(message).await {
                 Ok(()) => return true,
                 // The request it belonged to has just ended: the owner decides (and drops it).
-                Err(mpsc::error::SendError(message)) => message,
+                Err(crate::NotSent(message)) => message,
             },
             None => message,
         };
@@ -257,7 +257,7 @@ struct TokenRoute<'a> {
 }
 
 impl<'a> TokenRoute<'a> {
-    fn new(routes: &'a Routes, params: Option<&Value>, sink: Option<&mpsc::Sender<Message>>) -> TokenRoute<'a> {
+    fn new(routes: &'a Routes, params: Option<&Value>, sink: Option<&crate::Sender<Message>>) -> TokenRoute<'a> {
         let key = match (mcp::progress_token(params), sink) {
             (Some(token), Some(sink)) => {
                 let key = token.to_string();
@@ -791,7 +791,7 @@ impl Channel {
     pub(crate) async fn request(
         &self,
         request: &Encoded,
-        sink: Option<&mpsc::Sender<Message>>,
+        sink: Option<&crate::Sender<Message>>,
         headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     ) -> Result<Value, ChannelError> {
         self.request_payload(request, sink, headers).await.map(Payload::into_value)
@@ -801,7 +801,7 @@ impl Channel {
     pub(crate) async fn request_payload(
         &self,
         request: &Encoded,
-        sink: Option<&mpsc::Sender<Message>>,
+        sink: Option<&crate::Sender<Message>>,
         headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     ) -> Result<Payload, ChannelError> {
         match self {
@@ -899,7 +899,7 @@ impl UpstreamSession {
         id: RequestId,
         method: &str,
         params: Option<Value>,
-        related: Option<mpsc::Sender<Message>>,
+        related: Option<crate::Sender<Message>>,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'a {
         self.request_message(Message::request(id, method, params), related)
     }
@@ -911,7 +911,7 @@ impl UpstreamSession {
     pub fn request_message<'a>(
         &'a self,
         mut message: Message,
-        related: Option<mpsc::Sender<Message>>,
+        related: Option<crate::Sender<Message>>,
     ) -> impl std::future::Future<Output = Result<Value, UpstreamError>> + 'a {
         async move { self.run(&mut message, related.as_ref(), false).await.map(Payload::into_value) }
     }
@@ -927,7 +927,7 @@ impl UpstreamSession {
         id: RequestId,
         method: &str,
         params: Option<Value>,
-        related: Option<mpsc::Sender<Message>>,
+        related: Option<crate::Sender<Message>>,
         pass: bool,
     ) -> impl std::future::Future<Output = Result<Payload, UpstreamError>> + 'a {
         let mut message = Message::request(id, method, params);
@@ -959,7 +959,7 @@ impl UpstreamSession {
     async fn run(
         &self,
         message: &mut Message,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
         pass: bool,
     ) -> Result<Payload, UpstreamError> {
         let Message::Request { id, method, params } = message else { unreachable!("a request") };
@@ -973,7 +973,7 @@ impl UpstreamSession {
         id: &RequestId,
         method: &str,
         params: &mut P,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
         pass: bool,
     ) -> Result<Payload, UpstreamError> {
         match self.start_call(id, method, params, related, pass).await {
@@ -990,7 +990,7 @@ impl UpstreamSession {
         id: &RequestId,
         method: &'m str,
         params: &mut P,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
         pass: bool,
     ) -> Started<'m> {
         let route = TokenRoute::new(&self.inner.routes, params.value(), related);
@@ -1063,7 +1063,7 @@ impl UpstreamSession {
         id: &RequestId,
         method: &str,
         params: &mut P,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
         pass: bool,
     ) -> Sent {
         let ready = match Box::pin(self.connect_probing()).await {
@@ -1103,7 +1103,7 @@ impl UpstreamSession {
         id: &RequestId,
         method: &str,
         params: Option<Value>,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
         let outcome = {
             let state = ready.modern.as_ref().expect("a modern session");
@@ -1126,7 +1126,7 @@ impl UpstreamSession {
         ready: &Ready,
         state: &Arc<ModernState>,
         request: &Encoded,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
         let Ok(Ok(Message::Request { id, method, params })) = Message::from_slice(&request.json) else {
             // The gateway's own text always reads back; should it not, the call fails plainly.
@@ -1156,7 +1156,7 @@ impl UpstreamSession {
         ready: Arc<Ready>,
         error: UpstreamError,
         request: &Encoded,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
         if !self.revision_moved(&ready, &error).await {
             return Err(error);
@@ -1174,7 +1174,7 @@ impl UpstreamSession {
         &self,
         ready: &Ready,
         request: &Encoded,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
         if let (Channel::Http(http), true) = (&ready.channel, request.on_stream) {
             // What follows it comes on the GET stream (a subscription's updates, a new task's
@@ -1200,7 +1200,7 @@ impl UpstreamSession {
     async fn renewed(
         &self,
         request: &Encoded,
-        related: Option<&mpsc::Sender<Message>>,
+        related: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
         tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
         let ready = self.ready().await?;
@@ -1260,7 +1260,7 @@ impl UpstreamSession {
 
     /// Routes the upstream's progress notifications naming `token` to `sink` until the returned
     /// guard is dropped.
-    pub fn route_progress(&self, token: &Value, sink: mpsc::Sender<Message>) -> ProgressRoute {
+    pub fn route_progress(&self, token: &Value, sink: crate::Sender<Message>) -> ProgressRoute {
         let key = token.to_string();
         self.inner.routes.by_token.lock().insert(key.clone(), sink);
         ProgressRoute { routes: self.inner.routes.clone(), key, _listening: self.hold_stream() }

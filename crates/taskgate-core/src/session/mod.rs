@@ -30,7 +30,6 @@ use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RequestId};
 use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
-use tokio::sync::mpsc;
 
 use crate::outbound::{Frame, Outbound};
 
@@ -106,6 +105,9 @@ pub struct SessionActor {
     /// Listing positions too long to hand the client as cursors, by number (bounded).
     stashed_cursors: std::collections::VecDeque<(u64, crate::offerings::ListCursor)>,
     next_stash: u64,
+    /// Its own address, held weakly, for the calls it runs to relay through: a strong address
+    /// is a sender of its own to actix, made (and allocated) each time one is asked for.
+    myself: Option<actix::WeakAddr<SessionActor>>,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -215,6 +217,7 @@ impl SessionActor {
             private: false,
             stashed_cursors: std::collections::VecDeque::new(),
             next_stash: 1,
+            myself: None,
         }
     }
 
@@ -356,6 +359,7 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.shared.config.server.session_mailbox);
+        self.myself = Some(ctx.address().downgrade());
         tracing::info!(session = %self.id, tenant = %self.identity.tenant, "session started");
     }
 

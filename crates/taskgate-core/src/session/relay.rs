@@ -219,10 +219,10 @@ pub(crate) async fn relay_call(
     reply: Option<Outbound>,
     progress: Option<Addr<ProgressActor>>,
     finish: bool,
-    relay: Option<Addr<SessionActor>>,
+    relay: Option<actix::WeakAddr<SessionActor>>,
     pass: bool,
 ) -> Result<Payload, taskgate_upstream::UpstreamError> {
-    let (related, mut notes) = mpsc::channel(UPSTREAM_EVENTS);
+    let (related, mut notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
     let call = session.request_payload(upstream_id.clone(), method, Some(params), Some(related), pass);
     tokio::pin!(call);
     let forward = |note: RpcMessage| {
@@ -233,7 +233,7 @@ pub(crate) async fn relay_call(
             match (note, &progress) {
                 // A request the upstream sent on the call's stream: relayed (awaited) before
                 // anything after it, so the client sees it before the response.
-                (request @ RpcMessage::Request { .. }, _) => match relay {
+                (request @ RpcMessage::Request { .. }, _) => match relay.and_then(|r| r.upgrade()) {
                     Some(session_actor) => {
                         let upstream = session.upstream().to_owned();
                         let _ = session_actor.send(RelayFromCall { upstream, request, related }).await;
@@ -267,7 +267,7 @@ pub(crate) async fn relay_call(
         tokio::select! {
             biased;
             outcome = &mut call => {
-                while let Ok(note) = notes.try_recv() {
+                while let Some(note) = notes.try_recv() {
                     forward(note).await;
                 }
                 break outcome;

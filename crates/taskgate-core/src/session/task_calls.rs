@@ -113,7 +113,7 @@ impl SessionActor {
         *self.native_creating.entry(upstream.clone()).or_default() += 1;
         // The task's progress token stays valid for its whole lifetime: route it from now on.
         let route = progress.as_ref().map(|(actor, token)| {
-            let (sink, notes) = mpsc::channel(UPSTREAM_EVENTS);
+            let (sink, notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
             (session.route_progress(token, sink), notes, actor.clone())
         });
         let caller = session.clone();

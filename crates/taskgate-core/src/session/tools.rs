@@ -204,7 +204,7 @@ impl SessionActor {
                 Some(reply),
                 progress,
                 true,
-                Some(ctx.address()),
+                self.myself.clone(),
                 // The result is the upstream's to shape: it goes to the client as it came.
                 true,
             ),

@@ -51,7 +51,7 @@ pub(crate) struct Native {
     pub poll: Duration,
     /// The task's progress token route at the upstream, and the notes it receives.
     pub progress_route:
-        Option<(taskgate_upstream::ProgressRoute, tokio::sync::mpsc::Receiver<taskgate_protocol::Message>)>,
+        Option<(taskgate_upstream::ProgressRoute, taskgate_upstream::Receiver<taskgate_protocol::Message>)>,
     /// The `tasks/result` call in flight, in the actor's context.
     running: Option<SpawnHandle>,
     fetching_result: bool,
@@ -70,7 +70,7 @@ impl Native {
         poll: Duration,
         progress_route: Option<(
             taskgate_upstream::ProgressRoute,
-            tokio::sync::mpsc::Receiver<taskgate_protocol::Message>,
+            taskgate_upstream::Receiver<taskgate_protocol::Message>,
         )>,
     ) -> Work {
         Work::Native(Box::new(Native {
@@ -644,7 +644,7 @@ impl Actor for TaskActor {
             Work::Native(native) => {
                 // Forward the task's progress (routed by its token) for as long as it lives.
                 if let (Some((_, notes)), Some(actor)) = (native.progress_route.as_mut(), self.progress.clone()) {
-                    let mut notes = std::mem::replace(notes, tokio::sync::mpsc::channel(1).1);
+                    let mut notes = std::mem::replace(notes, taskgate_upstream::channel(1).1);
                     // Outside the actor, like a wrapped call: it ends when the route is dropped.
                     native.forwarder = Some(actix::spawn(async move {
                         while let Some(note) = notes.recv().await {
