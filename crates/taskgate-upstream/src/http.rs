@@ -28,6 +28,12 @@ const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, tex
 /// Longest wait between attempts to reopen the GET stream.
 const MAX_LISTEN_BACKOFF: Duration = Duration::from_secs(30);
 
+/// A session's request headers (see [`HttpChannel::headers`]).
+struct Built {
+    plain: HeaderMap,
+    post: HeaderMap,
+}
+
 /// One Streamable HTTP session with an upstream.
 pub(crate) struct HttpChannel {
     name: String,
@@ -43,9 +49,9 @@ pub(crate) struct HttpChannel {
     send_timeout: Duration,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
-    /// [`Self::headers`] as last built: the same for every request until the session's id or
-    /// version changes (each change clears it).
-    built_headers: Mutex<Option<HeaderMap>>,
+    /// [`Self::headers`] as last built, and with a POST's content type and `Accept`: the same
+    /// for every request until the session's id or version changes (each change clears them).
+    built_headers: Mutex<Option<Built>>,
     expired: AtomicBool,
     /// Speaking 2026-07-28: no session, and an error status carries a JSON-RPC error.
     modern: AtomicBool,
@@ -265,9 +271,25 @@ impl HttpChannel {
     /// The headers of a request in this session: the configured ones, the session's id and
     /// protocol version.
     fn headers(&self) -> HeaderMap {
+        self.built(|built| built.plain.clone())
+    }
+
+    /// [`Self::headers`] with a POST's content type and `Accept`.
+    fn post_headers(&self) -> HeaderMap {
+        self.built(|built| built.post.clone())
+    }
+
+    fn built(&self, take: impl FnOnce(&Built) -> HeaderMap) -> HeaderMap {
         // Built under the lock: a change of id or version clears it after setting them, so
         // what is kept is never older than they are.
-        self.built_headers.lock().get_or_insert_with(|| self.build_headers()).clone()
+        let mut built = self.built_headers.lock();
+        take(built.get_or_insert_with(|| {
+            let plain = self.build_headers();
+            let mut post = plain.clone();
+            post.insert(CONTENT_TYPE, JSON);
+            post.insert(ACCEPT, JSON_OR_SSE);
+            Built { plain, post }
+        }))
     }
 
     fn build_headers(&self) -> HeaderMap {
@@ -295,9 +317,7 @@ impl HttpChannel {
     }
 
     async fn post_raw(&self, json: Bytes, extra: &[(HeaderName, HeaderValue)]) -> Result<Reply, UpstreamError> {
-        let mut headers = self.headers();
-        headers.insert(CONTENT_TYPE, JSON);
-        headers.insert(ACCEPT, JSON_OR_SSE);
+        let mut headers = self.post_headers();
         for (name, value) in extra {
             headers.insert(name, value.clone());
         }
