@@ -50,15 +50,18 @@ pub async fn post(
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
     // the core).
     // The session id and the method are the client's: cut and escaped in the log.
+    // Read once: it is visible ASCII checked byte by byte.
+    let session_id = checks::session_id(headers);
     let span = tracing::info_span!(
         "mcp_request",
         tenant = %identity.tenant,
         principal = %Untrusted(&identity.principal),
-        session = %Untrusted(checks::session_id(headers).unwrap_or("-")),
+        session = %Untrusted(session_id.unwrap_or("-")),
         method = %Untrusted(message.method().unwrap_or("response")),
     );
     let modern = modern.into_inner();
-    match tracing::Instrument::instrument(dispatch(headers, identity, message, fields, &gateway, modern), span).await {
+    let request = Request { headers, session_id, identity, message, fields };
+    match tracing::Instrument::instrument(dispatch(request, &gateway, modern), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     }
@@ -66,19 +69,27 @@ pub async fn post(
 
 type Refusal = (GatewayError, Option<taskgate_protocol::RequestId>);
 
-async fn dispatch(
-    headers: &HeaderMap,
+/// A POST's message, its headers and what was read of them.
+struct Request<'a> {
+    headers: &'a HeaderMap,
+    /// `Mcp-Session-Id`, when present and visible ASCII.
+    session_id: Option<&'a str>,
     identity: Identity,
-    mut message: Message,
+    message: Message,
     fields: taskgate_protocol::modern::PerRequest,
+}
+
+async fn dispatch(
+    request: Request<'_>,
     gateway: &Gateway,
     modern: std::sync::Arc<crate::modern::Modern>,
 ) -> Result<HttpResponse, Refusal> {
+    let Request { headers, session_id, identity, mut message, fields } = request;
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
     // basic/versioning "Backward Compatibility": a request with the modern `_meta` is served
     // statelessly, beside the sessions of initialize.
-    let modern_message = crate::modern::is_modern(headers, &message, &fields);
+    let modern_message = crate::modern::is_modern(session_id.is_some(), headers, &message, &fields);
     // Anything else goes on as the client sent it: a 2025-11-25 message gets back whatever
     // per-request fields of the other revision it carried.
     let fields = if modern_message {
@@ -111,7 +122,7 @@ async fn dispatch(
             return Ok(crate::modern::serve(headers, identity, message, fields, gateway, modern).await);
         }
         if method == methods::INITIALIZE {
-            if checks::session_id(headers).is_some() {
+            if session_id.is_some() {
                 return Err((
                     GatewayError::InvalidRequest(
                         "initialize starts a new session: send it without Mcp-Session-Id".into(),
@@ -140,7 +151,7 @@ async fn dispatch(
     if modern_message {
         return Ok(crate::modern::serve(headers, identity, message, fields, gateway, modern).await);
     }
-    let session_id = checks::session_id(headers).ok_or((GatewayError::MissingSession, id.clone()))?;
+    let session_id = session_id.ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;
     checks::protocol_version(headers, session.protocol_version()).map_err(|e| (e, id.clone()))?;
     match message {

@@ -33,7 +33,7 @@ use taskgate_protocol::mcp::methods;
 use taskgate_protocol::modern::{self, MetaError, PerRequest, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
-use crate::checks::{self, VERSION_NAME};
+use crate::checks::VERSION_NAME;
 
 /// The `Mcp-Method` header.
 pub const METHOD_HEADER: &str = "mcp-method";
@@ -76,10 +76,11 @@ impl Modern {
 
 /// Whether a message is to be served as 2026-07-28: its `_meta` says so, or it names a method
 /// only that revision has, or it carries that revision's header and no session.
-pub fn is_modern(headers: &HeaderMap, message: &Message, fields: &PerRequest) -> bool {
+/// (`has_session`: it carries an `Mcp-Session-Id`.)
+pub fn is_modern(has_session: bool, headers: &HeaderMap, message: &Message, fields: &PerRequest) -> bool {
     let method = match message {
         Message::Request { method, .. } | Message::Notification { method, .. } => method,
-        _ => return checks::session_id(headers).is_none() && header_version(headers) == Some(modern::PROTOCOL_VERSION),
+        _ => return !has_session && header_version(headers) == Some(modern::PROTOCOL_VERSION),
     };
     if fields.version.is_some() {
         return true;
@@ -87,9 +88,7 @@ pub fn is_modern(headers: &HeaderMap, message: &Message, fields: &PerRequest) ->
     if matches!(method.as_str(), modern::methods::SERVER_DISCOVER | modern::methods::SUBSCRIPTIONS_LISTEN) {
         return true;
     }
-    checks::session_id(headers).is_none()
-        && method != methods::INITIALIZE
-        && header_version(headers) == Some(modern::PROTOCOL_VERSION)
+    !has_session && method != methods::INITIALIZE && header_version(headers) == Some(modern::PROTOCOL_VERSION)
 }
 
 fn header_version(headers: &HeaderMap) -> Option<&str> {
