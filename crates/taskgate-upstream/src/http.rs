@@ -28,10 +28,10 @@ const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, tex
 /// Longest wait between attempts to reopen the GET stream.
 const MAX_LISTEN_BACKOFF: Duration = Duration::from_secs(30);
 
-/// A session's request headers (see [`HttpChannel::headers`]).
+/// A session's id and version as header values (see [`HttpChannel::build_headers`]).
 struct Built {
-    plain: HeaderMap,
-    post: HeaderMap,
+    session_id: Option<HeaderValue>,
+    version: Option<HeaderValue>,
 }
 
 /// One Streamable HTTP session with an upstream.
@@ -49,8 +49,8 @@ pub(crate) struct HttpChannel {
     send_timeout: Duration,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
-    /// [`Self::headers`] as last built, and with a POST's content type and `Accept`: the same
-    /// for every request until the session's id or version changes (each change clears them).
+    /// The session's id and version as header values, as last built: the same for every
+    /// request until one of them changes (each change clears them).
     built_headers: Mutex<Option<Built>>,
     expired: AtomicBool,
     /// Speaking 2026-07-28: no session, and an error status carries a JSON-RPC error.
@@ -271,34 +271,40 @@ impl HttpChannel {
     /// The headers of a request in this session: the configured ones, the session's id and
     /// protocol version.
     fn headers(&self) -> HeaderMap {
-        self.built(|built| built.plain.clone())
+        self.build_headers(0)
     }
 
     /// [`Self::headers`] with a POST's content type and `Accept`.
     fn post_headers(&self) -> HeaderMap {
-        self.built(|built| built.post.clone())
+        let mut headers = self.build_headers(2);
+        headers.insert(CONTENT_TYPE, JSON);
+        headers.insert(ACCEPT, JSON_OR_SSE);
+        headers
     }
 
-    fn built(&self, take: impl FnOnce(&Built) -> HeaderMap) -> HeaderMap {
-        // Built under the lock: a change of id or version clears it after setting them, so
-        // what is kept is never older than they are.
-        let mut built = self.built_headers.lock();
-        take(built.get_or_insert_with(|| {
-            let plain = self.build_headers();
-            let mut post = plain.clone();
-            post.insert(CONTENT_TYPE, JSON);
-            post.insert(ACCEPT, JSON_OR_SSE);
-            Built { plain, post }
-        }))
-    }
-
-    fn build_headers(&self) -> HeaderMap {
-        let mut headers = self.headers.clone();
-        if let Some(id) = self.session_id.lock().as_deref().and_then(|id| HeaderValue::from_str(id).ok()) {
+    /// The headers, with room for `more`. The session's id and version are kept as header
+    /// values (checked and copied once per session, not per request; a map kept whole would
+    /// cost an upstream session a kilobyte).
+    fn build_headers(&self, more: usize) -> HeaderMap {
+        let (id, version) = {
+            // Built under the lock: a change of id or version clears it after setting them,
+            // so what is kept is never older than they are.
+            let mut built = self.built_headers.lock();
+            let built = built.get_or_insert_with(|| {
+                let value = |v: &Mutex<Option<String>>| v.lock().as_deref().and_then(|v| HeaderValue::from_str(v).ok());
+                Built { session_id: value(&self.session_id), version: value(&self.protocol_version) }
+            });
+            (built.session_id.clone(), built.version.clone())
+        };
+        let mut headers = HeaderMap::with_capacity(self.headers.len() + 2 + more);
+        for (name, value) in &self.headers {
+            headers.append(name, value.clone());
+        }
+        if let Some(id) = id {
             headers.insert(SESSION_HEADER, id);
         }
-        if let Some(v) = self.protocol_version.lock().as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
-            headers.insert(VERSION_HEADER, v);
+        if let Some(version) = version {
+            headers.insert(VERSION_HEADER, version);
         }
         headers
     }
