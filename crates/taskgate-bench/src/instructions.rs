@@ -30,6 +30,9 @@ enum Kind {
     Large,
     /// The same through the bare proxy.
     BareLarge,
+    /// A 2025-11-25 session call whose arguments hold [`LARGE`] bytes of text (echoed: the
+    /// result holds them too). Against [`Kind::Large`], what the params cost as a tree.
+    LargeArguments,
 }
 
 /// The text in the large result: what a result's size costs the gateway, against the stack.
@@ -44,6 +47,9 @@ impl Kind {
             Kind::BareHyper => "the same session call through a bare hyper proxy (hyper's server and client, no actix)",
             Kind::Large => "2025-11-25 session tools/call with a 64 KiB result",
             Kind::BareLarge => "the same 64 KiB call through the bare proxy (the stack alone)",
+            Kind::LargeArguments => {
+                "2025-11-25 session tools/call with 64 KiB of arguments, echoed (a 64 KiB result too)"
+            }
         }
     }
 
@@ -55,6 +61,7 @@ impl Kind {
             Kind::BareHyper => "bare-hyper",
             Kind::Large => "large",
             Kind::BareLarge => "bare-large",
+            Kind::LargeArguments => "large-arguments",
         }
     }
 }
@@ -72,7 +79,9 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
     let (gateway, url) = match kind {
         Kind::Bare | Kind::BareLarge => crate::bare::start(demo_url, &wrap, crate::bare::Front::Actix).await?,
         Kind::BareHyper => crate::bare::start(demo_url, &wrap, crate::bare::Front::Hyper).await?,
-        _ => start_gateway_wrapped(bin, &config, &wrap).await?,
+        Kind::Session | Kind::Stateless | Kind::Large | Kind::LargeArguments => {
+            start_gateway_wrapped(bin, &config, &wrap).await?
+        }
     };
     let served = async {
         match kind {
@@ -87,6 +96,18 @@ async fn count(bin: &Path, demo_url: &str, kind: Kind, calls: usize) -> Result<u
                 let client = McpClient::new(&url);
                 for _ in 0..calls {
                     stateless_call(&client, "demo__echo").await?;
+                }
+            }
+            Kind::LargeArguments => {
+                let client = connect(&url).await?;
+                let text = "x".repeat(LARGE);
+                for _ in 0..calls {
+                    let mut c = client.clone();
+                    let result = c.call("demo__echo", serde_json::json!({ "text": text })).await;
+                    let echoed = result.as_ref().ok().and_then(|r| r["content"][0]["text"].as_str());
+                    if echoed.map(str::len) != Some(LARGE) {
+                        bail!("demo__echo answered {result:?}");
+                    }
                 }
             }
             Kind::Large | Kind::BareLarge => {
@@ -142,7 +163,15 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     let (warm_up, measured) = if plan.quick { (10, 20) } else { (50, 400) };
     let (_demo, demo_url) = start_demo(bin).await?;
     let mut per_call = Vec::new();
-    for kind in [Kind::Session, Kind::Stateless, Kind::Bare, Kind::BareHyper, Kind::Large, Kind::BareLarge] {
+    for kind in [
+        Kind::Session,
+        Kind::Stateless,
+        Kind::Bare,
+        Kind::BareHyper,
+        Kind::Large,
+        Kind::BareLarge,
+        Kind::LargeArguments,
+    ] {
         let base = count(bin, &demo_url, kind, warm_up).await?;
         let full = count(bin, &demo_url, kind, warm_up + measured).await?;
         if full <= base {
@@ -171,6 +200,13 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     );
     let large = per_call[4].1 as f64 / per_call[5].1 as f64;
     println!("- with a 64 KiB result, through taskgate / through the stack alone: {large:.2}");
+    // The same result, and the arguments too: what 64 KiB of params cost read into a tree and
+    // written again.
+    let arguments = per_call[6].1 as f64 - per_call[4].1 as f64;
+    println!(
+        "- 64 KiB of arguments on top of a 64 KiB result: {arguments:.0} instructions more ({:.1} a byte)",
+        arguments / LARGE as f64
+    );
     println!();
     Ok(())
 }
