@@ -445,9 +445,10 @@ mod tests {
     use crate::conformance::{owner, record, run};
 
     fn store(max_tasks: usize) -> FileTaskStore {
-        // The directory is removed when the test process ends; the open file keeps it usable.
-        let dir = tempfile::tempdir().unwrap().keep();
-        FileTaskStore::open(&dir, max_tasks).unwrap()
+        // The directory is removed as this returns: the open file keeps the store usable, and
+        // nothing is left behind (a kept directory stayed after every run).
+        let dir = tempfile::tempdir().unwrap();
+        FileTaskStore::open(dir.path(), max_tasks).unwrap()
     }
 
     crate::store_conformance!(store);
