@@ -150,6 +150,15 @@ fn redis_installed() -> bool {
     std::process::Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
+/// A directory removed when this is dropped.
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
     let held = if plan.quick { 500 } else { 100_000 };
     println!("## 6. Task stores: memory, file (redb), Redis");
@@ -157,6 +166,8 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
     let (_demo, demo_url) = start_demo(bin).await?;
     let data = std::env::temp_dir().join(format!("taskgate-bench-store-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
+    // Removed however this section ends (a failed measurement returns early).
+    let _removed = RemovedOnDrop(data.clone());
     let mut rows = Vec::new();
     let memory = Candidate {
         name: "memory",
@@ -185,7 +196,6 @@ pub(crate) async fn stores(plan: &Plan, bin: &Path) -> Result<()> {
         };
         rows.push(measure(plan, bin, &demo_url, shared, held).await?);
     }
-    let _ = std::fs::remove_dir_all(&data);
 
     println!("| store | tasks/get at {} clients | CreateTaskResult p50 / p99 | ping p50 / p99 (same gateway) | gateway RSS per held task | storage per held task |", plan.concurrency);
     println!("| --- | --- | --- | --- | --- | --- |");
