@@ -687,20 +687,18 @@ async fn proxy_overhead(plan: &Plan, bin: &Path) -> Result<()> {
                 cpu_ratio,
                 verdict(cpu_ratio <= 1.5)
             );
-            println!(
-                "- the stack alone (bare proxy) vs nginx: added latency {} ({:.2}×), throughput {:.2}×, CPU {:.2}×",
-                ms(bare_added),
-                bare_added.as_secs_f64() / nginx_added.as_secs_f64(),
-                bare_rps / nginx_rps,
-                bare_cpu / nginx_cpu.max(1e-9)
-            );
-            println!(
-                "- the bare hyper proxy vs nginx: added latency {} ({:.2}×), throughput {:.2}×, CPU {:.2}×",
-                ms(hyper_added),
-                hyper_added.as_secs_f64() / nginx_added.as_secs_f64(),
-                hyper_rps / nginx_rps,
-                hyper_cpu / nginx_cpu.max(1e-9)
-            );
+            // A bare proxy's figures against nginx's.
+            let against_nginx = |name: &str, added: Duration, rps: f64, cpu: f64| {
+                println!(
+                    "- {name} vs nginx: added latency {} ({:.2}×), throughput {:.2}×, CPU {:.2}×",
+                    ms(added),
+                    added.as_secs_f64() / nginx_added.as_secs_f64(),
+                    rps / nginx_rps,
+                    cpu / nginx_cpu.max(1e-9)
+                )
+            };
+            against_nginx("the stack alone (bare proxy)", bare_added, bare_rps, bare_cpu);
+            against_nginx("the bare hyper proxy", hyper_added, hyper_rps, hyper_cpu);
             println!(
                 "- CPU per 1,000 calls, user + system: taskgate {:.3} + {:.3} s, the stack alone {:.3} + {:.3} s, the bare hyper proxy {:.3} + {:.3} s, nginx {:.3} + {:.3} s",
                 gateway_split.0,
