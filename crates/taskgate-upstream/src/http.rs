@@ -888,7 +888,55 @@ async fn unwanted(listening: &mut crate::session::Listening, idle: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use super::is_media;
+    use super::*;
+
+    fn channel(headers: &[(&str, &str)]) -> HttpChannel {
+        let mut config = UpstreamConfig::http("demo", "http://127.0.0.1:9/mcp");
+        config.headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let client = HttpClient::new(config.url.as_deref(), 1, Duration::from_secs(1));
+        let (incoming, _) = mpsc::channel(1);
+        let (_, closed) = watch::channel(false);
+        HttpChannel::new(&config, client, incoming, Arc::default(), closed, Connections::new("demo", 1, None))
+    }
+
+    fn shown(headers: &HeaderMap) -> Vec<String> {
+        let mut shown: Vec<String> =
+            headers.iter().map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or("?"))).collect();
+        shown.sort();
+        shown
+    }
+
+    #[test]
+    fn each_request_carries_the_session_id_and_version_as_they_are_now() {
+        let channel = channel(&[("authorization", "Bearer k"), ("x-team", "a")]);
+        assert_eq!(shown(&channel.headers()), ["authorization: Bearer k", "x-team: a"]);
+        assert_eq!(
+            shown(&channel.post_headers()),
+            [
+                "accept: application/json, text/event-stream",
+                "authorization: Bearer k",
+                "content-type: application/json",
+                "x-team: a"
+            ]
+        );
+        // Each change is in the next request's headers, whatever was built before it.
+        channel.set_session_id("s-1");
+        channel.set_protocol_version("2025-11-25");
+        let first = shown(&channel.post_headers());
+        assert!(first.contains(&"mcp-session-id: s-1".to_owned()), "{first:?}");
+        assert!(first.contains(&"mcp-protocol-version: 2025-11-25".to_owned()), "{first:?}");
+        assert_eq!(first.len(), 6);
+        channel.adopt(&crate::SessionResume { session_id: "s-2".into(), protocol_version: "2025-06-18".into() });
+        assert_eq!(
+            shown(&channel.headers()),
+            ["authorization: Bearer k", "mcp-protocol-version: 2025-06-18", "mcp-session-id: s-2", "x-team: a"]
+        );
+        channel.clear_protocol_version();
+        assert_eq!(shown(&channel.headers()), ["authorization: Bearer k", "mcp-session-id: s-2", "x-team: a"]);
+        // An id that is not a header value is left out, as before.
+        channel.set_session_id("bad\nid");
+        assert_eq!(shown(&channel.headers()), ["authorization: Bearer k", "x-team: a"]);
+    }
 
     #[test]
     fn a_media_type_is_matched_case_insensitively_with_its_parameters() {
