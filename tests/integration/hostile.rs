@@ -133,6 +133,17 @@ async fn duplicate_keys_and_by_position_params_are_refused_and_an_unsupported_ve
     let r = c.post_raw(dup, &[("mcp-protocol-version", "2025-03-26")]).await;
     assert_eq!(error_code(&r), -32700);
     assert!(r.outcome().unwrap_err().message.contains("duplicate key"));
+    // Inside a call's arguments too (which the gateway passes on as written), at any depth,
+    // and the arguments themselves twice.
+    for dup in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo__echo","arguments":{"text":"a","text":"b"}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo__echo","arguments":{"x":[{"k":1,"k":2}]}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"demo__echo","arguments":{},"arguments":{}}}"#,
+    ] {
+        let r = c.post_raw(dup, &[("mcp-protocol-version", "2025-03-26")]).await;
+        assert_eq!(error_code(&r), -32700, "{dup}");
+        assert!(r.outcome().unwrap_err().message.contains("duplicate key"), "{dup}");
+    }
     let r = c
         .post_raw(r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":[]}"#, &[("mcp-protocol-version", "2025-03-26")])
         .await;

@@ -2,7 +2,9 @@
 //! upstream wrote (numbers beyond a double's precision, their spelling, key order, escapes),
 //! over HTTP (a JSON reply and an SSE one) and over stdio; a result written on several lines is
 //! read and written again on one (an SSE event's `data:` line cannot hold it as it is); a
-//! result that is not an object stays the upstream's error.
+//! result that is not an object stays the upstream's error. A plain call's arguments reach the
+//! upstream as the client wrote them, likewise, over HTTP and stdio and from a client of either
+//! revision; a task's call, which keeps its params as a tree, sends the same arguments read.
 
 use serde_json::{json, Value};
 use taskgate_config::{UpstreamConfig, UpstreamProtocol};
@@ -76,6 +78,9 @@ for line in sys.stdin:
     if "id" not in m or "method" not in m:
         continue
     r = {{"initialize": {initialized}, "tools/list": {tools}, "tools/call": {result}}}.get(m["method"], "{{}}")
+    if m["method"] == "tools/call" and m["params"].get("arguments", {{}}).get("echo"):
+        # The request's line as it came, as the call's text.
+        r = json.dumps({{"content": [{{"type": "text", "text": line.rstrip("\n")}}]}})
     sys.stdout.write('{{"jsonrpc":"2.0","id":%s,"result":%s}}\n' % (json.dumps(m["id"]), r))
     sys.stdout.flush()
 "#,
@@ -93,10 +98,17 @@ for line in sys.stdin:
 /// JSON reply, or the `data:` line of an SSE reply's last event (each event checked to be one
 /// message on one line).
 async fn call_text(c: &McpClient, accept: &str, arguments: Value) -> String {
-    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "canned__exact", "arguments": arguments}});
+    call_text_written(c, accept, &arguments.to_string()).await
+}
+
+/// [`call_text`] with `arguments` sent as written.
+async fn call_text_written(c: &McpClient, accept: &str, arguments: &str) -> String {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"canned__exact","arguments":{arguments}}}}}"#
+    );
     let mut headers = c.headers();
     headers.insert("accept", accept.parse().unwrap());
-    let response = reqwest::Client::new().post(&c.url).headers(headers).body(body.to_string()).send().await.unwrap();
+    let response = reqwest::Client::new().post(&c.url).headers(headers).body(body).send().await.unwrap();
     let sse = response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream");
     let text = response.text().await.unwrap();
     if !sse {
@@ -141,15 +153,17 @@ async fn an_http_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() 
     assert_eq!(read["content"][0]["text"], "exact \"q\"");
 }
 
-/// A 2026-07-28 client's stateless `tools/call`, its reply body as received.
-async fn call_text_2026(url: &str) -> String {
+/// A 2026-07-28 client's stateless `tools/call` with `arguments` (JSON text, sent as written)
+/// and the client capabilities it declares, its reply body as received.
+async fn call_text_2026(url: &str, arguments: &str, capabilities: Value) -> String {
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
         "io.modelcontextprotocol/clientInfo": {"name": "passing-test", "version": "1"},
     });
-    let params = json!({"name": "canned__exact", "arguments": {"shape": "sse"}, "_meta": meta});
-    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": params});
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"canned__exact","arguments":{arguments},"_meta":{meta}}}}}"#
+    );
     let response = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
@@ -157,7 +171,7 @@ async fn call_text_2026(url: &str) -> String {
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
         .header("mcp-name", "canned__exact")
-        .body(body.to_string())
+        .body(body)
         .send()
         .await
         .unwrap();
@@ -171,7 +185,7 @@ async fn a_2026_client_gets_the_upstreams_members_as_written_with_its_revisions_
     let mut upstream = UpstreamConfig::http("canned", &url);
     upstream.protocol = UpstreamProtocol::Legacy;
     let gw = TestGateway::start(config_with(vec![upstream]));
-    let text = call_text_2026(&gw.url).await;
+    let text = call_text_2026(&gw.url, r#"{"shape":"sse"}"#, json!({})).await;
     // The 2026-07-28 result's top level is the gateway's (resultType); each member's text is
     // the upstream's.
     let structured =
@@ -189,4 +203,85 @@ async fn a_stdio_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() 
     c.initialize().await;
     sent_as_written(&call_text(&c, "application/json, text/event-stream", json!({})).await);
     sent_as_written(&call_text(&c, "text/event-stream", json!({})).await);
+}
+
+/// Arguments a tree would not write back the same: `1.50`, an integer no double holds, escapes
+/// a writer would turn into UTF-8, spaces between tokens.
+const ARGUMENTS: &str =
+    r#"{"shape":"json", "price":1.50,"big":123456789012345678901234567890,"esc":"\u00e9\ud83d\ude00","q":"a \"b\""}"#;
+
+/// The `tools/call` requests a [`canned_http_upstream`] got, as their bodies' text.
+type Seen = std::sync::Arc<parking_lot::Mutex<Vec<String>>>;
+
+/// [`canned_http_upstream`], keeping the body of each `tools/call` it gets.
+async fn recording_http_upstream() -> (String, Seen) {
+    let seen = Seen::default();
+    let kept = seen.clone();
+    let url = crate::support::raw_http_server(move |head, body| {
+        let text = String::from_utf8_lossy(body).into_owned();
+        if text.contains(r#""method":"tools/call""#) {
+            kept.lock().push(text);
+        }
+        crate::support::Answer::Reply(answer(head, body))
+    })
+    .await;
+    (url, seen)
+}
+
+/// The arguments of the last `tools/call` the upstream got, as their text there.
+fn last_arguments(seen: &Seen) -> String {
+    let last = seen.lock().last().cloned().expect("a tools/call reached the upstream");
+    let start = last.find(r#""arguments":"#).expect("arguments") + r#""arguments":"#.len();
+    // One value, the rest of the message after it.
+    let mut values = serde_json::Deserializer::from_str(&last[start..]).into_iter::<&serde_json::value::RawValue>();
+    values.next().expect("a value").unwrap().get().to_owned()
+}
+
+#[actix_rt::test]
+async fn a_calls_arguments_reach_an_http_upstream_as_the_client_wrote_them() {
+    let (url, seen) = recording_http_upstream().await;
+    let mut upstream = UpstreamConfig::http("canned", &url);
+    upstream.protocol = UpstreamProtocol::Legacy;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // A 2025-11-25 session's call, answered as JSON and as SSE.
+    for accept in ["application/json, text/event-stream", "text/event-stream"] {
+        sent_as_written(&call_text_written(&c, accept, ARGUMENTS).await);
+        assert_eq!(last_arguments(&seen), ARGUMENTS);
+    }
+    // A 2026-07-28 client's stateless call.
+    let text = call_text_2026(&gw.url, ARGUMENTS, json!({})).await;
+    assert!(text.contains(r#""resultType":"complete""#), "{text}");
+    assert_eq!(last_arguments(&seen), ARGUMENTS);
+    // One that may be asked for input: its arguments are read for the digest that binds a
+    // requestState to the request, and reach the upstream the same, read.
+    let read: Value = serde_json::from_str(ARGUMENTS).unwrap();
+    call_text_2026(&gw.url, ARGUMENTS, json!({"elicitation": {}})).await;
+    assert_eq!(serde_json::from_str::<Value>(&last_arguments(&seen)).unwrap(), read);
+    // A task's call keeps its params as a tree for the task's life: the same arguments, read.
+    let params = json!({"name": "canned__exact", "arguments": read, "task": {}});
+    let created = c.request("tools/call", Some(params)).await.outcome().unwrap();
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let result = c.request("tasks/result", Some(json!({"taskId": task}))).await.outcome().unwrap();
+    assert_eq!(result["structuredContent"]["z"], 1);
+    let sent = last_arguments(&seen);
+    assert_ne!(sent, ARGUMENTS);
+    assert_eq!(serde_json::from_str::<Value>(&sent).unwrap(), read);
+}
+
+#[actix_rt::test]
+async fn a_calls_arguments_reach_a_stdio_upstream_as_the_client_wrote_them() {
+    let gw = TestGateway::start(config_with(vec![canned_stdio_upstream("canned")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let arguments = ARGUMENTS.replace(r#""shape":"json""#, r#""echo":true"#);
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"canned__exact","arguments":{arguments}}}}}"#
+    );
+    let result = c.post_raw(call, &[]).await.outcome().unwrap();
+    // The line the process read, whole: one message, its arguments as written.
+    let line = result["content"][0]["text"].as_str().unwrap();
+    assert!(Message::from_slice(line.as_bytes()).unwrap().is_ok(), "{line}");
+    assert!(line.contains(&format!(r#""arguments":{arguments}"#)), "{line}");
 }

@@ -847,20 +847,35 @@ impl SessionHandle {
         method: String,
         params: Option<Value>,
     ) -> Result<OutboundReceiver, GatewayError> {
-        self.request_with(id, method, params, crate::TaskMode::Requested).await
+        self.request_with(id, method, params, None, crate::TaskMode::Requested).await
     }
 
-    /// [`SessionHandle::request`], saying who decides whether a `tools/call` becomes a task.
+    /// [`SessionHandle::request`] with a `tools/call`'s arguments as the client wrote them,
+    /// apart from `params` ([`Message::from_slice_front`](taskgate_protocol::Message)): they go
+    /// so to a 2025-11-25 upstream.
+    pub async fn request_passing(
+        &self,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        arguments: Option<taskgate_protocol::RawArguments>,
+    ) -> Result<OutboundReceiver, GatewayError> {
+        self.request_with(id, method, params, arguments, crate::TaskMode::Requested).await
+    }
+
+    /// [`SessionHandle::request_passing`], saying who decides whether a `tools/call` becomes
+    /// a task.
     pub async fn request_with(
         &self,
         id: RequestId,
         method: String,
         params: Option<Value>,
+        arguments: Option<taskgate_protocol::RawArguments>,
         mode: crate::TaskMode,
     ) -> Result<OutboundReceiver, GatewayError> {
         let (reply, rx) = self.outbound("request", Some(id.clone()))?;
         let span = tracing::Span::current();
-        self.deliver(ClientRequest { id, method, params, reply, mode, span }).await??;
+        self.deliver(ClientRequest { id, method, params, arguments, reply, mode, span }).await??;
         Ok(rx)
     }
 

@@ -43,7 +43,7 @@ pub async fn post(
         }?;
         Ok::<_, GatewayError>((identity, parsed))
     };
-    let (identity, (message, fields)) = match checked.await {
+    let (identity, (message, fields, arguments)) = match checked.await {
         Ok(m) => m,
         Err(e) => return reply::error(&e, None),
     };
@@ -60,7 +60,7 @@ pub async fn post(
         method = %Untrusted(message.method().unwrap_or("response")),
     );
     let modern = modern.into_inner();
-    let request = Request { headers, session_id, identity, message, fields };
+    let request = Request { headers, session_id, identity, message, fields, arguments };
     match tracing::Instrument::instrument(dispatch(request, &gateway, modern), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
@@ -77,6 +77,8 @@ struct Request<'a> {
     identity: Identity,
     message: Message,
     fields: taskgate_protocol::modern::PerRequest,
+    /// A `tools/call`'s arguments as the client wrote them, apart from the message's params.
+    arguments: Option<taskgate_protocol::RawArguments>,
 }
 
 async fn dispatch(
@@ -84,12 +86,19 @@ async fn dispatch(
     gateway: &Gateway,
     modern: std::sync::Arc<crate::modern::Modern>,
 ) -> Result<HttpResponse, Refusal> {
-    let Request { headers, session_id, identity, mut message, fields } = request;
+    let Request { headers, session_id, identity, mut message, fields, mut arguments } = request;
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
     // basic/versioning "Backward Compatibility": a request with the modern `_meta` is served
     // statelessly, beside the sessions of initialize.
     let modern_message = crate::modern::is_modern(session_id.is_some(), headers, &message, &fields);
+    // A call's arguments pass on as written only in a request; a notification that names the
+    // method has them back in its params.
+    if let Message::Notification { params, .. } = &mut message {
+        if let Some(passed) = arguments.take() {
+            passed.restore(params);
+        }
+    }
     // Anything else goes on as the client sent it: a 2025-11-25 message gets back whatever
     // per-request fields of the other revision it carried.
     let fields = if modern_message {
@@ -119,7 +128,7 @@ async fn dispatch(
             ));
         }
         if modern_message {
-            return Ok(crate::modern::serve(headers, identity, message, fields, gateway, modern).await);
+            return Ok(crate::modern::serve(headers, identity, (message, fields, arguments), gateway, modern).await);
         }
         if method == methods::INITIALIZE {
             if session_id.is_some() {
@@ -149,7 +158,7 @@ async fn dispatch(
         }
     }
     if modern_message {
-        return Ok(crate::modern::serve(headers, identity, message, fields, gateway, modern).await);
+        return Ok(crate::modern::serve(headers, identity, (message, fields, arguments), gateway, modern).await);
     }
     let session_id = session_id.ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;
@@ -179,7 +188,10 @@ async fn dispatch(
                     | methods::COMPLETION_COMPLETE
             );
             let stream = accepts.sse && (!accepts.json || streams);
-            let mut messages = session.request(id.clone(), method, params).await.map_err(|e| (e, Some(id.clone())))?;
+            let mut messages = session
+                .request_passing(id.clone(), method, params, arguments)
+                .await
+                .map_err(|e| (e, Some(id.clone())))?;
             if stream && !accepts.json {
                 return Ok(sse::response(messages));
             }

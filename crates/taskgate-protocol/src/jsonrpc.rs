@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::codes;
 use crate::modern::PerRequest;
+use crate::passing::RawArguments;
 
 /// A JSON-RPC request id: a string or an integer, kept exactly as it came.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -136,6 +137,11 @@ pub enum Message {
     },
 }
 
+/// A message as the front door reads it ([`Message::from_slice_front`]): the message, the
+/// 2026-07-28 per-request fields taken out of its `params._meta`, and a `tools/call`'s
+/// `arguments` taken out of its `params` as the client wrote them.
+pub type Front = (Message, PerRequest, Option<RawArguments>);
+
 /// Why a JSON value is not a JSON-RPC message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageError {
@@ -184,8 +190,11 @@ impl Message {
     /// (RFC 8259 says names SHOULD be unique; which of two values counts is undefined, so the
     /// front door refuses to guess).
     pub fn from_slice_strict(bytes: &[u8]) -> Result<Result<Message, MessageError>, serde_json::Error> {
-        Ok(Message::from_slice_front(bytes)?.map(|(mut message, fields)| {
+        Ok(Message::from_slice_front(bytes)?.map(|(mut message, fields, arguments)| {
             if let Message::Request { params, .. } | Message::Notification { params, .. } = &mut message {
+                if let Some(arguments) = arguments {
+                    arguments.restore(params);
+                }
                 fields.restore(params);
             }
             message
@@ -198,15 +207,19 @@ impl Message {
     /// version, the client's capabilities and info in `params._meta`) are taken out of `_meta`
     /// as they are read, into [`PerRequest`]; a `_meta` that held only those is left out. A
     /// message that is not served as 2026-07-28 gets them back with [`PerRequest::restore`].
-    pub fn from_slice_front(bytes: &[u8]) -> Result<Result<(Message, PerRequest), MessageError>, serde_json::Error> {
+    /// A `tools/call`'s `arguments` (when `method` comes before `params`, as clients write it)
+    /// are kept as the client wrote them ([`RawArguments`]) when they can be passed on so; a
+    /// path that needs them in the params puts them back with [`RawArguments::restore`].
+    pub fn from_slice_front(bytes: &[u8]) -> Result<Result<Front, MessageError>, serde_json::Error> {
         use serde::de::DeserializeSeed;
         let mut fields = PerRequest::default();
+        let mut arguments = None;
         let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-        let parsed = strict::Top(&mut fields).deserialize(&mut deserializer)?;
+        let parsed = strict::Top { fields: &mut fields, arguments: &mut arguments }.deserialize(&mut deserializer)?;
         deserializer.end()?;
         Ok(match parsed {
-            strict::Parsed::Envelope(envelope) => envelope.into_message().map(|m| (m, fields)),
-            strict::Parsed::Other(value) => Message::parse(value).map(|m| (m, fields)),
+            strict::Parsed::Envelope(envelope) => envelope.into_message().map(|m| (m, fields, arguments)),
+            strict::Parsed::Other(value) => Message::parse(value).map(|m| (m, fields, None)),
         })
     }
 
@@ -298,7 +311,19 @@ impl Message {
     /// A request's compact JSON text, written from its parts (as [`Message::to_json`] writes
     /// the [`Message::Request`] they make), with no message made first.
     pub fn request_json(id: &RequestId, method: &str, params: Option<&Value>) -> String {
-        serde_json::to_string(&RequestParts { id, method, params }).expect("messages serialize")
+        Message::request_json_passing(id, method, params, None)
+    }
+
+    /// [`Message::request_json`] with a `tools/call`'s `arguments` written as the client wrote
+    /// them, the last member of `params` (a `params` that is not an object, which no message
+    /// read has, is written without them).
+    pub fn request_json_passing(
+        id: &RequestId,
+        method: &str,
+        params: Option<&Value>,
+        arguments: Option<&RawArguments>,
+    ) -> String {
+        serde_json::to_string(&RequestParts { id, method, params, arguments }).expect("messages serialize")
     }
 }
 
@@ -307,6 +332,25 @@ struct RequestParts<'a> {
     id: &'a RequestId,
     method: &'a str,
     params: Option<&'a Value>,
+    arguments: Option<&'a RawArguments>,
+}
+
+/// Params with the arguments passed as written, written as one object.
+struct PassingParams<'a> {
+    params: Option<&'a Map<String, Value>>,
+    arguments: &'a RawArguments,
+}
+
+impl Serialize for PassingParams<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.params.into_iter().flatten().filter(|(key, _)| *key != "arguments") {
+            map.serialize_entry(key, value)?;
+        }
+        map.serialize_entry("arguments", self.arguments.as_raw())?;
+        map.end()
+    }
 }
 
 impl Serialize for RequestParts<'_> {
@@ -316,8 +360,13 @@ impl Serialize for RequestParts<'_> {
         map.serialize_entry("jsonrpc", "2.0")?;
         map.serialize_entry("id", self.id)?;
         map.serialize_entry("method", self.method)?;
-        if let Some(p) = self.params {
-            map.serialize_entry("params", p)?;
+        match (self.params, self.arguments) {
+            (None | Some(Value::Object(_)), Some(arguments)) => {
+                let params = self.params.and_then(Value::as_object);
+                map.serialize_entry("params", &PassingParams { params, arguments })?;
+            }
+            (Some(p), _) => map.serialize_entry("params", p)?,
+            (None, None) => {}
         }
         map.end()
     }
@@ -329,7 +378,7 @@ impl Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         if let Message::Request { id, method, params } = self {
-            return RequestParts { id, method, params: params.as_ref() }.serialize(serializer);
+            return RequestParts { id, method, params: params.as_ref(), arguments: None }.serialize(serializer);
         }
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("jsonrpc", "2.0")?;
@@ -543,7 +592,13 @@ mod tests {
         ];
         for body in bodies {
             let text = body.to_string();
-            let front = Message::from_slice_front(text.as_bytes()).unwrap();
+            // A call's arguments kept as written are the plain parse's once back in the params.
+            let front = Message::from_slice_front(text.as_bytes()).unwrap().map(|(mut m, fields, arguments)| {
+                if let (Some(arguments), Message::Request { params, .. }) = (arguments, &mut m) {
+                    arguments.restore(params);
+                }
+                (m, fields)
+            });
             let plain = Message::parse(body.clone()).map(|mut m| {
                 let fields = match &mut m {
                     Message::Request { params, .. } | Message::Notification { params, .. } => {
@@ -557,7 +612,7 @@ mod tests {
             assert_eq!(Message::from_slice_strict(text.as_bytes()).unwrap(), Message::parse(body.clone()), "{body}");
         }
         // What was taken is what was sent.
-        let (_, fields) = Message::from_slice_front(
+        let (_, fields, _) = Message::from_slice_front(
             json!({"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{v:"2026-07-28",c:{"roots":{}},i:{"name":"n"}}}}).to_string().as_bytes(),
         )
         .unwrap()
@@ -583,6 +638,84 @@ mod tests {
             let e = Message::from_slice_front(dup.as_bytes()).unwrap_err();
             assert!(e.to_string().contains("duplicate key"), "{dup}: {e}");
         }
+    }
+
+    /// A `tools/call`'s arguments, when `method` comes before `params`, an object and on one
+    /// line, are kept as the client wrote them, apart from the params; anything else stays in
+    /// the params. Either way the strict reading's checks hold, and the request written with
+    /// them is the request written from the whole tree.
+    #[test]
+    fn a_calls_arguments_are_kept_as_the_client_wrote_them() {
+        let written =
+            r#"{"n":1.50,"big":123456789012345678901234567890,"s":"\u00e9\"","deep":{"a":[1,{"b":null}]},"e":{}}"#;
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{written},"_meta":{{"progressToken":"p"}}}}}}"#
+        );
+        let (message, _, arguments) = Message::from_slice_front(body.as_bytes()).unwrap().unwrap();
+        let arguments = arguments.expect("kept as written");
+        assert_eq!(arguments.get(), written);
+        let Message::Request { id, method, params } = &message else { panic!("a request") };
+        assert_eq!(params.as_ref().unwrap().get("arguments"), None, "not in the params");
+        // Written for the upstream: the arguments as they came, the last member of the params.
+        let json = Message::request_json_passing(id, method, params.as_ref(), Some(&arguments));
+        assert!(json.ends_with(&format!(r#""arguments":{written}}}}}"#)), "{json}");
+        let mut whole = params.clone();
+        arguments.clone().restore(&mut whole);
+        let tree: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(tree, serde_json::from_str::<Value>(&Message::request_json(id, method, whole.as_ref())).unwrap());
+        assert_eq!(
+            Message::from_slice_strict(body.as_bytes()).unwrap().unwrap(),
+            Message::from_slice(body.as_bytes()).unwrap().unwrap()
+        );
+        // Arguments alone make the params.
+        let json = Message::request_json_passing(id, method, None, Some(&arguments));
+        assert!(json.ends_with(&format!(r#""params":{{"arguments":{written}}}}}"#)), "{json}");
+
+        // Kept in the params: another method, `method` after `params`, not an object, on
+        // several lines (a stdio upstream reads a line a message), a tab.
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"t","arguments":{"a":"b"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"params":{"name":"t","arguments":{"a":1}},"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":"s"}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"arguments\":{\n\"a\": 1\n}}}",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"arguments\":{\"a\":\t1}}}",
+        ] {
+            let (message, _, arguments) = Message::from_slice_front(body.as_bytes()).unwrap().unwrap();
+            assert_eq!(arguments, None, "{body}");
+            assert_eq!(message, Message::from_slice(body.as_bytes()).unwrap().unwrap(), "{body}");
+        }
+
+        // The strict reading's refusals hold inside kept arguments, at any depth, in a small
+        // object or a large one, a key written with an escape included; and `arguments` twice
+        // (kept, or in the params) is refused.
+        let many = (0..40).map(|i| format!(r#""k{i}":{i},"#)).collect::<String>();
+        for arguments in [
+            r#"{"a":1,"a":2}"#.to_owned(),
+            r#"{"x":[{"y":{"b":1,"c":2,"b":3}}]}"#.to_owned(),
+            format!(r#"{{{many}"k7":0}}"#),
+            r#"{"a":1,"\u0061":2}"#.to_owned(),
+        ] {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"arguments":{arguments}}}}}"#);
+            let e = Message::from_slice_front(body.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains("duplicate key"), "{arguments}: {e}");
+            assert_eq!(e.matches(" at line ").count(), 1, "one position, the message's: {e}");
+        }
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{},"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":[],"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":1},"n":2,"arguments":[]}}"#,
+        ] {
+            let e = Message::from_slice_front(body.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains("duplicate key \"arguments\""), "{body}: {e}");
+        }
+        // Their syntax is checked as everything else's.
+        let bad = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"a":01}}}"#;
+        assert!(Message::from_slice_front(bad.as_bytes()).is_err());
+        let bad =
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"arguments\":{\"a\":\"\xff\"}}}";
+        assert!(Message::from_slice_front(bad).is_err(), "not UTF-8");
     }
 
     #[test]
@@ -618,13 +751,18 @@ mod tests {
 /// message with it ([`Top`]): the envelope's members straight into an [`Envelope`], and the
 /// 2026-07-28 per-request fields out of `params._meta` into a [`PerRequest`].
 mod strict {
+    use std::borrow::Cow;
     use std::fmt;
 
     use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
     use serde_json::{Map, Value};
 
+    use serde_json::value::RawValue;
+
     use super::{Envelope, Member};
+    use crate::mcp::methods;
     use crate::modern::{meta, PerRequest, PROTOCOL_VERSION};
+    use crate::passing::RawArguments;
 
     pub(super) struct Strict;
 
@@ -740,6 +878,115 @@ mod strict {
         Ok(())
     }
 
+    /// A value read for the checks alone (no key twice in an object, at any depth): nothing
+    /// is built but each object's list of keys, borrowed from the text unless escaped.
+    struct Checked;
+
+    impl<'de> DeserializeSeed<'de> for Checked {
+        type Value = ();
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+            deserializer.deserialize_any(Checked)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Checked {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Checked)?.is_some() {}
+            Ok(())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut keys: Vec<Cow<'de, str>> = Vec::new();
+            while let Some(key) = map.next_key_seed(KeyText)? {
+                map.next_value_seed(Checked)?;
+                keys.push(key);
+            }
+            // A few keys are compared each with each; many, sorted (fewer comparisons).
+            if keys.len() <= 8 {
+                for (i, key) in keys.iter().enumerate() {
+                    if keys[..i].contains(key) {
+                        return Err(duplicate(key));
+                    }
+                }
+            } else {
+                keys.sort_unstable();
+                if let Some(pair) = keys.windows(2).find(|pair| pair[0] == pair[1]) {
+                    return Err(duplicate(&pair[0]));
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// A key's text: borrowed from the message unless it has escapes.
+    struct KeyText;
+
+    impl<'de> DeserializeSeed<'de> for KeyText {
+        type Value = Cow<'de, str>;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Cow<'de, str>, D::Error> {
+            deserializer.deserialize_str(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for KeyText {
+        type Value = Cow<'de, str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object key")
+        }
+
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+            Ok(Cow::Borrowed(v))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+            Ok(Cow::Owned(v.to_owned()))
+        }
+    }
+
+    /// `seed` over a value already read as text (its syntax checked): what it finds wrong is
+    /// said where the text stood in the message, by the caller's error.
+    fn again<'de, S: DeserializeSeed<'de>, E: de::Error>(raw: &'de RawValue, seed: S) -> Result<S::Value, E> {
+        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+        seed.deserialize(&mut deserializer).map_err(|e| {
+            let said = e.to_string();
+            let position = format!(" at line {} column {}", e.line(), e.column());
+            E::custom(said.strip_suffix(&position).unwrap_or(&said))
+        })
+    }
+
     /// A key compared with the names a visitor knows, without a copy unless it is another.
     struct KeySeed(&'static [&'static str]);
 
@@ -809,8 +1056,12 @@ mod strict {
         Other(Value),
     }
 
-    /// The message, with the per-request fields of `params._meta` going to the [`PerRequest`].
-    pub(super) struct Top<'a>(pub(super) &'a mut PerRequest);
+    /// The message, with the per-request fields of `params._meta` going to the [`PerRequest`]
+    /// and a `tools/call`'s passable `arguments` to `arguments`.
+    pub(super) struct Top<'a> {
+        pub(super) fields: &'a mut PerRequest,
+        pub(super) arguments: &'a mut Option<RawArguments>,
+    }
 
     impl<'de> DeserializeSeed<'de> for Top<'_> {
         type Value = Parsed;
@@ -858,7 +1109,9 @@ mod strict {
                         if envelope.params.is_some() {
                             return Err(duplicate(name));
                         }
-                        envelope.params = Some(map.next_value_seed(Params(&mut *self.0))?);
+                        let call = matches!(&envelope.method, Some(Value::String(m)) if m == methods::TOOLS_CALL);
+                        let arguments = call.then_some(&mut *self.arguments);
+                        envelope.params = Some(map.next_value_seed(Params { fields: &mut *self.fields, arguments })?);
                     }
                     "result" => once(&mut envelope.result, name, map.next_value_seed(Strict)?)?,
                     _ => once(&mut envelope.error, name, map.next_value_seed(Strict)?)?,
@@ -870,8 +1123,12 @@ mod strict {
         as_strict!(Parsed::Other);
     }
 
-    /// `params`: its `_meta` read by [`Meta`].
-    struct Params<'a>(&'a mut PerRequest);
+    /// `params`: its `_meta` read by [`Meta`]; `arguments`, when there is a place for them,
+    /// kept as written if they can be passed on so.
+    struct Params<'a> {
+        fields: &'a mut PerRequest,
+        arguments: Option<&'a mut Option<RawArguments>>,
+    }
 
     impl<'de> DeserializeSeed<'de> for Params<'_> {
         type Value = Value;
@@ -893,6 +1150,7 @@ mod strict {
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let Params { fields, mut arguments } = self;
             let mut object = Map::new();
             let mut seen_meta = false;
             while let Some(key) = map.next_key::<String>()? {
@@ -901,8 +1159,24 @@ mod strict {
                         return Err(duplicate(&key));
                     }
                     seen_meta = true;
-                    if let Some(value) = map.next_value_seed(Meta(&mut *self.0))? {
+                    if let Some(value) = map.next_value_seed(Meta(&mut *fields))? {
                         insert(&mut object, key, value)?;
+                    }
+                    continue;
+                }
+                if let (Some(slot), "arguments") = (arguments.as_deref_mut(), key.as_str()) {
+                    // Read as text first (its syntax checked), then checked strictly without
+                    // building a tree; arguments that cannot pass as written become one.
+                    let raw: &'de RawValue = map.next_value()?;
+                    if slot.is_some() || object.contains_key(&key) {
+                        return Err(duplicate(&key));
+                    }
+                    match RawArguments::passable(raw) {
+                        Some(passed) => {
+                            again(raw, Checked)?;
+                            *slot = Some(passed);
+                        }
+                        None => insert(&mut object, key, again(raw, Strict)?)?,
                     }
                     continue;
                 }

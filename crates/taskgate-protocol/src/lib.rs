@@ -22,4 +22,4 @@ pub mod sse;
 pub mod tasks;
 
 pub use jsonrpc::{ErrorObject, Message, MessageError, RequestId};
-pub use passing::{Payload, RawResult, Reply};
+pub use passing::{Payload, RawArguments, RawResult, Reply};

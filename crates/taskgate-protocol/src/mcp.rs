@@ -239,6 +239,9 @@ pub struct ToolCallView {
     pub name: String,
     /// Present for a task-augmented call, with the ttl it asks for (milliseconds), if any.
     pub task: Option<Option<u64>>,
+    /// The arguments, when the front door kept them apart from the params as the client wrote
+    /// them ([`crate::Message::from_slice_front`]); otherwise they are in the params.
+    pub arguments: Option<crate::RawArguments>,
 }
 
 impl ToolCallView {
@@ -254,7 +257,7 @@ impl ToolCallView {
             return Err("tools/call \"arguments\" must be an object".into());
         }
         let task = crate::tasks::requested_task(params)?;
-        Ok(ToolCallView { name, task })
+        Ok(ToolCallView { name, task, arguments: None })
     }
 }
 
@@ -340,7 +343,7 @@ mod tool_call_tests {
     fn tool_call_params_are_checked_once() {
         let view =
             ToolCallView::from_params(Some(&json!({"name": "a__b", "arguments": {}, "task": {"ttl": 5}}))).unwrap();
-        assert_eq!(view, ToolCallView { name: "a__b".into(), task: Some(Some(5)) });
+        assert_eq!(view, ToolCallView { name: "a__b".into(), task: Some(Some(5)), arguments: None });
         assert_eq!(ToolCallView::from_params(Some(&json!({"name": "x"}))).unwrap().task, None);
         assert_eq!(ToolCallView::from_params(Some(&json!({"name": "x", "task": {}}))).unwrap().task, Some(None));
         for bad in [

@@ -46,6 +46,52 @@ impl RawResult {
     }
 }
 
+/// A `tools/call`'s `arguments` as the client wrote them: the tool's input, which the gateway
+/// hands to the upstream without looking inside. Read into a tree and written again, a large
+/// argument cost a call more than anything else the gateway does (serde_json's writer looks at
+/// each byte of a string to escape it). Like a [`RawResult`] it is checked JSON, an object and
+/// on one line (a stdio upstream reads a message a line); the front door has also checked it
+/// strictly (no key twice in an object, at any depth), as it checks every message.
+#[derive(Debug, Clone)]
+pub struct RawArguments(Box<RawValue>);
+
+impl RawArguments {
+    /// `raw`, read strictly, when it can be passed on as it is (see [`RawResult::passable`]).
+    pub(crate) fn passable(raw: &RawValue) -> Option<RawArguments> {
+        RawResult::passable(raw).then(|| RawArguments(raw.to_owned()))
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The JSON text, to be written as a value where it stands.
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+
+    /// The arguments as a tree (for a path that reads or keeps the params as one).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.get()).expect("raw arguments are valid JSON, checked when they were read")
+    }
+
+    /// Puts the arguments back into `params` as the member `arguments`, for a path that reads
+    /// or keeps the params as a tree (a task, a 2026-07-28 upstream or client).
+    pub fn restore(self, params: &mut Option<Value>) {
+        let params = params.get_or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(params) = params {
+            params.insert("arguments".into(), self.to_value());
+        }
+    }
+}
+
+impl PartialEq for RawArguments {
+    fn eq(&self, other: &RawArguments) -> bool {
+        self.get() == other.get()
+    }
+}
+
 impl PartialEq for RawResult {
     fn eq(&self, other: &RawResult) -> bool {
         self.get() == other.get()

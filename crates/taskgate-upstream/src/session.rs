@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use taskgate_config::{ShareSessions, Transport, UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::mcp::{self, methods};
-use taskgate_protocol::{ErrorObject, Message, Payload, RequestId};
+use taskgate_protocol::{ErrorObject, Message, Payload, RawArguments, RequestId};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::http::HttpChannel;
@@ -668,7 +668,17 @@ pub(crate) struct Encoded {
 impl Encoded {
     /// A request from its parts.
     pub(crate) fn request(id: RequestId, method: &str, params: Option<&Value>) -> Encoded {
-        let json = Message::request_json(&id, method, params).into();
+        Encoded::passing(id, method, params, None)
+    }
+
+    /// [`Encoded::request`] with a `tools/call`'s arguments as the client wrote them.
+    pub(crate) fn passing(
+        id: RequestId,
+        method: &str,
+        params: Option<&Value>,
+        arguments: Option<&RawArguments>,
+    ) -> Encoded {
+        let json = Message::request_json_passing(&id, method, params, arguments).into();
         let initialize = method == methods::INITIALIZE;
         let creates_task = params.is_some_and(|p| p.get("task").is_some());
         let on_stream =
@@ -687,8 +697,41 @@ impl Encoded {
 /// (a wrapped task's call, which waits for its task's life, keeps a word for them, not a
 /// `Value`).
 trait Params: Send {
+    /// The params as a tree (without arguments passed as written: nothing reads those).
     fn value(&self) -> Option<&Value>;
+    /// The whole params as a tree, taken.
     fn take_value(&mut self) -> Option<Value>;
+    /// The request written for a legacy session, the params taken.
+    fn encode(&mut self, id: &RequestId, method: &str) -> Encoded {
+        Encoded::request(id.clone(), method, self.take_value().as_ref())
+    }
+}
+
+/// A request's params, with a `tools/call`'s arguments as the client wrote them
+/// ([`UpstreamSession::request_payload`]).
+struct Passing {
+    params: Option<Value>,
+    arguments: Option<RawArguments>,
+}
+
+impl Params for Passing {
+    fn value(&self) -> Option<&Value> {
+        self.params.as_ref()
+    }
+
+    /// The arguments back in the params (a 2026-07-28 session rewrites the params).
+    fn take_value(&mut self) -> Option<Value> {
+        let mut params = self.params.take();
+        if let Some(arguments) = self.arguments.take() {
+            arguments.restore(&mut params);
+        }
+        params
+    }
+
+    fn encode(&mut self, id: &RequestId, method: &str) -> Encoded {
+        let arguments = self.arguments.take();
+        Encoded::passing(id.clone(), method, self.params.take().as_ref(), arguments.as_ref())
+    }
 }
 
 impl Params for Option<Value> {
@@ -920,18 +963,24 @@ impl UpstreamSession {
     /// that passes the result on without looking inside, as a plain `tools/call`'s), over a
     /// 2025-11-25 session the result stays the text the upstream wrote ([`Payload::Raw`]), read
     /// only as far as checking that it is JSON and an object. (A 2026-07-28 upstream's result
-    /// is read: the gateway rewrites it.)
+    /// is read: the gateway rewrites it.) A `tools/call`'s `arguments`, when the front door
+    /// kept them as the client wrote them ([`RawArguments`]), go so to a 2025-11-25 session:
+    /// never read into a tree nor written again; a 2026-07-28 session gets them in the params
+    /// it rewrites.
     #[allow(clippy::manual_async_fn)]
     pub fn request_payload<'a>(
         &'a self,
         id: RequestId,
-        method: &str,
+        method: &'a str,
         params: Option<Value>,
+        arguments: Option<RawArguments>,
         related: Option<crate::Sender<Message>>,
         pass: bool,
     ) -> impl std::future::Future<Output = Result<Payload, UpstreamError>> + 'a {
-        let mut message = Message::request(id, method, params);
-        async move { self.run(&mut message, related.as_ref(), pass).await }
+        async move {
+            let mut params = Passing { params, arguments };
+            self.run_parts(&id, method, &mut params, related.as_ref(), pass).await
+        }
     }
 
     /// A request with the session moved in, for a call that outlives its caller (a wrapped
@@ -1073,7 +1122,7 @@ impl UpstreamSession {
         if ready.modern.is_some() {
             return Sent::Done(Box::pin(self.modern_attempt(ready, id, method, params.take_value(), related)).await);
         }
-        let mut request = Encoded::request(id.clone(), method, params.take_value().as_ref());
+        let mut request = params.encode(id, method);
         request.pass = pass;
         if let Channel::Stdio(stdio) = &ready.channel {
             // A process has no session to expire and keeps its revision for life (a legacy

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
-use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RequestId};
+use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RawArguments, RequestId};
 use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
 
 use crate::outbound::{Frame, Outbound};
@@ -383,6 +383,8 @@ pub(crate) struct ClientRequest {
     pub id: RequestId,
     pub method: String,
     pub params: Option<Value>,
+    /// A `tools/call`'s arguments as the client wrote them, apart from `params`.
+    pub arguments: Option<RawArguments>,
     pub reply: Outbound,
     pub mode: TaskMode,
     /// The client request's span (the front door's `mcp_request`): what runs for the request
@@ -414,7 +416,15 @@ impl Handler<ClientRequest> for SessionActor {
     type Result = Result<(), GatewayError>;
 
     fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
-        let ClientRequest { id, method, params, reply, mode, span } = msg;
+        let ClientRequest { id, method, mut params, arguments, reply, mode, span } = msg;
+        // Only a call passes its arguments on as written; any other method reads its params.
+        let arguments = match arguments {
+            Some(arguments) if method != methods::TOOLS_CALL => {
+                arguments.restore(&mut params);
+                None
+            }
+            arguments => arguments,
+        };
         if self.requests.contains_key(&id) {
             return Err(GatewayError::InvalidRequest(format!(
                 "request id {id} is already in use by a request in progress in this session"
@@ -449,7 +459,7 @@ impl Handler<ClientRequest> for SessionActor {
         match method.as_str() {
             methods::PING => self.finish(id, Ok(json!({}))),
             methods::TOOLS_LIST => self.list_tools(id, params, ctx),
-            methods::TOOLS_CALL => self.call_tool(id, params, ctx),
+            methods::TOOLS_CALL => self.call_tool(id, params, arguments, ctx),
             methods::TASKS_GET => self.get_task(id, params, ctx),
             methods::TASKS_RESULT => self.task_result(id, params, ctx),
             methods::TASKS_LIST => self.list_tasks(id, params, ctx),

@@ -355,7 +355,18 @@ impl SessionActor {
         }
         let span = self.upstream_span(&id, method, &upstream);
         let call = tracing::Instrument::instrument(
-            relay_call(session, method, upstream_id, params, Some(reply), progress, true, self.myself.clone(), false),
+            relay_call(
+                session,
+                method,
+                upstream_id,
+                params,
+                None,
+                Some(reply),
+                progress,
+                true,
+                self.myself.clone(),
+                false,
+            ),
             span,
         );
         let naming = self.naming_of(&upstream);

@@ -216,6 +216,7 @@ pub(crate) async fn relay_call(
     method: &'static str,
     upstream_id: RequestId,
     params: Value,
+    arguments: Option<RawArguments>,
     reply: Option<Outbound>,
     progress: Option<Addr<ProgressActor>>,
     finish: bool,
@@ -223,7 +224,7 @@ pub(crate) async fn relay_call(
     pass: bool,
 ) -> Result<Payload, taskgate_upstream::UpstreamError> {
     let (related, mut notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
-    let call = session.request_payload(upstream_id.clone(), method, Some(params), Some(related), pass);
+    let call = session.request_payload(upstream_id.clone(), method, Some(params), arguments, Some(related), pass);
     tokio::pin!(call);
     let forward = |note: RpcMessage| {
         let progress = progress.clone();

@@ -36,9 +36,17 @@ impl SessionActor {
         }));
     }
 
-    pub(super) fn call_tool(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
+    /// A call; `arguments`, when the front door kept them as the client wrote them (an object,
+    /// checked), are not in `params`.
+    pub(super) fn call_tool(
+        &mut self,
+        id: RequestId,
+        params: Option<Value>,
+        arguments: Option<RawArguments>,
+        ctx: &mut Context<Self>,
+    ) {
         let view = match mcp::ToolCallView::from_params(params.as_ref()) {
-            Ok(view) => view,
+            Ok(view) => mcp::ToolCallView { arguments, ..view },
             Err(why) => return self.finish(id, Err(GatewayError::InvalidParams(why))),
         };
         let name = view.name.clone();
@@ -91,7 +99,7 @@ impl SessionActor {
         }
         let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
         let support = tasks::task_support(&entry, upstream_config);
-        let mcp::ToolCallView { name, task: requested } = view;
+        let mcp::ToolCallView { name, task: requested, arguments } = view;
         let mode = self.requests.get(&id).map(|r| r.mode).unwrap_or_default();
         let requested = match (mode, support) {
             (TaskMode::Requested, _) => requested,
@@ -115,6 +123,15 @@ impl SessionActor {
         if let (TaskMode::GatewayDecides { .. }, Some(Value::Object(p))) = (mode, params.as_mut()) {
             p.remove("task");
         }
+        // A task keeps its params as a tree (in its record, for its call and a restart): the
+        // arguments go back in. A plain call passes them on as written.
+        let arguments = match arguments {
+            Some(arguments) if requested.is_some() => {
+                arguments.restore(&mut params);
+                None
+            }
+            arguments => arguments,
+        };
         let Some(session) = self.upstream_session(&entry.upstream, ctx) else {
             let e = GatewayError::Internal(format!("upstream '{}' has no connector", entry.upstream));
             return self.finish(id, Err(e));
@@ -170,7 +187,7 @@ impl SessionActor {
                     }
                 }));
             }
-            (None, _) => self.forward_call(id, upstream_params, entry.upstream.clone(), session, ctx),
+            (None, _) => self.forward_call(id, upstream_params, arguments, entry.upstream.clone(), session, ctx),
         }
     }
 
@@ -178,6 +195,7 @@ impl SessionActor {
         &mut self,
         id: RequestId,
         params: Value,
+        arguments: Option<RawArguments>,
         upstream: String,
         session: UpstreamSession,
         ctx: &mut Context<Self>,
@@ -201,6 +219,7 @@ impl SessionActor {
                 methods::TOOLS_CALL,
                 upstream_id,
                 params,
+                arguments,
                 Some(reply),
                 progress,
                 true,

@@ -629,6 +629,7 @@ impl Actor for TaskActor {
                             id,
                             *params,
                             None,
+                            None,
                             Some(progress),
                             false,
                             None,

@@ -99,13 +99,12 @@ fn header_version(headers: &HeaderMap) -> Option<&str> {
 pub async fn serve(
     headers: &HeaderMap,
     identity: Identity,
-    message: Message,
-    fields: PerRequest,
+    (message, fields, arguments): taskgate_protocol::jsonrpc::Front,
     gateway: &Gateway,
     state: Arc<Modern>,
 ) -> HttpResponse {
     let (id, method, params) = match message {
-        Message::Request { id, method, params } => (id, method, params),
+        Message::Request { id, method, params } => (id, method, Params { tree: params, arguments }),
         // streamable-http "Sending Messages": an accepted notification gets 202. None is
         // defined over HTTP in this revision (cancellation is closing the stream).
         Message::Notification { method, .. } => {
@@ -124,7 +123,7 @@ pub async fn serve(
     // basic "`_meta`": a missing required field MUST get -32602 with 400. The fields were taken
     // out of `_meta` as the body was parsed (Message::from_slice_front): they are the gateway's
     // to read, not the upstream's.
-    let checked = RequestMeta::checked(fields, params.as_ref())
+    let checked = RequestMeta::checked(fields, params.tree.as_ref())
         .map_err(|e| match e {
             MetaError::Unsupported(v) => {
                 GatewayError::UnsupportedRevision(taskgate_core::logs::Untrusted(&v).to_string())
@@ -132,7 +131,7 @@ pub async fn serve(
             MetaError::Invalid(why) => GatewayError::InvalidMeta(why),
         })
         .and_then(|request_meta| {
-            standard_headers(headers, &method, params.as_ref(), request_meta.version)?;
+            standard_headers(headers, &method, params.tree.as_ref(), request_meta.version)?;
             Ok(request_meta)
         });
     let request_meta = match checked {
@@ -145,11 +144,29 @@ pub async fn serve(
     }
 }
 
+/// A request's params as the front door read them: a `tools/call`'s arguments as the client
+/// wrote them apart from the rest ([`Message::from_slice_front`]).
+struct Params {
+    tree: Option<Value>,
+    arguments: Option<taskgate_protocol::RawArguments>,
+}
+
+impl Params {
+    /// The params whole, as a tree.
+    fn whole(self) -> Option<Value> {
+        let Params { mut tree, arguments } = self;
+        if let Some(arguments) = arguments {
+            arguments.restore(&mut tree);
+        }
+        tree
+    }
+}
+
 async fn serve_request(
     identity: Identity,
     id: &RequestId,
     method: String,
-    params: Option<Value>,
+    params: Params,
     request_meta: RequestMeta,
     gateway: &Gateway,
     state: Arc<Modern>,
@@ -157,14 +174,14 @@ async fn serve_request(
     match method.as_str() {
         modern::methods::SERVER_DISCOVER => Ok(discover(gateway, &identity, id)),
         modern::methods::SUBSCRIPTIONS_LISTEN => {
-            listen::serve(gateway, identity, id.clone(), params, &request_meta, &state).await
+            listen::serve(gateway, identity, id.clone(), params.whole(), &request_meta, &state).await
         }
         methods::TASKS_GET | methods::TASKS_CANCEL | modern::methods::TASKS_UPDATE => {
             // ext-tasks "Error Handling": -32021 for a client that did not declare the extension.
             if !request_meta.declares_tasks() {
                 return Err(missing_tasks_extension(&method));
             }
-            tasks::serve(gateway, &identity, id.clone(), &method, params, &request_meta, state).await
+            tasks::serve(gateway, &identity, id.clone(), &method, params.whole(), &request_meta, state).await
         }
         methods::TOOLS_LIST
         | methods::TOOLS_CALL
@@ -280,22 +297,27 @@ async fn forward(
     identity: Identity,
     client_id: RequestId,
     method: String,
-    params: Option<Value>,
+    params: Params,
     request_meta: RequestMeta,
     state: Arc<Modern>,
 ) -> Result<HttpResponse, GatewayError> {
-    let mut params = params.unwrap_or_else(|| json!({}));
-    let first_wait = Duration::from_millis(gateway.config().server.first_message_wait_ms);
-    let client_token = params.get("_meta").and_then(|m| m.get(taskgate_protocol::mcp::meta::PROGRESS_TOKEN)).cloned();
-    // A retry (basic/patterns/mrtr): it resumes the exchange its requestState names.
-    if params.get("requestState").is_some() {
-        return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token, first_wait).await);
-    }
     // The digest binds a requestState to this request; a client that declared none of the
     // capabilities input requests need is never sent one (basic/patterns/mrtr: inputRequests
     // only for declared capabilities), so it has none to bind. Were one issued all the same,
     // it would be bound to the empty digest, which no retry matches.
     let may_be_asked = ["elicitation", "sampling", "roots"].iter().any(|c| request_meta.capabilities.get(c).is_some());
+    // The digest and a retry read the arguments as a tree (the same whatever the spacing a
+    // client writes them with); otherwise they go on as written.
+    let retry = params.tree.as_ref().is_some_and(|p| p.get("requestState").is_some());
+    let (params, arguments) =
+        if may_be_asked || retry { (params.whole(), None) } else { (params.tree, params.arguments) };
+    let mut params = params.unwrap_or_else(|| json!({}));
+    let first_wait = Duration::from_millis(gateway.config().server.first_message_wait_ms);
+    let client_token = params.get("_meta").and_then(|m| m.get(taskgate_protocol::mcp::meta::PROGRESS_TOKEN)).cloned();
+    // A retry (basic/patterns/mrtr): it resumes the exchange its requestState names.
+    if retry {
+        return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token, first_wait).await);
+    }
     let digest = if may_be_asked { state::digest(&method, Some(&params)) } else { String::new() };
     let session =
         gateway.pooled_session(&identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
@@ -332,6 +354,6 @@ async fn forward(
         identity,
         digest,
     };
-    let messages = call.session.request_with(internal_id, method, Some(params), mode).await?;
+    let messages = call.session.request_with(internal_id, method, Some(params), arguments, mode).await?;
     Ok(exchange::respond(state, call, messages, first_wait).await)
 }
