@@ -164,13 +164,14 @@ pub async fn body(
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<web::BytesMut, GatewayError> {
-    if let Some(length) = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok()) {
-        if length > limit {
-            return Err(GatewayError::PayloadTooLarge { limit });
-        }
+    let length = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok());
+    if length.is_some_and(|length| length > limit) {
+        return Err(GatewayError::PayloadTooLarge { limit });
     }
     let read = async {
-        let mut body = web::BytesMut::new();
+        // The length announced (within the limit) is taken at once: a large body is not
+        // copied again each time the buffer would grow.
+        let mut body = web::BytesMut::with_capacity(length.unwrap_or(0));
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
             if body.len() + chunk.len() > limit {

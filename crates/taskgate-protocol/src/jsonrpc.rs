@@ -311,19 +311,22 @@ impl Message {
     /// A request's compact JSON text, written from its parts (as [`Message::to_json`] writes
     /// the [`Message::Request`] they make), with no message made first.
     pub fn request_json(id: &RequestId, method: &str, params: Option<&Value>) -> String {
-        Message::request_json_passing(id, method, params, None)
+        serde_json::to_string(&RequestParts { id, method, params, arguments: None }).expect("messages serialize")
     }
 
-    /// [`Message::request_json`] with a `tools/call`'s `arguments` written as the client wrote
-    /// them, the last member of `params` (a `params` that is not an object, which no message
-    /// read has, is written without them).
-    pub fn request_json_passing(
+    /// [`Message::request_json`] as bytes, with a `tools/call`'s `arguments` written as the
+    /// client wrote them, the last member of `params` (a `params` that is not an object, which
+    /// no message read has, is written without them). The buffer is sized for the arguments at
+    /// once: a large argument is not copied again each time it would grow.
+    pub fn request_bytes_passing(
         id: &RequestId,
         method: &str,
         params: Option<&Value>,
         arguments: Option<&RawArguments>,
-    ) -> String {
-        serde_json::to_string(&RequestParts { id, method, params, arguments }).expect("messages serialize")
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(arguments.map_or(0, |a| a.get().len()) + 128);
+        serde_json::to_writer(&mut out, &RequestParts { id, method, params, arguments }).expect("messages serialize");
+        out
     }
 }
 
@@ -657,7 +660,8 @@ mod tests {
         let Message::Request { id, method, params } = &message else { panic!("a request") };
         assert_eq!(params.as_ref().unwrap().get("arguments"), None, "not in the params");
         // Written for the upstream: the arguments as they came, the last member of the params.
-        let json = Message::request_json_passing(id, method, params.as_ref(), Some(&arguments));
+        let json =
+            String::from_utf8(Message::request_bytes_passing(id, method, params.as_ref(), Some(&arguments))).unwrap();
         assert!(json.ends_with(&format!(r#""arguments":{written}}}}}"#)), "{json}");
         let mut whole = params.clone();
         arguments.clone().restore(&mut whole);
@@ -668,7 +672,7 @@ mod tests {
             Message::from_slice(body.as_bytes()).unwrap().unwrap()
         );
         // Arguments alone make the params.
-        let json = Message::request_json_passing(id, method, None, Some(&arguments));
+        let json = String::from_utf8(Message::request_bytes_passing(id, method, None, Some(&arguments))).unwrap();
         assert!(json.ends_with(&format!(r#""params":{{"arguments":{written}}}}}"#)), "{json}");
 
         // Kept in the params: another method, `method` after `params`, not an object, on

@@ -678,7 +678,7 @@ impl Encoded {
         params: Option<&Value>,
         arguments: Option<&RawArguments>,
     ) -> Encoded {
-        let json = Message::request_json_passing(&id, method, params, arguments).into();
+        let json = Message::request_bytes_passing(&id, method, params, arguments).into();
         let initialize = method == methods::INITIALIZE;
         let creates_task = params.is_some_and(|p| p.get("task").is_some());
         let on_stream =
