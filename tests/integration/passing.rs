@@ -285,3 +285,30 @@ async fn a_calls_arguments_reach_a_stdio_upstream_as_the_client_wrote_them() {
     assert!(Message::from_slice(line.as_bytes()).unwrap().is_ok(), "{line}");
     assert!(line.contains(&format!(r#""arguments":{arguments}"#)), "{line}");
 }
+
+/// A body is read into a buffer that takes at most 1 MiB of its announced length at once: a
+/// call larger still arrives whole, announced or chunked, and its arguments reach the upstream
+/// as they were sent.
+#[actix_rt::test]
+async fn a_call_larger_than_what_the_front_door_takes_at_once_reaches_the_upstream_whole() {
+    let (url, seen) = recording_http_upstream().await;
+    let mut upstream = UpstreamConfig::http("canned", &url);
+    upstream.protocol = UpstreamProtocol::Legacy;
+    let gw = TestGateway::start(config_with(vec![upstream]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let text: String = (0..(3 << 19)).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let arguments = format!(r#"{{"shape":"json","text":"{text}"}}"#);
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"canned__exact","arguments":{arguments}}}}}"#
+    );
+    let r = c.post_raw(body.clone(), &[]).await;
+    assert_eq!(r.outcome().unwrap()["structuredContent"]["z"], 1, "announced");
+    assert_eq!(last_arguments(&seen), arguments);
+    seen.lock().clear();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        body.into_bytes().chunks(100_000).map(|c| Ok(c.to_vec())).collect();
+    let r = c.post_raw(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)), &[]).await;
+    assert_eq!(r.outcome().unwrap()["structuredContent"]["z"], 1, "chunked");
+    assert_eq!(last_arguments(&seen), arguments);
+}

@@ -155,6 +155,9 @@ pub fn session_id(headers: &HeaderMap) -> Option<&str> {
     header_str(headers, &SESSION_NAME)
 }
 
+/// The most of a body's announced length taken before its bytes arrive.
+const BODY_RESERVED_AT_ONCE: usize = 1 << 20;
+
 /// Reads the body, refusing more than `limit` bytes as soon as they arrive, and a body that
 /// takes longer than `timeout` in all (a client trickling bytes holds a connection and a
 /// descriptor; it gets 408 and the connection closes).
@@ -169,9 +172,11 @@ pub async fn body(
         return Err(GatewayError::PayloadTooLarge { limit });
     }
     let read = async {
-        // The length announced (within the limit) is taken at once: a large body is not
-        // copied again each time the buffer would grow.
-        let mut body = web::BytesMut::with_capacity(length.unwrap_or(0));
+        // The length announced (within the limit) is taken at once, up to a bound: a large
+        // body is not copied again each time the buffer would grow, and a client that
+        // announces much and sends little makes the gateway hold no more than it sends plus
+        // that bound.
+        let mut body = web::BytesMut::with_capacity(length.unwrap_or(0).min(BODY_RESERVED_AT_ONCE));
         while let Some(chunk) = payload.next().await {
             let chunk = chunk.map_err(|e| GatewayError::InvalidRequest(format!("could not read the body: {e}")))?;
             if body.len() + chunk.len() > limit {
