@@ -237,14 +237,20 @@ fn last_arguments(seen: &Seen) -> String {
     values.next().expect("a value").unwrap().get().to_owned()
 }
 
-#[actix_rt::test]
-async fn a_calls_arguments_reach_an_http_upstream_as_the_client_wrote_them() {
+/// A gateway in front of a [`recording_http_upstream`] (2025-11-25), and a client with a session.
+async fn gateway_before_a_recording_upstream() -> (TestGateway, McpClient, Seen) {
     let (url, seen) = recording_http_upstream().await;
     let mut upstream = UpstreamConfig::http("canned", &url);
     upstream.protocol = UpstreamProtocol::Legacy;
     let gw = TestGateway::start(config_with(vec![upstream]));
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
+    (gw, c, seen)
+}
+
+#[actix_rt::test]
+async fn a_calls_arguments_reach_an_http_upstream_as_the_client_wrote_them() {
+    let (gw, mut c, seen) = gateway_before_a_recording_upstream().await;
     // A 2025-11-25 session's call, answered as JSON and as SSE.
     for accept in ["application/json, text/event-stream", "text/event-stream"] {
         sent_as_written(&call_text_written(&c, accept, ARGUMENTS).await);
@@ -291,12 +297,7 @@ async fn a_calls_arguments_reach_a_stdio_upstream_as_the_client_wrote_them() {
 /// as they were sent.
 #[actix_rt::test]
 async fn a_call_larger_than_what_the_front_door_takes_at_once_reaches_the_upstream_whole() {
-    let (url, seen) = recording_http_upstream().await;
-    let mut upstream = UpstreamConfig::http("canned", &url);
-    upstream.protocol = UpstreamProtocol::Legacy;
-    let gw = TestGateway::start(config_with(vec![upstream]));
-    let mut c = McpClient::new(&gw.url);
-    c.initialize().await;
+    let (_gw, c, seen) = gateway_before_a_recording_upstream().await;
     let text: String = (0..(3 << 19)).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
     let arguments = format!(r#"{{"shape":"json","text":"{text}"}}"#);
     let body = format!(
