@@ -1175,12 +1175,11 @@ mod strict {
                     if slot.is_some() || object.contains_key(&key) {
                         return Err(duplicate(&key));
                     }
-                    match RawArguments::passable(raw) {
-                        Some(passed) => {
-                            again(raw, Checked)?;
-                            *slot = Some(passed);
-                        }
-                        None => insert(&mut object, key, again(raw, Strict)?)?,
+                    if RawArguments::passable(raw) {
+                        again(raw, Checked)?;
+                        *slot = Some(RawArguments::checked(raw));
+                    } else {
+                        insert(&mut object, key, again(raw, Strict)?)?;
                     }
                     continue;
                 }

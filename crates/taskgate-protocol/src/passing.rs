@@ -56,9 +56,14 @@ impl RawResult {
 pub struct RawArguments(Box<RawValue>);
 
 impl RawArguments {
-    /// `raw`, read strictly, when it can be passed on as it is (see [`RawResult::passable`]).
-    pub(crate) fn passable(raw: &RawValue) -> Option<RawArguments> {
-        RawResult::passable(raw).then(|| RawArguments(raw.to_owned()))
+    /// Whether `raw` can be passed on as it is (see [`RawResult::passable`]).
+    pub(crate) fn passable(raw: &RawValue) -> bool {
+        RawResult::passable(raw)
+    }
+
+    /// `raw`, once the front door has checked it strictly.
+    pub(crate) fn checked(raw: &RawValue) -> RawArguments {
+        RawArguments(raw.to_owned())
     }
 
     /// The JSON text.
