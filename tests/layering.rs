@@ -51,7 +51,6 @@ const KNOWN_CIRCLES: &[(&str, &[&str])] = &[
     ),
     ("taskgate-demo", &["conformance.rs", "offerings.rs", "tools.rs"]),
     ("taskgate-http", &["modern/exchange.rs", "modern/listen.rs", "modern/mod.rs", "modern/tasks.rs"]),
-    ("taskgate-protocol", &["jsonrpc.rs", "mcp.rs", "modern.rs", "passing.rs", "tasks.rs"]),
     ("taskgate-upstream", &["events.rs", "http.rs", "modern.rs", "session.rs", "shared.rs", "stdio.rs"]),
 ];
 
@@ -66,7 +65,6 @@ const KNOWN_LONG: &[&str] = &[
     "crates/taskgate-core/src/tasks/service.rs",
     "crates/taskgate-demo/src/tools.rs",
     "crates/taskgate-http/src/modern/exchange.rs",
-    "crates/taskgate-protocol/src/jsonrpc.rs",
     "crates/taskgate-store/src/redis.rs",
     "crates/taskgate-upstream/src/http.rs",
     "crates/taskgate-upstream/src/modern.rs",

@@ -424,7 +424,7 @@ impl DemoServer {
         related: &mpsc::Sender<Message>,
     ) -> Result<Value, ErrorObject> {
         let name = params.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let task = wire_tasks::requested_task(Some(&params)).map_err(ErrorObject::invalid_params)?;
+        let task = taskgate_protocol::mcp::requested_task(Some(&params)).map_err(ErrorObject::invalid_params)?;
         let support = self
             .tools()
             .into_iter()

@@ -1,7 +1,9 @@
 //! Wire types for taskgate: JSON-RPC 2.0 and the parts of MCP revision 2025-11-25 the gateway
 //! reads or writes. This crate depends on serde alone (architecture invariant 1).
 //!
-//! - [`jsonrpc`]: the envelope (requests, notifications, responses, errors) and its strict parser.
+//! - [`jsonrpc`]: the envelope (requests, notifications, responses, errors) and its parser.
+//! - [`front`]: the front door's strict reading of a client's message (no key twice), with the
+//!   2026-07-28 per-request fields and a call's arguments kept apart as they are read.
 //! - [`codes`]: JSON-RPC and MCP error codes.
 //! - [`mcp`]: method names, protocol versions, `_meta` keys, capabilities and typed views of the
 //!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
@@ -14,11 +16,13 @@
 //! needs and everything else (unknown fields, `_meta` keys) survives untouched (invariant 5).
 
 pub mod codes;
+pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod modern;
 pub mod passing;
 pub mod sse;
+mod strict;
 pub mod tasks;
 
 pub use jsonrpc::{ErrorObject, Message, MessageError, RequestId};

@@ -256,7 +256,7 @@ impl ToolCallView {
         if params.and_then(|p| p.get("arguments")).is_some_and(|a| !a.is_object()) {
             return Err("tools/call \"arguments\" must be an object".into());
         }
-        let task = crate::tasks::requested_task(params)?;
+        let task = requested_task(params)?;
         Ok(ToolCallView { name, task, arguments: None })
     }
 }
@@ -331,6 +331,22 @@ pub fn cursor(params: Option<&Value>) -> Result<Option<&str>, String> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err("\"cursor\" must be a string".into()),
+    }
+}
+
+/// The `task` field of task-augmented request params: `Ok(None)` when absent; the requested
+/// ttl in milliseconds when present; `Err` when malformed.
+pub fn requested_task(params: Option<&Value>) -> Result<Option<Option<u64>>, String> {
+    match params.and_then(|p| p.get("task")) {
+        None => Ok(None),
+        Some(Value::Object(task)) => match task.get("ttl") {
+            None | Some(Value::Null) => Ok(Some(None)),
+            Some(ttl) => match ttl.as_u64() {
+                Some(ms) => Ok(Some(Some(ms))),
+                None => Err(format!("task.ttl must be a whole number of milliseconds, got {ttl}")),
+            },
+        },
+        Some(other) => Err(format!("\"task\" must be an object like {{\"ttl\": 60000}}, got {other}")),
     }
 }
 

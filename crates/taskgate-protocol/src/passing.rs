@@ -12,7 +12,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::jsonrpc::{Message, MessageError, RequestId};
+use crate::jsonrpc::{Message, MessageError, RequestId, RequestParts};
 
 /// A JSON object as an upstream wrote it: valid JSON (checked as it was read), an object, on
 /// one line (it may go out as an SSE event's one `data:` line, or a stdio line, as it is). It
@@ -364,6 +364,23 @@ impl<'de> Visitor<'de> for IdSeed {
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<RequestId, E> {
         Ok(RequestId::String(v))
+    }
+}
+
+impl Message {
+    /// [`Message::request_json`] as bytes, with a `tools/call`'s `arguments` written as the
+    /// client wrote them, the last member of `params` (a `params` that is not an object, which
+    /// no message read has, is written without them). The buffer is sized for the arguments at
+    /// once: a large argument is not copied again each time it would grow.
+    pub fn request_bytes_passing(
+        id: &RequestId,
+        method: &str,
+        params: Option<&Value>,
+        arguments: Option<&RawArguments>,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(arguments.map_or(0, |a| a.get().len()) + 128);
+        serde_json::to_writer(&mut out, &RequestParts { id, method, params, arguments: arguments.map(RawArguments::as_raw) }).expect("messages serialize");
+        out
     }
 }
 

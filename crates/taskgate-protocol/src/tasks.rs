@@ -162,21 +162,6 @@ pub fn with_related_task(mut result: Value, task_id: &str) -> Value {
     result
 }
 
-/// The `task` field of task-augmented request params: `Ok(None)` when absent; the requested
-/// ttl in milliseconds when present; `Err` when malformed.
-pub fn requested_task(params: Option<&Value>) -> Result<Option<Option<u64>>, String> {
-    match params.and_then(|p| p.get("task")) {
-        None => Ok(None),
-        Some(Value::Object(task)) => match task.get("ttl") {
-            None | Some(Value::Null) => Ok(Some(None)),
-            Some(ttl) => match ttl.as_u64() {
-                Some(ms) => Ok(Some(Some(ms))),
-                None => Err(format!("task.ttl must be a whole number of milliseconds, got {ttl}")),
-            },
-        },
-        Some(other) => Err(format!("\"task\" must be an object like {{\"ttl\": 60000}}, got {other}")),
-    }
-}
 
 /// Formats milliseconds since the Unix epoch as RFC 3339 / ISO 8601 UTC, e.g.
 /// `2025-11-25T10:30:00.123Z`.
@@ -257,6 +242,7 @@ mod tests {
 
     #[test]
     fn requested_task_and_related_meta() {
+        use crate::mcp::requested_task;
         assert_eq!(requested_task(Some(&json!({}))), Ok(None));
         assert_eq!(requested_task(Some(&json!({"task": {}}))), Ok(Some(None)));
         assert_eq!(requested_task(Some(&json!({"task": {"ttl": 5}}))), Ok(Some(Some(5))));

@@ -99,7 +99,7 @@ fn header_version(headers: &HeaderMap) -> Option<&str> {
 pub async fn serve(
     headers: &HeaderMap,
     identity: Identity,
-    (message, fields, arguments): taskgate_protocol::jsonrpc::Front,
+    (message, fields, arguments): taskgate_protocol::front::Front,
     gateway: &Gateway,
     state: Arc<Modern>,
 ) -> HttpResponse {
