@@ -136,7 +136,6 @@ pub enum Message {
     },
 }
 
-
 /// Why a JSON value is not a JSON-RPC message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageError {
@@ -180,7 +179,6 @@ impl Message {
         }
         .into_message()
     }
-
 
     /// Parses raw bytes; JSON syntax errors are reported separately from envelope errors.
     pub fn from_slice(bytes: &[u8]) -> Result<Result<Message, MessageError>, serde_json::Error> {
@@ -272,7 +270,6 @@ impl Message {
     pub fn request_json(id: &RequestId, method: &str, params: Option<&Value>) -> String {
         serde_json::to_string(&RequestParts { id, method, params, arguments: None }).expect("messages serialize")
     }
-
 }
 
 /// A request's borrowed parts, written as the request.

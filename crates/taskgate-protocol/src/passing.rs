@@ -379,7 +379,11 @@ impl Message {
         arguments: Option<&RawArguments>,
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(arguments.map_or(0, |a| a.get().len()) + 128);
-        serde_json::to_writer(&mut out, &RequestParts { id, method, params, arguments: arguments.map(RawArguments::as_raw) }).expect("messages serialize");
+        serde_json::to_writer(
+            &mut out,
+            &RequestParts { id, method, params, arguments: arguments.map(RawArguments::as_raw) },
+        )
+        .expect("messages serialize");
         out
     }
 }

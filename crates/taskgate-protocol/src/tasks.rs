@@ -162,7 +162,6 @@ pub fn with_related_task(mut result: Value, task_id: &str) -> Value {
     result
 }
 
-
 /// Formats milliseconds since the Unix epoch as RFC 3339 / ISO 8601 UTC, e.g.
 /// `2025-11-25T10:30:00.123Z`.
 pub fn rfc3339(ms: u64) -> String {

@@ -17,7 +17,34 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-use crate::UpstreamEvent;
+use serde_json::Value;
+use taskgate_protocol::RequestId;
+
+/// A message an upstream sent on its own initiative.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamEvent {
+    /// A notification (progress, list changes, log messages…).
+    Notification {
+        /// Method name.
+        method: String,
+        /// Params as sent.
+        params: Option<Value>,
+        /// The upstream-local id of the request on whose response stream it arrived.
+        related: Option<RequestId>,
+    },
+    /// A request to the client (elicitation, sampling, roots…); answer with
+    /// [`UpstreamSession::respond`](crate::UpstreamSession::respond).
+    Request {
+        /// The upstream's id for it.
+        id: RequestId,
+        /// Method name.
+        method: String,
+        /// Params as sent.
+        params: Option<Value>,
+        /// The upstream-local id of the request on whose response stream it arrived.
+        related: Option<RequestId>,
+    },
+}
 
 type Event = Box<UpstreamEvent>;
 

@@ -13,13 +13,20 @@
 //! [`UpstreamEvent`]s on a bounded channel given to the session's owner.
 
 mod client;
+mod connector;
+mod endpoint;
 mod error;
 mod events;
 pub mod http;
+mod identity;
 mod modern;
+mod observer;
+mod routes;
 mod session;
 mod shared;
 pub mod stdio;
+mod transport;
+mod wire;
 
 pub use error::UpstreamError;
 
@@ -69,11 +76,12 @@ where
     }
 }
 
-pub use events::{channel, event_channel, EventReceiver, EventSender, NotSent, Receiver, Sender};
-pub use session::{
-    CallState, ClientIdentity, Connector, ProgressRoute, RequestObserver, SessionResume, StreamHold, UpstreamEvent,
-    UpstreamSession, WaitingCall, WeakUpstreamSession,
-};
+pub use connector::Connector;
+pub use events::{channel, event_channel, EventReceiver, EventSender, NotSent, Receiver, Sender, UpstreamEvent};
+pub use identity::{ClientIdentity, SessionResume};
+pub use observer::RequestObserver;
+pub use routes::{ProgressRoute, StreamHold};
+pub use session::{CallState, UpstreamSession, WaitingCall, WeakUpstreamSession};
 
 /// A table that emptied after a burst keeps its peak capacity until told otherwise: one whose
 /// last entry just went gives it back above this many slots.

@@ -21,13 +21,12 @@
 //! connector keeps one session per key, and `shared_idle_secs` after its last lane left.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::RequestId;
 
-use crate::events::EventSender;
-use crate::session::{ConnectorInner, UpstreamEvent};
+use crate::events::{EventSender, UpstreamEvent};
 
 /// Requests whose lane is remembered after they ended: what the upstream sent about a request
 /// is read by the session's pump, which may come to it after the response.
@@ -57,9 +56,9 @@ impl Owners {
 
 /// The lanes of one shared session.
 pub(crate) struct Lanes {
-    /// The sharing key, and the connector whose pool holds the session by it.
-    key: String,
-    connector: Weak<ConnectorInner>,
+    /// Told when the last lane leaves (the `emptied`th time): the connector whose pool holds
+    /// the session ends it after its idle time.
+    when_idle: Box<dyn Fn(u64) + Send + Sync>,
     table: parking_lot::Mutex<Table>,
 }
 
@@ -78,8 +77,8 @@ struct Table {
 }
 
 impl Lanes {
-    pub(crate) fn new(key: String, connector: Weak<ConnectorInner>) -> Lanes {
-        Lanes { key, connector, table: parking_lot::Mutex::default() }
+    pub(crate) fn new(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Lanes {
+        Lanes { when_idle, table: parking_lot::Mutex::default() }
     }
 
     /// A new lane, its events sent to `events`.
@@ -198,9 +197,7 @@ impl Lanes {
             table.emptied += 1;
             table.emptied
         };
-        if let Some(connector) = self.connector.upgrade() {
-            crate::session::Connector::from_inner(connector).shared_idle(&self.key, emptied);
-        }
+        (self.when_idle)(emptied);
     }
 }
 
@@ -264,7 +261,7 @@ mod tests {
     use taskgate_protocol::RequestId;
 
     use super::{Lanes, ENDED_KEPT};
-    use crate::session::{ClientIdentity, Connector, UpstreamEvent};
+    use crate::{ClientIdentity, Connector, UpstreamEvent};
 
     fn note(method: &str, related: Option<i64>) -> UpstreamEvent {
         UpstreamEvent::Notification { method: method.into(), params: None, related: related.map(RequestId::Number) }
@@ -282,7 +279,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_message_goes_to_the_lane_it_is_about_or_to_one_or_every_lane() {
-        let lanes = Arc::new(Lanes::new("k".into(), Weak::new()));
+        let lanes = Arc::new(Lanes::new(Box::new(|_| {})));
         let ((ta, mut ra), (tb, mut rb)) = (crate::event_channel(64), crate::event_channel(64));
         let (a, b) = (lanes.join(ta), lanes.join(tb));
         let (five, six) = (RequestId::Number(5), RequestId::Number(6));
@@ -353,12 +350,12 @@ mod tests {
             .map(|i| connector.open_shared(&format!("client {i}"), ClientIdentity::gateway, crate::event_channel(4).0))
             .collect();
         drop(lanes);
-        assert_eq!(connector.shared_sessions(), crate::session::MAX_IDLE_SHARED);
+        assert_eq!(connector.shared_sessions(), crate::connector::MAX_IDLE_SHARED);
     }
 
     #[tokio::test]
     async fn a_lane_whose_client_session_ended_is_passed_over() {
-        let lanes = Arc::new(Lanes::new("k".into(), Weak::new()));
+        let lanes = Arc::new(Lanes::new(Box::new(|_| {})));
         // Eight lanes whose sessions ended (tasks of theirs still hold them), one live.
         let ended: Vec<_> = (0..8).map(|_| lanes.join(crate::event_channel(64).0)).collect();
         let (tb, mut rb) = crate::event_channel(64);

@@ -18,7 +18,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit};
 
-use crate::session::{ChannelError, Encoded, Incoming, Routes};
+use crate::routes::{Incoming, Routes};
+use crate::wire::{ChannelError, Encoded};
 use crate::UpstreamError;
 
 /// Lines queued for the process's stdin.

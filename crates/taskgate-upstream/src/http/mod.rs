@@ -1,4 +1,11 @@
-//! The Streamable HTTP transport toward an upstream (basic/transports "Streamable HTTP").
+//! The Streamable HTTP transport toward an upstream (basic/transports "Streamable HTTP"):
+//! requests and their JSON or SSE replies here, the long-lived streams in `listen`, the bound
+//! on connections in `connections`.
+
+mod connections;
+mod listen;
+
+pub(crate) use connections::Connections;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,17 +23,14 @@ use taskgate_protocol::{Message, Payload, RequestId};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{HttpClient, HttpError, Reply, Target};
-use crate::session::{ChannelError, Encoded, Incoming, Routes};
+use crate::routes::{Incoming, Routes};
+use crate::wire::{ChannelError, Encoded};
 use crate::UpstreamError;
 
 const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
-pub(crate) const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
-pub(crate) const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const JSON_OR_SSE: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
-/// Longest wait between attempts to reopen the GET stream.
-const MAX_LISTEN_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A session's id and version as header values (see [`HttpChannel::build_headers`]).
 struct Built {
@@ -65,103 +69,6 @@ pub(crate) struct HttpChannel {
     /// (`None`: the upstream offers none).
     stream: watch::Sender<Option<bool>>,
     connections: Arc<Connections>,
-}
-
-/// Counts a long-lived stream as open (metrics) for as long as it lives.
-struct Counted<'a> {
-    channel: &'a HttpChannel,
-}
-
-impl<'a> Counted<'a> {
-    fn new(channel: &'a HttpChannel) -> Counted<'a> {
-        if let Some(observer) = &channel.connections.observer {
-            observer.stream(&channel.name, true);
-        }
-        Counted { channel }
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        if let Some(observer) = &self.channel.connections.observer {
-            observer.stream(&self.channel.name, false);
-        }
-    }
-}
-
-/// The bound on connections to one HTTP upstream (`upstream[].max_connections`), shared by all
-/// its sessions: a request holds one until its response is read, a long-lived stream (GET,
-/// `subscriptions/listen`) while it is open. A stream takes one only while a quarter of them
-/// (at least one) stays free, so streams never starve requests; a request waits for one,
-/// within its timeout. Responses and notifications to the upstream are not held to it (see
-/// `send`).
-pub(crate) struct Connections {
-    permits: Arc<tokio::sync::Semaphore>,
-    max: usize,
-    reserve: usize,
-    pub(crate) observer: Option<Arc<dyn crate::RequestObserver>>,
-    gauge: Option<Box<dyn Fn(usize) + Send + Sync>>,
-    waited: Option<Box<dyn Fn() + Send + Sync>>,
-}
-
-/// One connection's place under the bound, given back when dropped.
-pub(crate) struct ConnectionPermit {
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    connections: Arc<Connections>,
-}
-
-impl Drop for ConnectionPermit {
-    fn drop(&mut self) {
-        drop(self.permit.take());
-        self.connections.report();
-    }
-}
-
-impl Connections {
-    pub(crate) fn new(name: &str, max: usize, observer: Option<Arc<dyn crate::RequestObserver>>) -> Arc<Connections> {
-        let max = max.max(1);
-        let gauge = observer.as_ref().and_then(|o| o.connections_gauge(name));
-        let waited = observer.as_ref().and_then(|o| o.connection_waits(name));
-        Arc::new(Connections {
-            permits: Arc::new(tokio::sync::Semaphore::new(max)),
-            max,
-            reserve: (max / 4).max(1),
-            observer,
-            gauge,
-            waited,
-        })
-    }
-
-    /// A place for a request, waiting for one if all are taken.
-    async fn for_request(self: &Arc<Self>) -> ConnectionPermit {
-        let permit = match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                if let Some(waited) = &self.waited {
-                    waited();
-                }
-                self.permits.clone().acquire_owned().await.expect("the semaphore is never closed")
-            }
-        };
-        self.report();
-        ConnectionPermit { permit: Some(permit), connections: self.clone() }
-    }
-
-    /// A place for a long-lived stream, if one is free beyond the requests' reserve.
-    fn for_stream(self: &Arc<Self>) -> Option<ConnectionPermit> {
-        if self.permits.available_permits() <= self.reserve {
-            return None;
-        }
-        let permit = self.permits.clone().try_acquire_owned().ok()?;
-        self.report();
-        Some(ConnectionPermit { permit: Some(permit), connections: self.clone() })
-    }
-
-    fn report(&self) {
-        if let Some(gauge) = &self.gauge {
-            gauge(self.max - self.permits.available_permits());
-        }
-    }
 }
 
 impl HttpChannel {
@@ -581,227 +488,6 @@ impl HttpChannel {
         }
     }
 
-    /// Keeps the session's GET stream open for messages the upstream sends on its own. The
-    /// returned receiver settles once the first attempt has: the stream is open (the upstream
-    /// has answered its headers), or there is none to be had.
-    pub(crate) fn listen(
-        self: Arc<Self>,
-        mut listening: crate::session::Listening,
-    ) -> tokio::sync::oneshot::Receiver<()> {
-        let (settled, first) = tokio::sync::oneshot::channel();
-        let mut settled = Some(settled);
-        tokio::spawn(async move {
-            if !listening.wanted() {
-                // Until something needs the stream, the task is this small future; the loop
-                // (about 2.5 KB of state) is allocated only then. Nobody waits meanwhile.
-                settle(&mut settled);
-                if !until_wanted(&mut listening, &mut self.closed.clone()).await {
-                    return;
-                }
-            }
-            Box::pin(self.listen_loop(listening, settled)).await
-        });
-        first
-    }
-
-    /// The GET stream's loop (see [`Self::listen`]).
-    async fn listen_loop(
-        self: Arc<Self>,
-        mut listening: crate::session::Listening,
-        mut settled: Option<tokio::sync::oneshot::Sender<()>>,
-    ) {
-        {
-            let mut closed = self.closed.clone();
-            let mut backoff = Duration::from_millis(250);
-            loop {
-                if *closed.borrow() || !self.is_alive() {
-                    return;
-                }
-                if !listening.wanted() {
-                    // Nothing to receive what the stream would carry: nobody waits for it.
-                    settle(&mut settled);
-                    if !until_wanted(&mut listening, &mut closed).await {
-                        return;
-                    }
-                    continue;
-                }
-                let Some(_connection) = self.connections.for_stream() else {
-                    // No connection to spare for it under max_connections: try again later
-                    // (nobody waits for it meanwhile).
-                    tracing::debug!(upstream = %self.name, "no connection free for the GET stream; waiting");
-                    settle(&mut settled);
-                    if !back_off(&mut backoff, &mut closed).await {
-                        return;
-                    }
-                    continue;
-                };
-                let mut headers = self.headers();
-                headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-                let attempt = self.send_request(Method::GET, headers, Bytes::new());
-                let outcome = tokio::select! {
-                    r = attempt => r,
-                    _ = closed.changed() => return,
-                };
-                match outcome {
-                    Ok(r) if r.status() == StatusCode::METHOD_NOT_ALLOWED => {
-                        // No GET stream offered.
-                        self.stream.send_replace(None);
-                        return;
-                    }
-                    Ok(r) => match self.check_status(r).await {
-                        Ok(r) if is_media(content_type(&r), "text/event-stream") => {
-                            backoff = Duration::from_millis(250);
-                            settle(&mut settled);
-                            self.stream.send_replace(Some(true));
-                            let _counted = Counted::new(&self);
-                            let unneeded = tokio::select! {
-                                _ = self.read_stream(r, None, None) => false,
-                                _ = closed.changed() => return,
-                                _ = unwanted(&mut listening, self.stream_idle) => true,
-                            };
-                            self.stream.send_replace(Some(false));
-                            if unneeded {
-                                tracing::debug!(upstream = %self.name, "GET stream closed: nothing has needed it for a while");
-                                continue;
-                            }
-                        }
-                        Ok(_) => {
-                            tracing::warn!(upstream = %self.name, "GET stream answered without text/event-stream; not listening");
-                            self.stream.send_replace(None);
-                            return;
-                        }
-                        Err(ChannelError::Expired) => return,
-                        Err(ChannelError::Failed(e)) => {
-                            tracing::debug!(upstream = %self.name, error = %e, "GET stream failed")
-                        }
-                    },
-                    Err(e) => tracing::debug!(upstream = %self.name, error = %e, "GET stream failed"),
-                }
-                // The first attempt failed: nobody waits for the retries.
-                settle(&mut settled);
-                if !back_off(&mut backoff, &mut closed).await {
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Waits (at most `wait`) until the GET stream is open, unless the upstream offers none:
-    /// for a request whose effects come on it (`resources/subscribe`).
-    pub(crate) async fn stream_opened(&self, wait: Duration) {
-        let mut state = self.stream.subscribe();
-        let _ = tokio::time::timeout(wait, state.wait_for(|open| *open != Some(false))).await;
-    }
-
-    /// Keeps a 2026-07-28 `subscriptions/listen` stream open while `filter` names something to
-    /// listen for (basic/patterns/subscriptions) and something can receive what it carries
-    /// (`listening`, as for a GET stream), in place of the legacy GET stream: reopened with the
-    /// new filter when it changes, and after a backoff when the stream ends; closed after the
-    /// idle time once nothing needs it. What it carries goes where a GET stream's messages go.
-    pub(crate) fn subscribe(
-        self: Arc<Self>,
-        mut filter: watch::Receiver<Option<Value>>,
-        request: Box<dyn Fn(Value) -> Message + Send>,
-        mut listening: crate::session::Listening,
-    ) {
-        tokio::spawn(async move {
-            let mut closed = self.closed.clone();
-            let mut backoff = Duration::from_millis(250);
-            let listen = HeaderValue::from_static(taskgate_protocol::modern::methods::SUBSCRIPTIONS_LISTEN);
-            loop {
-                if *closed.borrow() {
-                    return;
-                }
-                let wanted = filter.borrow_and_update().clone();
-                let Some(wanted) = wanted.filter(|_| listening.wanted()) else {
-                    tokio::select! {
-                        changed = filter.changed() => if changed.is_err() { return },
-                        changed = listening.holds.changed() => if changed.is_err() { return },
-                        _ = closed.changed() => return,
-                    }
-                    continue;
-                };
-                let Some(_connection) = self.connections.for_stream() else {
-                    tracing::debug!(upstream = %self.name, "no connection free for subscriptions/listen; waiting");
-                    if !back_off(&mut backoff, &mut closed).await {
-                        return;
-                    }
-                    continue;
-                };
-                let message = request(wanted);
-                let headers = [(METHOD_HEADER, listen.clone())];
-                let opened = tokio::select! {
-                    r = self.post(message.to_json().into(), &headers) => r,
-                    _ = closed.changed() => return,
-                };
-                match opened {
-                    Ok(r) if is_media(content_type(&r), "text/event-stream") => {
-                        backoff = Duration::from_millis(250);
-                        let _counted = Counted::new(&self);
-                        tokio::select! {
-                            _ = self.read_listen(r) => {},
-                            changed = filter.changed() => {
-                                if changed.is_err() { return }
-                                continue; // reopened at once with the new filter
-                            }
-                            _ = unwanted(&mut listening, self.stream_idle) => {
-                                tracing::debug!(upstream = %self.name, "subscriptions/listen closed: nothing has needed it for a while");
-                                continue;
-                            }
-                            _ = closed.changed() => return,
-                        }
-                    }
-                    Ok(_) => tracing::warn!(upstream = %self.name, "subscriptions/listen answered without a stream"),
-                    Err(ChannelError::Failed(e)) => {
-                        tracing::debug!(upstream = %self.name, error = %e, "subscriptions/listen failed")
-                    }
-                    Err(ChannelError::Expired) => {}
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {},
-                    changed = filter.changed() => if changed.is_err() { return },
-                    _ = closed.changed() => return,
-                }
-                backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
-            }
-        });
-    }
-
-    /// Reads a listen stream until it ends: the acknowledgment is consumed, every notification
-    /// goes on without the subscription id (it names our request, which nobody else knows).
-    async fn read_listen(&self, mut response: Reply) {
-        let mut decoder = Decoder::new(self.max_message_bytes);
-        loop {
-            let Ok(Some(chunk)) = response.chunk().await else { return };
-            let Ok(events) = decoder.feed(&chunk) else {
-                tracing::warn!(upstream = %self.name, "a listen stream event exceeds max_message_bytes; reopening");
-                return;
-            };
-            for event in events {
-                if event.data.trim().is_empty() {
-                    continue;
-                }
-                let Ok(Ok(message)) = crate::decode(event.data.into_bytes()).await else {
-                    tracing::warn!(upstream = %self.name, "upstream sent an invalid message on its listen stream; dropped");
-                    continue;
-                };
-                match message {
-                    // Graceful closure: the server ended the subscription.
-                    Message::Response { .. } | Message::Error { .. } => return,
-                    Message::Request { .. } => {
-                        tracing::warn!(upstream = %self.name, "upstream sent a request on its listen stream; dropped")
-                    }
-                    Message::Notification { .. } => {
-                        let Some(message) = crate::modern::from_listen(message) else { continue };
-                        if !self.routes.deliver(message, &self.incoming).await {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
     /// Ends the session at the upstream (basic/transports: clients SHOULD send DELETE).
     pub(crate) async fn delete(&self) {
         self.expired.store(true, Ordering::Relaxed);
@@ -838,52 +524,6 @@ fn content_type(response: &Reply) -> &str {
 /// case-insensitive; compared in place: this runs on every response).
 fn is_media(content_type: &str, media: &str) -> bool {
     content_type.as_bytes().get(..media.len()).is_some_and(|head| head.eq_ignore_ascii_case(media.as_bytes()))
-}
-
-/// Tells whoever waits for the GET stream's first attempt that it has settled (nobody waits
-/// for the later ones).
-fn settle(settled: &mut Option<tokio::sync::oneshot::Sender<()>>) {
-    if let Some(settled) = settled.take() {
-        let _ = settled.send(());
-    }
-}
-
-/// Waits until something wants the stream: false if the channel closed (or its session went)
-/// first.
-async fn until_wanted(listening: &mut crate::session::Listening, closed: &mut watch::Receiver<bool>) -> bool {
-    while !listening.wanted() {
-        tokio::select! {
-            changed = listening.holds.changed() => if changed.is_err() { return false },
-            _ = closed.changed() => return false,
-        }
-    }
-    true
-}
-
-/// Waits out `backoff`, doubling it for the next time (at most [`MAX_LISTEN_BACKOFF`]): false
-/// if the channel closed meanwhile.
-async fn back_off(backoff: &mut Duration, closed: &mut watch::Receiver<bool>) -> bool {
-    let closing = tokio::select! {
-        _ = tokio::time::sleep(*backoff) => false,
-        _ = closed.changed() => true,
-    };
-    *backoff = (*backoff * 2).min(MAX_LISTEN_BACKOFF);
-    !closing
-}
-
-/// Returns once nothing has wanted the GET stream for `idle`.
-async fn unwanted(listening: &mut crate::session::Listening, idle: Duration) {
-    loop {
-        while listening.wanted() {
-            if listening.holds.changed().await.is_err() {
-                return std::future::pending().await;
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(idle) => return,
-            changed = listening.holds.changed() => if changed.is_err() { return std::future::pending().await },
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,231 @@
+//! [`Connector`]: one configured upstream as the gateway holds it. It opens sessions (one per
+//! client session, or a lane in a session shared by several, see the `shared` module), keeps the
+//! shared ones in a pool by sharing key, and stops the upstream's processes at shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use taskgate_config::{Transport, UpstreamConfig};
+use tokio::sync::{mpsc, watch};
+
+use crate::endpoint::Endpoint;
+use crate::http::HttpChannel;
+use crate::identity::{ClientIdentity, SessionResume};
+use crate::observer::RequestObserver;
+use crate::session::{pump, Ready, SessionInner, UpstreamSession, INCOMING_BUFFER};
+use crate::shared::{Lanes, Owners};
+use crate::transport::Channel;
+
+/// Idle shared sessions one upstream keeps at most (beyond them, one ends with its last lane).
+pub(crate) const MAX_IDLE_SHARED: usize = 64;
+
+/// One configured upstream: what its sessions share, and the pool of its shared sessions.
+#[derive(Clone)]
+pub struct Connector {
+    inner: Arc<ConnectorInner>,
+}
+
+struct ConnectorInner {
+    endpoint: Arc<Endpoint>,
+    /// Sessions shared by client sessions, by sharing key (see [`Connector::open_shared`]).
+    shared: parking_lot::Mutex<foldhash::HashMap<String, Arc<SessionInner>>>,
+}
+
+impl Connector {
+    /// A connector for one upstream.
+    pub fn new(config: UpstreamConfig) -> Connector {
+        Connector::with_observer(config, None)
+    }
+
+    /// A connector whose requests are reported to `observer`.
+    pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
+        let endpoint = Arc::new(Endpoint::new(config, observer));
+        Connector { inner: Arc::new(ConnectorInner { endpoint, shared: parking_lot::Mutex::default() }) }
+    }
+
+    /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
+    /// gives for stdio: close its stdin, wait; SIGTERM, wait; SIGKILL. Resolves once all have
+    /// exited; no process is started after it.
+    pub async fn shutdown(&self) {
+        self.inner.endpoint.shutdown.send_replace(true);
+        // The pool's sessions end with their last client session now, not after an idle while.
+        let pooled: Vec<_> = self.inner.shared.lock().drain().collect();
+        drop(pooled);
+        let all = self.inner.endpoint.config().max_processes as u32;
+        // Each process holds a permit until it has exited.
+        let _ = self.inner.endpoint.processes.acquire_many(all).await;
+        self.inner.endpoint.processes.close();
+    }
+
+    /// Whether client sessions share this upstream's sessions now (`share_sessions`): always,
+    /// never, or (`auto`) once the upstream is known to speak 2026-07-28.
+    pub fn shares_sessions(&self) -> bool {
+        self.inner.endpoint.shares_sessions()
+    }
+
+    /// Shared sessions kept now (with client sessions, or idle).
+    pub fn shared_sessions(&self) -> usize {
+        self.inner.shared.lock().len()
+    }
+
+    /// A lane in the session shared under `key`, opening it if there is none: its client
+    /// session receives on `events` what the upstream sends about its own requests and what
+    /// every sharing client receives (see the `shared` module). The key is the caller's: it
+    /// must separate everything the upstream must not mix (tenant, principal, and the
+    /// identity declared, which must be the same for one key).
+    pub fn open_shared(
+        &self,
+        key: &str,
+        identity: impl FnOnce() -> ClientIdentity,
+        events: crate::EventSender,
+    ) -> UpstreamSession {
+        let mut pool = self.inner.shared.lock();
+        let inner = match pool.get(key).filter(|inner| !*inner.closed.borrow()) {
+            Some(inner) => inner.clone(),
+            None => {
+                let lanes = Arc::new(Lanes::new(self.when_idle(key)));
+                let inner = self.new_inner(identity(), Owners::Shared(lanes));
+                pool.insert(key.to_owned(), inner.clone());
+                inner
+            }
+        };
+        drop(pool);
+        let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session is shared") };
+        let lane = Arc::new(lanes.join(events));
+        UpstreamSession { inner, lane: Some(lane) }
+    }
+
+    /// What a shared session's lanes call when their last one leaves (the `emptied`th time).
+    fn when_idle(&self, key: &str) -> Box<dyn Fn(u64) + Send + Sync> {
+        let (connector, key) = (Arc::downgrade(&self.inner), key.to_owned());
+        Box::new(move |emptied| {
+            if let Some(inner) = connector.upgrade() {
+                Connector { inner }.shared_idle(&key, emptied);
+            }
+        })
+    }
+
+    /// The last lane left the session shared under `key` (the `emptied`th time): it ends
+    /// after `shared_idle_secs` unless a client session joins meanwhile.
+    fn shared_idle(&self, key: &str, emptied: u64) {
+        let mut idle = Duration::from_secs(self.inner.endpoint.config().shared_idle_secs);
+        {
+            // Idle sessions kept are bounded too: clients declaring ever new identities would
+            // otherwise leave a session each behind for the idle time.
+            let pool = self.inner.shared.lock();
+            let crowded = pool.len() > MAX_IDLE_SHARED
+                && pool.values().filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())).count()
+                    > MAX_IDLE_SHARED;
+            if crowded {
+                idle = Duration::ZERO;
+            }
+        }
+        let expire = {
+            let connector = Arc::downgrade(&self.inner);
+            let key = key.to_owned();
+            move || {
+                let Some(inner) = connector.upgrade() else { return };
+                let mut pool = inner.shared.lock();
+                let idle = pool.get(&key).is_some_and(|session| match &session.events {
+                    Owners::Shared(lanes) => lanes.idle_since(emptied),
+                    Owners::One(_) => true,
+                });
+                let ended = if idle { pool.remove(&key) } else { None };
+                drop(pool);
+                drop(ended); // its DELETE is spawned by its drop
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !idle.is_zero() => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(idle).await;
+                    expire();
+                });
+            }
+            _ => expire(),
+        }
+    }
+
+    /// The upstream's configured name.
+    pub fn name(&self) -> &str {
+        self.inner.endpoint.name()
+    }
+
+    /// The upstream's configuration.
+    pub fn config(&self) -> &UpstreamConfig {
+        self.inner.endpoint.config()
+    }
+
+    /// The revision this upstream speaks, once known: pinned by `protocol`, or found by a
+    /// probe. `None` until the first session has connected.
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        self.inner.endpoint.protocol_version()
+    }
+
+    /// stdio processes of this upstream running now.
+    pub fn running_processes(&self) -> usize {
+        self.inner.endpoint.running_processes()
+    }
+
+    /// Continues, without `initialize`, an HTTP session this upstream gave an earlier process
+    /// of the gateway (to follow its native tasks again after a restart). If the upstream has
+    /// ended that session (404), the next request initializes a new one, as for any session.
+    /// `None` for a stdio upstream: its process ended with the earlier gateway.
+    pub fn resume(
+        &self,
+        identity: ClientIdentity,
+        events: crate::EventSender,
+        resume: &SessionResume,
+    ) -> Option<UpstreamSession> {
+        if self.config().transport != Transport::Http {
+            return None;
+        }
+        if resume.protocol_version == taskgate_protocol::modern::PROTOCOL_VERSION {
+            // A modern upstream has no sessions: any process continues where another left off.
+            return Some(self.open(identity, events));
+        }
+        let session = self.open(identity, events);
+        let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_BUFFER);
+        let channel = Arc::new(HttpChannel::new(
+            self.config(),
+            self.inner.endpoint.http.clone(),
+            incoming_tx,
+            session.inner.routes.clone(),
+            session.inner.closed.subscribe(),
+            self.inner.endpoint.connections.clone(),
+        ));
+        channel.adopt(resume);
+        tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
+        drop(channel.clone().listen(session.listening()));
+        let ready =
+            Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: Arc::new(json!({})), modern: None });
+        *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
+        Some(session)
+    }
+
+    /// Opens a session; nothing is sent until its first request. Messages the upstream sends
+    /// on its own arrive on `events`.
+    pub fn open(&self, identity: ClientIdentity, events: crate::EventSender) -> UpstreamSession {
+        UpstreamSession { inner: self.new_inner(identity, Owners::One(events)), lane: None }
+    }
+
+    fn new_inner(&self, identity: ClientIdentity, events: Owners) -> Arc<SessionInner> {
+        let (closed, _) = watch::channel(false);
+        let (holds, _) = watch::channel(0);
+        if let Some(observer) = &self.inner.endpoint.observer {
+            observer.session(self.name(), matches!(events, Owners::Shared(_)), true);
+        }
+        Arc::new(SessionInner {
+            endpoint: self.inner.endpoint.clone(),
+            listen_always: identity.answers_requests(),
+            holds: Arc::new(holds),
+            identity,
+            events,
+            state: tokio::sync::Mutex::new(None),
+            calls: parking_lot::Mutex::default(),
+            closed,
+            routes: Arc::default(),
+        })
+    }
+}

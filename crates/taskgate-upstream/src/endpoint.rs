@@ -1,0 +1,131 @@
+//! [`Endpoint`]: one configured upstream as its sessions see it: its configuration and what
+//! they share (the HTTP connection pool and its bound, the stdio process bound, the revision the
+//! upstream speaks, its tools' header annotations, the capabilities it declares). The
+//! [`Connector`](crate::Connector) that opens sessions holds one; each session holds it too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use taskgate_config::{ShareSessions, UpstreamConfig, UpstreamProtocol};
+use taskgate_protocol::mcp;
+use tokio::sync::Semaphore;
+
+use crate::client::HttpClient;
+use crate::http::Connections;
+use crate::modern::{Era, ToolHeaders};
+use crate::observer::RequestObserver;
+
+/// How long an idle connection to an upstream is kept for reuse: under the keep-alive of the
+/// common servers (Node's and actix-web's 5 s, uvicorn's 5 s, nginx's 75 s), so the gateway
+/// closes an idle connection before the server does. A request sent on a connection just as
+/// the server closes it fails (the server may or may not have read it, so it is not sent
+/// again): with 90 s, a request after 5 to 90 s of quiet could meet that race.
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
+/// One configured upstream: its configuration and what its sessions share.
+pub(crate) struct Endpoint {
+    config: UpstreamConfig,
+    /// The revision the upstream was found to speak (basic/versioning: cached for the origin,
+    /// probed again when the cached assumption fails).
+    era: parking_lot::Mutex<Option<Era>>,
+    /// The `x-mcp-header` annotations of a modern upstream's tools.
+    pub(crate) tool_headers: ToolHeaders,
+    pub(crate) http: HttpClient,
+    pub(crate) processes: Arc<Semaphore>,
+    /// The bound on connections to an HTTP upstream.
+    pub(crate) connections: Arc<Connections>,
+    /// The capabilities its sessions were last given, shared by them.
+    capabilities: parking_lot::Mutex<Option<Arc<Value>>>,
+    pub(crate) observer: Option<Arc<dyn RequestObserver>>,
+    /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
+    pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl Endpoint {
+    /// The endpoint of one upstream, its requests reported to `observer`.
+    pub(crate) fn new(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Endpoint {
+        let http = HttpClient::new(config.url.as_deref(), config.max_connections, POOL_IDLE);
+        let processes = Arc::new(Semaphore::new(config.max_processes));
+        let connections = Connections::new(&config.name, config.max_connections, observer.clone());
+        let shutdown = tokio::sync::watch::channel(false).0;
+        let (era, tool_headers) = (parking_lot::Mutex::new(None), ToolHeaders::default());
+        Endpoint {
+            config,
+            era,
+            tool_headers,
+            http,
+            processes,
+            connections,
+            capabilities: parking_lot::Mutex::new(None),
+            observer,
+            shutdown,
+        }
+    }
+
+    /// The upstream's configured name.
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The upstream's configuration.
+    pub(crate) fn config(&self) -> &UpstreamConfig {
+        &self.config
+    }
+
+    /// `capabilities`, as the one copy the sessions of this upstream share while it declares
+    /// the same (each session kept its own: about 2 KB a session for the demo's).
+    pub(crate) fn shared_capabilities(&self, capabilities: Value) -> Arc<Value> {
+        let mut last = self.capabilities.lock();
+        match &*last {
+            Some(shared) if **shared == capabilities => shared.clone(),
+            _ => {
+                let shared = Arc::new(capabilities);
+                *last = Some(shared.clone());
+                shared
+            }
+        }
+    }
+
+    /// Whether client sessions share this upstream's sessions now (`share_sessions`): always,
+    /// never, or (`auto`) once the upstream is known to speak 2026-07-28.
+    pub(crate) fn shares_sessions(&self) -> bool {
+        match self.config.share_sessions {
+            ShareSessions::Always => true,
+            ShareSessions::Never => false,
+            ShareSessions::Auto => self.era() == Some(Era::Modern),
+        }
+    }
+
+    /// The revision this upstream speaks, once known: pinned by `protocol`, or found by a
+    /// probe. `None` until the first session has connected.
+    pub(crate) fn protocol_version(&self) -> Option<&'static str> {
+        match self.era() {
+            Some(Era::Modern) => Some(taskgate_protocol::modern::PROTOCOL_VERSION),
+            Some(Era::Legacy) => Some(mcp::LATEST_PROTOCOL_VERSION),
+            None => None,
+        }
+    }
+
+    /// The revision this upstream speaks: pinned, or as last found.
+    pub(crate) fn era(&self) -> Option<Era> {
+        match self.config.protocol {
+            UpstreamProtocol::Legacy => Some(Era::Legacy),
+            UpstreamProtocol::Modern => Some(Era::Modern),
+            UpstreamProtocol::Auto => *self.era.lock(),
+        }
+    }
+
+    /// Remembers what a probe found (or forgets it, `None`) for an upstream whose revision is
+    /// not pinned.
+    pub(crate) fn learn(&self, era: Option<Era>) {
+        if self.config.protocol == UpstreamProtocol::Auto {
+            *self.era.lock() = era;
+        }
+    }
+
+    /// stdio processes of this upstream running now.
+    pub(crate) fn running_processes(&self) -> usize {
+        self.config.max_processes - self.processes.available_permits()
+    }
+}

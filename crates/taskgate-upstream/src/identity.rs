@@ -1,0 +1,37 @@
+//! Who an upstream session speaks for, and how another gateway process continues a session.
+
+use serde_json::{json, Value};
+
+/// What an upstream session declares about its client in `initialize`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientIdentity {
+    /// Capabilities declared upstream (mirrors the gateway client's own).
+    pub capabilities: Value,
+    /// `clientInfo` sent upstream.
+    pub client_info: Value,
+}
+
+impl ClientIdentity {
+    /// Whether the client can be asked things (elicitation, sampling, roots): an upstream may
+    /// ask on its GET stream, so a session of such a client keeps that stream open.
+    pub fn answers_requests(&self) -> bool {
+        ["elicitation", "sampling", "roots"].iter().any(|c| self.capabilities.get(c).is_some())
+    }
+
+    /// The gateway itself as a client with no optional capabilities (used for the catalog).
+    pub fn gateway() -> ClientIdentity {
+        ClientIdentity {
+            capabilities: json!({}),
+            client_info: json!({"name": "taskgate", "version": env!("CARGO_PKG_VERSION")}),
+        }
+    }
+}
+
+/// An upstream HTTP session, as another gateway process can continue it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionResume {
+    /// The upstream's `Mcp-Session-Id`.
+    pub session_id: String,
+    /// The protocol version negotiated in it.
+    pub protocol_version: String,
+}

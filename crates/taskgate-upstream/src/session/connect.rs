@@ -1,0 +1,292 @@
+//! Connecting an upstream session: the revision probe (`server/discover`), a legacy session's
+//! `initialize`, a 2026-07-28 session's state, and noticing that the upstream's revision moved.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use taskgate_config::{Transport, UpstreamProtocol};
+use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::Message;
+use tokio::sync::mpsc;
+
+use super::{pump, Ready, UpstreamSession, GET_STREAM_WAIT, INCOMING_BUFFER};
+use crate::http::HttpChannel;
+use crate::modern::{Era, ModernState, ToolHeaders, Verdict};
+use crate::stdio::StdioChannel;
+use crate::transport::Channel;
+use crate::wire::{ChannelError, Encoded};
+use crate::UpstreamError;
+
+/// How long a stdio process may take to answer the `server/discover` probe before it is taken
+/// for a legacy server (stdio "Backward Compatibility": one that does not respond).
+const STDIO_PROBE_WAIT: Duration = Duration::from_secs(5);
+
+impl UpstreamSession {
+    /// The session's connection; when the revision cached for the upstream failed at
+    /// `initialize` (which forgot it), connects again, probing (basic/versioning: re-probe when
+    /// the cached assumption later fails).
+    pub(super) async fn connect_probing(&self) -> Result<Arc<Ready>, UpstreamError> {
+        match Box::pin(self.connect()).await {
+            Err(e) if is_revision_refusal(&e) && self.inner.endpoint.era().is_none() => Box::pin(self.connect()).await,
+            other => other,
+        }
+    }
+
+    /// Whether `error` shows that the upstream no longer speaks the revision `ready` was opened
+    /// with, having refused the request unprocessed (basic/versioning: re-probe when the cached
+    /// assumption later fails). If so, the revision is forgotten (or learnt) and the session
+    /// ends, so that the next connection finds the upstream as it is now.
+    pub(super) async fn revision_moved(&self, ready: &Ready, error: &UpstreamError) -> bool {
+        let endpoint = &self.inner.endpoint;
+        if endpoint.config().protocol != UpstreamProtocol::Auto {
+            return false;
+        }
+        let Channel::Http(http) = &ready.channel else {
+            // A process keeps its revision for life; the next one is probed unless it was
+            // learnt legacy, and a refused `initialize` forgets that (`initialize`).
+            if ready.modern.is_some() && is_revision_refusal(error) {
+                endpoint.learn(None);
+            }
+            return false;
+        };
+        let moved = match &ready.modern {
+            // A 2026-only server refusing a legacy request: `UnsupportedProtocolVersionError`.
+            None => is_revision_refusal(error),
+            // A modern upstream refusing 2026-07-28 itself: the probe says what it speaks now.
+            Some(_) if is_revision_refusal(error) => true,
+            // A modern request refused as a legacy server refuses one: ask the upstream.
+            Some(_) if http.take_doubt() => match self.probe(&ready.channel).await {
+                Ok(Verdict::Legacy(why)) => {
+                    tracing::info!(upstream = self.upstream(), %why, "upstream answers as a legacy server now");
+                    true
+                }
+                _ => false,
+            },
+            Some(_) => false,
+        };
+        if moved {
+            tracing::info!(upstream = self.upstream(), "upstream's revision changed; connecting again");
+            endpoint.learn(None);
+            http.expire();
+        }
+        moved
+    }
+
+    /// The session, connected: [`Self::connect`], with a revision refusal named as the
+    /// upstream's.
+    pub(super) async fn ready(&self) -> Result<Arc<Ready>, UpstreamError> {
+        Box::pin(self.connect()).await.map_err(|e| self.revision_refusal_named(e))
+    }
+
+    /// The session, connecting (probing, initializing) first if it is not.
+    async fn connect(&self) -> Result<Arc<Ready>, UpstreamError> {
+        let mut state = self.inner.state.lock().await;
+        if let Some(ready) = state.as_ref().filter(|r| r.channel.is_alive()) {
+            return Ok(ready.clone());
+        }
+        let started = std::time::Instant::now();
+        let outcome = self.initialize(&mut state).await;
+        self.observe(methods::INITIALIZE, started, &outcome);
+        outcome
+    }
+
+    /// An upstream's `UnsupportedProtocolVersionError` is about the revision the gateway sent
+    /// it, not the client's: passed on, it would tell the client that the gateway does not
+    /// speak the client's version. It becomes an error naming the upstream.
+    pub(super) fn revision_refusal_named(&self, error: UpstreamError) -> UpstreamError {
+        match error {
+            UpstreamError::Rpc { upstream, error }
+                if error.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION =>
+            {
+                let supported = error.data.as_ref().and_then(|d| d.get("supported")).cloned().unwrap_or(Value::Null);
+                UpstreamError::Protocol {
+                    upstream,
+                    reason: format!(
+                        "it refused the revision taskgate speaks to it ({}; it supports {supported})",
+                        error.message
+                    ),
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn initialize(&self, state: &mut Option<Arc<Ready>>) -> Result<Arc<Ready>, UpstreamError> {
+        if let Some(ready) = state.as_ref().filter(|r| r.channel.is_alive()) {
+            return Ok(ready.clone());
+        }
+        let name = self.upstream().to_owned();
+        if *self.inner.closed.borrow() {
+            return Err(UpstreamError::Unavailable { upstream: name, reason: "the session is closed".into() });
+        }
+        if let Some(old) = state.take() {
+            old.channel.shutdown().await;
+        }
+        let config = self.inner.endpoint.config();
+        let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_BUFFER);
+        let channel = match config.transport {
+            Transport::Http => Channel::Http(Arc::new(HttpChannel::new(
+                config,
+                self.inner.endpoint.http.clone(),
+                incoming_tx,
+                self.inner.routes.clone(),
+                self.inner.closed.subscribe(),
+                self.inner.endpoint.connections.clone(),
+            ))),
+            Transport::Stdio => {
+                let permit = self.inner.endpoint.processes.clone().try_acquire_owned().map_err(|_| {
+                    UpstreamError::Overloaded {
+                        upstream: name.clone(),
+                        reason: format!(
+                            "it already runs its maximum of {} processes (max_processes)",
+                            config.max_processes
+                        ),
+                    }
+                })?;
+                let shutdown = self.inner.endpoint.shutdown.subscribe();
+                let spawned = StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), shutdown)?;
+                Channel::Stdio(Arc::new(spawned))
+            }
+        };
+        tokio::spawn(pump(Arc::downgrade(&self.inner), incoming_rx));
+
+        let endpoint = &self.inner.endpoint;
+        if endpoint.era() != Some(Era::Legacy) {
+            let verdict = match self.probe(&channel).await {
+                Ok(verdict) => verdict,
+                Err(e) => {
+                    channel.shutdown().await;
+                    return Err(e);
+                }
+            };
+            match verdict {
+                Verdict::Modern(discovered) => {
+                    endpoint.learn(Some(Era::Modern));
+                    return Ok(self.modern_ready(channel, &discovered, state));
+                }
+                Verdict::Legacy(why) if config.protocol == UpstreamProtocol::Modern => {
+                    channel.shutdown().await;
+                    return Err(UpstreamError::Protocol {
+                        upstream: name,
+                        reason: format!(
+                            "it is configured as protocol \"2026-07-28\" but answers as a legacy server: {why}"
+                        ),
+                    });
+                }
+                Verdict::Legacy(why) => {
+                    tracing::info!(upstream = %name, %why, "upstream speaks a legacy revision; initializing");
+                    endpoint.learn(Some(Era::Legacy));
+                    if let Channel::Http(http) = &channel {
+                        http.clear_protocol_version();
+                    }
+                }
+            }
+        }
+
+        let init = Message::request(
+            self.next_request_id(),
+            methods::INITIALIZE,
+            Some(json!({
+                "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
+                "capabilities": self.inner.identity.capabilities,
+                "clientInfo": self.inner.identity.client_info,
+            })),
+        );
+        let result = match channel.request(&Encoded::of(&init), None, &[]).await {
+            Ok(result) => result,
+            Err(e) => {
+                channel.shutdown().await;
+                let e = self.expired_twice(e);
+                if matches!(e, UpstreamError::Rpc { .. } | UpstreamError::Protocol { .. }) {
+                    // The upstream may have moved to 2026-07-28: probe again next time
+                    // (basic/versioning: re-probe when the cached assumption fails).
+                    endpoint.learn(None);
+                }
+                return Err(e);
+            }
+        };
+        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if !mcp::is_supported_version(&version) {
+            channel.shutdown().await;
+            return Err(UpstreamError::Protocol {
+                upstream: name,
+                reason: format!("it negotiated protocol version {version:?}, which taskgate does not speak"),
+            });
+        }
+        if let Channel::Http(http) = &channel {
+            http.set_protocol_version(&version);
+        }
+        channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
+        if let Channel::Http(http) = &channel {
+            // When wanted, the GET stream is open before the first request goes out: a server
+            // that sends a request for its client on it (elicitation during the first call)
+            // would otherwise send it to no stream, and the call would hang until its timeout.
+            let opened = http.clone().listen(self.listening());
+            if tokio::time::timeout(GET_STREAM_WAIT, opened).await.is_err() {
+                tracing::debug!(upstream = %name, "the GET stream did not open in time; going on without waiting");
+            }
+        }
+        let mut result = result;
+        let server_capabilities =
+            endpoint.shared_capabilities(result.get_mut("capabilities").map_or_else(|| json!({}), Value::take));
+        tracing::debug!(upstream = %name, %version, "upstream session initialized");
+        let ready = Arc::new(Ready { channel, server_capabilities, modern: None });
+        *state = Some(ready.clone());
+        Ok(ready)
+    }
+
+    /// Asks the upstream which revision it speaks with a modern `server/discover`
+    /// (basic/versioning "Backward Compatibility"; over HTTP with the modern headers).
+    async fn probe(&self, channel: &Channel) -> Result<Verdict, UpstreamError> {
+        let name = self.upstream().to_owned();
+        let identity = &self.inner.identity;
+        let mut params = json!({});
+        let meta = ModernState::new(&name, false, identity, &json!({}), ToolHeaders::default());
+        meta.stamp(&mut params, false);
+        let discover =
+            Message::request(self.next_request_id(), taskgate_protocol::modern::methods::SERVER_DISCOVER, Some(params));
+        let (status, outcome) = match channel {
+            Channel::Http(http) => {
+                let headers = [(
+                    crate::modern::METHOD_HEADER,
+                    reqwest::header::HeaderValue::from_static(taskgate_protocol::modern::methods::SERVER_DISCOVER),
+                )];
+                http.set_protocol_version(taskgate_protocol::modern::PROTOCOL_VERSION);
+                let (status, outcome) = http.probe(&discover, &headers).await?;
+                (Some(status.as_u16()), outcome)
+            }
+            Channel::Stdio(stdio) => {
+                match tokio::time::timeout(STDIO_PROBE_WAIT, stdio.request(&Encoded::of(&discover))).await {
+                    Ok(Ok(result)) => (None, Some(Ok(result.into_value()))),
+                    Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
+                    Ok(Err(ChannelError::Failed(e))) => return Err(e),
+                    Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
+                }
+            }
+        };
+        crate::modern::classify(status, outcome).map_err(|reason| UpstreamError::Unavailable { upstream: name, reason })
+    }
+
+    /// A modern upstream's session: nothing to initialize; the listen stream opens for what
+    /// the upstream announces.
+    fn modern_ready(&self, channel: Channel, discovered: &Value, state: &mut Option<Arc<Ready>>) -> Arc<Ready> {
+        let http = matches!(channel, Channel::Http(_));
+        if let Channel::Http(c) = &channel {
+            c.set_modern();
+        }
+        let tool_headers = self.inner.endpoint.tool_headers.clone();
+        let modern = Arc::new(ModernState::new(self.upstream(), http, &self.inner.identity, discovered, tool_headers));
+        channel.subscribe(self, &modern);
+        tracing::debug!(upstream = self.upstream(), "upstream speaks 2026-07-28");
+        let server_capabilities = self.inner.endpoint.shared_capabilities(modern.capabilities.clone());
+        let ready = Arc::new(Ready { channel, server_capabilities, modern: Some(modern) });
+        *state = Some(ready.clone());
+        ready
+    }
+}
+
+/// An upstream's `UnsupportedProtocolVersionError`: it does not speak the revision it was sent.
+fn is_revision_refusal(error: &UpstreamError) -> bool {
+    matches!(error, UpstreamError::Rpc { error, .. } if error.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION)
+}
