@@ -9,6 +9,7 @@
 //! tokio's current-thread runtime, as actix's worker): the floor of the leanest Rust HTTP
 //! stack, which says how much of the stack's cost is actix-web's.
 
+use crate::harness::{free_port, spawn_until, Process};
 use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -16,8 +17,6 @@ use anyhow::Result;
 use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::process::Command;
-
-use crate::{free_port, spawn_until, Process};
 
 /// The request headers forwarded (MCP's and the content's), and the response headers returned.
 const REQUEST_HEADERS: [&str; 4] = ["content-type", "accept", "mcp-session-id", "mcp-protocol-version"];

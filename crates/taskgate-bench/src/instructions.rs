@@ -12,8 +12,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use taskgate_testkit::McpClient;
 
+use crate::harness::{call, connect, start_demo, start_gateway_wrapped};
+use crate::plan::Plan;
 use crate::revisions::stateless_call;
-use crate::{call, connect, start_demo, start_gateway_wrapped, Plan};
 
 /// The kinds of call measured.
 #[derive(Clone, Copy)]

@@ -6,12 +6,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::harness::{call, connect, ms, percentile, start_demo, start_gateway, verdict};
+use crate::plan::Plan;
 use actix_web::web::Bytes;
 use anyhow::{bail, Result};
 use serde_json::json;
 use taskgate_testkit::McpClient;
-
-use crate::{call, connect, ms, percentile, start_demo, start_gateway, verdict, Plan};
 
 /// One 2026-07-28 `tools/call`, as a stateless client sends it; checks it succeeded.
 pub async fn stateless_call(client: &McpClient, tool: &str) -> Result<()> {
@@ -110,10 +110,12 @@ pub async fn revisions(plan: &Plan, bin: &Path) -> Result<()> {
     let (d50, d99) = (percentile(&mut d, 0.5), percentile(&mut d, 0.99));
     let (s50, s99) = (percentile(&mut s, 0.5), percentile(&mut s, 0.99));
     let (m50, m99) = (percentile(&mut m, 0.5), percentile(&mut m, 0.99));
-    let session_rps = crate::throughput(&session, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
-    let stateless_rps =
-        crate::throughput_of(plan.concurrent_total, plan.concurrency, || stateless_call(&stateless, "demo__echo"))
-            .await?;
+    let session_rps =
+        crate::harness::throughput(&session, "demo__echo", plan.concurrent_total, plan.concurrency).await?;
+    let stateless_rps = crate::harness::throughput_of(plan.concurrent_total, plan.concurrency, || {
+        stateless_call(&stateless, "demo__echo")
+    })
+    .await?;
     println!("| path | p50 | p99 | throughput at {} clients |", plan.concurrency);
     println!("| --- | --- | --- | --- |");
     println!("| direct to the upstream (2025-11-25 session) | {} | {} | |", ms(d50), ms(d99));

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
+use crate::harness::{call, start_demo, start_gateway, verdict};
+use crate::plan::Plan;
 use anyhow::{bail, Result};
 use futures_util::future::join_all;
 use taskgate_testkit::McpClient;
-
-use crate::{call, start_demo, start_gateway, verdict, Plan};
 
 /// Established TCP connections to `port` on 127.0.0.1, from /proc/net/tcp (the upstream's side
 /// of each is a socket too, so each connection is counted once, by its remote port).
@@ -120,7 +120,7 @@ async fn measure(plan: &Plan, bin: &Path, count: usize, share: &str) -> Result<H
     let gateway_shared = gateway.rss();
     let upstream_sessions = upstream_sessions(&url).await?;
     drop((clients, more));
-    crate::stop_profiled(gateway).await;
+    crate::harness::stop_profiled(gateway).await;
     Ok(Held {
         gateway: [gateway_before, gateway_after, gateway_shared],
         demo: [demo_before, demo_after],

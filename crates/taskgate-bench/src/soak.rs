@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::harness::{free_port, metric, spawn_until, start_gateway, verdict, Process};
+use crate::plan::Plan;
 use anyhow::{Context, Result};
 use serde_json::json;
 use taskgate_testkit::McpClient;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
-
-use crate::{free_port, metric, spawn_until, start_gateway, verdict, Plan, Process};
 
 const FLOOD_KEY: &str = "soak-flood-key-0000001";
 

@@ -6,13 +6,14 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::harness::{connect, ms, percentile, start_demo, start_gateway, verdict};
+use crate::plan::Plan;
+use crate::polling::tasks_get_rps;
 use anyhow::{bail, Context, Result};
 use futures_util::future::join_all;
 use serde_json::json;
 use taskgate_store::testing::RedisServer;
 use taskgate_testkit::McpClient;
-
-use crate::{connect, ms, percentile, start_demo, start_gateway, tasks_get_rps, verdict, Plan};
 
 /// What one store measured.
 struct Row {
