@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Problem, TasksConfig};
+use crate::problem::Problem;
+use crate::tasks::TasksConfig;
 
 /// One tenant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,165 @@
+//! `[server]`, `[logging]`, `[federation]` and `[progress]`: the front door and the gateway's
+//! own behaviour.
+
+use serde::{Deserialize, Serialize};
+
+use crate::defaults;
+
+/// `[server]`: the front door.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on (`TASKGATE_LISTEN` overrides).
+    pub listen: String,
+    /// Origins allowed to call the gateway (DNS-rebinding protection). A request with an
+    /// `Origin` header not in this list gets 403; a request without `Origin` is allowed.
+    /// Each entry is `scheme://host` (any port) or `scheme://host:port`; `"*"` allows all.
+    pub allowed_origins: Vec<String>,
+    /// Largest POST body in bytes; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Most client sessions open at once; `initialize` beyond it gets 503.
+    pub max_sessions: usize,
+    /// Messages a session may have queued; requests beyond it get 503.
+    pub session_mailbox: usize,
+    /// Messages buffered per outbound SSE stream; one more drops the client as not reading.
+    pub stream_buffer: usize,
+    /// Bytes buffered per outbound SSE stream (a request's reply or the GET stream); a client
+    /// that lets more pile up is dropped (its request cancelled upstream). One message always
+    /// fits a stream that has nothing queued.
+    pub stream_buffer_bytes: usize,
+    /// Bytes buffered across all the outbound streams of one session, and the messages queued
+    /// for it while it has no stream open.
+    pub session_buffer_bytes: usize,
+    /// Longest time a client may take to send a request's body, in milliseconds (408 after).
+    pub body_timeout_ms: u64,
+    /// How long a streamed method's reply (`tools/call`, `tasks/result`, …) to a client that
+    /// accepts JSON and SSE waits for its first message, in milliseconds: a response that comes
+    /// first within it is one JSON object; anything else, or nothing by then, starts the SSE
+    /// stream. 0 starts the stream at once unless the response is already there.
+    pub first_message_wait_ms: u64,
+    /// How long an upstream request that asked a 2026-07-28 client for input (an
+    /// `input_required` result) waits for the client's retry before it is answered with an
+    /// error and cancelled, in seconds.
+    pub input_wait_secs: u64,
+    /// Most connections open at once on each listener; 0 sizes it from the open-file limit
+    /// (raised to its hard limit at start), keeping a quarter of the descriptors for upstreams,
+    /// the store and the admin listener.
+    pub max_connections: usize,
+    /// After SIGTERM or SIGINT, how long requests in flight may take to finish before their
+    /// streams are ended, in seconds.
+    pub shutdown_grace_secs: u64,
+    /// Client streams (SSE replies and GET streams) open at once, all tenants together.
+    pub max_streams: usize,
+    /// The share of each gateway-wide pool (sessions, tasks held, result bytes held, open
+    /// streams) one tenant may take, in percent, when more than one tenant is configured;
+    /// `limits.share_percent` overrides it per tenant.
+    pub tenant_share_percent: u8,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+    /// A second listener for `/metrics`, `/healthz` and `/readyz` only (they are also on the main
+    /// listener), e.g. `127.0.0.1:9090`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<String>,
+    /// A session with no request for this many seconds, and no request in flight or GET stream
+    /// open, is closed (its tasks live on). 0 keeps idle sessions forever.
+    pub session_idle_timeout_secs: u64,
+    /// How often `taskgate serve` checks its configuration file for changes, in milliseconds
+    /// (tenants reload on a change and on SIGHUP). 0 reloads on SIGHUP only.
+    pub config_poll_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: defaults::LISTEN.into(),
+            allowed_origins: defaults::allowed_origins(),
+            max_body_bytes: defaults::MAX_BODY_BYTES,
+            max_sessions: defaults::MAX_SESSIONS,
+            session_mailbox: defaults::SESSION_MAILBOX,
+            stream_buffer: defaults::STREAM_BUFFER,
+            stream_buffer_bytes: defaults::STREAM_BUFFER_BYTES,
+            session_buffer_bytes: defaults::SESSION_BUFFER_BYTES,
+            body_timeout_ms: defaults::BODY_TIMEOUT_MS,
+            first_message_wait_ms: defaults::FIRST_MESSAGE_WAIT_MS,
+            input_wait_secs: defaults::INPUT_WAIT_SECS,
+            max_connections: 0,
+            shutdown_grace_secs: defaults::SHUTDOWN_GRACE_SECS,
+            max_streams: defaults::MAX_STREAMS,
+            tenant_share_percent: defaults::TENANT_SHARE_PERCENT,
+            workers: 0,
+            admin_listen: None,
+            session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
+            config_poll_ms: defaults::CONFIG_POLL_MS,
+        }
+    }
+}
+
+/// `[logging]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    /// A `RUST_LOG`-style filter, e.g. `info,taskgate_upstream=debug` (`TASKGATE_LOG` overrides).
+    pub level: String,
+    /// `human` or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig { level: defaults::LOG_LEVEL.into(), format: LogFormat::Human }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[federation]`: how upstream tools are merged into one catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FederationConfig {
+    /// Between the upstream name and the tool name: `<upstream><separator><tool>`.
+    pub separator: String,
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+    /// Seconds to wait for an upstream's own `tools/list` when building the catalog; an upstream
+    /// slower than this is left out of the listing until it answers.
+    pub list_timeout_secs: u64,
+    /// Tool catalogs kept at most: one per distinct set of client capabilities the gateway
+    /// relays (roots, sampling, elicitation), because upstreams may offer tools only to clients
+    /// that declare them. Clients beyond the cap see the catalog of a client declaring none.
+    pub max_tool_catalogs: usize,
+}
+
+impl Default for FederationConfig {
+    fn default() -> Self {
+        FederationConfig {
+            separator: defaults::SEPARATOR.into(),
+            page_size: defaults::PAGE_SIZE,
+            list_timeout_secs: defaults::LIST_TIMEOUT_SECS,
+            max_tool_catalogs: defaults::MAX_TOOL_CATALOGS,
+        }
+    }
+}
+
+/// `[progress]`: how upstream progress notifications are relayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProgressConfig {
+    /// Least time between two notifications for one token, in milliseconds: values arriving
+    /// faster are coalesced (the latest wins; the last one before completion is always sent).
+    /// 0 relays every value.
+    pub min_interval_ms: u64,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> Self {
+        ProgressConfig { min_interval_ms: defaults::PROGRESS_MIN_INTERVAL_MS }
+    }
+}

@@ -1,0 +1,269 @@
+//! Loading a configuration (TOML, environment overrides) and [`Config::validate`], which reports
+//! every problem at once with its location.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use crate::defaults;
+use crate::problem::ConfigError;
+use crate::problem::Problem;
+use crate::tasks::StoreBackend;
+use crate::tenants;
+use crate::upstream::Transport;
+use crate::Config;
+
+impl Config {
+    /// Parses TOML text, applies `env` overrides and validates; `path` names the source in errors.
+    pub fn from_toml(text: &str, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let config = Config::parse_unvalidated(text, path, env)?;
+        config.validate().map_err(|problems| ConfigError::Invalid { path: path.into(), problems })?;
+        Ok(config)
+    }
+
+    /// [`Config::from_toml`] without validation, for a caller that adds to the configuration
+    /// (the demo adds its built-in upstreams) and validates after.
+    pub fn parse_unvalidated(
+        text: &str,
+        path: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut config: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        config.apply_env(env);
+        Ok(config)
+    }
+
+    /// Reads, parses and validates a file, with overrides from the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: name.clone(), source })?;
+        Config::from_toml(&text, &name, &|key| std::env::var(key).ok())
+    }
+
+    /// Environment overrides: `TASKGATE_LISTEN` and `TASKGATE_LOG`.
+    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
+        if let Some(listen) = env("TASKGATE_LISTEN") {
+            self.server.listen = listen;
+        }
+        if let Some(level) = env("TASKGATE_LOG") {
+            self.logging.level = level;
+        }
+    }
+
+    /// The listen address; valid after [`Config::validate`].
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.server.listen.parse().expect("validated listen address")
+    }
+
+    fn validate_store(&self, bad: &mut dyn FnMut(String, String)) {
+        let store = &self.store;
+        match store.backend {
+            StoreBackend::File if store.path.trim().is_empty() => {
+                bad("store.path".into(), "the file store needs a data directory, e.g. path = \"taskgate-data\"".into())
+            }
+            StoreBackend::Redis => {
+                match (&store.url, &store.url_env) {
+                    (None, None) => bad(
+                        "store.url".into(),
+                        "the redis store needs url = \"redis://host:6379\" (or url_env naming a variable)".into(),
+                    ),
+                    (Some(_), Some(_)) => bad("store.url_env".into(), "give url or url_env, not both".into()),
+                    (Some(url), None) if !valid_redis_url(url) => {
+                        bad("store.url".into(), "must start with redis:// or rediss:// (TLS) and name a host".into())
+                    }
+                    _ => {}
+                }
+                if store.key_prefix.is_empty() {
+                    bad("store.key_prefix".into(), "must be non-empty, e.g. \"taskgate:\"".into());
+                }
+                if store.lease_ms < 100 {
+                    bad("store.lease_ms".into(), format!("{} is too short; use at least 100", store.lease_ms));
+                }
+                if store.timeout_ms == 0 {
+                    bad("store.timeout_ms".into(), "must be at least 1".into());
+                }
+            }
+            _ => {}
+        }
+        if store.backend != StoreBackend::Redis && (store.url.is_some() || store.url_env.is_some()) {
+            bad("store.url".into(), "url and url_env are for backend = \"redis\"".into());
+        }
+    }
+
+    /// Checks everything and returns every problem found.
+    pub fn validate(&self) -> Result<(), Vec<Problem>> {
+        let mut problems = Vec::new();
+        let mut bad = |location: String, message: String| problems.push(Problem { location, message });
+
+        if let Some(admin) = &self.server.admin_listen {
+            if admin.parse::<SocketAddr>().is_err() {
+                bad("server.admin_listen".into(), format!("{admin:?} is not an address like 127.0.0.1:9090"));
+            }
+        }
+        if self.server.listen.parse::<SocketAddr>().is_err() {
+            bad("server.listen".into(), format!("{:?} is not an address like 127.0.0.1:8080", self.server.listen));
+        }
+        for (i, origin) in self.server.allowed_origins.iter().enumerate() {
+            if origin != "*" && !valid_origin(origin) {
+                bad(
+                    format!("server.allowed_origins[{i}]"),
+                    format!("{origin:?} is not an origin like http://localhost or https://app.example.com:8443"),
+                );
+            }
+        }
+        if self.server.first_message_wait_ms > defaults::MAX_FIRST_MESSAGE_WAIT_MS {
+            bad(
+                "server.first_message_wait_ms".into(),
+                format!(
+                    "{} is longer than an idle SSE reply is ever silent; use 0 to {}",
+                    self.server.first_message_wait_ms,
+                    defaults::MAX_FIRST_MESSAGE_WAIT_MS
+                ),
+            );
+        }
+        if self.server.tenant_share_percent > 100 {
+            bad(
+                "server.tenant_share_percent".into(),
+                format!("{} is a percentage; use 1 to 100", self.server.tenant_share_percent),
+            );
+        }
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.limits.share_percent.is_some_and(|p| p == 0 || p > 100) {
+                bad(format!("tenant[{i}] ({:?}).limits.share_percent", t.id), "use 1 to 100".into());
+            }
+        }
+        if self.server.max_body_bytes < 1024 {
+            bad(
+                "server.max_body_bytes".into(),
+                format!("{} is too small; use at least 1024", self.server.max_body_bytes),
+            );
+        }
+        for (key, value) in [
+            ("server.max_sessions", self.server.max_sessions),
+            ("server.session_mailbox", self.server.session_mailbox),
+            ("server.stream_buffer", self.server.stream_buffer),
+            ("server.stream_buffer_bytes", self.server.stream_buffer_bytes),
+            ("server.session_buffer_bytes", self.server.session_buffer_bytes),
+            ("server.body_timeout_ms", self.server.body_timeout_ms as usize),
+            ("server.input_wait_secs", self.server.input_wait_secs as usize),
+            ("server.max_streams", self.server.max_streams),
+            ("server.tenant_share_percent", self.server.tenant_share_percent as usize),
+            ("federation.page_size", self.federation.page_size),
+            ("federation.list_timeout_secs", self.federation.list_timeout_secs as usize),
+        ] {
+            if value == 0 {
+                bad(key.into(), "must be at least 1".into());
+            }
+        }
+        for (key, value) in [
+            ("tasks.default_ttl_ms", self.tasks.default_ttl_ms),
+            ("tasks.max_ttl_ms", self.tasks.max_ttl_ms),
+            ("tasks.poll_interval_ms", self.tasks.poll_interval_ms),
+            ("tasks.page_size", self.tasks.page_size as u64),
+            ("tasks.max_tasks", self.tasks.max_tasks as u64),
+            ("tasks.sweep_interval_ms", self.tasks.sweep_interval_ms),
+        ] {
+            if value == 0 {
+                bad(key.into(), "must be at least 1".into());
+            }
+        }
+        if !self.tasks.unlimited_ttl && self.tasks.default_ttl_ms > self.tasks.max_ttl_ms {
+            bad(
+                "tasks.default_ttl_ms".into(),
+                format!("{} exceeds tasks.max_ttl_ms ({})", self.tasks.default_ttl_ms, self.tasks.max_ttl_ms),
+            );
+        }
+        self.validate_store(&mut bad);
+        if self.federation.page_size > 10_000 {
+            bad(
+                "federation.page_size".into(),
+                format!("{} is too large; use at most 10000", self.federation.page_size),
+            );
+        }
+        if self.federation.separator.is_empty() || !self.federation.separator.chars().all(tool_name_char) {
+            bad(
+                "federation.separator".into(),
+                format!(
+                    "{:?} must be non-empty and use only A-Z a-z 0-9 _ - . (tool-name characters)",
+                    self.federation.separator
+                ),
+            );
+        }
+
+        let mut seen = BTreeMap::new();
+        for (i, up) in self.upstreams.iter().enumerate() {
+            let at = |field: &str| format!("upstream[{i}] ({:?}).{field}", up.name);
+            if up.name.is_empty() || !up.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                bad(at("name"), "must be non-empty and use only A-Z a-z 0-9 _ -".into());
+            }
+            if let Some(first) = seen.insert(up.name.clone(), i) {
+                bad(at("name"), format!("duplicates upstream[{first}]; names must be unique"));
+            }
+            match up.transport {
+                Transport::Http => {
+                    match &up.url {
+                        None => bad(at("url"), "an http upstream needs url = \"http://host:port/mcp\"".into()),
+                        Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 => {
+                            bad(at("url"), format!("{url:?} is not an http:// or https:// URL"))
+                        }
+                        Some(_) => {}
+                    }
+                    if up.command.is_some() || !up.args.is_empty() || !up.env.is_empty() {
+                        bad(at("command"), "command, args and env are for stdio upstreams".into());
+                    }
+                }
+                Transport::Stdio => {
+                    if up.command.as_deref().is_none_or(str::is_empty) {
+                        bad(at("command"), "a stdio upstream needs command = \"program\"".into());
+                    }
+                    if up.url.is_some() || !up.headers.is_empty() {
+                        bad(at("url"), "url and headers are for http upstreams".into());
+                    }
+                    if up.max_processes == 0 {
+                        bad(at("max_processes"), "must be at least 1".into());
+                    }
+                }
+            }
+            if up.timeout_secs == 0 {
+                bad(at("timeout_secs"), "must be at least 1".into());
+            }
+            if up.max_message_bytes < 1024 {
+                bad(at("max_message_bytes"), "must be at least 1024".into());
+            }
+            if up.stream_idle_secs > 86_400 {
+                bad(at("stream_idle_secs"), "must be at most 86400 (a day)".into());
+            }
+            if up.shared_idle_secs > 86_400 {
+                bad(at("shared_idle_secs"), "must be at most 86400 (a day)".into());
+            }
+            if !(2..=65_535).contains(&up.max_connections) {
+                bad(at("max_connections"), "must be 2 to 65535 (a stream and a request at least)".into());
+            }
+        }
+        let names = self.upstreams.iter().map(|u| u.name.as_str()).collect();
+        problems.extend(tenants::collect(&self.tenants, &names));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Characters MCP recommends for tool names (server/tools, "Tool names").
+fn tool_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+fn valid_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else { return false };
+    matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/')
+}
+
+/// A Redis URL the client can use: `redis://` or `rediss://` with a host. The URL itself is
+/// never echoed in a problem (it may hold a password).
+fn valid_redis_url(url: &str) -> bool {
+    let rest = url.strip_prefix("redis://").or_else(|| url.strip_prefix("rediss://"));
+    rest.is_some_and(|r| r.rsplit('@').next().is_some_and(|host| !host.is_empty() && !host.starts_with('/')))
+}
