@@ -2,7 +2,7 @@
 //! ([`stdio`]). `taskgate demo` puts it behind the gateway, and the integration tests use it as
 //! their upstream, so what a newcomer sees is what the tests check.
 //!
-//! Tools ([`tools`]): `echo`, `add` (fast); `slow` (sleeps, reports progress); `wait` (blocks
+//! Tools (`tools`): `echo`, `add` (fast); `slow` (sleeps, reports progress); `wait` (blocks
 //! until a test releases a gate or the request is cancelled); `fail` (`isError: true`);
 //! `error` (a JSON-RPC error); `toggle_extra` (adds or removes the `extra` tool and announces
 //! `notifications/tools/list_changed`); `touch` (bumps the subscribable resource
@@ -10,10 +10,12 @@
 //! resource `demo://extra`). Resources, prompts, completion and logging: [`offerings`].
 
 mod conformance;
+mod conformance_tools;
 pub mod http;
 mod offerings;
+mod server;
 pub mod stdio;
 mod tasks;
-pub mod tools;
+mod tools;
 
-pub use tools::{DemoServer, DemoStats};
+pub use server::{DemoServer, DemoStats};
