@@ -6,7 +6,6 @@
 //! and server-to-client requests as an `input_required` result (basic/patterns/mrtr) while
 //! the upstream request waits, held here until the client's retry answers it or a bound passes.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +16,6 @@ use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use futures_util::FutureExt;
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use taskgate_core::outbound::{Frame, OutboundReceiver};
 use taskgate_core::{GatewayError, Identity, SessionHandle};
@@ -25,7 +23,13 @@ use taskgate_protocol::mcp::methods;
 use taskgate_protocol::modern::{self, meta};
 use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
 
-use super::Modern;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+
+use parking_lot::Mutex;
+use taskgate_config::Config;
+
+use super::results::{finish_result, plain_result, to_json};
 
 /// How often an SSE response with nothing to say carries a comment: a closed connection is
 /// only noticed on a write, and closing the stream is how a 2026 client cancels.
@@ -136,204 +140,6 @@ impl Call {
         }
         Step::Final(to_json(&value), 200)
     }
-}
-
-/// The common answer, a result that is not a task, as [`finish_result`] makes it, without
-/// parsing the result's content: its top-level members are copied as they are (only `_meta` is
-/// read, to add the server's identity), under the client's id. `None` for anything else.
-fn plain_result(method: &str, internal_id: &RequestId, client_id: &RequestId, json: &str) -> Option<String> {
-    let result = result_text(internal_id, json)?;
-    let members: Members = serde_json::from_str(result).ok()?;
-    let members = members.0;
-    let has = |key: &str| members.iter().any(|(k, _)| k == key);
-    if has("task") {
-        return None;
-    }
-    let mut out = String::with_capacity(json.len() + 160);
-    out.push_str(r#"{"jsonrpc":"2.0","id":"#);
-    match client_id {
-        RequestId::Number(n) => {
-            use std::fmt::Write;
-            write!(out, "{n}").ok()?;
-        }
-        RequestId::String(s) => out.push_str(&serde_json::to_string(s).ok()?),
-    }
-    out.push_str(r#","result":{"#);
-    for (key, raw) in &members {
-        if key != "_meta" {
-            match key {
-                // Read without unescaping: the key's text needs none.
-                Cow::Borrowed(k) => {
-                    out.push('"');
-                    out.push_str(k);
-                    out.push('"');
-                }
-                Cow::Owned(k) => out.push_str(&serde_json::to_string(k).ok()?),
-            }
-            out.push(':');
-            out.push_str(raw.get());
-            out.push(',');
-        }
-    }
-    let mut add = |key: &str, value: &str| {
-        if !has(key) {
-            out.push('"');
-            out.push_str(key);
-            out.push_str("\":");
-            out.push_str(value);
-            out.push(',');
-        }
-    };
-    add("resultType", r#""complete""#);
-    if caching_hints(method) {
-        add("ttlMs", "0");
-        add("cacheScope", r#""private""#);
-    }
-    out.push_str(r#""_meta":"#);
-    match members.iter().find(|(k, _)| k == "_meta") {
-        Some((_, raw)) => {
-            let mut meta: Map<String, Value> = serde_json::from_str(raw.get()).ok()?;
-            meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
-            out.push_str(&to_json(&Value::Object(meta)));
-        }
-        // The common case: only the server's identity, serialized once.
-        None => out.push_str(server_info_meta()),
-    }
-    out.push_str("}}");
-    Some(out)
-}
-
-/// The text of the result of a response to `id`, as [`Message::to_json`] writes one
-/// (`{"jsonrpc":"2.0","id":…,"result":…}`): the session's frames are the gateway's own
-/// serialization, so the envelope is matched as text rather than parsed. `None` for anything
-/// else (an error, a notification, a request, another id).
-fn result_text<'a>(id: &RequestId, json: &'a str) -> Option<&'a str> {
-    let rest = json.strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?;
-    let rest = match id {
-        RequestId::String(s) if !s.contains(['"', '\\']) && !s.chars().any(char::is_control) => {
-            rest.strip_prefix('"')?.strip_prefix(s.as_str())?.strip_prefix('"')?
-        }
-        RequestId::Number(n) => {
-            let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '-'))?;
-            if rest[..end].parse::<i64>().ok()? != *n {
-                return None;
-            }
-            &rest[end..]
-        }
-        RequestId::String(_) => return None,
-    };
-    rest.strip_prefix(r#","result":"#)?.strip_suffix('}')
-}
-
-/// A key, borrowed from the text unless it had escapes.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(Visit)
-    }
-}
-
-/// An object's top-level members in their order, each value as its raw text.
-struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
-
-impl<'de> serde::Deserialize<'de> for Members<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut members = Vec::new();
-                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-                    members.push((key, map.next_value::<&'de RawValue>()?));
-                }
-                Ok(Members(members))
-            }
-        }
-        deserializer.deserialize_map(Visit)
-    }
-}
-
-/// `{"io.modelcontextprotocol/serverInfo": …}` as JSON.
-fn server_info_meta() -> &'static str {
-    static META: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    META.get_or_init(|| to_json(&json!({ meta::SERVER_INFO: taskgate_core::server_info() })))
-}
-
-/// server/utilities/caching: results of these carry `ttlMs` and `cacheScope`.
-fn caching_hints(method: &str) -> bool {
-    matches!(
-        method,
-        methods::TOOLS_LIST
-            | methods::PROMPTS_LIST
-            | methods::RESOURCES_LIST
-            | methods::RESOURCES_TEMPLATES_LIST
-            | methods::RESOURCES_READ
-            | modern::methods::SERVER_DISCOVER
-    )
-}
-
-/// A message as JSON text (serde_json's writer, not the slower `Display`).
-fn to_json(value: &Value) -> String {
-    serde_json::to_string(value).unwrap_or_default()
-}
-
-/// A result as the 2026-07-28 client sees it: `resultType`, the server's identity, caching
-/// hints on what server/utilities/caching names, and a task as the flat `CreateTaskResult`.
-pub(crate) fn finish_result(method: &str, result: &mut Map<String, Value>) {
-    if method == methods::TOOLS_CALL {
-        if let Some(Value::Object(task)) = result.get("task").cloned() {
-            if task.contains_key("taskId") {
-                // ext-tasks "Task Creation": resultType "task" with the task's fields flat.
-                result.remove("task");
-                for (k, v) in flat_task(task) {
-                    result.insert(k, v);
-                }
-                result.insert("resultType".into(), json!("task"));
-            }
-        }
-    }
-    result.entry("resultType").or_insert_with(|| json!("complete"));
-    let meta = result.entry("_meta").or_insert_with(|| json!({}));
-    if let Some(meta) = meta.as_object_mut() {
-        meta.entry(meta::SERVER_INFO).or_insert_with(taskgate_core::server_info);
-    }
-    // server/utilities/caching: results of these carry ttlMs and cacheScope. What a tenant
-    // sees depends on its credentials, so nothing is public; the gateway cannot promise a
-    // listing stays fresh (upstreams change them), so it is stale at once.
-    if caching_hints(method) {
-        result.entry("ttlMs").or_insert_with(|| json!(0));
-        result.entry("cacheScope").or_insert_with(|| json!("private"));
-    }
-}
-
-/// A 2025-11-25 `Task` with the extension's field names (`ttlMs`, `pollIntervalMs`).
-pub(crate) fn flat_task(mut task: Map<String, Value>) -> Map<String, Value> {
-    let ttl = task.remove("ttl").unwrap_or(Value::Null);
-    task.insert("ttlMs".into(), ttl);
-    if let Some(poll) = task.remove("pollInterval") {
-        task.insert("pollIntervalMs".into(), poll);
-    }
-    task
 }
 
 /// The JSON-RPC error response for the client, as a whole HTTP answer.
@@ -474,6 +280,37 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
 
 /// An exchange waiting for the client's retry: the upstream request is still open, its
 /// messages held, and the requests the client must answer.
+/// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
+/// `requestState` key.
+pub struct Modern {
+    pub(super) key: super::state::StateKey,
+    pub(super) parked: Mutex<HashMap<String, Parked>>,
+    pub(super) next: AtomicU64,
+    pub(super) input_wait: Duration,
+}
+
+impl Modern {
+    /// The front door's state for a configuration.
+    pub fn new(config: &Config) -> Modern {
+        Modern {
+            key: super::state::StateKey::random(),
+            parked: Mutex::default(),
+            next: AtomicU64::new(1),
+            input_wait: Duration::from_secs(config.server.input_wait_secs),
+        }
+    }
+
+    pub(super) fn clock_ms(&self) -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+
+    /// A process-unique id for a request sent to a pooled session (a number: the pooled
+    /// sessions' requests all come through here, so nothing else takes one of these ids there).
+    pub(super) fn internal_id(&self) -> RequestId {
+        RequestId::Number(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64)
+    }
+}
+
 pub(crate) struct Parked {
     pub call: Call,
     pub messages: OutboundReceiver,

@@ -17,7 +17,7 @@ use taskgate_protocol::mcp::methods;
 use taskgate_protocol::modern::{self, meta, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
-use super::Modern;
+use super::exchange::Modern;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Resources one listen may subscribe to.

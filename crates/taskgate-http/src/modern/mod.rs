@@ -13,21 +13,20 @@
 
 mod exchange;
 mod listen;
+mod results;
 pub mod state;
 mod tasks;
 
+pub use exchange::Modern;
+
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::HeaderMap;
 use actix_web::HttpResponse;
 use base64::Engine;
-use parking_lot::Mutex;
 use serde_json::{json, Value};
-use taskgate_config::Config;
 use taskgate_core::{Gateway, GatewayError, Identity, TaskMode};
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::modern::{self, MetaError, PerRequest, RequestMeta};
@@ -42,37 +41,6 @@ const METHOD_NAME: actix_web::http::header::HeaderName =
 /// The `Mcp-Name` header.
 pub const NAME_HEADER: &str = "mcp-name";
 const NAME_NAME: actix_web::http::header::HeaderName = actix_web::http::header::HeaderName::from_static(NAME_HEADER);
-
-/// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
-/// `requestState` key.
-pub struct Modern {
-    key: state::StateKey,
-    parked: Mutex<HashMap<String, exchange::Parked>>,
-    next: AtomicU64,
-    input_wait: Duration,
-}
-
-impl Modern {
-    /// The front door's state for a configuration.
-    pub fn new(config: &Config) -> Modern {
-        Modern {
-            key: state::StateKey::random(),
-            parked: Mutex::default(),
-            next: AtomicU64::new(1),
-            input_wait: Duration::from_secs(config.server.input_wait_secs),
-        }
-    }
-
-    fn clock_ms(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-    }
-
-    /// A process-unique id for a request sent to a pooled session (a number: the pooled
-    /// sessions' requests all come through here, so nothing else takes one of these ids there).
-    fn internal_id(&self) -> RequestId {
-        RequestId::Number(self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64)
-    }
-}
 
 /// Whether a message is to be served as 2026-07-28: its `_meta` says so, or it names a method
 /// only that revision has, or it carries that revision's header and no session.
@@ -286,7 +254,7 @@ fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId) -> HttpRespo
         "capabilities": capabilities,
     });
     if let Some(result) = result.as_object_mut() {
-        exchange::finish_result(modern::methods::SERVER_DISCOVER, result);
+        results::finish_result(modern::methods::SERVER_DISCOVER, result);
     }
     crate::reply::json(&Message::response(id.clone(), result))
 }

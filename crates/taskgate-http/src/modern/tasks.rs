@@ -13,8 +13,8 @@ use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::modern::{self, RequestMeta};
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 
-use super::exchange::{finish_result, flat_task};
-use super::Modern;
+use super::exchange::Modern;
+use super::results::{finish_result, flat_task};
 
 /// What the session answered: a result, or a JSON-RPC error.
 type Answer = Result<Value, ErrorObject>;
