@@ -21,101 +21,21 @@ use taskgate_store::{FileTaskStore, MemoryTaskStore, RedisTaskStore, TaskStore};
 
 use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
+use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::outbound::{Limits, Outbound, OutboundReceiver};
-use crate::registry::{Full, Identity, SessionEntry, Sessions};
+use crate::relay::ClientResponse;
 use crate::router::{Router, ToolCatalog, UpstreamHealth};
-use crate::session::{
-    ClientNotification, ClientRequest, ClientResponse, Close, OpenStream, SessionActor, StreamOverflowed,
-};
-use crate::tasks::{Supervisor, Sweep, TaskService};
+use crate::session::context::SessionContext;
+use crate::session::registry::{Full, SessionEntry, Sessions};
+use crate::session::{ClientNotification, ClientRequest, Close, OpenStream, SessionActor, StreamOverflowed};
+use crate::stream_pool::StreamPool;
+use crate::tasks::{Supervisor, Sweep, TaskContext, TaskService, TaskShared};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
 
 /// How long a message may wait for room in a session's mailbox before the client gets 503.
 const MAILBOX_WAIT: Duration = Duration::from_secs(2);
-
-/// What every session and task shares.
-pub(crate) struct Shared {
-    pub config: Config,
-    pub router: Addr<Router>,
-    pub catalog: Arc<RwLock<Catalog>>,
-    pub connectors: HashMap<String, Connector>,
-    pub sessions: Arc<Sessions>,
-    /// The task layer: the store, live task actors, the upstream maps, waiters (invariant 6:
-    /// what another replica would need lives in its store).
-    pub tasks: Arc<TaskService>,
-    /// This process's id among the replicas sharing the store (a v4 UUID per start): the
-    /// tasks it runs are marked with it.
-    pub replica: String,
-    pub clock: Arc<dyn Clock>,
-    /// Progress counters and the upstream token sequence.
-    pub progress: Arc<crate::progress::ProgressStats>,
-    /// Client requests in progress across all sessions.
-    pub live_requests: std::sync::atomic::AtomicUsize,
-    /// The Prometheus metrics.
-    pub metrics: Arc<Metrics>,
-    /// Tenants, credentials, rate buckets and task counts.
-    pub tenancy: Tenancy,
-    /// The Supervisor, for actors that need restarting.
-    pub supervisor: std::sync::OnceLock<Addr<Supervisor>>,
-    /// Set on SIGTERM/SIGINT: new requests are refused, `/readyz` says 503, in-flight work
-    /// finishes.
-    pub draining: std::sync::atomic::AtomicBool,
-    /// Client streams open now, by tenant (bounded by server.max_streams and each tenant's
-    /// share of it).
-    pub streams: Arc<StreamPool>,
-}
-
-/// The gateway's pool of client streams.
-#[derive(Default)]
-pub(crate) struct StreamPool {
-    open: parking_lot::Mutex<(usize, HashMap<Arc<str>, usize>)>,
-}
-
-/// A stream's place in the pool, given back when dropped.
-struct StreamPlace {
-    pool: Arc<StreamPool>,
-    tenant: Arc<str>,
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        let mut open = self.pool.open.lock();
-        open.0 -= 1;
-        if let Some(n) = open.1.get_mut(&self.tenant) {
-            *n -= 1;
-            if *n == 0 {
-                open.1.remove(&self.tenant);
-            }
-        }
-    }
-}
-
-impl StreamPool {
-    fn take(self: &Arc<Self>, tenant: &Arc<str>, share: usize, max: usize) -> Result<StreamPlace, GatewayError> {
-        let mut open = self.open.lock();
-        if open.0 >= max {
-            return Err(GatewayError::Overloaded(format!(
-                "the gateway has its maximum of {max} client streams open (server.max_streams)"
-            )));
-        }
-        let mine = open.1.get(&**tenant).copied().unwrap_or(0);
-        if mine >= share {
-            return Err(GatewayError::LimitExceeded(format!(
-                "tenant \"{tenant}\" has its share of {share} client streams open (server.tenant_share_percent of server.max_streams)"
-            )));
-        }
-        open.0 += 1;
-        match open.1.get_mut(&**tenant) {
-            Some(n) => *n += 1,
-            None => {
-                open.1.insert(tenant.clone(), 1);
-            }
-        }
-        Ok(StreamPlace { pool: self.clone(), tenant: tenant.clone() })
-    }
-}
 
 /// Opens the configured task store; a directory that cannot be used is a problem at start.
 fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config::Problem>> {
@@ -165,7 +85,11 @@ const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The running gateway core. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
-    shared: Arc<Shared>,
+    shared: Arc<SessionContext>,
+    /// The session table.
+    sessions: Arc<Sessions>,
+    /// What the task layer's actors share.
+    tasks: Arc<TaskShared>,
     supervisor: Addr<Supervisor>,
     /// Sessions serving stateless requests, by identity and relayed client capabilities.
     pool: Arc<parking_lot::Mutex<Pool>>,
@@ -220,11 +144,12 @@ impl Gateway {
             config.upstreams.iter().cloned().map(|u| Connector::with_observer(u, Some(observer.clone()))).collect();
         let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
         let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
-        let sessions = Arc::new(Sessions::new(config.server.max_sessions));
+        let sessions = Arc::new(Sessions::new(config.server.max_sessions, metrics.clone()));
         let router =
             Router::new(connectors.clone(), catalog.clone(), sessions.clone(), &config.federation, metrics.clone())
                 .start();
-        let connectors = connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect();
+        let connectors: Arc<HashMap<String, Connector>> =
+            Arc::new(connectors.into_iter().map(|c| (c.name().to_owned(), c)).collect());
         let store: Arc<dyn TaskStore> =
             Arc::new(crate::tasks::ObservedStore::new(open_store(&config)?, metrics.clone()));
         let replica = uuid::Uuid::new_v4().to_string();
@@ -239,35 +164,48 @@ impl Gateway {
             sessions.clone(),
             publisher,
         ));
-        let shared = Arc::new(Shared {
+        let (config, tenancy) = (Arc::new(config), Arc::new(tenancy));
+        let progress = Arc::new(crate::progress::ProgressStats::new(&metrics));
+        let task_context = Arc::new(TaskContext {
+            config: config.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            tenancy: tenancy.clone(),
+            replica: replica.clone(),
+            connectors: connectors.clone(),
+            tasks: tasks.clone(),
+            sessions: sessions.clone(),
+            supervisor: std::sync::OnceLock::new(),
+        });
+        let shared = Arc::new(SessionContext {
             config,
             router,
             catalog,
             connectors,
-            sessions,
+            sessions: sessions.clone(),
             tasks,
             replica,
             clock,
-            progress: Arc::new(crate::progress::ProgressStats::new(&metrics)),
+            progress,
             live_requests: Default::default(),
             metrics,
             tenancy,
-            supervisor: std::sync::OnceLock::new(),
+            task_context: task_context.clone(),
             draining: Default::default(),
             streams: Arc::default(),
         });
         shared.metrics.initialise(&tenant_ids(&shared.config), &upstream_names(&shared.config));
-        let supervisor = Supervisor::new(shared.clone()).start();
-        let _ = shared.supervisor.set(supervisor.clone());
+        let supervisor = Supervisor::new(task_context.clone()).start();
+        let _ = task_context.supervisor.set(supervisor.clone().recipient());
         // Replicas sharing the store: events both ways, leases on the tasks run here.
         if let Some(outgoing) = outgoing {
-            actix::spawn(crate::tasks::publish_loop(shared.clone(), outgoing));
+            actix::spawn(crate::tasks::publish_loop(task_context.clone(), outgoing));
         }
         if let Some(incoming) = incoming {
-            actix::spawn(crate::tasks::listen(shared.clone(), incoming));
+            actix::spawn(crate::tasks::listen(task_context.clone(), incoming));
         }
         if let Some(lease) = lease {
-            actix::spawn(crate::tasks::keep_leases(shared.clone(), lease));
+            actix::spawn(crate::tasks::keep_leases(task_context.clone(), lease));
         }
         if shared.config.tenants.is_empty() {
             tracing::warn!(
@@ -275,7 +213,7 @@ impl Gateway {
                 tenants::IMPLICIT_TENANT
             );
         }
-        Ok(Gateway { shared, supervisor, pool: Arc::default() })
+        Ok(Gateway { shared, sessions, tasks: task_context, supervisor, pool: Arc::default() })
     }
 
     /// The identity an `Authorization` header value (or its absence) authenticates; a refusal
@@ -395,10 +333,10 @@ impl Gateway {
             m.upstream_reachable.with_label_values(&[&u.name]).set(i64::from(u.reachable));
         }
         m.sessions_active.reset();
-        for (tenant, count) in self.shared.sessions.count_by_tenant() {
+        for (tenant, count) in self.sessions.count_by_tenant() {
             m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
         }
-        m.stream_bytes.set(self.shared.sessions.stream_bytes() as i64);
+        m.stream_bytes.set(self.sessions.stream_bytes() as i64);
         m.result_bytes.reset();
         for (tenant, held) in self.shared.tasks.holdings.by_tenant() {
             m.result_bytes.with_label_values(&[&tenant]).set(held.result_bytes as i64);
@@ -435,7 +373,7 @@ impl Gateway {
     /// elsewhere); requests in flight go on.
     pub fn begin_drain(&self) {
         self.shared.draining.store(true, std::sync::atomic::Ordering::Relaxed);
-        for session in self.shared.sessions.all() {
+        for session in self.sessions.all() {
             session.do_send(crate::session::EndGetStream);
         }
         tracing::info!(
@@ -464,7 +402,7 @@ impl Gateway {
     /// stdio upstream process is stopped (stdin closed, then SIGTERM, then SIGKILL) and waited
     /// for.
     pub async fn shutdown(&self) {
-        for session in self.shared.sessions.all() {
+        for session in self.sessions.all() {
             let _ = session.send(Close).await;
         }
         let stops: Vec<_> = self.shared.connectors.values().map(|c| c.shutdown()).collect();
@@ -479,7 +417,7 @@ impl Gateway {
     /// answers task methods with 503 until it is back, and its lease loop takes orphans over
     /// then. A local store that cannot be read is an error.
     pub async fn recover(&self) -> Result<crate::tasks::Recovered, GatewayError> {
-        match TaskService::recover(self.shared.clone()).await {
+        match TaskService::recover(self.tasks.clone()).await {
             Err(GatewayError::StoreUnavailable(why)) if self.shared.tasks.store().shared() => {
                 tracing::warn!(%why, "the task store does not answer yet; serving, and taking orphaned tasks over once it does");
                 Ok(crate::tasks::Recovered::default())
@@ -567,7 +505,7 @@ impl Gateway {
 
     /// Sessions open now.
     pub fn session_count(&self) -> usize {
-        self.shared.sessions.len()
+        self.sessions.len()
     }
 
     /// Handles `initialize`: negotiates the version, starts a session actor and returns the
@@ -595,7 +533,7 @@ impl Gateway {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
         // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
         let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
-        if self.shared.sessions.is_full() {
+        if self.sessions.is_full() {
             self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
             return Err(GatewayError::Overloaded(format!(
                 "the gateway has its maximum of {} sessions open (server.max_sessions)",
@@ -621,7 +559,7 @@ impl Gateway {
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
         let entry =
             SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms, budget };
-        if let Err(full) = self.shared.sessions.insert(id.clone(), entry, tenant_cap) {
+        if let Err(full) = self.sessions.insert(id.clone(), entry, tenant_cap) {
             actor.do_send(Close);
             return Err(match full {
                 Full::Gateway => GatewayError::Overloaded(
@@ -697,7 +635,7 @@ impl Gateway {
         if let Some(handle) = pool.get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok()) {
             return Ok(handle);
         }
-        pool.retain(|id| self.shared.sessions.contains(id));
+        pool.retain(|id| self.sessions.contains(id));
         let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true)?;
         pool.insert(tenant, principal, &caps, id.clone());
         self.session(&id, identity)
@@ -759,7 +697,7 @@ impl Gateway {
     /// one that never existed.
     pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
         let now = self.shared.clock.now_ms();
-        let entry = self.shared.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
+        let entry = self.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
         let server = &self.shared.config.server;
         let share = self.shared.tenancy.policy(&entry.identity.tenant).shares.streams;
         Ok(SessionHandle {
@@ -773,7 +711,7 @@ impl Gateway {
     /// Ends a session (DELETE).
     pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
         let handle = self.session(id, identity)?;
-        self.shared.sessions.remove(id);
+        self.sessions.remove(id);
         let _ = handle.entry.addr.send(Close).await;
         Ok(())
     }

@@ -9,26 +9,28 @@
 //! - [`progress`]: [`progress::ProgressActor`], one per live client progress token.
 //! - [`catalog`]: the catalog's pure data: naming, collisions, cursor pages.
 //! - [`clock`]: injected time.
-//! - [`registry`]: the session table and [`Identity`].
+//! - [`identity`]: [`Identity`], who is calling.
 //! - [`error`]: [`GatewayError`] and its one mapping to JSON-RPC codes and HTTP statuses.
 
 pub mod catalog;
 pub mod clock;
 pub mod error;
 pub mod gateway;
+pub mod identity;
 pub mod logs;
 pub mod metrics;
 pub mod offerings;
 pub mod outbound;
 pub mod progress;
-pub mod registry;
+mod relay;
 pub mod router;
 pub mod session;
 mod stream;
+mod stream_pool;
 pub mod tasks;
 pub mod tenants;
 
 pub use error::GatewayError;
 pub use gateway::{server_info, Gateway, SessionHandle};
-pub use registry::Identity;
+pub use identity::Identity;
 pub use session::TaskMode;

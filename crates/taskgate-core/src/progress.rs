@@ -16,7 +16,7 @@ use serde_json::Value;
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::Message as RpcMessage;
 
-use crate::registry::Identity;
+use crate::identity::Identity;
 
 /// Counters of what happened to progress notifications (also read by tests), mirrored into
 /// `taskgate_progress_notifications_total`.
@@ -72,13 +72,21 @@ impl ProgressStats {
     }
 }
 
+/// Where a task's progress goes: the task layer, which finds the requestor's sessions, here
+/// and on the other replicas (a port: the task layer implements it).
+pub(crate) trait TaskProgressSink: Send + Sync {
+    /// Delivers `params` of a `notifications/progress` for `task_id`; false when no session took
+    /// it anywhere.
+    fn task_progress(&self, owner: &Identity, task_id: &str, params: Value) -> bool;
+}
+
 /// Where a token's notifications go.
 pub(crate) enum ProgressTarget {
     /// A plain call: its own response stream.
     Request(crate::outbound::Outbound),
     /// A task: the requestor's sessions (its `tasks/result` stream for the task, else its GET
     /// stream), with the task's related-task `_meta`.
-    Task { task_id: String, owner: Identity, tasks: Arc<crate::tasks::TaskService> },
+    Task { task_id: String, owner: Identity, tasks: Arc<dyn TaskProgressSink> },
 }
 
 /// One live progress token.

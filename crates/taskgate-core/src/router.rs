@@ -23,8 +23,6 @@ use tokio::sync::oneshot;
 
 use crate::catalog::Catalog;
 use crate::metrics::Metrics;
-use crate::registry::Sessions;
-use crate::session::ToolsChanged;
 
 /// How long an upstream whose listing failed is left alone before the next attempt.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -35,6 +33,13 @@ const MAX_TOOLS: usize = 10_000;
 /// A tool catalog's identity: the client capabilities its listing sessions declare, as
 /// canonical JSON; empty for the catalog of a client declaring none (the base catalog).
 pub(crate) type Caps = String;
+
+/// Who hears that the tools of a catalog changed: the client sessions, whose own catalog it may
+/// be (a port: the session layer implements it).
+pub(crate) trait CatalogListeners: Send + Sync {
+    /// The tools of the catalog of clients declaring `caps` changed.
+    fn tools_changed(&self, caps: &Caps);
+}
 /// One upstream's listing in one catalog.
 type Key = (Caps, String);
 
@@ -76,7 +81,8 @@ pub struct Router {
     /// Catalogs kept at most, the base one included (`federation.max_tool_catalogs`).
     max_catalogs: usize,
     metrics: Arc<Metrics>,
-    sessions: Arc<Sessions>,
+    /// Told when a catalog's tools change (the client sessions).
+    listeners: Arc<dyn CatalogListeners>,
     list_timeout: Duration,
     catalog_sessions: HashMap<Key, UpstreamSession>,
     loading: HashSet<Key>,
@@ -98,7 +104,7 @@ impl Router {
     pub(crate) fn new(
         connectors: Vec<Connector>,
         catalog: Arc<RwLock<Catalog>>,
-        sessions: Arc<Sessions>,
+        listeners: Arc<dyn CatalogListeners>,
         federation: &FederationConfig,
         metrics: Arc<Metrics>,
     ) -> Router {
@@ -109,7 +115,7 @@ impl Router {
             variants: HashMap::new(),
             max_catalogs: federation.max_tool_catalogs.max(1),
             metrics,
-            sessions,
+            listeners,
             list_timeout: Duration::from_secs(federation.list_timeout_secs),
             catalog_sessions: HashMap::new(),
             loading: HashSet::new(),
@@ -204,13 +210,7 @@ impl Router {
             self.load(key.clone(), ctx);
         }
         if changed {
-            for session in self.sessions.all() {
-                // A client cannot drive this path; a session whose queue is full misses one
-                // list_changed hint, and its next tools/list is still correct.
-                if session.try_send(ToolsChanged(caps.clone())).is_err() {
-                    tracing::debug!("a session's queue is full; list_changed not delivered");
-                }
-            }
+            self.listeners.tools_changed(&caps);
         }
         let loading = &self.loading;
         let (ready, waiting): (Vec<_>, Vec<_>) =

@@ -132,18 +132,3 @@ impl StreamHandler<(String, UpstreamEvent)> for SessionActor {
         // An upstream session's event stream ends when it closes; the actor lives on.
     }
 }
-
-/// A log message names the upstream it came from in `logger` (`<upstream>` or
-/// `<upstream>/<its logger>`), so a client reading one stream of many servers can tell them apart.
-pub(crate) fn tag_log(upstream: &str, method: &str, params: &mut Option<Value>) {
-    if method != methods::LOG_MESSAGE {
-        return;
-    }
-    if let Some(Value::Object(p)) = params {
-        let logger = match p.get("logger").and_then(Value::as_str) {
-            Some(own) => format!("{upstream}/{own}"),
-            None => upstream.to_owned(),
-        };
-        p.insert("logger".into(), Value::from(logger));
-    }
-}

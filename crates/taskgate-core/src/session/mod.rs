@@ -10,15 +10,15 @@
 //! (`relay`), what upstreams send on their own (`events`) and cancellation (`cancel`).
 
 mod cancel;
+pub(crate) mod context;
 mod events;
 mod offerings;
+pub(crate) mod registry;
 mod relay;
 mod task_calls;
 mod tools;
 
 pub(crate) use events::ClientNotification;
-pub(crate) use relay::{relay_call, ClientResponse};
-pub(crate) use task_calls::{RemoteInputs, TaskEnded, TaskProgress, TaskStatusChanged};
 
 // foldhash: the maps of ids and names on every request's path hash in a few instructions,
 // not SipHash's hundreds; its seeds are random per map.
@@ -39,15 +39,14 @@ use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus, TaskView};
 use taskgate_store::{TaskOutcome, TaskRecord};
 
 use crate::catalog::{Page, ToolEntry};
-use crate::gateway::Shared;
-use crate::progress::{Abandon, Finish, Progress, ProgressActor, ProgressTarget};
-use crate::registry::Identity;
+use crate::identity::Identity;
+use crate::progress::{Abandon, ProgressActor, ProgressTarget};
+use crate::relay::{relay_call, tag_log, UPSTREAM_EVENTS};
 use crate::router::{EnsureCatalog, RefreshUpstream, ToolCatalog, UpstreamFailure};
 use crate::tasks::{self, InputProvided, InputRequested, TaskService, TaskStart, UpstreamStatus, Work};
 use crate::GatewayError;
+use context::SessionContext;
 
-/// Events buffered from one upstream session before its reader waits for this actor.
-const UPSTREAM_EVENTS: usize = 256;
 /// Upstream requests relayed to the client and not yet answered, per session.
 const MAX_RELAYED: usize = 1024;
 /// Upstream messages held while a native task creation is in flight, per session.
@@ -58,7 +57,7 @@ const MAX_QUEUED: usize = 256;
 /// One client session.
 pub struct SessionActor {
     id: String,
-    shared: Arc<Shared>,
+    shared: Arc<SessionContext>,
     identity: Identity,
     client: ClientIdentity,
     /// The tool catalog of clients with this session's relayable capabilities.
@@ -107,7 +106,7 @@ pub struct SessionActor {
     next_stash: u64,
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
     /// is a sender of its own to actix, made (and allocated) each time one is asked for.
-    myself: Option<actix::WeakAddr<SessionActor>>,
+    myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -188,7 +187,7 @@ impl SessionActor {
 
     pub(crate) fn new(
         id: String,
-        shared: Arc<Shared>,
+        shared: Arc<SessionContext>,
         identity: Identity,
         client: ClientIdentity,
         catalog: ToolCatalog,
@@ -359,7 +358,7 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.shared.config.server.session_mailbox);
-        self.myself = Some(ctx.address().downgrade());
+        self.myself = Some(Arc::new(ctx.address().downgrade().recipient()));
         tracing::info!(session = %self.id, tenant = %self.identity.tenant, "session started");
     }
 
@@ -372,7 +371,7 @@ impl Actor for SessionActor {
                 }
             }
         }
-        self.shared.sessions.remove(&self.id);
+        self.shared.sessions.forget(&self.id);
         self.release_upstreams();
         tracing::info!(session = %self.id, "session ended");
     }
@@ -464,9 +463,9 @@ impl Handler<ClientRequest> for SessionActor {
             methods::TASKS_RESULT => self.task_result(id, params, ctx),
             methods::TASKS_LIST => self.list_tasks(id, params, ctx),
             methods::TASKS_CANCEL => self.cancel_task(id, params, ctx),
-            methods::RESOURCES_LIST => self.list_offerings(id, offerings::Listing::Resources, params, ctx),
-            methods::RESOURCES_TEMPLATES_LIST => self.list_offerings(id, offerings::Listing::Templates, params, ctx),
-            methods::PROMPTS_LIST => self.list_offerings(id, offerings::Listing::Prompts, params, ctx),
+            methods::RESOURCES_LIST | methods::RESOURCES_TEMPLATES_LIST | methods::PROMPTS_LIST => {
+                self.list_offered(id, &method, params, ctx)
+            }
             methods::RESOURCES_READ => self.resource_request(id, methods::RESOURCES_READ, params, ctx),
             methods::RESOURCES_SUBSCRIBE => self.resource_request(id, methods::RESOURCES_SUBSCRIBE, params, ctx),
             methods::RESOURCES_UNSUBSCRIBE => self.resource_request(id, methods::RESOURCES_UNSUBSCRIBE, params, ctx),

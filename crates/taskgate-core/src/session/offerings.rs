@@ -18,7 +18,7 @@ const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "criti
 
 /// A federated listing.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Listing {
+enum Listing {
     Resources,
     Templates,
     Prompts,
@@ -122,13 +122,17 @@ impl SessionActor {
 
     /// `resources/list`, `resources/templates/list`, `prompts/list`: one upstream's page at a
     /// time, in configuration order (server/utilities/pagination: the cursor is opaque).
-    pub(super) fn list_offerings(
-        &mut self,
-        id: RequestId,
-        listing: Listing,
-        params: Option<Value>,
-        ctx: &mut Context<Self>,
-    ) {
+    /// `resources/list`, `resources/templates/list` or `prompts/list` (`method`).
+    pub(super) fn list_offered(&mut self, id: RequestId, method: &str, params: Option<Value>, ctx: &mut Context<Self>) {
+        let listing = match method {
+            methods::RESOURCES_LIST => Listing::Resources,
+            methods::RESOURCES_TEMPLATES_LIST => Listing::Templates,
+            _ => Listing::Prompts,
+        };
+        self.list_offerings(id, listing, params, ctx);
+    }
+
+    fn list_offerings(&mut self, id: RequestId, listing: Listing, params: Option<Value>, ctx: &mut Context<Self>) {
         let cursor = match mcp::cursor(params.as_ref()) {
             Ok(None) => None,
             Ok(Some(c)) => match ListCursor::decode(listing.kind(), c) {

@@ -3,6 +3,8 @@
 //! upstream call with everything it sends before its result.
 
 use super::*;
+use crate::relay::{ClientResponse, RelayFromCall};
+use crate::tasks::InputHolder;
 
 impl SessionActor {
     /// A relayed request of a task was answered or withdrawn: the task's actor forgets it.
@@ -151,7 +153,8 @@ impl SessionActor {
             let RpcMessage::Request { method, params, .. } = message else { unreachable!("built as a request above") };
             let request = json!({ "method": method, "params": params.unwrap_or_else(|| json!({})) });
             let key = gateway_id.to_value().as_str().unwrap_or_default().to_owned();
-            let _ = actor.try_send(InputRequested { key, request, session: ctx.address() });
+            let holder = InputHolder { ended: ctx.address().recipient(), answer: ctx.address().recipient() };
+            let _ = actor.try_send(InputRequested { key, request, session: holder });
         }
         let progress_token = relayed_token;
         let asker = Asker::Upstream { upstream, id };
@@ -205,90 +208,6 @@ impl SessionActor {
     }
 }
 
-/// Runs an upstream request (`tools/call`, `resources/read`, `prompts/get`…), forwarding the notifications that belong to it, all before
-/// the result: progress to its [`ProgressActor`] (awaited, so order holds), anything else to
-/// the client's stream for the request. With `finish`, the progress actor delivers what it has
-/// pending and stops before the result is returned. With `pass`, the result may come as the
-/// upstream's text ([`Payload::Raw`], see [`UpstreamSession::request_payload`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn relay_call(
-    session: UpstreamSession,
-    method: &'static str,
-    upstream_id: RequestId,
-    params: Value,
-    arguments: Option<RawArguments>,
-    reply: Option<Outbound>,
-    progress: Option<Addr<ProgressActor>>,
-    finish: bool,
-    relay: Option<actix::WeakAddr<SessionActor>>,
-    pass: bool,
-) -> Result<Payload, taskgate_upstream::UpstreamError> {
-    let (related, mut notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
-    let call = session.request_payload(upstream_id.clone(), method, Some(params), arguments, Some(related), pass);
-    tokio::pin!(call);
-    let forward = |note: RpcMessage| {
-        let progress = progress.clone();
-        let reply = reply.clone();
-        let (relay, session, related) = (relay.clone(), session.clone(), upstream_id.clone());
-        async move {
-            match (note, &progress) {
-                // A request the upstream sent on the call's stream: relayed (awaited) before
-                // anything after it, so the client sees it before the response.
-                (request @ RpcMessage::Request { .. }, _) => match relay.and_then(|r| r.upgrade()) {
-                    Some(session_actor) => {
-                        let upstream = session.upstream().to_owned();
-                        let _ = session_actor.send(RelayFromCall { upstream, request, related }).await;
-                    }
-                    None => session.hand_over(request, related).await,
-                },
-                (RpcMessage::Notification { method, params: Some(params) }, Some(actor))
-                    if method == methods::PROGRESS =>
-                {
-                    let _ = actor.send(Progress(params)).await;
-                }
-                (RpcMessage::Notification { method, .. }, _) if method == methods::PROGRESS => {}
-                (mut note, _) => {
-                    if let RpcMessage::Notification { method, params } = &mut note {
-                        super::events::tag_log(session.upstream(), method, params);
-                    }
-                    // A client that stopped reading overflows its stream: the session is told
-                    // and cancels the call.
-                    if let Some(reply) = &reply {
-                        if reply.send(&note).is_err() {
-                            tracing::debug!("client stream overflowed or closed; a notification was dropped");
-                        }
-                    }
-                }
-            }
-        }
-    };
-    // The call first: its timeout must fire on time even while the upstream floods
-    // notifications. What it sent before its response is already queued and goes first.
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            outcome = &mut call => {
-                while let Some(note) = notes.try_recv() {
-                    forward(note).await;
-                }
-                break outcome;
-            }
-            Some(note) = notes.recv() => forward(note).await,
-        }
-    };
-    if let (true, Some(actor)) = (finish, &progress) {
-        let _ = actor.send(Finish).await;
-    }
-    outcome
-}
-
-/// The client's response to a request an upstream sent through the gateway.
-pub(crate) struct ClientResponse(pub RpcMessage);
-
-impl Message for ClientResponse {
-    type Result = Result<(), GatewayError>;
-}
-
 impl Handler<ClientResponse> for SessionActor {
     type Result = Result<(), GatewayError>;
 
@@ -334,18 +253,6 @@ impl Handler<ClientResponse> for SessionActor {
         }
         Ok(())
     }
-}
-
-/// A request an upstream sent on the response stream of a call of this session.
-pub(crate) struct RelayFromCall {
-    pub upstream: String,
-    pub request: RpcMessage,
-    /// The call's upstream-local id.
-    pub related: RequestId,
-}
-
-impl Message for RelayFromCall {
-    type Result = ();
 }
 
 impl Handler<RelayFromCall> for SessionActor {

@@ -2,6 +2,7 @@
 //! status notifications for this session's requestor.
 
 use super::*;
+use crate::tasks::TaskEnded;
 
 impl SessionActor {
     /// Runs an admitted task: as a native upstream task, or wrapped by the gateway.
@@ -78,7 +79,7 @@ impl SessionActor {
     ) {
         let native_upstream = matches!(start.work, Work::Native(_)).then(|| start.record.upstream.clone());
         let progress = start.progress.clone();
-        let create = TaskService::create(self.shared.clone(), start);
+        let create = TaskService::create(self.shared.task_context.clone(), start);
         ctx.spawn(create.into_actor(self).map(move |created, act, ctx| {
             if let Some(upstream) = native_upstream {
                 act.native_created(&upstream, ctx);
@@ -292,14 +293,6 @@ impl Handler<TaskStatusChanged> for SessionActor {
             let _ = stream.send(&RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
         }
     }
-}
-
-/// A task ended with input requests this session holds: they will never be answered, and
-/// must not reach a stream opened later.
-pub(crate) struct TaskEnded(pub String);
-
-impl Message for TaskEnded {
-    type Result = ();
 }
 
 impl Handler<TaskEnded> for SessionActor {

@@ -260,7 +260,7 @@ impl SessionActor {
 
 /// How long a task's reservation under the caps holds before its creation: the upstream's
 /// response time limit, and a minute more.
-pub(super) fn session_timeout_ms(shared: &Shared, upstream: &str) -> u64 {
+pub(super) fn session_timeout_ms(shared: &SessionContext, upstream: &str) -> u64 {
     let secs = shared.connectors.get(upstream).map_or(300, |c| c.config().timeout_secs);
     secs.saturating_add(60).saturating_mul(1000)
 }

@@ -7,20 +7,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{not_found, settle_call};
-use crate::gateway::Shared;
-use crate::progress::{Abandon, Finish, Progress, ProgressActor};
-use crate::registry::Identity;
-use crate::session::{ClientResponse, SessionActor, TaskEnded};
-use crate::tenants::TaskPermit;
+use super::context::TaskContext;
+use super::messages::{
+    Cancel, Crash, DeliverInputs, Expire, InputProvided, InputRequested, ListInputs, StoppedElsewhere, UpstreamStatus,
+};
+use super::sessions::{InputHolder, TaskEnded};
+use super::work::{abort_call, Call, CallState, Input, Owner, Remains, Restart, TaskStart, Work};
+use super::{not_found, settle_call, store_error};
+use crate::progress::ProgressActor;
+use crate::progress::{Abandon, Finish, Progress};
+use crate::relay::ClientResponse;
 use crate::GatewayError;
+
+/// What a task actor shares with the rest of the task layer, its fellow actors known by their
+/// addresses.
+pub(crate) type TaskShared = TaskContext<Addr<TaskActor>>;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{meta, methods};
 use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
-use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage, RequestId};
+use taskgate_protocol::{codes, ErrorObject, RequestId};
 use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
-use taskgate_upstream::{UpstreamError, UpstreamSession, WaitingCall};
+use taskgate_upstream::{UpstreamError, UpstreamSession};
 
 /// Bounds on how often a native upstream task is polled.
 const MIN_POLL: Duration = Duration::from_millis(50);
@@ -28,163 +36,14 @@ const MAX_POLL: Duration = Duration::from_secs(30);
 /// Consecutive failed polls after which a native task is failed.
 const MAX_POLL_FAILURES: u32 = 5;
 
-/// What runs the task upstream.
-pub(crate) enum Work {
-    /// A plain `tools/call` the gateway runs in the background.
-    Wrapped {
-        /// The upstream-local id of the call, for `notifications/cancelled`.
-        upstream_id: RequestId,
-        /// The call's params (the upstream's tool name, no `task`), until the call takes them.
-        /// (Boxed, as the route below: an actor keeps its `work` for its task's life.)
-        params: Option<Box<Value>>,
-    },
-    /// A task the upstream runs; the gateway follows it. (Boxed with what following it takes:
-    /// a wrapped task, the common kind, carries none of it.)
-    Native(Box<Native>),
-}
-
-/// A task the upstream runs, and the state of following it.
-pub(crate) struct Native {
-    /// The upstream's task id.
-    pub upstream_task_id: String,
-    /// How often to poll it.
-    pub poll: Duration,
-    /// The task's progress token route at the upstream, and the notes it receives.
-    pub progress_route:
-        Option<(taskgate_upstream::ProgressRoute, taskgate_upstream::Receiver<taskgate_protocol::Message>)>,
-    /// The `tasks/result` call in flight, in the actor's context.
-    running: Option<SpawnHandle>,
-    fetching_result: bool,
-    /// The result, fetched while the task was `input_required`, kept until the upstream
-    /// reports the terminal status it goes with.
-    fetched: Option<Box<TaskOutcome>>,
-    poll_failures: u32,
-    /// The progress forwarder (from the token's route to the task's progress actor).
-    forwarder: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Native {
-    /// The work of following a task the upstream runs.
-    pub(crate) fn work(
-        upstream_task_id: String,
-        poll: Duration,
-        progress_route: Option<(
-            taskgate_upstream::ProgressRoute,
-            taskgate_upstream::Receiver<taskgate_protocol::Message>,
-        )>,
-    ) -> Work {
-        Work::Native(Box::new(Native {
-            upstream_task_id,
-            poll,
-            progress_route,
-            running: None,
-            fetching_result: false,
-            fetched: None,
-            poll_failures: 0,
-            forwarder: None,
-        }))
-    }
-}
-
-/// Whose task it is, and its place under the tenant's concurrency caps while it holds one
-/// (the permit names the owner: one copy of the identity, not two).
-pub(crate) enum Owner {
-    Holding(TaskPermit),
-    Released(Identity),
-}
-
-impl Owner {
-    fn new(owner: Identity, permit: Option<TaskPermit>) -> Owner {
-        match permit {
-            Some(permit) => Owner::Holding(permit),
-            None => Owner::Released(owner),
-        }
-    }
-
-    fn who(&self) -> &Identity {
-        match self {
-            Owner::Holding(permit) => permit.who(),
-            Owner::Released(who) => who,
-        }
-    }
-
-    /// Gives the task's place under the caps back.
-    fn release(&mut self) {
-        if let Owner::Holding(permit) = self {
-            *self = Owner::Released(permit.who().clone());
-        }
-    }
-
-    fn into_parts(self) -> (Identity, Option<TaskPermit>) {
-        match self {
-            Owner::Holding(permit) => (permit.who().clone(), Some(permit)),
-            Owner::Released(who) => (who, None),
-        }
-    }
-}
-
-/// Everything a new task actor needs.
-pub(crate) struct TaskStart {
-    pub record: TaskRecord,
-    pub owner: Identity,
-    pub session: UpstreamSession,
-    pub work: Work,
-    /// The task's progress token's actor, if the request had a token.
-    pub progress: Option<Addr<ProgressActor>>,
-    /// The task's place under its tenant's concurrency caps, given back when it ends.
-    pub permit: Option<TaskPermit>,
-}
-
 /// How long a task's end waits for its progress forwarder to pass on what it holds.
 const FORWARDER_DRAIN: Duration = Duration::from_secs(1);
-
-/// A wrapped task's upstream call, outside the actor's context so that it survives the
-/// actor's restart (the actor that holds it then polls it, [`AwaitCall`]): a task of its own
-/// while it is being sent (and for its whole life over HTTP, where the answer comes on the
-/// request's own response, and when it relays progress), then, once written to a stdio
-/// upstream, the call waiting for its answer with no task of its own ([`WaitingCall`]). One
-/// word in the actor.
-pub(crate) type Call = Box<CallState>;
-
-pub(crate) enum CallState {
-    Sending(tokio::task::JoinHandle<taskgate_upstream::CallState>),
-    Waiting(WaitingCall<'static>),
-}
-
-/// Stops a call: its task is aborted, or its waiting state dropped (which gives back its
-/// pending entry, its place in flight and its lane's).
-pub(crate) fn abort_call(call: CallState) {
-    if let CallState::Sending(handle) = call {
-        handle.abort();
-    }
-}
-
-/// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
-pub(crate) struct Remains {
-    pub id: Arc<str>,
-    pub owner: Owner,
-    pub session: UpstreamSession,
-    pub work: Work,
-    pub progress: Option<Addr<ProgressActor>>,
-    pub call: Option<Call>,
-    pub inputs: Vec<Input>,
-}
-
-/// An input request of a task not answered yet.
-pub(crate) struct Input {
-    /// The id the client knows it by.
-    key: String,
-    /// `{method, params}`.
-    request: Value,
-    /// The session holding it, which takes the answer.
-    session: Addr<SessionActor>,
-}
 
 /// One task.
 pub struct TaskActor {
     /// Shared with the service's tables of actors and calls.
     pub(crate) id: Arc<str>,
-    shared: Arc<Shared>,
+    shared: Arc<TaskShared>,
     owner: Owner,
     status: TaskStatus,
     /// (Boxed text: a task's message rarely changes, and a word less keeps the actor's cell a
@@ -207,7 +66,7 @@ pub struct TaskActor {
 }
 
 impl TaskActor {
-    pub(crate) fn new(shared: Arc<Shared>, start: TaskStart) -> TaskActor {
+    pub(crate) fn new(shared: Arc<TaskShared>, start: TaskStart) -> TaskActor {
         // One copy of the id for the task's entries in every table: the holdings' own.
         let id = shared.tasks.holdings.shared_id(&start.record.id).unwrap_or_else(|| start.record.id.as_str().into());
         TaskActor {
@@ -229,7 +88,7 @@ impl TaskActor {
 
     /// An actor for a task whose previous actor stopped abnormally: its state comes from the
     /// store, its work and permit from what the old actor left.
-    pub(crate) fn restarted(shared: Arc<Shared>, record: &TaskRecord, remains: Remains) -> TaskActor {
+    pub(crate) fn restarted(shared: Arc<TaskShared>, record: &TaskRecord, remains: Remains) -> TaskActor {
         let (owner, permit) = remains.owner.into_parts();
         let mut work = remains.work;
         if let Work::Native(native) = &mut work {
@@ -623,7 +482,7 @@ impl Actor for TaskActor {
                 // keeps), so a restarted actor still gets its outcome.
                 let sending = match self.progress.clone() {
                     Some(progress) => actix::spawn(async move {
-                        let call = crate::session::relay_call(
+                        let call = crate::relay::relay_call(
                             session,
                             methods::TOOLS_CALL,
                             id,
@@ -682,10 +541,10 @@ impl Actor for TaskActor {
             });
         }
         // Requests still outstanding will never be answered: the sessions holding them let go.
-        let mut told: Vec<&Addr<SessionActor>> = Vec::new();
+        let mut told: Vec<&InputHolder> = Vec::new();
         for input in &self.inputs {
             if !told.contains(&&input.session) {
-                input.session.do_send(TaskEnded(self.id.to_string()));
+                input.session.ended.do_send(TaskEnded(self.id.to_string()));
                 told.push(&input.session);
             }
         }
@@ -700,13 +559,6 @@ impl Actor for TaskActor {
             }
         }
     }
-}
-
-/// `tasks/cancel`: the task is `cancelled` before the answer is sent.
-pub(crate) struct Cancel;
-
-impl Message for Cancel {
-    type Result = Result<TaskRecord, GatewayError>;
 }
 
 impl Handler<Cancel> for TaskActor {
@@ -732,16 +584,9 @@ impl Handler<Cancel> for TaskActor {
                 Err(GatewayError::InvalidParams(format!("Cannot cancel task: already in terminal status '{current}'")))
             }
             Err(StoreError::NotFound) => Err(not_found()),
-            Err(e) => Err(super::service::store_error(e)),
+            Err(e) => Err(store_error(e)),
         })))
     }
-}
-
-/// A native task's status as the upstream announced it (`notifications/tasks/status`).
-pub(crate) struct UpstreamStatus(pub UpstreamTask);
-
-impl Message for UpstreamStatus {
-    type Result = ();
 }
 
 impl Handler<UpstreamStatus> for TaskActor {
@@ -750,24 +595,6 @@ impl Handler<UpstreamStatus> for TaskActor {
     fn handle(&mut self, UpstreamStatus(up): UpstreamStatus, ctx: &mut Context<Self>) {
         self.observe(up, ctx);
     }
-}
-
-/// The upstream asked the requestor for input on behalf of this task (a relayed elicitation,
-/// sampling or roots request): the task keeps its key and the session that relayed it, and a
-/// wrapped task waits in `input_required`. With a shared store the request is written there
-/// first, so `tasks/get` through any replica lists it (ext-tasks "Task Polling": all
-/// outstanding input requests), and the other replicas are told.
-pub(crate) struct InputRequested {
-    /// The id the client knows the request by.
-    pub key: String,
-    /// `{method, params}`, as the client sees it.
-    pub request: Value,
-    /// The session holding it, which takes the answer.
-    pub session: Addr<SessionActor>,
-}
-
-impl Message for InputRequested {
-    type Result = ();
 }
 
 /// How long a task's input request is kept in a shared store when the task has no ttl.
@@ -820,17 +647,6 @@ impl TaskActor {
 /// Input requests a task holds at once (each is also bounded by its session's relay limits).
 const MAX_INPUTS: usize = 256;
 
-/// The requestor answered one of the upstream's requests (or the upstream withdrew it): once
-/// none is outstanding, a wrapped task is working again.
-pub(crate) struct InputProvided {
-    /// The request's key.
-    pub key: String,
-}
-
-impl Message for InputProvided {
-    type Result = ();
-}
-
 impl Handler<InputProvided> for TaskActor {
     type Result = ();
 
@@ -854,16 +670,6 @@ impl Handler<InputProvided> for TaskActor {
     }
 }
 
-/// Answers to the task's input requests (JSON-RPC responses whose ids are their keys), given
-/// through `tasks/update` or another replica: each goes to the session holding its request,
-/// which passes it to the upstream. Keys not outstanding are ignored (ext-tasks "Task Update
-/// Requests").
-pub(crate) struct DeliverInputs(pub Vec<RpcMessage>);
-
-impl Message for DeliverInputs {
-    type Result = ();
-}
-
 impl Handler<DeliverInputs> for TaskActor {
     type Result = ();
 
@@ -874,18 +680,11 @@ impl Handler<DeliverInputs> for TaskActor {
                 tracing::debug!(task = %self.id, "an answer to an input request not outstanding was ignored");
                 continue;
             };
-            if session.try_send(ClientResponse(response)).is_err() {
+            if session.answer.try_send(ClientResponse(response)).is_err() {
                 tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
             }
         }
     }
-}
-
-/// The task's outstanding input requests, by key, in the order they came.
-pub(crate) struct ListInputs;
-
-impl Message for ListInputs {
-    type Result = Vec<(String, Value)>;
 }
 
 impl Handler<ListInputs> for TaskActor {
@@ -894,13 +693,6 @@ impl Handler<ListInputs> for TaskActor {
     fn handle(&mut self, _: ListInputs, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.inputs.iter().map(|i| (i.key.clone(), i.request.clone())).collect())
     }
-}
-
-/// The supervisor's sweep found the task expired.
-pub(crate) struct Expire;
-
-impl Message for Expire {
-    type Result = ();
 }
 
 impl Handler<Expire> for TaskActor {
@@ -950,17 +742,6 @@ impl ActorFuture<TaskActor> for AwaitCall {
     }
 }
 
-/// The task is no longer this actor's to run: it was cancelled through the store (on another
-/// replica: `cancelled`, and the upstream is told), or another replica took it over.
-pub(crate) struct StoppedElsewhere {
-    /// Cancelled: stop the upstream work too.
-    pub cancelled: bool,
-}
-
-impl Message for StoppedElsewhere {
-    type Result = ();
-}
-
 impl Handler<StoppedElsewhere> for TaskActor {
     type Result = ();
 
@@ -974,14 +755,6 @@ impl Handler<StoppedElsewhere> for TaskActor {
         tracing::info!(task = %self.id, cancelled = msg.cancelled, "task stopped here: it was settled or taken over elsewhere");
         ctx.stop();
     }
-}
-
-/// A test hook: makes the actor panic, as a bug would, to exercise its restart.
-#[doc(hidden)]
-pub struct Crash;
-
-impl Message for Crash {
-    type Result = ();
 }
 
 impl Handler<Crash> for TaskActor {
@@ -1011,6 +784,6 @@ impl Drop for TaskActor {
             inputs: std::mem::take(&mut self.inputs),
         };
         // Not a path a client drives: one message per crashed actor.
-        supervisor.do_send(super::supervisor::Restart(Box::new(remains)));
+        supervisor.do_send(Restart(Box::new(remains)));
     }
 }

@@ -1,28 +1,25 @@
-//! Every live task's ttl on one timer. Each [`super::TaskActor`] used to keep a timer of its own
+//! Every live task's ttl on one timer. Each task actor used to keep a timer of its own
 //! in its context (a boxed future with a tokio `Sleep`, about 110 bytes a task, 100,000 timers
-//! for 100,000 tasks); a task now puts its deadline here and is told [`Expire`] when it comes,
+//! for 100,000 tasks); a task now puts its deadline here and is told `Expire` when it comes,
 //! by whichever actor runs it then (a restarted one included). A deadline left by an actor that
 //! stopped first (its task settled) is dropped when it comes: it finds no actor. The
 //! Supervisor's sweep stays the backstop for records no live actor holds.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::actor::Expire;
-use crate::gateway::Shared;
-
 /// The deadlines, in milliseconds since `epoch` (tokio's clock, as the actors' timers were: a
 /// test's manual wall clock decides how long a ttl has left, not when it ends).
 pub(crate) struct Expiries {
-    epoch: Instant,
+    pub(crate) epoch: Instant,
     due: Mutex<BTreeSet<(u64, Arc<str>)>>,
     /// Told when a deadline comes before every other (the timer sleeps until the first).
-    sooner: Notify,
+    pub(crate) sooner: Notify,
 }
 
 impl Default for Expiries {
@@ -54,7 +51,7 @@ impl Expiries {
     }
 
     /// The tasks whose deadline has come, taken out, and when the next one comes.
-    fn take_due(&self) -> (Vec<Arc<str>>, Option<u64>) {
+    pub(crate) fn take_due(&self) -> (Vec<Arc<str>>, Option<u64>) {
         let now = self.ms(self.epoch.elapsed());
         let mut due = self.due.lock();
         let mut taken = Vec::new();
@@ -65,37 +62,6 @@ impl Expiries {
             taken.push(due.pop_first().expect("a first entry").1);
         }
         (taken, due.first().map(|(at, _)| *at))
-    }
-}
-
-/// The timer: tells each task's actor when its deadline comes, for as long as the gateway
-/// lives (it ends with the gateway's shared state).
-pub(crate) async fn run(shared: Weak<Shared>, expiries: Arc<Expiries>) {
-    loop {
-        let (due, next) = expiries.take_due();
-        if !due.is_empty() {
-            let Some(shared) = shared.upgrade() else { return };
-            for task in due {
-                if let Some(actor) = shared.tasks.actor(&task) {
-                    // Not `try_send`: an expiry is never dropped for a full mailbox.
-                    actor.do_send(Expire);
-                }
-            }
-        }
-        match next {
-            None => expiries.sooner.notified().await,
-            Some(at) => match expiries.epoch.checked_add(Duration::from_millis(at)) {
-                Some(when) => tokio::select! {
-                    () = tokio::time::sleep_until(when) => {}
-                    () = expiries.sooner.notified() => {}
-                },
-                // Beyond any clock: only a sooner deadline can come first.
-                None => expiries.sooner.notified().await,
-            },
-        }
-        if shared.strong_count() == 0 {
-            return;
-        }
     }
 }
 

@@ -3,34 +3,45 @@
 //! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
+mod context;
 mod expiries;
 mod holdings;
+mod messages;
 mod observed;
+mod publisher;
 mod recovery;
 mod replicas;
 mod service;
+mod sessions;
+mod state;
 mod supervisor;
+mod work;
 
 use serde_json::Value;
 use taskgate_config::{EffectiveTaskLimits, TaskSupportSetting, UpstreamConfig};
 use taskgate_protocol::mcp::TaskSupport;
 use taskgate_protocol::tasks::TaskStatus;
 use taskgate_protocol::{codes, ErrorObject};
-use taskgate_store::{Owner, TaskOutcome};
+use taskgate_store::{Owner, StoreError, TaskOutcome};
 use taskgate_upstream::UpstreamError;
 
-pub use actor::Crash;
 pub use actor::TaskActor;
-pub(crate) use actor::{InputProvided, InputRequested, Native, TaskStart, UpstreamStatus, Work};
+pub(crate) use actor::TaskShared;
+pub(crate) use context::TaskContext;
 pub use holdings::{Held, Holdings, TooLarge};
+pub use messages::Crash;
+pub(crate) use messages::{InputProvided, InputRequested, UpstreamStatus};
 pub(crate) use observed::ObservedStore;
+pub(crate) use publisher::Publisher;
 pub use recovery::Recovered;
-pub(crate) use replicas::{keep_leases, listen, publish_loop, Publisher};
+pub(crate) use replicas::{keep_leases, listen, publish_loop};
 pub use service::TaskService;
+pub(crate) use sessions::{InputHolder, RequestorSessions, TaskEnded};
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
+pub(crate) use work::{Native, TaskStart, Work};
 
 use crate::catalog::ToolEntry;
-use crate::registry::Identity;
+use crate::identity::Identity;
 use crate::GatewayError;
 
 /// Whether a federated tool may run as a task. A native upstream's own `execution.taskSupport`
@@ -92,6 +103,15 @@ pub(crate) fn settle_call(outcome: Result<Value, UpstreamError>) -> (TaskStatus,
             let error = GatewayError::Upstream(e).error_object();
             (TaskStatus::Failed, Some(format!("Tool call failed: {}", error.message)), TaskOutcome::Error(error))
         }
+    }
+}
+
+/// A store failure as the client sees it.
+pub(crate) fn store_error(e: StoreError) -> GatewayError {
+    match e {
+        StoreError::NotFound => not_found(),
+        StoreError::Unavailable(why) => GatewayError::StoreUnavailable(why),
+        e => GatewayError::Internal(e.to_string()),
     }
 }
 

@@ -19,9 +19,10 @@ use taskgate_protocol::{codes, ErrorObject, Message as RpcMessage};
 use taskgate_store::{TaskOutcome, TaskRecord, Update, UpstreamSessionRef};
 use taskgate_upstream::{ClientIdentity, SessionResume, UpstreamEvent, UpstreamSession};
 
-use super::actor::{TaskActor, TaskStart, UpstreamStatus};
-use crate::gateway::Shared;
-use crate::registry::Identity;
+use super::actor::{TaskActor, TaskShared};
+use super::messages::UpstreamStatus;
+use super::work::{Native, TaskStart};
+use crate::identity::Identity;
 
 /// Events buffered from a resumed upstream session.
 const RESUMED_EVENTS: usize = 64;
@@ -36,7 +37,7 @@ pub struct Recovered {
 }
 
 /// Claims the orphaned tasks and follows or fails each.
-pub(crate) async fn recover(shared: Arc<Shared>) -> Result<Recovered, taskgate_store::StoreError> {
+pub(crate) async fn recover(shared: Arc<TaskShared>) -> Result<Recovered, taskgate_store::StoreError> {
     let now = shared.clock.now_ms();
     let orphans = shared.tasks.store().claim_orphans(&shared.replica, now).await?;
     let mut done = Recovered::default();
@@ -75,7 +76,7 @@ pub(crate) async fn recover(shared: Arc<Shared>) -> Result<Recovered, taskgate_s
 
 /// The upstream session in which a native task can be followed again, if there is one.
 fn follow_again(
-    shared: &Arc<Shared>,
+    shared: &Arc<TaskShared>,
     record: &TaskRecord,
     sessions: &mut HashMap<(String, String), UpstreamSession>,
 ) -> Option<UpstreamSession> {
@@ -97,7 +98,7 @@ fn follow_again(
     Some(session)
 }
 
-fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSession) {
+fn start_following(shared: &Arc<TaskShared>, record: TaskRecord, session: UpstreamSession) {
     let owner =
         Identity { tenant: record.owner.tenant.as_str().into(), principal: record.owner.principal.as_str().into() };
     let upstream_task_id = record.upstream_task_id.clone().expect("checked by follow_again");
@@ -119,7 +120,7 @@ fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSe
             }
         });
     }
-    let work = super::Native::work(upstream_task_id, poll, None);
+    let work = Native::work(upstream_task_id, poll, None);
     let start = TaskStart { record, owner, session, work, progress: None, permit };
     let actor = TaskActor::new(shared.clone(), start);
     let id = actor.id.clone();
@@ -128,7 +129,7 @@ fn start_following(shared: &Arc<Shared>, record: TaskRecord, session: UpstreamSe
 
 /// Fails a task whose upstream work died with a gateway process; false when it was settled
 /// meanwhile (a cancel) or is gone.
-async fn fail(shared: &Arc<Shared>, record: &TaskRecord) -> bool {
+async fn fail(shared: &Arc<TaskShared>, record: &TaskRecord) -> bool {
     let upstream = &record.upstream;
     let why = match (&record.upstream_task_id, shared.connectors.get(upstream).map(|c| c.config().transport)) {
         (_, None) => format!("The gateway restarted while the task ran, and upstream '{upstream}' is no longer configured"),
@@ -166,7 +167,7 @@ async fn fail(shared: &Arc<Shared>, record: &TaskRecord) -> bool {
 /// actor; requests for the requestor (elicitation…) are refused, since no client session of
 /// the requestor is attached to it any more; the rest is dropped.
 async fn serve_resumed(
-    shared: Arc<Shared>,
+    shared: Arc<TaskShared>,
     upstream: String,
     session: UpstreamSession,
     mut events: taskgate_upstream::EventReceiver,

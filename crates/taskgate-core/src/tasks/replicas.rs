@@ -1,7 +1,6 @@
 //! What replicas sharing a store (Redis) tell each other, and the leases on running tasks.
 //!
-//! - Out: [`Publisher`]: events go into a bounded queue and one loop publishes them (a full
-//!   queue drops the event and counts it; waiters also re-read the store on their own).
+//! - Out: [`publish_loop`] publishes what the [`Publisher`](super::publisher::Publisher) queues.
 //! - In: [`listen`]: another replica's events are applied here: a task finished there wakes
 //!   the `tasks/result` waiters here; a task cancelled here or there stops its work where it
 //!   runs; task status and progress reach the owner's sessions on this replica.
@@ -15,38 +14,13 @@ use std::time::Duration;
 use taskgate_store::{EventEnvelope, StoreEvent};
 use tokio::sync::mpsc;
 
-use super::actor::StoppedElsewhere;
-use crate::gateway::Shared;
-use crate::registry::Identity;
-
-/// Events waiting to be published, at most.
-const PUBLISH_QUEUE: usize = 4096;
-
-/// The outgoing half: a bounded queue to one publishing loop.
-pub(crate) struct Publisher {
-    queue: Option<mpsc::Sender<EventEnvelope>>,
-    replica: String,
-}
-
-impl Publisher {
-    /// A publisher for a shared store; for one that is not shared, publishing does nothing.
-    pub(crate) fn new(shared_store: bool, replica: String) -> (Publisher, Option<mpsc::Receiver<EventEnvelope>>) {
-        if !shared_store {
-            return (Publisher { queue: None, replica }, None);
-        }
-        let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        (Publisher { queue: Some(tx), replica }, Some(rx))
-    }
-
-    /// Queues an event for the other replicas; false when it was dropped (queue full).
-    pub(crate) fn publish(&self, event: StoreEvent) -> bool {
-        let Some(queue) = &self.queue else { return true };
-        queue.try_send(EventEnvelope { from: self.replica.clone(), event }).is_ok()
-    }
-}
+use super::actor::TaskShared;
+use super::messages::{DeliverInputs, StoppedElsewhere};
+use super::service::TaskService;
+use crate::identity::Identity;
 
 /// Publishes what the queue receives, in order.
-pub(crate) async fn publish_loop(shared: Arc<Shared>, mut queue: mpsc::Receiver<EventEnvelope>) {
+pub(crate) async fn publish_loop(shared: Arc<TaskShared>, mut queue: mpsc::Receiver<EventEnvelope>) {
     while let Some(envelope) = queue.recv().await {
         let kind = kind(&envelope.event);
         match shared.tasks.store().publish(envelope).await {
@@ -71,7 +45,7 @@ fn kind(event: &StoreEvent) -> &'static str {
 }
 
 /// Applies the other replicas' events on this one.
-pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<EventEnvelope>) {
+pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<EventEnvelope>) {
     while let Some(EventEnvelope { from, event }) = events.recv().await {
         if from == shared.replica {
             continue; // its own, already applied here
@@ -105,7 +79,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<Event
                     .filter_map(|r| taskgate_protocol::Message::parse(r).ok())
                     .filter(taskgate_protocol::Message::is_response)
                     .collect();
-                let _ = actor.try_send(super::actor::DeliverInputs(responses));
+                let _ = actor.try_send(DeliverInputs(responses));
             }
         }
     }
@@ -115,7 +89,7 @@ pub(crate) async fn listen(shared: Arc<Shared>, mut events: mpsc::Receiver<Event
 /// After the store was out of reach, every replica's leases may have lapsed at once: orphans
 /// are claimed only once the store has answered for a whole lease period again, so that every
 /// live replica has taken its own leases back first.
-pub(crate) async fn keep_leases(shared: Arc<Shared>, lease: Duration) {
+pub(crate) async fn keep_leases(shared: Arc<TaskShared>, lease: Duration) {
     let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reachable_since: Option<tokio::time::Instant> = None;
@@ -142,7 +116,7 @@ pub(crate) async fn keep_leases(shared: Arc<Shared>, lease: Duration) {
             }
         }
         if reachable_since.is_some_and(|since| since.elapsed() >= lease) {
-            if let Err(e) = super::TaskService::recover(shared.clone()).await {
+            if let Err(e) = TaskService::recover(shared.clone()).await {
                 tracing::debug!(error = %e, "looking for orphaned tasks failed");
             }
         }

@@ -11,16 +11,19 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::actor::{Expire, Remains, TaskActor};
-use crate::gateway::Shared;
-use crate::session::CloseIfIdle;
+use std::sync::Weak;
+
+use super::actor::{TaskActor, TaskShared};
+use super::expiries::Expiries;
+use super::messages::Expire;
+use super::work::{abort_call, Restart, Work};
 
 /// Tasks released since the last trim after which freed memory is handed back to the system.
 const TRIM_AFTER_RELEASED: usize = 10_000;
 
 /// The supervisor actor.
 pub struct Supervisor {
-    shared: Arc<Shared>,
+    shared: Arc<TaskShared>,
     /// The most tasks held since the last trim.
     peak_tasks: usize,
     /// A periodic sweep is running (it runs beside the mailbox; one at a time).
@@ -28,7 +31,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub(crate) fn new(shared: Arc<Shared>) -> Supervisor {
+    pub(crate) fn new(shared: Arc<TaskShared>) -> Supervisor {
         Supervisor { shared, peak_tasks: 0, sweeping: false }
     }
 
@@ -52,22 +55,14 @@ impl Supervisor {
     /// Closes sessions without a request for `server.session_idle_timeout_secs` that have
     /// nothing in flight and no GET stream open. Their tasks live on (tasks are bound to the
     /// requestor, not the session).
-    fn expire_sessions(&self) -> impl std::future::Future<Output = ()> + 'static {
+    fn expire_sessions(&self) -> futures_util::future::BoxFuture<'static, ()> {
         let timeout_ms = self.shared.config.server.session_idle_timeout_secs.saturating_mul(1000);
-        let cutoff = self.shared.clock.now_ms().saturating_sub(timeout_ms);
-        let idle = if timeout_ms == 0 { Vec::new() } else { self.shared.sessions.seen_before(cutoff) };
-        let shared = self.shared.clone();
-        // The sessions answer in their own time, outside the Supervisor's mailbox.
-        async move {
-            for (id, entry) in idle {
-                let check = CloseIfIdle { cutoff_ms: cutoff, last_seen_ms: entry.last_seen_ms.clone() };
-                if entry.addr.send(check).await == Ok(true) {
-                    shared.sessions.remove_if_idle(&id, cutoff);
-                    shared.metrics.sessions_expired.with_label_values(&[&entry.identity.tenant]).inc();
-                    tracing::info!(target: "taskgate::audit", session = %id, tenant = %entry.identity.tenant, principal = %entry.identity.principal, "idle session closed");
-                }
-            }
+        if timeout_ms == 0 {
+            return Box::pin(async {});
         }
+        let cutoff = self.shared.clock.now_ms().saturating_sub(timeout_ms);
+        // The sessions answer in their own time, outside the Supervisor's mailbox.
+        self.shared.sessions.clone().close_idle(cutoff)
     }
 
     /// Deletes the expired tasks; the Supervisor handles nothing else until it is done.
@@ -98,7 +93,7 @@ impl Actor for Supervisor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         // The live tasks' ttl timer, beside the mailbox.
-        let timer = super::expiries::run(Arc::downgrade(&self.shared), self.shared.tasks.expiries.clone());
+        let timer = run_expiries(Arc::downgrade(&self.shared), self.shared.tasks.expiries.clone());
         ctx.spawn(timer.into_actor(self));
         let every = Duration::from_millis(self.shared.config.tasks.sweep_interval_ms);
         ctx.run_interval(every, |act, ctx| {
@@ -146,13 +141,6 @@ impl Handler<ExpireSessions> for Supervisor {
     }
 }
 
-/// A task actor stopped abnormally; restart its task from the store.
-pub(crate) struct Restart(pub Box<Remains>);
-
-impl Message for Restart {
-    type Result = ();
-}
-
 impl Handler<Restart> for Supervisor {
     type Result = ();
 
@@ -165,10 +153,8 @@ impl Handler<Restart> for Supervisor {
             shared.metrics.actor_restarts.with_label_values(&["task_actor_crashed"]).inc();
             let mut remains = *remains;
             let native = match &remains.work {
-                super::Work::Native(native) => {
-                    Some((remains.session.upstream().to_owned(), native.upstream_task_id.clone()))
-                }
-                super::Work::Wrapped { .. } => None,
+                Work::Native(native) => Some((remains.session.upstream().to_owned(), native.upstream_task_id.clone())),
+                Work::Wrapped { .. } => None,
             };
             let record = match record {
                 Ok(Some(record)) if !record.status.is_terminal() => record,
@@ -176,7 +162,7 @@ impl Handler<Restart> for Supervisor {
                 // read what the store says; the permit and the work go.
                 _ => {
                     if let Some(call) = remains.call.take() {
-                        super::actor::abort_call(*call);
+                        abort_call(*call);
                     }
                     shared.tasks.unregister(&remains.id, native.as_ref());
                     shared.tasks.finished(&remains.id);
@@ -188,6 +174,37 @@ impl Handler<Restart> for Supervisor {
             let id = actor.id.clone();
             shared.tasks.register(&id, actor.start(), native);
         }));
+    }
+}
+
+/// The timer: tells each task's actor when its deadline comes, for as long as the gateway
+/// lives (it ends with the gateway's shared state).
+async fn run_expiries(shared: Weak<TaskShared>, expiries: Arc<Expiries>) {
+    loop {
+        let (due, next) = expiries.take_due();
+        if !due.is_empty() {
+            let Some(shared) = shared.upgrade() else { return };
+            for task in due {
+                if let Some(actor) = shared.tasks.actor(&task) {
+                    // Not `try_send`: an expiry is never dropped for a full mailbox.
+                    actor.do_send(Expire);
+                }
+            }
+        }
+        match next {
+            None => expiries.sooner.notified().await,
+            Some(at) => match expiries.epoch.checked_add(Duration::from_millis(at)) {
+                Some(when) => tokio::select! {
+                    () = tokio::time::sleep_until(when) => {}
+                    () = expiries.sooner.notified() => {}
+                },
+                // Beyond any clock: only a sooner deadline can come first.
+                None => expiries.sooner.notified().await,
+            },
+        }
+        if shared.strong_count() == 0 {
+            return;
+        }
     }
 }
 

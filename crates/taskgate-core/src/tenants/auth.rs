@@ -11,7 +11,7 @@ use openssl::sign::{Signer, Verifier};
 use serde_json::Value;
 use taskgate_config::{Config, JwtAlgorithm, JwtConfig, Problem};
 
-use crate::registry::Identity;
+use crate::identity::Identity;
 
 /// Why a request's credentials were refused. The text goes to the client in the 401 body.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,7 +122,8 @@ impl Credentials {
             }
         }
         if config.tenants.is_empty() {
-            anonymous = Some(Identity { tenant: super::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
+            anonymous =
+                Some(Identity { tenant: crate::identity::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
         }
         if problems.is_empty() {
             Ok(Credentials { api_keys, jwts, anonymous })

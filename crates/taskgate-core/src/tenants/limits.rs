@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use taskgate_config::Rate;
 
-use crate::registry::Identity;
+use crate::identity::Identity;
 
 /// A rate check that failed: which bucket, and how long until it admits again.
 #[derive(Debug, Clone, PartialEq)]

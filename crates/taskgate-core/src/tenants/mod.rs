@@ -15,14 +15,13 @@ use taskgate_config::{Config, EffectiveTaskLimits, Problem, Rate, TenantConfig, 
 use taskgate_protocol::mcp::methods;
 
 use crate::clock::Clock;
-use crate::registry::Identity;
+use crate::identity::Identity;
 use crate::GatewayError;
 use auth::Credentials;
 pub use auth::{hash_key, AuthError};
 pub use limits::{Bucket, Cap, Concurrency, RateLimiter, Rates, Refused, TaskPermit};
 
-/// The tenant every request belongs to when no `[[tenant]]` is configured.
-pub const IMPLICIT_TENANT: &str = "anonymous";
+pub use crate::identity::IMPLICIT_TENANT;
 
 /// One tenant's settings, as the gateway applies them.
 #[derive(Debug, Clone)]

@@ -9,25 +9,17 @@ use std::sync::Arc;
 use actix::Addr;
 use parking_lot::RwLock;
 
-use crate::session::SessionActor;
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use taskgate_protocol::Message as RpcMessage;
 
-/// Who is calling: the tenant and the principal within it, from the request's credentials.
-/// Sessions and tasks are bound to it. Shared text: every request, task and permit of a
-/// session holds a copy, and a copy costs no allocation.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Identity {
-    /// The tenant id.
-    pub tenant: Arc<str>,
-    /// The principal (user or service) within the tenant.
-    pub principal: Arc<str>,
-}
-
-impl Identity {
-    /// The identity of unauthenticated local use.
-    pub fn anonymous() -> Identity {
-        Identity { tenant: "anonymous".into(), principal: "anonymous".into() }
-    }
-}
+use super::context::SessionTable;
+use super::task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
+use super::{CloseIfIdle, SessionActor, ToolsChanged};
+use crate::identity::Identity;
+use crate::metrics::Metrics;
+use crate::router::{Caps, CatalogListeners};
+use crate::tasks::RequestorSessions;
 
 #[derive(Clone)]
 pub(crate) struct SessionEntry {
@@ -53,11 +45,12 @@ pub(crate) struct Sessions {
     /// Each entry shared: a request's handle holds it without copying it.
     map: RwLock<HashMap<String, Arc<SessionEntry>>>,
     max: usize,
+    metrics: Arc<Metrics>,
 }
 
 impl Sessions {
-    pub fn new(max: usize) -> Sessions {
-        Sessions { map: RwLock::new(HashMap::new()), max }
+    pub fn new(max: usize, metrics: Arc<Metrics>) -> Sessions {
+        Sessions { map: RwLock::new(HashMap::new()), max, metrics }
     }
 
     /// Bytes queued on the outbound streams of every session now.
@@ -143,5 +136,68 @@ impl Sessions {
 
     pub fn all(&self) -> Vec<Addr<SessionActor>> {
         self.map.read().values().map(|e| e.addr.clone()).collect()
+    }
+}
+
+impl SessionTable for Sessions {
+    fn forget(&self, id: &str) {
+        self.remove(id);
+    }
+}
+
+/// The task layer reaches client sessions through the table (its port).
+impl RequestorSessions for Sessions {
+    fn task_status(&self, owner: &Identity, task: &Value) {
+        for session in self.of(owner) {
+            if session.try_send(TaskStatusChanged(task.clone())).is_err() {
+                self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+                tracing::debug!("a session's queue is full; a task status notification was dropped");
+            }
+        }
+    }
+
+    fn task_progress(&self, owner: &Identity, task_id: &str, notification: &RpcMessage) -> bool {
+        let mut any = false;
+        for session in self.of(owner) {
+            let progress = TaskProgress { task_id: task_id.to_owned(), notification: notification.clone() };
+            any |= session.try_send(progress).is_ok();
+        }
+        any
+    }
+
+    fn remote_inputs(&self, owner: &Identity, task_id: &str) {
+        for session in self.of(owner) {
+            if session.try_send(RemoteInputs(task_id.to_owned())).is_err() {
+                self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+            }
+        }
+    }
+
+    fn close_idle(self: Arc<Self>, cutoff: u64) -> BoxFuture<'static, ()> {
+        let idle = self.seen_before(cutoff);
+        let sessions = self;
+        Box::pin(async move {
+            for (id, entry) in idle {
+                let check = CloseIfIdle { cutoff_ms: cutoff, last_seen_ms: entry.last_seen_ms.clone() };
+                if entry.addr.send(check).await == Ok(true) {
+                    sessions.remove_if_idle(&id, cutoff);
+                    sessions.metrics.sessions_expired.with_label_values(&[&entry.identity.tenant]).inc();
+                    tracing::info!(target: "taskgate::audit", session = %id, tenant = %entry.identity.tenant, principal = %entry.identity.principal, "idle session closed");
+                }
+            }
+        })
+    }
+}
+
+/// The router tells every client session when a catalog's tools change (its port).
+impl CatalogListeners for Sessions {
+    fn tools_changed(&self, caps: &Caps) {
+        for session in self.all() {
+            // A client cannot drive this path; a session whose queue is full misses one
+            // list_changed hint, and its next tools/list is still correct.
+            if session.try_send(ToolsChanged(caps.clone())).is_err() {
+                tracing::debug!("a session's queue is full; list_changed not delivered");
+            }
+        }
     }
 }

@@ -1,0 +1,51 @@
+//! What the task layer tells client sessions, through a port the session layer implements: the
+//! task layer names no session type.
+//!
+//! - [`RequestorSessions`]: the sessions of a task's requestor on this replica, where its status,
+//!   progress and input requests go, and the idle ones the Supervisor closes;
+//! - [`InputHolder`]: the one session holding an input request of a task, which takes the
+//!   client's answer and lets go when the task ends ([`TaskEnded`]).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use taskgate_protocol::Message as RpcMessage;
+
+use crate::identity::Identity;
+use crate::relay::ClientResponse;
+
+/// The client sessions of this replica, as the task layer reaches them.
+pub(crate) trait RequestorSessions: Send + Sync {
+    /// `notifications/tasks/status` for `task` to each session of `owner` (their GET streams).
+    fn task_status(&self, owner: &Identity, task: &Value);
+
+    /// A task's `notifications/progress` to the sessions of `owner`: its `tasks/result` stream
+    /// for the task where one is open, else a GET stream. False when no session took it.
+    fn task_progress(&self, owner: &Identity, task_id: &str, notification: &RpcMessage) -> bool;
+
+    /// A task of `owner` running on another replica has a new input request in the store.
+    fn remote_inputs(&self, owner: &Identity, task_id: &str);
+
+    /// Closes the sessions idle since `cutoff_ms` (no request since, nothing in flight, no GET
+    /// stream open); resolves when they have answered.
+    fn close_idle(self: Arc<Self>, cutoff_ms: u64) -> BoxFuture<'static, ()>;
+}
+
+/// The client session holding a task's input request.
+#[derive(Clone, PartialEq)]
+pub(crate) struct InputHolder {
+    /// Told when the task ends: its requests will never be answered.
+    pub ended: Recipient<TaskEnded>,
+    /// Takes the client's answer to the request.
+    pub answer: Recipient<ClientResponse>,
+}
+
+/// A task ended with input requests this session holds: they will never be answered, and
+/// must not reach a stream opened later.
+pub(crate) struct TaskEnded(pub String);
+
+impl Message for TaskEnded {
+    type Result = ();
+}

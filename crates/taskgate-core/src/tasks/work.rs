@@ -1,0 +1,173 @@
+//! What a task holds while it is live: the work that runs it upstream ([`Work`]: a wrapped call
+//! or a native task followed), its owner and place under the caps, its call, its input
+//! requests, and what an actor that crashed leaves for its restart ([`Remains`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde_json::Value;
+use taskgate_protocol::RequestId;
+use taskgate_store::{TaskOutcome, TaskRecord};
+use taskgate_upstream::{UpstreamSession, WaitingCall};
+
+use super::sessions::InputHolder;
+use crate::identity::Identity;
+use crate::progress::ProgressActor;
+use crate::tenants::TaskPermit;
+
+/// What runs the task upstream.
+pub(crate) enum Work {
+    /// A plain `tools/call` the gateway runs in the background.
+    Wrapped {
+        /// The upstream-local id of the call, for `notifications/cancelled`.
+        upstream_id: RequestId,
+        /// The call's params (the upstream's tool name, no `task`), until the call takes them.
+        /// (Boxed, as the route below: an actor keeps its `work` for its task's life.)
+        params: Option<Box<Value>>,
+    },
+    /// A task the upstream runs; the gateway follows it. (Boxed with what following it takes:
+    /// a wrapped task, the common kind, carries none of it.)
+    Native(Box<Native>),
+}
+
+/// A task the upstream runs, and the state of following it.
+pub(crate) struct Native {
+    /// The upstream's task id.
+    pub(crate) upstream_task_id: String,
+    /// How often to poll it.
+    pub(crate) poll: Duration,
+    /// The task's progress token route at the upstream, and the notes it receives.
+    pub(crate) progress_route:
+        Option<(taskgate_upstream::ProgressRoute, taskgate_upstream::Receiver<taskgate_protocol::Message>)>,
+    /// The `tasks/result` call in flight, in the actor's context.
+    pub(crate) running: Option<SpawnHandle>,
+    pub(crate) fetching_result: bool,
+    /// The result, fetched while the task was `input_required`, kept until the upstream
+    /// reports the terminal status it goes with.
+    pub(crate) fetched: Option<Box<TaskOutcome>>,
+    pub(crate) poll_failures: u32,
+    /// The progress forwarder (from the token's route to the task's progress actor).
+    pub(crate) forwarder: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Native {
+    /// The work of following a task the upstream runs.
+    pub(crate) fn work(
+        upstream_task_id: String,
+        poll: Duration,
+        progress_route: Option<(
+            taskgate_upstream::ProgressRoute,
+            taskgate_upstream::Receiver<taskgate_protocol::Message>,
+        )>,
+    ) -> Work {
+        Work::Native(Box::new(Native {
+            upstream_task_id,
+            poll,
+            progress_route,
+            running: None,
+            fetching_result: false,
+            fetched: None,
+            poll_failures: 0,
+            forwarder: None,
+        }))
+    }
+}
+
+/// Whose task it is, and its place under the tenant's concurrency caps while it holds one
+/// (the permit names the owner: one copy of the identity, not two).
+pub(crate) enum Owner {
+    Holding(TaskPermit),
+    Released(Identity),
+}
+
+impl Owner {
+    pub(crate) fn new(owner: Identity, permit: Option<TaskPermit>) -> Owner {
+        match permit {
+            Some(permit) => Owner::Holding(permit),
+            None => Owner::Released(owner),
+        }
+    }
+
+    pub(crate) fn who(&self) -> &Identity {
+        match self {
+            Owner::Holding(permit) => permit.who(),
+            Owner::Released(who) => who,
+        }
+    }
+
+    /// Gives the task's place under the caps back.
+    pub(crate) fn release(&mut self) {
+        if let Owner::Holding(permit) = self {
+            *self = Owner::Released(permit.who().clone());
+        }
+    }
+
+    pub(crate) fn into_parts(self) -> (Identity, Option<TaskPermit>) {
+        match self {
+            Owner::Holding(permit) => (permit.who().clone(), Some(permit)),
+            Owner::Released(who) => (who, None),
+        }
+    }
+}
+
+/// Everything a new task actor needs.
+pub(crate) struct TaskStart {
+    pub record: TaskRecord,
+    pub owner: Identity,
+    pub session: UpstreamSession,
+    pub work: Work,
+    /// The task's progress token's actor, if the request had a token.
+    pub progress: Option<Addr<ProgressActor>>,
+    /// The task's place under its tenant's concurrency caps, given back when it ends.
+    pub permit: Option<TaskPermit>,
+}
+
+/// A wrapped task's upstream call, outside the actor's context so that it survives the
+/// actor's restart (the actor that holds it then polls it, `AwaitCall`): a task of its own
+/// while it is being sent (and for its whole life over HTTP, where the answer comes on the
+/// request's own response, and when it relays progress), then, once written to a stdio
+/// upstream, the call waiting for its answer with no task of its own ([`WaitingCall`]). One
+/// word in the actor.
+pub(crate) type Call = Box<CallState>;
+
+pub(crate) enum CallState {
+    Sending(tokio::task::JoinHandle<taskgate_upstream::CallState>),
+    Waiting(WaitingCall<'static>),
+}
+
+/// Stops a call: its task is aborted, or its waiting state dropped (which gives back its
+/// pending entry, its place in flight and its lane's).
+pub(crate) fn abort_call(call: CallState) {
+    if let CallState::Sending(handle) = call {
+        handle.abort();
+    }
+}
+
+/// What a task actor that stopped abnormally leaves for the Supervisor to restart it with.
+pub(crate) struct Remains {
+    pub id: Arc<str>,
+    pub owner: Owner,
+    pub session: UpstreamSession,
+    pub work: Work,
+    pub progress: Option<Addr<ProgressActor>>,
+    pub call: Option<Call>,
+    pub inputs: Vec<Input>,
+}
+
+/// A task actor stopped abnormally; restart its task from the store.
+pub(crate) struct Restart(pub Box<Remains>);
+
+impl Message for Restart {
+    type Result = ();
+}
+
+/// An input request of a task not answered yet.
+pub(crate) struct Input {
+    /// The id the client knows it by.
+    pub(crate) key: String,
+    /// `{method, params}`.
+    pub(crate) request: Value,
+    /// The client session holding it, which takes the answer.
+    pub(crate) session: InputHolder,
+}
