@@ -17,31 +17,12 @@ use std::path::{Path, PathBuf};
 /// The most lines a source file may have, its `#[cfg(test)]` module aside.
 const MAX_LINES: usize = 600;
 
-/// Files still in an import circle, by crate, while the circles are taken apart: a circle through
-/// any other file fails, and so does a file listed here that is no longer in one.
-const KNOWN_CIRCLES: &[(&str, &[&str])] = &[];
-/// Files still over [`MAX_LINES`], while they are split: no other file may pass it, and a file
-/// listed here that no longer does fails too.
-const KNOWN_LONG: &[&str] = &[
-    "crates/taskgate-core/src/gateway.rs",
-    "crates/taskgate-core/src/session/mod.rs",
-    "crates/taskgate-core/src/tasks/actor.rs",
-];
-
 #[test]
 fn no_crate_has_an_import_circle() {
     let mut report = String::new();
     for krate in crates() {
         let graph = ImportGraph::of_crate(&krate);
-        let name = krate.file_name().unwrap().to_string_lossy().to_string();
-        let known: &[&str] = KNOWN_CIRCLES.iter().find(|(c, _)| *c == name).map_or(&[], |(_, files)| files);
-        let circles = graph.circles();
-        for file in known {
-            if !circles.iter().any(|c| c.contains(*file)) {
-                report.push_str(&format!("\n{name}: {file} is in no circle now: take it out of KNOWN_CIRCLES\n"));
-            }
-        }
-        for circle in circles.into_iter().filter(|c| c.iter().any(|f| !known.contains(&f.as_str()))) {
+        for circle in graph.circles() {
             report.push_str(&format!("\n{}: a circle of {} files:\n", krate.display(), circle.len()));
             for (from, to, path) in graph.edges_within(&circle) {
                 report.push_str(&format!("    {from} -> {to}   ({path})\n"));
@@ -56,23 +37,11 @@ fn no_source_file_is_longer_than_the_limit() {
     let mut long = Vec::new();
     for krate in crates() {
         let graph = ImportGraph::of_crate(&krate);
-        for file in graph.files.values().filter(|f| !f.is_test) {
-            let name = file.path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap().to_string_lossy().to_string();
-            let known = KNOWN_LONG.contains(&name.trim_start_matches('/'));
-            if (file.lines_outside_tests > MAX_LINES) != known {
-                long.push(format!("{name} ({} lines)", file.lines_outside_tests));
-            }
+        for file in graph.files.values().filter(|f| !f.is_test && f.lines_outside_tests > MAX_LINES) {
+            long.push(format!("{} ({} lines)", file.path.display(), file.lines_outside_tests));
         }
     }
-    for known in KNOWN_LONG {
-        if !Path::new(env!("CARGO_MANIFEST_DIR")).join(known).exists() {
-            long.push(format!("{known} (no such file)"));
-        }
-    }
-    assert!(
-        long.is_empty(),
-        "split these by responsibility (at most {MAX_LINES} lines, tests aside), or take them out of KNOWN_LONG: {long:?}"
-    );
+    assert!(long.is_empty(), "split these by responsibility (at most {MAX_LINES} lines, tests aside): {long:?}");
 }
 
 /// The check finds what it should: a circle through `super::`, a re-export and a path in an

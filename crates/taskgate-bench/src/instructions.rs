@@ -191,7 +191,7 @@ pub async fn instructions(plan: &Plan, bin: &Path) -> Result<()> {
     println!(
         "- {measured} calls after {warm_up} warm-up calls, each kind on a fresh gateway, one keep-alive connection"
     );
-    // Issue 14's target is on added latency (section 8); this is the same comparison in
+    // The 2026/2025 target is on added latency (section 8); this is the same comparison in
     // instructions, which section 8's wall time follows only loosely.
     println!("- 2026 stateless / 2025 session: {ratio:.2} (the target, ≤ 1.1, is on added latency: section 8)");
     println!("- 2025 session call through taskgate / through the stack alone: {over_stack:.2}");

@@ -135,7 +135,6 @@ pub(crate) async fn task_scale(plan: &Plan, bin: &Path) -> Result<()> {
     println!();
     let p50_ratio = s50.as_secs_f64() / i50.as_secs_f64().max(1e-9);
     println!("- creation latency independent of the upstream: p50 wait/echo = {:.2} (≈1 expected)", p50_ratio);
-    // Issue 16's target (issue 5 had 4 KiB).
     println!("- memory per live task: {:.0} B (target ≤ 2048 B: {})", per_task, verdict(per_task <= 2048.0));
     match task_floor(plan.tasks).await {
         Ok((record, actor, call)) => println!(

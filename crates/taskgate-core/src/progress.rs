@@ -4,7 +4,7 @@
 //! gateway), so tokens of different clients never meet at an upstream; notifications coming back
 //! get the client's original token again (string or integer, as it came). The actor drops values
 //! that do not increase, coalesces bursts to `progress.min_interval_ms` (the latest value wins),
-//! and on [`Finish`] delivers what is pending and stops: nothing is sent after its request
+//! and on `Finish` delivers what is pending and stops: nothing is sent after its request
 //! completes or its task is terminal.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

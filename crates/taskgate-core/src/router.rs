@@ -210,7 +210,7 @@ impl Router {
             self.load(key.clone(), ctx);
         }
         if changed {
-            self.listeners.tools_changed(&caps);
+            self.listeners.tools_changed(caps);
         }
         let loading = &self.loading;
         let (ready, waiting): (Vec<_>, Vec<_>) =

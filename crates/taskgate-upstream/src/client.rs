@@ -3,7 +3,7 @@
 //! reqwest, which this replaced on the request path, wraps hyper's client in redirect and retry
 //! layers and parses the request's URL twice more per request (the redirect policy, the
 //! response's URL): 32k of the 125k instructions a bare actix-web + reqwest proxy spends on a
-//! call (BENCHMARKS.md, session 16). An upstream reached through a proxy named by the
+//! call (BENCHMARKS.md, "Where a proxied call's time goes"). An upstream reached through a proxy named by the
 //! environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`) still goes through
 //! reqwest, which speaks to proxies; the choice is made once per upstream, from its URL.
 

@@ -6,7 +6,7 @@
 //! After 100,000 tasks expire, those few hundred chunks lie scattered over the arena the tasks
 //! grew, and each keeps its page resident: the gateway stayed at 1.10–1.12× its baseline RSS.
 //! With 2 chunks of each size a thread, it goes back to 1.04–1.05×, for about 3% more
-//! instructions a proxied call (BENCHMARKS.md, "Session 20", which also measures jemalloc and
+//! instructions a proxied call (BENCHMARKS.md, "Memory after tasks expire", which also measures jemalloc and
 //! mimalloc: both kept more).
 //!
 //! glibc reads its tunables from the environment when a process starts, so `serve` and `demo`

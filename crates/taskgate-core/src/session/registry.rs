@@ -14,8 +14,9 @@ use serde_json::Value;
 use taskgate_protocol::Message as RpcMessage;
 
 use super::context::SessionTable;
+use super::lifecycle::{CloseIfIdle, ToolsChanged};
 use super::task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
-use super::{CloseIfIdle, SessionActor, ToolsChanged};
+use super::SessionActor;
 use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::router::{Caps, CatalogListeners};

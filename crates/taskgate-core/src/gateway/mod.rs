@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use parking_lot::RwLock;
-use serde_json::{json, Value};
+use serde_json::Value;
 use taskgate_config::Config;
-use taskgate_protocol::mcp::{self, InitializeView};
-use taskgate_protocol::{Message as RpcMessage, RequestId};
-use taskgate_upstream::{ClientIdentity, Connector};
+use taskgate_protocol::Message as RpcMessage;
+use taskgate_upstream::Connector;
 
 use taskgate_config::StoreBackend;
 use taskgate_store::{FileTaskStore, MemoryTaskStore, RedisTaskStore, TaskStore};
@@ -23,19 +22,21 @@ use crate::catalog::{Catalog, Naming};
 use crate::clock::{Clock, SystemClock};
 use crate::identity::Identity;
 use crate::metrics::Metrics;
-use crate::outbound::{Limits, Outbound, OutboundReceiver};
-use crate::relay::ClientResponse;
-use crate::router::{Router, ToolCatalog, UpstreamHealth};
+use crate::router::{Router, UpstreamHealth};
 use crate::session::context::SessionContext;
-use crate::session::registry::{Full, SessionEntry, Sessions};
-use crate::session::{ClientNotification, ClientRequest, Close, OpenStream, SessionActor, StreamOverflowed};
-use crate::stream_pool::StreamPool;
+use crate::session::registry::Sessions;
+use crate::session::Close;
 use crate::tasks::{Supervisor, Sweep, TaskContext, TaskService, TaskShared};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
 
-/// How long a message may wait for room in a session's mailbox before the client gets 503.
-const MAILBOX_WAIT: Duration = Duration::from_secs(2);
+mod handle;
+mod pool;
+mod sessions;
+
+pub use handle::SessionHandle;
+use pool::Pool;
+pub use sessions::server_info;
 
 /// Opens the configured task store; a directory that cannot be used is a problem at start.
 fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config::Problem>> {
@@ -79,9 +80,6 @@ fn upstream_names(config: &Config) -> Vec<String> {
     config.upstreams.iter().map(|u| u.name.clone()).collect()
 }
 
-/// How long `initialize` waits for the upstreams to be listed before it declares what they offer.
-const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// The running gateway core. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -93,39 +91,6 @@ pub struct Gateway {
     supervisor: Addr<Supervisor>,
     /// Sessions serving stateless requests, by identity and relayed client capabilities.
     pool: Arc<parking_lot::Mutex<Pool>>,
-}
-
-/// The pooled sessions' ids, by what a pooled session is shared by: tenant, principal, and the
-/// canonical form of the client capabilities the gateway relays (what its upstream sessions
-/// declare). Nested so that a request finds its session by the names it carries, without
-/// building a key.
-#[derive(Default)]
-struct Pool(HashMap<String, HashMap<String, HashMap<crate::router::Caps, String>>>);
-
-impl Pool {
-    fn get(&self, tenant: &str, principal: &str, caps: &str) -> Option<&String> {
-        self.0.get(tenant)?.get(principal)?.get(caps)
-    }
-
-    fn insert(&mut self, tenant: &str, principal: &str, caps: &str, id: String) {
-        let principals = self.0.entry(tenant.to_owned()).or_default();
-        principals.entry(principal.to_owned()).or_default().insert(caps.to_owned(), id);
-    }
-
-    /// Keeps the sessions `keep` says are still there.
-    fn retain(&mut self, keep: impl Fn(&str) -> bool) {
-        self.0.retain(|_, principals| {
-            principals.retain(|_, sessions| {
-                sessions.retain(|_, id| keep(id));
-                !sessions.is_empty()
-            });
-            !principals.is_empty()
-        });
-    }
-
-    fn len(&self) -> usize {
-        self.0.values().flat_map(HashMap::values).map(HashMap::len).sum()
-    }
 }
 
 impl Gateway {
@@ -507,340 +472,4 @@ impl Gateway {
     pub fn session_count(&self) -> usize {
         self.sessions.len()
     }
-
-    /// Handles `initialize`: negotiates the version, starts a session actor and returns the
-    /// new session id with the `InitializeResult`.
-    /// `catalog` is the session's tool catalog, from [`Gateway::catalog_ready`] (`None`: the
-    /// catalog of a client declaring no capabilities).
-    pub fn initialize(
-        &self,
-        identity: Identity,
-        params: Option<&Value>,
-        catalog: Option<ToolCatalog>,
-    ) -> Result<(String, Value), GatewayError> {
-        self.start_session(identity, params, catalog, false)
-    }
-
-    /// [`Gateway::initialize`]; a `stateless` session serves 2026-07-28 requests (its clients
-    /// read a task's input requests with `tasks/get`, never from a `tasks/result` stream).
-    fn start_session(
-        &self,
-        identity: Identity,
-        params: Option<&Value>,
-        catalog: Option<ToolCatalog>,
-        stateless: bool,
-    ) -> Result<(String, Value), GatewayError> {
-        let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
-        // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
-        let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
-        if self.sessions.is_full() {
-            self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
-            return Err(GatewayError::Overloaded(format!(
-                "the gateway has its maximum of {} sessions open (server.max_sessions)",
-                self.shared.config.server.max_sessions
-            )));
-        }
-        // basic/lifecycle "Version Negotiation": the requested version if supported, else ours.
-        let version = mcp::negotiate_version(&view.protocol_version);
-        // A v4 UUID comes from the OS CSPRNG and is visible ASCII (basic/transports "Session Management").
-        let id = uuid::Uuid::new_v4().to_string();
-        // Upstream sessions declare only what the gateway relays (roots, sampling, elicitation).
-        let client = ClientIdentity {
-            capabilities: mcp::relayable_client_capabilities(&view.capabilities),
-            client_info: view.client_info,
-        };
-        let catalog =
-            catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
-        let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
-        actor.stateless = stateless;
-        let actor = actor.start();
-        let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
-        let tenant = identity.tenant.clone();
-        let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
-        let entry =
-            SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms, budget };
-        if let Err(full) = self.sessions.insert(id.clone(), entry, tenant_cap) {
-            actor.do_send(Close);
-            return Err(match full {
-                Full::Gateway => GatewayError::Overloaded(
-                    "the gateway has its maximum of sessions open (server.max_sessions)".into(),
-                ),
-                Full::Tenant(cap) => {
-                    self.shared.metrics.admission_rejected.with_label_values(&[&tenant, "tenant_max_sessions"]).inc();
-                    GatewayError::LimitExceeded(format!(
-                        "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions, or its share of server.max_sessions); end one (DELETE) first"
-                    ))
-                }
-            });
-        }
-        let mut capabilities = json!({
-            // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
-            "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
-        });
-        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.server_capabilities(&tenant)) {
-            c.extend(more);
-        }
-        let result = json!({
-            "protocolVersion": version,
-            "capabilities": capabilities,
-            "serverInfo": server_info(),
-        });
-        Ok((id, result))
-    }
-
-    /// What the gateway offers `tenant` whatever the revision: tools (listChanged), and the
-    /// union of what its upstreams offer besides (see [`Gateway::offered_capabilities`]).
-    /// Tasks are declared by each revision's own means.
-    pub fn server_capabilities(&self, tenant: &str) -> Value {
-        let mut capabilities = json!({ "tools": { "listChanged": true } });
-        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.offered_capabilities(tenant)) {
-            c.extend(more);
-        }
-        capabilities
-    }
-
-    /// A session serving stateless requests of `identity` with these client capabilities:
-    /// one per identity and set of relayed capabilities, shared by all their requests (so
-    /// their upstream sessions are too), started on first use and started again when the
-    /// Supervisor closed it idle. It counts against the session limits like any other.
-    pub async fn pooled_session(
-        &self,
-        identity: &Identity,
-        capabilities: &Value,
-        client_info: Option<&Value>,
-    ) -> Result<SessionHandle, GatewayError> {
-        // The common case, a client that can be asked nothing, needs no key built.
-        let relays_any =
-            ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object));
-        let relayable = if relays_any { mcp::relayable_client_capabilities(capabilities) } else { json!({}) };
-        let caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
-        let (tenant, principal) = (&*identity.tenant, &*identity.principal);
-        let pooled = self.pool.lock().get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok());
-        if let Some(handle) = pooled {
-            return Ok(handle);
-        }
-        let params = json!({
-            "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
-            "capabilities": relayable,
-            // clientInfo is optional per request and its shape unchecked there: one without a
-            // string name is not passed on (initialize would refuse it).
-            "clientInfo": client_info
-                .filter(|c| c.get("name").is_some_and(Value::is_string))
-                .cloned()
-                .unwrap_or_else(|| json!({"name": "stateless", "version": "0"})),
-        });
-        let catalog = self.catalog_ready(Some(&params)).await;
-        let mut pool = self.pool.lock();
-        // Another request may have started it meanwhile.
-        if let Some(handle) = pool.get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok()) {
-            return Ok(handle);
-        }
-        pool.retain(|id| self.sessions.contains(id));
-        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true)?;
-        pool.insert(tenant, principal, &caps, id.clone());
-        self.session(&id, identity)
-    }
-
-    /// Stateless sessions in the pool now.
-    pub fn pooled_sessions(&self) -> usize {
-        self.pool.lock().len()
-    }
-
-    /// The tool catalog for a client initializing with `params` (one per distinct set of the
-    /// client capabilities the gateway relays), after waiting (a bounded time) until every
-    /// upstream has been listed in it once, so `initialize` declares what they offer and the
-    /// first `tools/list` has them. `None` for params `initialize` will refuse.
-    pub async fn catalog_ready(&self, params: Option<&Value>) -> Option<ToolCatalog> {
-        let view = InitializeView::from_params(params).ok()?;
-        let relayable = mcp::relayable_client_capabilities(&view.capabilities);
-        let catalog = self.shared.router.send(crate::router::CatalogFor(relayable)).await.ok()?;
-        let ready = self.shared.router.send(crate::router::EnsureCatalog(catalog.caps.clone()));
-        let _ = tokio::time::timeout(CATALOG_WAIT, ready).await;
-        Some(catalog)
-    }
-
-    /// What the upstreams `tenant` sees offer besides tools, as the gateway declares it: the union
-    /// of their `resources` (subscribe, listChanged), `prompts`, `completions` and `logging`.
-    /// An upstream not listed yet (down, or slow to answer) counts as offering everything, so
-    /// nothing it offers is hidden for the session's life; a listing then comes back empty.
-    fn offered_capabilities(&self, tenant: &str) -> Value {
-        let policy = self.shared.tenancy.policy(tenant);
-        let catalog = self.shared.catalog.read();
-        let mut offered = serde_json::Map::new();
-        for naming in catalog.naming().iter().filter(|n| policy.sees(&n.upstream)) {
-            let everything = json!({"resources": {"subscribe": true, "listChanged": true}, "prompts": {"listChanged": true}, "completions": {}, "logging": {}});
-            let declared = catalog.capabilities(&naming.upstream).unwrap_or(&everything);
-            if let Some(resources) = declared.get("resources") {
-                let entry = offered.entry("resources").or_insert_with(|| json!({}));
-                for flag in ["subscribe", "listChanged"] {
-                    if resources.get(flag) == Some(&Value::Bool(true)) {
-                        entry[flag] = Value::Bool(true);
-                    }
-                }
-            }
-            if let Some(prompts) = declared.get("prompts") {
-                let entry = offered.entry("prompts").or_insert_with(|| json!({}));
-                if prompts.get("listChanged") == Some(&Value::Bool(true)) {
-                    entry["listChanged"] = Value::Bool(true);
-                }
-            }
-            for plain in ["completions", "logging"] {
-                if declared.get(plain).is_some() {
-                    offered.entry(plain).or_insert_with(|| json!({}));
-                }
-            }
-        }
-        Value::Object(offered)
-    }
-
-    /// The session `id` of `identity`; another identity's session is not found, exactly like
-    /// one that never existed.
-    pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
-        let now = self.shared.clock.now_ms();
-        let entry = self.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
-        let server = &self.shared.config.server;
-        let share = self.shared.tenancy.policy(&entry.identity.tenant).shares.streams;
-        Ok(SessionHandle {
-            entry,
-            metrics: self.shared.metrics.clone(),
-            limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
-            streams: (self.shared.streams.clone(), share, server.max_streams),
-        })
-    }
-
-    /// Ends a session (DELETE).
-    pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
-        let handle = self.session(id, identity)?;
-        self.sessions.remove(id);
-        let _ = handle.entry.addr.send(Close).await;
-        Ok(())
-    }
-}
-
-/// A client session, as the front door sees it.
-#[derive(Clone)]
-pub struct SessionHandle {
-    /// The session's entry in the registry (its actor, identity, version and budget), shared.
-    entry: Arc<SessionEntry>,
-    metrics: Arc<Metrics>,
-    limits: Limits,
-    /// The pool of client streams, the tenant's share of it, and its size.
-    streams: (Arc<StreamPool>, usize, usize),
-}
-
-impl SessionHandle {
-    /// The protocol version negotiated at initialize.
-    pub fn protocol_version(&self) -> &str {
-        &self.entry.protocol_version
-    }
-
-    async fn deliver<M>(&self, message: M) -> Result<M::Result, GatewayError>
-    where
-        M: Message + Send + 'static,
-        M::Result: Send,
-        SessionActor: Handler<M>,
-    {
-        match tokio::time::timeout(MAILBOX_WAIT, self.entry.addr.send(message)).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(MailboxError::Closed)) => Err(GatewayError::SessionNotFound),
-            Ok(Err(MailboxError::Timeout)) | Err(_) => {
-                self.metrics.mailbox_full.with_label_values(&["session_mailbox"]).inc();
-                Err(GatewayError::Overloaded(
-                    "the session's queue is full (server.session_mailbox); retry later".into(),
-                ))
-            }
-        }
-    }
-
-    /// A stream bounded by the session's budgets; when its client stops reading and it
-    /// overflows, the drop is counted and the session told.
-    fn outbound(
-        &self,
-        stream: &'static str,
-        request: Option<RequestId>,
-    ) -> Result<(Outbound, OutboundReceiver), GatewayError> {
-        let (pool, share, max) = &self.streams;
-        let tenant = &self.entry.identity.tenant;
-        let place = pool.take(tenant, *share, *max).inspect_err(|_| {
-            self.metrics.admission_rejected.with_label_values(&[tenant, "tenant_max_streams"]).inc();
-        })?;
-        // The actor held weakly: a strong address is a sender of its own to actix (made, and
-        // allocated, per clone), needed only when the stream overflows.
-        let (addr, metrics, tenant) = (self.entry.addr.downgrade(), self.metrics.clone(), tenant.clone());
-        let on_overflow = move || {
-            metrics.streams_dropped.with_label_values(&[&tenant, stream]).inc();
-            if let Some(addr) = addr.upgrade() {
-                addr.do_send(StreamOverflowed(request.clone()));
-            }
-        };
-        let (tx, mut rx) = crate::outbound::channel(self.limits, self.entry.budget.clone(), Box::new(on_overflow));
-        rx.hold(Box::new(place));
-        Ok((tx, rx))
-    }
-
-    /// Sends a request. The receiver yields messages about it, then its response, then ends.
-    pub async fn request(
-        &self,
-        id: RequestId,
-        method: String,
-        params: Option<Value>,
-    ) -> Result<OutboundReceiver, GatewayError> {
-        self.request_with(id, method, params, None, crate::TaskMode::Requested).await
-    }
-
-    /// [`SessionHandle::request`] with a `tools/call`'s arguments as the client wrote them,
-    /// apart from `params` ([`Message::from_slice_front`](taskgate_protocol::Message)): they go
-    /// so to a 2025-11-25 upstream.
-    pub async fn request_passing(
-        &self,
-        id: RequestId,
-        method: String,
-        params: Option<Value>,
-        arguments: Option<taskgate_protocol::RawArguments>,
-    ) -> Result<OutboundReceiver, GatewayError> {
-        self.request_with(id, method, params, arguments, crate::TaskMode::Requested).await
-    }
-
-    /// [`SessionHandle::request_passing`], saying who decides whether a `tools/call` becomes
-    /// a task.
-    pub async fn request_with(
-        &self,
-        id: RequestId,
-        method: String,
-        params: Option<Value>,
-        arguments: Option<taskgate_protocol::RawArguments>,
-        mode: crate::TaskMode,
-    ) -> Result<OutboundReceiver, GatewayError> {
-        let (reply, rx) = self.outbound("request", Some(id.clone()))?;
-        let span = tracing::Span::current();
-        self.deliver(ClientRequest { id, method, params, arguments, reply, mode, span }).await??;
-        Ok(rx)
-    }
-
-    /// Delivers a notification.
-    pub async fn notify(&self, method: String, params: Option<Value>) -> Result<(), GatewayError> {
-        self.deliver(ClientNotification { method, params }).await
-    }
-
-    /// Delivers the client's response to a request relayed from an upstream.
-    pub async fn respond(&self, response: RpcMessage) -> Result<(), GatewayError> {
-        self.deliver(ClientResponse(response)).await?
-    }
-
-    /// Opens the session's GET stream.
-    pub async fn open_stream(&self) -> Result<OutboundReceiver, GatewayError> {
-        let (tx, mut rx) = self.outbound("get", None)?;
-        let guard = self.deliver(OpenStream(tx)).await??;
-        rx.hold(Box::new(guard));
-        Ok(rx)
-    }
-}
-
-/// The gateway's name and version, as `initialize` and stateless results carry them.
-pub fn server_info() -> Value {
-    static INFO: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
-    INFO.get_or_init(
-        || json!({ "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") }),
-    )
-    .clone()
 }

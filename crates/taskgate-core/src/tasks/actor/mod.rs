@@ -8,33 +8,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::context::TaskContext;
-use super::messages::{
-    Cancel, Crash, DeliverInputs, Expire, InputProvided, InputRequested, ListInputs, StoppedElsewhere, UpstreamStatus,
-};
+use super::messages::{Cancel, Crash, Expire, StoppedElsewhere};
 use super::sessions::{InputHolder, TaskEnded};
 use super::work::{abort_call, Call, CallState, Input, Owner, Remains, Restart, TaskStart, Work};
 use super::{not_found, settle_call, store_error};
-use crate::progress::ProgressActor;
-use crate::progress::{Abandon, Finish, Progress};
-use crate::relay::ClientResponse;
+use crate::progress::{Abandon, Finish, Progress, ProgressActor};
 use crate::GatewayError;
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::tasks::TaskStatus;
+use taskgate_protocol::RequestId;
+use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
+use taskgate_upstream::{UpstreamError, UpstreamSession};
+
+mod following;
+mod inputs;
 
 /// What a task actor shares with the rest of the task layer, its fellow actors known by their
 /// addresses.
 pub(crate) type TaskShared = TaskContext<Addr<TaskActor>>;
-use actix::prelude::*;
-use serde_json::{json, Value};
-use taskgate_protocol::mcp::{meta, methods};
-use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
-use taskgate_protocol::{codes, ErrorObject, RequestId};
-use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
-use taskgate_upstream::{UpstreamError, UpstreamSession};
-
-/// Bounds on how often a native upstream task is polled.
-const MIN_POLL: Duration = Duration::from_millis(50);
-const MAX_POLL: Duration = Duration::from_secs(30);
-/// Consecutive failed polls after which a native task is failed.
-const MAX_POLL_FAILURES: u32 = 5;
 
 /// How long a task's end waits for its progress forwarder to pass on what it holds.
 const FORWARDER_DRAIN: Duration = Duration::from_secs(1);
@@ -313,139 +307,6 @@ impl TaskActor {
             ctx.stop();
         }));
     }
-
-    fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
-        if let Work::Native(native) = &self.work {
-            ctx.run_later(native.poll, |act, ctx| act.poll(ctx));
-        }
-    }
-
-    fn poll(&mut self, ctx: &mut Context<Self>) {
-        let Work::Native(native) = &self.work else { return };
-        if self.status.is_terminal() {
-            return;
-        }
-        let session = self.session.clone();
-        let params = json!({"taskId": native.upstream_task_id});
-        let get = async move { session.request(methods::TASKS_GET, Some(params)).await };
-        ctx.spawn(get.into_actor(self).map(|result, act, ctx| match result {
-            Ok(task) => match taskgate_protocol::tasks::TaskView::from_value(&task) {
-                Some(up) => act.observe(up, ctx),
-                None => act.poll_failed("tasks/get answered without a valid task".into(), ctx),
-            },
-            Err(UpstreamError::Rpc { error, .. }) if error.code == codes::INVALID_PARAMS => {
-                let outcome = TaskOutcome::Error(ErrorObject::new(
-                    codes::UPSTREAM_UNAVAILABLE,
-                    format!("upstream '{}' no longer knows the task: {}", act.session.upstream(), error.message),
-                ));
-                act.settle(TaskStatus::Failed, Some("The upstream lost the task".into()), Some(outcome), ctx);
-            }
-            Err(e) => act.poll_failed(e.to_string(), ctx),
-        }));
-    }
-
-    fn poll_failed(&mut self, why: String, ctx: &mut Context<Self>) {
-        let Work::Native(native) = &mut self.work else { return };
-        native.poll_failures += 1;
-        let failures = native.poll_failures;
-        tracing::info!(task = %self.id, failures, %why, "polling the upstream task failed");
-        if failures >= MAX_POLL_FAILURES {
-            let error = ErrorObject::new(
-                codes::UPSTREAM_UNAVAILABLE,
-                format!("upstream '{}' stopped answering about the task: {why}", self.session.upstream()),
-            );
-            self.settle(
-                TaskStatus::Failed,
-                Some(format!("Lost contact with upstream '{}'", self.session.upstream())),
-                Some(TaskOutcome::Error(error)),
-                ctx,
-            );
-        } else {
-            self.schedule_poll(ctx);
-        }
-    }
-
-    /// A status seen at the upstream (by polling or `notifications/tasks/status`).
-    fn observe(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
-        let Work::Native(native) = &mut self.work else { return };
-        native.poll_failures = 0;
-        if let Some(ms) = up.poll_interval_ms {
-            native.poll = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
-        }
-        if self.status.is_terminal() {
-            return;
-        }
-        if up.status.is_terminal() {
-            let fetched = match &mut self.work {
-                Work::Native(native) => native.fetched.take(),
-                Work::Wrapped { .. } => None,
-            };
-            match fetched {
-                Some(outcome) => self.settle(up.status, up.status_message, Some(*outcome), ctx),
-                None => self.fetch_result(ctx),
-            }
-            return;
-        }
-        // ext-tasks "Task Polling": a task in input_required lists what it waits for. The
-        // upstream's requests come on the tasks/result stream, after its status says so: the
-        // status follows when the first of them is here (`wait_for_input`).
-        let before_its_requests = up.status == TaskStatus::InputRequired && self.inputs.is_empty();
-        if !before_its_requests
-            && (up.status != self.status || up.status_message.as_deref() != self.status_message.as_deref())
-        {
-            self.settle(up.status, up.status_message, None, ctx);
-        }
-        if up.status == TaskStatus::InputRequired {
-            // The upstream delivers what it needs from the requestor on the tasks/result stream
-            // (basic/utilities/tasks "Input Required Status"): open it now.
-            self.fetch_result(ctx);
-        }
-        self.schedule_poll(ctx);
-    }
-
-    /// Calls the upstream's `tasks/result` once: it returns when the upstream task is terminal
-    /// (carrying, on its stream, whatever the upstream needs from the requestor meanwhile). The
-    /// outcome is kept, and a poll learns the terminal status it goes with.
-    fn fetch_result(&mut self, ctx: &mut Context<Self>) {
-        let Work::Native(native) = &mut self.work else { return };
-        if native.fetching_result || native.fetched.is_some() {
-            return;
-        }
-        native.fetching_result = true;
-        let session = self.session.clone();
-        let params = json!({"taskId": native.upstream_task_id});
-        let request_id = session.next_request_id();
-        self.shared.tasks.track_call(session.upstream(), request_id.clone(), &self.id);
-        let key = request_id.clone();
-        let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
-        let running = ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
-            act.shared.tasks.forget_call(act.session.upstream(), &key);
-            let Work::Native(native) = &mut act.work else { return };
-            native.running = None;
-            native.fetching_result = false;
-            match result {
-                Ok(value) => native.fetched = Some(Box::new(TaskOutcome::Result(without_upstream_task(value)))),
-                // The upstream's JSON-RPC error for the task is the underlying request's error.
-                Err(UpstreamError::Rpc { error, .. }) => native.fetched = Some(Box::new(TaskOutcome::Error(*error))),
-                Err(e) => {
-                    tracing::info!(task = %act.id, error = %e, "fetching the upstream task result failed; polling on")
-                }
-            }
-            act.poll(ctx);
-        }));
-        if let Work::Native(native) = &mut self.work {
-            native.running = Some(running);
-        }
-    }
-}
-
-/// Drops the upstream's related-task `_meta` (it names the upstream's task id, which clients
-/// never see); `tasks/result` adds the gateway's own.
-fn without_upstream_task(mut result: Value) -> Value {
-    if let Some(Value::Object(m)) = result.get_mut("_meta") {
-        m.remove(meta::RELATED_TASK);
-    }
-    result
 }
 
 impl Actor for TaskActor {
@@ -586,112 +447,6 @@ impl Handler<Cancel> for TaskActor {
             Err(StoreError::NotFound) => Err(not_found()),
             Err(e) => Err(store_error(e)),
         })))
-    }
-}
-
-impl Handler<UpstreamStatus> for TaskActor {
-    type Result = ();
-
-    fn handle(&mut self, UpstreamStatus(up): UpstreamStatus, ctx: &mut Context<Self>) {
-        self.observe(up, ctx);
-    }
-}
-
-/// How long a task's input request is kept in a shared store when the task has no ttl.
-const INPUT_KEEP_MS: u64 = 24 * 60 * 60 * 1000;
-
-impl Handler<InputRequested> for TaskActor {
-    type Result = ();
-
-    fn handle(&mut self, InputRequested { key, request, session }: InputRequested, ctx: &mut Context<Self>) {
-        let store = self.shared.tasks.store().clone();
-        self.inputs.retain(|i| i.key != key);
-        if self.inputs.len() >= MAX_INPUTS {
-            // Never answered through the task (its session still holds it for a stream).
-            tracing::warn!(task = %self.id, "a task has {MAX_INPUTS} input requests outstanding; another is not listed");
-            return self.wait_for_input(ctx);
-        }
-        self.inputs.push(Input { key: key.clone(), request: request.clone(), session });
-        if !store.shared() {
-            return self.wait_for_input(ctx);
-        }
-        let keep = match self.expires_at_ms() {
-            Some(at) => at.saturating_sub(self.shared.clock.now_ms()).max(1),
-            None => INPUT_KEEP_MS,
-        };
-        let id = self.id.clone();
-        let put = async move { store.put_input(&id, &key, &request, keep).await };
-        // Stored before the status says input_required, so any replica that sees the status
-        // lists the request. (The status change is made once the write is done: waits queued
-        // in one handler run last first.)
-        ctx.wait(put.into_actor(self).map(|written, act, ctx| {
-            match written {
-                Ok(()) => act.shared.tasks.input_stored(act.owner.who(), &act.id),
-                Err(e) => tracing::warn!(task = %act.id, error = %e, "a task's input request could not be stored; only this replica lists it"),
-            }
-            act.wait_for_input(ctx);
-        }));
-    }
-}
-
-impl TaskActor {
-    /// A task with an input request outstanding waits in `input_required` (a native upstream
-    /// reports its own status too, which says when it is working again).
-    fn wait_for_input(&mut self, ctx: &mut Context<Self>) {
-        if self.status == TaskStatus::Working && !self.inputs.is_empty() {
-            self.settle(TaskStatus::InputRequired, Some("Waiting for input from the client".into()), None, ctx);
-        }
-    }
-}
-
-/// Input requests a task holds at once (each is also bounded by its session's relay limits).
-const MAX_INPUTS: usize = 256;
-
-impl Handler<InputProvided> for TaskActor {
-    type Result = ();
-
-    fn handle(&mut self, InputProvided { key }: InputProvided, ctx: &mut Context<Self>) {
-        self.inputs.retain(|i| i.key != key);
-        let store = self.shared.tasks.store().clone();
-        if store.shared() {
-            let id = self.id.clone();
-            actix::spawn(async move {
-                if let Err(e) = store.remove_inputs(&id, &[key]).await {
-                    tracing::debug!(task = %id, error = %e, "an answered input request stays listed until the task ends");
-                }
-            });
-        }
-        if matches!(self.work, Work::Wrapped { .. })
-            && self.status == TaskStatus::InputRequired
-            && self.inputs.is_empty()
-        {
-            self.settle(TaskStatus::Working, None, None, ctx);
-        }
-    }
-}
-
-impl Handler<DeliverInputs> for TaskActor {
-    type Result = ();
-
-    fn handle(&mut self, DeliverInputs(responses): DeliverInputs, _: &mut Context<Self>) {
-        for response in responses {
-            let Some(RequestId::String(key)) = response.id().cloned() else { continue };
-            let Some(Input { session, .. }) = self.inputs.iter().find(|i| i.key == key) else {
-                tracing::debug!(task = %self.id, "an answer to an input request not outstanding was ignored");
-                continue;
-            };
-            if session.answer.try_send(ClientResponse(response)).is_err() {
-                tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
-            }
-        }
-    }
-}
-
-impl Handler<ListInputs> for TaskActor {
-    type Result = MessageResult<ListInputs>;
-
-    fn handle(&mut self, _: ListInputs, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.inputs.iter().map(|i| (i.key.clone(), i.request.clone())).collect())
     }
 }
 

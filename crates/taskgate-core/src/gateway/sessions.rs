@@ -1,0 +1,240 @@
+//! The gateway's client sessions: `initialize` (a session of 2025-11-25), the pooled sessions
+//! that serve 2026-07-28 requests, finding a session for a request, ending one, and what the
+//! gateway declares to clients.
+
+use crate::identity::Identity;
+use crate::outbound::Limits;
+use crate::router::ToolCatalog;
+use crate::session::registry::{Full, SessionEntry};
+use crate::session::{Close, SessionActor};
+use crate::GatewayError;
+use actix::prelude::*;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use taskgate_protocol::mcp::{self, InitializeView};
+use taskgate_upstream::ClientIdentity;
+
+use super::handle::SessionHandle;
+use super::Gateway;
+
+/// How long `initialize` waits for the upstreams to be listed before it declares what they offer.
+const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Gateway {
+    /// Handles `initialize`: negotiates the version, starts a session actor and returns the
+    /// new session id with the `InitializeResult`.
+    /// `catalog` is the session's tool catalog, from [`Gateway::catalog_ready`] (`None`: the
+    /// catalog of a client declaring no capabilities).
+    pub fn initialize(
+        &self,
+        identity: Identity,
+        params: Option<&Value>,
+        catalog: Option<ToolCatalog>,
+    ) -> Result<(String, Value), GatewayError> {
+        self.start_session(identity, params, catalog, false)
+    }
+
+    /// [`Gateway::initialize`]; a `stateless` session serves 2026-07-28 requests (its clients
+    /// read a task's input requests with `tasks/get`, never from a `tasks/result` stream).
+    pub(super) fn start_session(
+        &self,
+        identity: Identity,
+        params: Option<&Value>,
+        catalog: Option<ToolCatalog>,
+        stateless: bool,
+    ) -> Result<(String, Value), GatewayError> {
+        let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
+        // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
+        let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
+        if self.sessions.is_full() {
+            self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
+            return Err(GatewayError::Overloaded(format!(
+                "the gateway has its maximum of {} sessions open (server.max_sessions)",
+                self.shared.config.server.max_sessions
+            )));
+        }
+        // basic/lifecycle "Version Negotiation": the requested version if supported, else ours.
+        let version = mcp::negotiate_version(&view.protocol_version);
+        // A v4 UUID comes from the OS CSPRNG and is visible ASCII (basic/transports "Session Management").
+        let id = uuid::Uuid::new_v4().to_string();
+        // Upstream sessions declare only what the gateway relays (roots, sampling, elicitation).
+        let client = ClientIdentity {
+            capabilities: mcp::relayable_client_capabilities(&view.capabilities),
+            client_info: view.client_info,
+        };
+        let catalog =
+            catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
+        let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
+        actor.stateless = stateless;
+        let actor = actor.start();
+        let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
+        let tenant = identity.tenant.clone();
+        let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
+        let entry =
+            SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms, budget };
+        if let Err(full) = self.sessions.insert(id.clone(), entry, tenant_cap) {
+            actor.do_send(Close);
+            return Err(match full {
+                Full::Gateway => GatewayError::Overloaded(
+                    "the gateway has its maximum of sessions open (server.max_sessions)".into(),
+                ),
+                Full::Tenant(cap) => {
+                    self.shared.metrics.admission_rejected.with_label_values(&[&tenant, "tenant_max_sessions"]).inc();
+                    GatewayError::LimitExceeded(format!(
+                        "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions, or its share of server.max_sessions); end one (DELETE) first"
+                    ))
+                }
+            });
+        }
+        let mut capabilities = json!({
+            // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
+            "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
+        });
+        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.server_capabilities(&tenant)) {
+            c.extend(more);
+        }
+        let result = json!({
+            "protocolVersion": version,
+            "capabilities": capabilities,
+            "serverInfo": server_info(),
+        });
+        Ok((id, result))
+    }
+
+    /// What the gateway offers `tenant` whatever the revision: tools (listChanged), and the
+    /// union of what its upstreams offer besides (see `Gateway::offered_capabilities`).
+    /// Tasks are declared by each revision's own means.
+    pub fn server_capabilities(&self, tenant: &str) -> Value {
+        let mut capabilities = json!({ "tools": { "listChanged": true } });
+        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.offered_capabilities(tenant)) {
+            c.extend(more);
+        }
+        capabilities
+    }
+
+    /// A session serving stateless requests of `identity` with these client capabilities:
+    /// one per identity and set of relayed capabilities, shared by all their requests (so
+    /// their upstream sessions are too), started on first use and started again when the
+    /// Supervisor closed it idle. It counts against the session limits like any other.
+    pub async fn pooled_session(
+        &self,
+        identity: &Identity,
+        capabilities: &Value,
+        client_info: Option<&Value>,
+    ) -> Result<SessionHandle, GatewayError> {
+        // The common case, a client that can be asked nothing, needs no key built.
+        let relays_any =
+            ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object));
+        let relayable = if relays_any { mcp::relayable_client_capabilities(capabilities) } else { json!({}) };
+        let caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
+        let (tenant, principal) = (&*identity.tenant, &*identity.principal);
+        let pooled = self.pool.lock().get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok());
+        if let Some(handle) = pooled {
+            return Ok(handle);
+        }
+        let params = json!({
+            "protocolVersion": mcp::LATEST_PROTOCOL_VERSION,
+            "capabilities": relayable,
+            // clientInfo is optional per request and its shape unchecked there: one without a
+            // string name is not passed on (initialize would refuse it).
+            "clientInfo": client_info
+                .filter(|c| c.get("name").is_some_and(Value::is_string))
+                .cloned()
+                .unwrap_or_else(|| json!({"name": "stateless", "version": "0"})),
+        });
+        let catalog = self.catalog_ready(Some(&params)).await;
+        let mut pool = self.pool.lock();
+        // Another request may have started it meanwhile.
+        if let Some(handle) = pool.get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok()) {
+            return Ok(handle);
+        }
+        pool.retain(|id| self.sessions.contains(id));
+        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true)?;
+        pool.insert(tenant, principal, &caps, id.clone());
+        self.session(&id, identity)
+    }
+
+    /// Stateless sessions in the pool now.
+    pub fn pooled_sessions(&self) -> usize {
+        self.pool.lock().len()
+    }
+
+    /// The tool catalog for a client initializing with `params` (one per distinct set of the
+    /// client capabilities the gateway relays), after waiting (a bounded time) until every
+    /// upstream has been listed in it once, so `initialize` declares what they offer and the
+    /// first `tools/list` has them. `None` for params `initialize` will refuse.
+    pub async fn catalog_ready(&self, params: Option<&Value>) -> Option<ToolCatalog> {
+        let view = InitializeView::from_params(params).ok()?;
+        let relayable = mcp::relayable_client_capabilities(&view.capabilities);
+        let catalog = self.shared.router.send(crate::router::CatalogFor(relayable)).await.ok()?;
+        let ready = self.shared.router.send(crate::router::EnsureCatalog(catalog.caps.clone()));
+        let _ = tokio::time::timeout(CATALOG_WAIT, ready).await;
+        Some(catalog)
+    }
+
+    /// What the upstreams `tenant` sees offer besides tools, as the gateway declares it: the union
+    /// of their `resources` (subscribe, listChanged), `prompts`, `completions` and `logging`.
+    /// An upstream not listed yet (down, or slow to answer) counts as offering everything, so
+    /// nothing it offers is hidden for the session's life; a listing then comes back empty.
+    pub(super) fn offered_capabilities(&self, tenant: &str) -> Value {
+        let policy = self.shared.tenancy.policy(tenant);
+        let catalog = self.shared.catalog.read();
+        let mut offered = serde_json::Map::new();
+        for naming in catalog.naming().iter().filter(|n| policy.sees(&n.upstream)) {
+            let everything = json!({"resources": {"subscribe": true, "listChanged": true}, "prompts": {"listChanged": true}, "completions": {}, "logging": {}});
+            let declared = catalog.capabilities(&naming.upstream).unwrap_or(&everything);
+            if let Some(resources) = declared.get("resources") {
+                let entry = offered.entry("resources").or_insert_with(|| json!({}));
+                for flag in ["subscribe", "listChanged"] {
+                    if resources.get(flag) == Some(&Value::Bool(true)) {
+                        entry[flag] = Value::Bool(true);
+                    }
+                }
+            }
+            if let Some(prompts) = declared.get("prompts") {
+                let entry = offered.entry("prompts").or_insert_with(|| json!({}));
+                if prompts.get("listChanged") == Some(&Value::Bool(true)) {
+                    entry["listChanged"] = Value::Bool(true);
+                }
+            }
+            for plain in ["completions", "logging"] {
+                if declared.get(plain).is_some() {
+                    offered.entry(plain).or_insert_with(|| json!({}));
+                }
+            }
+        }
+        Value::Object(offered)
+    }
+
+    /// The session `id` of `identity`; another identity's session is not found, exactly like
+    /// one that never existed.
+    pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
+        let now = self.shared.clock.now_ms();
+        let entry = self.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
+        let server = &self.shared.config.server;
+        let share = self.shared.tenancy.policy(&entry.identity.tenant).shares.streams;
+        Ok(SessionHandle {
+            entry,
+            metrics: self.shared.metrics.clone(),
+            limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
+            streams: (self.shared.streams.clone(), share, server.max_streams),
+        })
+    }
+
+    /// Ends a session (DELETE).
+    pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
+        let handle = self.session(id, identity)?;
+        self.sessions.remove(id);
+        let _ = handle.entry.addr.send(Close).await;
+        Ok(())
+    }
+}
+
+/// The gateway's name and version, as `initialize` and stateless results carry them.
+pub fn server_info() -> Value {
+    static INFO: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    INFO.get_or_init(
+        || json!({ "name": "taskgate", "title": "taskgate MCP gateway", "version": env!("CARGO_PKG_VERSION") }),
+    )
+    .clone()
+}

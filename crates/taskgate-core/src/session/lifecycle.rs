@@ -1,0 +1,181 @@
+//! A client session's streams and life: its GET stream opened, replaced, overflowed or ended,
+//! the session closed (idle, ended by the client, at shutdown), and the tools of its catalog
+//! changed.
+
+use crate::outbound::Outbound;
+use crate::GatewayError;
+use actix::prelude::*;
+use serde_json::json;
+use std::sync::Arc;
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::{Message as RpcMessage, RequestId};
+
+use super::SessionActor;
+
+/// The client opened its GET stream. The answer is held with the stream's receiver: the
+/// session learns when the stream's response ends.
+pub(crate) struct OpenStream(pub Outbound);
+
+impl Message for OpenStream {
+    type Result = Result<ClientStreamGuard, GatewayError>;
+}
+
+/// Held while a client GET stream's response lives; tells the session when it ends.
+pub(crate) struct ClientStreamGuard(Addr<SessionActor>);
+
+impl Drop for ClientStreamGuard {
+    fn drop(&mut self) {
+        self.0.do_send(ClientStreamEnded);
+    }
+}
+
+/// A client GET stream's response ended.
+struct ClientStreamEnded;
+
+impl Message for ClientStreamEnded {
+    type Result = ();
+}
+
+impl Handler<ClientStreamEnded> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ClientStreamEnded, _: &mut Context<Self>) {
+        self.client_streams = self.client_streams.saturating_sub(1);
+        if self.client_streams == 0 {
+            // Nothing receives what the upstreams' GET streams carry: they may close.
+            self.upstream_streams.clear();
+        }
+    }
+}
+
+impl Handler<OpenStream> for SessionActor {
+    type Result = Result<ClientStreamGuard, GatewayError>;
+
+    fn handle(&mut self, OpenStream(tx): OpenStream, ctx: &mut Context<Self>) -> Self::Result {
+        self.client_streams += 1;
+        for (name, session) in &self.upstreams {
+            self.upstream_streams.entry(name.clone()).or_insert_with(|| session.hold_stream());
+        }
+        // One GET stream at a time, so no message is sent on two streams (basic/transports
+        // "Multiple Connections"). A new one replaces the old at once, taking over what it had
+        // not delivered: a client whose connection dropped reconnects without waiting for the
+        // gateway to notice the dead one.
+        if let Some(old) = self.get_stream.take() {
+            tx.take_over(&old);
+        }
+        for queued in self.unqueue(|_| true) {
+            let _ = tx.send_frame(queued.frame);
+        }
+        self.get_stream = Some(tx);
+        Ok(ClientStreamGuard(ctx.address()))
+    }
+}
+
+/// A stream of this session overflowed: its client stopped reading (the request's, or the GET
+/// stream when `None`).
+pub(crate) struct StreamOverflowed(pub Option<RequestId>);
+
+impl Message for StreamOverflowed {
+    type Result = ();
+}
+
+impl Handler<StreamOverflowed> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, StreamOverflowed(request): StreamOverflowed, ctx: &mut Context<Self>) {
+        let tenant = &self.identity.tenant;
+        match request {
+            // The id may name a newer request by now: only the overflowed stream's is stopped.
+            Some(id) if self.requests.get(&id).is_some_and(|r| r.reply.overflowed()) => {
+                tracing::warn!(session = %self.id, %tenant, request = %crate::logs::Untrusted(&id.to_string()), "the client stopped reading a reply stream and its budget ran out; the request is cancelled");
+                let notice = json!({ "reason": "the client stopped reading its response stream" });
+                self.abort_request(&id, notice, ctx);
+            }
+            Some(_) => {}
+            None => {
+                if self.get_stream.as_ref().is_some_and(Outbound::overflowed) {
+                    tracing::warn!(session = %self.id, %tenant, "the client stopped reading its GET stream and its budget ran out; the stream is closed");
+                    self.get_stream = None;
+                }
+            }
+        }
+    }
+}
+
+/// The gateway is shutting down: the GET stream ends now.
+pub(crate) struct EndGetStream;
+
+impl Message for EndGetStream {
+    type Result = ();
+}
+
+impl Handler<EndGetStream> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: EndGetStream, _: &mut Context<Self>) {
+        if let Some(stream) = self.get_stream.take() {
+            stream.close();
+        }
+    }
+}
+
+/// The Supervisor found the session idle: it closes unless a request came in since, one is in
+/// flight, or its GET stream is open. Answers whether it closed.
+pub(crate) struct CloseIfIdle {
+    pub cutoff_ms: u64,
+    pub last_seen_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Message for CloseIfIdle {
+    type Result = bool;
+}
+
+impl Handler<CloseIfIdle> for SessionActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: CloseIfIdle, ctx: &mut Context<Self>) -> bool {
+        let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let streaming = self.get_stream.as_ref().is_some_and(|s| !s.is_closed());
+        if seen >= msg.cutoff_ms || streaming || !self.requests.is_empty() || !self.relayed.is_empty() {
+            return false;
+        }
+        ctx.stop();
+        true
+    }
+}
+
+/// The client ended the session (DELETE) or the gateway is shutting it down.
+pub(crate) struct Close;
+
+impl Message for Close {
+    type Result = ();
+}
+
+impl Handler<Close> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// The tools of the catalog of these client capabilities changed (see [`crate::router`]).
+pub(crate) struct ToolsChanged(pub crate::router::Caps);
+
+impl Message for ToolsChanged {
+    type Result = ();
+}
+
+impl Handler<ToolsChanged> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, ToolsChanged(caps): ToolsChanged, _: &mut Context<Self>) {
+        // Only a change in this session's own catalog changes what it lists.
+        if caps != self.catalog.caps {
+            return;
+        }
+        if let Some(stream) = &self.get_stream {
+            let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+        }
+    }
+}

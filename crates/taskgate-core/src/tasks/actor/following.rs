@@ -1,0 +1,165 @@
+//! Following a task the upstream runs (a native task): polling its status, taking the status it
+//! announces, fetching its result once it is terminal.
+
+use std::time::Duration;
+
+use crate::tasks::messages::UpstreamStatus;
+use crate::tasks::work::Work;
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::{meta, methods};
+use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
+use taskgate_protocol::{codes, ErrorObject};
+use taskgate_store::TaskOutcome;
+use taskgate_upstream::UpstreamError;
+
+use super::TaskActor;
+
+/// Bounds on how often a native upstream task is polled.
+const MIN_POLL: Duration = Duration::from_millis(50);
+const MAX_POLL: Duration = Duration::from_secs(30);
+/// Consecutive failed polls after which a native task is failed.
+const MAX_POLL_FAILURES: u32 = 5;
+
+impl TaskActor {
+    pub(super) fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
+        if let Work::Native(native) = &self.work {
+            ctx.run_later(native.poll, |act, ctx| act.poll(ctx));
+        }
+    }
+
+    pub(super) fn poll(&mut self, ctx: &mut Context<Self>) {
+        let Work::Native(native) = &self.work else { return };
+        if self.status.is_terminal() {
+            return;
+        }
+        let session = self.session.clone();
+        let params = json!({"taskId": native.upstream_task_id});
+        let get = async move { session.request(methods::TASKS_GET, Some(params)).await };
+        ctx.spawn(get.into_actor(self).map(|result, act, ctx| match result {
+            Ok(task) => match taskgate_protocol::tasks::TaskView::from_value(&task) {
+                Some(up) => act.observe(up, ctx),
+                None => act.poll_failed("tasks/get answered without a valid task".into(), ctx),
+            },
+            Err(UpstreamError::Rpc { error, .. }) if error.code == codes::INVALID_PARAMS => {
+                let outcome = TaskOutcome::Error(ErrorObject::new(
+                    codes::UPSTREAM_UNAVAILABLE,
+                    format!("upstream '{}' no longer knows the task: {}", act.session.upstream(), error.message),
+                ));
+                act.settle(TaskStatus::Failed, Some("The upstream lost the task".into()), Some(outcome), ctx);
+            }
+            Err(e) => act.poll_failed(e.to_string(), ctx),
+        }));
+    }
+
+    pub(super) fn poll_failed(&mut self, why: String, ctx: &mut Context<Self>) {
+        let Work::Native(native) = &mut self.work else { return };
+        native.poll_failures += 1;
+        let failures = native.poll_failures;
+        tracing::info!(task = %self.id, failures, %why, "polling the upstream task failed");
+        if failures >= MAX_POLL_FAILURES {
+            let error = ErrorObject::new(
+                codes::UPSTREAM_UNAVAILABLE,
+                format!("upstream '{}' stopped answering about the task: {why}", self.session.upstream()),
+            );
+            self.settle(
+                TaskStatus::Failed,
+                Some(format!("Lost contact with upstream '{}'", self.session.upstream())),
+                Some(TaskOutcome::Error(error)),
+                ctx,
+            );
+        } else {
+            self.schedule_poll(ctx);
+        }
+    }
+
+    /// A status seen at the upstream (by polling or `notifications/tasks/status`).
+    pub(super) fn observe(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
+        let Work::Native(native) = &mut self.work else { return };
+        native.poll_failures = 0;
+        if let Some(ms) = up.poll_interval_ms {
+            native.poll = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
+        }
+        if self.status.is_terminal() {
+            return;
+        }
+        if up.status.is_terminal() {
+            let fetched = match &mut self.work {
+                Work::Native(native) => native.fetched.take(),
+                Work::Wrapped { .. } => None,
+            };
+            match fetched {
+                Some(outcome) => self.settle(up.status, up.status_message, Some(*outcome), ctx),
+                None => self.fetch_result(ctx),
+            }
+            return;
+        }
+        // ext-tasks "Task Polling": a task in input_required lists what it waits for. The
+        // upstream's requests come on the tasks/result stream, after its status says so: the
+        // status follows when the first of them is here (`wait_for_input`).
+        let before_its_requests = up.status == TaskStatus::InputRequired && self.inputs.is_empty();
+        if !before_its_requests
+            && (up.status != self.status || up.status_message.as_deref() != self.status_message.as_deref())
+        {
+            self.settle(up.status, up.status_message, None, ctx);
+        }
+        if up.status == TaskStatus::InputRequired {
+            // The upstream delivers what it needs from the requestor on the tasks/result stream
+            // (basic/utilities/tasks "Input Required Status"): open it now.
+            self.fetch_result(ctx);
+        }
+        self.schedule_poll(ctx);
+    }
+
+    /// Calls the upstream's `tasks/result` once: it returns when the upstream task is terminal
+    /// (carrying, on its stream, whatever the upstream needs from the requestor meanwhile). The
+    /// outcome is kept, and a poll learns the terminal status it goes with.
+    pub(super) fn fetch_result(&mut self, ctx: &mut Context<Self>) {
+        let Work::Native(native) = &mut self.work else { return };
+        if native.fetching_result || native.fetched.is_some() {
+            return;
+        }
+        native.fetching_result = true;
+        let session = self.session.clone();
+        let params = json!({"taskId": native.upstream_task_id});
+        let request_id = session.next_request_id();
+        self.shared.tasks.track_call(session.upstream(), request_id.clone(), &self.id);
+        let key = request_id.clone();
+        let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
+        let running = ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
+            act.shared.tasks.forget_call(act.session.upstream(), &key);
+            let Work::Native(native) = &mut act.work else { return };
+            native.running = None;
+            native.fetching_result = false;
+            match result {
+                Ok(value) => native.fetched = Some(Box::new(TaskOutcome::Result(without_upstream_task(value)))),
+                // The upstream's JSON-RPC error for the task is the underlying request's error.
+                Err(UpstreamError::Rpc { error, .. }) => native.fetched = Some(Box::new(TaskOutcome::Error(*error))),
+                Err(e) => {
+                    tracing::info!(task = %act.id, error = %e, "fetching the upstream task result failed; polling on")
+                }
+            }
+            act.poll(ctx);
+        }));
+        if let Work::Native(native) = &mut self.work {
+            native.running = Some(running);
+        }
+    }
+}
+
+/// Drops the upstream's related-task `_meta` (it names the upstream's task id, which clients
+/// never see); `tasks/result` adds the gateway's own.
+fn without_upstream_task(mut result: Value) -> Value {
+    if let Some(Value::Object(m)) = result.get_mut("_meta") {
+        m.remove(meta::RELATED_TASK);
+    }
+    result
+}
+
+impl Handler<UpstreamStatus> for TaskActor {
+    type Result = ();
+
+    fn handle(&mut self, UpstreamStatus(up): UpstreamStatus, ctx: &mut Context<Self>) {
+        self.observe(up, ctx);
+    }
+}
