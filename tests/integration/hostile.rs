@@ -1,4 +1,4 @@
-//! Hostile clients and faulty upstreams (issue 12): every resource a client can make the gateway
+//! Hostile clients and faulty upstreams: every resource a client can make the gateway
 //! hold is bounded in bytes and time, bad identifiers and JSON are refused, and what an upstream
 //! gets wrong is answered as its mistake.
 

@@ -1,4 +1,4 @@
-//! MCP 2026-07-28 upstreams behind the gateway (issue 15): the revision is detected (or pinned),
+//! MCP 2026-07-28 upstreams behind the gateway: the revision is detected (or pinned),
 //! requests go stateless with `_meta` and the standard headers, `input_required` becomes the
 //! client's own requests, the tasks extension is followed as a native task, and cancellation
 //! closes the request's stream. Each peer is compared with the same client talking to it

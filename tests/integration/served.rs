@@ -1,4 +1,4 @@
-//! The real `taskgate serve` binary under an operator's and an attacker's hands (issue 12):
+//! The real `taskgate serve` binary under an operator's and an attacker's hands:
 //! SIGTERM drains, descriptors are bounded, log lines cannot be forged or flooded, and a client
 //! that stops reading holds a bounded amount of memory.
 
@@ -220,7 +220,7 @@ async fn stdio_environments(gw: &ServedGateway) -> Vec<Vec<String>> {
     children.into_iter().map(environment).collect()
 }
 
-/// Issue 16 (memory after a burst of tasks): `serve` runs itself again, once, with glibc's
+/// Memory after a burst of tasks: `serve` runs itself again, once, with glibc's
 /// tunables set (glibc reads them only as a process starts), keeping its pid; its stdio
 /// upstreams start with the environment the operator gave it; and an operator's own
 /// `GLIBC_TUNABLES`, even empty, is kept as it is.

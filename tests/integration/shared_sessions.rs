@@ -1,4 +1,4 @@
-//! Upstream sessions shared by client sessions (`upstream[].share_sessions`, issue 16): the
+//! Upstream sessions shared by client sessions (`upstream[].share_sessions`): the
 //! client sessions of one tenant, principal and declared client that can be asked nothing use
 //! one upstream session; each request's progress, log messages, cancellation and result reach
 //! only the client that made it, and what the upstream announces to the session reaches every
