@@ -252,6 +252,12 @@ fn every_config_file_the_docs_name_exists() {
         .collect();
     sources.push(repo_file("README.md"));
     sources.push(repo_file("ARCHITECTURE.md"));
+    sources.extend(
+        std::fs::read_dir(repo_file("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
     for source in sources {
         let text = std::fs::read_to_string(&source).unwrap();
         for (i, _) in text.match_indices("config/") {
