@@ -5,9 +5,11 @@
 //! Upstream work runs in futures spawned on the actor's context; their outcomes come back to
 //! the actor as it finishes them, so a slow upstream never stalls the mailbox (invariant 2).
 //!
-//! This file holds the state, the dispatch by method and the stream lifecycle; each family of
-//! methods has a file of its own (`tools`, `task_calls`), as do the relay of upstream requests
-//! (`relay`), what upstreams send on their own (`events`) and cancellation (`cancel`).
+//! This file holds the state and the dispatch by method; each family of methods has a file of
+//! its own (`tools`, `task_calls`, `offerings`), as do the session's streams and life
+//! (`lifecycle`), the relay of upstream requests (`relay`), what upstreams send on their own
+//! (`events`), cancellation (`cancel`), what every session shares (`context`) and the session
+//! table (`registry`).
 
 mod cancel;
 pub(crate) mod context;

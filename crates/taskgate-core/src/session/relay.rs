@@ -1,6 +1,6 @@
 //! Requests an upstream sends to the client (elicitation, sampling, roots): relayed with a
-//! gateway id on the right stream, their answers and progress routed back; and the relay of one
-//! upstream call with everything it sends before its result.
+//! gateway id on the right stream, their answers and progress routed back. (One upstream call
+//! with everything it sends before its result is `crate::relay`.)
 
 use super::*;
 use crate::relay::{ClientResponse, RelayFromCall};

@@ -1,7 +1,7 @@
-//! Every live task's ttl on one timer. Each task actor used to keep a timer of its own
-//! in its context (a boxed future with a tokio `Sleep`, about 110 bytes a task, 100,000 timers
-//! for 100,000 tasks); a task now puts its deadline here and is told `Expire` when it comes,
-//! by whichever actor runs it then (a restarted one included). A deadline left by an actor that
+//! Every live task's ttl on one timer, not one per actor (a timer in an actor's context is a
+//! boxed future with a tokio `Sleep`, about 110 bytes a task). A task puts its deadline here and
+//! is told `Expire` when it comes (the Supervisor runs the timer), by whichever actor runs it
+//! then (a restarted one included). A deadline left by an actor that
 //! stopped first (its task settled) is dropped when it comes: it finds no actor. The
 //! Supervisor's sweep stays the backstop for records no live actor holds.
 

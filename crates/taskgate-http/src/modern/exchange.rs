@@ -278,8 +278,6 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
         .streaming(body)
 }
 
-/// An exchange waiting for the client's retry: the upstream request is still open, its
-/// messages held, and the requests the client must answer.
 /// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
 /// `requestState` key.
 pub struct Modern {
@@ -311,6 +309,8 @@ impl Modern {
     }
 }
 
+/// An exchange waiting for the client's retry: the upstream request is still open, its
+/// messages held, and the requests the client must answer.
 pub(crate) struct Parked {
     pub call: Call,
     pub messages: OutboundReceiver,
