@@ -146,6 +146,70 @@ async fn task_progress_reaches_the_get_stream_then_the_status_with_the_original_
     assert_eq!(progress, [5.0, 6.0], "every value before the terminal status, none after");
 }
 
+/// Reads a GET stream until the task's terminal status: the task's progress values seen on it.
+async fn progress_until_completed(stream: &mut taskgate_testkit::SseReader, task_id: &str) -> Vec<f64> {
+    let mut progress = Vec::new();
+    loop {
+        match within(stream.next()).await.expect("the stream ended before the task's status") {
+            Message::Notification { method, params: Some(p) } if method == "notifications/progress" => {
+                progress.push(p["progress"].as_f64().unwrap());
+            }
+            Message::Notification { method, params: Some(p) }
+                if method == "notifications/tasks/status" && p["taskId"] == task_id && p["status"] == "completed" =>
+            {
+                return progress
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A task's progress reaches the session that asked for the task, never another session of the
+/// same requestor: that session's GET stream is not where its client looks for the task's
+/// progress (the TypeScript SDK, whose progress tokens are request ids, credits it to a request
+/// of its own). Both sessions still hear the task's status.
+#[actix_rt::test]
+async fn a_tasks_progress_reaches_only_the_session_that_asked_for_the_task() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo, 0);
+    let (mut asker, mut other) = (McpClient::new(&gw.url), McpClient::new(&gw.url));
+    asker.initialize().await;
+    other.initialize().await;
+    let mut asker_stream = asker.open_stream().await.unwrap();
+    let mut other_stream = other.open_stream().await.unwrap();
+    let params =
+        json!({"name": "demo__progress", "arguments": {"values": [5, 6]}, "task": {}, "_meta": {"progressToken": 1}});
+    let created = asker.request("tools/call", Some(params)).await.outcome().unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(progress_until_completed(&mut asker_stream, &id).await, [5.0, 6.0]);
+    assert_eq!(progress_until_completed(&mut other_stream, &id).await, Vec::<f64>::new(), "not on another session");
+}
+
+/// Once the session that asked for a task is gone, the task's progress reaches the session of the
+/// same requestor that now follows the task with `tasks/result`, and only on that stream.
+#[actix_rt::test]
+async fn once_the_asking_session_is_gone_a_tasks_progress_reaches_the_session_following_the_task() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo, 0);
+    let (mut asker, mut follower) = (McpClient::new(&gw.url), McpClient::new(&gw.url));
+    asker.initialize().await;
+    follower.initialize().await;
+    let params = json!({"name": "demo__slow", "arguments": {"ms": 3000, "steps": 30}, "task": {}, "_meta": {"progressToken": "t"}});
+    let created = asker.request("tools/call", Some(params)).await.outcome().unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    assert!(asker.delete().await.is_success());
+    let mut result = follower.request_stream("tasks/result", Some(json!({"taskId": id}))).await;
+    let mut messages = Vec::new();
+    while let Some(m) = within(result.next()).await {
+        messages.push(m);
+    }
+    let refs: Vec<&Message> = messages.iter().collect();
+    let values = progress_of(&refs);
+    assert!(!values.is_empty() && values.iter().all(|(token, _)| token == "t"), "{values:?}");
+    assert_eq!(values.last(), Some(&(json!("t"), 30.0)), "the last value before the result: {values:?}");
+    assert!(messages.last().unwrap().is_response());
+}
+
 #[actix_rt::test]
 async fn task_progress_goes_on_an_open_tasks_result_stream_before_the_result() {
     let demo = DemoUpstream::start();

@@ -75,18 +75,19 @@ impl ProgressStats {
 /// Where a task's progress goes: the task layer, which finds the requestor's sessions, here
 /// and on the other replicas (a port: the task layer implements it).
 pub(crate) trait TaskProgressSink: Send + Sync {
-    /// Delivers `params` of a `notifications/progress` for `task_id`; false when no session took
-    /// it anywhere.
-    fn task_progress(&self, owner: &Identity, task_id: &str, params: Value) -> bool;
+    /// Delivers `params` of a `notifications/progress` for `task_id`, requested by the client
+    /// session `requester`; false when no session took it anywhere.
+    fn task_progress(&self, owner: &Identity, task_id: &str, requester: &str, params: Value) -> bool;
 }
 
 /// Where a token's notifications go.
 pub(crate) enum ProgressTarget {
     /// A plain call: its own response stream.
     Request(crate::outbound::Outbound),
-    /// A task: the requestor's sessions (its `tasks/result` stream for the task, else its GET
-    /// stream), with the task's related-task `_meta`.
-    Task { task_id: String, owner: Identity, tasks: Arc<dyn TaskProgressSink> },
+    /// A task: the session that requested it (its `tasks/result` stream for the task, else its
+    /// GET stream), with the task's related-task `_meta`; once that session is gone, the
+    /// requestor's sessions that follow the task with `tasks/result`.
+    Task { task_id: String, owner: Identity, requester: Arc<str>, tasks: Arc<dyn TaskProgressSink> },
 }
 
 /// One live progress token.
@@ -126,7 +127,9 @@ impl ProgressActor {
             ProgressTarget::Request(reply) => {
                 reply.send(&RpcMessage::notification(methods::PROGRESS, Some(params))).is_ok()
             }
-            ProgressTarget::Task { task_id, owner, tasks } => tasks.task_progress(owner, task_id, params),
+            ProgressTarget::Task { task_id, owner, requester, tasks } => {
+                tasks.task_progress(owner, task_id, requester, params)
+            }
         };
         self.stats.count(if delivered { Outcome::Relayed } else { Outcome::Dropped });
     }

@@ -157,10 +157,23 @@ impl RequestorSessions for Sessions {
         }
     }
 
-    fn task_progress(&self, owner: &Identity, task_id: &str, notification: &RpcMessage) -> bool {
+    fn task_progress(
+        &self,
+        owner: &Identity,
+        task_id: &str,
+        requester: Option<&str>,
+        notification: &RpcMessage,
+    ) -> bool {
+        let requesting = requester.and_then(|id| self.map.read().get(id).filter(|e| &e.identity == owner).cloned());
+        if let Some(entry) = requesting {
+            let progress =
+                TaskProgress { task_id: task_id.to_owned(), notification: notification.clone(), requester: true };
+            return entry.addr.try_send(progress).is_ok();
+        }
         let mut any = false;
         for session in self.of(owner) {
-            let progress = TaskProgress { task_id: task_id.to_owned(), notification: notification.clone() };
+            let progress =
+                TaskProgress { task_id: task_id.to_owned(), notification: notification.clone(), requester: false };
             any |= session.try_send(progress).is_ok();
         }
         any

@@ -187,6 +187,7 @@ impl SessionActor {
         let target = ProgressTarget::Task {
             task_id: task_id.to_owned(),
             owner: self.identity.clone(),
+            requester: self.id.as_str().into(),
             tasks: self.shared.tasks.clone(),
         };
         let actor = self.start_progress(token, params, target);
@@ -250,10 +251,14 @@ pub(super) fn task_id_param(params: Option<&Value>, method: &str) -> Result<Stri
 }
 
 /// Progress of a task of this session's requestor: on the task's `tasks/result` stream when
-/// one is open here, else the GET stream (one stream, never both).
+/// one is open here, else, in the session that requested the task, the GET stream (one stream,
+/// never both). A session that did not request it only relays it on a `tasks/result` stream:
+/// another session's GET stream is not where a client looks for its task's progress.
 pub(crate) struct TaskProgress {
     pub task_id: String,
     pub notification: RpcMessage,
+    /// This session requested the task.
+    pub requester: bool,
 }
 
 impl Message for TaskProgress {
@@ -263,14 +268,14 @@ impl Message for TaskProgress {
 impl Handler<TaskProgress> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, TaskProgress { task_id, notification }: TaskProgress, _: &mut Context<Self>) {
+    fn handle(&mut self, TaskProgress { task_id, notification, requester }: TaskProgress, _: &mut Context<Self>) {
         let stream = self
             .requests
             .values()
             .find(|r| r.task.as_deref() == Some(task_id.as_str()))
             .map(|r| r.reply.clone())
             .filter(|s| !s.is_closed())
-            .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
+            .or_else(|| self.get_stream.clone().filter(|s| requester && !s.is_closed()));
         if let Some(stream) = stream {
             let _ = stream.send(&notification);
         }

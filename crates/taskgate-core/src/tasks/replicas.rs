@@ -66,7 +66,9 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
             }
             StoreEvent::Progress { owner, task_id, params } => {
                 let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };
-                tasks.progress_to_sessions(&owner, &task_id, params);
+                // The session that requested the task is on the replica that runs it: here, the
+                // task's progress goes to the requestor's sessions that follow it.
+                tasks.progress_to_sessions(&owner, &task_id, None, params);
             }
             StoreEvent::InputRequested { owner, task_id } => {
                 let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };

@@ -164,7 +164,7 @@ impl TaskState<Addr<TaskActor>> {
 }
 
 impl crate::progress::TaskProgressSink for TaskService {
-    fn task_progress(&self, owner: &Identity, task_id: &str, params: Value) -> bool {
-        TaskService::task_progress(self, owner, task_id, params)
+    fn task_progress(&self, owner: &Identity, task_id: &str, requester: &str, params: Value) -> bool {
+        TaskService::task_progress(self, owner, task_id, requester, params)
     }
 }

@@ -21,9 +21,17 @@ pub(crate) trait RequestorSessions: Send + Sync {
     /// `notifications/tasks/status` for `task` to each session of `owner` (their GET streams).
     fn task_status(&self, owner: &Identity, task: &Value);
 
-    /// A task's `notifications/progress` to the sessions of `owner`: its `tasks/result` stream
-    /// for the task where one is open, else a GET stream. False when no session took it.
-    fn task_progress(&self, owner: &Identity, task_id: &str, notification: &RpcMessage) -> bool;
+    /// A task's `notifications/progress`, to the session `requester` that requested the task when
+    /// it is here (its `tasks/result` stream for the task, else its GET stream), else to the
+    /// sessions of `owner` that follow the task with an open `tasks/result` stream. False when
+    /// no session took it.
+    fn task_progress(
+        &self,
+        owner: &Identity,
+        task_id: &str,
+        requester: Option<&str>,
+        notification: &RpcMessage,
+    ) -> bool;
 
     /// A task of `owner` running on another replica has a new input request in the store.
     fn remote_inputs(&self, owner: &Identity, task_id: &str);

@@ -270,8 +270,8 @@ impl<A: Clone> TaskState<A> {
     /// A task's progress (`notifications/progress` params under the client's token) to the
     /// owner's sessions, here and on the other replicas. False when no session here took it
     /// and there are no other replicas.
-    pub(crate) fn task_progress(&self, owner: &Identity, task_id: &str, params: Value) -> bool {
-        let here = self.progress_to_sessions(owner, task_id, params.clone());
+    pub(crate) fn task_progress(&self, owner: &Identity, task_id: &str, requester: &str, params: Value) -> bool {
+        let here = self.progress_to_sessions(owner, task_id, Some(requester), params.clone());
         let shared = self.store.shared();
         if shared {
             self.publish(StoreEvent::Progress { owner: super::owner(owner), task_id: task_id.to_owned(), params });
@@ -279,13 +279,21 @@ impl<A: Clone> TaskState<A> {
         here || shared
     }
 
-    /// A task's progress to the owner's sessions on this replica: its open `tasks/result`
-    /// stream for the task, else its GET stream, with the task's related-task `_meta`.
-    pub(crate) fn progress_to_sessions(&self, owner: &Identity, task_id: &str, mut params: Value) -> bool {
+    /// A task's progress to the owner's sessions on this replica, with the task's related-task
+    /// `_meta`: to the session that requested the task when it is here, else (it ended, the
+    /// gateway restarted, it is on another replica: `requester` is `None`) to those that follow
+    /// the task with `tasks/result` ([`RequestorSessions::task_progress`]).
+    pub(crate) fn progress_to_sessions(
+        &self,
+        owner: &Identity,
+        task_id: &str,
+        requester: Option<&str>,
+        mut params: Value,
+    ) -> bool {
         params["_meta"] = json!({ taskgate_protocol::mcp::meta::RELATED_TASK: { "taskId": task_id } });
         let notification =
             taskgate_protocol::Message::notification(taskgate_protocol::mcp::methods::PROGRESS, Some(params));
-        self.sessions.task_progress(owner, task_id, &notification)
+        self.sessions.task_progress(owner, task_id, requester, &notification)
     }
 
     /// The task's actor stored a new input request: the owner's sessions on the other replicas
@@ -470,7 +478,7 @@ mod tests {
 
     impl RequestorSessions for NoSessions {
         fn task_status(&self, _: &Identity, _: &Value) {}
-        fn task_progress(&self, _: &Identity, _: &str, _: &taskgate_protocol::Message) -> bool {
+        fn task_progress(&self, _: &Identity, _: &str, _: Option<&str>, _: &taskgate_protocol::Message) -> bool {
             false
         }
         fn remote_inputs(&self, _: &Identity, _: &str) {}
