@@ -135,6 +135,37 @@ async fn after_sigkill_finished_tasks_answer_as_before_native_ones_finish_and_th
     gw.kill().await;
 }
 
+/// A wrapped task running when the gateway is stopped (SIGTERM) ends with the gateway: after a
+/// restart it reads `failed` saying the gateway shut down or restarted while it ran, not that its
+/// upstream failed (stopping a stdio upstream's process is the gateway's doing).
+#[actix_rt::test]
+async fn after_sigterm_and_a_restart_a_task_cut_short_says_the_gateway_stopped_not_that_its_upstream_failed() {
+    let Setup { native: _native, plain, _dir, file } = setup();
+    let mut gw = ServedGateway::start(&file).await;
+    let mut a = McpClient::with_bearer(&gw.url, ACME);
+    a.initialize().await;
+    let on_stdio = create(&mut a, "local__wait", json!({"gate": "never"})).await;
+    let on_http = create(&mut a, "plain__wait", json!({"gate": "never"})).await;
+    within(plain.demo.wait_in_flight(|n| *n == 1)).await;
+    gw.terminate();
+    assert!(within(gw.exited()).await.success());
+    let gw = ServedGateway::start(&file).await;
+    let mut a = McpClient::with_bearer(&gw.url, ACME);
+    a.initialize().await;
+    for id in [&on_stdio, &on_http] {
+        let task = method(&mut a, "tasks/get", id).await.unwrap();
+        assert_eq!(task["status"], "failed", "{task}");
+        let message = task["statusMessage"].as_str().unwrap();
+        assert!(
+            message.contains("The gateway shut down while the task ran")
+                || message.contains("The gateway restarted while the task ran"),
+            "{message}"
+        );
+        assert!(!message.contains("unavailable") && !message.contains("exited"), "{message}");
+    }
+    gw.kill().await;
+}
+
 #[actix_rt::test]
 async fn a_data_directory_that_cannot_be_used_stops_the_start_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

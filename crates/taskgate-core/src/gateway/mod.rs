@@ -141,6 +141,7 @@ impl Gateway {
             tasks: tasks.clone(),
             sessions: sessions.clone(),
             supervisor: std::sync::OnceLock::new(),
+            stopping: Default::default(),
         });
         let shared = Arc::new(SessionContext {
             config,
@@ -370,6 +371,8 @@ impl Gateway {
         for session in self.sessions.all() {
             let _ = session.send(Close).await;
         }
+        // What the stdio upstreams' stopping cuts short ends with the gateway, and says so.
+        self.tasks.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
         let stops: Vec<_> = self.shared.connectors.values().map(|c| c.shutdown()).collect();
         futures_util::future::join_all(stops).await;
     }

@@ -3,6 +3,7 @@
 //! state, and where crashed actors go to be restarted. Generic over the actors' handle (`A`),
 //! so the task layer's lower files name no actor type.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use actix::Recipient;
@@ -37,4 +38,8 @@ pub(crate) struct TaskContext<A> {
     pub sessions: Arc<dyn RequestorSessions>,
     /// The Supervisor, for actors that crashed.
     pub supervisor: OnceLock<Recipient<Restart>>,
+    /// Set as the gateway shuts down, before it stops the upstreams: what the tasks running here
+    /// lose then (a wrapped call, a stdio process) ends with the gateway, not by the upstream's
+    /// doing.
+    pub stopping: AtomicBool,
 }

@@ -54,6 +54,12 @@ impl TaskActor {
 
     pub(super) fn poll_failed(&mut self, why: String, ctx: &mut Context<Self>) {
         let Work::Native(native) = &mut self.work else { return };
+        if self.shared.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            // The gateway is shutting down (a stdio upstream is stopped with it): the task is
+            // left to the recovery of the next start, which follows it again or says why not.
+            tracing::debug!(task = %self.id, %why, "polling the upstream task failed during shutdown");
+            return;
+        }
         native.poll_failures += 1;
         let failures = native.poll_failures;
         tracing::info!(task = %self.id, failures, %why, "polling the upstream task failed");

@@ -4,6 +4,7 @@
 //! terminal it tells the [`super::TaskService`] (which wakes the `tasks/result` waiters) and
 //! stops; the record stays in the store until its ttl ends.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::tasks::TaskStatus;
-use taskgate_protocol::RequestId;
+use taskgate_protocol::{codes, ErrorObject, RequestId};
 use taskgate_store::{StoreError, TaskOutcome, TaskRecord, Update};
 use taskgate_upstream::{UpstreamError, UpstreamSession};
 
@@ -115,6 +116,16 @@ impl TaskActor {
         ctx: &mut Context<Self>,
     ) {
         let (status, message, outcome) = match joined {
+            // Cut by the gateway's own shutdown (it stops the stdio upstreams): the task says so,
+            // not that the upstream failed.
+            Ok(Err(_)) | Err(_) if self.shared.stopping.load(Ordering::Relaxed) => {
+                let why = format!(
+                    "The gateway shut down while the task ran; its call to upstream '{}' ended with it. Run the tool again.",
+                    self.session.upstream()
+                );
+                let error = ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, why.clone());
+                (TaskStatus::Failed, Some(why), TaskOutcome::Error(error))
+            }
             Ok(outcome) => settle_call(outcome),
             // Only a bug ends a call this way (it is aborted only with its actor's context gone).
             Err(e) => {
