@@ -4,12 +4,14 @@
 //!   "Layers inside a crate");
 //! - no source file is longer than [`MAX_LINES`] lines, tests aside.
 //!
-//! An import is any path in code that starts with `crate::`, `super::` or `self::` (in a `use`
-//! tree or written out in an expression), resolved to the file that defines what it names:
-//! through the module files, then through the `use` declarations of the file it lands in (a
-//! re-export, or a parent's import that a child reaches with `super::`). Declaring a child
-//! module (`mod x;`) is not an import. Test code (`#[cfg(test)]` items and modules) is left
-//! out: a test may reach anywhere.
+//! An import is any path in code that starts with `crate::`, `super::`, `self::`, a child module
+//! or a name the file imports (in a `use` tree or written out in an expression), resolved to the
+//! file that defines what it names: through the module files, then through the `use`
+//! declarations of the file it lands in (a re-export, or a parent's import that a child reaches
+//! with `super::`). A `pub use` only forwards a name (a facade) and is no import of the file that
+//! writes it, unless that file's own code uses the name too. Declaring a child module (`mod x;`)
+//! is not an import, nor is a method call (it names no path). Test code (`#[cfg(test)]` items
+//! and modules) is left out: a test may reach anywhere.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -78,6 +80,20 @@ fn the_check_finds_circles_and_only_circles() {
     write("src/a/child.rs", "use super::{Alpha, Beta};\n");
     let graph = ImportGraph::of_crate(&dir);
     assert!(graph.edges.contains(&("a/child.rs".into(), "b.rs".into(), "super::Beta".into())));
+
+    // A parent that re-exports a child's item and uses it itself depends on the child: with the
+    // child naming the parent, a circle. A plain re-export (a facade) is no import.
+    write("src/a/mod.rs", "mod child;\npub use child::Gamma;\npub struct Alpha;\n");
+    write("src/a/child.rs", "use super::Alpha;\npub struct Gamma;\n");
+    assert!(ImportGraph::of_crate(&dir).circles().is_empty());
+    write("src/a/mod.rs", "mod child;\npub use child::Gamma;\npub struct Alpha(Gamma);\n");
+    assert_eq!(ImportGraph::of_crate(&dir).circles().len(), 1);
+
+    // A path through an imported module (`use crate::b; … b::Beta`) counts against that module.
+    write("src/a/mod.rs", "mod child;\nuse crate::b;\npub struct Alpha;\nfn f() -> b::Beta { b::Beta }\n");
+    write("src/a/child.rs", "use super::Alpha;\n");
+    let graph = ImportGraph::of_crate(&dir);
+    assert!(graph.edges.contains(&("a/mod.rs".into(), "b.rs".into(), "b::Beta".into())), "{:?}", graph.edges);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -274,13 +290,21 @@ fn resolve(
             }
             (module, &path[supers..])
         }
-        // A path relative to the module it is written in (`child::Item`), where `child` is a module.
+        // A path relative to the module it is written in (`child::Item`), where `child` is a
+        // module, or one through a name the file imports (`use crate::tasks; … tasks::Item`).
         Some(first) => {
             let child = [here.clone(), vec![first.to_string()]].concat();
-            if !by_module.contains_key(&child) {
+            if by_module.contains_key(&child) {
+                (here, path)
+            } else if let Some((inline, imported)) = files[from].uses.get(first).filter(|_| path.len() > 1) {
+                let through = [imported.clone(), path[1..].to_vec()].concat();
+                if through.first() == Some(&path[0]) {
+                    return None;
+                }
+                return resolve(files, by_module, from, inline, &through, depth + 1);
+            } else {
                 return None;
             }
-            (here, path)
         }
         None => return None,
     };
@@ -327,6 +351,8 @@ impl SourceFile {
             lines_outside_tests: text.lines().count(),
         };
         let mut inline: Vec<(String, usize)> = Vec::new();
+        let mut re_exports: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
+        let mut bare: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut depth = 0usize;
         let mut test_attribute = false;
         let mut i = 0;
@@ -381,10 +407,15 @@ impl SourceFile {
                 "use" => {
                     let end = (i..tokens.len()).find(|&j| tokens[j] == ";").unwrap_or(tokens.len());
                     let names: Vec<String> = inline.iter().map(|(n, _)| n.clone()).collect();
-                    // `pub use` forwards a name (a facade): only a plain import is a use of it here.
+                    // `pub use` forwards a name (a facade): it is an import of this file only if
+                    // this file's own code uses the name too (see below).
                     let re_export = i > 0 && (tokens[i - 1] == "pub" || tokens[i - 1] == ")");
                     for (path, alias) in use_tree(&tokens[i + 1..end], Vec::new()) {
-                        if !re_export {
+                        if re_export {
+                            if let Some(alias) = &alias {
+                                re_exports.push((alias.clone(), names.clone(), path.clone()));
+                            }
+                        } else {
                             file.paths.push((names.clone(), path.clone()));
                         }
                         if let Some(alias) = alias {
@@ -408,9 +439,18 @@ impl SourceFile {
                     i = j;
                     continue;
                 }
+                _ if is_ident(token) => {
+                    bare.insert(token.to_string());
+                }
                 _ => {}
             }
             i += 1;
+        }
+        // A name the file re-exports and also uses in its own code is an import of it.
+        for (alias, names, path) in re_exports {
+            if bare.contains(&alias) {
+                file.paths.push((names, path));
+            }
         }
         file
     }
