@@ -111,6 +111,9 @@ pub struct SessionActor {
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
     /// is a sender of its own to actix, made (and allocated) each time one is asked for.
     myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
+    /// Where the task actors whose input requests this session relays send the client's answers
+    /// and their end: made with the first such request, one for all of them.
+    input_holder: Option<Arc<crate::tasks::InputHolder>>,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -221,6 +224,7 @@ impl SessionActor {
             stashed_cursors: std::collections::VecDeque::new(),
             next_stash: 1,
             myself: None,
+            input_holder: None,
         }
     }
 

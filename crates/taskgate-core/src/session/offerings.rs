@@ -120,9 +120,8 @@ impl SessionActor {
             .unwrap_or(Naming { upstream: upstream.to_owned(), prefix: false })
     }
 
-    /// `resources/list`, `resources/templates/list`, `prompts/list`: one upstream's page at a
-    /// time, in configuration order (server/utilities/pagination: the cursor is opaque).
-    /// `resources/list`, `resources/templates/list` or `prompts/list` (`method`).
+    /// `resources/list`, `resources/templates/list` or `prompts/list` (`method`; the dispatch
+    /// sends only these three here).
     pub(super) fn list_offered(&mut self, id: RequestId, method: &str, params: Option<Value>, ctx: &mut Context<Self>) {
         let listing = match method {
             methods::RESOURCES_LIST => Listing::Resources,
@@ -132,6 +131,8 @@ impl SessionActor {
         self.list_offerings(id, listing, params, ctx);
     }
 
+    /// A federated listing: one upstream's page at a time, in configuration order
+    /// (server/utilities/pagination: the cursor is opaque).
     fn list_offerings(&mut self, id: RequestId, listing: Listing, params: Option<Value>, ctx: &mut Context<Self>) {
         let cursor = match mcp::cursor(params.as_ref()) {
             Ok(None) => None,

@@ -153,8 +153,11 @@ impl SessionActor {
             let RpcMessage::Request { method, params, .. } = message else { unreachable!("built as a request above") };
             let request = json!({ "method": method, "params": params.unwrap_or_else(|| json!({})) });
             let key = gateway_id.to_value().as_str().unwrap_or_default().to_owned();
-            let holder = InputHolder { ended: ctx.address().recipient(), answer: ctx.address().recipient() };
-            let _ = actor.try_send(InputRequested { key, request, session: holder });
+            let weak = ctx.address().downgrade();
+            let holder = self.input_holder.get_or_insert_with(|| {
+                Arc::new(InputHolder { ended: weak.clone().recipient(), answer: weak.recipient() })
+            });
+            let _ = actor.try_send(InputRequested { key, request, session: holder.clone() });
         }
         let progress_token = relayed_token;
         let asker = Asker::Upstream { upstream, id };

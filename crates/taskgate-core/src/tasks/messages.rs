@@ -2,6 +2,8 @@
 //! input requests and their answers), from the upstream (a native task's status), from the
 //! ttl timer, from another replica.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 use serde_json::Value;
 use taskgate_protocol::tasks::UpstreamTask;
@@ -36,7 +38,7 @@ pub(crate) struct InputRequested {
     /// `{method, params}`, as the client sees it.
     pub request: Value,
     /// The client session holding it, which takes the answer.
-    pub session: InputHolder,
+    pub session: Arc<InputHolder>,
 }
 
 impl Message for InputRequested {

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
+use actix::WeakRecipient;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use taskgate_protocol::Message as RpcMessage;
@@ -41,13 +42,14 @@ pub(crate) trait RequestorSessions: Send + Sync {
     fn close_idle(self: Arc<Self>, cutoff_ms: u64) -> BoxFuture<'static, ()>;
 }
 
-/// The client session holding a task's input request.
-#[derive(Clone, PartialEq)]
+/// The client session holding a task's input requests. A session makes one, shared by every
+/// request it holds (a task's inputs keep a pointer each, and tell a session once by comparing
+/// pointers); held weakly, it never keeps an ended session alive.
 pub(crate) struct InputHolder {
     /// Told when the task ends: its requests will never be answered.
-    pub ended: Recipient<TaskEnded>,
+    pub ended: WeakRecipient<TaskEnded>,
     /// Takes the client's answer to the request.
-    pub answer: Recipient<ClientResponse>,
+    pub answer: WeakRecipient<ClientResponse>,
 }
 
 /// A task ended with input requests this session holds: they will never be answered, and

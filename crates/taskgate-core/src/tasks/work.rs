@@ -169,5 +169,5 @@ pub(crate) struct Input {
     /// `{method, params}`.
     pub(crate) request: Value,
     /// The client session holding it, which takes the answer.
-    pub(crate) session: InputHolder,
+    pub(crate) session: Arc<InputHolder>,
 }

@@ -413,10 +413,12 @@ impl Actor for TaskActor {
             });
         }
         // Requests still outstanding will never be answered: the sessions holding them let go.
-        let mut told: Vec<&InputHolder> = Vec::new();
+        let mut told: Vec<&Arc<InputHolder>> = Vec::new();
         for input in &self.inputs {
-            if !told.contains(&&input.session) {
-                input.session.ended.do_send(TaskEnded(self.id.to_string()));
+            if !told.iter().any(|session| Arc::ptr_eq(session, &input.session)) {
+                if let Some(ended) = input.session.ended.upgrade() {
+                    ended.do_send(TaskEnded(self.id.to_string()));
+                }
                 told.push(&input.session);
             }
         }
