@@ -46,8 +46,15 @@ fn hash_key_prints_the_sha256_of_a_key_given_or_piped() {
     child.stdin.take().unwrap().write_all(b"demo-key-0123456789\n").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), given);
-    let short = std::process::Command::new(taskgate_bin()).args(["hash-key", "short"]).output().unwrap();
-    assert!(!short.status.success());
+    // A short key (the demo's, as config/demo.toml suggests) is hashed, with a warning.
+    let short = std::process::Command::new(taskgate_bin()).args(["hash-key", "demo-key"]).output().unwrap();
+    assert!(short.status.success(), "{}", String::from_utf8_lossy(&short.stderr));
+    let demo = std::fs::read_to_string(repo_file("config/demo.toml")).unwrap();
+    let hashed = String::from_utf8_lossy(&short.stdout).trim().to_owned();
+    assert!(demo.contains(&format!("sha256 = \"{hashed}\"")), "config/demo.toml's hash of demo-key: {hashed}");
+    assert!(String::from_utf8_lossy(&short.stderr).contains("at least 16"));
+    let empty = std::process::Command::new(taskgate_bin()).args(["hash-key", ""]).output().unwrap();
+    assert!(!empty.status.success());
 }
 
 #[test]
@@ -68,7 +75,61 @@ fn check_config_prints_every_problem_with_its_location() {
     let out = std::process::Command::new(taskgate_bin()).arg("check-config").arg(&file).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("lisen") && err.contains("line 2"), "{err}");
+    // A wrong key in one section hides neither another section's problem nor what validation
+    // finds in the sections read, nor a stdio command that is not there.
+    std::fs::write(
+        &file,
+        "[server]\nlisen = 1\n[tasks]\nmax_tasks = \"many\"\n[federation]\nseparator = \"\"\n\
+         [[upstream]]\nname = \"time\"\ntransport = \"stdio\"\ncommand = \"no-such-mcp-server-anywhere\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(taskgate_bin()).arg("check-config").arg(&file).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("4 problem(s)"), "{err}");
+    for part in ["lisen", "line 2", "max_tasks", "line 4", "federation.separator", "upstream[0] (\"time\").command"] {
+        assert!(err.contains(part), "missing {part} in {err}");
+    }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `listen` takes a host name as well as an address (`localhost:PORT`).
+#[actix_rt::test]
+async fn serve_listens_on_a_host_name() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (dir, file) = config_file("listen-name");
+    std::fs::write(&file, format!("[server]\nlisten = \"localhost:{port}\"\n[store]\nbackend = \"memory\"\n")).unwrap();
+    let check = std::process::Command::new(taskgate_bin()).arg("check-config").arg(&file).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let gw = ServedGateway::start(&file).await;
+    assert!(gw.url.contains(&format!("127.0.0.1:{port}")), "{}", gw.url);
+    let mut client = McpClient::new(&gw.url);
+    client.initialize().await;
+    gw.kill().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A port in use is a clear error, with no panic on the way out.
+#[test]
+fn serve_on_a_port_in_use_says_so_and_nothing_else() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (dir, file) = config_file("port-in-use");
+    std::fs::write(&file, format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\nbackend = \"memory\"\n")).unwrap();
+    let out = std::process::Command::new(taskgate_bin()).args(["serve", "-c"]).arg(&file).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cannot start the front door"), "{err}");
+    assert!(err.contains("in use") && !err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    drop(taken);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `demo-upstream` without a transport says what it needs rather than listening somewhere.
+#[test]
+fn demo_upstream_without_a_transport_says_what_it_needs() {
+    let out = std::process::Command::new(taskgate_bin()).arg("demo-upstream").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--stdio") && err.contains("--listen"), "{err}");
 }
 
 #[test]

@@ -147,6 +147,9 @@ async fn after_sigterm_and_a_restart_a_task_cut_short_says_the_gateway_stopped_n
     let on_stdio = create(&mut a, "local__wait", json!({"gate": "never"})).await;
     let on_http = create(&mut a, "plain__wait", json!({"gate": "never"})).await;
     within(plain.demo.wait_in_flight(|n| *n == 1)).await;
+    // The process's id is logged as a number.
+    let started = gw.log_line("started stdio upstream process").await;
+    assert!(started.contains("pid=") && !started.contains("Some("), "{started}");
     gw.terminate();
     assert!(within(gw.exited()).await.success());
     let gw = ServedGateway::start(&file).await;

@@ -7,12 +7,14 @@
 //!   `[federation]`, `[progress]`), `tasks` (`[tasks]`, `[store]`), `upstream`
 //!   (`[[upstream]]`), `tenants` (`[[tenant]]`);
 //! - [`defaults`]: every default value;
-//! - `validate`: loading and [`Config::validate`]; `problem`: what it reports.
+//! - `read`: reading a file (every section's problem at once) and the environment's overrides;
+//!   `validate`: [`Config::validate`]; `problem`: what they report.
 
 use serde::{Deserialize, Serialize};
 
 pub mod defaults;
 mod problem;
+mod read;
 mod server;
 mod tasks;
 mod tenants;
@@ -24,6 +26,7 @@ pub use server::{FederationConfig, LogFormat, LoggingConfig, ProgressConfig, Ser
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
 pub use tenants::{ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, Rate, TenantConfig, TenantLimits};
 pub use upstream::{ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamProtocol};
+pub use validate::resolve_listen;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -152,7 +155,11 @@ mod tests {
             let parsed = parse(&format!("share_sessions = \"{text}\"\nshared_idle_secs = 0")).unwrap();
             assert_eq!((parsed.upstreams[0].share_sessions, parsed.upstreams[0].shared_idle_secs), (mode, 0));
         }
-        assert!(matches!(parse("share_sessions = \"sometimes\""), Err(ConfigError::Parse { .. })));
+        let Err(ConfigError::Invalid { problems, .. }) = parse("share_sessions = \"sometimes\"") else {
+            panic!("expected refused")
+        };
+        assert_eq!(problems[0].location, "upstream");
+        assert!(problems[0].message.contains("sometimes") && problems[0].message.contains("line 5"), "{problems:?}");
         let Err(ConfigError::Invalid { problems, .. }) = parse("shared_idle_secs = 86401") else {
             panic!("expected invalid")
         };

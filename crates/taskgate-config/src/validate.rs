@@ -1,12 +1,10 @@
-//! Loading a configuration (TOML, environment overrides) and [`Config::validate`], which reports
-//! every problem at once with its location.
+//! [`Config::validate`], which reports every problem at once with its location, and the checks
+//! of what a configuration names on this machine (stdio commands).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 
 use crate::defaults;
-use crate::problem::ConfigError;
 use crate::problem::Problem;
 use crate::tasks::StoreBackend;
 use crate::tenants;
@@ -14,46 +12,28 @@ use crate::upstream::Transport;
 use crate::Config;
 
 impl Config {
-    /// Parses TOML text, applies `env` overrides and validates; `path` names the source in errors.
-    pub fn from_toml(text: &str, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let config = Config::parse_unvalidated(text, path, env)?;
-        config.validate().map_err(|problems| ConfigError::Invalid { path: path.into(), problems })?;
-        Ok(config)
-    }
-
-    /// [`Config::from_toml`] without validation, for a caller that adds to the configuration
-    /// (the demo adds its built-in upstreams) and validates after.
-    pub fn parse_unvalidated(
-        text: &str,
-        path: &str,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Config, ConfigError> {
-        let mut config: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
-        config.apply_env(env);
-        Ok(config)
-    }
-
-    /// Reads, parses and validates a file, with overrides from the process environment.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: name.clone(), source })?;
-        Config::from_toml(&text, &name, &|key| std::env::var(key).ok())
-    }
-
-    /// Environment overrides: `TASKGATE_LISTEN` and `TASKGATE_LOG`.
-    pub fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
-        if let Some(listen) = env("TASKGATE_LISTEN") {
-            self.server.listen = listen;
+    /// The stdio upstreams whose command is not there to run: one with a `/` is taken as a file,
+    /// any other is looked for in the directories of `path` (the `PATH` the gateway will run
+    /// with; `check-config` passes its own).
+    pub fn command_problems(&self, path: Option<&str>) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        for (i, up) in self.upstreams.iter().enumerate() {
+            let Some(command) = up.command.as_deref().filter(|_| up.transport == Transport::Stdio) else { continue };
+            if !command_found(command, path) {
+                let message = if command.contains('/') {
+                    format!("{command:?} is not an executable file")
+                } else {
+                    format!("{command:?} is not found on PATH: install it, or give its full path")
+                };
+                problems.push(Problem { location: format!("upstream[{i}] ({:?}).command", up.name), message });
+            }
         }
-        if let Some(level) = env("TASKGATE_LOG") {
-            self.logging.level = level;
-        }
+        problems
     }
 
     /// The listen address; valid after [`Config::validate`].
     pub fn listen_addr(&self) -> SocketAddr {
-        self.server.listen.parse().expect("validated listen address")
+        resolve_listen(&self.server.listen).expect("validated listen address")
     }
 
     fn validate_store(&self, bad: &mut dyn FnMut(String, String)) {
@@ -97,12 +77,12 @@ impl Config {
         let mut bad = |location: String, message: String| problems.push(Problem { location, message });
 
         if let Some(admin) = &self.server.admin_listen {
-            if admin.parse::<SocketAddr>().is_err() {
-                bad("server.admin_listen".into(), format!("{admin:?} is not an address like 127.0.0.1:9090"));
+            if let Err(why) = resolve_listen(admin) {
+                bad("server.admin_listen".into(), format!("{why}, like 127.0.0.1:9090 or localhost:9090"));
             }
         }
-        if self.server.listen.parse::<SocketAddr>().is_err() {
-            bad("server.listen".into(), format!("{:?} is not an address like 127.0.0.1:8080", self.server.listen));
+        if let Err(why) = resolve_listen(&self.server.listen) {
+            bad("server.listen".into(), format!("{why}, like 127.0.0.1:8080 or localhost:8080"));
         }
         for (i, origin) in self.server.allowed_origins.iter().enumerate() {
             if origin != "*" && !valid_origin(origin) {
@@ -261,9 +241,82 @@ fn valid_origin(origin: &str) -> bool {
     matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains('/')
 }
 
+/// Whether `command` is an executable file: itself when it names a path, else in a directory
+/// of `path`.
+fn command_found(command: &str, path: Option<&str>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable =
+        |file: &std::path::Path| file.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if command.contains('/') {
+        return runnable(std::path::Path::new(command));
+    }
+    path.unwrap_or_default()
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .any(|dir| runnable(&std::path::Path::new(dir).join(command)))
+}
+
+/// `HOST:PORT` as the address to listen on: the host an IP address, or a name resolved as the
+/// system resolves it (`localhost` from its hosts file), its first IPv4 address if it has one.
+pub fn resolve_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} is not HOST:PORT"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{text:?} is not HOST:PORT"));
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| format!("{text:?}: the host {host:?} does not resolve ({e})"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?}: the host {host:?} resolves to no address"))
+}
+
 /// A Redis URL the client can use: `redis://` or `rediss://` with a host. The URL itself is
 /// never echoed in a problem (it may hold a password).
 fn valid_redis_url(url: &str) -> bool {
     let rest = url.strip_prefix("redis://").or_else(|| url.strip_prefix("rediss://"));
     rest.is_some_and(|r| r.rsplit('@').next().is_some_and(|host| !host.is_empty() && !host.starts_with('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listen_address_is_an_address_or_a_name_that_resolves() {
+        assert_eq!(resolve_listen("127.0.0.1:8080").unwrap().to_string(), "127.0.0.1:8080");
+        assert_eq!(resolve_listen("[::1]:8080").unwrap().to_string(), "[::1]:8080");
+        assert_eq!(resolve_listen("localhost:8080").unwrap().to_string(), "127.0.0.1:8080");
+        for bad in ["everywhere", "localhost", ":8080", "localhost:http", "localhost:70000", ""] {
+            assert!(resolve_listen(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_command_is_found_as_a_path_or_on_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("taskgate-command-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (runnable, plain) = (dir.join("server"), dir.join("notes"));
+        std::fs::write(&runnable, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&runnable, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&plain, "").unwrap();
+        let path = format!("/nonexistent::{}", dir.display());
+        assert!(command_found("server", Some(&path)));
+        assert!(!command_found("notes", Some(&path)), "not executable");
+        assert!(!command_found("server", Some("/nonexistent")));
+        assert!(!command_found("server", None));
+        assert!(command_found(&runnable.display().to_string(), None));
+        assert!(!command_found(&plain.display().to_string(), None));
+        assert!(!command_found(&dir.display().to_string(), None), "a directory");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

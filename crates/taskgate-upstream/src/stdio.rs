@@ -83,8 +83,10 @@ impl StdioChannel {
             upstream: name.clone(),
             reason: format!("cannot start {program:?}: {e}"),
         })?;
-        let pid = child.id();
-        tracing::info!(upstream = %name, ?pid, "started stdio upstream process");
+        match child.id() {
+            Some(pid) => tracing::info!(upstream = %name, pid, "started stdio upstream process"),
+            None => tracing::info!(upstream = %name, "started stdio upstream process"),
+        }
 
         let pending: Pending = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -360,7 +362,10 @@ async fn supervise(
         _ = stopping => match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                tracing::warn!(upstream = %name, "stdio upstream did not exit after its stdin closed; sending SIGTERM");
+                // The spec's order for stdio (basic/lifecycle "Shutdown"): many servers (Python's,
+                // those under uv or npx) take longer than the grace to go by themselves.
+                let grace_secs = EXIT_GRACE.as_secs();
+                tracing::info!(upstream = %name, grace_secs, "stdio upstream did not exit once its stdin closed; sending SIGTERM");
                 if let Some(pid) = child.id() {
                     // SAFETY: kill only sends a signal to the child we started and still own.
                     unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };

@@ -38,8 +38,8 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Overrides server.listen (also TASKGATE_LISTEN).
-        #[arg(long)]
+        /// Overrides server.listen (also TASKGATE_LISTEN): HOST:PORT, the host a name or an address.
+        #[arg(long, value_parser = listen_address)]
         listen: Option<SocketAddr>,
     },
     /// Validates a configuration file and prints every problem with its location.
@@ -49,8 +49,8 @@ enum Command {
     },
     /// Runs the gateway in front of built-in demo upstreams (one over HTTP, one over stdio).
     Demo {
-        /// Where the gateway listens.
-        #[arg(long, default_value = "127.0.0.1:8080")]
+        /// Where the gateway listens: HOST:PORT, the host a name or an address.
+        #[arg(long, default_value = "127.0.0.1:8080", value_parser = listen_address)]
         listen: SocketAddr,
         /// The task store's data directory (tasks survive a restart of the demo).
         #[arg(long, default_value = "taskgate-demo-data")]
@@ -62,13 +62,14 @@ enum Command {
         /// The API key.
         key: Option<String>,
     },
-    /// Runs the demo MCP server on its own.
+    /// Runs the demo MCP server on its own, over stdio (--stdio) or Streamable HTTP (--listen).
+    #[command(group(clap::ArgGroup::new("transport").required(true).args(["stdio", "listen"])))]
     DemoUpstream {
         /// Serve MCP on stdin/stdout.
         #[arg(long, conflicts_with = "listen")]
         stdio: bool,
-        /// Serve MCP over Streamable HTTP at http://ADDR/mcp.
-        #[arg(long)]
+        /// Serve MCP over Streamable HTTP at http://ADDR/mcp (HOST:PORT).
+        #[arg(long, value_parser = listen_address)]
         listen: Option<SocketAddr>,
         /// Also serve the fixtures of the MCP conformance suite's server scenarios (tools,
         /// resources and prompts named test_*, test://...).
@@ -101,6 +102,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// A `--listen` value: `HOST:PORT`, the host an address or a name (`localhost:8080`).
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    taskgate_config::resolve_listen(text)
+}
+
 fn hash_key(key: Option<String>) -> anyhow::Result<()> {
     let key = match key {
         Some(key) => key,
@@ -110,37 +116,48 @@ fn hash_key(key: Option<String>) -> anyhow::Result<()> {
             line.trim_end_matches(['\r', '\n']).to_owned()
         }
     };
-    anyhow::ensure!(
-        key.len() >= 16,
-        "an API key should be at least 16 characters (random); this one has {}",
-        key.len()
-    );
+    anyhow::ensure!(!key.is_empty(), "the key is empty");
+    if key.len() < 16 {
+        // Hashed all the same (the demo's key is short): the operator is told, not refused.
+        eprintln!(
+            "taskgate: warning: this key has {} characters; a production key should have at least 16 random ones",
+            key.len()
+        );
+    }
     println!("{}", taskgate_core::tenants::hash_key(&key));
     Ok(())
 }
 
 fn check_config(file: &std::path::Path) -> ExitCode {
-    let loaded = Config::load(file).and_then(|config| {
-        // Secrets and key files are read as the gateway would read them.
-        taskgate_core::tenants::check_credentials(&config, &|k| std::env::var(k).ok())
-            .map(|()| config)
-            .map_err(|problems| ConfigError::Invalid { path: file.display().to_string(), problems })
-    });
-    match loaded {
-        Ok(config) => {
-            let tenants = if config.tenants.is_empty() {
-                "no tenants: every request is anonymous".to_string()
-            } else {
-                format!("{} tenants", config.tenants.len())
-            };
-            println!("{}: ok ({} upstreams, {tenants})", file.display(), config.upstreams.len());
-            ExitCode::SUCCESS
-        }
-        Err(e @ (ConfigError::Invalid { .. } | ConfigError::Parse { .. } | ConfigError::Read { .. })) => {
+    let name = file.display().to_string();
+    let env = |key: &str| std::env::var(key).ok();
+    let read = std::fs::read_to_string(file)
+        .map_err(|source| ConfigError::Read { path: name.clone(), source })
+        .and_then(|text| Config::read(&text, &name, &env));
+    let (config, mut problems) = match read {
+        Ok(read) => read,
+        Err(e) => {
             eprintln!("{e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    // Secrets and key files are read as the gateway would read them, and each stdio command is
+    // looked for as the gateway would start it.
+    if let Err(more) = taskgate_core::tenants::check_credentials(&config, &env) {
+        problems.extend(more);
     }
+    problems.extend(config.command_problems(std::env::var("PATH").ok().as_deref()));
+    if !problems.is_empty() {
+        eprintln!("{}", ConfigError::Invalid { path: name, problems });
+        return ExitCode::FAILURE;
+    }
+    let tenants = if config.tenants.is_empty() {
+        "no tenants: every request is anonymous".to_string()
+    } else {
+        format!("{} tenants", config.tenants.len())
+    };
+    println!("{}: ok ({} upstreams, {tenants})", file.display(), config.upstreams.len());
+    ExitCode::SUCCESS
 }
 
 /// Runs the gateway until Ctrl-C or SIGTERM, reloading tenants from `path` on SIGHUP and when
@@ -164,7 +181,7 @@ fn run_gateway(
         actix_rt::spawn(watch_config(path, gateway.clone(), poll, hangup));
         // Listened for before anything is announced: a signal sent once we are up is never missed.
         let mut signals = ShutdownSignals::new()?;
-        let running = taskgate_http::serve(gateway.clone(), listen).context("cannot start the front door")?;
+        let running = front_door(&gateway, listen).await?;
         let handle = running.handle.clone();
         println!("taskgate listening on http://{}/mcp", running.addr);
         if let Some((addr, admin)) = running.admin {
@@ -184,6 +201,20 @@ fn run_gateway(
         }
         Ok(())
     })
+}
+
+/// Binds the front door. When it cannot (the port is in use), the gateway is stopped inside the
+/// runtime (its stdio processes too) before the error is returned: its actors must not be left
+/// to start as the runtime is dropped.
+async fn front_door(gateway: &Gateway, listen: Option<SocketAddr>) -> anyhow::Result<taskgate_http::Running> {
+    match taskgate_http::serve(gateway.clone(), listen) {
+        Ok(running) => Ok(running),
+        Err(e) => {
+            gateway.shutdown().await;
+            actix_rt::task::yield_now().await;
+            Err(anyhow::Error::from(e).context("cannot start the front door"))
+        }
+    }
 }
 
 /// SIGTERM or SIGINT: stop accepting connections, answer `/readyz` 503 and refuse new
@@ -303,7 +334,7 @@ fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Re
         let gateway = Gateway::start(config).map_err(problems)?;
         recover(&gateway).await?;
         let mut signals = ShutdownSignals::new()?;
-        let running = taskgate_http::serve(gateway.clone(), None).context("cannot start the front door")?;
+        let running = front_door(&gateway, None).await?;
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);
         println!("taskgate demo listening on {url}");
@@ -334,7 +365,7 @@ fn demo_upstream(stdio: bool, listen: Option<SocketAddr>, conformance: bool) -> 
             .block_on(taskgate_demo::stdio::serve(demo))
             .context("stdio demo upstream failed");
     }
-    let listen = listen.unwrap_or_else(|| "127.0.0.1:8090".parse().expect("valid address"));
+    let listen = listen.context("--listen ADDR or --stdio")?;
     actix_rt::System::new().block_on(async move {
         let mut signals = ShutdownSignals::new()?;
         let server = taskgate_demo::http::serve(demo, &listen.to_string()).context("cannot start the demo upstream")?;
