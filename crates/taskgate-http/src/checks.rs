@@ -27,7 +27,7 @@ fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&s
 pub fn origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), GatewayError> {
     let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
     let origin = origin.to_str().unwrap_or("<not ASCII>");
-    if allowed.iter().any(|a| a == "*" || origin_matches(a, origin)) {
+    if origin_allowed(origin, allowed) {
         Ok(())
     } else {
         Err(GatewayError::OriginNotAllowed(origin.to_owned()))
@@ -35,6 +35,11 @@ pub fn origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), GatewayErro
 }
 
 /// `allowed` is `scheme://host` (any port) or `scheme://host:port`.
+/// Whether `origin` is one of `allowed` (`*` is any).
+pub fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    allowed.iter().any(|a| a == "*" || origin_matches(a, origin))
+}
+
 fn origin_matches(allowed: &str, origin: &str) -> bool {
     if allowed.eq_ignore_ascii_case(origin) {
         return true;

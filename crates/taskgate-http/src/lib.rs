@@ -5,11 +5,13 @@
 //! - [`mcp_endpoint`]: `POST`, `GET` and `DELETE /mcp`.
 //! - [`modern`]: MCP 2026-07-28 requests (stateless), served beside sessions on the same endpoint.
 //! - [`checks`]: `Origin`, `Content-Type`, `Accept`, `MCP-Protocol-Version`, body limits.
+//! - [`cors`]: cross-origin requests from browsers of the allowed origins.
 //! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
 
 pub mod checks;
+pub mod cors;
 pub mod mcp_endpoint;
 pub mod modern;
 pub mod operations;

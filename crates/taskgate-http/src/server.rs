@@ -80,13 +80,22 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
         App::new()
             .app_data(main_data.clone())
             .app_data(modern.clone())
-            // Every response is counted by HTTP method and status.
+            // Every response is counted by HTTP method and status, and one to a browser of an
+            // allowed origin carries the CORS headers.
             .wrap_fn(move |req, srv| {
                 let method = req.method().as_str().to_owned();
                 let metrics = metrics.clone();
+                let origin = req.headers().get(actix_web::http::header::ORIGIN).cloned();
                 let response = srv.call(req);
                 async move {
-                    let response = response.await?;
+                    let mut response = response.await?;
+                    if let Some(origin) = origin {
+                        crate::cors::annotate(
+                            &origin,
+                            response.headers_mut(),
+                            &metrics.config().server.allowed_origins,
+                        );
+                    }
                     let status = response.status().as_u16().to_string();
                     metrics.metrics().http_responses.with_label_values(&[&method, &status]).inc();
                     Ok(response)
@@ -97,6 +106,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
                     .route(web::post().to(mcp_endpoint::post))
                     .route(web::get().to(mcp_endpoint::get))
                     .route(web::delete().to(mcp_endpoint::delete))
+                    .route(web::method(actix_web::http::Method::OPTIONS).to(crate::cors::preflight))
                     .default_service(web::to(mcp_endpoint::other)),
             )
             .configure(operations::routes)
