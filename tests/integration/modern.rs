@@ -413,6 +413,15 @@ async fn the_tasks_extension_gets_tasks_polled_updated_and_cancelled_from_the_on
     let ack = client.ok("tasks/cancel", json!({"taskId": doomed})).await;
     assert_eq!(ack["resultType"], "complete");
     assert_eq!(client.poll(&doomed, |t| t["status"] != "working").await["status"], "cancelled");
+    // A task that already ended is acknowledged too (cancellation is cooperative): completed,
+    // failed or cancelled, it stays as it is.
+    for ended in [&task, erring["taskId"].as_str().unwrap(), &doomed] {
+        let before = client.ok("tasks/get", json!({"taskId": ended})).await["status"].clone();
+        let ack = client.ok("tasks/cancel", json!({"taskId": ended})).await;
+        assert_eq!(ack["resultType"], "complete", "{ack}");
+        assert!(ack.get("status").is_none() && ack.get("taskId").is_none(), "an empty result: {ack}");
+        assert_eq!(client.ok("tasks/get", json!({"taskId": ended})).await["status"], before);
+    }
     // Unknown ids: -32602.
     for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
         let reply = client.send(method, json!({"taskId": "no-such-task", "inputResponses": {}})).await;

@@ -68,9 +68,24 @@ pub(super) async fn serve(
     };
     match method {
         methods::TASKS_CANCEL => {
-            // ext-tasks "Task Cancellation": an empty acknowledgement.
-            let answer = ask(&state, &session, methods::TASKS_CANCEL, json!({ "taskId": task_id })).await?;
-            Ok(reply(id, answer.map(|_| json!({})), method))
+            // ext-tasks "Task Cancellation": the server MUST acknowledge with an empty result;
+            // cancellation is cooperative and eventually consistent, so a task that already
+            // ended (or ends meanwhile) is acknowledged too: only an unknown task is an error
+            // (answered above).
+            let ended = task.get("status").and_then(Value::as_str).is_some_and(is_terminal);
+            if !ended {
+                let answer = ask(&state, &session, methods::TASKS_CANCEL, json!({ "taskId": task_id })).await?;
+                if let Err(error) = answer {
+                    let still_there = ask(&state, &session, methods::TASKS_GET, json!({ "taskId": task_id })).await?;
+                    let ended_meanwhile = still_there
+                        .as_ref()
+                        .is_ok_and(|t| t.get("status").and_then(Value::as_str).is_some_and(is_terminal));
+                    if !ended_meanwhile {
+                        return Ok(reply(id, Err(error), method));
+                    }
+                }
+            }
+            Ok(reply(id, Ok(json!({})), method))
         }
         modern::methods::TASKS_UPDATE => {
             let Some(Value::Object(responses)) = params.as_ref().and_then(|p| p.get("inputResponses")) else {
@@ -92,6 +107,11 @@ pub(super) async fn serve(
             Ok(reply(id, Ok(Value::Object(task)), method))
         }
     }
+}
+
+/// A task status from which there is no way back.
+fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
 }
 
 /// ext-tasks "Task Polling": the task with what its status calls for inlined.
