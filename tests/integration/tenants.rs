@@ -451,6 +451,10 @@ async fn ttl_poll_interval_sessions_and_body_follow_the_tenant_limits() {
     assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
     let error = third.outcome().unwrap_err();
     assert!(error.code == -32006 && error.message.contains("2 sessions"), "{error:?}");
+    // The refusal says when a session may free: the longest-idle one's idle timeout (30 min).
+    let retry: u64 = third.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=1800).contains(&retry), "{retry}");
+    assert!(error.data.unwrap()["retryAfterMs"].as_u64().unwrap() > 1000);
     assert_eq!(second.delete().await, StatusCode::OK);
     McpClient::with_bearer(&gw.url, "small-sam-key-00001").initialize().await;
     // A 3000-byte body is too large for "small" only.
@@ -609,4 +613,46 @@ async fn equal_principal_names_from_an_api_key_and_a_token_are_two_requestors() 
     // The key's own principal still reads it.
     let mine = by_key.request("tasks/result", Some(json!({"taskId": task}))).await.outcome().unwrap();
     assert_eq!(mine["content"][0]["text"], "key's");
+}
+
+/// `limits.at_max_sessions = "reclaim_idle"`: a principal at its tenant's session cap gets a new
+/// session in place of its own longest-idle one; a session holding something (a GET stream) and
+/// another principal's sessions are never taken, and then the cap refuses with `Retry-After`.
+#[actix_rt::test]
+async fn at_its_session_cap_a_principal_may_reclaim_its_own_longest_idle_session() {
+    let a = DemoUpstream::start();
+    let mut config = config_with(vec![a.upstream("a")]);
+    let mut small = tenant("small", &[("sam", "small-sam-key-00001"), ("sue", "small-sue-key-00001")]);
+    small.limits.max_sessions = Some(3);
+    small.limits.at_max_sessions = Some(taskgate_config::SessionCapPolicy::ReclaimIdle);
+    config.tenants = vec![small];
+    let clock = std::sync::Arc::new(taskgate_core::clock::ManualClock::new(1_000_000));
+    let gw = TestGateway::start_with_clock(config, clock.clone());
+    let key = "small-sam-key-00001";
+    let mut oldest = McpClient::with_bearer(&gw.url, key);
+    oldest.initialize().await;
+    clock.advance(1000);
+    let mut newer = McpClient::with_bearer(&gw.url, key);
+    newer.initialize().await;
+    clock.advance(1000);
+    let mut sue = McpClient::with_bearer(&gw.url, "small-sue-key-00001");
+    sue.initialize().await;
+    clock.advance(1000);
+
+    // At the cap: sam's longest-idle session makes room; sue's, older than none of sam's, stays.
+    let mut third = McpClient::with_bearer(&gw.url, key);
+    third.initialize().await;
+    assert_eq!(oldest.request("ping", None).await.status, StatusCode::NOT_FOUND);
+    for client in [&mut newer, &mut sue, &mut third] {
+        assert!(client.request("ping", None).await.outcome().is_ok());
+    }
+    assert_eq!(metric(&gw, "taskgate_sessions_reclaimed_total{tenant=\"small\"}").await, 1.0);
+
+    // Sessions with a GET stream open hold something: none is taken, and the cap refuses.
+    let _newer_stream = newer.open_stream().await.unwrap();
+    let _third_stream = third.open_stream().await.unwrap();
+    let refused = McpClient::with_bearer(&gw.url, key).try_initialize().await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{refused:?}");
+    assert!(refused.headers.contains_key("retry-after"));
+    assert_eq!(sue.request("ping", None).await.status, StatusCode::OK, "another principal's session is not taken");
 }

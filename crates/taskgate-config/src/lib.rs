@@ -24,7 +24,9 @@ mod validate;
 pub use problem::{ConfigError, Problem};
 pub use server::{FederationConfig, LogFormat, LoggingConfig, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
-pub use tenants::{ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, Rate, TenantConfig, TenantLimits};
+pub use tenants::{
+    ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, Rate, SessionCapPolicy, TenantConfig, TenantLimits,
+};
 pub use upstream::{ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamProtocol};
 pub use validate::resolve_listen;
 

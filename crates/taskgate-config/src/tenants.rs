@@ -117,6 +117,17 @@ pub struct Rate {
     pub burst: u32,
 }
 
+/// What a new session does when its tenant is at its session cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionCapPolicy {
+    /// Refused (429 with `Retry-After`).
+    #[default]
+    Refuse,
+    /// The principal's own longest-idle session makes room.
+    ReclaimIdle,
+}
+
 /// `[tenant.limits]`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -151,6 +162,12 @@ pub struct TenantLimits {
     /// Sessions open at once for the tenant.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_sessions: Option<usize>,
+    /// What a new session does when the tenant has all the sessions it may (`max_sessions`, or
+    /// its share of `server.max_sessions`): `refuse` (429 with `Retry-After`, the default), or
+    /// `reclaim_idle` (the principal's own longest-idle session, with no stream open and nothing
+    /// in flight, is closed to make room; refused as above when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_max_sessions: Option<SessionCapPolicy>,
     /// Largest POST body (bytes); never more than `server.max_body_bytes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<usize>,

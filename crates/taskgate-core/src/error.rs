@@ -78,6 +78,15 @@ pub enum GatewayError {
     /// A tenant's cap (concurrent tasks, sessions) is reached; nothing was created.
     #[error("Limit exceeded: {0}")]
     LimitExceeded(String),
+    /// A tenant has all the sessions it may open; one may free by `retry_after_ms` (the
+    /// longest-idle one's idle timeout), or by a `DELETE`.
+    #[error("Limit exceeded: {what}")]
+    SessionCap {
+        /// Which cap, and what to do.
+        what: String,
+        /// When one of the tenant's sessions ends unless it is used meanwhile.
+        retry_after_ms: u64,
+    },
     /// The task store (the embedded database, or Redis) cannot be reached or failed; nothing
     /// was changed, and the request may be retried.
     #[error("Task store unavailable: {0}; retry later")]
@@ -129,7 +138,7 @@ impl GatewayError {
             GatewayError::BodyTimeout { .. } => 408,
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
-            GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) => 429,
+            GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => 429,
             GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) => 503,
             GatewayError::Internal(_) => 500,
             GatewayError::MethodNotFound(_)
@@ -163,6 +172,10 @@ impl GatewayError {
             }
             GatewayError::Unauthorized(_) => codes::UNAUTHORIZED,
             GatewayError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
+            GatewayError::SessionCap { retry_after_ms, .. } => {
+                return ErrorObject::new(codes::LIMIT_EXCEEDED, self.to_string())
+                    .with_data(json!({"retryAfterMs": retry_after_ms}));
+            }
             GatewayError::RateLimited { retry_after_ms, .. } => {
                 return ErrorObject::new(codes::RATE_LIMITED, self.to_string())
                     .with_data(json!({"retryAfterMs": retry_after_ms}));
@@ -210,7 +223,7 @@ impl GatewayError {
             GatewayError::StoreUnavailable(_) => "store_unavailable",
             GatewayError::Unauthorized(_) => "unauthorized",
             GatewayError::RateLimited { .. } => "rate_limited",
-            GatewayError::LimitExceeded(_) => "limit_exceeded",
+            GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => "limit_exceeded",
             GatewayError::HeaderMismatch(_) => "header_mismatch",
             GatewayError::MissingClientCapability { .. } => "missing_client_capability",
             GatewayError::UnsupportedRevision(_) => "unsupported_protocol_version",

@@ -86,6 +86,9 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     /// Sessions closed after being idle, by tenant.
     pub sessions_expired: IntCounterVec,
+    /// Idle sessions closed to make room for a new one of the same principal (a tenant at its
+    /// session cap, `limits.at_max_sessions = "reclaim_idle"`), by tenant.
+    pub sessions_reclaimed: IntCounterVec,
     /// Actors that stopped abnormally and were restarted from the store, by reason.
     pub actor_restarts: IntCounterVec,
     /// Tasks taken over from a gateway process that stopped (a restart, a replica's death),
@@ -261,6 +264,11 @@ impl Metrics {
                 "Sessions closed after being idle",
                 &["tenant"],
             ),
+            sessions_reclaimed: counter(
+                "taskgate_sessions_reclaimed_total",
+                "Idle sessions closed to make room for a new session of the same principal at its tenant's cap",
+                &["tenant"],
+            ),
             actor_restarts: counter(
                 "taskgate_actor_restarts_total",
                 "Actors that stopped abnormally and were restarted from the store",
@@ -424,6 +432,7 @@ impl Metrics {
             }
             self.task_lookup_failures.with_label_values(&[tenant]);
             self.sessions_expired.with_label_values(&[tenant]);
+            self.sessions_reclaimed.with_label_values(&[tenant]);
             self.task_polls.with_label_values(&[tenant]);
             self.task_polls_early.with_label_values(&[tenant]);
             self.task_result_waiters.with_label_values(&[tenant]);

@@ -140,7 +140,7 @@ async fn dispatch(
                 ));
             }
             let catalog = gateway.catalog_ready(params.as_ref()).await;
-            return match gateway.initialize(identity, params.as_ref(), catalog) {
+            return match gateway.initialize(identity, params.as_ref(), catalog).await {
                 Ok((session, result)) => {
                     let mut response = reply::json(&Message::response(id.clone(), result));
                     let value = actix_web::http::header::HeaderValue::from_str(&session)

@@ -6,11 +6,13 @@ use crate::identity::Identity;
 use crate::outbound::Limits;
 use crate::router::ToolCatalog;
 use crate::session::registry::{Full, SessionEntry};
-use crate::session::{Close, SessionActor};
+use crate::session::{Close, CloseIfIdle, SessionActor};
 use crate::GatewayError;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
+use taskgate_config::SessionCapPolicy;
 use taskgate_protocol::mcp::{self, InitializeView};
 use taskgate_upstream::ClientIdentity;
 
@@ -18,6 +20,14 @@ use super::handle::SessionHandle;
 use super::Gateway;
 
 /// How long `initialize` waits for the upstreams to be listed before it declares what they offer.
+/// How many of a principal's sessions, the longest idle first, are asked to make room.
+const RECLAIM_CANDIDATES: usize = 8;
+/// How long one of them may take to answer.
+const RECLAIM_WAIT: Duration = Duration::from_secs(2);
+/// When idle sessions never close (`server.session_idle_timeout_secs = 0`), the `Retry-After`
+/// of a refusal at the cap.
+const NO_IDLE_RETRY: Duration = Duration::from_secs(60);
+
 const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Gateway {
@@ -25,18 +35,18 @@ impl Gateway {
     /// new session id with the `InitializeResult`.
     /// `catalog` is the session's tool catalog, from [`Gateway::catalog_ready`] (`None`: the
     /// catalog of a client declaring no capabilities).
-    pub fn initialize(
+    pub async fn initialize(
         &self,
         identity: Identity,
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
     ) -> Result<(String, Value), GatewayError> {
-        self.start_session(identity, params, catalog, false)
+        self.start_session(identity, params, catalog, false).await
     }
 
     /// [`Gateway::initialize`]; a `stateless` session serves 2026-07-28 requests (its clients
     /// read a task's input requests with `tasks/get`, never from a `tasks/result` stream).
-    pub(super) fn start_session(
+    pub(super) async fn start_session(
         &self,
         identity: Identity,
         params: Option<&Value>,
@@ -72,7 +82,14 @@ impl Gateway {
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
         let entry =
             SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms, budget };
-        if let Err(full) = self.sessions.insert(id.clone(), entry, tenant_cap) {
+        let mut inserted = self.sessions.insert(id.clone(), entry.clone(), tenant_cap);
+        if let Err(Full::Tenant(_)) = inserted {
+            let policy = self.shared.tenancy.policy(&tenant).limits.at_max_sessions.unwrap_or_default();
+            if policy == SessionCapPolicy::ReclaimIdle && self.reclaim_idle(&entry.identity).await {
+                inserted = self.sessions.insert(id.clone(), entry, tenant_cap);
+            }
+        }
+        if let Err(full) = inserted {
             actor.do_send(Close);
             return Err(match full {
                 Full::Gateway => GatewayError::Overloaded(
@@ -80,9 +97,20 @@ impl Gateway {
                 ),
                 Full::Tenant(cap) => {
                     self.shared.metrics.admission_rejected.with_label_values(&[&tenant, "tenant_max_sessions"]).inc();
-                    GatewayError::LimitExceeded(format!(
-                        "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions, or its share of server.max_sessions); end one (DELETE) first"
-                    ))
+                    let idle_ms = self.shared.config.server.session_idle_timeout_secs.saturating_mul(1000);
+                    let retry_after_ms = match idle_ms {
+                        // Idle sessions are never closed: a client ends one, or waits a minute.
+                        0 => NO_IDLE_RETRY.as_millis() as u64,
+                        _ => {
+                            self.sessions.soonest_idle(&tenant, idle_ms, self.shared.clock.now_ms()).unwrap_or(idle_ms)
+                        }
+                    };
+                    GatewayError::SessionCap {
+                        what: format!(
+                            "tenant \"{tenant}\" has its maximum of {cap} sessions open (limits.max_sessions, or its share of server.max_sessions); end one (DELETE) first"
+                        ),
+                        retry_after_ms: retry_after_ms.max(1000),
+                    }
                 }
             });
         }
@@ -99,6 +127,23 @@ impl Gateway {
             "serverInfo": server_info(),
         });
         Ok((id, result))
+    }
+
+    /// Closes the longest-idle session of `identity` that holds nothing (no request since, none
+    /// in flight, no GET stream, no relayed request waiting), to make room for a new one
+    /// (`limits.at_max_sessions = "reclaim_idle"`); whether one closed.
+    async fn reclaim_idle(&self, identity: &Identity) -> bool {
+        for (id, entry) in self.sessions.idle_first(identity).into_iter().take(RECLAIM_CANDIDATES) {
+            let cutoff_ms = self.shared.clock.now_ms().saturating_add(1);
+            let check = CloseIfIdle { cutoff_ms, last_seen_ms: entry.last_seen_ms.clone() };
+            if let Ok(Ok(true)) = tokio::time::timeout(RECLAIM_WAIT, entry.addr.send(check)).await {
+                self.sessions.remove(&id);
+                self.shared.metrics.sessions_reclaimed.with_label_values(&[&identity.tenant]).inc();
+                tracing::info!(target: "taskgate::audit", session = %id, tenant = %identity.tenant, principal = %identity.principal, "idle session closed to make room for a new one (limits.at_max_sessions)");
+                return true;
+            }
+        }
+        false
     }
 
     /// What the gateway offers `tenant` whatever the revision: tools (listChanged), and the
@@ -149,7 +194,7 @@ impl Gateway {
             return Ok(handle);
         }
         pool.retain(|id| self.sessions.contains(id));
-        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true)?;
+        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true).await?;
         pool.insert(tenant, principal, &caps, id.clone());
         self.session(&id, identity)
     }

@@ -130,6 +130,30 @@ impl Sessions {
         counts
     }
 
+    /// The sessions of one identity, the longest idle first.
+    pub fn idle_first(&self, identity: &Identity) -> Vec<(String, Arc<SessionEntry>)> {
+        let mut sessions: Vec<(String, Arc<SessionEntry>)> = self
+            .map
+            .read()
+            .iter()
+            .filter(|(_, e)| &e.identity == identity)
+            .map(|(id, e)| (id.clone(), e.clone()))
+            .collect();
+        sessions.sort_by_key(|(_, e)| e.last_seen_ms.load(Ordering::Relaxed));
+        sessions
+    }
+
+    /// How long from `now_ms` until one of `tenant`'s sessions has been idle for `idle_ms` (when
+    /// the Supervisor closes it, if it holds nothing then).
+    pub fn soonest_idle(&self, tenant: &str, idle_ms: u64, now_ms: u64) -> Option<u64> {
+        self.map
+            .read()
+            .values()
+            .filter(|e| &*e.identity.tenant == tenant)
+            .map(|e| e.last_seen_ms.load(Ordering::Relaxed).saturating_add(idle_ms).saturating_sub(now_ms))
+            .min()
+    }
+
     /// The sessions of one identity (where its task notifications go).
     pub fn of(&self, identity: &Identity) -> Vec<Addr<SessionActor>> {
         self.map.read().values().filter(|e| &e.identity == identity).map(|e| e.addr.clone()).collect()
