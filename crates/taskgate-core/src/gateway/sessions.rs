@@ -188,14 +188,29 @@ impl Gateway {
                 .unwrap_or_else(|| json!({"name": "stateless", "version": "0"})),
         });
         let catalog = self.catalog_ready(Some(&params)).await;
-        let mut pool = self.pool.lock();
-        // Another request may have started it meanwhile.
-        if let Some(handle) = pool.get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok()) {
-            return Ok(handle);
+        {
+            let mut pool = self.pool.lock();
+            // Another request may have started it meanwhile.
+            if let Some(handle) = pool.get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok()) {
+                return Ok(handle);
+            }
+            pool.retain(|id| self.sessions.contains(id));
         }
-        pool.retain(|id| self.sessions.contains(id));
+        // Started without the pool's lock held (a start may wait for a session to make room).
         let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true).await?;
+        let mut pool = self.pool.lock();
+        let started_meanwhile =
+            pool.get(tenant, principal, &caps).filter(|other| self.sessions.contains(other)).cloned();
+        if let Some(other) = started_meanwhile {
+            // Another request started one meanwhile: it serves, and this one ends.
+            drop(pool);
+            if let Some(entry) = self.sessions.remove(&id) {
+                entry.addr.do_send(Close);
+            }
+            return self.session(&other, identity);
+        }
         pool.insert(tenant, principal, &caps, id.clone());
+        drop(pool);
         self.session(&id, identity)
     }
 
