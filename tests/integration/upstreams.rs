@@ -8,6 +8,17 @@ use taskgate_testkit::{config_with, stdio_demo_upstream, DemoUpstream, McpClient
 
 use crate::support::within;
 
+/// Waits (bounded) until `upstream` runs `n` stdio processes: a process ends in its own time once
+/// its session lets it go.
+async fn processes_become(gw: &TestGateway, upstream: &str, n: usize) {
+    within(async {
+        while gw.gateway.upstream_processes(upstream) != Some(n) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 #[actix_rt::test]
 async fn one_upstream_session_per_client_session_declaring_the_clients_capabilities() {
     let demo = DemoUpstream::start();
@@ -418,4 +429,38 @@ async fn a_message_the_upstream_never_accepts_is_given_up_after_the_timeout() {
     // Closed by the gateway once its timeout passed (before the bound, never).
     assert_eq!(within(seen.recv()).await, Some("cancel closed"));
     call.abort();
+}
+
+/// A client session that holds nothing at its upstreams lets its upstream sessions go after
+/// `server.upstream_release_secs` without a request, and with them their stdio processes; its
+/// next call opens them again. A session with a GET stream open keeps its own.
+#[actix_rt::test]
+async fn an_idle_session_lets_its_stdio_processes_go_and_gets_them_back_on_its_next_call() {
+    let mut config = config_with(vec![stdio_demo_upstream("local")]);
+    config.server.upstream_release_secs = 60;
+    let clock = std::sync::Arc::new(taskgate_core::clock::ManualClock::new(1_000_000));
+    let gw = TestGateway::start_with_clock(config, clock.clone());
+    let (mut idle, mut watching) = (McpClient::new(&gw.url), McpClient::new(&gw.url));
+    idle.initialize().await;
+    watching.initialize().await;
+    let _stream = watching.open_stream().await.unwrap();
+    for client in [&mut idle, &mut watching] {
+        assert_eq!(client.call("local__echo", json!({"text": "x"})).await.unwrap()["content"][0]["text"], "x");
+    }
+    // The catalog's process and one per client session.
+    processes_become(&gw, "local", 3).await;
+
+    clock.advance(59_000);
+    gw.gateway.expire_idle_sessions().await;
+    processes_become(&gw, "local", 3).await;
+    clock.advance(2_000);
+    gw.gateway.expire_idle_sessions().await;
+    processes_become(&gw, "local", 2).await;
+    let released = gw.gateway.render_metrics().await;
+    assert!(released.contains("taskgate_upstream_sessions_released_total{tenant=\"anonymous\"} 1"), "{released}");
+
+    // The session goes on: its next call opens its upstream session again.
+    assert_eq!(idle.call("local__echo", json!({"text": "again"})).await.unwrap()["content"][0]["text"], "again");
+    processes_become(&gw, "local", 3).await;
+    assert!(watching.request("ping", None).await.outcome().is_ok());
 }

@@ -72,6 +72,9 @@ pub const MAX_UPSTREAM_CONNECTIONS: usize = 256;
 pub const SHARED_IDLE_SECS: u64 = 60;
 /// Seconds without a request after which a session with nothing in flight is closed.
 pub const SESSION_IDLE_TIMEOUT_SECS: u64 = 30 * 60;
+/// Seconds without a request after which a session that holds nothing lets its upstream
+/// sessions (and their stdio processes) go.
+pub const UPSTREAM_RELEASE_SECS: u64 = 60;
 /// How often the configuration file is checked for changes, in milliseconds.
 pub const CONFIG_POLL_MS: u64 = 2000;
 /// Log filter.

@@ -63,6 +63,11 @@ pub struct ServerConfig {
     /// A session with no request for this many seconds, and no request in flight or GET stream
     /// open, is closed (its tasks live on). 0 keeps idle sessions forever.
     pub session_idle_timeout_secs: u64,
+    /// A session with no request for this many seconds that holds nothing at its upstreams (no
+    /// request in flight, no GET stream open, no subscription, no upstream request waiting for
+    /// its answer) lets its upstream sessions go, and with them their stdio processes; its next
+    /// call opens them again. 0 keeps them for the session's life.
+    pub upstream_release_secs: u64,
     /// How often `taskgate serve` checks its configuration file for changes, in milliseconds
     /// (tenants reload on a change and on SIGHUP). 0 reloads on SIGHUP only.
     pub config_poll_ms: u64,
@@ -89,6 +94,7 @@ impl Default for ServerConfig {
             workers: 0,
             admin_listen: None,
             session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
+            upstream_release_secs: defaults::UPSTREAM_RELEASE_SECS,
             config_poll_ms: defaults::CONFIG_POLL_MS,
         }
     }

@@ -89,6 +89,8 @@ pub struct Metrics {
     /// Idle sessions closed to make room for a new one of the same principal (a tenant at its
     /// session cap, `limits.at_max_sessions = "reclaim_idle"`), by tenant.
     pub sessions_reclaimed: IntCounterVec,
+    /// Upstream sessions an idle client session let go (`server.upstream_release_secs`), by tenant.
+    pub upstream_sessions_released: IntCounterVec,
     /// Actors that stopped abnormally and were restarted from the store, by reason.
     pub actor_restarts: IntCounterVec,
     /// Tasks taken over from a gateway process that stopped (a restart, a replica's death),
@@ -264,6 +266,11 @@ impl Metrics {
                 "Sessions closed after being idle",
                 &["tenant"],
             ),
+            upstream_sessions_released: counter(
+                "taskgate_upstream_sessions_released_total",
+                "Upstream sessions (and their stdio processes) an idle client session let go",
+                &["tenant"],
+            ),
             sessions_reclaimed: counter(
                 "taskgate_sessions_reclaimed_total",
                 "Idle sessions closed to make room for a new session of the same principal at its tenant's cap",
@@ -433,6 +440,7 @@ impl Metrics {
             self.task_lookup_failures.with_label_values(&[tenant]);
             self.sessions_expired.with_label_values(&[tenant]);
             self.sessions_reclaimed.with_label_values(&[tenant]);
+            self.upstream_sessions_released.with_label_values(&[tenant]);
             self.task_polls.with_label_values(&[tenant]);
             self.task_polls_early.with_label_values(&[tenant]);
             self.task_result_waiters.with_label_values(&[tenant]);

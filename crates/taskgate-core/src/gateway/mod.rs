@@ -285,6 +285,11 @@ impl Gateway {
         let _ = self.supervisor.send(crate::tasks::ExpireSessions).await;
     }
 
+    /// The stdio processes of an upstream running now; `None` for a name not configured.
+    pub fn upstream_processes(&self, upstream: &str) -> Option<usize> {
+        self.shared.connectors.get(upstream).map(Connector::running_processes)
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics

@@ -80,13 +80,19 @@ impl Gateway {
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
         let tenant = identity.tenant.clone();
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
-        let entry =
-            SessionEntry { addr: actor.clone(), identity, protocol_version: version.to_owned(), last_seen_ms, budget };
-        let mut inserted = self.sessions.insert(id.clone(), entry.clone(), tenant_cap);
+        let entry = || SessionEntry {
+            addr: actor.clone(),
+            identity: identity.clone(),
+            protocol_version: version.to_owned(),
+            last_seen_ms: last_seen_ms.clone(),
+            budget: budget.clone(),
+            release_asked_ms: Default::default(),
+        };
+        let mut inserted = self.sessions.insert(id.clone(), entry(), tenant_cap);
         if let Err(Full::Tenant(_)) = inserted {
             let policy = self.shared.tenancy.policy(&tenant).limits.at_max_sessions.unwrap_or_default();
-            if policy == SessionCapPolicy::ReclaimIdle && self.reclaim_idle(&entry.identity).await {
-                inserted = self.sessions.insert(id.clone(), entry, tenant_cap);
+            if policy == SessionCapPolicy::ReclaimIdle && self.reclaim_idle(&identity).await {
+                inserted = self.sessions.insert(id.clone(), entry(), tenant_cap);
             }
         }
         if let Err(full) = inserted {

@@ -144,6 +144,40 @@ impl Handler<CloseIfIdle> for SessionActor {
     }
 }
 
+/// The session has had no request since `cutoff_ms` (`server.upstream_release_secs`): it lets its
+/// upstream sessions go, and with them their stdio processes, unless it holds something there (a
+/// request in flight, a GET stream, a subscription, an upstream request waiting for its client).
+/// Its next call opens them again (the log level it set is applied again); a task running on one
+/// keeps it until the task ends.
+pub(crate) struct ReleaseUpstreams {
+    pub cutoff_ms: u64,
+    pub last_seen_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Message for ReleaseUpstreams {
+    type Result = ();
+}
+
+impl Handler<ReleaseUpstreams> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReleaseUpstreams, _: &mut Context<Self>) {
+        let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let holds = !self.requests.is_empty() || self.client_streams > 0 || !self.relayed.is_empty() || self.subscribed;
+        if seen >= msg.cutoff_ms || holds || self.upstreams.is_empty() {
+            return;
+        }
+        tracing::debug!(session = %self.id, upstreams = self.upstreams.len(), "idle session lets its upstream sessions go");
+        self.shared
+            .metrics
+            .upstream_sessions_released
+            .with_label_values(&[&self.identity.tenant])
+            .inc_by(self.upstreams.len() as u64);
+        self.upstream_streams.clear();
+        self.upstreams = Default::default();
+    }
+}
+
 /// The client ended the session (DELETE) or the gateway is shutting it down.
 pub(crate) struct Close;
 

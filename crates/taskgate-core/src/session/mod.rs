@@ -114,6 +114,8 @@ pub struct SessionActor {
     /// Where the task actors whose input requests this session relays send the client's answers
     /// and their end: made with the first such request, one for all of them.
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
+    /// It subscribed to a resource: state its upstream session keeps, so it keeps that session.
+    subscribed: bool,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -225,6 +227,7 @@ impl SessionActor {
             next_stash: 1,
             myself: None,
             input_holder: None,
+            subscribed: false,
         }
     }
 

@@ -259,8 +259,9 @@ impl SessionActor {
         let routes = names::route_uri(self.shared.catalog.read().naming(), &uri);
         let candidates = self.candidates("resources", routes);
         if method == methods::RESOURCES_SUBSCRIBE {
-            // Subscriptions are upstream-session state: this client's are its own.
+            // Subscriptions are upstream-session state: this client's are its own, and kept.
             self.go_private(ctx);
+            self.subscribed = true;
         }
         let attempts = retarget(params.as_ref(), candidates, "/uri");
         if attempts.is_empty() {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use taskgate_protocol::Message as RpcMessage;
 
 use super::context::SessionTable;
-use super::lifecycle::{CloseIfIdle, ToolsChanged};
+use super::lifecycle::{CloseIfIdle, ReleaseUpstreams, ToolsChanged};
 use super::task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
 use super::SessionActor;
 use crate::identity::Identity;
@@ -22,7 +22,6 @@ use crate::metrics::Metrics;
 use crate::router::{Caps, CatalogListeners};
 use crate::tasks::RequestorSessions;
 
-#[derive(Clone)]
 pub(crate) struct SessionEntry {
     pub addr: Addr<SessionActor>,
     pub identity: Identity,
@@ -31,6 +30,9 @@ pub(crate) struct SessionEntry {
     pub last_seen_ms: Arc<AtomicU64>,
     /// The bytes all its outbound streams may hold together.
     pub budget: Arc<crate::outbound::SessionBudget>,
+    /// When the session was last asked to let its upstream sessions go (ms, the gateway clock):
+    /// at most once per release period, so one that holds something is not asked every sweep.
+    pub release_asked_ms: AtomicU64,
 }
 
 /// Why a session could not be added.
@@ -207,6 +209,17 @@ impl RequestorSessions for Sessions {
         for session in self.of(owner) {
             if session.try_send(RemoteInputs(task_id.to_owned())).is_err() {
                 self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+            }
+        }
+    }
+
+    fn release_idle(&self, cutoff_ms: u64, now_ms: u64) {
+        for entry in self.map.read().values() {
+            let last_seen = entry.last_seen_ms.load(Ordering::Relaxed);
+            if last_seen < cutoff_ms && entry.release_asked_ms.load(Ordering::Relaxed) < cutoff_ms {
+                entry.release_asked_ms.store(now_ms, Ordering::Relaxed);
+                // A full mailbox skips it until the next period.
+                let _ = entry.addr.try_send(ReleaseUpstreams { cutoff_ms, last_seen_ms: entry.last_seen_ms.clone() });
             }
         }
     }

@@ -37,6 +37,10 @@ pub(crate) trait RequestorSessions: Send + Sync {
     /// A task of `owner` running on another replica has a new input request in the store.
     fn remote_inputs(&self, owner: &Identity, task_id: &str);
 
+    /// Tells the sessions idle since `cutoff_ms` that hold upstream sessions to let them go when
+    /// they hold nothing there (`server.upstream_release_secs`).
+    fn release_idle(&self, cutoff_ms: u64, now_ms: u64);
+
     /// Closes the sessions idle since `cutoff_ms` (no request since, nothing in flight, no GET
     /// stream open); resolves when they have answered.
     fn close_idle(self: Arc<Self>, cutoff_ms: u64) -> BoxFuture<'static, ()>;

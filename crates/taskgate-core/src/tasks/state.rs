@@ -482,6 +482,7 @@ mod tests {
             false
         }
         fn remote_inputs(&self, _: &Identity, _: &str) {}
+        fn release_idle(&self, _: u64, _: u64) {}
         fn close_idle(self: Arc<Self>, _: u64) -> futures_util::future::BoxFuture<'static, ()> {
             Box::pin(async {})
         }

@@ -53,9 +53,15 @@ impl Supervisor {
     }
 
     /// Closes sessions without a request for `server.session_idle_timeout_secs` that have
-    /// nothing in flight and no GET stream open. Their tasks live on (tasks are bound to the
-    /// requestor, not the session).
+    /// nothing in flight and no GET stream open (their tasks live on: tasks are bound to the
+    /// requestor, not the session), and asks those without one for
+    /// `server.upstream_release_secs` to let their upstream sessions go.
     fn expire_sessions(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let release_ms = self.shared.config.server.upstream_release_secs.saturating_mul(1000);
+        if release_ms > 0 {
+            let now = self.shared.clock.now_ms();
+            self.shared.sessions.release_idle(now.saturating_sub(release_ms), now);
+        }
         let timeout_ms = self.shared.config.server.session_idle_timeout_secs.saturating_mul(1000);
         if timeout_ms == 0 {
             return Box::pin(async {});
