@@ -464,3 +464,39 @@ async fn an_idle_session_lets_its_stdio_processes_go_and_gets_them_back_on_its_n
     processes_become(&gw, "local", 3).await;
     assert!(watching.request("ping", None).await.outcome().is_ok());
 }
+
+/// A stdio upstream's processes are shared fairly between tenants: one tenant's sessions take at
+/// most its share of `max_processes` (`server.tenant_share_percent`), so another tenant still gets
+/// one, and the refusal names the share.
+#[actix_rt::test]
+async fn one_tenants_sessions_take_at_most_its_share_of_a_stdio_upstreams_processes() {
+    let mut local = stdio_demo_upstream("local");
+    local.max_processes = 4;
+    let mut config = config_with(vec![local]);
+    config.server.tenant_share_percent = 50;
+    let mut tenants = Vec::new();
+    for (id, key) in [("acme", "acme-process-key-0001"), ("globex", "globex-process-key-01")] {
+        let mut tenant = taskgate_config::TenantConfig::new(id);
+        let sha256 = taskgate_core::tenants::hash_key(key);
+        tenant.api_keys.push(taskgate_config::ApiKeyConfig { principal: format!("{id}-ci"), sha256 });
+        tenants.push(tenant);
+    }
+    config.tenants = tenants;
+    let gw = TestGateway::start(config);
+    let mut acme = Vec::new();
+    for _ in 0..3 {
+        let mut client = McpClient::with_bearer(&gw.url, "acme-process-key-0001");
+        client.initialize().await;
+        acme.push(client);
+    }
+    for client in &mut acme[..2] {
+        assert!(client.call("local__echo", json!({"text": "x"})).await.is_ok());
+    }
+    let refused = acme[2].call("local__echo", json!({"text": "x"})).await.unwrap_err();
+    assert!(refused.message.contains("tenant \"acme\" runs its share of 2 of its 4 processes"), "{refused:?}");
+    // The catalog's process, acme's two: globex still gets one.
+    let mut globex = McpClient::with_bearer(&gw.url, "globex-process-key-01");
+    globex.initialize().await;
+    assert_eq!(globex.call("local__echo", json!({"text": "mine"})).await.unwrap()["content"][0]["text"], "mine");
+    processes_become(&gw, "local", 4).await;
+}

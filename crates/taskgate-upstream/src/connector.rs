@@ -226,6 +226,7 @@ impl Connector {
             calls: parking_lot::Mutex::default(),
             closed,
             routes: Arc::default(),
+            process_share: Default::default(),
         })
     }
 }

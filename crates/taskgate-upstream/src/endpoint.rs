@@ -9,12 +9,13 @@ use std::time::Duration;
 use serde_json::Value;
 use taskgate_config::{ShareSessions, UpstreamConfig, UpstreamProtocol};
 use taskgate_protocol::mcp;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::client::HttpClient;
 use crate::http::Connections;
 use crate::modern::{Era, ToolHeaders};
 use crate::observer::RequestObserver;
+use crate::UpstreamError;
 
 /// How long an idle connection to an upstream is kept for reuse: under the keep-alive of the
 /// common servers (Node's and actix-web's 5 s, uvicorn's 5 s, nginx's 75 s), so the gateway
@@ -40,6 +41,39 @@ pub(crate) struct Endpoint {
     pub(crate) observer: Option<Arc<dyn RequestObserver>>,
     /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
     pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
+    /// Processes running now, by the holder they count against (a tenant: [`ProcessShare`]).
+    held: Arc<parking_lot::Mutex<foldhash::HashMap<Arc<str>, usize>>>,
+}
+
+/// Whom the processes of a session count against (a tenant), and its share (a percentage) of the
+/// upstream's `max_processes`: one holder never takes the whole pool from the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessShare {
+    /// Who holds them.
+    pub holder: Arc<str>,
+    /// Its share of `max_processes`, in percent (at least one process).
+    pub percent: usize,
+}
+
+/// One process's place under the upstream's `max_processes` and its holder's share, given back
+/// when dropped (once the process has exited).
+pub(crate) struct ProcessPlace {
+    _permit: OwnedSemaphorePermit,
+    held: Option<(Arc<parking_lot::Mutex<foldhash::HashMap<Arc<str>, usize>>>, Arc<str>)>,
+}
+
+impl Drop for ProcessPlace {
+    fn drop(&mut self) {
+        if let Some((held, holder)) = &self.held {
+            let mut held = held.lock();
+            if let Some(n) = held.get_mut(holder) {
+                *n -= 1;
+                if *n == 0 {
+                    held.remove(holder);
+                }
+            }
+        }
+    }
 }
 
 impl Endpoint {
@@ -60,7 +94,35 @@ impl Endpoint {
             capabilities: parking_lot::Mutex::new(None),
             observer,
             shutdown,
+            held: Arc::default(),
         }
+    }
+
+    /// A place for a new process: one of `max_processes`, within `share` (its holder's part of
+    /// them) when the session has one.
+    pub(crate) fn process_place(&self, share: Option<&ProcessShare>) -> Result<ProcessPlace, UpstreamError> {
+        let max = self.config.max_processes;
+        let full = |reason: String| UpstreamError::Overloaded { upstream: self.config.name.clone(), reason };
+        let Some(share) = share else {
+            let permit = self.processes.clone().try_acquire_owned();
+            let permit =
+                permit.map_err(|_| full(format!("it already runs its maximum of {max} processes (max_processes)")))?;
+            return Ok(ProcessPlace { _permit: permit, held: None });
+        };
+        let limit = (max.saturating_mul(share.percent.min(100)) / 100).max(1);
+        let mut held = self.held.lock();
+        let holding = held.get(&share.holder).copied().unwrap_or(0);
+        if holding >= limit {
+            return Err(full(format!(
+                "tenant \"{}\" runs its share of {limit} of its {max} processes (max_processes, and the tenant's share of gateway-wide pools)",
+                share.holder
+            )));
+        }
+        let permit = self.processes.clone().try_acquire_owned();
+        let permit =
+            permit.map_err(|_| full(format!("it already runs its maximum of {max} processes (max_processes)")))?;
+        *held.entry(share.holder.clone()).or_default() += 1;
+        Ok(ProcessPlace { _permit: permit, held: Some((self.held.clone(), share.holder.clone())) })
     }
 
     /// The upstream's configured name.

@@ -77,6 +77,7 @@ where
 }
 
 pub use connector::Connector;
+pub use endpoint::ProcessShare;
 pub use events::{channel, event_channel, EventReceiver, EventSender, NotSent, Receiver, Sender, UpstreamEvent};
 pub use identity::{ClientIdentity, SessionResume};
 pub use observer::RequestObserver;

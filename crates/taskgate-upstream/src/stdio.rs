@@ -16,8 +16,9 @@ use taskgate_config::UpstreamConfig;
 use taskgate_protocol::{Message, Payload, Reply, RequestId};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::endpoint::ProcessPlace;
 use crate::routes::{Incoming, Routes};
 use crate::wire::{ChannelError, Encoded};
 use crate::UpstreamError;
@@ -46,10 +47,11 @@ pub(crate) struct StdioChannel {
 }
 
 impl StdioChannel {
-    /// Starts the process; `permit` (one of the upstream's `max_processes`) is held until it exits.
+    /// Starts the process; `permit` (its place under the upstream's `max_processes`) is held
+    /// until it exits.
     pub(crate) fn spawn(
         config: &UpstreamConfig,
-        permit: OwnedSemaphorePermit,
+        permit: ProcessPlace,
         incoming: mpsc::Sender<Box<Incoming>>,
         routes: Arc<Routes>,
         shutdown: watch::Receiver<bool>,
@@ -346,7 +348,7 @@ struct Supervised {
 async fn supervise(
     supervised: Supervised,
     mut child: Child,
-    permit: OwnedSemaphorePermit,
+    permit: ProcessPlace,
     stop: oneshot::Receiver<()>,
     mut shutdown: watch::Receiver<bool>,
 ) {

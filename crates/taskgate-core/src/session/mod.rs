@@ -33,7 +33,7 @@ use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RawArguments, RequestId};
-use taskgate_upstream::{ClientIdentity, UpstreamEvent, UpstreamSession};
+use taskgate_upstream::{ClientIdentity, ProcessShare, UpstreamEvent, UpstreamSession};
 
 use crate::outbound::{Frame, Outbound};
 
@@ -249,6 +249,9 @@ impl SessionActor {
         if self.client_streams > 0 {
             self.upstream_streams.insert(name.to_owned(), session.hold_stream());
         }
+        // Its stdio processes count against its tenant's share of the upstream's `max_processes`.
+        let percent = self.shared.tenancy.policy(&self.identity.tenant).shares.percent;
+        session.count_processes_against(ProcessShare { holder: self.identity.tenant.clone(), percent });
         self.upstreams.insert(name.to_owned(), session.clone());
         self.apply_level(name, &session, ctx);
         Some(session)

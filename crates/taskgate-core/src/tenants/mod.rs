@@ -53,6 +53,9 @@ pub struct Shares {
     pub result_bytes: usize,
     /// Client streams open at once.
     pub streams: usize,
+    /// Its share of each pool, in percent: of an upstream's stdio processes too (each upstream
+    /// its own `max_processes`).
+    pub percent: usize,
 }
 
 impl Shares {
@@ -69,6 +72,7 @@ impl Shares {
             result_bytes: part(config.tasks.max_result_bytes_total)
                 .min(tenant.limits.max_result_bytes.unwrap_or(usize::MAX)),
             streams: part(config.server.max_streams),
+            percent,
         }
     }
 }

@@ -135,15 +135,7 @@ impl UpstreamSession {
                 self.inner.endpoint.connections.clone(),
             ))),
             Transport::Stdio => {
-                let permit = self.inner.endpoint.processes.clone().try_acquire_owned().map_err(|_| {
-                    UpstreamError::Overloaded {
-                        upstream: name.clone(),
-                        reason: format!(
-                            "it already runs its maximum of {} processes (max_processes)",
-                            config.max_processes
-                        ),
-                    }
-                })?;
+                let permit = self.inner.endpoint.process_place(self.inner.process_share.get())?;
                 let shutdown = self.inner.endpoint.shutdown.subscribe();
                 let spawned = StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), shutdown)?;
                 Channel::Stdio(Arc::new(spawned))

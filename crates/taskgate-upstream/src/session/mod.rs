@@ -23,7 +23,7 @@ use taskgate_protocol::mcp::methods;
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 use tokio::sync::{mpsc, watch};
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, ProcessShare};
 use crate::events::UpstreamEvent;
 use crate::identity::{ClientIdentity, SessionResume};
 use crate::modern::ModernState;
@@ -71,6 +71,8 @@ pub(crate) struct SessionInner {
     pub(crate) state: tokio::sync::Mutex<Option<Arc<Ready>>>,
     pub(crate) closed: watch::Sender<bool>,
     pub(crate) routes: Arc<Routes>,
+    /// Whom its processes count against, once told ([`UpstreamSession::count_processes_against`]).
+    pub(crate) process_share: std::sync::OnceLock<ProcessShare>,
 }
 
 /// An initialized connection (legacy), or a modern upstream's channel and what the session
@@ -105,6 +107,12 @@ impl UpstreamSession {
     /// A hold that does not keep the session open.
     pub fn downgrade(&self) -> WeakUpstreamSession {
         WeakUpstreamSession { inner: Arc::downgrade(&self.inner), lane: self.lane.as_ref().map(Arc::downgrade) }
+    }
+
+    /// Counts the stdio processes this session starts against `share` (its holder's part of the
+    /// upstream's `max_processes`); told once, before its first request.
+    pub fn count_processes_against(&self, share: ProcessShare) {
+        let _ = self.inner.process_share.set(share);
     }
 
     /// Whether this is a lane of a session shared by client sessions.
