@@ -42,8 +42,11 @@ pub(crate) struct Endpoint {
     /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
     pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
     /// Processes running now, by the holder they count against (a tenant: [`ProcessShare`]).
-    held: Arc<parking_lot::Mutex<foldhash::HashMap<Arc<str>, usize>>>,
+    held: Held,
 }
+
+/// Processes running now, by holder.
+type Held = Arc<parking_lot::Mutex<foldhash::HashMap<Arc<str>, usize>>>;
 
 /// Whom the processes of a session count against (a tenant), and its share (a percentage) of the
 /// upstream's `max_processes`: one holder never takes the whole pool from the others.
@@ -59,7 +62,7 @@ pub struct ProcessShare {
 /// when dropped (once the process has exited).
 pub(crate) struct ProcessPlace {
     _permit: OwnedSemaphorePermit,
-    held: Option<(Arc<parking_lot::Mutex<foldhash::HashMap<Arc<str>, usize>>>, Arc<str>)>,
+    held: Option<(Held, Arc<str>)>,
 }
 
 impl Drop for ProcessPlace {
