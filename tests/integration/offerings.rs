@@ -11,7 +11,7 @@ use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 use crate::support::within;
 
 /// Every item of a listing, following the gateway's cursors.
-async fn all(c: &mut McpClient, method: &str, key: &str) -> (Vec<Value>, usize) {
+pub(crate) async fn all(c: &mut McpClient, method: &str, key: &str) -> (Vec<Value>, usize) {
     let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -31,7 +31,7 @@ async fn all(c: &mut McpClient, method: &str, key: &str) -> (Vec<Value>, usize) 
     }
 }
 
-fn field(items: &[Value], key: &str) -> Vec<String> {
+pub(crate) fn field(items: &[Value], key: &str) -> Vec<String> {
     items.iter().map(|i| i[key].as_str().unwrap().to_owned()).collect()
 }
 

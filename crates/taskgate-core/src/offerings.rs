@@ -8,6 +8,11 @@
 //!   original's scheme, unique across upstreams, and reversed by cutting the prefix (a template
 //!   stays a template with the same variables, so its expansions reverse too). An unprefixed
 //!   upstream's URIs pass unchanged.
+//! - MCP Apps' UI resources keep their scheme (apps.mdx, UI Resource Format: "URI MUST start
+//!   with `ui://` scheme"): a prefixed upstream's `ui://<rest>` becomes `ui://<upstream>/<rest>`,
+//!   and the URIs its tools name in `_meta.ui.resourceUri` (and the deprecated
+//!   `_meta["ui/resourceUri"]`) are rewritten the same way, so the URI a tool names is the one a
+//!   read through the gateway serves.
 //! - A name or URI that no prefix claims is tried on the unprefixed upstreams, in configuration
 //!   order, until one knows it.
 //! - Listings are federated one upstream page at a time: the gateway's cursor names the
@@ -22,12 +27,32 @@ use crate::catalog::Naming;
 /// The scheme of namespaced resource URIs.
 pub const URI_SCHEME: &str = "taskgate://";
 
+/// The scheme of MCP Apps' UI resources, kept through the gateway.
+pub const UI_SCHEME: &str = "ui://";
+
 /// The client-visible URI (or URI template) of an upstream's resource.
 pub fn expose_uri(naming: &Naming, uri: &str) -> String {
-    if naming.prefix {
-        format!("{URI_SCHEME}{}/{uri}", naming.upstream)
-    } else {
+    if !naming.prefix {
         uri.to_owned()
+    } else if let Some(rest) = uri.strip_prefix(UI_SCHEME) {
+        format!("{UI_SCHEME}{}/{rest}", naming.upstream)
+    } else {
+        format!("{URI_SCHEME}{}/{uri}", naming.upstream)
+    }
+}
+
+/// Rewrites the UI resource a tool names (`_meta.ui.resourceUri`, and the deprecated
+/// `_meta["ui/resourceUri"]`) to its client-visible URI.
+pub fn expose_tool_ui(naming: &Naming, tool: &mut serde_json::Map<String, Value>) {
+    if !naming.prefix {
+        return;
+    }
+    let Some(Value::Object(meta)) = tool.get_mut("_meta") else { return };
+    if let Some(Value::String(uri)) = meta.get_mut("ui/resourceUri") {
+        *uri = expose_uri(naming, uri);
+    }
+    if let Some(Value::String(uri)) = meta.get_mut("ui").and_then(|ui| ui.get_mut("resourceUri")) {
+        *uri = expose_uri(naming, uri);
     }
 }
 
@@ -51,7 +76,17 @@ pub fn route_uri(naming: &[Naming], uri: &str) -> Vec<(String, String)> {
         }
         return Vec::new();
     }
-    naming.iter().filter(|n| !n.prefix).map(|n| (n.upstream.clone(), uri.to_owned())).collect()
+    // A UI resource names its prefixed upstream first; an unprefixed upstream's `ui://` URIs
+    // pass unchanged and are tried after it.
+    let prefixed = uri.strip_prefix(UI_SCHEME).and_then(|rest| {
+        let (upstream, original) = rest.split_once('/')?;
+        let n = naming.iter().find(|n| n.prefix && n.upstream == upstream)?;
+        Some((n.upstream.clone(), format!("{UI_SCHEME}{original}")))
+    });
+    prefixed
+        .into_iter()
+        .chain(naming.iter().filter(|n| !n.prefix).map(|n| (n.upstream.clone(), uri.to_owned())))
+        .collect()
 }
 
 /// The upstreams a client-visible prompt name may belong to, each with the name it has there.
@@ -173,6 +208,29 @@ mod tests {
         assert!(route_uri(n, "taskgate://nobody/file:///a").is_empty());
         assert!(route_uri(n, "taskgate://plain/file:///a").is_empty());
         assert!(route_uri(n, "taskgate://docs").is_empty());
+    }
+
+    #[test]
+    fn ui_resources_keep_their_scheme_and_tools_name_them_as_exposed() {
+        let n = &naming();
+        let exposed = expose_uri(&n[0], "ui://get-time/mcp-app.html");
+        assert_eq!(exposed, "ui://docs/get-time/mcp-app.html");
+        assert_eq!(route_uri(n, &exposed)[0], ("docs".to_string(), "ui://get-time/mcp-app.html".to_string()));
+        // The unprefixed upstreams are tried after it; their own `ui://` URIs pass unchanged.
+        assert_eq!(route_uri(n, &exposed).len(), 3);
+        assert_eq!(expose_uri(&n[1], "ui://get-time/mcp-app.html"), "ui://get-time/mcp-app.html");
+        assert_eq!(route_uri(n, "ui://get-time/mcp-app.html")[0].1, "ui://get-time/mcp-app.html");
+        assert_eq!(route_uri(n, "ui://get-time/mcp-app.html").len(), 2);
+
+        let mut tool = json!({"name": "t", "_meta": {"ui": {"resourceUri": "ui://w/a", "visibility": ["app"]},
+            "ui/resourceUri": "ui://w/a"}});
+        expose_tool_ui(&n[0], tool.as_object_mut().unwrap());
+        assert_eq!(tool["_meta"]["ui"]["resourceUri"], "ui://docs/w/a");
+        assert_eq!(tool["_meta"]["ui/resourceUri"], "ui://docs/w/a");
+        assert_eq!(tool["_meta"]["ui"]["visibility"], json!(["app"]));
+        let mut plain = tool.clone();
+        expose_tool_ui(&n[1], plain.as_object_mut().unwrap());
+        assert_eq!(plain, tool);
     }
 
     #[test]

@@ -182,9 +182,12 @@ impl Router {
             return;
         };
         let changed = match result {
-            Ok(Listing { tools, native, capabilities }) => {
+            Ok(Listing { mut tools, native, capabilities }) => {
                 self.failures.remove(&key);
                 let mut catalog = catalog.write();
+                if let Some(naming) = catalog.naming().iter().find(|n| n.upstream == *name).cloned() {
+                    tools.iter_mut().for_each(|tool| crate::offerings::expose_tool_ui(&naming, &mut tool.raw));
+                }
                 catalog.set_capabilities(name, capabilities);
                 let before = catalog.len();
                 let had = catalog.has_tools(name);
