@@ -1,8 +1,8 @@
 //! MCP Apps (`io.modelcontextprotocol/ui`) through the gateway, against the Python SDK's Apps
 //! extension (tests/interop/python/apps_server.py) as stdio upstreams: the UI resource a tool
 //! names is one a read through the gateway serves, with the `ui://` scheme, its MIME type and
-//! `_meta.ui` as the server sends them, and two upstreams offering the same `ui://` URI stay
-//! apart.
+//! `_meta.ui` as the server sends them; two prefixed upstreams offering the same `ui://` URI stay
+//! apart, and an unprefixed upstream's UI resources keep their URIs.
 
 use std::process::Stdio;
 
@@ -61,7 +61,9 @@ async fn read_directly(name: &str, uri: &str) -> Value {
 
 #[actix_rt::test]
 async fn a_tools_ui_resource_is_read_through_the_gateway_as_the_server_serves_it() {
-    let gw = TestGateway::start(config_with(vec![apps_upstream("east"), apps_upstream("west")]));
+    let mut plain = apps_upstream("plain");
+    plain.prefix = false;
+    let gw = TestGateway::start(config_with(vec![apps_upstream("east"), apps_upstream("west"), plain]));
     let mut c = McpClient::new(&gw.url);
     c.initialize_with(
         "2025-11-25",
@@ -90,7 +92,7 @@ async fn a_tools_ui_resource_is_read_through_the_gateway_as_the_server_serves_it
             assert_eq!(content["uri"], uri);
             let mut expected = direct["contents"][0].clone();
             expected["uri"] = Value::from(uri);
-            assert_eq!(content.to_string(), expected.to_string(), "byte for byte, the URI aside");
+            assert_eq!(content.to_string(), expected.to_string(), "value for value, the URI aside");
             assert!(content["text"].as_str().unwrap().contains(&format!("<h1>{upstream}</h1>")));
             assert_eq!(content["mimeType"], "text/html;profile=mcp-app");
             assert_eq!(content["_meta"]["ui"]["prefersBorder"], true);
@@ -100,9 +102,22 @@ async fn a_tools_ui_resource_is_read_through_the_gateway_as_the_server_serves_it
     }
     // Listings agree with what the tools name.
     let (resources, _) = all(&mut c, "resources/list", "resources").await;
-    assert_eq!(field(&resources, "uri"), ["ui://east/clock/app.html", "ui://west/clock/app.html"]);
-    // A `ui://` URI that names no upstream is unknown, not another upstream's resource.
+    assert_eq!(
+        field(&resources, "uri"),
+        ["ui://east/clock/app.html", "ui://west/clock/app.html", "ui://clock/app.html"]
+    );
+    // An unprefixed upstream's UI resource keeps its URI, in its tools and in reads.
+    let plain = tools.iter().find(|t| t["name"] == "clock").unwrap();
+    assert_eq!(plain["_meta"]["ui"]["resourceUri"], "ui://clock/app.html");
+    let read = c.request("resources/read", Some(json!({"uri": "ui://clock/app.html"}))).await.outcome().unwrap();
+    assert_eq!(read["contents"][0], read_directly("plain", "ui://clock/app.html").await["contents"][0]);
+    // A `ui://` URI whose authority names no prefixed upstream is the unprefixed upstream's to
+    // answer: it does not know it, and its own error (the SDK's -32602) comes back.
     let error =
         c.request("resources/read", Some(json!({"uri": "ui://north/clock/app.html"}))).await.outcome().unwrap_err();
-    assert_eq!(error.code, -32002, "{error:?}");
+    assert_eq!((error.code, error.message.as_str()), (-32602, "Unknown resource: ui://north/clock/app.html"));
+    // One whose authority is a prefixed upstream's goes to that upstream only.
+    let error =
+        c.request("resources/read", Some(json!({"uri": "ui://east/nothing.html"}))).await.outcome().unwrap_err();
+    assert_eq!(error.message, "Unknown resource: ui://nothing.html", "east's own answer, for its own URI");
 }

@@ -76,17 +76,18 @@ pub fn route_uri(naming: &[Naming], uri: &str) -> Vec<(String, String)> {
         }
         return Vec::new();
     }
-    // A UI resource names its prefixed upstream first; an unprefixed upstream's `ui://` URIs
-    // pass unchanged and are tried after it.
+    // A UI resource whose authority names a prefixed upstream is that upstream's, and only
+    // its: reads, subscriptions and completions never fall through to another upstream's
+    // app. An unprefixed upstream's own `ui://` URIs pass unchanged.
     let prefixed = uri.strip_prefix(UI_SCHEME).and_then(|rest| {
         let (upstream, original) = rest.split_once('/')?;
         let n = naming.iter().find(|n| n.prefix && n.upstream == upstream)?;
         Some((n.upstream.clone(), format!("{UI_SCHEME}{original}")))
     });
-    prefixed
-        .into_iter()
-        .chain(naming.iter().filter(|n| !n.prefix).map(|n| (n.upstream.clone(), uri.to_owned())))
-        .collect()
+    if let Some(route) = prefixed {
+        return vec![route];
+    }
+    naming.iter().filter(|n| !n.prefix).map(|n| (n.upstream.clone(), uri.to_owned())).collect()
 }
 
 /// The upstreams a client-visible prompt name may belong to, each with the name it has there.
@@ -215,9 +216,9 @@ mod tests {
         let n = &naming();
         let exposed = expose_uri(&n[0], "ui://get-time/mcp-app.html");
         assert_eq!(exposed, "ui://docs/get-time/mcp-app.html");
-        assert_eq!(route_uri(n, &exposed)[0], ("docs".to_string(), "ui://get-time/mcp-app.html".to_string()));
-        // The unprefixed upstreams are tried after it; their own `ui://` URIs pass unchanged.
-        assert_eq!(route_uri(n, &exposed).len(), 3);
+        // Only the upstream it names: never another upstream's app.
+        assert_eq!(route_uri(n, &exposed), vec![("docs".to_string(), "ui://get-time/mcp-app.html".to_string())]);
+        // Unprefixed upstreams' own `ui://` URIs pass unchanged and are tried in order.
         assert_eq!(expose_uri(&n[1], "ui://get-time/mcp-app.html"), "ui://get-time/mcp-app.html");
         assert_eq!(route_uri(n, "ui://get-time/mcp-app.html")[0].1, "ui://get-time/mcp-app.html");
         assert_eq!(route_uri(n, "ui://get-time/mcp-app.html").len(), 2);
