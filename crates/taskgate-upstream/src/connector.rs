@@ -44,6 +44,15 @@ impl Connector {
         Connector { inner: Arc::new(ConnectorInner { endpoint, shared: parking_lot::Mutex::default() }) }
     }
 
+    /// A connector whose stdio processes have `wait` to answer the revision probe.
+    #[cfg(test)]
+    pub(crate) fn with_probe_wait(config: UpstreamConfig, wait: std::time::Duration) -> Connector {
+        let mut endpoint = Endpoint::new(config, None);
+        endpoint.probe_wait = wait;
+        let endpoint = Arc::new(endpoint);
+        Connector { inner: Arc::new(ConnectorInner { endpoint, shared: parking_lot::Mutex::default() }) }
+    }
+
     /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
     /// gives for stdio: close its stdin, wait; SIGTERM, wait; SIGKILL. Resolves once all have
     /// exited; no process is started after it.

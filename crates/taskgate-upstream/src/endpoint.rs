@@ -43,7 +43,13 @@ pub(crate) struct Endpoint {
     pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
     /// Processes running now, by the holder they count against (a tenant: [`ProcessShare`]).
     held: Held,
+    /// How long a new stdio process may take to answer the revision probe.
+    pub(crate) probe_wait: std::time::Duration,
 }
+
+/// How long a stdio process may take to answer the `server/discover` probe before it is taken
+/// for a legacy server (stdio "Backward Compatibility": one that does not respond).
+const STDIO_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Processes running now, by holder.
 type Held = Arc<parking_lot::Mutex<foldhash::HashMap<Arc<str>, usize>>>;
@@ -98,6 +104,7 @@ impl Endpoint {
             observer,
             shutdown,
             held: Arc::default(),
+            probe_wait: STDIO_PROBE_WAIT,
         }
     }
 

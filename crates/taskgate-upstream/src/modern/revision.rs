@@ -22,6 +22,9 @@ pub(crate) enum Verdict {
     Legacy(String),
 }
 
+/// Why a stdio upstream is taken for a legacy server when its probe got no answer in time.
+pub(crate) const NO_ANSWER: &str = "server/discover got no answer";
+
 /// Reads a probe's answer (basic/versioning and streamable-http "Backward Compatibility"). `status`
 /// is the HTTP status (`None` on stdio), `outcome` the JSON-RPC result or error if the answer
 /// carried one. `Err` is no evidence either way (an authorization failure, an overloaded or
@@ -64,7 +67,7 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
                 Ok(Verdict::Legacy(format!("server/discover answered HTTP {status} without a modern error")))
             }
             Some(status) => Err(format!("server/discover answered HTTP {status}")),
-            None => Ok(Verdict::Legacy("server/discover got no answer".into())),
+            None => Ok(Verdict::Legacy(NO_ANSWER.into())),
         },
     }
 }

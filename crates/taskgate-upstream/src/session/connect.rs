@@ -12,15 +12,11 @@ use tokio::sync::mpsc;
 
 use super::{pump, Ready, UpstreamSession, GET_STREAM_WAIT, INCOMING_BUFFER};
 use crate::http::HttpChannel;
-use crate::modern::{Era, ModernState, ToolHeaders, Verdict};
+use crate::modern::{Era, ModernState, ToolHeaders, Verdict, NO_ANSWER};
 use crate::stdio::StdioChannel;
 use crate::transport::Channel;
 use crate::wire::{ChannelError, Encoded};
 use crate::UpstreamError;
-
-/// How long a stdio process may take to answer the `server/discover` probe before it is taken
-/// for a legacy server (stdio "Backward Compatibility": one that does not respond).
-const STDIO_PROBE_WAIT: Duration = Duration::from_secs(5);
 
 impl UpstreamSession {
     /// The session's connection; when the revision cached for the upstream failed at
@@ -56,7 +52,7 @@ impl UpstreamSession {
             // A modern upstream refusing 2026-07-28 itself: the probe says what it speaks now.
             Some(_) if is_revision_refusal(error) => true,
             // A modern request refused as a legacy server refuses one: ask the upstream.
-            Some(_) if http.take_doubt() => match self.probe(&ready.channel).await {
+            Some(_) if http.take_doubt() => match self.probe(&ready.channel, self.inner.endpoint.probe_wait).await {
                 Ok(Verdict::Legacy(why)) => {
                     tracing::info!(upstream = self.upstream(), %why, "upstream answers as a legacy server now");
                     true
@@ -144,8 +140,11 @@ impl UpstreamSession {
         tokio::spawn(pump(Arc::downgrade(&self.inner), incoming_rx));
 
         let endpoint = &self.inner.endpoint;
+        // A stdio probe that got no answer in time: a legacy server that ignores requests before
+        // `initialize`, or a modern one still starting (an `npx` download, a busy machine).
+        let mut unanswered = false;
         if endpoint.era() != Some(Era::Legacy) {
-            let verdict = match self.probe(&channel).await {
+            let verdict = match self.probe(&channel, endpoint.probe_wait).await {
                 Ok(verdict) => verdict,
                 Err(e) => {
                     channel.shutdown().await;
@@ -167,8 +166,12 @@ impl UpstreamSession {
                     });
                 }
                 Verdict::Legacy(why) => {
+                    unanswered = why == NO_ANSWER;
                     tracing::info!(upstream = %name, %why, "upstream speaks a legacy revision; initializing");
-                    endpoint.learn(Some(Era::Legacy));
+                    // Silence is learnt only once `initialize` is answered.
+                    if !unanswered {
+                        endpoint.learn(Some(Era::Legacy));
+                    }
                     if let Channel::Http(http) = &channel {
                         http.clear_protocol_version();
                     }
@@ -187,6 +190,24 @@ impl UpstreamSession {
         );
         let result = match channel.request(&Encoded::of(&init), None, &[]).await {
             Ok(result) => result,
+            // The server refuses `initialize` for its revision: it took the late probe as the
+            // revision of this connection (a modern server that was slow to start). Asked
+            // again, it says so at once.
+            Err(ChannelError::Failed(e)) if unanswered && is_revision_refusal(&e) => {
+                tracing::info!(upstream = %name, "upstream answered the probe late; it speaks 2026-07-28");
+                let wait = Duration::from_secs(config.timeout_secs.max(1));
+                match self.probe(&channel, wait).await {
+                    Ok(Verdict::Modern(discovered)) => {
+                        endpoint.learn(Some(Era::Modern));
+                        return Ok(self.modern_ready(channel, &discovered, state));
+                    }
+                    _ => {
+                        channel.shutdown().await;
+                        endpoint.learn(None);
+                        return Err(self.revision_refusal_named(e));
+                    }
+                }
+            }
             Err(e) => {
                 channel.shutdown().await;
                 let e = self.expired_twice(e);
@@ -209,6 +230,9 @@ impl UpstreamSession {
         if let Channel::Http(http) = &channel {
             http.set_protocol_version(&version);
         }
+        if unanswered {
+            endpoint.learn(Some(Era::Legacy));
+        }
         channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
         if let Channel::Http(http) = &channel {
             // When wanted, the GET stream is open before the first request goes out: a server
@@ -230,7 +254,7 @@ impl UpstreamSession {
 
     /// Asks the upstream which revision it speaks with a modern `server/discover`
     /// (basic/versioning "Backward Compatibility"; over HTTP with the modern headers).
-    async fn probe(&self, channel: &Channel) -> Result<Verdict, UpstreamError> {
+    async fn probe(&self, channel: &Channel, wait: Duration) -> Result<Verdict, UpstreamError> {
         let name = self.upstream().to_owned();
         let identity = &self.inner.identity;
         let mut params = json!({});
@@ -249,7 +273,7 @@ impl UpstreamSession {
                 (Some(status.as_u16()), outcome)
             }
             Channel::Stdio(stdio) => {
-                match tokio::time::timeout(STDIO_PROBE_WAIT, stdio.request(&Encoded::of(&discover))).await {
+                match tokio::time::timeout(wait, stdio.request(&Encoded::of(&discover))).await {
                     Ok(Ok(result)) => (None, Some(Ok(result.into_value()))),
                     Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
                     Ok(Err(ChannelError::Failed(e))) => return Err(e),
@@ -281,4 +305,49 @@ impl UpstreamSession {
 /// An upstream's `UnsupportedProtocolVersionError`: it does not speak the revision it was sent.
 fn is_revision_refusal(error: &UpstreamError) -> bool {
     matches!(error, UpstreamError::Rpc { error, .. } if error.code == taskgate_protocol::codes::UNSUPPORTED_PROTOCOL_VERSION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ClientIdentity, Connector};
+    use taskgate_config::UpstreamConfig;
+
+    /// A 2026-07-28 stdio server slow to start: it answers `server/discover` only once the next
+    /// request arrives, and then, its connection pinned to 2026-07-28 by that first request,
+    /// refuses `initialize` (-32022) as such a server does.
+    const SLOW_MODERN: &str = r#"
+import json, sys
+held = None
+def send(m): sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def discovered(i): return {"jsonrpc": "2.0", "id": i, "result": {"supportedVersions": ["2026-07-28"],
+    "capabilities": {"tools": {}}, "resultType": "complete", "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "slow", "version": "1"}}}}
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m: continue
+    if m["method"] == "server/discover" and held is None and m.get("id") is not None and not globals().get("pinned"):
+        held = m["id"]; continue
+    if held is not None:
+        send(discovered(held)); held = None; pinned = True
+    if m["method"] == "initialize":
+        send({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32022, "message": "connection is serving 2026-07-28",
+              "data": {"supported": ["2026-07-28"], "requested": "2025-11-25"}}})
+    elif m["method"] == "server/discover":
+        send(discovered(m["id"]))
+    elif m["method"] == "tools/list":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"resultType": "complete", "tools": [{"name": "t", "inputSchema": {"type": "object"}}]}})
+"#;
+
+    #[tokio::test]
+    async fn a_modern_stdio_server_that_answers_the_probe_late_is_taken_for_modern() {
+        let config = UpstreamConfig::stdio("slow", "python3", vec!["-c".into(), SLOW_MODERN.into()]);
+        // The probe's wait passes before the server answers, whatever the machine's speed.
+        let connector = Connector::with_probe_wait(config, Duration::from_millis(1));
+        let session = connector.open(ClientIdentity::gateway(), crate::event_channel(8).0);
+        let capabilities = session.server_capabilities().await.expect("the session is ready");
+        assert!(capabilities.get("tools").is_some(), "{capabilities}");
+        let listed = session.request(methods::TOOLS_LIST, None).await.unwrap();
+        assert_eq!(listed["tools"][0]["name"], "t");
+        assert_eq!(session.inner.endpoint.era(), Some(Era::Modern), "learnt for the upstream's next sessions");
+    }
 }
