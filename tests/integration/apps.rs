@@ -121,3 +121,73 @@ async fn a_tools_ui_resource_is_read_through_the_gateway_as_the_server_serves_it
         c.request("resources/read", Some(json!({"uri": "ui://east/nothing.html"}))).await.outcome().unwrap_err();
     assert_eq!(error.message, "Unknown resource: ui://nothing.html", "east's own answer, for its own URI");
 }
+
+const UI: &str = "io.modelcontextprotocol/ui";
+
+fn ui_capabilities() -> Value {
+    json!({"extensions": {UI: {"mimeTypes": ["text/html;profile=mcp-app"]}}})
+}
+
+#[actix_rt::test]
+async fn the_apps_extension_is_negotiated_end_to_end_and_app_only_tools_are_for_apps() {
+    let gw = TestGateway::start(config_with(vec![apps_upstream("east"), apps_upstream("west")]));
+    // What the gateway declares comes from its upstreams once they are listed ("initialize"
+    // waits for that a bounded time, the listing itself as long as it takes).
+    let mut plain = McpClient::new(&gw.url);
+    plain.initialize_with("2025-11-25", json!({})).await;
+    plain.request("tools/list", None).await.outcome().unwrap();
+    // A host declaring MCP Apps: the gateway declares it back (its upstreams do), and each
+    // upstream session serving the host sees the host's declaration.
+    let mut host = McpClient::new(&gw.url);
+    let init = host.initialize_with("2025-11-25", ui_capabilities()).await;
+    assert_eq!(init["capabilities"]["extensions"][UI], json!({}), "{init}");
+    for upstream in ["east", "west"] {
+        let seen = host.call(&format!("{upstream}__host"), json!({})).await.unwrap();
+        let seen: Value = serde_json::from_str(seen["structuredContent"]["result"].as_str().unwrap()).unwrap();
+        assert_eq!(seen, json!({"mimeTypes": ["text/html;profile=mcp-app"]}));
+        // apps.mdx, Visibility: an app-only tool is callable by apps.
+        let refreshed = host.call(&format!("{upstream}__refresh"), json!({})).await.unwrap();
+        assert_eq!(refreshed["structuredContent"]["result"], format!("{upstream}: refreshed"));
+    }
+    // A View calls its server's tools by the server's own names: two upstreams have this one.
+    let error = host.call("refresh", json!({})).await.unwrap_err();
+    assert_eq!(error.code, -32602);
+    assert!(error.message.contains("call one of east__refresh, west__refresh"), "{}", error.message);
+
+    // A client that did not declare MCP Apps: its upstream sessions see no declaration, the
+    // app-only tools stay listed with their `_meta` (a host filters them), and calling one is
+    // refused by the gateway.
+    let mut plain = McpClient::new(&gw.url);
+    let init = plain.initialize_with("2025-11-25", json!({})).await;
+    assert_eq!(init["capabilities"]["extensions"][UI], json!({}), "{init}");
+    let seen = plain.call("east__host", json!({})).await.unwrap();
+    assert_eq!(seen["structuredContent"]["result"], "null");
+    let listed = plain.request("tools/list", None).await.outcome().unwrap();
+    let refresh = listed["tools"].as_array().unwrap().iter().find(|t| t["name"] == "east__refresh").unwrap();
+    assert_eq!(refresh["_meta"]["ui"]["visibility"], json!(["app"]));
+    let error = plain.call("east__refresh", json!({})).await.unwrap_err();
+    assert_eq!(error.code, -32602);
+    assert!(error.message.contains("for MCP Apps only"), "{}", error.message);
+    assert!(plain.call("refresh", json!({})).await.unwrap_err().message.starts_with("Unknown tool: refresh"));
+    assert_eq!(plain.call("east__clock", json!({})).await.unwrap()["structuredContent"]["result"], "east: 12:00");
+
+    // 2026-07-28: the same, request by request.
+    let modern = crate::modern::Client::new(&gw.url, json!({}));
+    let discovered = modern.send("server/discover", json!({})).await.outcome().unwrap();
+    let extensions = &discovered["capabilities"]["extensions"];
+    assert_eq!((&extensions[UI], &extensions["io.modelcontextprotocol/tasks"]), (&json!({}), &json!({})));
+    // ext-tasks "Capability Negotiation" shape: -32021 names the capability it needs.
+    let error = modern.send("tools/call", json!({"name": "east__refresh", "arguments": {}})).await;
+    let error = error.outcome().unwrap_err();
+    assert_eq!(error.code, -32021, "{}", error.message);
+    assert_eq!(
+        error.data.unwrap()["requiredCapabilities"]["extensions"][UI]["mimeTypes"][0],
+        "text/html;profile=mcp-app"
+    );
+    let app = crate::modern::Client::new(&gw.url, ui_capabilities());
+    let refreshed = app.send("tools/call", json!({"name": "west__refresh", "arguments": {}})).await.outcome().unwrap();
+    assert_eq!(refreshed["structuredContent"]["result"], "west: refreshed");
+    let seen = app.send("tools/call", json!({"name": "west__host", "arguments": {}})).await.outcome().unwrap();
+    let seen: Value = serde_json::from_str(seen["structuredContent"]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(seen, json!({"mimeTypes": ["text/html;profile=mcp-app"]}));
+}

@@ -2,6 +2,7 @@
 //! One test binary (one link) with a module per area.
 
 mod apps;
+mod apps_examples;
 mod browser;
 mod cli;
 mod conformance;

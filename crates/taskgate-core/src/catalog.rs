@@ -163,6 +163,16 @@ impl Catalog {
         self.entries.get(name)
     }
 
+    /// The tools of prefixed upstreams whose own name is `name`, among those `visible`: what an
+    /// MCP App's View means when it calls a tool of its server by the name the server gave it.
+    pub fn by_original_name(&self, name: &str, visible: impl Fn(&ToolEntry) -> bool) -> Vec<(String, Arc<ToolEntry>)> {
+        self.entries
+            .iter()
+            .filter(|(exposed, e)| e.tool.name == name && exposed.as_str() != name && visible(e))
+            .map(|(exposed, e)| (exposed.clone(), e.clone()))
+            .collect()
+    }
+
     /// The upstream a prefixed name points at, even when its tools are not listed (it is down).
     pub fn upstream_by_prefix(&self, name: &str) -> Option<&str> {
         self.naming
@@ -270,6 +280,21 @@ mod tests {
         assert_eq!((entry.upstream.as_str(), entry.tool.name.as_str()), ("b", "y"));
         assert_eq!(c.upstream_by_prefix("a__gone"), Some("a"));
         assert_eq!(c.upstream_by_prefix("plain__x"), None);
+    }
+
+    #[test]
+    fn finds_tools_by_their_upstreams_own_names() {
+        let mut c = Catalog::new("__", naming(&[("a", true), ("b", true), ("plain", false)]));
+        c.set_tools("a", tools(&["refresh", "only-a"]), false);
+        c.set_tools("b", tools(&["refresh"]), false);
+        c.set_tools("plain", tools(&["echo"]), false);
+        let exposed = |found: Vec<(String, Arc<ToolEntry>)>| found.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(exposed(c.by_original_name("only-a", |_| true)), ["a__only-a"]);
+        assert_eq!(exposed(c.by_original_name("refresh", |_| true)), ["a__refresh", "b__refresh"]);
+        assert_eq!(exposed(c.by_original_name("refresh", |e| e.upstream == "b")), ["b__refresh"]);
+        // A name that is already client-visible is not its own alias; an unknown one has none.
+        assert!(c.by_original_name("echo", |_| true).is_empty());
+        assert!(c.by_original_name("nothing", |_| true).is_empty());
     }
 
     #[test]

@@ -56,6 +56,15 @@ pub fn expose_tool_ui(naming: &Naming, tool: &mut serde_json::Map<String, Value>
     }
 }
 
+/// Whether a tool is for MCP Apps only (apps.mdx, Visibility: `_meta.ui.visibility` without
+/// `"model"`; absent, it is `["model", "app"]`).
+pub fn app_only(tool: &serde_json::Map<String, Value>) -> bool {
+    match tool.get("_meta").and_then(|m| m.get("ui")).and_then(|ui| ui.get("visibility")) {
+        Some(Value::Array(audiences)) => !audiences.iter().any(|a| a == "model"),
+        _ => false,
+    }
+}
+
 /// The client-visible name of an upstream's prompt.
 pub fn expose_name(naming: &Naming, separator: &str, name: &str) -> String {
     if naming.prefix {
@@ -232,6 +241,19 @@ mod tests {
         let mut plain = tool.clone();
         expose_tool_ui(&n[1], plain.as_object_mut().unwrap());
         assert_eq!(plain, tool);
+    }
+
+    #[test]
+    fn app_only_tools_are_those_the_model_does_not_see() {
+        let tool = |meta: Value| json!({"name": "t", "_meta": meta}).as_object().unwrap().clone();
+        assert!(app_only(&tool(json!({"ui": {"visibility": ["app"]}}))));
+        assert!(app_only(&tool(json!({"ui": {"visibility": []}}))));
+        assert!(!app_only(&tool(json!({"ui": {"visibility": ["model", "app"]}}))));
+        assert!(!app_only(&tool(json!({"ui": {"visibility": ["model"]}}))));
+        // Absent, visibility is ["model", "app"].
+        assert!(!app_only(&tool(json!({"ui": {"resourceUri": "ui://a/b"}}))));
+        assert!(!app_only(&tool(json!({"ui": {"visibility": "app"}}))));
+        assert!(!app_only(&tool(json!(null))));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! pass through unchanged.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// The revision the gateway speaks.
 pub const LATEST_PROTOCOL_VERSION: &str = "2025-11-25";
@@ -102,14 +102,23 @@ pub mod methods {
     pub const ROOTS_LIST: &str = "roots/list";
 }
 
+/// The MCP Apps extension (ext-apps "Client<>Server Capability Negotiation").
+pub const UI_EXTENSION: &str = "io.modelcontextprotocol/ui";
+
+/// The most MIME types of a client's MCP Apps declaration passed on, and the longest one.
+const UI_MIME_TYPES: usize = 8;
+const UI_MIME_TYPE_LEN: usize = 128;
+
 /// The client capabilities a gateway can honour for an upstream, because it relays the
-/// requests they allow (`roots/list`, `sampling/createMessage`, `elicitation/create`): the
-/// client's own declaration of those, and nothing else (no `tasks`, no `experimental`, no
-/// `extensions`: basic/lifecycle "Capability Negotiation" — never declare what the gateway
-/// does not itself implement). Only the fields schema.ts `ClientCapabilities` defines are kept
+/// requests they allow (`roots/list`, `sampling/createMessage`, `elicitation/create`) or the
+/// extension whose resources and tools it passes through (MCP Apps): the client's own
+/// declaration of those, and nothing else (no `tasks`, no `experimental`, no other extension:
+/// basic/lifecycle "Capability Negotiation" — never declare what the gateway does not itself
+/// implement). Only the fields schema.ts `ClientCapabilities` defines are kept
 /// (`roots.listChanged`, `sampling.context`/`tools`, `elicitation.form`/`url`, their objects
-/// emptied): what a client adds beyond them is not passed on, and the result is small and of few
-/// distinct shapes whatever the client sends.
+/// emptied), and of MCP Apps its `mimeTypes` (a few short strings): what a client adds beyond
+/// them is not passed on, and the result is small and of few distinct shapes whatever the
+/// client sends.
 pub fn relayable_client_capabilities(client: &Value) -> Value {
     let mut out = serde_json::Map::new();
     let features = [("roots", &[][..]), ("sampling", &["context", "tools"][..]), ("elicitation", &["form", "url"][..])];
@@ -128,7 +137,25 @@ pub fn relayable_client_capabilities(client: &Value) -> Value {
         }
         out.insert(key.to_owned(), Value::Object(kept));
     }
+    if let Some(Value::Object(ui)) = client.get("extensions").and_then(|e| e.get(UI_EXTENSION)) {
+        let mut kept = serde_json::Map::new();
+        if let Some(Value::Array(types)) = ui.get("mimeTypes") {
+            let types: Vec<Value> = types
+                .iter()
+                .filter(|t| t.as_str().is_some_and(|t| t.len() <= UI_MIME_TYPE_LEN))
+                .take(UI_MIME_TYPES)
+                .cloned()
+                .collect();
+            kept.insert("mimeTypes".into(), Value::Array(types));
+        }
+        out.insert("extensions".into(), json!({ UI_EXTENSION: kept }));
+    }
     Value::Object(out)
+}
+
+/// Whether `capabilities` (a client's, or a server's) declare the MCP Apps extension.
+pub fn declares_ui(capabilities: &Value) -> bool {
+    capabilities.get("extensions").and_then(|e| e.get(UI_EXTENSION)).is_some_and(Value::is_object)
 }
 
 /// `_meta` keys reserved by MCP.
@@ -446,6 +473,21 @@ mod tests {
         assert_eq!(
             relayable_client_capabilities(&padded),
             json!({"roots":{"listChanged":true},"sampling":{"context":{},"tools":{}},"elicitation":{"url":{}}})
+        );
+        // MCP Apps goes upstream, with its MIME types only, bounded in count and length.
+        let long = "x".repeat(UI_MIME_TYPE_LEN + 1);
+        let apps = json!({"extensions":{UI_EXTENSION:{"mimeTypes":["text/html;profile=mcp-app",long,3,"a","b","c","d","e","f","g","h"],
+            "features":["streaming"]},"io.example/other":{}}});
+        let kept = relayable_client_capabilities(&apps);
+        assert_eq!(
+            kept,
+            json!({"extensions":{UI_EXTENSION:{"mimeTypes":["text/html;profile=mcp-app","a","b","c","d","e","f","g"]}}})
+        );
+        assert!(declares_ui(&kept));
+        assert_eq!(relayable_client_capabilities(&json!({"extensions":{UI_EXTENSION:true}})), json!({}));
+        assert_eq!(
+            relayable_client_capabilities(&json!({"extensions":{UI_EXTENSION:{}}})),
+            json!({"extensions":{UI_EXTENSION:{}}})
         );
     }
 

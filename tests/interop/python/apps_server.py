@@ -6,12 +6,15 @@ upstream peer of the gateway's MCP Apps tests.
 
 `clock` is a UI-bound tool named after the SDK's own example; its UI resource carries the
 `_meta.ui` an app's host reads (csp, permissions, domain, prefersBorder). `refresh` is an
-app-only tool (`visibility: ["app"]`) bound to the same resource."""
+app-only tool (`visibility: ["app"]`) bound to the same resource. `host` answers with the MCP
+Apps settings the client declared to this server (`null` when it declared none): what a server
+that registers app tools only for such clients reads."""
 
+import json
 import sys
 
 from mcp.server.apps import Apps, ResourceCsp, ResourcePermissions
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 name = sys.argv[1]
 uri = "ui://clock/app.html"
@@ -30,6 +33,12 @@ def refresh() -> str:
     return f"{name}: refreshed"
 
 
+def host(ctx: Context) -> str:
+    capabilities = ctx.client_capabilities
+    extensions = capabilities.extensions if capabilities else None
+    return json.dumps((extensions or {}).get("io.modelcontextprotocol/ui"))
+
+
 apps.add_html_resource(
     uri,
     html,
@@ -39,4 +48,6 @@ apps.add_html_resource(
     prefers_border=True,
 )
 
-MCPServer(name, version="2.3.0", extensions=[apps]).run("stdio")
+server = MCPServer(name, version="2.3.0", extensions=[apps])
+server.add_tool(host, description="The MCP Apps settings the client declared")
+server.run("stdio")

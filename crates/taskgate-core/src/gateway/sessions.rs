@@ -175,7 +175,8 @@ impl Gateway {
     ) -> Result<SessionHandle, GatewayError> {
         // The common case, a client that can be asked nothing, needs no key built.
         let relays_any =
-            ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object));
+            ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object))
+                || mcp::declares_ui(capabilities);
         let relayable = if relays_any { mcp::relayable_client_capabilities(capabilities) } else { json!({}) };
         let caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
         let (tenant, principal) = (&*identity.tenant, &*identity.principal);
@@ -234,7 +235,9 @@ impl Gateway {
         let relayable = mcp::relayable_client_capabilities(&view.capabilities);
         let catalog = self.shared.router.send(crate::router::CatalogFor(relayable)).await.ok()?;
         let ready = self.shared.router.send(crate::router::EnsureCatalog(catalog.caps.clone()));
-        let _ = tokio::time::timeout(CATALOG_WAIT, ready).await;
+        // What the gateway declares is read from the base catalog: it is waited for too.
+        let base = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new()));
+        let _ = tokio::time::timeout(CATALOG_WAIT, futures_util::future::join(ready, base)).await;
         Some(catalog)
     }
 
@@ -266,6 +269,24 @@ impl Gateway {
             for plain in ["completions", "logging"] {
                 if declared.get(plain).is_some() {
                     offered.entry(plain).or_insert_with(|| json!({}));
+                }
+            }
+            // ext-apps "Client<>Server Capability Negotiation": MCP Apps is offered when an
+            // upstream offers it (its UI resources and tools pass through), with the MIME
+            // types any of them names.
+            if let Some(Value::Object(ui)) = declared.get("extensions").and_then(|e| e.get(mcp::UI_EXTENSION)) {
+                let entry = offered.entry("extensions").or_insert_with(|| json!({}));
+                let mine =
+                    entry.as_object_mut().expect("an object").entry(mcp::UI_EXTENSION).or_insert_with(|| json!({}));
+                if let Some(Value::Array(types)) = ui.get("mimeTypes") {
+                    let known =
+                        mine.as_object_mut().expect("an object").entry("mimeTypes").or_insert_with(|| json!([]));
+                    let known = known.as_array_mut().expect("an array");
+                    for t in types.iter().filter(|t| t.is_string()).take(8) {
+                        if !known.contains(t) {
+                            known.push(t.clone());
+                        }
+                    }
                 }
             }
         }

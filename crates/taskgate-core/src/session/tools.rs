@@ -60,12 +60,29 @@ impl SessionActor {
                 // Not listed: the catalog may not be loaded yet, or the upstream may be down.
                 let router = self.shared.router.clone();
                 let ToolCatalog { caps, catalog } = self.catalog.clone();
+                let apps = mcp::declares_ui(&self.client.capabilities);
                 let lookup = async move {
                     let _ = router.send(EnsureCatalog(caps)).await;
                     let owner = {
                         let catalog = catalog.read();
                         if let Some(entry) = catalog.resolve(&name).filter(|e| policy.sees(&e.upstream)) {
                             return Ok(entry.clone());
+                        }
+                        // An MCP App's View calls its server's tools by the names the server
+                        // gave them: one that a single prefixed upstream has is that one.
+                        if apps {
+                            let mut found = catalog.by_original_name(&name, |e| policy.sees(&e.upstream));
+                            match found.len() {
+                                0 => {}
+                                1 => return Ok(found.remove(0).1),
+                                _ => {
+                                    let names: Vec<String> = found.into_iter().map(|(n, _)| n).collect();
+                                    return Err(GatewayError::InvalidParams(format!(
+                                        "Unknown tool: {name}; several upstreams have a tool of that name, call one of {}",
+                                        names.join(", ")
+                                    )));
+                                }
+                            }
                         }
                         catalog.upstream_by_prefix(&name).filter(|u| policy.sees(u)).map(str::to_owned)
                     };
@@ -96,6 +113,23 @@ impl SessionActor {
     ) {
         if !self.requests.contains_key(&id) {
             return; // cancelled while the tool was being resolved
+        }
+        // ext-apps, Visibility: a tool for apps only is called from an app, which only a host
+        // declaring MCP Apps runs.
+        if crate::offerings::app_only(&entry.tool.raw) && !mcp::declares_ui(&self.client.capabilities) {
+            let message = format!(
+                "tool {} is for MCP Apps only (_meta.ui.visibility has no \"model\"); a client that declares the {} extension calls it from an app",
+                view.name,
+                mcp::UI_EXTENSION
+            );
+            let e = match self.stateless {
+                true => GatewayError::MissingClientCapability {
+                    message,
+                    required: json!({ "extensions": { mcp::UI_EXTENSION: { "mimeTypes": ["text/html;profile=mcp-app"] } } }),
+                },
+                false => GatewayError::InvalidParams(message),
+            };
+            return self.finish(id, Err(e));
         }
         let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
         let support = tasks::task_support(&entry, upstream_config);

@@ -248,7 +248,10 @@ fn standard_headers(
 /// offer through the gateway with the tasks extension, and the gateway's identity.
 fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId) -> HttpResponse {
     let mut capabilities = gateway.server_capabilities(&identity.tenant);
-    capabilities["extensions"] = json!({ modern::TASKS_EXTENSION: {} });
+    if !capabilities.get("extensions").is_some_and(Value::is_object) {
+        capabilities["extensions"] = json!({});
+    }
+    capabilities["extensions"][modern::TASKS_EXTENSION] = json!({});
     let mut result = json!({
         "supportedVersions": modern::ALL_VERSIONS,
         "capabilities": capabilities,

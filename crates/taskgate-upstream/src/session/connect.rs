@@ -272,14 +272,12 @@ impl UpstreamSession {
                 let (status, outcome) = http.probe(&discover, &headers).await?;
                 (Some(status.as_u16()), outcome)
             }
-            Channel::Stdio(stdio) => {
-                match tokio::time::timeout(wait, stdio.request(&Encoded::of(&discover))).await {
-                    Ok(Ok(result)) => (None, Some(Ok(result.into_value()))),
-                    Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
-                    Ok(Err(ChannelError::Failed(e))) => return Err(e),
-                    Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
-                }
-            }
+            Channel::Stdio(stdio) => match tokio::time::timeout(wait, stdio.request(&Encoded::of(&discover))).await {
+                Ok(Ok(result)) => (None, Some(Ok(result.into_value()))),
+                Ok(Err(ChannelError::Failed(UpstreamError::Rpc { error, .. }))) => (None, Some(Err(*error))),
+                Ok(Err(ChannelError::Failed(e))) => return Err(e),
+                Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
+            },
         };
         crate::modern::classify(status, outcome).map_err(|reason| UpstreamError::Unavailable { upstream: name, reason })
     }
