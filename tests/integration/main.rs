@@ -27,4 +27,5 @@ mod shared_sessions;
 mod support;
 mod tasks;
 mod tenants;
+mod upstream_decides;
 mod upstreams;

@@ -67,21 +67,26 @@ impl Client {
     }
 
     /// Sends a request and returns its response stream, to read while it is open
-    /// (`subscriptions/listen`).
+    /// (`subscriptions/listen`, a call in progress).
     pub(crate) async fn stream(&self, method: &str, params: Value) -> taskgate_testkit::SseReader {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let name = ["name", "uri", "taskId"]
+            .iter()
+            .find_map(|k| params.get(*k).and_then(Value::as_str))
+            .filter(|_| taskgate_protocol::modern::name_source(method).is_some())
+            .unwrap_or_default()
+            .to_owned();
         let body =
             Message::request(taskgate_protocol::RequestId::Number(id), method, Some(self.params(params))).to_json();
-        let response = reqwest::Client::new()
+        let mut request = reqwest::Client::new()
             .post(&self.http.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", V)
-            .header("mcp-method", method)
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+            .header("mcp-protocol-version", V);
+        if !name.is_empty() {
+            request = request.header("mcp-name", name);
+        }
+        let response = request.header("mcp-method", method).body(body).send().await.unwrap();
         taskgate_testkit::SseReader::from_response(response)
     }
 

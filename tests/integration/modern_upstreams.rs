@@ -414,10 +414,12 @@ async fn a_tasks_extension_upstreams_task_is_followed_again_after_a_gateway_rest
         rt.url
     );
     std::fs::write(&file, text).unwrap();
-    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let mut gw = taskgate_testkit::ServedGateway::start(&file).await;
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
+    // The gateway's task exists at once; the upstream's, once its answer to the call is in.
     let id = support::create(&mut c, "rt__work", json!({})).await;
+    within(gw.log_line("a task of its own; following it")).await;
     assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
     gw.kill().await;
 

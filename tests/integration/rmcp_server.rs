@@ -5,7 +5,11 @@
 //! - `progress`: reports each value as progress on the request's stream, then answers;
 //! - `work`: a task that waits until the test opens its gate, or until it is cancelled (counted);
 //! - `ask`: a task that asks for the user's name (`inputRequests`, answered by `tasks/update`);
-//! - `only_task`: runs only as a task (-32021 to a request without the extension).
+//! - `only_task`: runs only as a task (-32021 to a request without the extension);
+//! - `slow`: never a task: reports progress 1, then answers once the test opens its own gate
+//!   (a call cancelled or dropped before is counted);
+//! - `confirm`: asks for the user's name before anything else (`input_required`), then, with
+//!   the answer, runs as a task when the request declares the extension.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,16 +42,41 @@ pub struct Observed {
     pub changed: Notify,
     /// The ids of the tasks it created (which no client of the gateway may ever see).
     pub ids: parking_lot::Mutex<Vec<String>>,
+    /// Opened by the test: `slow` calls answer.
+    pub slow_gate: Notify,
+    /// `slow` calls abandoned before they answered.
+    pub slow_abandoned: AtomicUsize,
+}
+
+/// Counts a `slow` call dropped before it answered.
+struct Abandoned(Arc<Observed>, bool);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.slow_abandoned.fetch_add(1, Ordering::Relaxed);
+            self.0.changed.notify_waiters();
+        }
+    }
 }
 
 impl Observed {
     /// Waits until `count` tasks have been cancelled.
     pub async fn cancelled(&self, count: usize) {
+        self.reaches(&self.cancelled, count).await
+    }
+
+    /// Waits until `count` `slow` calls have been abandoned.
+    pub async fn abandoned(&self, count: usize) {
+        self.reaches(&self.slow_abandoned, count).await
+    }
+
+    async fn reaches(&self, counter: &AtomicUsize, count: usize) {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.cancelled.load(Ordering::Relaxed) >= count {
+            if counter.load(Ordering::Relaxed) >= count {
                 return;
             }
             changed.await;
@@ -107,6 +136,8 @@ impl ServerHandler for TaskServer {
             tool("work", "A task that waits at a gate", json!({})),
             tool("ask", "A task that asks the user's name", json!({})),
             tool("only_task", "Runs only as a task", json!({"text": {"type": "string"}})),
+            tool("slow", "Answers once the test's gate opens", json!({})),
+            tool("confirm", "Asks the user's name first", json!({})),
         ]))
     }
 
@@ -158,6 +189,45 @@ impl ServerHandler for TaskServer {
                     Ok(text(format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default())))
                 })
             })),
+            ("slow", _) => {
+                let mut abandoned = Abandoned(self.observed.clone(), false);
+                if let Some(token) = context.meta.get_progress_token() {
+                    let param = serde_json::from_value(json!({"progressToken": token, "progress": 1, "total": 2}))
+                        .expect("progress params");
+                    let _ = context.peer.notify_progress(param).await;
+                }
+                // A request cancelled (its stream closed) has its token cancelled by the SDK.
+                tokio::select! {
+                    _ = self.observed.slow_gate.notified() => {
+                        abandoned.1 = true;
+                        Ok(text("slow: done").into())
+                    }
+                    _ = context.ct.cancelled() => Err(McpError::internal_error("cancelled", None)),
+                }
+            }
+            ("confirm", _) => {
+                let answer = request.input_responses.as_ref().and_then(|r| {
+                    let r = serde_json::to_value(r).ok()?;
+                    r.pointer("/name/content/answer").and_then(Value::as_str).map(str::to_owned)
+                });
+                match (answer, tasks) {
+                    (None, _) => {
+                        let asking: rmcp::model::InputRequiredResult = serde_json::from_value(json!({
+                            "resultType": "input_required",
+                            "inputRequests": {"name": {"method": "elicitation/create", "params": {"mode": "form",
+                                "message": "Your name first?", "requestedSchema": {"type": "object",
+                                "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}},
+                            "requestState": "confirm-1",
+                        }))
+                        .expect("an input_required result");
+                        Ok(CallToolResponse::InputRequired(asking))
+                    }
+                    (Some(name), true) => {
+                        Ok(self.spawn_task(move |_| Box::pin(async move { Ok(text(format!("confirmed: {name}"))) })))
+                    }
+                    (Some(name), false) => Ok(text(format!("confirmed: {name}")).into()),
+                }
+            }
             ("only_task", true) => Ok(self.spawn_task(move |_| Box::pin(async move { Ok(text(format!("task: {said}"))) }))),
             ("work" | "ask" | "only_task", false) => Err(McpError::missing_required_client_capability(
                 ClientCapabilities::builder().enable_tasks().build(),

@@ -31,7 +31,7 @@ pub(crate) fn record(id: &str, owner: Owner, created: u64, ttl: Option<u64>) -> 
 }
 
 fn update(status: TaskStatus, now: u64) -> Update {
-    Update { status, status_message: None, outcome: None, upstream_task_id: None, now_ms: now }
+    Update { status, status_message: None, outcome: None, upstream_task_id: None, upstream_session: None, now_ms: now }
 }
 
 pub(crate) fn cancel(now: u64) -> Update {

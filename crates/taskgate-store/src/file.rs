@@ -469,6 +469,7 @@ mod tests {
                 status_message: None,
                 outcome: Some(crate::TaskOutcome::Result(serde_json::json!({"content": []}))),
                 upstream_task_id: None,
+                upstream_session: None,
                 now_ms: 5,
             };
             s.compare_and_set("done", TaskStatus::Working, update).await.unwrap();

@@ -104,6 +104,7 @@ mod redis_conformance {
                 status_message: None,
                 outcome: None,
                 upstream_task_id: None,
+                upstream_session: None,
                 now_ms: 2,
             };
             s.compare_and_set("n", taskgate_protocol::tasks::TaskStatus::Working, done).await.unwrap();
@@ -171,6 +172,7 @@ mod redis_conformance {
                 status_message: None,
                 outcome: None,
                 upstream_task_id: None,
+                upstream_session: None,
                 now_ms: 1,
             };
             s.compare_and_set("a1", taskgate_protocol::tasks::TaskStatus::Working, done).await.unwrap();
@@ -367,6 +369,8 @@ pub struct Update {
     pub outcome: Option<TaskOutcome>,
     /// The upstream task id, when it becomes known.
     pub upstream_task_id: Option<String>,
+    /// The upstream session its task can be followed in again, when it becomes known.
+    pub upstream_session: Option<UpstreamSessionRef>,
     /// The time of the change, ms since the epoch.
     pub now_ms: u64,
 }
@@ -617,6 +621,9 @@ pub(crate) fn apply_update(record: &mut TaskRecord, expected: TaskStatus, update
     }
     if update.upstream_task_id.is_some() {
         record.upstream_task_id = update.upstream_task_id;
+    }
+    if update.upstream_session.is_some() {
+        record.upstream_session = update.upstream_session;
     }
     if record.status.is_terminal() {
         record.replica = None;

@@ -361,6 +361,7 @@ mod tests {
             status_message: None,
             outcome: Some(TaskOutcome::Result(serde_json::json!({"content": []}))),
             upstream_task_id: None,
+            upstream_session: None,
             now_ms: 2,
         };
         store.compare_and_set("a", TaskStatus::Working, done.clone()).await.unwrap();
@@ -395,6 +396,7 @@ mod tests {
             status_message: None,
             outcome: None,
             upstream_task_id: None,
+            upstream_session: None,
             now_ms: 5,
         };
         let after = store.compare_and_set("a", TaskStatus::InputRequired, working).await.unwrap();

@@ -5,14 +5,15 @@ use super::*;
 use crate::tasks::TaskEnded;
 
 impl SessionActor {
-    /// Runs an admitted task: as a native upstream task, or wrapped by the gateway.
+    /// Runs an admitted task: as a native upstream task, wrapped by the gateway, or as the
+    /// gateway's task following what an upstream that speaks the tasks extension decides.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start_task(
         &mut self,
         id: RequestId,
         mut upstream_params: Value,
         record: TaskRecord,
-        native: bool,
+        run: TaskRun,
         session: UpstreamSession,
         permit: Option<crate::tenants::TaskPermit>,
         ctx: &mut Context<Self>,
@@ -22,15 +23,24 @@ impl SessionActor {
             self.shared.tasks.release(&record);
             return;
         }
-        if native {
-            let progress = self.task_progress(&record.id, &mut upstream_params);
-            return self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx);
-        }
-        if let Value::Object(p) = &mut upstream_params {
-            p.remove("task");
+        match run {
+            TaskRun::Native => {
+                let progress = self.task_progress(&record.id, &mut upstream_params);
+                return self.start_native_task(id, upstream_params, record, (progress, permit), session, ctx);
+            }
+            // The call keeps its `task`: the upstream session declares the extension for it, and
+            // a task the upstream makes comes back for the task's actor to follow.
+            TaskRun::UpstreamDecides => upstream_params["task"] = json!({}),
+            TaskRun::Wrapped => {
+                if let Value::Object(p) = &mut upstream_params {
+                    p.remove("task");
+                }
+            }
         }
         let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
-        let work = Work::Wrapped { upstream_id: session.next_request_id(), params: Some(Box::new(upstream_params)) };
+        let upstream_decides = run == TaskRun::UpstreamDecides;
+        let params = Some(Box::new(upstream_params));
+        let work = Work::Wrapped { upstream_id: session.next_request_id(), params, upstream_decides };
         let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
         self.create_task(id, start, Map::new(), ctx);
     }
@@ -113,9 +123,9 @@ impl SessionActor {
         let upstream = record.upstream.clone();
         *self.native_creating.entry(upstream.clone()).or_default() += 1;
         // The task's progress token stays valid for its whole lifetime: route it from now on.
-        let route = progress.as_ref().map(|(actor, token)| {
+        let route = progress.as_ref().map(|(_, token)| {
             let (sink, notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
-            (session.route_progress(token, sink), notes, actor.clone())
+            (session.route_progress(token, sink), notes)
         });
         let caller = session.clone();
         let call = async move {
@@ -123,61 +133,72 @@ impl SessionActor {
             // Stored with the task, so that another gateway process can follow it again.
             (result, caller.resume_point().await)
         };
-        ctx.spawn(call.into_actor(self).map(move |(result, resume), act, ctx| {
-            let abandon = |progress: &Option<(Addr<ProgressActor>, Value)>| {
-                if let Some((actor, _)) = progress {
+        ctx.spawn(call.into_actor(self).map(move |(result, resume), act, ctx| match result {
+            Ok(result) => act.adopt_upstream_task(id, result, resume, record, (route, progress, permit), session, ctx),
+            Err(e) => {
+                if let Some((actor, _)) = &progress {
                     let _ = actor.try_send(Abandon);
                 }
                 // No task: its place under the caps goes back.
                 act.shared.tasks.release(&record);
-            };
-            let result = match result {
-                Ok(result) => result,
-                Err(e) => {
-                    abandon(&progress);
-                    act.native_created(&upstream, ctx);
-                    return act.finish(id, Err(GatewayError::Upstream(e)));
-                }
-            };
-            let Some(up) = result.get("task").and_then(TaskView::from_value) else {
-                abandon(&progress);
                 act.native_created(&upstream, ctx);
-                let e = taskgate_upstream::UpstreamError::Protocol {
-                    upstream: upstream.clone(),
-                    reason: "it answered a task-augmented tools/call without a valid task".into(),
-                };
-                return act.finish(id, Err(GatewayError::Upstream(e)));
-            };
-            // Everything else in the CreateTaskResult (model-immediate-response…) passes through,
-            // except what names the upstream's task.
-            let mut extra = match result {
-                Value::Object(o) => o,
-                _ => Map::new(),
-            };
-            extra.remove("task");
-            if let Some(Value::Object(m)) = extra.get_mut("_meta") {
-                m.remove(mcp::meta::RELATED_TASK);
+                act.finish(id, Err(GatewayError::Upstream(e)))
             }
-            let poll_ms = up.poll_interval_ms.unwrap_or(record.poll_interval_ms);
-            let mut record = record;
-            record.upstream_task_id = Some(up.task_id.clone());
-            // The upstream's first word on its task is the client's too.
-            if up.status_message.is_some() {
-                record.status_message = up.status_message.clone();
-            }
-            record.upstream_session = resume.map(|r| taskgate_store::UpstreamSessionRef {
-                session_id: r.session_id,
-                protocol_version: r.protocol_version,
-            });
-            let poll = std::time::Duration::from_millis(poll_ms);
-            let (progress_route, actor) = match route {
-                Some((guard, notes, actor)) => (Some((guard, notes)), Some(actor)),
-                None => (None, None),
-            };
-            let work = crate::tasks::Native::work(up.task_id, poll, progress_route);
-            let start = TaskStart { record, owner: act.identity.clone(), session, work, progress: actor, permit };
-            act.create_task(id, start, extra, ctx);
         }));
+    }
+
+    /// The upstream answered a call with a task of its own (`result` holds its
+    /// `CreateTaskResult`): the gateway's task `record` follows it under the gateway's id, and
+    /// the client gets that task. A creation counted in `native_creating` ends here.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn adopt_upstream_task(
+        &mut self,
+        id: RequestId,
+        result: Value,
+        resume: Option<taskgate_upstream::SessionResume>,
+        record: TaskRecord,
+        (route, progress, permit): Adopted,
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(up) = result.get("task").and_then(TaskView::from_value) else {
+            if let Some((actor, _)) = &progress {
+                let _ = actor.try_send(Abandon);
+            }
+            self.shared.tasks.release(&record);
+            self.native_created(&record.upstream, ctx);
+            let e = taskgate_upstream::UpstreamError::Protocol {
+                upstream: record.upstream.clone(),
+                reason: "it answered a task-augmented tools/call without a valid task".into(),
+            };
+            return self.finish(id, Err(GatewayError::Upstream(e)));
+        };
+        // Everything else in the CreateTaskResult (model-immediate-response…) passes through,
+        // except what names the upstream's task.
+        let mut extra = match result {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        };
+        extra.remove("task");
+        if let Some(Value::Object(m)) = extra.get_mut("_meta") {
+            m.remove(mcp::meta::RELATED_TASK);
+        }
+        let poll_ms = up.poll_interval_ms.unwrap_or(record.poll_interval_ms);
+        let mut record = record;
+        record.upstream_task_id = Some(up.task_id.clone());
+        // The upstream's first word on its task is the client's too.
+        if up.status_message.is_some() {
+            record.status_message = up.status_message.clone();
+        }
+        record.upstream_session = resume.map(|r| taskgate_store::UpstreamSessionRef {
+            session_id: r.session_id,
+            protocol_version: r.protocol_version,
+        });
+        let poll = std::time::Duration::from_millis(poll_ms);
+        let work = crate::tasks::Native::work(up.task_id, poll, route);
+        let progress = progress.map(|(actor, _)| actor);
+        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit };
+        self.create_task(id, start, extra, ctx);
     }
 
     /// A progress actor for a task's token (valid for the task's lifetime), and the upstream
@@ -239,6 +260,27 @@ impl SessionActor {
         }
     }
 }
+
+/// How an admitted task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TaskRun {
+    /// The upstream runs tasks (2025-11-25): the gateway's task follows the one it creates.
+    Native,
+    /// The gateway runs the call in the background.
+    Wrapped,
+    /// The upstream speaks the tasks extension and decides: the gateway's task exists at once,
+    /// and follows the upstream's task if it makes one, or takes its answer.
+    UpstreamDecides,
+}
+
+/// What a task adopted from its upstream takes along: its progress route, its progress actor
+/// (with the upstream's token) and its place under the caps.
+pub(super) type Adopted =
+    (Option<ProgressRouting>, Option<(Addr<ProgressActor>, Value)>, Option<crate::tenants::TaskPermit>);
+
+/// A native task's progress, routed by its token at the upstream session, until the task's
+/// actor forwards it.
+pub(super) type ProgressRouting = (taskgate_upstream::ProgressRoute, taskgate_upstream::Receiver<RpcMessage>);
 
 /// `params.taskId` of a task method; the method parameter is the source of truth (any
 /// related-task `_meta` in the request is ignored).

@@ -1,6 +1,7 @@
 //! `tools/list` and `tools/call`: the federated listing, tool-level task negotiation, and plain
 //! calls relayed with their progress and notifications.
 
+use super::task_calls::TaskRun;
 use super::*;
 
 impl SessionActor {
@@ -135,8 +136,14 @@ impl SessionActor {
         let support = tasks::task_support(&entry, upstream_config);
         let mcp::ToolCallView { name, task: requested, arguments } = view;
         let mode = self.requests.get(&id).map(|r| r.mode).unwrap_or_default();
+        // ext-tasks: "the server decides". For an upstream that speaks the extension, that is the
+        // upstream: a client that can take a task sends it a call declaring the extension, and
+        // gets the upstream's answer, a task or not.
+        let upstream_decides = self.speaks_tasks_extension(&entry.upstream);
+        let decided = upstream_decides && mode == (TaskMode::GatewayDecides { accepts: true });
         let requested = match (mode, support) {
             (TaskMode::Requested, _) => requested,
+            (TaskMode::GatewayDecides { accepts: true }, _) if decided => None,
             (TaskMode::GatewayDecides { accepts: true }, TaskSupport::Forbidden) => None,
             (TaskMode::GatewayDecides { accepts: true }, _) => Some(None),
             // ext-tasks "Capability Negotiation": a request the server cannot serve without a
@@ -172,6 +179,14 @@ impl SessionActor {
         };
         let mut upstream_params = params.unwrap_or_else(|| json!({}));
         upstream_params["name"] = Value::from(entry.tool.name.clone());
+        // A client that asked for a task has the gateway's at once; at an upstream that speaks
+        // the extension, the call declares it, and the gateway's task follows whatever the
+        // upstream makes of it.
+        let run = match (upstream_decides, entry.native) {
+            (true, _) => TaskRun::UpstreamDecides,
+            (false, true) => TaskRun::Native,
+            (false, false) => TaskRun::Wrapped,
+        };
         match (requested, support) {
             // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
             (Some(_), TaskSupport::Forbidden) => {
@@ -198,9 +213,7 @@ impl SessionActor {
                     // The Supervisor's caps: over one, a clear error and no task (nothing
                     // reaches the upstream).
                     match self.admit_task() {
-                        Ok(permit) => {
-                            self.start_task(id, upstream_params, record, entry.native, session, Some(permit), ctx)
-                        }
+                        Ok(permit) => self.start_task(id, upstream_params, record, run, session, Some(permit), ctx),
                         Err(e) => {
                             self.shared.tasks.holdings.release(&record.id);
                             self.finish(id, Err(e))
@@ -214,15 +227,146 @@ impl SessionActor {
                 let reserve =
                     self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
                 ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
-                    Ok(()) => act.start_task(id, upstream_params, record, entry.native, session, None, ctx),
+                    Ok(()) => act.start_task(id, upstream_params, record, run, session, None, ctx),
                     Err(e) => {
                         act.shared.tasks.holdings.release(&record.id);
                         act.finish(id, Err(e))
                     }
                 }));
             }
+            (None, _) if decided => self.forward_decided_call(id, upstream_params, entry, session, ctx),
             (None, _) => self.forward_call(id, upstream_params, arguments, entry.upstream.clone(), session, ctx),
         }
+    }
+
+    /// Whether an upstream speaks the tasks extension (its capabilities as listed).
+    fn speaks_tasks_extension(&self, upstream: &str) -> bool {
+        let catalog = self.shared.catalog.read();
+        catalog
+            .capabilities(upstream)
+            .and_then(|c| c.get("extensions"))
+            .is_some_and(|e| e.get(taskgate_protocol::modern::TASKS_EXTENSION).is_some())
+    }
+
+    /// A call the upstream decides about, for a client that can take a task: sent declaring
+    /// the tasks extension, as a plain call (its progress on the request's stream, cancelled
+    /// like one). An answer at once is the client's; a task the upstream makes becomes the
+    /// gateway's task following it, admitted under the caps then.
+    fn forward_decided_call(
+        &mut self,
+        id: RequestId,
+        mut params: Value,
+        entry: Arc<ToolEntry>,
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
+        params["task"] = json!({});
+        let upstream_id = session.next_request_id();
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.upstream = Some((entry.upstream.clone(), upstream_id.clone()));
+        }
+        self.by_upstream.insert((entry.upstream.clone(), upstream_id.clone()), id.clone());
+        let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
+        let progress = self.request_progress(&mut params, &reply);
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.progress = progress.clone();
+        }
+        let span = self.upstream_span(&id, methods::TOOLS_CALL, &entry.upstream);
+        let caller = session.clone();
+        let relay = self.myself.clone();
+        let call = async move {
+            let outcome = relay_call(
+                caller.clone(),
+                methods::TOOLS_CALL,
+                upstream_id,
+                params,
+                None,
+                Some(reply),
+                progress,
+                true,
+                relay,
+                false,
+            )
+            .await;
+            let resume = match &outcome {
+                Ok(_) => caller.resume_point().await,
+                Err(_) => None,
+            };
+            (outcome, resume)
+        };
+        let call = tracing::Instrument::instrument(call, span);
+        let finished = id.clone();
+        let handle = ctx.spawn(call.into_actor(self).map(move |(outcome, resume), act, ctx| {
+            let result = match outcome {
+                Ok(payload) => payload.into_value(),
+                Err(e) => return act.finish(finished, Err(GatewayError::from(e))),
+            };
+            if !result.get("task").is_some_and(Value::is_object) {
+                return act.finish(finished, Ok(result));
+            }
+            act.adopt_decided_task(finished, result, resume, entry, session, ctx);
+        }));
+        if let Some(request) = self.requests.get_mut(&id) {
+            request.running = Some(handle);
+        }
+    }
+
+    /// The upstream made a task of a call it decided about: admitted as the gateway's task
+    /// following it, or, over a cap, cancelled at the upstream and refused.
+    fn adopt_decided_task(
+        &mut self,
+        id: RequestId,
+        result: Value,
+        resume: Option<taskgate_upstream::SessionResume>,
+        entry: Arc<ToolEntry>,
+        session: UpstreamSession,
+        ctx: &mut Context<Self>,
+    ) {
+        let refuse = {
+            let (upstream_task, session, id) = (result.pointer("/task/taskId").cloned(), session.clone(), id.clone());
+            move |act: &mut Self, e: GatewayError| {
+                if let Some(task_id) = upstream_task {
+                    actix::spawn(async move {
+                        let _ = session.request(methods::TASKS_CANCEL, Some(json!({ "taskId": task_id }))).await;
+                    });
+                }
+                act.finish(id, Err(e));
+            }
+        };
+        let record = self.new_task(&entry, None);
+        let share = self.shared.tenancy.policy(&self.identity.tenant).shares.tasks;
+        if let Err(e) = self.shared.tasks.admit_holding(&record, share) {
+            return refuse(self, e);
+        }
+        let caps = self.shared.tenancy.caps(&self.identity.tenant);
+        let uncapped = caps.tenant.is_none() && caps.principal.is_none();
+        if !self.shared.tasks.store().shared() || uncapped {
+            match self.admit_task() {
+                Ok(permit) => {
+                    *self.native_creating.entry(entry.upstream.clone()).or_default() += 1;
+                    let admitted = (None, None, Some(permit));
+                    self.adopt_upstream_task(id, result, resume, record, admitted, session, ctx)
+                }
+                Err(e) => {
+                    self.shared.tasks.holdings.release(&record.id);
+                    refuse(self, e)
+                }
+            }
+            return;
+        }
+        // Replicas share the caps: a place is reserved in the store, as for any task.
+        let hold_ms = session_timeout_ms(&self.shared, &entry.upstream);
+        let reserve = self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
+        ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
+            Ok(()) => {
+                *act.native_creating.entry(entry.upstream.clone()).or_default() += 1;
+                act.adopt_upstream_task(id, result, resume, record, (None, None, None), session, ctx)
+            }
+            Err(e) => {
+                act.shared.tasks.holdings.release(&record.id);
+                refuse(act, e)
+            }
+        }));
     }
 
     pub(super) fn forward_call(

@@ -148,6 +148,7 @@ async fn fail(shared: &Arc<TaskShared>, record: &TaskRecord) -> bool {
         status_message: Some(why.clone()),
         outcome: Some(TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, why))),
         upstream_task_id: None,
+        upstream_session: None,
         now_ms: shared.clock.now_ms(),
     };
     match shared.tasks.store().compare_and_set(&record.id, record.status, update).await {

@@ -120,6 +120,11 @@ impl<A: Clone> TaskState<A> {
         }
     }
 
+    /// Notes the upstream's id of a task that became native while it ran.
+    pub(crate) fn register_native(&self, key: NativeKey, task_id: &Arc<str>) {
+        self.native.write().insert(key, task_id.to_string());
+    }
+
     /// Forgets a stopped actor and its native id.
     pub(crate) fn unregister(&self, task_id: &str, native: Option<&NativeKey>) {
         self.actors.write().remove(task_id);
@@ -414,6 +419,7 @@ impl<A: Clone> TaskState<A> {
             status_message: Some("The task was cancelled by request.".into()),
             outcome: Some(cancelled_outcome()),
             upstream_task_id: None,
+            upstream_session: None,
             now_ms: self.clock.now_ms(),
         }
     }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde_json::Value;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::methods;
 use taskgate_protocol::RequestId;
 use taskgate_store::{TaskOutcome, TaskRecord};
 use taskgate_upstream::{UpstreamSession, WaitingCall};
@@ -25,6 +26,9 @@ pub(crate) enum Work {
         /// The call's params (the upstream's tool name, no `task`), until the call takes them.
         /// (Boxed, as the route below: an actor keeps its `work` for its task's life.)
         params: Option<Box<Value>>,
+        /// The call declares the tasks extension to an upstream that speaks it: the upstream
+        /// may answer with a task of its own, which the gateway's task then follows.
+        upstream_decides: bool,
     },
     /// A task the upstream runs; the gateway follows it. (Boxed with what following it takes:
     /// a wrapped task, the common kind, carries none of it.)
@@ -170,4 +174,45 @@ pub(crate) struct Input {
     pub(crate) request: Value,
     /// The client session holding it, which takes the answer.
     pub(crate) session: Arc<InputHolder>,
+}
+
+/// How long a cancelled call the upstream decides about may take to say whether it made a task.
+const DECIDED_CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// Cancels a call whose upstream decides whether it is a task: waits (a bounded time) for its
+/// answer; a task it made is cancelled with `tasks/cancel`; a call still running then is
+/// dropped (over HTTP its stream closes) and `notifications/cancelled` names it.
+pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSession, upstream_id: RequestId) {
+    let abort = match &call {
+        CallState::Sending(handle) => Some(handle.abort_handle()),
+        CallState::Waiting(_) => None,
+    };
+    let outcome = async move {
+        match call {
+            CallState::Sending(handle) => match handle.await {
+                Ok(taskgate_upstream::CallState::Done(outcome)) => outcome.ok(),
+                Ok(taskgate_upstream::CallState::Waiting(waiting)) => {
+                    waiting.await.ok().map(taskgate_protocol::Payload::into_value)
+                }
+                Err(_) => None,
+            },
+            CallState::Waiting(waiting) => waiting.await.ok().map(taskgate_protocol::Payload::into_value),
+        }
+    };
+    match tokio::time::timeout(DECIDED_CANCEL_WAIT, outcome).await {
+        Ok(Some(result)) => {
+            let made = result.get("content").is_none().then(|| result.get("task")).flatten();
+            if let Some(up) = made.and_then(taskgate_protocol::tasks::TaskView::from_value) {
+                let _ = session.request(methods::TASKS_CANCEL, Some(json!({ "taskId": up.task_id }))).await;
+            }
+        }
+        Ok(None) => {}
+        Err(_) => {
+            if let Some(abort) = abort {
+                abort.abort();
+            }
+            let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
+            let _ = session.notify(methods::CANCELLED, Some(params)).await;
+        }
+    }
 }

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 
 use super::headers::{param_headers, request_headers};
 use super::revision::legacy_task;
-use super::state::{settled_task, InFlight, ModernState, MAX_INPUT_REQUESTS, MIN_POLL};
+use super::state::{InFlight, ModernState, MAX_INPUT_REQUESTS, MIN_POLL};
 use crate::session::{Ready, UpstreamSession};
 use crate::transport::Channel;
 use crate::wire::ChannelError;
@@ -85,6 +85,26 @@ struct InFlightGuard<'a> {
 impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
         let removed = self.state.in_flight.lock().remove(&self.id);
+        let following = removed.as_ref().and_then(|r| r.following.lock().take());
+        if let (false, Some(task_id)) = (self.ended, following) {
+            // Abandoned while waiting on a task the upstream made: that task is cancelled
+            // (ext-tasks "Task Cancellation"), over either transport.
+            let mut params = json!({ "taskId": task_id });
+            self.state.stamp(&mut params, true);
+            let id = RequestId::String(format!("{}-cancel", self.id));
+            let request = crate::wire::Encoded::request(id, methods::TASKS_CANCEL, Some(&params));
+            let headers = if self.state.http {
+                request_headers(methods::TASKS_CANCEL, &params, &self.state.tool_headers)
+            } else {
+                Vec::new()
+            };
+            self.state.forget_task(&task_id);
+            let channel = self.channel.clone();
+            tokio::spawn(async move {
+                let _ = channel.request(&request, None, &headers).await;
+            });
+            return;
+        }
         if self.ended || self.state.http || removed.is_none() {
             // Ended with an outcome, or cancelled by `modern_notify`, which told the process.
             return;
@@ -114,7 +134,7 @@ impl UpstreamSession {
     ) -> Result<Value, UpstreamError> {
         let (cancel, cancelled) = oneshot::channel();
         let round = Arc::new(Mutex::new(id.clone()));
-        state.in_flight.lock().insert(id.clone(), InFlight { cancel, round: round.clone() });
+        state.in_flight.lock().insert(id.clone(), InFlight { cancel, round: round.clone(), following: Arc::default() });
         let mut guard = InFlightGuard { state, id: id.clone(), channel: &ready.channel, round: &round, ended: false };
         let call = Call { ready, state, id: &id, round: &round };
         let work = self.modern_dispatch(call, method, params, related);
@@ -147,24 +167,15 @@ impl UpstreamSession {
         match method {
             methods::TASKS_GET => {
                 let task_id = task_id()?;
-                if state.is_settled(&task_id) {
-                    return Ok(settled_task(&task_id));
-                }
                 let task = self.task_get(ready, state, id.clone(), &task_id).await?;
                 Ok(legacy_task(&task))
             }
             methods::TASKS_RESULT => {
                 let task_id = task_id()?;
-                if let Some(result) = state.take_settled(&task_id) {
-                    return Ok(result);
-                }
                 self.follow_task(ready, state, id, &task_id, related.as_ref()).await
             }
             methods::TASKS_CANCEL => {
                 let task_id = task_id()?;
-                if state.is_settled(&task_id) {
-                    return Ok(settled_task(&task_id));
-                }
                 let mut p = json!({ "taskId": task_id });
                 state.stamp(&mut p, true);
                 self.exchange(&ready.channel, state, id.clone(), methods::TASKS_CANCEL, p, None).await?;
@@ -237,7 +248,9 @@ impl UpstreamSession {
         let Call { ready, state, id, round } = call;
         let mut params = params.unwrap_or_else(|| json!({}));
         // A legacy task augmentation becomes the extension, declared on this request only
-        // (ext-tasks: the server decides; it MUST NOT return a task to a request without it).
+        // (ext-tasks: the server decides; it MUST NOT return a task to a request without it):
+        // a task it makes comes back as the legacy `CreateTaskResult`, an answer at once as
+        // itself.
         let augmented = method == methods::TOOLS_CALL
             && params.as_object_mut().and_then(|p| p.remove("task")).is_some()
             && state.tasks_ext;
@@ -296,16 +309,16 @@ impl UpstreamSession {
                         }
                         return Ok(Value::Object(out));
                     }
+                    // The call is now this task: cancelling the call cancels it.
+                    if let Some(in_flight) = state.in_flight.lock().get(id) {
+                        *in_flight.following.lock() = Some(task_id.to_owned());
+                    }
                     return self.follow_task(ready, state, id, task_id, related).await;
                 }
                 _ => {
+                    // ext-tasks: the server decides; an answer at once is the call's answer,
+                    // even to a request that declared the extension.
                     let result = plain(result);
-                    if augmented {
-                        // The upstream chose to answer at once: the gateway's task completes
-                        // with this outcome at its first poll.
-                        let task_id = state.remember_settled(result);
-                        return Ok(json!({ "task": settled_task(&task_id) }));
-                    }
                     return Ok(if method == methods::TOOLS_LIST { self.tools_listed(state, result) } else { result });
                 }
             }
@@ -460,6 +473,20 @@ impl UpstreamSession {
                 let Some(in_flight) = state.in_flight.lock().remove(&id) else { return Ok(()) };
                 let round = in_flight.round.lock().clone();
                 let _ = in_flight.cancel.send(());
+                let following = in_flight.following.lock().take();
+                if let Some(task_id) = following {
+                    // The call waits on a task the upstream made: cancelling it is tasks/cancel
+                    // (ext-tasks "Task Cancellation").
+                    let mut p = json!({ "taskId": task_id });
+                    state.stamp(&mut p, true);
+                    let cancel =
+                        self.exchange(&ready.channel, state, self.next_request_id(), methods::TASKS_CANCEL, p, None);
+                    if let Err(e) = cancel.await {
+                        tracing::info!(upstream = self.upstream(), task = %task_id, error = %e, "could not cancel the upstream task");
+                    }
+                    state.forget_task(&task_id);
+                    return Ok(());
+                }
                 if !state.http {
                     // stdio "Cancellation": the notification names the request's current id.
                     let mut p = json!({ "requestId": round.to_value() });

@@ -2,8 +2,7 @@
 //! request, the requests in flight, input requests awaiting the client's answers, the upstream's
 //! at-once answers to task-augmented calls, the listen stream's filter.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,14 +45,14 @@ fn legacy_capabilities(discovered: &Value, tasks_ext: bool) -> Value {
     caps
 }
 
-/// A synthetic upstream task id: the upstream answered a task-augmented call at once.
-pub(super) const SYNC_TASK_PREFIX: &str = "taskgate-sync-";
-
 /// The requests in flight that can be cancelled, by the id the rest of the gateway knows.
 pub(super) struct InFlight {
     pub(super) cancel: oneshot::Sender<()>,
     /// The id of its current round at the upstream (a retry has a new one).
     pub(super) round: Arc<Mutex<RequestId>>,
+    /// The upstream task it follows, once the upstream made one: cancelling the request
+    /// cancels that task.
+    pub(super) following: Arc<Mutex<Option<String>>>,
 }
 
 /// What a session with a modern upstream keeps.
@@ -75,26 +74,9 @@ pub(crate) struct ModernState {
     pub(super) in_flight: Mutex<HashMap<RequestId, InFlight>>,
     /// Input request keys of an upstream task already relayed to the client.
     pub(super) asked: Mutex<HashMap<String, HashSet<String>>>,
-    /// Results of task-augmented calls the upstream answered at once, by synthetic task id,
-    /// with their size; held until the gateway's task reads the result.
-    pub(super) settled: Mutex<Settled>,
     /// Raised when the client answers one of a task's input requests (poll again at once).
     pub(super) answered: Notify,
     pub(super) tool_headers: ToolHeaders,
-}
-
-pub(super) static NEXT_SYNC_TASK: AtomicU64 = AtomicU64::new(1);
-
-/// Most results of at-once answers one session holds, in count and bytes (the gateway's task
-/// reads each at its first poll; one never read is dropped oldest first, and that task then
-/// fails saying the upstream lost it).
-pub(super) const MAX_SETTLED: usize = 256;
-pub(super) const MAX_SETTLED_BYTES: usize = 64 << 20;
-
-#[derive(Default)]
-pub(super) struct Settled {
-    pub(super) results: VecDeque<(String, Value, usize)>,
-    pub(super) bytes: usize,
 }
 
 impl ModernState {
@@ -123,7 +105,6 @@ impl ModernState {
             pending: Mutex::default(),
             in_flight: Mutex::default(),
             asked: Mutex::default(),
-            settled: Mutex::default(),
             answered: Notify::new(),
             tool_headers,
         };
@@ -210,39 +191,6 @@ impl ModernState {
         UpstreamError::Rpc { upstream: self.upstream.clone(), error: Box::new(error) }
     }
 
-    pub(super) fn remember_settled(&self, result: Value) -> String {
-        let id = format!("{SYNC_TASK_PREFIX}{}", NEXT_SYNC_TASK.fetch_add(1, Ordering::Relaxed));
-        let size = serde_json::to_vec(&result).map_or(0, |v| v.len());
-        let mut settled = self.settled.lock();
-        while !settled.results.is_empty()
-            && (settled.results.len() >= MAX_SETTLED || settled.bytes + size > MAX_SETTLED_BYTES)
-        {
-            if let Some((_, _, dropped)) = settled.results.pop_front() {
-                settled.bytes -= dropped;
-            }
-        }
-        settled.bytes += size;
-        settled.results.push_back((id.clone(), result, size));
-        id
-    }
-
-    /// Whether `task_id` names a result held here (a synthetic task).
-    pub(super) fn is_settled(&self, task_id: &str) -> bool {
-        self.settled.lock().results.iter().any(|(id, _, _)| id == task_id)
-    }
-
-    /// The result of a synthetic task. Its bytes leave this session with it; the task stays
-    /// known as completed (the gateway's task polls once more to learn its status), and is
-    /// forgotten among the oldest.
-    pub(super) fn take_settled(&self, task_id: &str) -> Option<Value> {
-        let mut settled = self.settled.lock();
-        let entry = settled.results.iter_mut().find(|(id, _, _)| id == task_id)?;
-        let size = std::mem::take(&mut entry.2);
-        let result = std::mem::take(&mut entry.1);
-        settled.bytes -= size;
-        Some(result)
-    }
-
     /// Whether `key` of `task_id` is new (and now remembered as relayed).
     pub(super) fn first_ask(&self, task_id: &str, key: &str) -> bool {
         let mut asked = self.asked.lock();
@@ -260,18 +208,4 @@ impl ModernState {
     pub(super) fn forget_task(&self, task_id: &str) {
         self.asked.lock().remove(task_id);
     }
-}
-
-/// A task in the 2025-11-25 shape, made up for a call the upstream completed at once.
-pub(super) fn settled_task(task_id: &str) -> Value {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let at = taskgate_protocol::tasks::rfc3339(now.as_millis() as u64);
-    json!({
-        "taskId": task_id,
-        "status": "completed",
-        "createdAt": at,
-        "lastUpdatedAt": at,
-        "ttl": null,
-        "pollInterval": MIN_POLL.as_millis() as u64,
-    })
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::progress::Progress;
 use crate::tasks::messages::UpstreamStatus;
 use crate::tasks::work::Work;
 use actix::prelude::*;
@@ -10,7 +11,7 @@ use serde_json::{json, Value};
 use taskgate_protocol::mcp::{meta, methods};
 use taskgate_protocol::tasks::{TaskStatus, UpstreamTask};
 use taskgate_protocol::{codes, ErrorObject};
-use taskgate_store::TaskOutcome;
+use taskgate_store::{TaskOutcome, Update};
 use taskgate_upstream::UpstreamError;
 
 use super::TaskActor;
@@ -18,10 +19,72 @@ use super::TaskActor;
 /// Bounds on how often a native upstream task is polled.
 const MIN_POLL: Duration = Duration::from_millis(50);
 const MAX_POLL: Duration = Duration::from_secs(30);
+/// Progress notifications of an upstream task held until its forwarder takes them.
+const PROGRESS_BUFFER: usize = 64;
 /// Consecutive failed polls after which a native task is failed.
 const MAX_POLL_FAILURES: u32 = 5;
 
 impl TaskActor {
+    /// Forwards a native task's progress (routed by its token) for as long as it lives.
+    pub(super) fn forward_native_progress(&mut self) {
+        let Work::Native(native) = &mut self.work else { return };
+        if let (Some((_, notes)), Some(actor)) = (native.progress_route.as_mut(), self.progress.clone()) {
+            let mut notes = std::mem::replace(notes, taskgate_upstream::channel(1).1);
+            // Outside the actor, like a wrapped call: it ends when the route is dropped.
+            native.forwarder = Some(actix::spawn(async move {
+                while let Some(note) = notes.recv().await {
+                    if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
+                        if actor.send(Progress(params)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }));
+        }
+    }
+
+    /// The upstream made the task's call a task of its own (it speaks the tasks extension and
+    /// so decided): the task now follows it, as a native task, under the same id. The store
+    /// learns the upstream's id, so that a restarted gateway follows it again.
+    pub(super) fn follow_upstream_task(&mut self, up: UpstreamTask, ctx: &mut Context<Self>) {
+        let upstream = self.session.upstream().to_owned();
+        if let Work::Wrapped { upstream_id, .. } = &self.work {
+            self.shared.tasks.forget_call(&upstream, upstream_id);
+        }
+        let poll = up.poll_interval_ms.map_or(MIN_POLL, Duration::from_millis).clamp(MIN_POLL, MAX_POLL);
+        let route = self.upstream_token.take().filter(|_| self.progress.is_some()).map(|token| {
+            let (sink, notes) = taskgate_upstream::channel(PROGRESS_BUFFER);
+            (self.session.route_progress(&token, sink), notes)
+        });
+        self.work = crate::tasks::Native::work(up.task_id.clone(), poll, route);
+        self.forward_native_progress();
+        self.shared.tasks.register_native((upstream, up.task_id.clone()), &self.id);
+        let store = self.shared.tasks.store().clone();
+        let mut update = Update {
+            status: self.status,
+            status_message: up.status_message.clone().or_else(|| self.status_message.as_deref().map(str::to_owned)),
+            outcome: None,
+            upstream_task_id: Some(up.task_id.clone()),
+            upstream_session: None,
+            now_ms: self.shared.clock.now_ms(),
+        };
+        let (id, expected, session) = (self.id.clone(), self.status, self.session.clone());
+        let change = async move {
+            update.upstream_session = session.resume_point().await.map(|r| taskgate_store::UpstreamSessionRef {
+                session_id: r.session_id,
+                protocol_version: r.protocol_version,
+            });
+            store.compare_and_set(&id, expected, update).await
+        };
+        ctx.wait(change.into_actor(self).map(move |stored, act, ctx| {
+            if let Err(e) = stored {
+                tracing::warn!(task = %act.id, error = %e, "the upstream's id for a task could not be stored; a restart cannot follow it");
+            }
+            tracing::info!(task = %act.id, upstream = act.session.upstream(), "the upstream made the task's call a task of its own; following it");
+            act.observe(up, ctx);
+        }));
+    }
+
     pub(super) fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
         if let Work::Native(native) = &self.work {
             ctx.run_later(native.poll, |act, ctx| act.poll(ctx));

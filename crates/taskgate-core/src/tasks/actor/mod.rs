@@ -13,7 +13,7 @@ use super::messages::{Cancel, Crash, Expire, StoppedElsewhere};
 use super::sessions::{InputHolder, TaskEnded};
 use super::work::{abort_call, Call, CallState, Input, Owner, Remains, Restart, TaskStart, Work};
 use super::{not_found, settle_call, store_error};
-use crate::progress::{Abandon, Finish, Progress, ProgressActor};
+use crate::progress::{Abandon, Finish, ProgressActor};
 use crate::GatewayError;
 
 use actix::prelude::*;
@@ -58,6 +58,9 @@ pub struct TaskActor {
     stopped_cleanly: bool,
     /// Input requests outstanding, in the order they came.
     inputs: Vec<Input>,
+    /// A wrapped call's progress token at the upstream, kept while the upstream may still make
+    /// the call a task of its own (its progress then comes under the same token).
+    upstream_token: Option<Box<Value>>,
 }
 
 impl TaskActor {
@@ -78,6 +81,7 @@ impl TaskActor {
             restarted: false,
             stopped_cleanly: false,
             inputs: Vec::new(),
+            upstream_token: None,
         }
     }
 
@@ -109,12 +113,19 @@ impl TaskActor {
         self.expires_at.map(std::num::NonZeroU64::get)
     }
 
-    /// Settles the task with its wrapped call's outcome.
+    /// Settles the task with its wrapped call's outcome; or, when the upstream answered the
+    /// call with a task of its own (a `CreateTaskResult`: a task, no `content`), follows it.
     fn call_ended(
         &mut self,
         joined: Result<Result<Value, UpstreamError>, tokio::task::JoinError>,
         ctx: &mut Context<Self>,
     ) {
+        if let Ok(Ok(result)) = &joined {
+            let made = result.get("content").is_none().then(|| result.get("task")).flatten();
+            if let Some(up) = made.and_then(taskgate_protocol::tasks::TaskView::from_value) {
+                return self.follow_upstream_task(up, ctx);
+            }
+        }
         let (status, message, outcome) = match joined {
             // Cut by the gateway's own shutdown (it stops the stdio upstreams): the task says so,
             // not that the upstream failed.
@@ -153,6 +164,7 @@ impl TaskActor {
             status_message: message,
             outcome,
             upstream_task_id: None,
+            upstream_session: None,
             now_ms: self.shared.clock.now_ms(),
         };
         let (id, expected) = (self.id.clone(), self.status);
@@ -284,8 +296,16 @@ impl TaskActor {
 
     /// Stops the upstream work: drops the running request and tells the upstream.
     fn stop_work(&mut self, ctx: &mut Context<Self>) {
-        self.drop_work(ctx);
         let session = self.session.clone();
+        if let (Work::Wrapped { upstream_decides: true, upstream_id, .. }, Some(call)) = (&self.work, self.call.take())
+        {
+            // The upstream may be making the call a task: its answer says, and that task is
+            // cancelled; an answer slower than a task's creation is a call still running,
+            // cancelled as one.
+            actix::spawn(super::work::cancel_decided_call(*call, session, upstream_id.clone()));
+            return self.drop_work(ctx);
+        }
+        self.drop_work(ctx);
         match &self.work {
             Work::Wrapped { upstream_id, .. } => {
                 let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
@@ -343,11 +363,15 @@ impl Actor for TaskActor {
             return;
         }
         match &mut self.work {
-            Work::Wrapped { upstream_id, params } => {
+            Work::Wrapped { upstream_id, params, .. } => {
                 self.shared.tasks.track_call(self.session.upstream(), upstream_id.clone(), &self.id);
                 let session = self.session.clone();
                 // The params move into the call: one copy per task, not two.
                 let (id, params) = (upstream_id.clone(), params.take().unwrap_or_else(|| Box::new(Value::Null)));
+                if self.progress.is_some() && params.get("task").is_some() {
+                    // (Only a call the upstream decides about keeps its `task`.)
+                    self.upstream_token = params.pointer("/_meta/progressToken").cloned().map(Box::new);
+                }
                 // Only a task with a progress token needs a channel for its call's notifications
                 // (a live task costs less without one). The call runs outside the actor's
                 // context (a task while it is sent, then, on stdio, the waiting call the actor
@@ -373,21 +397,8 @@ impl Actor for TaskActor {
                 self.call = Some(Box::new(CallState::Sending(sending)));
                 ctx.spawn(AwaitCall);
             }
-            Work::Native(native) => {
-                // Forward the task's progress (routed by its token) for as long as it lives.
-                if let (Some((_, notes)), Some(actor)) = (native.progress_route.as_mut(), self.progress.clone()) {
-                    let mut notes = std::mem::replace(notes, taskgate_upstream::channel(1).1);
-                    // Outside the actor, like a wrapped call: it ends when the route is dropped.
-                    native.forwarder = Some(actix::spawn(async move {
-                        while let Some(note) = notes.recv().await {
-                            if let taskgate_protocol::Message::Notification { params: Some(params), .. } = note {
-                                if actor.send(Progress(params)).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }));
-                }
+            Work::Native(_) => {
+                self.forward_native_progress();
                 self.schedule_poll(ctx);
             }
         }
@@ -546,7 +557,10 @@ impl Drop for TaskActor {
             id: std::mem::take(&mut self.id),
             owner: std::mem::replace(&mut self.owner, Owner::Released(who)),
             session: self.session.clone(),
-            work: std::mem::replace(&mut self.work, Work::Wrapped { upstream_id: RequestId::Number(0), params: None }),
+            work: std::mem::replace(
+                &mut self.work,
+                Work::Wrapped { upstream_id: RequestId::Number(0), params: None, upstream_decides: false },
+            ),
             progress: self.progress.take(),
             call: self.call.take(),
             inputs: std::mem::take(&mut self.inputs),
