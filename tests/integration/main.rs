@@ -16,6 +16,7 @@ mod modern_upstreams;
 mod offerings;
 mod operations;
 mod passing;
+mod pooled_sessions;
 mod progress;
 mod python_upstream;
 mod replicas;

@@ -296,6 +296,8 @@ async fn a_client_sees_the_tools_offered_to_its_capabilities_and_its_roots_reach
 
     let mut rooted = McpClient::new(&gw.url);
     rooted.initialize_with("2025-11-25", json!({"roots": {"listChanged": true}})).await;
+    // Listening, as a host does: it keeps its (pooled) upstream session between calls.
+    let _listening = rooted.open_stream().await.unwrap();
     assert!(rooted.tool_names().await.contains(&"demo__list_roots".to_string()));
     assert_eq!(gw.gateway.metrics().tool_catalogs.get(), 2);
     // client/roots: the upstream's roots/list reaches the client on the call's stream, and the
@@ -309,7 +311,7 @@ async fn a_client_sees_the_tools_offered_to_its_capabilities_and_its_roots_reach
     assert_eq!(rooted.post_message(&Message::response(id, roots)).await.status.as_u16(), 202);
     let Some(Message::Response { result, .. }) = within(call.next()).await else { panic!("expected the result") };
     assert_eq!(result["content"][0]["text"], "file:///work/project");
-    // The client's notifications/roots/list_changed reaches its upstream session.
+    // The client's notifications/roots/list_changed reaches the upstream session it holds.
     let before = demo.demo.stats().roots_list_changed;
     assert_eq!(rooted.notify("notifications/roots/list_changed", None).await.as_u16(), 202);
     within(async {

@@ -22,7 +22,10 @@ async fn processes_become(gw: &TestGateway, upstream: &str, n: usize) {
 #[actix_rt::test]
 async fn one_upstream_session_per_client_session_declaring_the_clients_capabilities() {
     let demo = DemoUpstream::start();
-    let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
+    // `never`: each client session has upstream sessions of its own (no pool).
+    let mut upstream = demo.upstream("demo");
+    upstream.share_sessions = taskgate_config::ShareSessions::Never;
+    let gw = TestGateway::start(config_with(vec![upstream]));
     let mut c = McpClient::new(&gw.url);
     let caps = json!({"elicitation": {"form": {}}, "roots": {"listChanged": true}});
     c.initialize_with("2025-11-25", caps.clone()).await;
@@ -109,6 +112,8 @@ async fn stdio_processes_are_bounded_per_upstream() {
     let mut a = McpClient::new(&gw.url);
     a.initialize().await;
     a.tool_names().await;
+    // a listens on its GET stream: it holds its upstream session, and so its process.
+    let _listening = a.open_stream().await.unwrap();
     assert_eq!(a.call("local__echo", json!({"text": "a"})).await.unwrap()["content"][0]["text"], "a");
     let mut b = McpClient::new(&gw.url);
     b.initialize().await;
@@ -178,7 +183,11 @@ async fn next_message(stream: &mut taskgate_testkit::SseReader) -> taskgate_prot
 #[actix_rt::test]
 async fn an_upstream_get_stream_is_open_only_while_something_can_receive_what_it_carries() {
     let demo = DemoUpstream::start();
-    let gw = one_catalog_gateway(&demo, |u| u.stream_idle_secs = 0);
+    let gw = one_catalog_gateway(&demo, |u| {
+        u.stream_idle_secs = 0;
+        // Each client session's own upstream session (pooled ones are let go between calls).
+        u.share_sessions = taskgate_config::ShareSessions::Never;
+    });
     let mut plain = McpClient::new(&gw.url);
     plain.initialize().await;
     plain.call("demo__echo", json!({"text": "x"})).await.unwrap();
@@ -436,7 +445,11 @@ async fn a_message_the_upstream_never_accepts_is_given_up_after_the_timeout() {
 /// next call opens them again. A session with a GET stream open keeps its own.
 #[actix_rt::test]
 async fn an_idle_session_lets_its_stdio_processes_go_and_gets_them_back_on_its_next_call() {
-    let mut config = config_with(vec![stdio_demo_upstream("local")]);
+    // `never`: upstream sessions of its own, held until the session is idle (a pooled one
+    // goes back to its pool as soon as the session holds nothing).
+    let mut local = stdio_demo_upstream("local");
+    local.share_sessions = taskgate_config::ShareSessions::Never;
+    let mut config = config_with(vec![local]);
     config.server.upstream_release_secs = 60;
     let clock = std::sync::Arc::new(taskgate_core::clock::ManualClock::new(1_000_000));
     let gw = TestGateway::start_with_clock(config, clock.clone());
@@ -472,6 +485,8 @@ async fn an_idle_session_lets_its_stdio_processes_go_and_gets_them_back_on_its_n
 async fn one_tenants_sessions_take_at_most_its_share_of_a_stdio_upstreams_processes() {
     let mut local = stdio_demo_upstream("local");
     local.max_processes = 4;
+    // Sessions of their own, which idle clients keep (pooled ones would go back between calls).
+    local.share_sessions = taskgate_config::ShareSessions::Never;
     let mut config = config_with(vec![local]);
     config.server.tenant_share_percent = 50;
     let mut tenants = Vec::new();

@@ -20,6 +20,7 @@ mod bare;
 mod floor;
 mod harness;
 mod instructions;
+mod oneshot;
 mod plan;
 mod polling;
 mod progress;
@@ -109,6 +110,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("sessions") {
         sessions::sessions(&plan, &bin).await?;
+    }
+    if run("one-shot") {
+        oneshot::one_shot_clients(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());

@@ -43,7 +43,7 @@ impl Plan {
 }
 
 /// The sections, in the order a full run takes them.
-pub(crate) const SECTIONS: [&str; 10] = [
+pub(crate) const SECTIONS: [&str; 11] = [
     "proxy",
     "polling",
     "tasks",
@@ -54,6 +54,7 @@ pub(crate) const SECTIONS: [&str; 10] = [
     "revisions",
     "instructions",
     "sessions",
+    "one-shot",
 ];
 
 pub(crate) const USAGE: &str = "usage: taskgate-bench [--quick] [--only SECTION] [--tasks N]
@@ -64,7 +65,7 @@ first: cargo build --release --workspace) and prints the report as Markdown.
   --quick          every measurement with small counts: checks that each works (CI runs this);
                    the figures mean nothing
   --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
-                   revisions, instructions, sessions
+                   revisions, instructions, sessions, one-shot
   --tasks N        the number of live tasks of the task-scale section (default 100000)
   --help           this text
 

@@ -117,6 +117,10 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     // Responses are streamed in small writes (SSE events): without TCP_NODELAY, Nagle's
     // algorithm and the client's delayed ACK add ~40 ms to a call.
     .on_connect(set_nodelay)
+    // A client gone (EOF on its connection) ends what the gateway streams to it at once, not
+    // at the next write: a GET stream whose client left holds nothing (its session lets its
+    // pooled upstream sessions go). HTTP clients do not half-close while awaiting a response.
+    .h1_allow_half_closed(false)
     .disable_signals()
     // The graceful drain happens before the server is stopped (see `taskgate serve`).
     .shutdown_timeout(1)

@@ -74,20 +74,22 @@ impl McpClient {
 
     /// A new session's client that shares `other`'s HTTP connections (its connection pool).
     pub fn sharing_connections(other: &McpClient) -> McpClient {
-        McpClient { http: other.http.clone(), ..McpClient::new(&other.url) }
+        McpClient::with_http(&other.url, other.http.clone())
     }
 
     /// A client for the endpoint at `url`.
     pub fn new(url: &str) -> McpClient {
+        let http =
+            reqwest::Client::builder().timeout(REQUEST_TIMEOUT).pool_idle_timeout(POOL_IDLE).build().expect("client");
+        McpClient::with_http(url, http)
+    }
+
+    fn with_http(url: &str, http: reqwest::Client) -> McpClient {
         McpClient {
             url: url.to_owned(),
             session: None,
             protocol_version: None,
-            http: reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
-                .pool_idle_timeout(POOL_IDLE)
-                .build()
-                .expect("client"),
+            http,
             next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
             bearer: None,
         }
@@ -227,7 +229,11 @@ impl McpClient {
         let mut headers = self.headers();
         headers.remove("content-type");
         headers.insert("accept", HeaderValue::from_static("text/event-stream"));
-        let response = reqwest::Client::new().get(&self.url).headers(headers).send().await.expect("GET");
+        // A client without the request timeout (a stream stays open), built once: building one
+        // loads the system's certificates.
+        static STREAMS: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+        let http = STREAMS.get_or_init(reqwest::Client::new);
+        let response = http.get(&self.url).headers(headers).send().await.expect("GET");
         if response.status() != StatusCode::OK {
             return Err(response.status());
         }

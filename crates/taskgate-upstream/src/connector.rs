@@ -30,6 +30,9 @@ struct ConnectorInner {
     endpoint: Arc<Endpoint>,
     /// Sessions shared by client sessions, by sharing key (see [`Connector::open_shared`]).
     shared: parking_lot::Mutex<foldhash::HashMap<String, Arc<SessionInner>>>,
+    /// Sessions held by one client session at a time, by key, held or idle (see
+    /// [`Connector::open_pooled`]).
+    pooled: parking_lot::Mutex<foldhash::HashMap<String, Vec<Arc<SessionInner>>>>,
 }
 
 impl Connector {
@@ -41,7 +44,9 @@ impl Connector {
     /// A connector whose requests are reported to `observer`.
     pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
         let endpoint = Arc::new(Endpoint::new(config, observer));
-        Connector { inner: Arc::new(ConnectorInner { endpoint, shared: parking_lot::Mutex::default() }) }
+        Connector {
+            inner: Arc::new(ConnectorInner { endpoint, shared: Default::default(), pooled: Default::default() }),
+        }
     }
 
     /// A connector whose stdio processes have `wait` to answer the revision probe.
@@ -50,7 +55,9 @@ impl Connector {
         let mut endpoint = Endpoint::new(config, None);
         endpoint.probe_wait = wait;
         let endpoint = Arc::new(endpoint);
-        Connector { inner: Arc::new(ConnectorInner { endpoint, shared: parking_lot::Mutex::default() }) }
+        Connector {
+            inner: Arc::new(ConnectorInner { endpoint, shared: Default::default(), pooled: Default::default() }),
+        }
     }
 
     /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
@@ -60,6 +67,8 @@ impl Connector {
         self.inner.endpoint.shutdown.send_replace(true);
         // The pool's sessions end with their last client session now, not after an idle while.
         let pooled: Vec<_> = self.inner.shared.lock().drain().collect();
+        drop(pooled);
+        let pooled: Vec<_> = self.inner.pooled.lock().drain().collect();
         drop(pooled);
         let all = self.inner.endpoint.config().max_processes as u32;
         // Each process holds a permit until it has exited.
@@ -103,6 +112,102 @@ impl Connector {
         let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session is shared") };
         let lane = Arc::new(lanes.join(events));
         UpstreamSession { inner, lane: Some(lane) }
+    }
+
+    /// Whether client sessions that can be asked things (roots, sampling, elicitation) reuse
+    /// this upstream's sessions one after another (`share_sessions` other than `never`).
+    pub fn pools_sessions(&self) -> bool {
+        self.config().share_sessions != taskgate_config::ShareSessions::Never
+    }
+
+    /// Pooled sessions kept now: how many a client session holds, and how many wait idle.
+    pub fn pooled_sessions(&self) -> (usize, usize) {
+        let pool = self.inner.pooled.lock();
+        let idle = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle());
+        let (all, idle) = (pool.values().map(Vec::len).sum::<usize>(), pool.values().flatten().filter(idle).count());
+        (all - idle, idle)
+    }
+
+    /// A session of this upstream that only this client session holds until it lets it go, from
+    /// the pool of `key` (as for [`Connector::open_shared`], the key separates everything the
+    /// upstream must not mix): one no client session holds, else a new one. What the upstream
+    /// sends on its own, its requests included, is this client session's. The flag says
+    /// whether the session served another client session before (the upstream may hold state
+    /// of that one's, such as its roots).
+    pub fn open_pooled(
+        &self,
+        key: &str,
+        identity: impl FnOnce() -> ClientIdentity,
+        events: crate::EventSender,
+    ) -> (UpstreamSession, bool) {
+        let mut pool = self.inner.pooled.lock();
+        let sessions = pool.entry(key.to_owned()).or_default();
+        sessions.retain(|s| !*s.closed.borrow());
+        let idle = sessions.iter().find(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())).cloned();
+        let (inner, reused) = match idle {
+            Some(inner) => (inner, true),
+            None => {
+                let lanes =
+                    Arc::new_cyclic(|me: &std::sync::Weak<Lanes>| Lanes::exclusive(self.pooled_idle(key, me.clone())));
+                let inner = self.new_inner(identity(), Owners::Shared(lanes));
+                sessions.push(inner.clone());
+                (inner, false)
+            }
+        };
+        let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session has lanes") };
+        // Joined under the pool's lock: no other client session takes it meanwhile.
+        let lane = Arc::new(lanes.join(events));
+        drop(pool);
+        (UpstreamSession { inner, lane: Some(lane) }, reused)
+    }
+
+    /// What a pooled session's lanes (`me`) call when their one lane leaves (the `emptied`th
+    /// time): the session waits in the pool for `shared_idle_secs`, then ends unless a client
+    /// session took it meanwhile. Idle sessions kept are bounded ([`MAX_IDLE_SHARED`]).
+    fn pooled_idle(&self, key: &str, me: std::sync::Weak<Lanes>) -> Box<dyn Fn(u64) + Send + Sync> {
+        let (connector, key) = (Arc::downgrade(&self.inner), key.to_owned());
+        Box::new(move |emptied| {
+            let Some(inner) = connector.upgrade() else { return };
+            let (connector, key, me) = (Arc::downgrade(&inner), key.clone(), me.clone());
+            let expire = move || {
+                let Some(inner) = connector.upgrade() else { return };
+                let mut pool = inner.pooled.lock();
+                let Some(sessions) = pool.get_mut(&key) else { return };
+                let mine = |s: &Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if std::ptr::eq(Arc::as_ptr(lanes), me.as_ptr()));
+                let ended: Vec<_> = match sessions
+                    .iter()
+                    .position(|s| mine(s) && matches!(&s.events, Owners::Shared(lanes) if lanes.idle_since(emptied)))
+                {
+                    Some(at) => vec![sessions.swap_remove(at)],
+                    None => Vec::new(),
+                };
+                if sessions.is_empty() {
+                    pool.remove(&key);
+                }
+                drop(pool);
+                drop(ended); // its DELETE is spawned by its drop
+            };
+            let idle_now = inner
+                .pooled
+                .lock()
+                .values()
+                .flatten()
+                .filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle()))
+                .count();
+            let idle = match idle_now > MAX_IDLE_SHARED {
+                true => Duration::ZERO,
+                false => Duration::from_secs(inner.endpoint.config().shared_idle_secs),
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) if !idle.is_zero() => {
+                    runtime.spawn(async move {
+                        tokio::time::sleep(idle).await;
+                        expire();
+                    });
+                }
+                _ => expire(),
+            }
+        })
     }
 
     /// What a shared session's lanes call when their last one leaves (the `emptied`th time).
@@ -223,7 +328,7 @@ impl Connector {
         let (closed, _) = watch::channel(false);
         let (holds, _) = watch::channel(0);
         if let Some(observer) = &self.inner.endpoint.observer {
-            observer.session(self.name(), matches!(events, Owners::Shared(_)), true);
+            observer.session(self.name(), matches!(&events, Owners::Shared(lanes) if !lanes.exclusive), true);
         }
         Arc::new(SessionInner {
             endpoint: self.inner.endpoint.clone(),

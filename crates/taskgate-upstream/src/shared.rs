@@ -15,7 +15,9 @@
 //!
 //! A request the upstream sends (elicitation, sampling, roots) reaches no lane: the session
 //! refuses it (`UpstreamSession::to_owner`), since only clients that declared none of those
-//! capabilities share sessions.
+//! capabilities share sessions. A *pooled* session ([`crate::Connector::open_pooled`]) has one
+//! lane at a time, which takes everything, requests included: clients that can be asked
+//! things reuse such sessions one after another, never at once.
 //!
 //! The sharing key (tenant, principal, the client's declared identity) is the caller's; the
 //! connector keeps one session per key, and `shared_idle_secs` after its last lane left.
@@ -60,6 +62,9 @@ pub(crate) struct Lanes {
     /// the session ends it after its idle time.
     when_idle: Box<dyn Fn(u64) + Send + Sync>,
     table: parking_lot::Mutex<Table>,
+    /// One lane at a time (a pooled session, [`crate::Connector::open_pooled`]): what the
+    /// upstream sends on its own, its requests included, is that lane's.
+    pub(crate) exclusive: bool,
 }
 
 #[derive(Default)]
@@ -78,7 +83,12 @@ struct Table {
 
 impl Lanes {
     pub(crate) fn new(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Lanes {
-        Lanes { when_idle, table: parking_lot::Mutex::default() }
+        Lanes { when_idle, table: parking_lot::Mutex::default(), exclusive: false }
+    }
+
+    /// The lanes of a pooled session: one client session at a time.
+    pub(crate) fn exclusive(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Lanes {
+        Lanes { exclusive: true, ..Lanes::new(when_idle) }
     }
 
     /// A new lane, its events sent to `events`.
@@ -103,7 +113,7 @@ impl Lanes {
 
     async fn deliver(&self, event: UpstreamEvent) {
         let (about, one) = match &event {
-            // (Refused before it gets here; were one to come, one lane would take it.)
+            // A pooled session's one lane takes it (a shared session's are refused before).
             UpstreamEvent::Request { related, .. } => (related.clone(), true),
             UpstreamEvent::Notification { method, related, .. } => (
                 related.clone(),

@@ -290,6 +290,12 @@ impl Gateway {
         self.shared.connectors.get(upstream).map(Connector::running_processes)
     }
 
+    /// An upstream's pooled sessions now: held by a client session, and idle; `None` for a name
+    /// not configured.
+    pub fn pooled_upstream_sessions(&self, upstream: &str) -> Option<(usize, usize)> {
+        self.shared.connectors.get(upstream).map(Connector::pooled_sessions)
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics

@@ -2,6 +2,7 @@
 //! the session closed (idle, ended by the client, at shutdown), and the tools of its catalog
 //! changed.
 
+use super::ReleasePooled;
 use crate::outbound::Outbound;
 use crate::GatewayError;
 use actix::prelude::*;
@@ -44,6 +45,7 @@ impl Handler<ClientStreamEnded> for SessionActor {
         if self.client_streams == 0 {
             // Nothing receives what the upstreams' GET streams carry: they may close.
             self.upstream_streams.clear();
+            self.release_pooled();
         }
     }
 }
@@ -163,8 +165,7 @@ impl Handler<ReleaseUpstreams> for SessionActor {
 
     fn handle(&mut self, msg: ReleaseUpstreams, _: &mut Context<Self>) {
         let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let holds = !self.requests.is_empty() || self.client_streams > 0 || !self.relayed.is_empty() || self.subscribed;
-        if seen >= msg.cutoff_ms || holds || self.upstreams.is_empty() {
+        if seen >= msg.cutoff_ms || !self.holds_nothing() || self.upstreams.is_empty() {
             return;
         }
         tracing::debug!(session = %self.id, upstreams = self.upstreams.len(), "idle session lets its upstream sessions go");
@@ -175,6 +176,14 @@ impl Handler<ReleaseUpstreams> for SessionActor {
             .inc_by(self.upstreams.len() as u64);
         self.upstream_streams.clear();
         self.upstreams = Default::default();
+    }
+}
+
+impl Handler<ReleasePooled> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ReleasePooled, ctx: &mut Context<Self>) {
+        self.let_pooled_go(true, ctx);
     }
 }
 

@@ -111,6 +111,8 @@ pub struct SessionActor {
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
     /// is a sender of its own to actix, made (and allocated) each time one is asked for.
     myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
+    /// This actor, for what it tells itself after the message it handles (`ReleasePooled`).
+    me: Option<actix::WeakAddr<SessionActor>>,
     /// Where the task actors whose input requests this session relays send the client's answers
     /// and their end: made with the first such request, one for all of them.
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
@@ -176,6 +178,18 @@ enum Asker {
     Replica { key: String },
 }
 
+/// The session lets its pooled upstream sessions go if it still holds nothing
+/// ([`SessionActor::release_pooled`]; handled in `lifecycle.rs`).
+pub(crate) struct ReleasePooled;
+
+impl Message for ReleasePooled {
+    type Result = ();
+}
+
+/// How long after its last call a session looks again at a pooled upstream session that call
+/// still held.
+const RELEASE_AGAIN: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl SessionActor {
     /// The span request `id`'s call to `upstream` runs in: a child of the client request's
     /// span, which names the tenant, principal, session and method, naming the upstream (one
@@ -226,6 +240,7 @@ impl SessionActor {
             stashed_cursors: std::collections::VecDeque::new(),
             next_stash: 1,
             myself: None,
+            me: None,
             input_holder: None,
             subscribed: false,
         }
@@ -243,6 +258,21 @@ impl SessionActor {
         ctx.add_stream(crate::stream::event_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
         let session = if self.may_share() && connector.shares_sessions() {
             connector.open_shared(&self.share_key(), || self.client.clone(), tx)
+        } else if !self.private && connector.pools_sessions() {
+            // A client that can be asked things takes a pooled session, its alone until it
+            // holds nothing (`release_pooled`).
+            let (session, reused) = connector.open_pooled(&self.share_key(), || self.client.clone(), tx);
+            if reused && self.client.capabilities.get("roots").is_some() {
+                // The upstream may hold the roots of the client session before: it asks again.
+                let notify = session.clone();
+                ctx.spawn(
+                    async move {
+                        let _ = notify.notify(mcp::methods::ROOTS_LIST_CHANGED, None).await;
+                    }
+                    .into_actor(self),
+                );
+            }
+            session
         } else {
             connector.open(self.client.clone(), tx)
         };
@@ -255,6 +285,48 @@ impl SessionActor {
         self.upstreams.insert(name.to_owned(), session.clone());
         self.apply_level(name, &session, ctx);
         Some(session)
+    }
+
+    /// Lets the pooled upstream sessions go once this session holds nothing (nothing in flight,
+    /// no stream, nothing relayed, no subscription): the next client session of the same
+    /// identity takes them, and this one takes one again for its next request. Done after the
+    /// message being handled, when the call that just ended has let its handles go.
+    pub(super) fn release_pooled(&mut self) {
+        if !self.holds_nothing() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
+            return;
+        }
+        if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
+            me.do_send(ReleasePooled);
+        }
+    }
+
+    /// Whether the session holds nothing: nothing in flight, no stream, nothing relayed, no
+    /// subscription.
+    pub(super) fn holds_nothing(&self) -> bool {
+        self.requests.is_empty() && self.client_streams == 0 && self.relayed.is_empty() && !self.subscribed
+    }
+
+    /// [`SessionActor::release_pooled`], now. One still used by a call that has just ended
+    /// (its handles about to go) is looked at once more a moment later; one a task uses stays
+    /// this session's until the session is idle (`ReleaseUpstreams`).
+    pub(super) fn let_pooled_go(&mut self, again: bool, ctx: &mut Context<Self>) {
+        if !self.holds_nothing() {
+            return;
+        }
+        let mut in_use = false;
+        self.upstreams.retain(|name, session| {
+            // A task or a call still using it keeps it this session's: what the upstream asks
+            // for them is answered through it.
+            let keep = !session.is_pooled() || session.lane_held_elsewhere();
+            in_use |= keep && session.is_pooled();
+            if !keep {
+                self.upstream_streams.remove(name);
+            }
+            keep
+        });
+        if in_use && again {
+            ctx.run_later(RELEASE_AGAIN, |act, ctx| act.let_pooled_go(false, ctx));
+        }
     }
 
     /// Whether this session's upstream sessions may be shared with other client sessions
@@ -322,6 +394,7 @@ impl SessionActor {
         // The stream ends with its response, whatever else still holds it (a relayed request
         // the upstream never saw answered).
         let _ = request.reply.send_final(&message);
+        self.release_pooled();
     }
 
     /// [`SessionActor::finish`] with a result that may be the upstream's own text, which goes
@@ -333,6 +406,7 @@ impl SessionActor {
                 let frame =
                     Frame { json: Payload::Raw(raw).response_json(&id), response: true, store_unavailable: false };
                 let _ = request.reply.send_final_frame(frame);
+                self.release_pooled();
             }
             Ok(Payload::Value(result)) => self.finish(id, Ok(result)),
             Err(e) => self.finish(id, Err(e)),
@@ -373,6 +447,7 @@ impl Actor for SessionActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.shared.config.server.session_mailbox);
         self.myself = Some(Arc::new(ctx.address().downgrade().recipient()));
+        self.me = Some(ctx.address().downgrade());
         tracing::info!(session = %self.id, tenant = %self.identity.tenant, "session started");
     }
 

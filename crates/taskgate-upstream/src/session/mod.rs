@@ -120,6 +120,17 @@ impl UpstreamSession {
         self.lane.is_some()
     }
 
+    /// Whether this is a pooled session ([`crate::Connector::open_pooled`]): this client
+    /// session's alone until it lets it go.
+    pub fn is_pooled(&self) -> bool {
+        matches!(&self.inner.events, Owners::Shared(lanes) if lanes.exclusive)
+    }
+
+    /// Whether another handle than this one holds this session's lane (a task's, a call's).
+    pub fn lane_held_elsewhere(&self) -> bool {
+        self.lane.as_ref().is_some_and(|lane| Arc::strong_count(lane) > 1)
+    }
+
     /// The upstream's name.
     pub fn upstream(&self) -> &str {
         self.inner.endpoint.name()
@@ -188,12 +199,20 @@ impl UpstreamSession {
     /// Gives what the upstream sent on its own to the session's owner. A request in a shared
     /// session is refused here: its clients declared none of roots, sampling and elicitation
     /// (the core shares no other session), so none of them could answer it, and a request
-    /// meant for one client must not reach another.
+    /// meant for one client must not reach another. A pooled session's request goes to the
+    /// one client session holding it; with none, it is refused.
     pub(crate) async fn to_owner(&self, event: UpstreamEvent) {
-        if let (Owners::Shared(_), UpstreamEvent::Request { id, method, .. }) = (&self.inner.events, &event) {
-            let why = format!(
-                "{method} was not relayed: the client shares this session with others and declared no capability to answer requests"
-            );
+        if let (Owners::Shared(lanes), UpstreamEvent::Request { id, method, .. }) = (&self.inner.events, &event) {
+            if lanes.exclusive && !lanes.is_idle() {
+                self.inner.events.deliver(event).await;
+                return;
+            }
+            let why = match lanes.exclusive {
+                true => format!("{method} was not relayed: no client session holds this upstream session now"),
+                false => format!(
+                    "{method} was not relayed: the client shares this session with others and declared no capability to answer requests"
+                ),
+            };
             let refusal =
                 Message::error(Some(id.clone()), ErrorObject::new(taskgate_protocol::codes::METHOD_NOT_FOUND, why));
             if let Err(e) = self.respond(refusal).await {
@@ -289,7 +308,11 @@ impl SessionInner {
 impl Drop for SessionInner {
     fn drop(&mut self) {
         if let Some(observer) = &self.endpoint.observer {
-            observer.session(self.endpoint.name(), matches!(self.events, Owners::Shared(_)), false);
+            observer.session(
+                self.endpoint.name(),
+                matches!(&self.events, Owners::Shared(lanes) if !lanes.exclusive),
+                false,
+            );
         }
         self.closed.send_replace(true);
         let ready = self.state.try_lock().ok().and_then(|mut state| state.take());
