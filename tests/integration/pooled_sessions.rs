@@ -1,7 +1,7 @@
 //! Pooled upstream sessions: client sessions that can be asked things (roots, sampling,
-//! elicitation: every real host) or whose upstream speaks 2025-11-25 take an upstream session
-//! from a pool, theirs alone until they hold nothing (nothing in flight, no stream), then the
-//! next client session of the same identity takes it. Processes grow with the work in flight,
+//! elicitation: every real host) take an upstream session
+//! from a pool, theirs alone until their client stops listening and they hold nothing (nothing
+//! in flight, no stream), then the next client session of the same identity takes it. Processes grow with the work in flight,
 //! not with the client sessions ever opened, and what an upstream asks reaches exactly the
 //! client whose call it belongs to.
 
@@ -49,7 +49,7 @@ async fn result(stream: &mut SseReader) -> Value {
 }
 
 /// Waits until the demo's `idle` pooled sessions are all let go (their client sessions hold
-/// nothing, which they find out just after their last call ends).
+/// nothing, which they find out once their clients' GET streams have ended).
 async fn released(gw: &TestGateway, idle: usize) {
     within(async {
         while gw.gateway.pooled_upstream_sessions("demo") != Some((0, idle)) {
@@ -77,15 +77,20 @@ async fn clients_that_can_be_asked_take_pooled_sessions_in_turn_and_each_is_aske
     a.tool_names().await;
     let before = demo.demo.stats().initializes;
 
-    // One after another: b takes the upstream session a held, and is asked its own question.
+    // One after another: a listens (as hosts do) and calls; once it no longer listens (its
+    // client gone), b takes the upstream session a held, and is asked its own question.
+    let listening_a = a.open_stream().await.unwrap();
     let mut call = ask(&mut a, "a's question").await;
     let (id, params) = question(&mut call).await;
     assert_eq!(params["message"], "a's question");
     answer(&a, id, "Ada").await;
     assert_eq!(result(&mut call).await["content"][0]["text"], "answer: Ada");
+    assert_eq!(gw.gateway.pooled_upstream_sessions("demo"), Some((1, 0)), "a holds it while it listens");
+    drop(listening_a);
     released(&gw, 1).await;
     let mut b = McpClient::new(&gw.url);
     b.initialize_with("2025-11-25", askable()).await;
+    let listening_b = b.open_stream().await.unwrap();
     let mut call = ask(&mut b, "b's question").await;
     let (id, params) = question(&mut call).await;
     assert_eq!(params["message"], "b's question");
@@ -95,7 +100,9 @@ async fn clients_that_can_be_asked_take_pooled_sessions_in_turn_and_each_is_aske
     // The upstream was told the roots may have changed: the client now holding it is another.
     assert_eq!(demo.demo.stats().roots_list_changed, 1);
 
-    // At once: the pool grows, and each question reaches the client whose call asked it.
+    // At once (b still listening, a back): the pool grows, and each question reaches the
+    // client whose call asked it.
+    let listening_a = a.open_stream().await.unwrap();
     let mut first = ask(&mut a, "for a").await;
     let (id_a, params_a) = question(&mut first).await;
     let mut second = ask(&mut b, "for b").await;
@@ -105,10 +112,12 @@ async fn clients_that_can_be_asked_take_pooled_sessions_in_turn_and_each_is_aske
     answer(&a, id_a, "Ada").await;
     assert_eq!(result(&mut second).await["content"][0]["text"], "answer: Bea");
     assert_eq!(result(&mut first).await["content"][0]["text"], "answer: Ada");
-    assert_eq!(demo.demo.stats().initializes, before + 2, "a second one, for the second call at once");
+    assert_eq!(demo.demo.stats().initializes, before + 2, "a second one, for a while b holds the first");
     let pooled = gw.gateway.metrics().upstream_sessions.with_label_values(&["demo", "false"]).get();
     assert_eq!(pooled, 4, "the catalogs' own (base, and for clients that can be asked) and the two pooled");
-    // Let go once each session holds nothing (just after its call ended): idle, kept for the next.
+    // Let go once each session holds nothing (its client stopped listening): idle, kept for
+    // the next.
+    drop((listening_a, listening_b));
     released(&gw, 2).await;
 }
 

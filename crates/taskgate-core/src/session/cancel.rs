@@ -46,14 +46,13 @@ impl SessionActor {
             let _ = progress.try_send(Abandon);
         }
         request.reply.close();
-        let Some((upstream, upstream_id)) = request.upstream else { return self.release_pooled() };
+        let Some((upstream, upstream_id)) = request.upstream else { return };
         if request.task_augmented {
-            return self.release_pooled(); // the task lives on; tasks/cancel stops it
+            return; // the task lives on; tasks/cancel stops it
         }
         self.shared.metrics.cancellations.with_label_values(&["forwarded", "none"]).inc();
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
             notice["requestId"] = upstream_id.to_value();
-            self.release_pooled();
             let notify = async move { session.notify(methods::CANCELLED, Some(notice)).await };
             ctx.spawn(notify.into_actor(self).map(move |sent, _, _| {
                 if let Err(e) = sent {

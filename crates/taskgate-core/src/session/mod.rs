@@ -258,9 +258,11 @@ impl SessionActor {
         ctx.add_stream(crate::stream::event_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
         let session = if self.may_share() && connector.shares_sessions() {
             connector.open_shared(&self.share_key(), || self.client.clone(), tx)
-        } else if !self.private && connector.pools_sessions() {
+        } else if !self.private && self.client.answers_requests() && connector.pools_sessions() {
             // A client that can be asked things takes a pooled session, its alone until it
-            // holds nothing (`release_pooled`).
+            // holds nothing (`release_pooled`). (One that can be asked nothing and does not
+            // share keeps a session of its own: a pooled one costs each call its lane's
+            // bookkeeping.)
             let (session, reused) = connector.open_pooled(&self.share_key(), || self.client.clone(), tx);
             if reused && self.client.capabilities.get("roots").is_some() {
                 // The upstream may hold the roots of the client session before: it asks again.
@@ -287,10 +289,13 @@ impl SessionActor {
         Some(session)
     }
 
-    /// Lets the pooled upstream sessions go once this session holds nothing (nothing in flight,
-    /// no stream, nothing relayed, no subscription): the next client session of the same
-    /// identity takes them, and this one takes one again for its next request. Done after the
-    /// message being handled, when the call that just ended has let its handles go.
+    /// Lets the pooled upstream sessions go when its client's last GET stream ends and the
+    /// session holds nothing (nothing in flight, no stream, nothing relayed, no subscription):
+    /// a client gone (a one-shot CLI) or no longer listening. The next client session of the
+    /// same identity takes them, and this one takes one again for its next request. (A client
+    /// that never listens keeps them between its calls, until it idles for
+    /// `server.upstream_release_secs`: taking one per call would cost every call.) Done after
+    /// the message being handled, when a call that just ended has let its handles go.
     pub(super) fn release_pooled(&mut self) {
         if !self.holds_nothing() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
             return;
@@ -394,7 +399,6 @@ impl SessionActor {
         // The stream ends with its response, whatever else still holds it (a relayed request
         // the upstream never saw answered).
         let _ = request.reply.send_final(&message);
-        self.release_pooled();
     }
 
     /// [`SessionActor::finish`] with a result that may be the upstream's own text, which goes
@@ -406,7 +410,6 @@ impl SessionActor {
                 let frame =
                     Frame { json: Payload::Raw(raw).response_json(&id), response: true, store_unavailable: false };
                 let _ = request.reply.send_final_frame(frame);
-                self.release_pooled();
             }
             Ok(Payload::Value(result)) => self.finish(id, Ok(result)),
             Err(e) => self.finish(id, Err(e)),
