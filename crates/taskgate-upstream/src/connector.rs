@@ -43,10 +43,7 @@ impl Connector {
 
     /// A connector whose requests are reported to `observer`.
     pub fn with_observer(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Connector {
-        let endpoint = Arc::new(Endpoint::new(config, observer));
-        Connector {
-            inner: Arc::new(ConnectorInner { endpoint, shared: Default::default(), pooled: Default::default() }),
-        }
+        Connector::of(Endpoint::new(config, observer))
     }
 
     /// A connector whose stdio processes have `wait` to answer the revision probe.
@@ -54,6 +51,10 @@ impl Connector {
     pub(crate) fn with_probe_wait(config: UpstreamConfig, wait: std::time::Duration) -> Connector {
         let mut endpoint = Endpoint::new(config, None);
         endpoint.probe_wait = wait;
+        Connector::of(endpoint)
+    }
+
+    fn of(endpoint: Endpoint) -> Connector {
         let endpoint = Arc::new(endpoint);
         Connector {
             inner: Arc::new(ConnectorInner { endpoint, shared: Default::default(), pooled: Default::default() }),

@@ -260,9 +260,8 @@ impl SessionActor {
             connector.open_shared(&self.share_key(), || self.client.clone(), tx)
         } else if !self.private && self.client.answers_requests() && connector.pools_sessions() {
             // A client that can be asked things takes a pooled session, its alone until it
-            // holds nothing (`release_pooled`). (One that can be asked nothing and does not
-            // share keeps a session of its own: a pooled one costs each call its lane's
-            // bookkeeping.)
+            // holds nothing (`release_pooled`). One that can be asked nothing shares, or keeps
+            // a session of its own, as `share_sessions` says.
             let (session, reused) = connector.open_pooled(&self.share_key(), || self.client.clone(), tx);
             if reused && self.client.capabilities.get("roots").is_some() {
                 // The upstream may hold the roots of the client session before: it asks again.
