@@ -6,6 +6,7 @@ mod apps_examples;
 mod browser;
 mod cli;
 mod conformance;
+mod damaged_store;
 mod federation;
 mod front_door;
 mod hostile;

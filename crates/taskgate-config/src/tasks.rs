@@ -67,6 +67,9 @@ pub struct StoreConfig {
     pub backend: StoreBackend,
     /// `file`: the data directory (created if missing; relative to the working directory).
     pub path: String,
+    /// `file`: memory for the database's page cache, in MiB (pages read or written recently;
+    /// the file itself may be larger).
+    pub cache_mib: u64,
     /// `redis`: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
     pub url: Option<String>,
     /// `redis`: the environment variable holding the URL instead (keeps a password out of
@@ -87,6 +90,7 @@ impl Default for StoreConfig {
         StoreConfig {
             backend: StoreBackend::File,
             path: defaults::STORE_PATH.into(),
+            cache_mib: defaults::STORE_CACHE_MIB,
             url: None,
             url_env: None,
             key_prefix: defaults::REDIS_KEY_PREFIX.into(),

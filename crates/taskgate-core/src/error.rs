@@ -91,6 +91,10 @@ pub enum GatewayError {
     /// was changed, and the request may be retried.
     #[error("Task store unavailable: {0}; retry later")]
     StoreUnavailable(String),
+    /// The task store failed inside (a damaged database file, a bug in a backend): this
+    /// request fails; others that do not touch what failed go on.
+    #[error("Task store failed: {0}")]
+    StoreFailed(String),
     /// A bug or an impossible state.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -139,7 +143,7 @@ impl GatewayError {
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
             GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => 429,
-            GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) => 503,
+            GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) | GatewayError::StoreFailed(_) => 503,
             GatewayError::Internal(_) => 500,
             GatewayError::MethodNotFound(_)
             | GatewayError::InvalidParams(_)
@@ -166,9 +170,9 @@ impl GatewayError {
             }
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,
             GatewayError::Overloaded(_) => codes::OVERLOADED,
-            GatewayError::StoreUnavailable(_) => {
+            GatewayError::StoreUnavailable(_) | GatewayError::StoreFailed(_) => {
                 return ErrorObject::new(codes::OVERLOADED, self.to_string())
-                    .with_data(json!({"component": "task_store", "reason": "store_unavailable"}));
+                    .with_data(json!({"component": "task_store", "reason": self.reason()}));
             }
             GatewayError::Unauthorized(_) => codes::UNAUTHORIZED,
             GatewayError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
@@ -221,6 +225,7 @@ impl GatewayError {
             GatewayError::Overloaded(_) => "overloaded",
             GatewayError::Internal(_) => "internal",
             GatewayError::StoreUnavailable(_) => "store_unavailable",
+            GatewayError::StoreFailed(_) => "store_failed",
             GatewayError::Unauthorized(_) => "unauthorized",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => "limit_exceeded",
@@ -267,6 +272,7 @@ mod tests {
             (GatewayError::InvalidParams("x".into()), 200, -32602),
             (GatewayError::Overloaded("x".into()), 503, -32002),
             (GatewayError::StoreUnavailable("redis://127.0.0.1:1: refused".into()), 503, -32002),
+            (GatewayError::StoreFailed("tasks.redb is damaged".into()), 503, -32002),
             (GatewayError::Unauthorized("x".into()), 401, -32004),
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),

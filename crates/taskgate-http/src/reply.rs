@@ -22,7 +22,7 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
         response.force_close();
     }
     match e {
-        GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) => {
+        GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) | GatewayError::StoreFailed(_) => {
             response.insert_header(("Retry-After", "1"));
         }
         // RFC 9110 "Retry-After": whole seconds, rounded up so a client that obeys it is admitted.

@@ -9,14 +9,23 @@
 //!   writer) and see every change whose future has resolved.
 //! - redb is copy-on-write with checksummed pages: a crash at any moment leaves the last
 //!   committed state, which it repairs to on the next open.
+//! - Damage is never taken for an empty store: an existing file that is empty or fails redb's
+//!   integrity check stops the open with an error naming the file. Damage found while running
+//!   (a page changed under the process: a redb error saying so, or a panic inside redb) fails
+//!   that one operation, and every later one of the same kind fails the same way; the store
+//!   then reports itself damaged ([`TaskStore::health`]) until it is repaired offline
+//!   ([`check_file`], [`repair_file`]).
 //!
 //! Tables: `tasks` (id → record as JSON), `by_owner` (owner ‖ created ‖ id, for `tasks/list`),
 //! `by_expiry` (expiry ‖ id, for the sweep) and `live` (ids of tasks not yet terminal, for the
 //! restart).
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 use taskgate_protocol::tasks::TaskStatus;
@@ -35,6 +44,55 @@ pub const FILE_NAME: &str = "tasks.redb";
 const MAX_BATCH: usize = 512;
 /// Changes waiting for the writer at most; a full queue makes callers wait (backpressure).
 const QUEUE: usize = 4096;
+/// Memory for redb's page cache by default (redb's own default is 1 GiB).
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+/// What the store saw of damage to its file while running: the first sign, kept until the
+/// process ends (only an offline repair mends a damaged file).
+#[derive(Clone, Default)]
+struct Damage(Arc<Mutex<Option<String>>>);
+
+impl Damage {
+    fn note(&self, what: &str) {
+        let mut seen = self.0.lock();
+        if seen.is_none() {
+            tracing::error!(damage = %what, "the task database is damaged: stop taskgate and run `taskgate store repair`");
+            *seen = Some(what.to_owned());
+        }
+    }
+
+    fn seen(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+
+    /// Runs one redb operation: a panic inside redb, or an error saying the file is damaged,
+    /// is noted and becomes this operation's error.
+    fn guard<T>(&self, path: &Path, work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+            let why = panic_text(&*panic);
+            Err(StoreError::Backend(format!("{DAMAGED}: redb failed inside ({why})")))
+        });
+        if let Err(StoreError::Backend(why)) = &outcome {
+            if why.starts_with(DAMAGED) {
+                self.note(why);
+                return Err(StoreError::Backend(format!("{} {why}", path.display())));
+            }
+        }
+        outcome
+    }
+}
+
+/// How a failure that says the file is damaged begins.
+const DAMAGED: &str = "the database file is damaged";
+
+/// The text of a panic's payload.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
+}
 
 /// The file-backed store.
 pub struct FileTaskStore {
@@ -44,6 +102,7 @@ pub struct FileTaskStore {
     thread: Option<std::thread::JoinHandle<()>>,
     count: Arc<AtomicUsize>,
     path: PathBuf,
+    damage: Damage,
 }
 
 impl Drop for FileTaskStore {
@@ -97,8 +156,14 @@ impl Done {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+/// A redb failure: one that says the file is damaged (a checksum or structure that does not
+/// hold, or an earlier I/O failure that left the database unusable) is marked as such.
+fn backend(e: impl Into<redb::Error>) -> StoreError {
+    let e: redb::Error = e.into();
+    match e {
+        redb::Error::Corrupted(_) | redb::Error::PreviousIo => StoreError::Backend(format!("{DAMAGED}: {e}")),
+        e => StoreError::Backend(e.to_string()),
+    }
 }
 
 fn owner_prefix(owner: &Owner) -> Vec<u8> {
@@ -133,28 +198,27 @@ fn encode(record: &TaskRecord) -> Vec<u8> {
 }
 
 impl FileTaskStore {
-    /// Opens (or creates) the store in `dir`, holding at most `max_tasks` tasks. Fails with a
-    /// message naming the directory when it cannot be created or written, when another
-    /// process has the database open, or when the file is not a valid database.
+    /// Opens (or creates) the store in `dir`, holding at most `max_tasks` tasks, with redb's
+    /// default cache of [`DEFAULT_CACHE_BYTES`]: [`FileTaskStore::open_with`].
     pub fn open(dir: &Path, max_tasks: usize) -> Result<FileTaskStore, StoreError> {
+        FileTaskStore::open_with(dir, max_tasks, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the store in `dir`, holding at most `max_tasks` tasks and caching at
+    /// most `cache_bytes` of the file in memory. Fails with a message naming the file when the
+    /// directory cannot be created or written, when another process has the database open,
+    /// or when an existing file is empty, is not a database or fails redb's integrity check
+    /// (what was stored is never taken for an empty store).
+    pub fn open_with(dir: &Path, max_tasks: usize, cache_bytes: usize) -> Result<FileTaskStore, StoreError> {
         let shown = dir.display();
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Backend(format!("cannot create the data directory {shown}: {e}")))?;
         let path = dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|e| {
-            StoreError::Backend(match e {
-                redb::DatabaseError::DatabaseAlreadyOpen => {
-                    format!(
-                        "{} is already open in another taskgate process (one data directory per process)",
-                        path.display()
-                    )
-                }
-                e => format!(
-                    "cannot open the task database {}: {e} (is it a taskgate data directory, and writable?)",
-                    path.display()
-                ),
-            })
-        })?;
+        let existed = refuse_an_empty_file(&path)?;
+        let mut db = open_database(&path, cache_bytes)?;
+        if existed {
+            check_at_open(&mut db, &path)?;
+        }
         let count = {
             let txn = db.begin_write().map_err(backend)?;
             let count = {
@@ -169,13 +233,15 @@ impl FileTaskStore {
         };
         let db = Arc::new(db);
         let count = Arc::new(AtomicUsize::new(count));
+        let damage = Damage::default();
         let (writer, queue) = mpsc::channel(QUEUE);
-        let worker = Writer { db: db.clone(), count: count.clone(), max_tasks };
+        let worker =
+            Writer { db: db.clone(), count: count.clone(), max_tasks, damage: damage.clone(), path: path.clone() };
         let thread = std::thread::Builder::new()
             .name("taskgate-store-writer".into())
             .spawn(move || worker.run(queue))
             .map_err(|e| StoreError::Backend(format!("cannot start the store's writer thread: {e}")))?;
-        Ok(FileTaskStore { db, writer: Some(writer), thread: Some(thread), count, path })
+        Ok(FileTaskStore { db, writer: Some(writer), thread: Some(thread), count, path, damage })
     }
 
     /// The database file.
@@ -192,7 +258,10 @@ impl FileTaskStore {
         Box::pin(async move {
             let writer = self.writer.as_ref().ok_or_else(|| StoreError::Backend("the store is closing".into()))?;
             writer.send(op).await.map_err(|_| StoreError::Backend("the store's writer has stopped".into()))?;
-            rx.await.map_err(|_| StoreError::Backend("the task database failed while applying the change".into()))?
+            rx.await.map_err(|_| {
+                let why = self.damage.seen().unwrap_or_else(|| "it failed while applying the change".into());
+                StoreError::Backend(format!("the task database {}: {why}", self.path.display()))
+            })?
         })
     }
 
@@ -249,7 +318,7 @@ impl TaskStore for FileTaskStore {
     }
 
     fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        Box::pin(std::future::ready(self.read_record(id)))
+        Box::pin(std::future::ready(self.damage.guard(&self.path, || self.read_record(id))))
     }
 
     fn compare_and_set<'a>(&'a self, id: &'a str, expected: TaskStatus, update: Update) -> StoreFuture<'a, TaskRecord> {
@@ -257,7 +326,7 @@ impl TaskStore for FileTaskStore {
     }
 
     fn list<'a>(&'a self, owner: &'a Owner, cursor: Option<&'a str>, limit: usize) -> StoreFuture<'a, ListPage> {
-        Box::pin(std::future::ready(self.read_page(owner, cursor, limit)))
+        Box::pin(std::future::ready(self.damage.guard(&self.path, || self.read_page(owner, cursor, limit))))
     }
 
     fn expire(&self, now_ms: u64) -> StoreFuture<'_, Vec<TaskRecord>> {
@@ -272,6 +341,17 @@ impl TaskStore for FileTaskStore {
         self.submit(|tx| Op::Claim(replica.to_owned(), tx))
     }
 
+    fn health(&self) -> StoreFuture<'_, ()> {
+        let outcome = match self.damage.seen() {
+            Some(why) => Err(StoreError::Backend(format!(
+                "the task database {} is damaged ({why}); stop taskgate, then run `taskgate store repair`",
+                self.path.display()
+            ))),
+            None => Ok(()),
+        };
+        Box::pin(std::future::ready(outcome))
+    }
+
     fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }
@@ -282,6 +362,8 @@ struct Writer {
     db: Arc<Database>,
     count: Arc<AtomicUsize>,
     max_tasks: usize,
+    damage: Damage,
+    path: PathBuf,
 }
 
 impl Writer {
@@ -303,7 +385,10 @@ impl Writer {
         let mut count = self.count.load(Ordering::Relaxed);
         let mut done = Vec::with_capacity(batch.len());
         let mut ops = batch.into_iter();
-        let outcome = self.db.begin_write().map_err(backend).and_then(|txn| {
+        // A panic inside redb drops the changes it held (their callers learn of the damage);
+        // the writer goes on with the next batch.
+        let outcome = self.damage.guard(&self.path, || {
+            let txn = self.db.begin_write().map_err(backend)?;
             for op in ops.by_ref() {
                 done.push(self.apply(&txn, op, &mut count)?);
             }
@@ -418,6 +503,350 @@ impl Writer {
     }
 }
 
+/// What to do with a damaged file, as the errors say it.
+const WHAT_TO_DO: &str = "restore it from a backup, or run `taskgate store repair` (it keeps a copy of the damaged \
+                          file and salvages every task it can read), or move the file aside to start with no tasks";
+
+/// Refuses an existing file with nothing in it (a taskgate database never is: an empty file is
+/// a failed copy or a full disk, and taking it for a new store would lose every task silently).
+/// Returns whether the file exists.
+fn refuse_an_empty_file(path: &Path) -> Result<bool, StoreError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(StoreError::Backend(format!(
+            "the task database {} is empty, so the tasks it held are gone (a copy that failed, a full disk?): \
+             restore it from a backup, or remove the empty file to start with no tasks",
+            path.display()
+        ))),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StoreError::Backend(format!("cannot read the task database {}: {e}", path.display()))),
+    }
+}
+
+/// Opens (or creates) the database file; a crash's unfinished commit is rolled back here.
+fn open_database(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
+    let opened = std::panic::catch_unwind(|| Database::builder().set_cache_size(cache_bytes).create(path));
+    let opened = opened.map_err(|panic| {
+        StoreError::Backend(format!(
+            "the task database {} is damaged (redb failed inside: {}): {WHAT_TO_DO}",
+            path.display(),
+            panic_text(&*panic)
+        ))
+    })?;
+    opened.map_err(|e| {
+        StoreError::Backend(match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                format!(
+                    "{} is already open in another taskgate process (one data directory per process)",
+                    path.display()
+                )
+            }
+            e => format!(
+                "cannot open the task database {}: {e} (is it a taskgate data directory, and writable?); \
+                 if it is damaged: {WHAT_TO_DO}",
+                path.display()
+            ),
+        })
+    })
+}
+
+/// redb's integrity check of an existing file (every page's checksum): a file that fails it
+/// stops the start, even when redb could repair it, because the repair may have given back
+/// tasks' last changes and the operator must know.
+fn check_at_open(db: &mut Database, path: &Path) -> Result<(), StoreError> {
+    let checked = std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity()))
+        .unwrap_or_else(|panic| Err(redb::StorageError::Corrupted(panic_text(&*panic)).into()));
+    match checked {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(StoreError::Backend(format!(
+            "the task database {} failed its integrity check; redb repaired it by going back to its last intact \
+             commit, so the latest changes of some tasks may be lost. Start taskgate again to go on with the \
+             repaired file, or restore a backup",
+            path.display()
+        ))),
+        Err(e) => {
+            Err(StoreError::Backend(format!("the task database {} is damaged ({e}): {WHAT_TO_DO}", path.display())))
+        }
+    }
+}
+
+/// What [`check_file`] or [`repair_file`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The file looked at.
+    pub path: PathBuf,
+    /// redb's integrity check: every page of the last commit is intact.
+    pub intact: bool,
+    /// Tasks read and decoded.
+    pub tasks: usize,
+    /// Task ids the indexes name whose record could not be read or decoded (lost in a repair).
+    pub unreadable: Vec<String>,
+    /// What else was found, one line each.
+    pub findings: Vec<String>,
+}
+
+impl Inspection {
+    /// Whether the file needs nothing done.
+    pub fn healthy(&self) -> bool {
+        self.intact && self.unreadable.is_empty() && self.findings.is_empty()
+    }
+}
+
+/// Checks the store in `dir` without changing it (the gateway must not be running on it): redb's
+/// integrity check on a copy of the file beside it, then every task read and every index
+/// compared with the tasks.
+pub fn check_file(dir: &Path) -> Result<Inspection, StoreError> {
+    let path = dir.join(FILE_NAME);
+    if !refuse_an_empty_file(&path)? {
+        return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
+    }
+    let copy = dir.join(format!("{FILE_NAME}.check-{}", std::process::id()));
+    let outcome = copy_exclusively(&path, &copy).and_then(|()| inspect(&copy, &path));
+    let _ = std::fs::remove_file(&copy);
+    outcome
+}
+
+/// Copies the file, refusing when a gateway has it open (its lock is taken first).
+fn copy_exclusively(path: &Path, to: &Path) -> Result<(), StoreError> {
+    // A read-only open takes a shared lock that a running gateway's exclusive one refuses.
+    let probe = std::panic::catch_unwind(|| redb::ReadOnlyDatabase::open(path).err());
+    if let Ok(Some(redb::DatabaseError::DatabaseAlreadyOpen)) = probe {
+        return Err(StoreError::Backend(format!(
+            "{} is open in a running taskgate process: stop it first",
+            path.display()
+        )));
+    }
+    std::fs::copy(path, to)
+        .map(drop)
+        .map_err(|e| StoreError::Backend(format!("cannot copy {} to {}: {e}", path.display(), to.display())))
+}
+
+/// Opens `file` (a copy: it may be changed) and inspects it, reporting as `shown`.
+fn inspect(file: &Path, shown: &Path) -> Result<Inspection, StoreError> {
+    let (mut db, mut findings) = match open_copy(file) {
+        Ok(opened) => opened,
+        Err(e) => {
+            let why = e.to_string().replace(&file.display().to_string(), &shown.display().to_string());
+            return Ok(Inspection {
+                path: shown.to_owned(),
+                intact: false,
+                tasks: 0,
+                unreadable: Vec::new(),
+                findings: vec![format!("redb cannot open it: {why}")],
+            });
+        }
+    };
+    let intact = findings.is_empty()
+        && matches!(std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())), Ok(Ok(true)));
+    let salvaged = salvage(&db);
+    if !intact && findings.is_empty() {
+        findings.push("redb's integrity check failed: pages of the last commit are damaged".into());
+    }
+    findings.extend(salvaged.findings);
+    Ok(Inspection {
+        path: shown.to_owned(),
+        intact,
+        tasks: salvaged.records.len(),
+        unreadable: salvaged.unreadable,
+        findings,
+    })
+}
+
+/// Opens a copy of a damaged file. When redb cannot open it as it is (the state it keeps of
+/// free pages is damaged too), the copy is marked as not closed cleanly, so redb rebuilds that
+/// state from the tables as it does after a crash (the header's recovery flag: redb's file
+/// format, `docs/design.md` in its repository). Says so in the findings.
+fn open_copy(file: &Path) -> Result<(Database, Vec<String>), StoreError> {
+    match open_database(file, DEFAULT_CACHE_BYTES) {
+        Ok(db) => Ok((db, Vec::new())),
+        Err(first) => {
+            force_recovery(file)
+                .map_err(|e| StoreError::Backend(format!("{first}; cannot mark it for recovery: {e}")))?;
+            let db = open_database(file, DEFAULT_CACHE_BYTES).map_err(|_| first.clone())?;
+            Ok((
+                db,
+                vec![format!("redb cannot open it as it is ({first}); it was opened through redb's crash recovery")],
+            ))
+        }
+    }
+}
+
+/// Sets redb's "recovery required" flag (bit 2 of the byte after the 9-byte magic number).
+fn force_recovery(file: &Path) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file)?;
+    let mut head = [0u8; 10];
+    f.read_exact(&mut head)?;
+    if head[..9] != MAGIC {
+        return Err(std::io::Error::other("it does not begin as a redb database"));
+    }
+    f.seek(SeekFrom::Start(9))?;
+    f.write_all(&[head[9] | 2])?;
+    f.sync_all()
+}
+
+/// Every task that can be read from a database, however damaged: ids are gathered from each
+/// table on its own (a damaged page ends one walk, not the others), then each task is read
+/// on its own.
+struct Salvaged {
+    records: Vec<TaskRecord>,
+    unreadable: Vec<String>,
+    findings: Vec<String>,
+}
+
+fn salvage(db: &Database) -> Salvaged {
+    let mut findings = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut walk = |name: &str, collect: &mut dyn FnMut(&redb::ReadTransaction) -> Result<(), StoreError>| {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let txn = db.begin_read().map_err(backend)?;
+            collect(&txn)
+        }))
+        .unwrap_or_else(|panic| Err(StoreError::Backend(panic_text(&*panic))));
+        if let Err(e) = outcome {
+            findings.push(format!("the table '{name}' could not be read to its end: {e}"));
+        }
+    };
+    let mut indexed = std::collections::BTreeSet::new();
+    walk("tasks", &mut |txn| {
+        for entry in txn.open_table(TASKS).map_err(backend)?.iter().map_err(backend)? {
+            ids.insert(entry.map_err(backend)?.0.value().to_owned());
+        }
+        Ok(())
+    });
+    walk("by_owner", &mut |txn| {
+        for entry in txn.open_table(BY_OWNER).map_err(backend)?.iter().map_err(backend)? {
+            let key = entry.map_err(backend)?.0.value().to_vec();
+            if let Some(id) = id_of_owner_key(&key) {
+                indexed.insert(id);
+            }
+        }
+        Ok(())
+    });
+    walk("by_expiry", &mut |txn| {
+        for entry in txn.open_table(BY_EXPIRY).map_err(backend)?.iter().map_err(backend)? {
+            let key = entry.map_err(backend)?.0.value().to_vec();
+            indexed.insert(String::from_utf8_lossy(key.get(8..).unwrap_or_default()).into_owned());
+        }
+        Ok(())
+    });
+    walk("live", &mut |txn| {
+        for entry in txn.open_table(LIVE).map_err(backend)?.iter().map_err(backend)? {
+            indexed.insert(entry.map_err(backend)?.0.value().to_owned());
+        }
+        Ok(())
+    });
+    let missing_from_tasks = indexed.difference(&ids).count();
+    if missing_from_tasks > 0 {
+        findings.push(format!("{missing_from_tasks} task ids named by an index were not found walking the tasks"));
+    }
+    ids.extend(indexed);
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+    for id in ids {
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let txn = db.begin_read().map_err(backend)?;
+            let tasks = txn.open_table(TASKS).map_err(backend)?;
+            let found = tasks.get(id.as_str()).map_err(backend)?;
+            found.map(|bytes| decode(bytes.value())).transpose()
+        }));
+        match read {
+            Ok(Ok(Some(record))) if record.id == id => records.push(record),
+            _ => unreadable.push(id),
+        }
+    }
+    if !unreadable.is_empty() {
+        findings.push(format!("{} tasks cannot be read", unreadable.len()));
+    }
+    Salvaged { records, unreadable, findings }
+}
+
+/// The task id at the end of a `by_owner` key.
+fn id_of_owner_key(key: &[u8]) -> Option<String> {
+    let mut at = 0;
+    for _ in 0..2 {
+        let len = u32::from_be_bytes(key.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4 + len;
+    }
+    Some(String::from_utf8_lossy(key.get(at + 8..)?).into_owned())
+}
+
+/// Repairs the store in `dir` (the gateway must not be running on it). The damaged file is
+/// kept first, as `tasks.redb.damaged-<unix time>` beside it. Then redb's own repair, which
+/// goes back to the last intact commit; when that cannot mend the file, every task that can
+/// still be read is written to a new database that takes the file's place. Returns what the
+/// repaired store holds, and the damaged copy's path (`None` when the file was intact).
+pub fn repair_file(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreError> {
+    let path = dir.join(FILE_NAME);
+    if !refuse_an_empty_file(&path)? {
+        return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
+    }
+    let before = check_file(dir)?;
+    if before.healthy() {
+        return Ok((before, None));
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let kept = dir.join(format!("{FILE_NAME}.damaged-{stamp}"));
+    copy_exclusively(&path, &kept)?;
+    // redb's repair first: when it mends the file, nothing more is lost than its last commit.
+    let mended = open_database(&path, DEFAULT_CACHE_BYTES).ok().and_then(|mut db| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())).ok()?.ok()?;
+        Some(())
+    });
+    if mended.is_some() {
+        let after = check_file(dir)?;
+        if after.healthy() {
+            return Ok((after, Some(kept)));
+        }
+    }
+    // Then salvage what a copy of the damaged file still holds into a new file (opening a
+    // copy: redb may change what it opens, and the kept one stays as it was).
+    let scratch = dir.join(format!("{FILE_NAME}.salvage-{}", std::process::id()));
+    copy_exclusively(&kept, &scratch)?;
+    let salvaged = open_copy(&scratch).map(|(source, _)| salvage(&source));
+    let _ = std::fs::remove_file(&scratch);
+    let salvaged = salvaged.map_err(|e| {
+        StoreError::Backend(format!(
+            "{e}; nothing can be salvaged from it: restore {} from a backup, or move it aside to start with no tasks",
+            path.display()
+        ))
+    })?;
+    let fresh = dir.join(format!("{FILE_NAME}.repairing"));
+    let _ = std::fs::remove_file(&fresh);
+    write_records(&fresh, &salvaged.records)?;
+    std::fs::rename(&fresh, &path)
+        .map_err(|e| StoreError::Backend(format!("cannot move {} to {}: {e}", fresh.display(), path.display())))?;
+    let mut after = check_file(dir)?;
+    after.unreadable = salvaged.unreadable;
+    Ok((after, Some(kept)))
+}
+
+/// A new database at `path` holding `records`, with every index.
+fn write_records(path: &Path, records: &[TaskRecord]) -> Result<(), StoreError> {
+    let db =
+        Database::create(path).map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", path.display())))?;
+    let txn = db.begin_write().map_err(backend)?;
+    {
+        let mut tasks = txn.open_table(TASKS).map_err(backend)?;
+        let mut by_owner = txn.open_table(BY_OWNER).map_err(backend)?;
+        let mut by_expiry = txn.open_table(BY_EXPIRY).map_err(backend)?;
+        let mut live = txn.open_table(LIVE).map_err(backend)?;
+        for record in records {
+            tasks.insert(record.id.as_str(), encode(record).as_slice()).map_err(backend)?;
+            by_owner
+                .insert(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice(), ())
+                .map_err(backend)?;
+            if let Some(at) = record.expires_at_ms() {
+                by_expiry.insert(expiry_key(at, &record.id).as_slice(), ()).map_err(backend)?;
+            }
+            if !record.status.is_terminal() {
+                live.insert(record.id.as_str(), ()).map_err(backend)?;
+            }
+        }
+    }
+    txn.commit().map_err(backend)
+}
+
 type Table<'t, K, V> = redb::Table<'t, K, V>;
 
 /// Removes a task from every table.
@@ -509,6 +938,159 @@ mod tests {
         let _first = FileTaskStore::open(dir.path(), 10).unwrap();
         let second = FileTaskStore::open(dir.path(), 10).err().unwrap().to_string();
         assert!(second.contains("already open in another taskgate process"), "{second}");
+    }
+
+    /// A store in `dir` holding `n` tasks (a few hundred bytes each, some of them terminal),
+    /// closed; the file's length.
+    fn filled(dir: &Path, n: usize) -> u64 {
+        run(async {
+            let s = FileTaskStore::open(dir, 100_000).unwrap();
+            for i in 0..n {
+                let mut r = record(&format!("task-{i:05}"), owner(&format!("p{}", i % 7)), i as u64, Some(3_600_000));
+                r.status_message = Some("x".repeat(300));
+                s.create(r).await.unwrap();
+            }
+        });
+        std::fs::metadata(dir.join(FILE_NAME)).unwrap().len()
+    }
+
+    /// Overwrites 4 KiB at `at` with `byte`.
+    fn damage(file: &Path, at: u64, byte: u8) {
+        damage_bytes(file, at, &[byte; 4096]);
+    }
+
+    fn damage_bytes(file: &Path, at: u64, bytes: &[u8]) {
+        use std::io::{Seek, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+        f.seek(std::io::SeekFrom::Start(at)).unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    #[test]
+    fn an_empty_file_is_refused_never_taken_for_an_empty_store() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), b"").unwrap();
+        let e = FileTaskStore::open(dir.path(), 10).err().expect("an empty file is refused").to_string();
+        assert!(e.contains("is empty") && e.contains(FILE_NAME) && e.contains("backup"), "{e}");
+        assert_eq!(std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len(), 0, "left as it was");
+    }
+
+    #[test]
+    fn a_damaged_page_anywhere_is_refused_at_open_or_every_task_reads_back() {
+        // Pages of zeros or of other bytes at many places of a file of ~1,500 tasks: the open
+        // either refuses, naming the file and what to do, or every task reads back whole.
+        let template = tempfile::tempdir().unwrap();
+        let len = filled(template.path(), 1500);
+        let mut refused = 0;
+        for (i, at) in (4096..len).step_by(61_440).enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join(FILE_NAME);
+            std::fs::copy(template.path().join(FILE_NAME), &file).unwrap();
+            damage(&file, at, if i % 2 == 0 { 0 } else { 0xA5 });
+            match FileTaskStore::open(dir.path(), 100_000) {
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(e.contains(FILE_NAME) && (e.contains("repair") || e.contains("backup")), "{e}");
+                    refused += 1;
+                }
+                Ok(s) => run(async {
+                    assert_eq!(s.len(), 1500, "damage at {at}");
+                    for p in 0..7 {
+                        let mut seen = 0;
+                        let mut cursor = None;
+                        loop {
+                            let page = s.list(&owner(&format!("p{p}")), cursor.as_deref(), 500).await.unwrap();
+                            seen += page.tasks.len();
+                            match page.next_cursor {
+                                Some(c) => cursor = Some(c),
+                                None => break,
+                            }
+                        }
+                        assert!(seen >= 214, "damage at {at}: owner p{p} lists {seen}");
+                    }
+                }),
+            }
+        }
+        assert!(refused > 0, "some of the damage is in pages the tasks live in");
+    }
+
+    #[test]
+    fn damage_under_a_running_store_fails_each_operation_never_panics_and_health_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = filled(dir.path(), 1500);
+        // No cache: every read goes to the file, as reads of pages not cached would.
+        let s = FileTaskStore::open_with(dir.path(), 100_000, 0).unwrap();
+        run(async { assert!(s.health().await.is_ok()) });
+        for at in (4096..len).step_by(4096) {
+            damage(&s.path, at, 0);
+        }
+        run(async {
+            let mut failures = 0;
+            for p in 0..7 {
+                if let Err(e) = s.list(&owner(&format!("p{p}")), None, 1000).await {
+                    let e = e.to_string();
+                    assert!(e.contains(FILE_NAME) && e.contains("damaged"), "{e}");
+                    failures += 1;
+                }
+            }
+            assert!(failures > 0);
+            let health = s.health().await.unwrap_err().to_string();
+            assert!(health.contains("damaged") && health.contains("taskgate store repair"), "{health}");
+            // The writer also fails cleanly, and goes on.
+            for i in 0..3 {
+                let outcome = s.create(record(&format!("new-{i}"), owner("p0"), 9, None)).await;
+                if let Err(e) = outcome {
+                    assert!(e.to_string().contains(FILE_NAME), "{e}");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn check_reports_damage_and_repair_keeps_the_damaged_file_and_salvages_what_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = filled(dir.path(), 1500);
+        let healthy = check_file(dir.path()).unwrap();
+        assert!(healthy.healthy() && healthy.tasks == 1500, "{healthy:?}");
+        assert_eq!(repair_file(dir.path()).unwrap().1, None, "nothing to repair");
+        // Bytes changed inside a page that holds tasks (bit rot; a stray write).
+        let file = dir.path().join(FILE_NAME);
+        damage_bytes(&file, len / 2 / 4096 * 4096 + 512, &[0x5a; 64]);
+        let before = std::fs::read(&file).unwrap();
+        let damaged = check_file(dir.path()).unwrap();
+        assert!(!damaged.healthy() && !damaged.intact, "{damaged:?}");
+        assert!(std::fs::read(&file).unwrap() == before, "check changes nothing");
+        let e = FileTaskStore::open(dir.path(), 100_000).err().expect("refused at open").to_string();
+        assert!(e.contains("damaged") && e.contains("taskgate store repair"), "{e}");
+        // (An open marks the file's header as in use; the refused one leaves it so.)
+        let before = std::fs::read(&file).unwrap();
+        let (after, kept) = repair_file(dir.path()).unwrap();
+        let kept = kept.expect("the damaged file is kept");
+        assert!(kept.file_name().unwrap().to_string_lossy().starts_with("tasks.redb.damaged-"), "{kept:?}");
+        assert!(std::fs::read(&kept).unwrap() == before, "kept as it was");
+        assert!(after.intact && after.tasks >= 1400 && after.tasks + after.unreadable.len() == 1500, "{after:?}");
+        // The repaired store opens and serves what was salvaged.
+        let s = FileTaskStore::open(dir.path(), 100_000).unwrap();
+        assert_eq!(s.len(), after.tasks);
+        // No scratch files are left beside it.
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn a_file_redb_cannot_open_is_reported_and_left_alone_by_repair() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = filled(dir.path(), 1500);
+        let file = dir.path().join(FILE_NAME);
+        damage(&file, len / 2 / 4096 * 4096, 0);
+        let before = std::fs::read(&file).unwrap();
+        let report = check_file(dir.path()).unwrap();
+        assert!(!report.intact && report.findings[0].contains("redb cannot open it"), "{report:?}");
+        let e = repair_file(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("nothing can be salvaged") && e.contains("backup"), "{e}");
+        assert!(std::fs::read(&file).unwrap() == before, "the file stays as it was");
     }
 
     #[test]

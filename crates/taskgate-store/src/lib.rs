@@ -262,7 +262,7 @@ use serde_json::Value;
 use taskgate_protocol::tasks::{InvalidTransition, TaskStatus, TaskView};
 use taskgate_protocol::ErrorObject;
 
-pub use file::FileTaskStore;
+pub use file::{check_file, repair_file, FileTaskStore, Inspection};
 pub use memory::MemoryTaskStore;
 pub use redis::{redact, RedisTaskStore};
 

@@ -56,6 +56,12 @@ enum Command {
         #[arg(long, default_value = "taskgate-demo-data")]
         data: PathBuf,
     },
+    /// Checks or repairs the task store's database file (`[store] backend = "file"`) while the
+    /// gateway is stopped.
+    Store {
+        #[command(subcommand)]
+        action: StoreAction,
+    },
     /// Prints the SHA-256 of an API key, for `[[tenant.api_key]] sha256` (reads the key from
     /// stdin when it is not given, so it stays out of the shell history).
     HashKey {
@@ -78,6 +84,28 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum StoreAction {
+    /// Checks the database without changing it (on a copy beside it): redb's integrity check,
+    /// every task read, every index compared. Exits 1 when something is wrong.
+    Check(StoreArgs),
+    /// Repairs the database: keeps a copy of the damaged file (`tasks.redb.damaged-<time>`),
+    /// lets redb go back to its last intact commit, or else salvages every task that can be
+    /// read into a new file.
+    Repair(StoreArgs),
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["config", "data"])))]
+struct StoreArgs {
+    /// The configuration file naming the data directory (`store.path`).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// The data directory.
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
@@ -87,6 +115,7 @@ fn main() -> ExitCode {
             Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path, tuning))
         }
         Command::HashKey { key } => hash_key(key),
+        Command::Store { action } => return store(action),
         Command::Demo { listen, data } => {
             let tuning = malloc::tune();
             demo(listen, data, tuning)
@@ -105,6 +134,57 @@ fn main() -> ExitCode {
 /// A `--listen` value: `HOST:PORT`, the host an address or a name (`localhost:8080`).
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
     taskgate_config::resolve_listen(text)
+}
+
+/// `taskgate store check|repair`: prints what was found; exit status 0 when the store is (now)
+/// healthy, 1 when it is not, 2 when it cannot be looked at.
+fn store(action: StoreAction) -> ExitCode {
+    let (StoreAction::Check(args) | StoreAction::Repair(args)) = &action;
+    let dir = match (&args.data, &args.config) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(path)) => match Config::load(path) {
+            Ok(config) if config.store.backend == taskgate_config::StoreBackend::File => {
+                PathBuf::from(&config.store.path)
+            }
+            Ok(_) => {
+                eprintln!("taskgate: {} does not use the file store (store.backend)", path.display());
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("taskgate: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let outcome = match action {
+        StoreAction::Check(_) => taskgate_store::check_file(&dir).map(|report| (report, None)),
+        StoreAction::Repair(_) => taskgate_store::repair_file(&dir),
+    };
+    match outcome {
+        Ok((report, kept)) => {
+            println!("{}: {} tasks readable", report.path.display(), report.tasks);
+            println!("integrity: {}", if report.intact { "intact" } else { "damaged" });
+            for finding in &report.findings {
+                println!("- {finding}");
+            }
+            if !report.unreadable.is_empty() {
+                println!("tasks that cannot be read: {}", report.unreadable.join(", "));
+            }
+            if let Some(kept) = &kept {
+                println!("the damaged file is kept as {}", kept.display());
+            }
+            if report.healthy() || (kept.is_some() && report.intact) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("taskgate: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn hash_key(key: Option<String>) -> anyhow::Result<()> {

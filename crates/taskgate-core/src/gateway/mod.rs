@@ -44,9 +44,11 @@ fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config
     match config.store.backend {
         StoreBackend::Memory => Ok(Arc::new(MemoryTaskStore::new(max_tasks))),
         StoreBackend::File => {
-            let store = FileTaskStore::open(std::path::Path::new(&config.store.path), max_tasks).map_err(|e| {
-                vec![taskgate_config::Problem { location: "store.path".into(), message: e.to_string() }]
-            })?;
+            let cache = usize::try_from(config.store.cache_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+            let store =
+                FileTaskStore::open_with(std::path::Path::new(&config.store.path), max_tasks, cache).map_err(|e| {
+                    vec![taskgate_config::Problem { location: "store.path".into(), message: e.to_string() }]
+                })?;
             tracing::info!(file = %store.path().display(), tasks = store.len(), "task store opened");
             Ok(Arc::new(store))
         }

@@ -2,7 +2,10 @@
 //! counted (`taskgate_store_operation_duration_seconds`, `taskgate_store_errors_total`).
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 use std::time::Instant;
 
 use taskgate_protocol::tasks::TaskStatus;
@@ -31,7 +34,17 @@ impl ObservedStore {
     ) -> StoreFuture<'a, T> {
         Box::pin(async move {
             let started = Instant::now();
-            let outcome = work.await;
+            // A panic inside a backend fails this operation, never the session or actor that
+            // asked: it becomes a store failure naming the operation.
+            let outcome = AssertUnwindSafe(work).catch_unwind().await.unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                tracing::error!(operation, %why, "the task store failed inside");
+                Err(StoreError::Backend(format!("the task store failed inside its '{operation}' operation ({why})")))
+            });
             self.metrics.store_duration.with_label_values(&[operation]).observe(started.elapsed().as_secs_f64());
             if let Err(StoreError::Backend(_) | StoreError::Unavailable(_)) = &outcome {
                 self.metrics.store_errors.with_label_values(&[operation]).inc();
