@@ -282,10 +282,13 @@ impl UpstreamSession {
         let started = std::time::Instant::now();
         let deadline = tokio::time::sleep(self.timeout());
         tokio::pin!(deadline);
+        // The deadline first, each time the call is polled, while the budget of work tokio
+        // grants a task per poll is whole: a sender that always has more to hand over (an
+        // upstream flooding notifications) can then never hold the timeout back.
         let sent = tokio::select! {
             biased;
-            sent = Box::pin(self.send(id, method, params, related, pass)) => sent,
             () = &mut deadline => return Started::Done(self.observed(method, started, Err(self.timed_out()))),
+            sent = Box::pin(self.send(id, method, params, related, pass)) => sent,
         };
         match sent {
             Sent::Done(outcome) => Started::Done(self.observed(method, started, self.answered(outcome))),
