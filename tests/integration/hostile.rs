@@ -28,17 +28,19 @@ async fn call_without_reading(c: &McpClient, id: u64, name: &str, arguments: Val
 }
 
 #[actix_rt::test]
-async fn a_client_that_stops_reading_is_dropped_at_its_byte_budget_and_its_call_cancelled() {
+async fn a_client_that_reads_nothing_for_the_stall_time_is_dropped_and_its_call_cancelled() {
     let demo = DemoUpstream::start();
     let mut config = config_with(vec![demo.upstream("demo")]);
     config.server.stream_buffer_bytes = 64 * 1024;
     config.server.session_buffer_bytes = 256 * 1024;
+    config.server.stream_stall_secs = 1;
     let gw = TestGateway::start(config);
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
-    // 200 MB of log messages about the call, then it would wait forever: only the budget ends it.
+    // Log messages about the call without end, then it would wait forever: only the client's
+    // stall ends it.
     let unread =
-        call_without_reading(&c, 7, "demo__chatter", json!({"count": 2000, "bytes": 100_000, "gate": "never"})).await;
+        call_without_reading(&c, 7, "demo__chatter", json!({"count": 1_000_000, "bytes": 1000, "gate": "never"})).await;
     let stats = demo.demo.clone();
     within(demo.demo.wait_in_flight(|_| stats.stats().cancelled >= 1)).await;
     assert_eq!(demo.demo.stats().cancelled, 1, "the call was cancelled upstream");
@@ -51,6 +53,49 @@ async fn a_client_that_stops_reading_is_dropped_at_its_byte_budget_and_its_call_
     assert!(metrics.contains("taskgate_client_stream_bytes 0"), "{metrics}");
     assert_eq!(c.call("demo__echo", json!({"text": "still here"})).await.unwrap()["content"][0]["text"], "still here");
     drop(unread);
+}
+
+/// The value of one series in the metrics text.
+fn series(metrics: &str, name: &str) -> u64 {
+    metrics.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+#[actix_rt::test]
+async fn a_client_that_reads_keeps_its_call_through_a_burst_of_short_log_messages_and_drops_are_counted() {
+    let demo = DemoUpstream::start();
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    c.request("logging/setLevel", Some(json!({"level": "debug"}))).await.outcome().unwrap();
+    let dropped = r#"taskgate_client_stream_messages_dropped_total{stream="request",tenant="anonymous"}"#;
+    for round in 0..3 {
+        let before = series(&gw.gateway.render_metrics().await, dropped);
+        // 5,000 log messages far faster than one socket write each: the client reads as fast
+        // as it can, and must get its response.
+        let mut stream = c
+            .request_stream(
+                "tools/call",
+                Some(json!({"name": "demo__chatter", "arguments": {"count": 5000, "bytes": 10}})),
+            )
+            .await;
+        let mut notes = 0u64;
+        let response = loop {
+            match within(stream.next()).await.expect("the stream ended without a response") {
+                taskgate_protocol::Message::Notification { .. } => notes += 1,
+                other => break other,
+            }
+        };
+        assert!(response.is_response(), "round {round}: {response:?}");
+        assert!(within(stream.next()).await.is_none());
+        drop(stream);
+        // Every message is either delivered or counted as dropped: none is lost silently.
+        within(async {
+            while series(&gw.gateway.render_metrics().await, dropped) - before + notes != 5000 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
 }
 
 #[actix_rt::test]

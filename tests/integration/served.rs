@@ -151,19 +151,20 @@ async fn client_strings_cannot_forge_or_flood_log_lines() {
 async fn clients_that_never_read_hold_a_bounded_amount_of_memory() {
     let demo = DemoUpstream::start();
     let dir = tempfile::tempdir().unwrap();
-    let file = config(&dir, &demo, "");
+    // A client that reads nothing for 1 s while notifications for it are dropped has stopped.
+    let file = config(&dir, &demo, "stream_stall_secs = 1");
     let gw = ServedGateway::start(&file).await;
     let mut warm = McpClient::new(&gw.url);
     warm.initialize().await;
     warm.call("demo__chatter", json!({"count": 20, "bytes": 100_000})).await.unwrap();
     let before = gw.rss_bytes();
-    // Three clients each ask for 300 MB of notifications and never read a byte of them.
+    // Three clients each ask for endless 100 KB notifications and never read a byte of them.
     let mut unread = Vec::new();
     for id in 0..3 {
         let mut c = McpClient::new(&gw.url);
         c.initialize().await;
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "demo__chatter", "arguments": {"count": 3000, "bytes": 100_000, "gate": "never"}}});
+            "params": {"name": "demo__chatter", "arguments": {"count": 1_000_000, "bytes": 100_000, "gate": "never"}}});
         let r = reqwest::Client::new().post(&c.url).headers(c.headers()).body(body.to_string()).send().await.unwrap();
         unread.push((c, r));
     }

@@ -188,7 +188,7 @@ pub(crate) async fn soak(plan: &Plan, bin: &Path) -> Result<()> {
     };
     // The leading keys go into start_gateway's [server] section.
     let config = format!(
-        "body_timeout_ms = 2000\nmax_streams = 20000\nmax_sessions = 4000\n\n\
+        "body_timeout_ms = 2000\nmax_streams = 20000\nmax_sessions = 4000\nstream_stall_secs = 2\n\n\
          [store]\nbackend = \"memory\"\n\
          [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 5\n\
          [[tenant]]\nid = \"polite\"\nanonymous = true\nlimits = {{ share_percent = 90 }}\n\

@@ -21,12 +21,16 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     /// Messages a session may have queued; requests beyond it get 503.
     pub session_mailbox: usize,
-    /// Messages buffered per outbound SSE stream; one more drops the client as not reading.
+    /// Messages buffered per outbound SSE stream; a notification that does not fit is dropped
+    /// (and counted); the final response always fits.
     pub stream_buffer: usize,
-    /// Bytes buffered per outbound SSE stream (a request's reply or the GET stream); a client
-    /// that lets more pile up is dropped (its request cancelled upstream). One message always
-    /// fits a stream that has nothing queued.
+    /// Bytes buffered per outbound SSE stream (a request's reply or the GET stream), as
+    /// `stream_buffer`. One message always fits a stream that has nothing queued.
     pub stream_buffer_bytes: usize,
+    /// How long a client may read nothing of a stream while notifications for it are dropped,
+    /// in seconds; then it is judged to have stopped reading: the stream ends and its request
+    /// is cancelled upstream. A client that reads, however slowly, keeps its call.
+    pub stream_stall_secs: u64,
     /// Bytes buffered across all the outbound streams of one session, and the messages queued
     /// for it while it has no stream open.
     pub session_buffer_bytes: usize,
@@ -83,6 +87,7 @@ impl Default for ServerConfig {
             session_mailbox: defaults::SESSION_MAILBOX,
             stream_buffer: defaults::STREAM_BUFFER,
             stream_buffer_bytes: defaults::STREAM_BUFFER_BYTES,
+            stream_stall_secs: defaults::STREAM_STALL_SECS,
             session_buffer_bytes: defaults::SESSION_BUFFER_BYTES,
             body_timeout_ms: defaults::BODY_TIMEOUT_MS,
             first_message_wait_ms: defaults::FIRST_MESSAGE_WAIT_MS,

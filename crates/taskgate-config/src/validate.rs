@@ -126,6 +126,7 @@ impl Config {
             ("server.stream_buffer_bytes", self.server.stream_buffer_bytes),
             ("server.session_buffer_bytes", self.server.session_buffer_bytes),
             ("server.body_timeout_ms", self.server.body_timeout_ms as usize),
+            ("server.stream_stall_secs", self.server.stream_stall_secs as usize),
             ("server.input_wait_secs", self.server.input_wait_secs as usize),
             ("server.max_streams", self.server.max_streams),
             ("server.tenant_share_percent", self.server.tenant_share_percent as usize),

@@ -107,6 +107,9 @@ pub struct Metrics {
     /// Client streams ended because their client stopped reading and their byte or message
     /// budget ran out, by tenant and stream (`request` or `get`).
     pub streams_dropped: IntCounterVec,
+    /// Messages (notifications) dropped from client streams because they did not fit: the
+    /// client read slower than its upstreams talked.
+    pub stream_messages_dropped: IntCounterVec,
     /// Bytes queued on client streams now, all sessions.
     pub stream_bytes: IntGauge,
     /// Bytes of task results held now (this process's tasks), by tenant.
@@ -305,7 +308,12 @@ impl Metrics {
             store_up: single("taskgate_store_up", "1 while the task store answers, 0 while it does not"),
             streams_dropped: counter(
                 "taskgate_client_streams_dropped_total",
-                "Client streams ended because the client stopped reading and the stream's budget ran out",
+                "Client streams ended because the client read nothing for server.stream_stall_secs while messages for it were dropped",
+                &["tenant", "stream"],
+            ),
+            stream_messages_dropped: counter(
+                "taskgate_client_stream_messages_dropped_total",
+                "Notifications dropped from client streams because they did not fit (the client read slower than its upstreams talked)",
                 &["tenant", "stream"],
             ),
             stream_bytes: single("taskgate_client_stream_bytes", "Bytes queued on client streams, all sessions"),
@@ -436,6 +444,7 @@ impl Metrics {
             }
             for stream in ["request", "get"] {
                 self.streams_dropped.with_label_values(&[tenant, stream]);
+                self.stream_messages_dropped.with_label_values(&[tenant, stream]);
             }
             self.task_lookup_failures.with_label_values(&[tenant]);
             self.sessions_expired.with_label_values(&[tenant]);

@@ -4,12 +4,14 @@
 //! Messages are serialised when queued, so the queue knows its exact size. A stream holds at
 //! most `server.stream_buffer` messages and `server.stream_buffer_bytes` bytes, and all the
 //! streams of one session together at most `server.session_buffer_bytes`. A message that does
-//! not fit is dropped (a client that reads slower than an upstream talks loses notifications,
-//! never its response: the final message always fits). A client that reads *nothing* while a
-//! whole budget's worth more is dropped has stopped reading: the stream *overflows*, what it held
-//! is freed at once, the stream ends, and the owner is told (the session cancels the request
-//! upstream and counts the drop). One message always fits an empty stream, so a large result
-//! still reaches a client that reads.
+//! not fit is dropped and counted (a client that reads slower than an upstream talks loses
+//! notifications, never its response: the final message always fits). A client is judged by
+//! time, never by how fast the upstream talks: one that has read nothing for
+//! `server.stream_stall_secs` while messages for it were being dropped has stopped reading: the
+//! stream *overflows*, what it held is freed at once, the stream ends, and the owner is told (the
+//! session cancels the request upstream and counts the drop). The clock is read only when a
+//! message is dropped. One message always fits an empty stream, so a large result still reaches
+//! a client that reads.
 //!
 //! A stream ends when its final message has been read ([`Outbound::send_final`]), when it is
 //! closed or overflowed, or when every sender is gone, whichever is first.
@@ -18,6 +20,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use parking_lot::Mutex;
 use taskgate_protocol::Message;
@@ -68,6 +73,19 @@ pub struct Limits {
     pub messages: usize,
     /// Bytes queued at most.
     pub bytes: usize,
+    /// How long a client may read nothing while messages for it are dropped before it is
+    /// judged to have stopped reading.
+    pub stall: Duration,
+}
+
+/// What a stream tells its owner, outside any lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// The client stopped reading: the stream overflowed and ended.
+    Overflowed,
+    /// The stream is gone (its reader dropped), having dropped this many messages that did
+    /// not fit; sent only when some were.
+    Dropped(usize),
 }
 
 /// Why a message was not queued.
@@ -89,9 +107,13 @@ struct State {
     finished: bool,
     overflowed: bool,
     receiver_gone: bool,
-    /// Bytes and messages dropped since the client last read anything.
-    dropped_bytes: usize,
-    dropped_messages: usize,
+    /// Messages dropped in all.
+    dropped: usize,
+    /// Frames the client has read in all.
+    reads: u64,
+    /// Since when messages have been dropped with the client reading nothing: the time of the
+    /// first such drop, and how many frames it had read then.
+    stalled_since: Option<(Instant, u64)>,
     senders: usize,
     waker: Option<Waker>,
 }
@@ -106,7 +128,7 @@ struct Queue {
     state: Mutex<State>,
     limits: Limits,
     session: Arc<SessionBudget>,
-    on_overflow: Box<dyn Fn() + Send + Sync>,
+    on_event: Box<dyn Fn(StreamEvent) + Send + Sync>,
 }
 
 impl Queue {
@@ -131,15 +153,15 @@ pub struct OutboundReceiver {
     guards: Vec<Box<dyn Send + Sync>>,
 }
 
-/// A new stream under `limits` and the session's budget. `on_overflow` runs once, outside any
-/// lock, when the stream overflows.
+/// A new stream under `limits` and the session's budget. `on_event` runs outside any lock:
+/// once when the stream overflows, and once when it is gone if it dropped messages.
 pub fn channel(
     limits: Limits,
     session: Arc<SessionBudget>,
-    on_overflow: Box<dyn Fn() + Send + Sync>,
+    on_event: Box<dyn Fn(StreamEvent) + Send + Sync>,
 ) -> (Outbound, OutboundReceiver) {
     let state = State { senders: 1, ..State::default() };
-    let queue = Arc::new(Queue { state: Mutex::new(state), limits, session, on_overflow });
+    let queue = Arc::new(Queue { state: Mutex::new(state), limits, session, on_event });
     (Outbound { queue: queue.clone() }, OutboundReceiver { queue, guards: Vec::new() })
 }
 
@@ -185,10 +207,19 @@ impl Outbound {
                 state.finished |= last;
                 (state.waker.take(), Ok(()))
             } else {
-                state.dropped_bytes += size;
-                state.dropped_messages += 1;
-                if state.dropped_bytes > queue.limits.bytes || state.dropped_messages > queue.limits.messages {
-                    // A whole budget more, and the client read nothing: it has stopped reading.
+                state.dropped += 1;
+                let now = Instant::now();
+                let reads = state.reads;
+                let since = match state.stalled_since {
+                    Some((since, read_then)) if read_then == reads => since,
+                    _ => {
+                        state.stalled_since = Some((now, reads));
+                        now
+                    }
+                };
+                if now.duration_since(since) >= queue.limits.stall {
+                    // Nothing read for the whole stall time while messages were dropped: the
+                    // client has stopped reading.
                     queue.drain(&mut state);
                     state.overflowed = true;
                     (state.waker.take(), Err(Refused::Overflow))
@@ -201,7 +232,7 @@ impl Outbound {
             w.wake();
         }
         if outcome == Err(Refused::Overflow) {
-            (queue.on_overflow)();
+            (queue.on_event)(StreamEvent::Overflowed);
         }
         outcome
     }
@@ -291,8 +322,7 @@ impl OutboundReceiver {
         let mut state = self.queue.state.lock();
         if let Some(frame) = state.frames.pop_front() {
             state.bytes -= frame.json.len();
-            state.dropped_bytes = 0;
-            state.dropped_messages = 0;
+            state.reads += 1;
             self.queue.session.used.fetch_sub(frame.json.len(), Ordering::Relaxed);
             return Poll::Ready(Some(frame));
         }
@@ -311,9 +341,15 @@ impl OutboundReceiver {
 
 impl Drop for OutboundReceiver {
     fn drop(&mut self) {
-        let mut state = self.queue.state.lock();
-        state.receiver_gone = true;
-        self.queue.drain(&mut state);
+        let dropped = {
+            let mut state = self.queue.state.lock();
+            state.receiver_gone = true;
+            self.queue.drain(&mut state);
+            state.dropped
+        };
+        if dropped > 0 {
+            (self.queue.on_event)(StreamEvent::Dropped(dropped));
+        }
     }
 }
 
@@ -327,55 +363,101 @@ mod tests {
         Message::notification("notifications/message", Some(serde_json::json!({ "data": "x".repeat(bytes) })))
     }
 
-    fn stream(limits: Limits, session: &Arc<SessionBudget>) -> (Outbound, OutboundReceiver, Arc<AtomicBool>) {
-        let dropped = Arc::new(AtomicBool::new(false));
-        let flag = dropped.clone();
-        let (tx, rx) = channel(limits, session.clone(), Box::new(move || flag.store(true, Ordering::SeqCst)));
-        (tx, rx, dropped)
+    const STALL: Duration = Duration::from_secs(30);
+
+    fn limits(messages: usize, bytes: usize) -> Limits {
+        Limits { messages, bytes, stall: STALL }
     }
 
-    #[tokio::test]
-    async fn a_stream_that_is_not_read_overflows_at_its_byte_budget_and_frees_everything() {
+    /// A stream; the flag is set when it overflows, the count is what it reported dropped.
+    fn stream(
+        limits: Limits,
+        session: &Arc<SessionBudget>,
+    ) -> (Outbound, OutboundReceiver, Arc<AtomicBool>, Arc<AtomicUsize>) {
+        let (overflowed, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let (flag, count) = (overflowed.clone(), dropped.clone());
+        let on_event = move |event| match event {
+            StreamEvent::Overflowed => flag.store(true, Ordering::SeqCst),
+            StreamEvent::Dropped(n) => drop(count.fetch_add(n, Ordering::SeqCst)),
+        };
+        let (tx, rx) = channel(limits, session.clone(), Box::new(on_event));
+        (tx, rx, overflowed, dropped)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_is_not_read_for_the_stall_time_overflows_and_frees_everything() {
         let session = SessionBudget::new(1 << 20);
-        let (tx, mut rx, dropped) = stream(Limits { messages: 1000, bytes: 10_000 }, &session);
+        let (tx, mut rx, overflowed, _) = stream(limits(1000, 10_000), &session);
         let mut sent = 0;
         while tx.send(&note(1000)).is_ok() {
             sent += 1;
         }
         assert!((8..=10).contains(&sent), "{sent}");
-        // Then a budget's worth is dropped while nothing is read, and the stream overflows.
-        let mut full = 1;
-        while tx.send(&note(1000)) == Err(Refused::Full) {
-            full += 1;
+        // However much more is dropped, a client is judged by time only.
+        for _ in 0..10_000 {
+            assert_eq!(tx.send(&note(1000)), Err(Refused::Full));
         }
-        assert!((9..=11).contains(&full), "{full}");
-        assert!(dropped.load(Ordering::SeqCst));
+        tokio::time::advance(STALL - Duration::from_millis(1)).await;
+        assert_eq!(tx.send(&note(1000)), Err(Refused::Full));
+        assert!(!overflowed.load(Ordering::SeqCst) && session.used() > 0);
+        // The whole stall time with nothing read: it overflows, and everything goes back.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(tx.send(&note(1000)), Err(Refused::Overflow));
+        assert!(overflowed.load(Ordering::SeqCst));
         assert_eq!(session.used(), 0, "the bytes went back at once");
         assert!(tx.is_closed() && tx.overflowed());
         assert!(rx.recv().await.is_none(), "the stream ends");
         assert_eq!(tx.send(&note(1)), Err(Refused::Closed));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_is_never_judged_stalled_however_fast_the_upstream_talks() {
+        let session = SessionBudget::new(1 << 20);
+        let (tx, mut rx, overflowed, dropped) = stream(limits(4, 1 << 20), &session);
+        let mut lost = 0;
+        // 5,000 short messages far faster than the client reads (one read every 100), over
+        // ten times the stall time.
+        for i in 0..5_000 {
+            if tx.send(&note(10)) == Err(Refused::Full) {
+                lost += 1;
+            }
+            if i % 100 == 99 {
+                tokio::time::advance(STALL / 5).await;
+                rx.recv().await.unwrap();
+            }
+        }
+        assert!(!overflowed.load(Ordering::SeqCst) && lost > 4_000, "{lost}");
+        tx.send_final(&Message::response(RequestId::Number(1), serde_json::json!({}))).unwrap();
+        let mut last = None;
+        while let Some(frame) = rx.recv().await {
+            last = Some(frame);
+        }
+        assert!(last.unwrap().response, "the response arrives");
+        drop(rx);
+        assert_eq!(dropped.load(Ordering::SeqCst), lost, "every dropped message is counted");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_session_budget_bounds_all_its_streams_together() {
         let session = SessionBudget::new(5_000);
-        let (a, _ra, _) = stream(Limits { messages: 1000, bytes: 1 << 20 }, &session);
-        let (b, _rb, b_dropped) = stream(Limits { messages: 1000, bytes: 1 << 20 }, &session);
+        let (a, _ra, _, _) = stream(limits(1000, 1 << 20), &session);
+        let (b, _rb, b_overflowed, _) = stream(limits(1000, 1 << 20), &session);
         for _ in 0..3 {
             a.send(&note(1000)).unwrap();
         }
         b.send(&note(1000)).unwrap();
         assert_eq!(b.send(&note(1000)), Err(Refused::Full));
-        assert!(!b_dropped.load(Ordering::SeqCst));
-        while b.send(&note(1000)) == Err(Refused::Full) {}
-        assert!(b_dropped.load(Ordering::SeqCst));
+        assert!(!b_overflowed.load(Ordering::SeqCst));
+        tokio::time::advance(STALL).await;
+        assert_eq!(b.send(&note(1000)), Err(Refused::Overflow));
+        assert!(b_overflowed.load(Ordering::SeqCst));
         assert!(!a.is_closed());
     }
 
     #[tokio::test]
     async fn one_message_larger_than_the_budget_fits_an_empty_stream_and_read_bytes_come_back() {
         let session = SessionBudget::new(1000);
-        let (tx, mut rx, dropped) = stream(Limits { messages: 4, bytes: 1000 }, &session);
+        let (tx, mut rx, dropped, _) = stream(limits(4, 1000), &session);
         tx.send(&note(50_000)).unwrap();
         assert!(rx.recv().await.unwrap().json.len() > 50_000);
         assert_eq!(session.used(), 0);
@@ -389,7 +471,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_reads_slower_than_the_upstream_talks_loses_notifications_not_its_response() {
         let session = SessionBudget::new(1 << 20);
-        let (tx, mut rx, dropped) = stream(Limits { messages: 4, bytes: 1 << 20 }, &session);
+        let (tx, mut rx, dropped, _) = stream(limits(4, 1 << 20), &session);
         let mut lost = 0;
         for round in 0..100 {
             for _ in 0..5 {
@@ -411,7 +493,7 @@ mod tests {
     #[tokio::test]
     async fn the_stream_ends_after_its_final_message_even_with_senders_left() {
         let session = SessionBudget::new(1 << 20);
-        let (tx, mut rx, _) = stream(Limits { messages: 8, bytes: 1 << 20 }, &session);
+        let (tx, mut rx, _, _) = stream(limits(8, 1 << 20), &session);
         let kept = tx.clone();
         tx.send(&note(1)).unwrap();
         tx.send_final(&Message::response(RequestId::Number(1), serde_json::json!({}))).unwrap();
@@ -424,10 +506,10 @@ mod tests {
     #[tokio::test]
     async fn a_stream_ends_when_its_senders_are_gone_and_frees_its_bytes_when_its_reader_is() {
         let session = SessionBudget::new(1 << 20);
-        let (tx, mut rx, _) = stream(Limits { messages: 8, bytes: 1 << 20 }, &session);
+        let (tx, mut rx, _, _) = stream(limits(8, 1 << 20), &session);
         drop(tx);
         assert!(rx.recv().await.is_none());
-        let (tx, rx, _) = stream(Limits { messages: 8, bytes: 1 << 20 }, &session);
+        let (tx, rx, _, _) = stream(limits(8, 1 << 20), &session);
         tx.send(&note(100)).unwrap();
         assert!(session.used() > 100);
         drop(rx);
@@ -438,10 +520,10 @@ mod tests {
     #[tokio::test]
     async fn a_new_stream_takes_over_what_the_old_one_held() {
         let session = SessionBudget::new(1 << 20);
-        let (old, mut old_rx, _) = stream(Limits { messages: 8, bytes: 1 << 20 }, &session);
+        let (old, mut old_rx, _, _) = stream(limits(8, 1 << 20), &session);
         old.send(&note(1)).unwrap();
         old.send(&note(2)).unwrap();
-        let (new, mut new_rx, _) = stream(Limits { messages: 8, bytes: 1 << 20 }, &session);
+        let (new, mut new_rx, _, _) = stream(limits(8, 1 << 20), &session);
         new.take_over(&old);
         assert!(old_rx.recv().await.is_none());
         assert!(new_rx.recv().await.unwrap().json.contains("\"x\""));

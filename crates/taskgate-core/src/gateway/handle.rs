@@ -3,7 +3,7 @@
 //! under the pool of client streams.
 
 use crate::metrics::Metrics;
-use crate::outbound::{Limits, Outbound, OutboundReceiver};
+use crate::outbound::{Limits, Outbound, OutboundReceiver, StreamEvent};
 use crate::relay::ClientResponse;
 use crate::session::registry::SessionEntry;
 use crate::session::{ClientNotification, ClientRequest, OpenStream, SessionActor, StreamOverflowed};
@@ -68,13 +68,18 @@ impl SessionHandle {
         // The actor held weakly: a strong address is a sender of its own to actix (made, and
         // allocated, per clone), needed only when the stream overflows.
         let (addr, metrics, tenant) = (self.entry.addr.downgrade(), self.metrics.clone(), tenant.clone());
-        let on_overflow = move || {
-            metrics.streams_dropped.with_label_values(&[&tenant, stream]).inc();
-            if let Some(addr) = addr.upgrade() {
-                addr.do_send(StreamOverflowed(request.clone()));
+        let on_event = move |event| match event {
+            StreamEvent::Overflowed => {
+                metrics.streams_dropped.with_label_values(&[&tenant, stream]).inc();
+                if let Some(addr) = addr.upgrade() {
+                    addr.do_send(StreamOverflowed(request.clone()));
+                }
+            }
+            StreamEvent::Dropped(n) => {
+                metrics.stream_messages_dropped.with_label_values(&[&tenant, stream]).inc_by(n as u64);
             }
         };
-        let (tx, mut rx) = crate::outbound::channel(self.limits, self.entry.budget.clone(), Box::new(on_overflow));
+        let (tx, mut rx) = crate::outbound::channel(self.limits, self.entry.budget.clone(), Box::new(on_event));
         rx.hold(Box::new(place));
         Ok((tx, rx))
     }

@@ -303,7 +303,11 @@ impl Gateway {
         Ok(SessionHandle {
             entry,
             metrics: self.shared.metrics.clone(),
-            limits: Limits { messages: server.stream_buffer, bytes: server.stream_buffer_bytes },
+            limits: Limits {
+                messages: server.stream_buffer,
+                bytes: server.stream_buffer_bytes,
+                stall: Duration::from_secs(server.stream_stall_secs),
+            },
             streams: (self.shared.streams.clone(), share, server.max_streams),
         })
     }

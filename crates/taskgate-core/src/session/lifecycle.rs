@@ -89,14 +89,14 @@ impl Handler<StreamOverflowed> for SessionActor {
         match request {
             // The id may name a newer request by now: only the overflowed stream's is stopped.
             Some(id) if self.requests.get(&id).is_some_and(|r| r.reply.overflowed()) => {
-                tracing::warn!(session = %self.id, %tenant, request = %crate::logs::Untrusted(&id.to_string()), "the client stopped reading a reply stream and its budget ran out; the request is cancelled");
+                tracing::warn!(session = %self.id, %tenant, request = %crate::logs::Untrusted(&id.to_string()), "the client read nothing of a reply stream for server.stream_stall_secs while messages for it were dropped; the request is cancelled");
                 let notice = json!({ "reason": "the client stopped reading its response stream" });
                 self.abort_request(&id, notice, ctx);
             }
             Some(_) => {}
             None => {
                 if self.get_stream.as_ref().is_some_and(Outbound::overflowed) {
-                    tracing::warn!(session = %self.id, %tenant, "the client stopped reading its GET stream and its budget ran out; the stream is closed");
+                    tracing::warn!(session = %self.id, %tenant, "the client read nothing of its GET stream for server.stream_stall_secs while messages for it were dropped; the stream is closed");
                     self.get_stream = None;
                 }
             }
