@@ -16,7 +16,7 @@ const GLOBEX: &str = "globex-restart-key-00002";
 fn config(native: &DemoUpstream, plain: &DemoUpstream, data: &std::path::Path) -> String {
     let stdio = stdio_demo_upstream("local");
     let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[logging]\nlevel = \"info\"\n[store]\npath = {:?}\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_secs = 1\n[logging]\nlevel = \"info\"\n[store]\npath = {:?}\n\
          [[upstream]]\nname = \"native\"\ntransport = \"http\"\nurl = \"{}\"\n\
          [[upstream]]\nname = \"plain\"\ntransport = \"http\"\nurl = \"{}\"\n\
          [[upstream]]\nname = \"local\"\ntransport = \"stdio\"\ncommand = {:?}\nargs = [\"demo-upstream\", \"--stdio\"]\n",
@@ -150,7 +150,15 @@ async fn after_sigterm_and_a_restart_a_task_cut_short_says_the_gateway_stopped_n
     // The process's id is logged as a number.
     let started = gw.log_line("started stdio upstream process").await;
     assert!(started.contains("pid=") && !started.contains("Some("), "{started}");
+    // A tasks/result waiter in flight when the grace runs out: told the gateway is shutting down.
+    let mut waiter = a.request_stream("tasks/result", Some(json!({"taskId": on_stdio}))).await;
     gw.terminate();
+    match within(waiter.next()).await.expect("an answer") {
+        taskgate_protocol::Message::Error { error, .. } => {
+            assert_eq!(error.data.as_ref().unwrap()["reason"], "shutting_down", "{error:?}");
+        }
+        other => panic!("expected the shutting-down error, got {other:?}"),
+    }
     assert!(within(gw.exited()).await.success());
     let gw = ServedGateway::start(&file).await;
     let mut a = McpClient::with_bearer(&gw.url, ACME);
@@ -247,6 +255,9 @@ async fn a_native_task_on_a_stdio_upstream_fails_after_a_restart_saying_its_proc
     let task = method(&mut c, "tasks/get", &id).await.unwrap();
     assert_eq!(task["status"], "failed", "{task}");
     let message = task["statusMessage"].as_str().unwrap();
-    assert!(message.contains("stdio upstream 'tsstdio' ran it in a process that ended with the gateway"), "{message}");
+    assert!(
+        message.contains("stdio upstream 'tsstdio' ran it in a process that ended with that gateway process"),
+        "{message}"
+    );
     gw.kill().await;
 }

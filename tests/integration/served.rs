@@ -176,6 +176,51 @@ async fn clients_that_never_read_hold_a_bounded_amount_of_memory() {
     assert!(ratio < 2.0, "RSS grew {ratio:.2}x ({before} → {after} bytes)");
 }
 
+/// The next message of a stream that must be an error saying the gateway is shutting down.
+async fn shutting_down_error(stream: &mut taskgate_testkit::SseReader) -> taskgate_protocol::ErrorObject {
+    loop {
+        match within(stream.next()).await.expect("the stream ended without a response") {
+            taskgate_protocol::Message::Notification { .. } => continue,
+            taskgate_protocol::Message::Error { error, .. } => {
+                assert_eq!(error.code, -32002, "{error:?}");
+                assert_eq!(error.data.as_ref().unwrap()["reason"], "shutting_down", "{error:?}");
+                return error;
+            }
+            other => panic!("expected the shutting-down error, got {other:?}"),
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn when_the_grace_runs_out_every_request_in_flight_gets_an_error_saying_the_gateway_is_shutting_down() {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(&dir, &demo, "shutdown_grace_secs = 1");
+    let mut gw = ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // A call that never ends, a tasks/result waiter on a wrapped task of the stdio upstream, and
+    // a 2026-07-28 stateless call.
+    let mut call =
+        c.request_stream("tools/call", Some(json!({"name": "demo__wait", "arguments": {"gate": "never"}}))).await;
+    let task = create(&mut c, "local__wait", json!({"gate": "never"})).await;
+    let mut waiter = c.request_stream("tasks/result", Some(json!({"taskId": task}))).await;
+    let modern = crate::modern::Client::new(&gw.url, json!({}));
+    let mut stateless =
+        modern.stream("tools/call", json!({"name": "demo__wait", "arguments": {"gate": "never"}})).await;
+    within(demo.demo.wait_in_flight(|n| *n == 2)).await;
+    gw.terminate();
+    let error = shutting_down_error(&mut call).await;
+    assert!(error.message.contains("shutting down") && error.message.contains("shutdown_grace_secs"), "{error:?}");
+    let error = shutting_down_error(&mut waiter).await;
+    assert!(error.message.contains(&task) && error.message.contains("tasks/result"), "{error:?}");
+    shutting_down_error(&mut stateless).await;
+    assert!(within(gw.exited()).await.success());
+    // The calls were cancelled upstream, not left running.
+    let stats = demo.demo.clone();
+    within(demo.demo.wait_in_flight(|_| stats.stats().cancelled >= 2)).await;
+}
+
 #[actix_rt::test]
 async fn a_second_signal_ends_the_grace_and_streams_still_in_flight_end_cleanly() {
     let demo = DemoUpstream::start();
@@ -191,7 +236,9 @@ async fn a_second_signal_ends_the_grace_and_streams_still_in_flight_end_cleanly(
     gw.terminate();
     gw.log_line("shutting down").await;
     gw.terminate();
-    assert!(within(call.next()).await.is_none(), "the stream ends (without a response)");
+    // The request still in flight is told why it ends, then its stream ends.
+    shutting_down_error(&mut call).await;
+    assert!(within(call.next()).await.is_none(), "the stream ends after the error");
     let exit = gw.exited().await;
     assert!(exit.success(), "{exit}");
     // Plain text in a file: no colour codes when stderr is not a terminal.

@@ -95,6 +95,9 @@ pub enum GatewayError {
     /// request fails; others that do not touch what failed go on.
     #[error("Task store failed: {0}")]
     StoreFailed(String),
+    /// The gateway is shutting down: a request in flight when its grace ran out.
+    #[error("Shutting down: {0}")]
+    ShuttingDown(String),
     /// A bug or an impossible state.
     #[error("Internal error: {0}")]
     Internal(String),
@@ -143,7 +146,10 @@ impl GatewayError {
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
             GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => 429,
-            GatewayError::Overloaded(_) | GatewayError::StoreUnavailable(_) | GatewayError::StoreFailed(_) => 503,
+            GatewayError::Overloaded(_)
+            | GatewayError::StoreUnavailable(_)
+            | GatewayError::StoreFailed(_)
+            | GatewayError::ShuttingDown(_) => 503,
             GatewayError::Internal(_) => 500,
             GatewayError::MethodNotFound(_)
             | GatewayError::InvalidParams(_)
@@ -170,6 +176,10 @@ impl GatewayError {
             }
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,
             GatewayError::Overloaded(_) => codes::OVERLOADED,
+            GatewayError::ShuttingDown(_) => {
+                return ErrorObject::new(codes::OVERLOADED, self.to_string())
+                    .with_data(json!({"reason": "shutting_down"}));
+            }
             GatewayError::StoreUnavailable(_) | GatewayError::StoreFailed(_) => {
                 return ErrorObject::new(codes::OVERLOADED, self.to_string())
                     .with_data(json!({"component": "task_store", "reason": self.reason()}));
@@ -224,6 +234,7 @@ impl GatewayError {
             GatewayError::Rpc(_) => "task_outcome",
             GatewayError::Overloaded(_) => "overloaded",
             GatewayError::Internal(_) => "internal",
+            GatewayError::ShuttingDown(_) => "shutting_down",
             GatewayError::StoreUnavailable(_) => "store_unavailable",
             GatewayError::StoreFailed(_) => "store_failed",
             GatewayError::Unauthorized(_) => "unauthorized",

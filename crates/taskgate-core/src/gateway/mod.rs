@@ -25,7 +25,6 @@ use crate::metrics::Metrics;
 use crate::router::{Router, UpstreamHealth};
 use crate::session::context::SessionContext;
 use crate::session::registry::Sessions;
-use crate::session::Close;
 use crate::tasks::{Supervisor, Sweep, TaskContext, TaskService, TaskShared};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
@@ -377,15 +376,18 @@ impl Gateway {
         }
     }
 
-    /// The last step of a shutdown: every session ends (their remaining streams end), and every
-    /// stdio upstream process is stopped (stdin closed, then SIGTERM, then SIGKILL) and waited
-    /// for.
+    /// The last step of a shutdown: every request still in flight is answered with an error
+    /// saying the gateway is shutting down (-32002, `data.reason = "shutting_down"`) and
+    /// cancelled upstream, every session ends, and every stdio upstream process is stopped
+    /// (stdin closed, then SIGTERM, then SIGKILL) and waited for.
     pub async fn shutdown(&self) {
-        for session in self.sessions.all() {
-            let _ = session.send(Close).await;
-        }
-        // What the stdio upstreams' stopping cuts short ends with the gateway, and says so.
+        // What the shutdown cuts short ends with the gateway, and says so: set before any
+        // session ends, since ending one may stop the stdio processes a task's call runs in.
         self.tasks.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Each request still in flight gets an error saying the gateway is shutting down.
+        for session in self.sessions.all() {
+            let _ = session.send(crate::session::ShutDown).await;
+        }
         let stops: Vec<_> = self.shared.connectors.values().map(|c| c.shutdown()).collect();
         futures_util::future::join_all(stops).await;
     }

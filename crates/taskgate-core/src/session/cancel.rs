@@ -37,8 +37,21 @@ impl SessionActor {
 
     /// Ends a request without a response: its work stops, and its upstream request (if any) is
     /// cancelled with `notice` (the params of `notifications/cancelled`, its id rewritten).
-    pub(super) fn abort_request(&mut self, id: &RequestId, mut notice: Value, ctx: &mut Context<Self>) {
-        let Some(request) = self.forget(id) else { return };
+    pub(super) fn abort_request(&mut self, id: &RequestId, notice: Value, ctx: &mut Context<Self>) {
+        if let Some(cancel) = self.end_request(id, notice, ctx) {
+            ctx.spawn(cancel.into_actor(self));
+        }
+    }
+
+    /// Ends a request here ([`Self::abort_request`]) and returns the cancellation to send its
+    /// upstream, when there is one to send.
+    pub(super) fn end_request(
+        &mut self,
+        id: &RequestId,
+        mut notice: Value,
+        ctx: &mut Context<Self>,
+    ) -> Option<impl std::future::Future<Output = ()> + 'static> {
+        let request = self.forget(id)?;
         if let Some(handle) = request.running {
             ctx.cancel_future(handle);
         }
@@ -46,19 +59,17 @@ impl SessionActor {
             let _ = progress.try_send(Abandon);
         }
         request.reply.close();
-        let Some((upstream, upstream_id)) = request.upstream else { return };
+        let (upstream, upstream_id) = request.upstream?;
         if request.task_augmented {
-            return; // the task lives on; tasks/cancel stops it
+            return None; // the task lives on; tasks/cancel stops it
         }
         self.shared.metrics.cancellations.with_label_values(&["forwarded", "none"]).inc();
-        if let Some(session) = self.upstreams.get(&upstream).cloned() {
-            notice["requestId"] = upstream_id.to_value();
-            let notify = async move { session.notify(methods::CANCELLED, Some(notice)).await };
-            ctx.spawn(notify.into_actor(self).map(move |sent, _, _| {
-                if let Err(e) = sent {
-                    tracing::info!(%upstream, error = %e, "could not forward a cancellation");
-                }
-            }));
-        }
+        let session = self.upstreams.get(&upstream).cloned()?;
+        notice["requestId"] = upstream_id.to_value();
+        Some(async move {
+            if let Err(e) = session.notify(methods::CANCELLED, Some(notice)).await {
+                tracing::info!(%upstream, error = %e, "could not forward a cancellation");
+            }
+        })
     }
 }

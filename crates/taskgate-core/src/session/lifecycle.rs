@@ -187,6 +187,52 @@ impl Handler<ReleasePooled> for SessionActor {
     }
 }
 
+/// The gateway's shutdown grace ran out with requests of this session still in flight: each
+/// gets an error response saying so (a `tasks/result` waiter, what becomes of its task), its
+/// upstream call is cancelled, and the session ends.
+pub(crate) struct ShutDown;
+
+impl Message for ShutDown {
+    type Result = ();
+}
+
+impl Handler<ShutDown> for SessionActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ShutDown, ctx: &mut Context<Self>) -> ResponseFuture<()> {
+        let ids: Vec<RequestId> = self.requests.keys().cloned().collect();
+        let mut cancels = Vec::new();
+        for id in ids {
+            let Some(request) = self.requests.get(&id) else { continue };
+            let why = match &request.task {
+                Some(task) => format!(
+                    "the gateway is shutting down before task {task} finished; ask tasks/get or tasks/result for it \
+                     again once the gateway is back (or from another replica): a task whose upstream call ran in \
+                     this process ends failed and says so, a task its upstream runs goes on"
+                ),
+                None => "the gateway is shutting down and this request did not finish within its shutdown grace \
+                         (server.shutdown_grace_secs); it was cancelled upstream: send it again (another replica, \
+                         or this one after its restart)"
+                    .to_owned(),
+            };
+            let error = GatewayError::ShuttingDown(why).error_object();
+            let _ = request.reply.send_final(&RpcMessage::error(Some(id.clone()), error));
+            let notice = json!({ "reason": "the gateway is shutting down" });
+            cancels.extend(self.end_request(&id, notice, ctx));
+        }
+        ctx.stop();
+        // The cancellations go out after the session has ended (this future is the caller's,
+        // not the session's), each bounded so that a dead upstream cannot hold the exit.
+        Box::pin(async move {
+            let sent = futures_util::future::join_all(cancels);
+            let _ = tokio::time::timeout(CANCEL_AT_SHUTDOWN, sent).await;
+        })
+    }
+}
+
+/// How long the cancellations of the requests cut short by a shutdown may take to go out.
+const CANCEL_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The client ended the session (DELETE) or the gateway is shutting it down.
 pub(crate) struct Close;
 

@@ -131,17 +131,24 @@ fn start_following(shared: &Arc<TaskShared>, record: TaskRecord, session: Upstre
 /// meanwhile (a cancel) or is gone.
 async fn fail(shared: &Arc<TaskShared>, record: &TaskRecord) -> bool {
     let upstream = &record.upstream;
+    // With a shared store, the process that ran the task may be another replica that died
+    // (its lease lapsed); with a local one, it is this gateway's earlier run.
+    let gone = if shared.tasks.store().shared() {
+        "The gateway replica that ran the task stopped while it ran (its lease lapsed, and this replica took the task over)"
+    } else {
+        "The gateway restarted while the task ran"
+    };
     let why = match (&record.upstream_task_id, shared.connectors.get(upstream).map(|c| c.config().transport)) {
-        (_, None) => format!("The gateway restarted while the task ran, and upstream '{upstream}' is no longer configured"),
-        (Some(_), Some(Transport::Stdio)) => format!(
-            "The gateway restarted while the task ran; the stdio upstream '{upstream}' ran it in a process that ended with the gateway"
-        ),
-        (Some(_), Some(Transport::Http)) => format!(
-            "The gateway restarted while the task ran, and the upstream '{upstream}' session that runs it was not recorded"
-        ),
-        (None, _) => format!(
-            "The gateway restarted while the task ran; its call to upstream '{upstream}' ended with the gateway process. Run the tool again."
-        ),
+        (_, None) => format!("{gone}, and upstream '{upstream}' is no longer configured"),
+        (Some(_), Some(Transport::Stdio)) => {
+            format!("{gone}; the stdio upstream '{upstream}' ran it in a process that ended with that gateway process")
+        }
+        (Some(_), Some(Transport::Http)) => {
+            format!("{gone}, and the upstream '{upstream}' session that runs it was not recorded")
+        }
+        (None, _) => {
+            format!("{gone}; its call to upstream '{upstream}' ended with that gateway process. Run the tool again.")
+        }
     };
     let update = Update {
         status: TaskStatus::Failed,
