@@ -17,6 +17,7 @@ mod modern_upstreams;
 mod offerings;
 mod operations;
 mod passing;
+mod peers;
 mod pooled_sessions;
 mod progress;
 mod python_upstream;

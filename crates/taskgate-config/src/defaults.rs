@@ -18,6 +18,8 @@ pub const STREAM_BUFFER: usize = 256;
 pub const STREAM_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 /// How long a client may read nothing of a stream while notifications for it are dropped.
 pub const STREAM_STALL_SECS: u64 = 30;
+/// Requests of one client behind a trusted proxy not answered yet, at most.
+pub const MAX_UNFINISHED_REQUESTS_PER_PEER: usize = 256;
 /// Bytes buffered across all the outbound streams of one session.
 pub const SESSION_BUFFER_BYTES: usize = 8 * 1024 * 1024;
 /// Longest time a client may take to send a request body, in milliseconds.

@@ -49,6 +49,18 @@ pub struct ServerConfig {
     /// (raised to its hard limit at start), keeping a quarter of the descriptors for upstreams,
     /// the store and the admin listener.
     pub max_connections: usize,
+    /// Connections one source address may hold open on each listener; more are closed as they
+    /// are accepted. 0 means a quarter of `max_connections` (at least 16). Connections from
+    /// `trusted_proxies` are not counted: they carry many clients.
+    pub max_connections_per_peer: usize,
+    /// Requests from one client behind `trusted_proxies` (its address taken from the proxy's
+    /// `X-Forwarded-For` or `Forwarded` header) not answered yet, body and all; more get 429
+    /// at once. A client connecting directly has at most one per connection.
+    pub max_unfinished_requests_per_peer: usize,
+    /// Addresses (`10.0.0.5`) or networks (`10.0.0.0/8`, `fd00::/8`) of the load balancers or
+    /// proxies in front: only their `X-Forwarded-For` and `Forwarded` headers name a client's
+    /// source address; anyone else's are ignored.
+    pub trusted_proxies: Vec<String>,
     /// After SIGTERM or SIGINT, how long requests in flight may take to finish before their
     /// streams are ended, in seconds.
     pub shutdown_grace_secs: u64,
@@ -98,6 +110,9 @@ impl Default for ServerConfig {
             tenant_share_percent: defaults::TENANT_SHARE_PERCENT,
             workers: 0,
             admin_listen: None,
+            max_connections_per_peer: 0,
+            max_unfinished_requests_per_peer: defaults::MAX_UNFINISHED_REQUESTS_PER_PEER,
+            trusted_proxies: Vec::new(),
             session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
             upstream_release_secs: defaults::UPSTREAM_RELEASE_SECS,
             config_poll_ms: defaults::CONFIG_POLL_MS,
@@ -172,5 +187,76 @@ pub struct ProgressConfig {
 impl Default for ProgressConfig {
     fn default() -> Self {
         ProgressConfig { min_interval_ms: defaults::PROGRESS_MIN_INTERVAL_MS }
+    }
+}
+
+/// An address or a network (`10.0.0.5`, `10.0.0.0/8`, `fd00::/8`), as `server.trusted_proxies`
+/// names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Network {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    /// Parses `ADDR` or `ADDR/PREFIX`.
+    pub fn parse(text: &str) -> Result<Network, String> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text, None),
+        };
+        let addr: std::net::IpAddr =
+            addr.trim().parse().map_err(|_| format!("{text:?} is not an IP address or network"))?;
+        let bits = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => bits,
+            Some(p) => match p.trim().parse::<u8>() {
+                Ok(p) if p <= bits => p,
+                _ => return Err(format!("{text:?}: the prefix length must be 0 to {bits}")),
+            },
+        };
+        Ok(Network { addr, prefix })
+    }
+
+    /// Whether `ip` is in it (an IPv4 address mapped into IPv6 counts as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod network_tests {
+    use super::Network;
+
+    #[test]
+    fn addresses_and_networks_match_what_they_name() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let single = Network::parse("10.0.0.5").unwrap();
+        assert!(single.contains(ip("10.0.0.5")) && !single.contains(ip("10.0.0.6")));
+        let net = Network::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains(ip("10.200.3.4")) && !net.contains(ip("11.0.0.1")));
+        assert!(net.contains(ip("::ffff:10.1.2.3")), "IPv4 mapped into IPv6");
+        let all = Network::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains(ip("192.0.2.1")) && !all.contains(ip("2001:db8::1")));
+        let v6 = Network::parse("fd00::/8").unwrap();
+        assert!(v6.contains(ip("fd12::1")) && !v6.contains(ip("fe80::1")));
+        for bad in ["10.0.0.0/33", "nope", "10.0.0.0/x", "::/129"] {
+            assert!(Network::parse(bad).is_err(), "{bad}");
+        }
     }
 }

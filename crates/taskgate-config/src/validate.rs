@@ -76,6 +76,11 @@ impl Config {
         let mut problems = Vec::new();
         let mut bad = |location: String, message: String| problems.push(Problem { location, message });
 
+        for (i, proxy) in self.server.trusted_proxies.iter().enumerate() {
+            if let Err(why) = crate::server::Network::parse(proxy) {
+                bad(format!("server.trusted_proxies[{i}]"), why);
+            }
+        }
         if let Some(admin) = &self.server.admin_listen {
             if let Err(why) = resolve_listen(admin) {
                 bad("server.admin_listen".into(), format!("{why}, like 127.0.0.1:9090 or localhost:9090"));
@@ -127,6 +132,7 @@ impl Config {
             ("server.session_buffer_bytes", self.server.session_buffer_bytes),
             ("server.body_timeout_ms", self.server.body_timeout_ms as usize),
             ("server.stream_stall_secs", self.server.stream_stall_secs as usize),
+            ("server.max_unfinished_requests_per_peer", self.server.max_unfinished_requests_per_peer),
             ("server.input_wait_secs", self.server.input_wait_secs as usize),
             ("server.max_streams", self.server.max_streams),
             ("server.tenant_share_percent", self.server.tenant_share_percent as usize),

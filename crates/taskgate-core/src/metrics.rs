@@ -60,6 +60,9 @@ pub struct Metrics {
     pub upstream_sessions: IntGaugeVec,
     /// Requests refused at admission (a cap was reached), by tenant and reason.
     pub admission_rejected: IntCounterVec,
+    /// Connections closed as they were accepted and requests refused because one source
+    /// address held its share of the listener, by limit (`connections`, `unfinished_requests`).
+    pub peer_refusals: IntCounterVec,
     /// Messages that found an actor's mailbox or a stream full, by reason.
     pub mailbox_full: IntCounterVec,
     /// HTTP responses by HTTP method and status.
@@ -225,6 +228,11 @@ impl Metrics {
                 "taskgate_admission_rejected_total",
                 "Requests refused because a cap was reached",
                 &["tenant", "reason"],
+            ),
+            peer_refusals: counter(
+                "taskgate_peer_refusals_total",
+                "Connections closed at accept and requests refused because one source address held its share (limit: connections, unfinished_requests)",
+                &["limit"],
             ),
             mailbox_full: counter(
                 "taskgate_mailbox_full_total",
@@ -402,6 +410,9 @@ impl Metrics {
         }
         for status in ["relayed", "coalesced", "dropped"] {
             self.progress_notifications.with_label_values(&[status]);
+        }
+        for limit in ["connections", "unfinished_requests"] {
+            self.peer_refusals.with_label_values(&[limit]);
         }
         for reason in ["session_mailbox", "session_notification", "task_mailbox"] {
             self.mailbox_full.with_label_values(&[reason]);

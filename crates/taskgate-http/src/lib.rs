@@ -6,6 +6,7 @@
 //! - [`modern`]: MCP 2026-07-28 requests (stateless), served beside sessions on the same endpoint.
 //! - [`checks`]: `Origin`, `Content-Type`, `Accept`, `MCP-Protocol-Version`, body limits.
 //! - [`cors`]: cross-origin requests from browsers of the allowed origins.
+//! - [`peers`]: each source address's share of the listener (connections, unfinished requests).
 //! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
@@ -15,6 +16,7 @@ pub mod cors;
 pub mod mcp_endpoint;
 pub mod modern;
 pub mod operations;
+pub mod peers;
 pub mod reply;
 pub mod server;
 pub mod sse;

@@ -3,6 +3,9 @@
 use std::net::SocketAddr;
 
 use actix_web::dev::{ServerHandle, Service};
+use std::rc::Rc;
+use std::sync::Arc;
+
 use actix_web::{web, App, HttpServer};
 use taskgate_core::Gateway;
 
@@ -13,6 +16,55 @@ pub fn set_nodelay(connection: &dyn std::any::Any, _: &mut actix_web::dev::Exten
     if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
         let _ = tcp.set_nodelay(true);
     }
+}
+
+/// Counts a new connection against its source's share, or closes it at once (shut down both
+/// ways: the connection reads its end before any request) when the source holds its share.
+fn admit_connection(
+    peers: &Arc<crate::peers::Peers>,
+    connection: &dyn std::any::Any,
+    data: &mut actix_web::dev::Extensions,
+) {
+    use std::os::fd::AsRawFd;
+    let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() else { return };
+    let Ok(peer) = tcp.peer_addr() else { return };
+    match peers.connect(peer.ip()) {
+        Some(place) => {
+            data.insert(Rc::new(place));
+        }
+        None => {
+            // SAFETY: shutdown only changes the state of this connection's own socket.
+            unsafe { libc::shutdown(tcp.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+    }
+}
+
+/// For a request on a trusted proxy's connection: a place among its client's unfinished
+/// requests, or a 429 saying the client holds its share.
+fn proxied_request_place(
+    peers: &Arc<crate::peers::Peers>,
+    req: &actix_web::dev::ServiceRequest,
+) -> Result<Option<crate::peers::RequestPlace>, actix_web::Error> {
+    if !peers.behind_proxies() {
+        return Ok(None);
+    }
+    let proxied = req.conn_data::<Rc<crate::peers::ConnectionPlace>>().is_some_and(|c| c.proxied());
+    let Some(peer) = req.peer_addr().filter(|_| proxied) else { return Ok(None) };
+    peers.begin_request(peer.ip(), req.headers()).map(Some).map_err(|source| {
+        let message = format!(
+            "{source} has server.max_unfinished_requests_per_peer requests in progress; retry once one is answered"
+        );
+        let body = taskgate_protocol::Message::error(
+            None,
+            taskgate_protocol::ErrorObject::new(taskgate_protocol::codes::RATE_LIMITED, message),
+        );
+        let response = actix_web::HttpResponse::TooManyRequests()
+            .insert_header(("Retry-After", "1"))
+            .force_close()
+            .content_type("application/json")
+            .body(body.to_json());
+        actix_web::error::InternalError::from_response("peer share", response).into()
+    })
 }
 
 /// Raises the soft limit on open files to the hard limit (a gateway holds a descriptor per
@@ -72,23 +124,33 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
         n => n,
     };
     let connections = connection_cap(config.server.max_connections, raise_open_file_limit());
+    let peers = crate::peers::Peers::new(&config.server, connections, gateway.shared_metrics());
     let modern = web::Data::new(crate::modern::Modern::new(&config));
     let data = web::Data::new(gateway);
     let main_data = data.clone();
+    let accepted = peers.clone();
+    let per_peer = peers.max_connections_per_peer();
     let server = HttpServer::new(move || {
         let metrics = main_data.clone();
+        let peers = peers.clone();
         App::new()
             .app_data(main_data.clone())
             .app_data(modern.clone())
             // Every response is counted by HTTP method and status, and one to a browser of an
-            // allowed origin carries the CORS headers.
+            // allowed origin carries the CORS headers. A client behind a trusted proxy holds at
+            // most its share of unfinished requests.
             .wrap_fn(move |req, srv| {
                 let method = req.method().as_str().to_owned();
                 let metrics = metrics.clone();
                 let origin = req.headers().get(actix_web::http::header::ORIGIN).cloned();
+                let place = match proxied_request_place(&peers, &req) {
+                    Ok(place) => place,
+                    Err(refused) => return futures_util::future::Either::Left(std::future::ready(Err(refused))),
+                };
                 let response = srv.call(req);
-                async move {
+                futures_util::future::Either::Right(async move {
                     let mut response = response.await?;
+                    drop(place);
                     if let Some(origin) = origin {
                         crate::cors::annotate(
                             &origin,
@@ -99,7 +161,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
                     let status = response.status().as_u16().to_string();
                     metrics.metrics().http_responses.with_label_values(&[&method, &status]).inc();
                     Ok(response)
-                }
+                })
             })
             .service(
                 web::resource(MCP_PATH)
@@ -115,8 +177,12 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     // actix counts connections per worker.
     .max_connections(connections.div_ceil(workers).max(1))
     // Responses are streamed in small writes (SSE events): without TCP_NODELAY, Nagle's
-    // algorithm and the client's delayed ACK add ~40 ms to a call.
-    .on_connect(set_nodelay)
+    // algorithm and the client's delayed ACK add ~40 ms to a call. A source holding its share
+    // of connections has the new one closed before a byte of it is read.
+    .on_connect(move |connection, data| {
+        set_nodelay(connection, data);
+        admit_connection(&accepted, connection, data);
+    })
     // A client gone (EOF on its connection) ends what the gateway streams to it at once, not
     // at the next write: a GET stream whose client left holds nothing (its session lets its
     // pooled upstream sessions go). HTTP clients do not half-close while awaiting a response.
@@ -128,7 +194,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let addr = server.addrs()[0];
     let server = server.run();
     let handle = server.handle();
-    tracing::info!(%addr, max_connections = connections, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
+    tracing::info!(%addr, max_connections = connections, max_connections_per_peer = per_peer, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
     let admin = match &config.server.admin_listen {
         Some(admin) => {
             let admin_data = data.clone();

@@ -302,6 +302,11 @@ impl Gateway {
         &self.shared.metrics
     }
 
+    /// The metrics, to keep (the front door counts what it refuses before a request exists).
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
     /// The text exposition of every metric, with the gauges read at scrape time refreshed.
     pub async fn render_metrics(&self) -> String {
         let m = &self.shared.metrics;
