@@ -301,3 +301,54 @@ async fn serve_runs_with_glibcs_tunables_unless_the_operator_sets_them_and_its_c
         assert_eq!(child, ["GLIBC_TUNABLES="], "the operator's setting reaches the upstream");
     }
 }
+
+/// Starts a gateway with `store` (TOML lines of `[store]`), fills it with 600 task results of
+/// 100 KB, and returns the growth of its resident memory and the result bytes it counts.
+async fn memory_for_results(store: &str) -> (u64, u64) {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store.replace("DATA", &dir.path().join("data").display().to_string());
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\n{store}\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n",
+        demo.http.url
+    );
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, text).unwrap();
+    let gw = ServedGateway::start(&file).await;
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // Warm: what any gateway allocates for its first results is not theirs.
+    for _ in 0..20 {
+        create(&mut c, "demo__blob", json!({"bytes": 100_000})).await;
+    }
+    let metrics = gw.url.replace("/mcp", "/metrics");
+    let counted = || async {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        let held = text.lines().filter(|l| l.starts_with("taskgate_task_result_bytes{"));
+        held.filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum::<u64>()
+    };
+    let (rss, held) = (gw.rss_bytes(), counted().await);
+    for _ in 0..600 {
+        let id = create(&mut c, "demo__blob", json!({"bytes": 100_000})).await;
+        let _ = crate::support::method(&mut c, "tasks/get", &id).await;
+    }
+    let grown = (gw.rss_bytes().saturating_sub(rss), counted().await - held);
+    gw.kill().await;
+    grown
+}
+
+#[actix_rt::test]
+async fn task_results_cost_no_more_memory_than_the_budget_counts() {
+    // In memory, results are held as values: within 1.2 times the bytes the budget counts.
+    let (grown, counted) = memory_for_results("backend = \"memory\"").await;
+    assert!(counted >= 60_000_000, "{counted}");
+    let ratio = grown as f64 / counted as f64;
+    assert!(ratio < 1.2, "memory store: RSS grew {grown} bytes for {counted} counted ({ratio:.2}x)");
+    // In the file store they are on disk: memory is the page cache, bounded by store.cache_mib
+    // (redb keeps up to about twice it, its read cache and its write buffer), however many
+    // results are held.
+    let (grown, counted) = memory_for_results("path = \"DATA\"\ncache_mib = 16").await;
+    assert!(counted >= 60_000_000, "{counted}");
+    assert!(grown < 48 << 20, "file store: RSS grew {grown} bytes for {counted} counted, with a 16 MiB cache");
+}

@@ -92,8 +92,9 @@ pub const REDIS_KEY_PREFIX: &str = "taskgate:";
 pub const LEASE_MS: u64 = 10_000;
 /// Longest wait for one Redis operation.
 pub const STORE_TIMEOUT_MS: u64 = 2_000;
-/// Memory for the file store's page cache, in MiB.
-pub const STORE_CACHE_MIB: u64 = 64;
+/// Memory for the file store's page cache, in MiB (redb holds up to about twice it: its read
+/// cache and its write buffer).
+pub const STORE_CACHE_MIB: u64 = 32;
 /// Origins allowed when none are configured: local pages only.
 pub fn allowed_origins() -> Vec<String> {
     ["http://localhost", "http://127.0.0.1", "http://[::1]"].map(String::from).to_vec()

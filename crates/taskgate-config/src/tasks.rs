@@ -68,7 +68,8 @@ pub struct StoreConfig {
     /// `file`: the data directory (created if missing; relative to the working directory).
     pub path: String,
     /// `file`: memory for the database's page cache, in MiB (pages read or written recently;
-    /// the file itself may be larger).
+    /// the file itself may be larger). redb holds up to about twice it (read cache and write
+    /// buffer): this, not the results stored, is what the file store costs in memory.
     pub cache_mib: u64,
     /// `redis`: `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS.
     pub url: Option<String>,

@@ -44,8 +44,9 @@ pub const FILE_NAME: &str = "tasks.redb";
 const MAX_BATCH: usize = 512;
 /// Changes waiting for the writer at most; a full queue makes callers wait (backpressure).
 const QUEUE: usize = 4096;
-/// Memory for redb's page cache by default (redb's own default is 1 GiB).
-pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+/// Memory for redb's page cache by default (redb's own default is 1 GiB). redb holds up to
+/// about twice it: its read cache and its write buffer, each bounded by it.
+pub const DEFAULT_CACHE_BYTES: usize = 32 << 20;
 
 /// What the store saw of damage to its file while running: the first sign, kept until the
 /// process ends (only an offline repair mends a damaged file).
