@@ -22,7 +22,7 @@ mod upstream;
 mod validate;
 
 pub use problem::{ConfigError, Problem};
-pub use server::{FederationConfig, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
+pub use server::{FederationConfig, ForwardedHeader, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
 pub use tenants::{
     ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, Rate, SessionCapPolicy, TenantConfig, TenantLimits,

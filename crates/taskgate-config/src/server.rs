@@ -54,13 +54,17 @@ pub struct ServerConfig {
     /// `trusted_proxies` are not counted: they carry many clients.
     pub max_connections_per_peer: usize,
     /// Requests from one client behind `trusted_proxies` (its address taken from the proxy's
-    /// `X-Forwarded-For` or `Forwarded` header) not answered yet, body and all; more get 429
-    /// at once. A client connecting directly has at most one per connection.
+    /// `forwarded_header`) whose reply has not started (the body still arriving, or the first
+    /// message not sent yet); more get 429 at once. A client connecting directly has at most
+    /// one per connection.
     pub max_unfinished_requests_per_peer: usize,
     /// Addresses (`10.0.0.5`) or networks (`10.0.0.0/8`, `fd00::/8`) of the load balancers or
     /// proxies in front: only their `X-Forwarded-For` and `Forwarded` headers name a client's
     /// source address; anyone else's are ignored.
     pub trusted_proxies: Vec<String>,
+    /// The header the trusted proxies put the client's address in: `x-forwarded-for` or
+    /// `forwarded` (RFC 7239). Only that one is read.
+    pub forwarded_header: ForwardedHeader,
     /// After SIGTERM or SIGINT, how long requests in flight may take to finish before their
     /// streams are ended, in seconds.
     pub shutdown_grace_secs: u64,
@@ -113,6 +117,7 @@ impl Default for ServerConfig {
             max_connections_per_peer: 0,
             max_unfinished_requests_per_peer: defaults::MAX_UNFINISHED_REQUESTS_PER_PEER,
             trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::XForwardedFor,
             session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,
             upstream_release_secs: defaults::UPSTREAM_RELEASE_SECS,
             config_poll_ms: defaults::CONFIG_POLL_MS,
@@ -188,6 +193,17 @@ impl Default for ProgressConfig {
     fn default() -> Self {
         ProgressConfig { min_interval_ms: defaults::PROGRESS_MIN_INTERVAL_MS }
     }
+}
+
+/// Which header trusted proxies name the client in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, ...`.
+    #[serde(rename = "x-forwarded-for")]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    #[serde(rename = "forwarded")]
+    Forwarded,
 }
 
 /// An address or a network (`10.0.0.5`, `10.0.0.0/8`, `fd00::/8`), as `server.trusted_proxies`

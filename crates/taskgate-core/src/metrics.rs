@@ -321,7 +321,7 @@ impl Metrics {
             ),
             stream_messages_dropped: counter(
                 "taskgate_client_stream_messages_dropped_total",
-                "Notifications dropped from client streams because they did not fit (the client read slower than its upstreams talked)",
+                "Messages dropped from client streams because they did not fit (the client read slower than its upstreams talked): notifications, and requests relayed to the client",
                 &["tenant", "stream"],
             ),
             stream_bytes: single("taskgate_client_stream_bytes", "Bytes queued on client streams, all sessions"),

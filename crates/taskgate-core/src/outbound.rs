@@ -83,8 +83,7 @@ pub struct Limits {
 pub enum StreamEvent {
     /// The client stopped reading: the stream overflowed and ended.
     Overflowed,
-    /// The stream is gone (its reader dropped), having dropped this many messages that did
-    /// not fit; sent only when some were.
+    /// This many messages did not fit and were dropped (the stream goes on).
     Dropped(usize),
 }
 
@@ -107,8 +106,6 @@ struct State {
     finished: bool,
     overflowed: bool,
     receiver_gone: bool,
-    /// Messages dropped in all.
-    dropped: usize,
     /// Frames the client has read in all.
     reads: u64,
     /// Since when messages have been dropped with the client reading nothing: the time of the
@@ -154,7 +151,7 @@ pub struct OutboundReceiver {
 }
 
 /// A new stream under `limits` and the session's budget. `on_event` runs outside any lock:
-/// once when the stream overflows, and once when it is gone if it dropped messages.
+/// for each message dropped, and once when the stream overflows.
 pub fn channel(
     limits: Limits,
     session: Arc<SessionBudget>,
@@ -207,7 +204,6 @@ impl Outbound {
                 state.finished |= last;
                 (state.waker.take(), Ok(()))
             } else {
-                state.dropped += 1;
                 let now = Instant::now();
                 let reads = state.reads;
                 let since = match state.stalled_since {
@@ -231,8 +227,10 @@ impl Outbound {
         if let Some(w) = waker {
             w.wake();
         }
-        if outcome == Err(Refused::Overflow) {
-            (queue.on_event)(StreamEvent::Overflowed);
+        match outcome {
+            Err(Refused::Overflow) => (queue.on_event)(StreamEvent::Overflowed),
+            Err(Refused::Full) => (queue.on_event)(StreamEvent::Dropped(1)),
+            _ => {}
         }
         outcome
     }
@@ -341,15 +339,9 @@ impl OutboundReceiver {
 
 impl Drop for OutboundReceiver {
     fn drop(&mut self) {
-        let dropped = {
-            let mut state = self.queue.state.lock();
-            state.receiver_gone = true;
-            self.queue.drain(&mut state);
-            state.dropped
-        };
-        if dropped > 0 {
-            (self.queue.on_event)(StreamEvent::Dropped(dropped));
-        }
+        let mut state = self.queue.state.lock();
+        state.receiver_gone = true;
+        self.queue.drain(&mut state);
     }
 }
 
@@ -433,8 +425,7 @@ mod tests {
             last = Some(frame);
         }
         assert!(last.unwrap().response, "the response arrives");
-        drop(rx);
-        assert_eq!(dropped.load(Ordering::SeqCst), lost, "every dropped message is counted");
+        assert_eq!(dropped.load(Ordering::SeqCst), lost, "every dropped message is counted as it is dropped");
     }
 
     #[tokio::test(start_paused = true)]

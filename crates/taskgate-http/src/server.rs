@@ -18,8 +18,9 @@ pub fn set_nodelay(connection: &dyn std::any::Any, _: &mut actix_web::dev::Exten
     }
 }
 
-/// Counts a new connection against its source's share, or closes it at once (shut down both
-/// ways: the connection reads its end before any request) when the source holds its share.
+/// Counts a new connection against its source's share, or shuts it down at once (both ways:
+/// nothing more is read from it, and what came with the handshake is refused below) when the
+/// source holds its share.
 fn admit_connection(
     peers: &Arc<crate::peers::Peers>,
     connection: &dyn std::any::Any,
@@ -28,15 +29,12 @@ fn admit_connection(
     use std::os::fd::AsRawFd;
     let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() else { return };
     let Ok(peer) = tcp.peer_addr() else { return };
-    match peers.connect(peer.ip()) {
-        Some(place) => {
-            data.insert(Rc::new(place));
-        }
-        None => {
-            // SAFETY: shutdown only changes the state of this connection's own socket.
-            unsafe { libc::shutdown(tcp.as_raw_fd(), libc::SHUT_RDWR) };
-        }
+    let place = peers.connect(peer.ip());
+    if place.refused() {
+        // SAFETY: shutdown only changes the state of this connection's own socket.
+        unsafe { libc::shutdown(tcp.as_raw_fd(), libc::SHUT_RDWR) };
     }
+    data.insert(Rc::new(place));
 }
 
 /// For a request on a trusted proxy's connection: a place among its client's unfinished
@@ -45,11 +43,16 @@ fn proxied_request_place(
     peers: &Arc<crate::peers::Peers>,
     req: &actix_web::dev::ServiceRequest,
 ) -> Result<Option<crate::peers::RequestPlace>, actix_web::Error> {
+    let place = req.conn_data::<Rc<crate::peers::ConnectionPlace>>();
+    if place.is_some_and(|p| p.refused()) {
+        // Bytes that came with a refused connection's handshake: no request of it is served.
+        let response = actix_web::HttpResponse::ServiceUnavailable().force_close().finish();
+        return Err(actix_web::error::InternalError::from_response("peer share", response).into());
+    }
     if !peers.behind_proxies() {
         return Ok(None);
     }
-    let proxied = req.conn_data::<Rc<crate::peers::ConnectionPlace>>().is_some_and(|c| c.proxied());
-    let Some(peer) = req.peer_addr().filter(|_| proxied) else { return Ok(None) };
+    let Some(peer) = req.peer_addr().filter(|_| place.is_some_and(|p| p.proxied())) else { return Ok(None) };
     peers.begin_request(peer.ip(), req.headers()).map(Some).map_err(|source| {
         let message = format!(
             "{source} has server.max_unfinished_requests_per_peer requests in progress; retry once one is answered"
@@ -178,7 +181,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     .max_connections(connections.div_ceil(workers).max(1))
     // Responses are streamed in small writes (SSE events): without TCP_NODELAY, Nagle's
     // algorithm and the client's delayed ACK add ~40 ms to a call. A source holding its share
-    // of connections has the new one closed before a byte of it is read.
+    // of connections has the new one shut down at once, and none of its requests served.
     .on_connect(move |connection, data| {
         set_nodelay(connection, data);
         admit_connection(&accepted, connection, data);

@@ -40,10 +40,47 @@ impl RawResult {
     /// escapes U+0000 to U+001F). So one search for those three finds every line break; a tab,
     /// rare, makes the result read and written again as well. (memchr searches 16 or 32 bytes
     /// an instruction: this runs over every byte of every result passed.)
+    ///
+    /// Numbers stay as the upstream wrote them (RFC 8259, section 6, leaves their range to
+    /// each reader; a tree holds an f64, so one beyond it fails only there).
+    ///
+    /// A raw value is checked JSON, but serde_json checks a `\u` escape's four hex digits only,
+    /// not that a surrogate half has its other half, as reading the string into a tree does: a
+    /// lone half makes the text read the usual way too, so it fails as it would there (found by
+    /// fuzzing).
     fn passable(raw: &RawValue) -> bool {
         let text = raw.get().as_bytes();
-        text.first() == Some(&b'{') && memchr::memchr3(b'\n', b'\r', b'\t', text).is_none()
+        text.first() == Some(&b'{') && memchr::memchr3(b'\n', b'\r', b'\t', text).is_none() && surrogates_pair(text)
     }
+}
+
+/// Whether every surrogate escape of JSON text (`\uD800` to `\uDFFF`) is a high half followed
+/// at once by a low half. The text is valid JSON otherwise, so each backslash begins an escape.
+fn surrogates_pair(text: &[u8]) -> bool {
+    let hex = |at: usize| -> Option<u32> {
+        let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let mut from = 0;
+    while let Some(found) = memchr::memchr(b'\\', &text[from..]) {
+        let at = from + found;
+        if text.get(at + 1) != Some(&b'u') {
+            from = at + 2;
+            continue;
+        }
+        match hex(at + 2) {
+            Some(0xD800..=0xDBFF) => {
+                let low = text.get(at + 6..at + 8) == Some(b"\\u") && matches!(hex(at + 8), Some(0xDC00..=0xDFFF));
+                if !low {
+                    return false;
+                }
+                from = at + 12;
+            }
+            Some(0xDC00..=0xDFFF) => return false,
+            _ => from = at + 6,
+        }
+    }
+    true
 }
 
 /// A `tools/call`'s `arguments` as the client wrote them: the tool's input, which the gateway
@@ -414,6 +451,27 @@ mod tests {
         assert_eq!(reply.into_message(), Message::from_slice(text.as_bytes()).unwrap().unwrap());
         let string_id = r#"{"id":"x","result":{},"jsonrpc":"2.0"}"#;
         assert!(matches!(Reply::from_slice(string_id.as_bytes(), any).unwrap().unwrap(), Reply::Passed { .. }));
+    }
+
+    /// A surrogate escape without its other half is read the usual way, and fails as it does
+    /// there, in a result and in a client's arguments (found by fuzzing: serde_json's raw
+    /// value checks four hex digits only); pairs, and a backslash escaped before a `u`, pass.
+    #[test]
+    fn a_lone_surrogate_half_is_never_passed_on() {
+        for lone in [r#"\ude00"#, r#"\ud83d"#, r#"\ud83dx"#, r#"\ud83d\u0041"#] {
+            let text = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"t":"ok{lone}"}}}}"#);
+            let read = Reply::from_slice(text.as_bytes(), any);
+            assert!(read.is_err() && Message::from_slice(text.as_bytes()).is_err(), "{text}: {read:?}");
+            let call = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"t":"{lone}"}}}}}}"#
+            );
+            assert!(Message::from_slice_front(call.as_bytes()).is_err(), "{call}");
+        }
+        for fine in [r#"\ud83d\ude00"#, r#"\\ud800"#, r#"\u00e9"#, r#"\"\\"#] {
+            let text = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"t":"ok{fine}"}}}}"#);
+            let read = Reply::from_slice(text.as_bytes(), any).unwrap().unwrap();
+            assert!(matches!(read, Reply::Passed { .. }), "{text}");
+        }
     }
 
     /// Every other message, and every unusual envelope, is read exactly as the usual reading

@@ -41,6 +41,9 @@ pub struct Decoder {
     scanned: usize,
     current: Event,
     has_data: bool,
+    /// Bytes of the lines the current event is made of so far (its `data`, `event` and `id`
+    /// lines as they came): with the line being read, what the bound applies to.
+    held: usize,
     max_event_bytes: usize,
 }
 
@@ -64,7 +67,12 @@ impl Decoder {
         // as one line): the text is checked once, and copied once, into the event's data.
         while let Some(pos) = memchr::memchr(b'\n', &self.buffer[from..]) {
             let end = from + pos;
+            // The bound holds for every line as it is read, whatever the chunks it came in.
+            if self.held + (end - start) > self.max_event_bytes {
+                return Err(EventTooLarge(self.max_event_bytes));
+            }
             let mut line = &self.buffer[start..end];
+            let raw = line.len();
             if line.last() == Some(&b'\r') {
                 line = &line[..line.len() - 1];
             }
@@ -72,8 +80,13 @@ impl Decoder {
                 Ok(text) => std::borrow::Cow::Borrowed(text),
                 Err(_) => String::from_utf8_lossy(line),
             };
-            if let Some(event) = take_line(&mut self.current, &mut self.has_data, &line) {
-                events.push(event);
+            match take_line(&mut self.current, &mut self.has_data, &line) {
+                Taken::Dispatched(event) => {
+                    events.extend(event);
+                    self.held = 0;
+                }
+                Taken::Stored => self.held += raw,
+                Taken::Ignored => {}
             }
             start = end + 1;
             from = start;
@@ -83,22 +96,32 @@ impl Decoder {
             self.buffer.drain(..start);
         }
         self.scanned = self.buffer.len();
-        if self.buffer.len() + self.current.data.len() > self.max_event_bytes {
+        if self.held + self.buffer.len() > self.max_event_bytes {
             return Err(EventTooLarge(self.max_event_bytes));
         }
         Ok(events)
     }
 }
 
-/// One line of the stream into the event being read; the event, when the line ends it.
-fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Option<Event> {
+/// What a line did to the event being read.
+enum Taken {
+    /// A blank line ended the event (`None`: it had no data, and is not one).
+    Dispatched(Option<Event>),
+    /// The line is kept in the event.
+    Stored,
+    /// A comment, or a field that is not kept.
+    Ignored,
+}
+
+/// One line of the stream into the event being read.
+fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Taken {
     if line.is_empty() {
         let done = std::mem::take(current);
         let had = std::mem::replace(has_data, false);
-        return had.then_some(done);
+        return Taken::Dispatched(had.then_some(done));
     }
     if line.starts_with(':') {
-        return None;
+        return Taken::Ignored;
     }
     let (field, value) = match line.split_once(':') {
         Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
@@ -114,10 +137,13 @@ fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Option<Eve
         }
         "event" => current.event = Some(value.to_owned()),
         "id" => current.id = Some(value.to_owned()),
-        "retry" => current.retry = value.parse().ok(),
-        _ => {}
+        "retry" => {
+            current.retry = value.parse().ok();
+            return Taken::Ignored;
+        }
+        _ => return Taken::Ignored,
     }
-    None
+    Taken::Stored
 }
 
 #[cfg(test)]
@@ -141,6 +167,22 @@ mod tests {
         let mut d = Decoder::new(1024);
         let events = d.feed(b"id: p\ndata: \n\n").unwrap();
         assert_eq!(events, vec![Event { id: Some("p".into()), data: String::new(), ..Event::default() }]);
+    }
+
+    /// The bound is the same whatever chunks the bytes come in (found by fuzzing: a long
+    /// `event:` line passed when it came whole and failed when it came in pieces), and
+    /// comments between events never add up to it.
+    #[test]
+    fn the_bound_does_not_depend_on_chunks_and_comments_do_not_count() {
+        let stream = format!("event: {}\ndata: x\n\n", "e".repeat(100));
+        assert!(Decoder::new(64).feed(stream.as_bytes()).is_err());
+        let mut d = Decoder::new(64);
+        assert!(stream.as_bytes().chunks(5).any(|c| d.feed(c).is_err()));
+        let mut d = Decoder::new(64);
+        for _ in 0..1000 {
+            assert!(d.feed(b": keep-alive\n").unwrap().is_empty());
+        }
+        assert_eq!(d.feed(b"data: ok\n\n").unwrap()[0].data, "ok");
     }
 
     #[test]

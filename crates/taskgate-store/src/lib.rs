@@ -506,6 +506,11 @@ pub enum StoreError {
     /// The storage backend failed.
     #[error("task store failure: {0}")]
     Backend(String),
+    /// The store failed inside: its data is damaged (a database file changed under the
+    /// process), or a backend panicked. The operation did nothing; those that touch the same
+    /// data fail the same way until the store is repaired.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Where task state lives.

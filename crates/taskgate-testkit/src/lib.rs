@@ -164,3 +164,21 @@ pub fn interop_dir() -> PathBuf {
     );
     dir
 }
+
+/// Raises this process's soft open-file limit to its hard limit, and returns the limit now in
+/// force: a test that opens many sockets itself leaves room for the tests running beside it.
+pub fn raise_own_open_files() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every target
+    let open_files = limit.rlim_cur as u64;
+    open_files
+}

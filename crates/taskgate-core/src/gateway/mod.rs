@@ -389,10 +389,10 @@ impl Gateway {
         // What the shutdown cuts short ends with the gateway, and says so: set before any
         // session ends, since ending one may stop the stdio processes a task's call runs in.
         self.tasks.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
-        // Each request still in flight gets an error saying the gateway is shutting down.
-        for session in self.sessions.all() {
-            let _ = session.send(crate::session::ShutDown).await;
-        }
+        // Each request still in flight gets an error saying the gateway is shutting down; all
+        // sessions at once, their upstream cancellations bounded together.
+        let ended = self.sessions.all().into_iter().map(|session| session.send(crate::session::ShutDown));
+        let _ = tokio::time::timeout(crate::session::CANCEL_AT_SHUTDOWN, futures_util::future::join_all(ended)).await;
         let stops: Vec<_> = self.shared.connectors.values().map(|c| c.shutdown()).collect();
         futures_util::future::join_all(stops).await;
     }

@@ -231,7 +231,7 @@ impl Handler<ShutDown> for SessionActor {
 }
 
 /// How long the cancellations of the requests cut short by a shutdown may take to go out.
-const CANCEL_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const CANCEL_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The client ended the session (DELETE) or the gateway is shutting it down.
 pub(crate) struct Close;

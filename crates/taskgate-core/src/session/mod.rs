@@ -22,7 +22,9 @@ mod task_calls;
 mod tools;
 
 pub(crate) use events::ClientNotification;
-pub(crate) use lifecycle::{Close, CloseIfIdle, EndGetStream, OpenStream, ShutDown, StreamOverflowed};
+pub(crate) use lifecycle::{
+    Close, CloseIfIdle, EndGetStream, OpenStream, ShutDown, StreamOverflowed, CANCEL_AT_SHUTDOWN,
+};
 
 // foldhash: the maps of ids and names on every request's path hash in a few instructions,
 // not SipHash's hundreds; its seeds are random per map.

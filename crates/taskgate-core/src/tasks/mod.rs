@@ -111,7 +111,7 @@ pub(crate) fn store_error(e: StoreError) -> GatewayError {
     match e {
         StoreError::NotFound => not_found(),
         StoreError::Unavailable(why) => GatewayError::StoreUnavailable(why),
-        StoreError::Backend(why) => GatewayError::StoreFailed(why),
+        StoreError::Failed(why) => GatewayError::StoreFailed(why),
         e => GatewayError::Internal(e.to_string()),
     }
 }

@@ -1,0 +1,301 @@
+//! Offline care of a damaged database file: [`check_file`] looks without changing anything,
+//! [`repair_file`] keeps the damaged file and mends it (redb's own repair, else a salvage of
+//! every task that can still be read into a new file). Both run while no gateway has the file
+//! open (`taskgate store check|repair`).
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable};
+
+use super::{
+    backend, decode, encode, expiry_key, open_database, owner_key, panic_text, refuse_an_empty_file, BY_EXPIRY,
+    BY_OWNER, DEFAULT_CACHE_BYTES, FILE_NAME, LIVE, TASKS,
+};
+use crate::{StoreError, TaskRecord};
+
+/// What [`check_file`] or [`repair_file`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The file looked at.
+    pub path: PathBuf,
+    /// redb's integrity check: every page of the last commit is intact.
+    pub intact: bool,
+    /// Tasks read and decoded.
+    pub tasks: usize,
+    /// Task ids the indexes name whose record could not be read or decoded (lost in a repair).
+    pub unreadable: Vec<String>,
+    /// What else was found, one line each.
+    pub findings: Vec<String>,
+}
+
+impl Inspection {
+    /// Whether the file needs nothing done.
+    pub fn healthy(&self) -> bool {
+        self.intact && self.unreadable.is_empty() && self.findings.is_empty()
+    }
+}
+
+/// Checks the store in `dir` without changing it (the gateway must not be running on it): redb's
+/// integrity check on a copy of the file beside it, then every task read and every index
+/// compared with the tasks.
+pub fn check_file(dir: &Path) -> Result<Inspection, StoreError> {
+    let path = dir.join(FILE_NAME);
+    if !refuse_an_empty_file(&path)? {
+        return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
+    }
+    let copy = dir.join(format!("{FILE_NAME}.check-{}", std::process::id()));
+    let outcome = copy_exclusively(&path, &copy).and_then(|()| inspect(&copy, &path));
+    let _ = std::fs::remove_file(&copy);
+    outcome
+}
+
+/// Copies the file, refusing when a gateway has it open: the copy holds a shared lock on it
+/// (redb's writer takes an exclusive one), so a gateway cannot start on it meanwhile either.
+fn copy_exclusively(path: &Path, to: &Path) -> Result<(), StoreError> {
+    use std::os::fd::AsRawFd;
+    let file =
+        std::fs::File::open(path).map_err(|e| StoreError::Backend(format!("cannot read {}: {e}", path.display())))?;
+    // SAFETY: flock only changes the lock state of this open file, closed when `file` is dropped.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(StoreError::Backend(format!(
+            "{} is open in a running taskgate process: stop it first",
+            path.display()
+        )));
+    }
+    let copied = std::fs::copy(path, to);
+    drop(file);
+    copied.map(drop).map_err(|e| {
+        StoreError::Backend(format!(
+            "cannot copy {} to {} (is there room on the disk?): {e}",
+            path.display(),
+            to.display()
+        ))
+    })
+}
+
+/// Opens `file` (a copy: it may be changed) and inspects it, reporting as `shown`.
+fn inspect(file: &Path, shown: &Path) -> Result<Inspection, StoreError> {
+    let (mut db, mut findings) = match open_copy(file) {
+        Ok(opened) => opened,
+        Err(e) => {
+            let why = e.to_string().replace(&file.display().to_string(), &shown.display().to_string());
+            return Ok(Inspection {
+                path: shown.to_owned(),
+                intact: false,
+                tasks: 0,
+                unreadable: Vec::new(),
+                findings: vec![format!("redb cannot open it: {why}")],
+            });
+        }
+    };
+    let intact = findings.is_empty()
+        && matches!(std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())), Ok(Ok(true)));
+    let salvaged = salvage(&db);
+    if !intact && findings.is_empty() {
+        findings.push("redb's integrity check failed: pages of the last commit are damaged".into());
+    }
+    findings.extend(salvaged.findings);
+    Ok(Inspection {
+        path: shown.to_owned(),
+        intact,
+        tasks: salvaged.records.len(),
+        unreadable: salvaged.unreadable,
+        findings,
+    })
+}
+
+/// Opens a copy of a damaged file. When redb cannot open it as it is (the state it keeps of
+/// free pages is damaged too), the copy is marked as not closed cleanly, so redb rebuilds that
+/// state from the tables as it does after a crash (the header's recovery flag: redb's file
+/// format, `docs/design.md` in its repository). Says so in the findings.
+fn open_copy(file: &Path) -> Result<(Database, Vec<String>), StoreError> {
+    match open_database(file, DEFAULT_CACHE_BYTES) {
+        Ok(db) => Ok((db, Vec::new())),
+        Err(first) => {
+            force_recovery(file)
+                .map_err(|e| StoreError::Backend(format!("{first}; cannot mark it for recovery: {e}")))?;
+            let db = open_database(file, DEFAULT_CACHE_BYTES).map_err(|_| first.clone())?;
+            Ok((
+                db,
+                vec![format!("redb cannot open it as it is ({first}); it was opened through redb's crash recovery")],
+            ))
+        }
+    }
+}
+
+/// Sets redb's "recovery required" flag (bit 2 of the byte after the 9-byte magic number).
+fn force_recovery(file: &Path) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file)?;
+    let mut head = [0u8; 10];
+    f.read_exact(&mut head)?;
+    if head[..9] != MAGIC {
+        return Err(std::io::Error::other("it does not begin as a redb database"));
+    }
+    f.seek(SeekFrom::Start(9))?;
+    f.write_all(&[head[9] | 2])?;
+    f.sync_all()
+}
+
+/// Every task that can be read from a database, however damaged: ids are gathered from each
+/// table on its own (a damaged page ends one walk, not the others), then each task is read
+/// on its own.
+struct Salvaged {
+    records: Vec<TaskRecord>,
+    unreadable: Vec<String>,
+    findings: Vec<String>,
+}
+
+fn salvage(db: &Database) -> Salvaged {
+    let mut findings = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut walk = |name: &str, collect: &mut dyn FnMut(&redb::ReadTransaction) -> Result<(), StoreError>| {
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let txn = db.begin_read().map_err(backend)?;
+            collect(&txn)
+        }))
+        .unwrap_or_else(|panic| Err(StoreError::Backend(panic_text(&*panic))));
+        if let Err(e) = outcome {
+            findings.push(format!("the table '{name}' could not be read to its end: {e}"));
+        }
+    };
+    let mut indexed = std::collections::BTreeSet::new();
+    walk("tasks", &mut |txn| {
+        for entry in txn.open_table(TASKS).map_err(backend)?.iter().map_err(backend)? {
+            ids.insert(entry.map_err(backend)?.0.value().to_owned());
+        }
+        Ok(())
+    });
+    walk("by_owner", &mut |txn| {
+        for entry in txn.open_table(BY_OWNER).map_err(backend)?.iter().map_err(backend)? {
+            let key = entry.map_err(backend)?.0.value().to_vec();
+            if let Some(id) = id_of_owner_key(&key) {
+                indexed.insert(id);
+            }
+        }
+        Ok(())
+    });
+    walk("by_expiry", &mut |txn| {
+        for entry in txn.open_table(BY_EXPIRY).map_err(backend)?.iter().map_err(backend)? {
+            let key = entry.map_err(backend)?.0.value().to_vec();
+            indexed.insert(String::from_utf8_lossy(key.get(8..).unwrap_or_default()).into_owned());
+        }
+        Ok(())
+    });
+    walk("live", &mut |txn| {
+        for entry in txn.open_table(LIVE).map_err(backend)?.iter().map_err(backend)? {
+            indexed.insert(entry.map_err(backend)?.0.value().to_owned());
+        }
+        Ok(())
+    });
+    let missing_from_tasks = indexed.difference(&ids).count();
+    if missing_from_tasks > 0 {
+        findings.push(format!("{missing_from_tasks} task ids named by an index were not found walking the tasks"));
+    }
+    ids.extend(indexed);
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+    for id in ids {
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let txn = db.begin_read().map_err(backend)?;
+            let tasks = txn.open_table(TASKS).map_err(backend)?;
+            let found = tasks.get(id.as_str()).map_err(backend)?;
+            found.map(|bytes| decode(bytes.value())).transpose()
+        }));
+        match read {
+            Ok(Ok(Some(record))) if record.id == id => records.push(record),
+            _ => unreadable.push(id),
+        }
+    }
+    if !unreadable.is_empty() {
+        findings.push(format!("{} tasks cannot be read", unreadable.len()));
+    }
+    Salvaged { records, unreadable, findings }
+}
+
+/// The task id at the end of a `by_owner` key.
+fn id_of_owner_key(key: &[u8]) -> Option<String> {
+    let mut at = 0;
+    for _ in 0..2 {
+        let len = u32::from_be_bytes(key.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4 + len;
+    }
+    Some(String::from_utf8_lossy(key.get(at + 8..)?).into_owned())
+}
+
+/// Repairs the store in `dir` (the gateway must not be running on it). The damaged file is
+/// kept first, as `tasks.redb.damaged-<unix time>` beside it. Then redb's own repair, which
+/// goes back to the last intact commit; when that cannot mend the file, every task that can
+/// still be read is written to a new database that takes the file's place. Returns what the
+/// repaired store holds, and the damaged copy's path (`None` when the file was intact).
+pub fn repair_file(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreError> {
+    let path = dir.join(FILE_NAME);
+    if !refuse_an_empty_file(&path)? {
+        return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
+    }
+    let before = check_file(dir)?;
+    if before.healthy() {
+        return Ok((before, None));
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let kept = dir.join(format!("{FILE_NAME}.damaged-{stamp}"));
+    copy_exclusively(&path, &kept)?;
+    // redb's repair first: when it mends the file, nothing more is lost than its last commit.
+    let mended = open_database(&path, DEFAULT_CACHE_BYTES).ok().and_then(|mut db| {
+        std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())).ok()?.ok()?;
+        Some(())
+    });
+    if mended.is_some() {
+        let after = check_file(dir)?;
+        if after.healthy() {
+            return Ok((after, Some(kept)));
+        }
+    }
+    // Then salvage what a copy of the damaged file still holds into a new file (opening a
+    // copy: redb may change what it opens, and the kept one stays as it was).
+    let scratch = dir.join(format!("{FILE_NAME}.salvage-{}", std::process::id()));
+    copy_exclusively(&kept, &scratch)?;
+    let salvaged = open_copy(&scratch).map(|(source, _)| salvage(&source));
+    let _ = std::fs::remove_file(&scratch);
+    let salvaged = salvaged.map_err(|e| {
+        StoreError::Backend(format!(
+            "{e}; nothing can be salvaged from it: restore {} from a backup, or move it aside to start with no tasks",
+            path.display()
+        ))
+    })?;
+    let fresh = dir.join(format!("{FILE_NAME}.repairing"));
+    let _ = std::fs::remove_file(&fresh);
+    write_records(&fresh, &salvaged.records)?;
+    std::fs::rename(&fresh, &path)
+        .map_err(|e| StoreError::Backend(format!("cannot move {} to {}: {e}", fresh.display(), path.display())))?;
+    let mut after = check_file(dir)?;
+    after.unreadable = salvaged.unreadable;
+    Ok((after, Some(kept)))
+}
+
+/// A new database at `path` holding `records`, with every index.
+fn write_records(path: &Path, records: &[TaskRecord]) -> Result<(), StoreError> {
+    let db =
+        Database::create(path).map_err(|e| StoreError::Backend(format!("cannot create {}: {e}", path.display())))?;
+    let txn = db.begin_write().map_err(backend)?;
+    {
+        let mut tasks = txn.open_table(TASKS).map_err(backend)?;
+        let mut by_owner = txn.open_table(BY_OWNER).map_err(backend)?;
+        let mut by_expiry = txn.open_table(BY_EXPIRY).map_err(backend)?;
+        let mut live = txn.open_table(LIVE).map_err(backend)?;
+        for record in records {
+            tasks.insert(record.id.as_str(), encode(record).as_slice()).map_err(backend)?;
+            by_owner
+                .insert(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice(), ())
+                .map_err(backend)?;
+            if let Some(at) = record.expires_at_ms() {
+                by_expiry.insert(expiry_key(at, &record.id).as_slice(), ()).map_err(backend)?;
+            }
+            if !record.status.is_terminal() {
+                live.insert(record.id.as_str(), ()).map_err(backend)?;
+            }
+        }
+    }
+    txn.commit().map_err(backend)
+}
