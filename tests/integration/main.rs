@@ -14,6 +14,7 @@ mod interop;
 mod interop_modern;
 mod modern;
 mod modern_upstreams;
+mod oauth;
 mod offerings;
 mod operations;
 mod passing;

@@ -25,7 +25,8 @@ pub use problem::{ConfigError, Problem};
 pub use server::{FederationConfig, ForwardedHeader, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
 pub use tenants::{
-    ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, Rate, SessionCapPolicy, TenantConfig, TenantLimits,
+    secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, SessionCapPolicy,
+    TenantConfig, TenantLimits,
 };
 pub use upstream::{ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamProtocol};
 pub use validate::resolve_listen;

@@ -58,6 +58,11 @@ pub struct ServerConfig {
     /// message not sent yet); more get 429 at once. A client connecting directly has at most
     /// one per connection.
     pub max_unfinished_requests_per_peer: usize,
+    /// The MCP endpoint's canonical URI as clients reach it (`https://gw.example.com/mcp`): the
+    /// `resource` of the protected resource metadata (RFC 9728) and the audience OAuth access
+    /// tokens must carry (RFC 8707). Needed with `[[tenant.oauth]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
     /// Addresses (`10.0.0.5`) or networks (`10.0.0.0/8`, `fd00::/8`) of the load balancers or
     /// proxies in front: only their `X-Forwarded-For` and `Forwarded` headers name a client's
     /// source address; anyone else's are ignored.
@@ -116,6 +121,7 @@ impl Default for ServerConfig {
             admin_listen: None,
             max_connections_per_peer: 0,
             max_unfinished_requests_per_peer: defaults::MAX_UNFINISHED_REQUESTS_PER_PEER,
+            public_url: None,
             trusted_proxies: Vec::new(),
             forwarded_header: ForwardedHeader::XForwardedFor,
             session_idle_timeout_secs: defaults::SESSION_IDLE_TIMEOUT_SECS,

@@ -27,6 +27,10 @@ pub struct TenantConfig {
     /// JWT issuers whose bearer tokens name this tenant's principals.
     #[serde(default, rename = "jwt", skip_serializing_if = "Vec::is_empty")]
     pub jwts: Vec<JwtConfig>,
+    /// OAuth 2.1 authorization servers whose access tokens name this tenant's principals (the
+    /// gateway is their resource server: MCP authorization).
+    #[serde(default, rename = "oauth", skip_serializing_if = "Vec::is_empty")]
+    pub oauth: Vec<OAuthConfig>,
     /// Limits (each absent one falls back to the gateway-wide setting or is unlimited).
     #[serde(default)]
     pub limits: TenantLimits,
@@ -41,6 +45,7 @@ impl TenantConfig {
             anonymous: false,
             api_keys: Vec::new(),
             jwts: Vec::new(),
+            oauth: Vec::new(),
             limits: TenantLimits::default(),
         }
     }
@@ -97,6 +102,35 @@ pub struct JwtConfig {
     /// Clock skew allowed on `exp` and `nbf`, in seconds.
     #[serde(default = "default_leeway")]
     pub leeway_secs: u64,
+}
+
+/// `[[tenant.oauth]]`: an OAuth 2.1 authorization server whose JWT access tokens (RFC 9068)
+/// the gateway accepts, its keys read from its metadata's `jwks_uri`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The issuer identifier: its metadata is at `<issuer>/.well-known/oauth-authorization-server`
+    /// (RFC 8414) or `/.well-known/openid-configuration` (OpenID Connect Discovery).
+    pub issuer: String,
+    /// The `aud` a token must carry (RFC 8707: a token for another resource is refused).
+    /// Absent: `server.public_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    /// Scopes every token must hold (a token without one gets 403 `insufficient_scope`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_scopes: Vec<String>,
+    /// The claim naming the principal.
+    #[serde(default = "default_principal_claim")]
+    pub principal_claim: String,
+    /// When set, this claim must equal the tenant's id (for an issuer shared by tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_claim: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    #[serde(default = "default_leeway")]
+    pub leeway_secs: u64,
+    /// The issuer's JWKS, when its metadata is not to be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_uri: Option<String>,
 }
 
 fn default_principal_claim() -> String {
@@ -231,8 +265,11 @@ pub(crate) fn validate(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>, bad
                 bad(at("anonymous"), format!("tenant[{first}] is already the anonymous tenant; only one may be"));
             }
         }
-        if !t.anonymous && t.api_keys.is_empty() && t.jwts.is_empty() {
-            bad(at("api_key"), "the tenant has no credentials: add an api_key or jwt, or set anonymous = true".into());
+        if !t.anonymous && t.api_keys.is_empty() && t.jwts.is_empty() && t.oauth.is_empty() {
+            bad(
+                at("api_key"),
+                "the tenant has no credentials: add an api_key, jwt or oauth, or set anonymous = true".into(),
+            );
         }
         for (j, name) in t.upstreams.iter().flatten().enumerate() {
             if !upstreams.contains(name.as_str()) {
@@ -282,6 +319,22 @@ pub(crate) fn validate(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>, bad
                 bad(at("principal_claim"), "must be non-empty".into());
             }
         }
+        for (j, oauth) in t.oauth.iter().enumerate() {
+            let at = |field: &str| format!("tenant[{i}] ({:?}).oauth[{j}].{field}", t.id);
+            for (field, url) in [("issuer", Some(&oauth.issuer)), ("jwks_uri", oauth.jwks_uri.as_ref())] {
+                if let Some(url) = url {
+                    if let Err(why) = secure_url(url) {
+                        bad(at(field), why);
+                    }
+                }
+            }
+            if oauth.audience.as_ref().is_some_and(String::is_empty) {
+                bad(at("audience"), "must be non-empty (or absent: server.public_url)".into());
+            }
+            if oauth.principal_claim.is_empty() {
+                bad(at("principal_claim"), "must be non-empty".into());
+            }
+        }
         let l = &t.limits;
         let at = |field: &str| format!("tenant[{i}] ({:?}).limits.{field}", t.id);
         for (field, value) in [
@@ -327,4 +380,25 @@ pub(crate) fn collect(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>) -> V
     let mut problems = Vec::new();
     validate(tenants, upstreams, &mut |location, message| problems.push(Problem { location, message }));
     problems
+}
+
+/// An authorization server's URL must be https, or http on a loopback host (a test or a
+/// sidecar): OAuth 2.1 section 1.5 ("Communication security").
+pub fn secure_url(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") {
+        return Ok(());
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!("{url:?} is not an https:// URL"));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host =
+        host.rsplit_once(':').map_or(host, |(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { host });
+    let loopback = host == "localhost"
+        || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        Ok(())
+    } else {
+        Err(format!("{url:?} must be https:// (http:// only on a loopback host)"))
+    }
 }

@@ -76,6 +76,16 @@ impl Config {
         let mut problems = Vec::new();
         let mut bad = |location: String, message: String| problems.push(Problem { location, message });
 
+        if let Some(url) = &self.server.public_url {
+            let parsed = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+            if parsed.is_none_or(|rest| rest.is_empty() || rest.contains('#')) {
+                bad("server.public_url".into(), format!("{url:?} is not an http(s) URL without a fragment"));
+            }
+        }
+        let oauth = self.tenants.iter().any(|t| t.oauth.iter().any(|o| o.audience.is_none()));
+        if oauth && self.server.public_url.is_none() {
+            bad("server.public_url".into(), "[[tenant.oauth]] needs it (or an audience of its own): the gateway's canonical URI, e.g. https://gw.example.com/mcp".into());
+        }
         for (i, proxy) in self.server.trusted_proxies.iter().enumerate() {
             if let Err(why) = crate::server::Network::parse(proxy) {
                 bad(format!("server.trusted_proxies[{i}]"), why);

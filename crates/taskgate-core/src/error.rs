@@ -65,8 +65,22 @@ pub enum GatewayError {
     #[error("Overloaded: {0}")]
     Overloaded(String),
     /// No valid credentials: a missing, unknown, malformed or expired bearer token.
-    #[error("Unauthorized: {0}")]
-    Unauthorized(String),
+    #[error("Unauthorized: {message}")]
+    Unauthorized {
+        /// Why.
+        message: String,
+        /// The `WWW-Authenticate` challenge (RFC 6750 section 3; RFC 9728 section 5.1).
+        challenge: String,
+    },
+    /// Valid credentials without the scope the request needs (403, RFC 6750 section 3.1
+    /// `insufficient_scope`).
+    #[error("Forbidden: {message}")]
+    Forbidden {
+        /// Why.
+        message: String,
+        /// The `WWW-Authenticate` challenge naming the scope needed.
+        challenge: String,
+    },
     /// The tenant or principal sends faster than its configured rate.
     #[error("Too Many Requests: {what}; retry after {retry_after_ms} ms")]
     RateLimited {
@@ -137,7 +151,8 @@ impl GatewayError {
             | GatewayError::UnsupportedRevision(_)
             | GatewayError::InvalidMeta(_) => 400,
             GatewayError::UnknownMethod(_) => 404,
-            GatewayError::Unauthorized(_) => 401,
+            GatewayError::Unauthorized { .. } => 401,
+            GatewayError::Forbidden { .. } => 403,
             GatewayError::OriginNotAllowed(_) => 403,
             GatewayError::SessionNotFound => 404,
             GatewayError::HttpMethodNotAllowed(_) => 405,
@@ -184,7 +199,7 @@ impl GatewayError {
                 return ErrorObject::new(codes::OVERLOADED, self.to_string())
                     .with_data(json!({"component": "task_store", "reason": self.reason()}));
             }
-            GatewayError::Unauthorized(_) => codes::UNAUTHORIZED,
+            GatewayError::Unauthorized { .. } | GatewayError::Forbidden { .. } => codes::UNAUTHORIZED,
             GatewayError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
             GatewayError::SessionCap { retry_after_ms, .. } => {
                 return ErrorObject::new(codes::LIMIT_EXCEEDED, self.to_string())
@@ -237,7 +252,8 @@ impl GatewayError {
             GatewayError::ShuttingDown(_) => "shutting_down",
             GatewayError::StoreUnavailable(_) => "store_unavailable",
             GatewayError::StoreFailed(_) => "store_failed",
-            GatewayError::Unauthorized(_) => "unauthorized",
+            GatewayError::Unauthorized { .. } => "unauthorized",
+            GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => "limit_exceeded",
             GatewayError::HeaderMismatch(_) => "header_mismatch",
@@ -284,7 +300,8 @@ mod tests {
             (GatewayError::Overloaded("x".into()), 503, -32002),
             (GatewayError::StoreUnavailable("redis://127.0.0.1:1: refused".into()), 503, -32002),
             (GatewayError::StoreFailed("tasks.redb is damaged".into()), 503, -32002),
-            (GatewayError::Unauthorized("x".into()), 401, -32004),
+            (GatewayError::Unauthorized { message: "x".into(), challenge: "Bearer".into() }, 401, -32004),
+            (GatewayError::Forbidden { message: "x".into(), challenge: "Bearer".into() }, 403, -32004),
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),
             (GatewayError::HeaderMismatch("x".into()), 400, -32020),

@@ -31,6 +31,6 @@ pub mod tasks;
 pub mod tenants;
 
 pub use error::GatewayError;
-pub use gateway::{server_info, Gateway, SessionHandle};
+pub use gateway::{resource_metadata_url, server_info, Gateway, SessionHandle};
 pub use identity::Identity;
 pub use session::TaskMode;

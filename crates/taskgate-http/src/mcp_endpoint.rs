@@ -10,11 +10,12 @@ use taskgate_protocol::{Message, MessageError};
 use crate::checks::{self, SESSION_HEADER};
 use crate::{reply, sse};
 
-/// The caller's identity from `Authorization: Bearer` (an API key or a JWT), or the anonymous
-/// tenant's when there is no header and one is configured; otherwise 401.
-fn identity(headers: &HeaderMap, gateway: &Gateway) -> Result<Identity, GatewayError> {
+/// The caller's identity from `Authorization: Bearer` (an API key, a JWT, or an OAuth access
+/// token), or the anonymous tenant's when there is no header and one is configured; otherwise
+/// 401 (or 403 for a token without the scope needed) with its challenge.
+async fn identity(headers: &HeaderMap, gateway: &Gateway) -> Result<Identity, GatewayError> {
     let authorization = headers.get(actix_web::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    gateway.authenticate(authorization)
+    gateway.authenticate(authorization).await
 }
 
 /// `POST /mcp`: one JSON-RPC message per request.
@@ -30,7 +31,7 @@ pub async fn post(
         checks::origin(headers, &config.server.allowed_origins)?;
         checks::content_type(headers)?;
         // Credentials before the body: the body limit is the tenant's.
-        let identity = identity(headers, &gateway)?;
+        let identity = identity(headers, &gateway).await?;
         let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
         let body = checks::body(headers, payload, gateway.max_body_bytes(&identity), timeout).await?;
         let parsed = match Message::from_slice_front(&body) {
@@ -232,7 +233,7 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
                 "the GET stream is text/event-stream; Accept must allow it".into(),
             ));
         }
-        let identity = identity(headers, &gateway)?;
+        let identity = identity(headers, &gateway).await?;
         if gateway.draining() {
             return Err(shutting_down());
         }
@@ -258,7 +259,7 @@ pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespon
     let headers = req.headers();
     let ended = async {
         checks::origin(headers, &gateway.config().server.allowed_origins)?;
-        let identity = identity(headers, &gateway)?;
+        let identity = identity(headers, &gateway).await?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         gateway.end_session(session_id, &identity).await
     };

@@ -26,7 +26,12 @@ pub async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
         .map(|u| json!({"name": u.name, "required": u.required, "reachable": u.reachable, "error": u.error}))
         .collect();
     let store = json!({"reachable": store.is_ok(), "error": store.err()});
-    let body = json!({"ready": ready, "config": "loaded", "store": store, "upstreams": upstreams});
+    // An authorization server whose keys were never read: its tokens cannot be checked.
+    let oauth = gateway.oauth_health();
+    let ready = ready && oauth.iter().all(|i| i.keys > 0);
+    let oauth: Vec<_> =
+        oauth.into_iter().map(|i| json!({"issuer": i.issuer, "keys": i.keys, "error": i.error})).collect();
+    let body = json!({"ready": ready, "config": "loaded", "store": store, "upstreams": upstreams, "oauth": oauth});
     if ready {
         HttpResponse::Ok().json(body)
     } else {
@@ -35,6 +40,23 @@ pub async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
 }
 
 /// Adds the operations routes to an app.
+/// `GET /.well-known/oauth-protected-resource[/<path>]`: the protected resource metadata
+/// (RFC 9728) of the MCP endpoint, when authorization servers are configured; the path-suffixed
+/// form answers for the path of `server.public_url` only.
+pub async fn protected_resource(req: actix_web::HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+    let Some(metadata) = gateway.protected_resource_metadata() else {
+        return HttpResponse::NotFound().finish();
+    };
+    let asked = req.path().trim_end_matches('/');
+    let served = taskgate_core::resource_metadata_url(metadata["resource"].as_str().unwrap_or_default());
+    let path_of = |url: &str| url.find("://").and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()));
+    let ours = path_of(&served).unwrap_or_default();
+    if asked != ours && asked != "/.well-known/oauth-protected-resource" {
+        return HttpResponse::NotFound().finish();
+    }
+    HttpResponse::Ok().insert_header(("Cache-Control", "max-age=300")).json(metadata)
+}
+
 pub fn routes(config: &mut web::ServiceConfig) {
     config
         .route("/metrics", web::get().to(metrics))

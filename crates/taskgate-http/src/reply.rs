@@ -29,9 +29,10 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
         GatewayError::RateLimited { retry_after_ms, .. } | GatewayError::SessionCap { retry_after_ms, .. } => {
             response.insert_header(("Retry-After", retry_after_ms.div_ceil(1000).max(1).to_string()));
         }
-        // RFC 6750 section 3: a 401 to a bearer-token request names the scheme and the error.
-        GatewayError::Unauthorized(_) => {
-            response.insert_header(("WWW-Authenticate", r#"Bearer realm="taskgate", error="invalid_token""#));
+        // RFC 6750 section 3: a 401 or 403 to a bearer-token request names the scheme, and the
+        // error when credentials were sent; RFC 9728 section 5.1: the resource metadata.
+        GatewayError::Unauthorized { challenge, .. } | GatewayError::Forbidden { challenge, .. } => {
+            response.insert_header(("WWW-Authenticate", challenge.as_str()));
         }
         _ => {}
     }

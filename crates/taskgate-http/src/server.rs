@@ -175,6 +175,8 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
                     .default_service(web::to(mcp_endpoint::other)),
             )
             .configure(operations::routes)
+            .route("/.well-known/oauth-protected-resource", web::get().to(operations::protected_resource))
+            .route("/.well-known/oauth-protected-resource/{path:.*}", web::get().to(operations::protected_resource))
     })
     .workers(workers)
     // actix counts connections per worker.

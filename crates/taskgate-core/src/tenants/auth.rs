@@ -1,5 +1,7 @@
-//! Credentials: API keys (stored as SHA-256) and JWT bearer tokens (HS256, RS256), resolved to
-//! an [`Identity`]. Nothing here logs or returns a key or a token.
+//! Credentials: API keys (stored as SHA-256), JWT bearer tokens of a configured key (HS256,
+//! RS256), and OAuth 2.1 access tokens of configured authorization servers (JWT access tokens,
+//! RFC 9068, verified with the server's published keys by the `jsonwebtoken` crate), resolved
+//! to an [`Identity`]. Nothing here logs or returns a key or a token.
 
 use std::collections::HashMap;
 
@@ -28,6 +30,13 @@ pub enum AuthError {
     /// A JWT that does not verify or whose claims are refused.
     #[error("the bearer token is not valid: {0}")]
     Token(&'static str),
+    /// An access token signed by a key of its authorization server that the gateway does not
+    /// hold (yet): the keys are to be read again, then the token checked again.
+    #[error("the bearer token is not valid: its authorization server's signing key is not known")]
+    KeysNeeded(String),
+    /// A valid access token without a scope it needs (403 `insufficient_scope`).
+    #[error("the access token lacks the scope {0:?}")]
+    Scope(String),
 }
 
 impl AuthError {
@@ -38,7 +47,8 @@ impl AuthError {
             AuthError::Malformed => "malformed",
             AuthError::UnknownKey => "unknown_key",
             AuthError::Token("it has expired") => "token_expired",
-            AuthError::Token(_) => "invalid_token",
+            AuthError::Token(_) | AuthError::KeysNeeded(_) => "invalid_token",
+            AuthError::Scope(_) => "insufficient_scope",
         }
     }
 }
@@ -67,11 +77,23 @@ struct JwtVerifier {
     leeway_secs: u64,
 }
 
+/// The tokens of one authorization server for one tenant.
+struct OAuthVerifier {
+    tenant: String,
+    issuer: std::sync::Arc<super::oauth::Issuer>,
+    audience: String,
+    required_scopes: Vec<String>,
+    principal_claim: String,
+    tenant_claim: Option<String>,
+    leeway_secs: u64,
+}
+
 /// Every credential of every tenant, built from one configuration.
 pub(crate) struct Credentials {
     /// By the key's SHA-256: a look-up by hash reveals nothing about the key itself.
     api_keys: HashMap<[u8; 32], Identity>,
     jwts: Vec<JwtVerifier>,
+    oauth: Vec<OAuthVerifier>,
     /// The identity of a request with no credentials, if a tenant takes them (shared: each
     /// request's copy costs no allocation).
     anonymous: Option<Identity>,
@@ -79,10 +101,15 @@ pub(crate) struct Credentials {
 
 impl Credentials {
     /// Reads secrets from the environment and keys from files; every problem is reported.
-    pub fn build(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<Credentials, Vec<Problem>> {
+    pub fn build(
+        config: &Config,
+        env: &dyn Fn(&str) -> Option<String>,
+        issuers: &super::oauth::Issuers,
+    ) -> Result<Credentials, Vec<Problem>> {
         let mut problems = Vec::new();
         let mut api_keys = HashMap::new();
         let mut jwts = Vec::new();
+        let mut oauth = Vec::new();
         let mut anonymous = None;
         for (i, tenant) in config.tenants.iter().enumerate() {
             if tenant.anonymous {
@@ -120,13 +147,27 @@ impl Credentials {
                     Err((field, message)) => problems.push(Problem { location: at(field), message }),
                 }
             }
+            for server in &tenant.oauth {
+                let Some(audience) = server.audience.clone().or_else(|| config.server.public_url.clone()) else {
+                    continue; // refused by validation
+                };
+                oauth.push(OAuthVerifier {
+                    tenant: tenant.id.clone(),
+                    issuer: issuers.issuer(&server.issuer, server.jwks_uri.as_deref()),
+                    audience,
+                    required_scopes: server.required_scopes.clone(),
+                    principal_claim: server.principal_claim.clone(),
+                    tenant_claim: server.tenant_claim.clone(),
+                    leeway_secs: server.leeway_secs,
+                });
+            }
         }
         if config.tenants.is_empty() {
             anonymous =
                 Some(Identity { tenant: crate::identity::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
         }
         if problems.is_empty() {
-            Ok(Credentials { api_keys, jwts, anonymous })
+            Ok(Credentials { api_keys, jwts, oauth, anonymous })
         } else {
             Err(problems)
         }
@@ -145,6 +186,10 @@ impl Credentials {
             _ => return Err(AuthError::Malformed),
         };
         if token.split('.').count() == 3 {
+            if let Some(issuer) = unverified_issuer(token).filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss))
+            {
+                return self.verify_access_token(token, &issuer, now_secs);
+            }
             return self.verify_jwt(token, now_secs);
         }
         let hash = openssl::sha::sha256(token.as_bytes());
@@ -211,6 +256,133 @@ impl Credentials {
         Ok(Identity {
             tenant: verifier.tenant.as_str().into(),
             principal: format!("{}{principal}", verifier.source).into(),
+        })
+    }
+}
+
+/// The `iss` claim of a JWT, unverified: which authorization server to check it against.
+fn unverified_issuer(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    claims.get("iss")?.as_str().map(str::to_owned)
+}
+
+impl Credentials {
+    /// The scopes the configured authorization servers require, for the protected resource
+    /// metadata and the challenges.
+    pub fn oauth_scopes(&self) -> Vec<String> {
+        let mut scopes: Vec<String> = self.oauth.iter().flat_map(|v| v.required_scopes.iter().cloned()).collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
+
+    /// The configured authorization servers' issuer identifiers.
+    pub fn oauth_issuers(&self) -> Vec<String> {
+        let mut issuers: Vec<String> = self.oauth.iter().map(|v| v.issuer.url.clone()).collect();
+        issuers.sort();
+        issuers.dedup();
+        issuers
+    }
+
+    /// An OAuth 2.1 access token of `issuer` (MCP authorization, "Token Handling": a resource
+    /// server MUST validate that the token was issued for it, RFC 8707 and RFC 9068).
+    fn verify_access_token(&self, token: &str, issuer: &str, now_secs: u64) -> Result<Identity, AuthError> {
+        use jsonwebtoken::{Algorithm, Validation};
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Token("its header does not decode"))?;
+        // RFC 9068 section 4: the typ header MUST be at+jwt (or application/at+jwt).
+        let typ = header.typ.as_deref().map(str::to_ascii_lowercase);
+        if !matches!(typ.as_deref(), Some("at+jwt" | "application/at+jwt")) {
+            return Err(AuthError::Token("it is not a JWT access token (typ at+jwt)"));
+        }
+        // Asymmetric algorithms only: an HS256 token "signed" with a public key is refused.
+        let allowed = [
+            Algorithm::RS256,
+            Algorithm::RS384,
+            Algorithm::RS512,
+            Algorithm::PS256,
+            Algorithm::PS384,
+            Algorithm::PS512,
+            Algorithm::ES256,
+            Algorithm::ES384,
+            Algorithm::EdDSA,
+        ];
+        if !allowed.contains(&header.alg) {
+            return Err(AuthError::Token("its algorithm is not an asymmetric one the gateway accepts"));
+        }
+        let verifiers: Vec<&OAuthVerifier> = self.oauth.iter().filter(|v| v.issuer.url == issuer).collect();
+        let keys = verifiers[0].issuer.keys();
+        if !verifiers[0].issuer.has_key(header.kid.as_deref()) {
+            return Err(AuthError::KeysNeeded(issuer.to_owned()));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.validate_exp = false; // checked below, on the gateway's clock
+        validation.validate_nbf = false;
+        validation.validate_aud = false;
+        validation.required_spec_claims.clear();
+        validation.set_issuer(&[issuer]);
+        let claims = keys
+            .iter()
+            .filter(|k| header.kid.is_none() || k.kid == header.kid)
+            .find_map(|k| jsonwebtoken::decode::<Value>(token, &k.key, &validation).ok())
+            .ok_or(AuthError::Token("its signature does not verify with its authorization server's keys"))?
+            .claims;
+        let mut refused = AuthError::Token("no configured tenant takes it");
+        for verifier in verifiers {
+            match verifier.check(&claims, now_secs) {
+                Ok(identity) => return Ok(identity),
+                Err(e) => refused = e,
+            }
+        }
+        Err(refused)
+    }
+}
+
+impl OAuthVerifier {
+    /// The claims of a verified token, against this tenant's settings.
+    fn check(&self, claims: &Value, now_secs: u64) -> Result<Identity, AuthError> {
+        if let Some(claim) = &self.tenant_claim {
+            if claims.get(claim).and_then(Value::as_str) != Some(self.tenant.as_str()) {
+                return Err(AuthError::Token("its tenant claim names no tenant of this issuer"));
+            }
+        }
+        let time =
+            |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
+        let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
+        if now_secs > exp.saturating_add(self.leeway_secs) {
+            return Err(AuthError::Token("it has expired"));
+        }
+        if let Some(nbf) = time("nbf") {
+            if now_secs.saturating_add(self.leeway_secs) < nbf? {
+                return Err(AuthError::Token("it is not valid yet (nbf)"));
+            }
+        }
+        let audience_ok = match claims.get("aud") {
+            Some(Value::String(aud)) => aud == &self.audience,
+            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&self.audience)),
+            _ => false,
+        };
+        if !audience_ok {
+            return Err(AuthError::Token("it was issued for another resource (aud)"));
+        }
+        let granted: Vec<&str> = match (claims.get("scope"), claims.get("scp")) {
+            (Some(Value::String(scope)), _) => scope.split(' ').filter(|s| !s.is_empty()).collect(),
+            (_, Some(Value::Array(scopes))) => scopes.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        if let Some(missing) = self.required_scopes.iter().find(|s| !granted.contains(&s.as_str())) {
+            tracing::debug!(%missing, "an access token lacks a required scope");
+            return Err(AuthError::Scope(self.required_scopes.join(" ")));
+        }
+        let principal = match claims.get(&self.principal_claim) {
+            Some(Value::String(p)) if !p.is_empty() => p.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return Err(AuthError::Token("it lacks the configured principal claim")),
+        };
+        // Distinct from an API key's `key:` and a configured key's `jwt:` principals.
+        Ok(Identity {
+            tenant: self.tenant.as_str().into(),
+            principal: format!("oauth:{}|{principal}", self.issuer.url).into(),
         })
     }
 }
@@ -324,7 +496,7 @@ mod tests {
 
     #[test]
     fn api_keys_resolve_by_hash_and_unknown_ones_are_refused() {
-        let c = Credentials::build(&config(), &|_| None).unwrap();
+        let c = Credentials::build(&config(), &|_| None, &super::super::oauth::Issuers::default()).unwrap();
         let id = c.authenticate(Some("Bearer key-1"), 0).unwrap();
         assert_eq!((&*id.tenant, &*id.principal), ("acme", "key:ci"));
         assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
@@ -336,7 +508,7 @@ mod tests {
 
     #[test]
     fn hs256_tokens_check_signature_exp_nbf_and_audience() {
-        let c = Credentials::build(&config(), &|_| None).unwrap();
+        let c = Credentials::build(&config(), &|_| None, &super::super::oauth::Issuers::default()).unwrap();
         let good = json!({"sub": "alice", "aud": "taskgate", "exp": 2000, "nbf": 1000});
         let auth = |claims: &Value, secret: &str, now| {
             c.authenticate(Some(&format!("Bearer {}", sign_hs256(claims, secret))), now)
@@ -376,7 +548,7 @@ mod tests {
             config.tenants.push(t);
         }
         config.tenants.remove(0);
-        let c = Credentials::build(&config, &|_| None).unwrap();
+        let c = Credentials::build(&config, &|_| None, &super::super::oauth::Issuers::default()).unwrap();
         let sign = |claims: Value| {
             let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256"}"#);
             let body = URL_SAFE_NO_PAD.encode(claims.to_string());
@@ -402,7 +574,7 @@ mod tests {
             JwtConfig { secret_env: Some("NOT_SET".into()), ..jwt(JwtAlgorithm::HS256) },
             JwtConfig { public_key: Some("not pem".into()), ..jwt(JwtAlgorithm::RS256) },
         ];
-        let problems = Credentials::build(&config, &|_| None).err().unwrap();
+        let problems = Credentials::build(&config, &|_| None, &super::super::oauth::Issuers::default()).err().unwrap();
         let locations: Vec<_> = problems.iter().map(|p| p.location.as_str()).collect();
         assert_eq!(locations, ["tenant[0] (\"acme\").jwt[0].secret_env", "tenant[0] (\"acme\").jwt[1].public_key"]);
     }

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod limits;
+pub mod oauth;
 
 use std::collections::BTreeSet;
 
@@ -111,8 +112,12 @@ struct TenantTable {
 }
 
 impl TenantTable {
-    fn build(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<TenantTable, Vec<Problem>> {
-        let credentials = Credentials::build(config, env)?;
+    fn build(
+        config: &Config,
+        env: &dyn Fn(&str) -> Option<String>,
+        issuers: &oauth::Issuers,
+    ) -> Result<TenantTable, Vec<Problem>> {
+        let credentials = Credentials::build(config, env, issuers)?;
         let mut tenants: HashMap<String, Arc<TenantPolicy>> =
             config.tenants.iter().map(|t| (t.id.clone(), Arc::new(TenantPolicy::new(t, config)))).collect();
         if config.tenants.is_empty() {
@@ -126,7 +131,7 @@ impl TenantTable {
 /// Checks that a configuration's credentials can be loaded (keys read, secrets present),
 /// reporting every problem; `check-config` runs it too.
 pub fn check_credentials(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Vec<Problem>> {
-    let mut problems = Credentials::build(config, env).err().unwrap_or_default();
+    let mut problems = Credentials::build(config, env, &oauth::Issuers::default()).err().unwrap_or_default();
     // The Redis URL may come from the environment too (it can hold a password).
     let store = &config.store;
     if store.backend == taskgate_config::StoreBackend::Redis && store.redis_url(env).is_none() {
@@ -151,6 +156,8 @@ pub struct Tenancy {
     pub rates: RateLimiter,
     /// Concurrent tasks.
     pub concurrency: Concurrency,
+    /// The authorization servers' keys, kept across reloads.
+    pub issuers: Arc<oauth::Issuers>,
     clock: Arc<dyn Clock>,
 }
 
@@ -162,11 +169,13 @@ pub fn is_poll(method: &str) -> bool {
 impl Tenancy {
     /// The tenants of `config`, reading secrets from the process environment.
     pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Tenancy, Vec<Problem>> {
-        let table = TenantTable::build(config, &|k| std::env::var(k).ok())?;
+        let issuers = Arc::new(oauth::Issuers::default());
+        let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &issuers)?;
         Ok(Tenancy {
             table: RwLock::new(Arc::new(table)),
             rates: RateLimiter::default(),
             concurrency: Concurrency::default(),
+            issuers,
             clock,
         })
     }
@@ -174,7 +183,7 @@ impl Tenancy {
     /// Replaces the tenants (and their credentials and limits) with those of `config`, or
     /// keeps the current ones and returns every problem.
     pub fn reload(&self, config: &Config) -> Result<(), Vec<Problem>> {
-        let table = TenantTable::build(config, &|k| std::env::var(k).ok())?;
+        let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &self.issuers)?;
         *self.table.write() = Arc::new(table);
         Ok(())
     }
@@ -190,6 +199,13 @@ impl Tenancy {
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, AuthError> {
         let table = self.table.read().clone();
         table.credentials.authenticate(authorization, self.clock.now_ms() / 1000)
+    }
+
+    /// The scopes and issuers of the configured authorization servers (for the protected
+    /// resource metadata and the challenges).
+    pub fn oauth(&self) -> (Vec<String>, Vec<String>) {
+        let table = self.table.read();
+        (table.credentials.oauth_issuers(), table.credentials.oauth_scopes())
     }
 
     /// The policy of a tenant (one removed by a reload sees nothing).

