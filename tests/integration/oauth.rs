@@ -134,16 +134,22 @@ struct Setup {
 }
 
 async fn gateway(issuer: &str) -> Setup {
+    gateway_with(issuer, "").await
+}
+
+/// [`gateway`] with more TOML appended.
+async fn gateway_with(issuer: &str, more: &str) -> Setup {
     let demo = DemoUpstream::start();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let public_url = format!("http://127.0.0.1:{port}/mcp");
-    let text = format!(
+    let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\n[store]\nbackend = \"memory\"\n\
          [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
          [[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{issuer}\"\nrequired_scopes = [\"mcp\"]\n",
         demo.http.url
     );
+    text.push_str(more);
     let file = dir.path().join("taskgate.toml");
     std::fs::write(&file, text).unwrap();
     let gw = ServedGateway::start(&file).await;
@@ -199,6 +205,9 @@ async fn protected_resource_metadata_and_challenges_send_a_host_to_the_authoriza
     let token = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
     let (status, _, body) = initialize(&public_url, Some(&token)).await;
     assert_eq!(status, 200, "{body}");
+    // MCP authorization, "Token Requirements": a token in the query string is not one.
+    let (status, _, _) = initialize(&format!("{public_url}?access_token={token}"), None).await;
+    assert_eq!(status, 401);
     // /readyz shows the authorization server's keys.
     let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
     assert_eq!(ready["oauth"][0]["issuer"], auth.issuer.as_str(), "{ready}");
@@ -307,5 +316,33 @@ async fn the_typescript_sdk_client_finds_the_authorization_server_from_a_bare_40
     assert!(seen["tools"].as_array().unwrap().iter().any(|t| t == "demo__echo"), "{seen}");
     assert_eq!(seen["echo"]["content"][0]["text"], "with a token");
     assert_eq!(seen["taskResult"]["content"][0]["text"], "as a task");
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn the_clients_token_never_reaches_an_upstream() {
+    // MCP authorization, "Access Token Privilege Restriction": a server MUST NOT pass the token
+    // it received through to an upstream.
+    let auth = AuthServer::start();
+    let heads = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    let upstream = crate::support::raw_http_server(move |head, body| {
+        seen.lock().push(format!("{head}\n{}", String::from_utf8_lossy(body)));
+        crate::support::Answer::Reply(crate::passing::answer(head, body))
+    })
+    .await;
+    let more = format!(
+        "[[upstream]]\nname = \"canned\"\ntransport = \"http\"\nurl = \"{upstream}\"\nprotocol = \"2025-11-25\"\n"
+    );
+    let Setup { gw, public_url, .. } = gateway_with(&auth.issuer, &more).await;
+    let token = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    let mut c = McpClient::with_bearer(&public_url, &token);
+    c.initialize().await;
+    let called = c.call("canned__exact", json!({"shape": "json"})).await.unwrap();
+    assert_eq!(called["content"][0]["text"], "exact \"q\"");
+    let heads = heads.lock().clone();
+    assert!(heads.iter().any(|h| h.contains("tools/call")), "the upstream was called");
+    let signature = token.rsplit('.').next().unwrap();
+    assert!(heads.iter().all(|h| !h.contains(signature) && !h.contains("authorization:")), "{heads:?}");
     gw.kill().await;
 }

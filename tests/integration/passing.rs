@@ -35,7 +35,7 @@ async fn canned_http_upstream() -> String {
 }
 
 /// One HTTP reply of [`canned_http_upstream`].
-fn answer(head: &str, body: &[u8]) -> String {
+pub(crate) fn answer(head: &str, body: &[u8]) -> String {
     let reply = |status: &str, headers: &str, body: &str| {
         format!("HTTP/1.1 {status}\r\n{headers}content-length: {}\r\n\r\n{body}", body.len())
     };

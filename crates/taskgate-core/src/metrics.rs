@@ -69,6 +69,10 @@ pub struct Metrics {
     pub http_responses: IntCounterVec,
     /// 1 when the upstream answered its last `tools/list`, else 0, by upstream.
     pub upstream_reachable: IntGaugeVec,
+    /// Verifying keys held of each authorization server (0: its tokens cannot be checked).
+    pub oauth_keys: IntGaugeVec,
+    /// 1 while the last read of an authorization server's keys failed.
+    pub oauth_keys_stale: IntGaugeVec,
     /// Tool name collisions in the catalog now.
     pub catalog_collisions: IntGauge,
     /// Tool catalogs kept, one per distinct set of relayed client capabilities.
@@ -244,6 +248,16 @@ impl Metrics {
                 "taskgate_upstream_reachable",
                 "1 when the upstream answered its last tools/list, else 0",
                 &["upstream"],
+            ),
+            oauth_keys: gauge(
+                "taskgate_oauth_keys",
+                "Verifying keys held of each authorization server (0: its tokens cannot be checked)",
+                &["issuer"],
+            ),
+            oauth_keys_stale: gauge(
+                "taskgate_oauth_keys_stale",
+                "1 while the last read of an authorization server's keys failed (those held keep serving)",
+                &["issuer"],
             ),
             catalog_collisions: single("taskgate_catalog_collisions", "Tool names offered by more than one upstream"),
             tool_catalogs: single(

@@ -396,6 +396,10 @@ impl Gateway {
         for u in upstreams {
             m.upstream_reachable.with_label_values(&[&u.name]).set(i64::from(u.reachable));
         }
+        for issuer in self.shared.tenancy.issuers.health() {
+            m.oauth_keys.with_label_values(&[&issuer.issuer]).set(issuer.keys as i64);
+            m.oauth_keys_stale.with_label_values(&[&issuer.issuer]).set(i64::from(issuer.error.is_some()));
+        }
         m.sessions_active.reset();
         for (tenant, count) in self.sessions.count_by_tenant() {
             m.sessions_active.with_label_values(&[&tenant]).set(count as i64);
