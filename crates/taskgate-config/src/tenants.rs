@@ -131,6 +131,13 @@ pub struct OAuthConfig {
     /// The issuer's JWKS, when its metadata is not to be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwks_uri: Option<String>,
+    /// Opaque access tokens are checked by token introspection (RFC 7662) at the server's
+    /// `introspection_endpoint`, the gateway authenticating as this client...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub introspection_client_id: Option<String>,
+    /// ...with the secret in this environment variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub introspection_secret_env: Option<String>,
 }
 
 fn default_principal_claim() -> String {
@@ -333,6 +340,12 @@ pub(crate) fn validate(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>, bad
             }
             if oauth.principal_claim.is_empty() {
                 bad(at("principal_claim"), "must be non-empty".into());
+            }
+            if oauth.introspection_client_id.is_some() != oauth.introspection_secret_env.is_some() {
+                bad(
+                    at("introspection_client_id"),
+                    "introspection needs both introspection_client_id and introspection_secret_env".into(),
+                );
             }
         }
         let l = &t.limits;

@@ -213,9 +213,20 @@ impl Gateway {
     /// read again (rate-bounded), then the token checked again.
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, GatewayError> {
         let mut outcome = self.shared.tenancy.authenticate(authorization);
-        if let Err(AuthError::KeysNeeded(issuer)) = &outcome {
-            self.shared.tenancy.issuers.refresh_now(issuer).await;
-            outcome = self.shared.tenancy.authenticate(authorization);
+        match &outcome {
+            Err(AuthError::KeysNeeded(issuer)) => {
+                self.shared.tenancy.issuers.refresh_now(issuer).await;
+                outcome = self.shared.tenancy.authenticate(authorization);
+            }
+            Err(AuthError::IntrospectionNeeded) => {
+                let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
+                self.shared.tenancy.introspect(token).await;
+                outcome = self.shared.tenancy.authenticate(authorization);
+                if let Err(AuthError::IntrospectionNeeded) = outcome {
+                    outcome = Err(AuthError::Token("no authorization server could be asked about it"));
+                }
+            }
+            _ => {}
         }
         outcome.map_err(|e| {
             self.shared.metrics.auth_failures.with_label_values(&[e.reason()]).inc();

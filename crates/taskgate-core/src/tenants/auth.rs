@@ -32,6 +32,10 @@ pub enum AuthError {
     /// hold (yet): the keys are to be read again, then the token checked again.
     #[error("the bearer token is not valid: its authorization server's signing key is not known")]
     KeysNeeded(String),
+    /// An opaque token no API key matches, which an authorization server is to be asked about
+    /// (token introspection), then the token checked again.
+    #[error("the bearer token is not valid: it is to be introspected")]
+    IntrospectionNeeded,
     /// A valid access token without a scope it needs (403 `insufficient_scope`).
     #[error("the access token lacks the scope {0:?}")]
     Scope(String),
@@ -45,7 +49,7 @@ impl AuthError {
             AuthError::Malformed => "malformed",
             AuthError::UnknownKey => "unknown_key",
             AuthError::Token("it has expired") => "token_expired",
-            AuthError::Token(_) | AuthError::KeysNeeded(_) => "invalid_token",
+            AuthError::Token(_) | AuthError::KeysNeeded(_) | AuthError::IntrospectionNeeded => "invalid_token",
             AuthError::Scope(_) => "insufficient_scope",
         }
     }
@@ -86,6 +90,8 @@ struct OAuthVerifier {
     principal_claim: String,
     tenant_claim: Option<String>,
     leeway_secs: u64,
+    /// The gateway's client at the issuer, for token introspection.
+    introspection: Option<(String, String)>,
 }
 
 /// Every credential of every tenant, built from one configuration.
@@ -94,6 +100,8 @@ pub(crate) struct Credentials {
     api_keys: HashMap<[u8; 32], Identity>,
     jwts: Vec<JwtVerifier>,
     oauth: Vec<OAuthVerifier>,
+    /// What introspection said of opaque tokens lately.
+    issuers: std::sync::Arc<super::oauth::Issuers>,
     /// The identity of a request with no credentials, if a tenant takes them (shared: each
     /// request's copy costs no allocation).
     anonymous: Option<Identity>,
@@ -104,7 +112,7 @@ impl Credentials {
     pub fn build(
         config: &Config,
         env: &dyn Fn(&str) -> Option<String>,
-        issuers: &super::oauth::Issuers,
+        issuers: &std::sync::Arc<super::oauth::Issuers>,
     ) -> Result<Credentials, Vec<Problem>> {
         let mut problems = Vec::new();
         let mut api_keys = HashMap::new();
@@ -147,9 +155,22 @@ impl Credentials {
                     Err((field, message)) => problems.push(Problem { location: at(field), message }),
                 }
             }
-            for server in &tenant.oauth {
+            for (j, server) in tenant.oauth.iter().enumerate() {
                 let Some(audience) = server.audience.clone().or_else(|| config.server.public_url.clone()) else {
                     continue; // refused by validation
+                };
+                let introspection = match (&server.introspection_client_id, &server.introspection_secret_env) {
+                    (Some(client), Some(var)) => match env(var) {
+                        Some(secret) => Some((client.clone(), secret)),
+                        None => {
+                            problems.push(Problem {
+                                location: format!("tenant[{i}] ({:?}).oauth[{j}].introspection_secret_env", tenant.id),
+                                message: format!("the environment variable {var} is not set"),
+                            });
+                            None
+                        }
+                    },
+                    _ => None,
                 };
                 oauth.push(OAuthVerifier {
                     tenant: tenant.id.clone(),
@@ -159,6 +180,7 @@ impl Credentials {
                     principal_claim: server.principal_claim.clone(),
                     tenant_claim: server.tenant_claim.clone(),
                     leeway_secs: server.leeway_secs,
+                    introspection,
                 });
             }
         }
@@ -167,7 +189,7 @@ impl Credentials {
                 Some(Identity { tenant: crate::identity::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
         }
         if problems.is_empty() {
-            Ok(Credentials { api_keys, jwts, oauth, anonymous })
+            Ok(Credentials { api_keys, jwts, oauth, issuers: issuers.clone(), anonymous })
         } else {
             Err(problems)
         }
@@ -193,7 +215,46 @@ impl Credentials {
             return self.verify_jwt(token, now_secs);
         }
         let hash = openssl::sha::sha256(token.as_bytes());
-        self.api_keys.get(&hash).cloned().ok_or(AuthError::UnknownKey)
+        if let Some(identity) = self.api_keys.get(&hash) {
+            return Ok(identity.clone());
+        }
+        if !self.oauth.iter().any(|v| v.introspection.is_some()) {
+            return Err(AuthError::UnknownKey);
+        }
+        // An opaque access token: what its authorization server said of it.
+        match self.issuers.introspected(&hash) {
+            None => Err(AuthError::IntrospectionNeeded),
+            Some(None) => Err(AuthError::Token("its authorization server says it is not active")),
+            Some(Some(claims)) => {
+                let issuer = claims.get("iss").and_then(Value::as_str);
+                let mut refused = AuthError::Token("no configured tenant takes it");
+                for verifier in self.oauth.iter().filter(|v| v.introspection.is_some()) {
+                    if issuer.is_some_and(|iss| iss != verifier.issuer.url) {
+                        continue;
+                    }
+                    match verifier.check(&claims, now_secs) {
+                        Ok(identity) => return Ok(identity),
+                        Err(e) => refused = e,
+                    }
+                }
+                Err(refused)
+            }
+        }
+    }
+
+    /// The authorization servers that introspect opaque tokens, with the gateway's client there.
+    pub fn introspectors(&self) -> Vec<(std::sync::Arc<super::oauth::Issuer>, String, String)> {
+        let mut all = Vec::new();
+        for v in &self.oauth {
+            if let Some((client, secret)) = &v.introspection {
+                if !all.iter().any(|(i, c, _): &(std::sync::Arc<super::oauth::Issuer>, String, String)| {
+                    i.url == v.issuer.url && c == client
+                }) {
+                    all.push((v.issuer.clone(), client.clone(), secret.clone()));
+                }
+            }
+        }
+        all
     }
 
     fn verify_jwt(&self, token: &str, now_secs: u64) -> Result<Identity, AuthError> {
@@ -373,7 +434,11 @@ impl OAuthVerifier {
             tracing::debug!(%missing, "an access token lacks a required scope");
             return Err(AuthError::Scope(self.required_scopes.join(" ")));
         }
-        let principal = match claims.get(&self.principal_claim) {
+        // A client-credentials token may name no subject: its client is the principal.
+        let named = claims
+            .get(&self.principal_claim)
+            .or_else(|| (self.principal_claim == "sub").then(|| claims.get("client_id")).flatten());
+        let principal = match named {
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),
             _ => return Err(AuthError::Token("it lacks the configured principal claim")),
@@ -493,7 +558,8 @@ mod tests {
 
     #[test]
     fn api_keys_resolve_by_hash_and_unknown_ones_are_refused() {
-        let c = Credentials::build(&config(), &|_| None, &super::super::oauth::Issuers::default()).unwrap();
+        let c = Credentials::build(&config(), &|_| None, &std::sync::Arc::new(super::super::oauth::Issuers::default()))
+            .unwrap();
         let id = c.authenticate(Some("Bearer key-1"), 0).unwrap();
         assert_eq!((&*id.tenant, &*id.principal), ("acme", "key:ci"));
         assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
@@ -505,7 +571,8 @@ mod tests {
 
     #[test]
     fn hs256_tokens_check_signature_exp_nbf_and_audience() {
-        let c = Credentials::build(&config(), &|_| None, &super::super::oauth::Issuers::default()).unwrap();
+        let c = Credentials::build(&config(), &|_| None, &std::sync::Arc::new(super::super::oauth::Issuers::default()))
+            .unwrap();
         let good = json!({"sub": "alice", "aud": "taskgate", "exp": 2000, "nbf": 1000});
         let auth = |claims: &Value, secret: &str, now| {
             c.authenticate(Some(&format!("Bearer {}", sign_hs256(claims, secret))), now)
@@ -545,7 +612,8 @@ mod tests {
             config.tenants.push(t);
         }
         config.tenants.remove(0);
-        let c = Credentials::build(&config, &|_| None, &super::super::oauth::Issuers::default()).unwrap();
+        let c = Credentials::build(&config, &|_| None, &std::sync::Arc::new(super::super::oauth::Issuers::default()))
+            .unwrap();
         let sign = |claims: Value| {
             let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256"}"#);
             let body = URL_SAFE_NO_PAD.encode(claims.to_string());
@@ -571,7 +639,10 @@ mod tests {
             JwtConfig { secret_env: Some("NOT_SET".into()), ..jwt(JwtAlgorithm::HS256) },
             JwtConfig { public_key: Some("not pem".into()), ..jwt(JwtAlgorithm::RS256) },
         ];
-        let problems = Credentials::build(&config, &|_| None, &super::super::oauth::Issuers::default()).err().unwrap();
+        let problems =
+            Credentials::build(&config, &|_| None, &std::sync::Arc::new(super::super::oauth::Issuers::default()))
+                .err()
+                .unwrap();
         let locations: Vec<_> = problems.iter().map(|p| p.location.as_str()).collect();
         assert_eq!(locations, ["tenant[0] (\"acme\").jwt[0].secret_env", "tenant[0] (\"acme\").jwt[1].public_key"]);
     }

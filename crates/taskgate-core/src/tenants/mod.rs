@@ -115,7 +115,7 @@ impl TenantTable {
     fn build(
         config: &Config,
         env: &dyn Fn(&str) -> Option<String>,
-        issuers: &oauth::Issuers,
+        issuers: &Arc<oauth::Issuers>,
     ) -> Result<TenantTable, Vec<Problem>> {
         let credentials = Credentials::build(config, env, issuers)?;
         let mut tenants: HashMap<String, Arc<TenantPolicy>> =
@@ -131,7 +131,7 @@ impl TenantTable {
 /// Checks that a configuration's credentials can be loaded (keys read, secrets present),
 /// reporting every problem; `check-config` runs it too.
 pub fn check_credentials(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Vec<Problem>> {
-    let mut problems = Credentials::build(config, env, &oauth::Issuers::default()).err().unwrap_or_default();
+    let mut problems = Credentials::build(config, env, &Arc::new(oauth::Issuers::default())).err().unwrap_or_default();
     // The Redis URL may come from the environment too (it can hold a password).
     let store = &config.store;
     if store.backend == taskgate_config::StoreBackend::Redis && store.redis_url(env).is_none() {
@@ -206,6 +206,23 @@ impl Tenancy {
     pub fn oauth(&self) -> (Vec<String>, Vec<String>) {
         let table = self.table.read();
         (table.credentials.oauth_issuers(), table.credentials.oauth_scopes())
+    }
+
+    /// Asks the authorization servers that introspect about an opaque token (RFC 7662), each
+    /// in turn until one knows it; the answers are kept for the next check.
+    pub async fn introspect(&self, token: &str) {
+        let introspectors = self.table.read().credentials.introspectors();
+        for (issuer, client, secret) in introspectors {
+            match self.issuers.introspect(&issuer, &client, &secret, token).await {
+                Ok(())
+                    if matches!(self.issuers.introspected(&openssl::sha::sha256(token.as_bytes())), Some(Some(_))) =>
+                {
+                    return
+                }
+                Ok(()) => {}
+                Err(why) => tracing::warn!(issuer = %issuer.url, %why, "token introspection failed"),
+            }
+        }
     }
 
     /// The policy of a tenant (one removed by a reload sees nothing).

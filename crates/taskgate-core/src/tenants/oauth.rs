@@ -43,6 +43,7 @@ pub(crate) struct Key {
 #[derive(Default)]
 struct KeyState {
     jwks_uri: Option<String>,
+    introspection_endpoint: Option<String>,
     keys: Arc<Vec<Key>>,
     fresh_until: Option<Instant>,
     /// When a token's unknown key id last made the keys be read.
@@ -105,7 +106,11 @@ impl Issuer {
         let outcome = async {
             let jwks_uri = match jwks_uri {
                 Some(uri) => uri,
-                None => self.discover(http).await?,
+                None => {
+                    let (jwks_uri, introspection) = self.discover(http).await?;
+                    self.state.write().introspection_endpoint = introspection;
+                    jwks_uri
+                }
             };
             let (body, keep) = fetch(http, &jwks_uri).await?;
             let set: JwkSet = serde_json::from_slice(&body).map_err(|e| format!("{jwks_uri} is not a JWK set: {e}"))?;
@@ -138,8 +143,9 @@ impl Issuer {
         }
     }
 
-    /// The `jwks_uri` of the issuer's metadata (RFC 8414, else OpenID Connect Discovery).
-    async fn discover(&self, http: &reqwest::Client) -> Result<String, String> {
+    /// The `jwks_uri` and `introspection_endpoint` of the issuer's metadata (RFC 8414, else
+    /// OpenID Connect Discovery).
+    async fn discover(&self, http: &reqwest::Client) -> Result<(String, Option<String>), String> {
         let mut tried = Vec::new();
         for url in metadata_urls(&self.url) {
             match fetch(http, &url).await {
@@ -150,11 +156,14 @@ impl Issuer {
                     if metadata.get("issuer").and_then(Value::as_str) != Some(self.url.as_str()) {
                         return Err(format!("{url} names another issuer than {}", self.url));
                     }
-                    return metadata
+                    let jwks_uri = metadata
                         .get("jwks_uri")
                         .and_then(Value::as_str)
                         .map(str::to_owned)
-                        .ok_or_else(|| format!("{url} names no jwks_uri"));
+                        .ok_or_else(|| format!("{url} names no jwks_uri"))?;
+                    let introspection =
+                        metadata.get("introspection_endpoint").and_then(Value::as_str).map(str::to_owned);
+                    return Ok((jwks_uri, introspection));
                 }
                 Err(why) => tried.push(why),
             }
@@ -167,6 +176,16 @@ impl Issuer {
         let state = self.state.read();
         IssuerHealth { issuer: self.url.clone(), keys: state.keys.len(), error: state.error.clone() }
     }
+}
+
+/// `application/x-www-form-urlencoded` of one value.
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Where an issuer's metadata may be: RFC 8414 section 3.1 (the well-known part between the
@@ -215,17 +234,39 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Vec<u8>, Duration),
     Ok((body.to_vec(), keep))
 }
 
-/// Every issuer the configuration names, kept across reloads.
+/// Tokens introspected, at most.
+const MAX_INTROSPECTED: usize = 10_000;
+/// How long an active token's introspection is kept at most (and an inactive one's).
+const KEEP_ACTIVE: Duration = Duration::from_secs(60);
+const KEEP_INACTIVE: Duration = Duration::from_secs(30);
+
+/// What introspection said of a token (by its SHA-256): its claims when active.
+type Introspected = HashMap<[u8; 32], (Option<Value>, Instant)>;
+
+/// Every issuer the configuration names, kept across reloads, and what introspection said of
+/// opaque tokens lately (bounded in entries and time).
 pub struct Issuers {
     known: RwLock<HashMap<String, Arc<Issuer>>>,
     http: reqwest::Client,
+    introspected: parking_lot::Mutex<Introspected>,
+    /// Introspections started in the current second (the second, and the count): unknown
+    /// opaque tokens cannot make the gateway flood an authorization server.
+    asked: parking_lot::Mutex<(u64, u32)>,
 }
+
+/// Introspections a second at most.
+const INTROSPECTIONS_PER_SECOND: u32 = 100;
 
 impl Default for Issuers {
     fn default() -> Self {
         let http =
             reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(3)).build().unwrap_or_default();
-        Issuers { known: RwLock::default(), http }
+        Issuers {
+            known: RwLock::default(),
+            http,
+            introspected: parking_lot::Mutex::default(),
+            asked: parking_lot::Mutex::default(),
+        }
     }
 }
 
@@ -266,6 +307,93 @@ impl Issuers {
         let issuers: Vec<_> = self.known.read().values().cloned().collect();
         let reads = issuers.iter().map(|i| i.refresh(&self.http, false));
         futures_util::future::join_all(reads).await;
+    }
+
+    /// What introspection said of the token of `hash` lately: `Some(Some(claims))` active,
+    /// `Some(None)` not active, `None` not asked (or no longer kept).
+    pub(crate) fn introspected(&self, hash: &[u8; 32]) -> Option<Option<Value>> {
+        let cache = self.introspected.lock();
+        cache.get(hash).filter(|(_, until)| Instant::now() < *until).map(|(claims, _)| claims.clone())
+    }
+
+    /// Asks `issuer`'s introspection endpoint about `token` (RFC 7662), authenticating as
+    /// `client`; keeps the answer (an active token until its `exp`, at most a minute).
+    pub async fn introspect(
+        &self,
+        issuer: &Arc<Issuer>,
+        client: &str,
+        secret: &str,
+        token: &str,
+    ) -> Result<(), String> {
+        {
+            let second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let mut asked = self.asked.lock();
+            if asked.0 != second {
+                *asked = (second, 0);
+            }
+            if asked.1 >= INTROSPECTIONS_PER_SECOND {
+                return Err(format!("more than {INTROSPECTIONS_PER_SECOND} introspections this second"));
+            }
+            asked.1 += 1;
+        }
+        if issuer.state.read().introspection_endpoint.is_none() {
+            issuer.refresh(&self.http, false).await;
+        }
+        let endpoint = issuer
+            .state
+            .read()
+            .introspection_endpoint
+            .clone()
+            .ok_or_else(|| format!("{} publishes no introspection_endpoint", issuer.url))?;
+        let body = format!("token={}&token_type_hint=access_token", form_encode(token));
+        let sent = self
+            .http
+            .post(&endpoint)
+            .basic_auth(client, Some(secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .body(body)
+            .send();
+        let response = tokio::time::timeout(FETCH_TIMEOUT, sent)
+            .await
+            .map_err(|_| format!("{endpoint} did not answer within {} s", FETCH_TIMEOUT.as_secs()))?
+            .map_err(|e| format!("{endpoint}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("{endpoint} answered {}", response.status()));
+        }
+        let body = tokio::time::timeout(FETCH_TIMEOUT, response.bytes())
+            .await
+            .map_err(|_| format!("{endpoint} did not send its answer"))?
+            .map_err(|e| format!("{endpoint}: {e}"))?;
+        let answer: Value = serde_json::from_slice(&body).map_err(|e| format!("{endpoint} answered no JSON: {e}"))?;
+        let now = Instant::now();
+        let (claims, keep) = if answer.get("active") == Some(&Value::Bool(true)) {
+            let left = answer
+                .get("exp")
+                .and_then(Value::as_u64)
+                .map(|exp| {
+                    let unix =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                    Duration::from_secs(exp.saturating_sub(unix))
+                })
+                .unwrap_or(KEEP_ACTIVE);
+            (Some(answer), left.min(KEEP_ACTIVE))
+        } else {
+            (None, KEEP_INACTIVE)
+        };
+        let hash = openssl::sha::sha256(token.as_bytes());
+        let mut cache = self.introspected.lock();
+        if cache.len() >= MAX_INTROSPECTED {
+            cache.retain(|_, (_, until)| now < *until);
+            if cache.len() >= MAX_INTROSPECTED {
+                let evict: Vec<[u8; 32]> = cache.keys().take(MAX_INTROSPECTED / 10).copied().collect();
+                for key in evict {
+                    cache.remove(&key);
+                }
+            }
+        }
+        cache.insert(hash, (claims, now + keep));
+        Ok(())
     }
 
     /// Reads `url`'s keys again now (a token named a key id not held), rate-bounded.
