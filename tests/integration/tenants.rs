@@ -656,3 +656,38 @@ async fn at_its_session_cap_a_principal_may_reclaim_its_own_longest_idle_session
     assert!(refused.headers.contains_key("retry-after"));
     assert_eq!(sue.request("ping", None).await.status, StatusCode::OK, "another principal's session is not taken");
 }
+
+/// A tenant's tool rules: a tool they leave out is absent from its `tools/list` and refused on
+/// `tools/call`, plain or as a task, with exactly the answer an unknown tool gets.
+#[actix_rt::test]
+async fn tools_a_tenant_may_not_call_are_unknown_to_it() {
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![demo.upstream("demo"), taskgate_testkit::stdio_demo_upstream("local")]);
+    let mut acme = tenant("acme", &[("ci", "acme-tools-key-000000001")]);
+    acme.tools = Some(taskgate_config::ToolRules { allow: vec!["demo__*".into()], deny: vec!["demo__sl?w".into()] });
+    config.tenants = vec![acme, tenant("globex", &[("ci", "globex-tools-key-0000001")])];
+    let gw = TestGateway::start(config);
+    let mut acme = McpClient::with_bearer(&gw.url, "acme-tools-key-000000001");
+    acme.initialize().await;
+    let listed = acme.tool_names().await;
+    assert!(listed.iter().any(|t| t == "demo__echo"), "{listed:?}");
+    assert!(!listed.iter().any(|t| t == "demo__slow" || t.starts_with("local__")), "{listed:?}");
+    let unknown = |e: ErrorObject, name: &str| {
+        assert_eq!((e.code, e.message.as_str()), (-32602, format!("Unknown tool: {name}").as_str()), "{e:?}");
+    };
+    for name in ["demo__slow", "local__echo", "demo__no_such_tool"] {
+        unknown(acme.call(name, json!({"ms": 1, "text": "x"})).await.unwrap_err(), name);
+        let as_task = acme
+            .request("tools/call", Some(json!({"name": name, "arguments": {"ms": 1}, "task": {"ttl": 60000}})))
+            .await
+            .outcome()
+            .unwrap_err();
+        unknown(as_task, name);
+    }
+    assert_eq!(acme.call("demo__echo", json!({"text": "allowed"})).await.unwrap()["content"][0]["text"], "allowed");
+    // Another tenant's rules are its own.
+    let mut globex = McpClient::with_bearer(&gw.url, "globex-tools-key-0000001");
+    globex.initialize().await;
+    let listed = globex.tool_names().await;
+    assert!(listed.iter().any(|t| t == "demo__slow") && listed.iter().any(|t| t.starts_with("local__")), "{listed:?}");
+}

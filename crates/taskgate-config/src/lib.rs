@@ -25,8 +25,8 @@ pub use problem::{ConfigError, Problem};
 pub use server::{FederationConfig, ForwardedHeader, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
 pub use tenants::{
-    secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, SessionCapPolicy,
-    TenantConfig, TenantLimits,
+    glob, secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, SessionCapPolicy,
+    TenantConfig, TenantLimits, ToolRules,
 };
 pub use upstream::{ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamProtocol};
 pub use validate::resolve_listen;

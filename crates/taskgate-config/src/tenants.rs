@@ -17,6 +17,10 @@ pub struct TenantConfig {
     /// The upstreams whose tools this tenant sees and may call, by name. Absent: all of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstreams: Option<Vec<String>>,
+    /// The tools this tenant may list and call, by the gateway's names (globs: `*` any run of
+    /// characters, `?` one). Absent: every tool of the upstreams it sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolRules>,
     /// Requests without an `Authorization` header are this tenant's, as principal `anonymous`.
     /// For local use; at most one tenant may set it.
     #[serde(default)]
@@ -42,12 +46,69 @@ impl TenantConfig {
         TenantConfig {
             id: id.into(),
             upstreams: None,
+            tools: None,
             anonymous: false,
             api_keys: Vec::new(),
             jwts: Vec::new(),
             oauth: Vec::new(),
             limits: TenantLimits::default(),
         }
+    }
+}
+
+/// `[tenant.tools]`: which tools a tenant may list and call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRules {
+    /// When not empty, a tool must match one of these.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// A tool that matches one of these is never listed or called (over `allow`).
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+impl ToolRules {
+    /// Whether the tool named `name` (the gateway's name) may be listed and called.
+    pub fn permits(&self, name: &str) -> bool {
+        (self.allow.is_empty() || self.allow.iter().any(|g| glob(g, name))) && !self.deny.iter().any(|g| glob(g, name))
+    }
+}
+
+/// Whether `name` matches `pattern` (`*` any run of characters, `?` one, the rest itself).
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod glob_tests {
+    use super::{glob, ToolRules};
+
+    #[test]
+    fn globs_match_runs_and_single_characters() {
+        assert!(glob("demo__*", "demo__echo") && glob("*__delete*", "files__delete_all") && glob("a?c", "abc"));
+        assert!(!glob("demo__*", "other__echo") && !glob("a?c", "abbc") && glob("*", "") && !glob("x", ""));
+        let rules = ToolRules { allow: vec!["demo__*".into()], deny: vec!["*__slow".into()] };
+        assert!(rules.permits("demo__echo") && !rules.permits("demo__slow") && !rules.permits("local__echo"));
+        assert!(ToolRules::default().permits("anything"));
     }
 }
 

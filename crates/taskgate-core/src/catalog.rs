@@ -165,10 +165,14 @@ impl Catalog {
 
     /// The tools of prefixed upstreams whose own name is `name`, among those `visible`: what an
     /// MCP App's View means when it calls a tool of its server by the name the server gave it.
-    pub fn by_original_name(&self, name: &str, visible: impl Fn(&ToolEntry) -> bool) -> Vec<(String, Arc<ToolEntry>)> {
+    pub fn by_original_name(
+        &self,
+        name: &str,
+        visible: impl Fn(&str, &ToolEntry) -> bool,
+    ) -> Vec<(String, Arc<ToolEntry>)> {
         self.entries
             .iter()
-            .filter(|(exposed, e)| e.tool.name == name && exposed.as_str() != name && visible(e))
+            .filter(|(exposed, e)| e.tool.name == name && exposed.as_str() != name && visible(exposed, e))
             .map(|(exposed, e)| (exposed.clone(), e.clone()))
             .collect()
     }
@@ -198,7 +202,7 @@ impl Catalog {
         &self,
         cursor: Option<&str>,
         size: usize,
-        visible: impl Fn(&ToolEntry) -> bool,
+        visible: impl Fn(&str, &ToolEntry) -> bool,
         task_support: impl Fn(&ToolEntry) -> TaskSupport,
     ) -> Result<Page, String> {
         let start = match cursor {
@@ -214,7 +218,7 @@ impl Catalog {
             ),
         };
         // Only the requestor's tenant's upstreams: what it cannot see is not there for it.
-        let mut iter = all.filter(|(_, entry)| visible(entry));
+        let mut iter = all.filter(|(name, entry)| visible(name, entry));
         let mut tools = Vec::with_capacity(size.min(self.entries.len()));
         let mut last = None;
         for (name, entry) in iter.by_ref().take(size) {
@@ -273,7 +277,7 @@ mod tests {
         c.set_tools("b", tools(&["z", "y"]), false);
         c.set_tools("a", tools(&["x"]), false);
         c.set_tools("plain", tools(&["echo"]), false);
-        let page = c.page(None, 10, |_| true, native).unwrap();
+        let page = c.page(None, 10, |_, _| true, native).unwrap();
         assert_eq!(names(&page), ["a__x", "b__y", "b__z", "echo"]);
         assert_eq!(page.next_cursor, None);
         let entry = c.resolve("b__y").unwrap();
@@ -289,12 +293,12 @@ mod tests {
         c.set_tools("b", tools(&["refresh"]), false);
         c.set_tools("plain", tools(&["echo"]), false);
         let exposed = |found: Vec<(String, Arc<ToolEntry>)>| found.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
-        assert_eq!(exposed(c.by_original_name("only-a", |_| true)), ["a__only-a"]);
-        assert_eq!(exposed(c.by_original_name("refresh", |_| true)), ["a__refresh", "b__refresh"]);
-        assert_eq!(exposed(c.by_original_name("refresh", |e| e.upstream == "b")), ["b__refresh"]);
+        assert_eq!(exposed(c.by_original_name("only-a", |_, _| true)), ["a__only-a"]);
+        assert_eq!(exposed(c.by_original_name("refresh", |_, _| true)), ["a__refresh", "b__refresh"]);
+        assert_eq!(exposed(c.by_original_name("refresh", |_, e| e.upstream == "b")), ["b__refresh"]);
         // A name that is already client-visible is not its own alias; an unknown one has none.
-        assert!(c.by_original_name("echo", |_| true).is_empty());
-        assert!(c.by_original_name("nothing", |_| true).is_empty());
+        assert!(c.by_original_name("echo", |_, _| true).is_empty());
+        assert!(c.by_original_name("nothing", |_, _| true).is_empty());
     }
 
     #[test]
@@ -302,7 +306,7 @@ mod tests {
         let mut c = Catalog::new("__", naming(&[("a", true), ("b", true)]));
         c.set_tools("a", tools(&["1", "2", "3"]), false);
         c.set_tools("b", tools(&["1", "2", "3"]), false);
-        let only_b = |e: &ToolEntry| e.upstream == "b";
+        let only_b = |_: &str, e: &ToolEntry| e.upstream == "b";
         let first = c.page(None, 2, only_b, native).unwrap();
         assert_eq!(names(&first), ["b__1", "b__2"]);
         let second = c.page(first.next_cursor.as_deref(), 2, only_b, native).unwrap();
@@ -317,7 +321,7 @@ mod tests {
         let mut seen = Vec::new();
         let mut cursor = None;
         loop {
-            let page = c.page(cursor.as_deref(), 10, |_| true, native).unwrap();
+            let page = c.page(cursor.as_deref(), 10, |_, _| true, native).unwrap();
             seen.extend(names(&page));
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
@@ -325,10 +329,10 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 25);
-        let first = c.page(None, 10, |_| true, native).unwrap();
+        let first = c.page(None, 10, |_, _| true, native).unwrap();
         // Removing a tool already listed does not shift the next page.
         c.set_tools("u", tools(&all[1..].iter().map(String::as_str).collect::<Vec<_>>()), false);
-        let second = c.page(first.next_cursor.as_deref(), 10, |_| true, native).unwrap();
+        let second = c.page(first.next_cursor.as_deref(), 10, |_, _| true, native).unwrap();
         assert_eq!(names(&second)[0], "u.t10");
     }
 
@@ -336,7 +340,7 @@ mod tests {
     fn bad_cursors_are_rejected() {
         let c = Catalog::new("__", naming(&[("u", true)]));
         for bad in ["", "!!", "bm90LWEtY3Vyc29y"] {
-            assert!(c.page(Some(bad), 10, |_| true, native).is_err(), "{bad}");
+            assert!(c.page(Some(bad), 10, |_, _| true, native).is_err(), "{bad}");
         }
     }
 
@@ -360,9 +364,9 @@ mod tests {
     fn task_support_is_written_when_it_differs() {
         let mut c = Catalog::new("__", naming(&[("u", true)]));
         c.set_tools("u", tools(&["t"]), false);
-        let page = c.page(None, 10, |_| true, |_| TaskSupport::Optional).unwrap();
+        let page = c.page(None, 10, |_, _| true, |_| TaskSupport::Optional).unwrap();
         assert_eq!(page.tools[0]["execution"], json!({"taskSupport": "optional"}));
-        let page = c.page(None, 10, |_| true, native).unwrap();
+        let page = c.page(None, 10, |_, _| true, native).unwrap();
         assert!(page.tools[0].get("execution").is_none());
     }
 }

@@ -178,7 +178,7 @@ fn cursor(input: &[u8]) {
         }
     }
     let catalog = taskgate_core::catalog::Catalog::new("__", Vec::new());
-    let _ = catalog.page(Some(&text), 10, |_| true, |e| e.tool.task_support);
+    let _ = catalog.page(Some(&text), 10, |_, _| true, |e| e.tool.task_support);
     let _ = taskgate_protocol::mcp::cursor(Some(&json!({ "cursor": text })));
     let store = taskgate_store::MemoryTaskStore::new(10);
     let owner = taskgate_store::Owner { tenant: "t".into(), principal: "p".into() };

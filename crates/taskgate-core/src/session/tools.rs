@@ -18,7 +18,7 @@ impl SessionActor {
             let _ = router.send(EnsureCatalog(caps)).await;
             let support =
                 |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));
-            let visible = |e: &ToolEntry| policy.sees(&e.upstream);
+            let visible = |name: &str, e: &ToolEntry| policy.may_call(&e.upstream, name);
             let size = shared.config.federation.page_size;
             let page = catalog.read().page(cursor.as_deref(), size, visible, support);
             page.map_err(GatewayError::InvalidParams)
@@ -51,10 +51,11 @@ impl SessionActor {
             Err(why) => return self.finish(id, Err(GatewayError::InvalidParams(why))),
         };
         let name = view.name.clone();
-        // A tool of an upstream the tenant does not see is unknown to it, exactly like one that
-        // does not exist.
+        // A tool of an upstream the tenant does not see, or one its tool rules leave out, is
+        // unknown to it, exactly like one that does not exist.
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
-        let resolved = self.catalog.catalog.read().resolve(&name).filter(|e| policy.sees(&e.upstream)).cloned();
+        let resolved =
+            self.catalog.catalog.read().resolve(&name).filter(|e| policy.may_call(&e.upstream, &name)).cloned();
         match resolved {
             Some(entry) => self.dispatch_call(id, params, view, entry, ctx),
             None => {
@@ -66,13 +67,14 @@ impl SessionActor {
                     let _ = router.send(EnsureCatalog(caps)).await;
                     let owner = {
                         let catalog = catalog.read();
-                        if let Some(entry) = catalog.resolve(&name).filter(|e| policy.sees(&e.upstream)) {
+                        if let Some(entry) = catalog.resolve(&name).filter(|e| policy.may_call(&e.upstream, &name)) {
                             return Ok(entry.clone());
                         }
                         // An MCP App's View calls its server's tools by the names the server
                         // gave them: one that a single prefixed upstream has is that one.
                         if apps {
-                            let mut found = catalog.by_original_name(&name, |e| policy.sees(&e.upstream));
+                            let mut found =
+                                catalog.by_original_name(&name, |exposed, e| policy.may_call(&e.upstream, exposed));
                             match found.len() {
                                 0 => {}
                                 1 => return Ok(found.remove(0).1),
@@ -85,7 +87,7 @@ impl SessionActor {
                                 }
                             }
                         }
-                        catalog.upstream_by_prefix(&name).filter(|u| policy.sees(u)).map(str::to_owned)
+                        catalog.upstream_by_prefix(&name).filter(|u| policy.may_call(u, &name)).map(str::to_owned)
                     };
                     if let Some(upstream) = owner {
                         if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream)).await {

@@ -31,6 +31,8 @@ pub struct TenantPolicy {
     pub id: String,
     /// The upstreams it sees; `None`: all.
     pub upstreams: Option<BTreeSet<String>>,
+    /// The tools it may list and call, by the gateway's names.
+    pub tools: Option<taskgate_config::ToolRules>,
     /// Its limits as configured.
     pub limits: TenantLimits,
     /// ttl and pollInterval with the gateway's defaults applied.
@@ -83,6 +85,7 @@ impl TenantPolicy {
         TenantPolicy {
             id: tenant.id.clone(),
             upstreams: tenant.upstreams.as_ref().map(|u| u.iter().cloned().collect()),
+            tools: tenant.tools.clone(),
             limits: tenant.limits.clone(),
             tasks: tenant.limits.tasks(&config.tasks),
             max_body_bytes: tenant.limits.max_body_bytes.unwrap_or(usize::MAX).min(config.server.max_body_bytes),
@@ -101,6 +104,11 @@ impl TenantPolicy {
     /// Whether the tenant sees (and may call) an upstream's tools.
     pub fn sees(&self, upstream: &str) -> bool {
         self.upstreams.as_ref().is_none_or(|u| u.contains(upstream))
+    }
+
+    /// Whether the tenant may list and call the tool the gateway names `name`, of `upstream`.
+    pub fn may_call(&self, upstream: &str, name: &str) -> bool {
+        self.sees(upstream) && self.tools.as_ref().is_none_or(|rules| rules.permits(name))
     }
 }
 
