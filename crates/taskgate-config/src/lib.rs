@@ -334,3 +334,30 @@ mod tenant_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod secret_header_tests {
+    use super::Config;
+
+    #[test]
+    fn upstream_headers_come_from_the_environment_or_a_file_and_a_missing_one_is_a_problem_where_named() {
+        let dir = std::env::temp_dir().join(format!("taskgate-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "from-a-file\n").unwrap();
+        let text = format!(
+            "[[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:9/mcp\"\n\
+             headers_env = {{ Authorization = \"A_TOKEN\" }}\nheaders_file = {{ X-Key = {:?} }}\n",
+            file.display().to_string()
+        );
+        let env = |k: &str| (k == "A_TOKEN").then(|| "Bearer from-env".to_owned());
+        let config = Config::from_toml(&text, "t.toml", &env).unwrap();
+        let headers = &config.upstreams[0].headers;
+        assert_eq!(headers["Authorization"], "Bearer from-env");
+        assert_eq!(headers["X-Key"], "from-a-file");
+        let (_, problems) = Config::read(&text, "t.toml", &|_| None).unwrap();
+        assert_eq!(problems[0].location, "upstream[0] (\"a\").headers_env.Authorization", "{problems:?}");
+        assert!(problems[0].message.contains("A_TOKEN"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

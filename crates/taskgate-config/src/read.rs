@@ -40,6 +40,7 @@ impl Config {
             }
         };
         config.apply_env(env);
+        problems.extend(config.resolve_secret_headers(env));
         if let Err(found) = config.validate() {
             let read = |p: &Problem| !unread.iter().any(|section: &String| p.location.starts_with(section.as_str()));
             problems.extend(found.into_iter().filter(read));
@@ -65,6 +66,38 @@ impl Config {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: name.clone(), source })?;
         Config::from_toml(&text, &name, &|key| std::env::var(key).ok())
+    }
+
+    /// Reads the upstream headers kept out of the file (`headers_env`, `headers_file`) into
+    /// `headers`; each one that cannot be read is a problem where it is named.
+    pub fn resolve_secret_headers(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        for (i, up) in self.upstreams.iter_mut().enumerate() {
+            let at = |kind: &str, header: &str| format!("upstream[{i}] ({:?}).{kind}.{header}", up.name);
+            for (header, variable) in &up.headers_env {
+                match env(variable) {
+                    Some(value) => {
+                        up.headers.insert(header.clone(), value);
+                    }
+                    None => problems.push(Problem {
+                        location: at("headers_env", header),
+                        message: format!("the environment variable {variable:?} is not set"),
+                    }),
+                }
+            }
+            for (header, file) in &up.headers_file {
+                match std::fs::read_to_string(file) {
+                    Ok(value) => {
+                        up.headers.insert(header.clone(), value.trim_end_matches(['\r', '\n']).to_owned());
+                    }
+                    Err(e) => problems.push(Problem {
+                        location: at("headers_file", header),
+                        message: format!("cannot read {file}: {e}"),
+                    }),
+                }
+            }
+        }
+        problems
     }
 
     /// Environment overrides: `TASKGATE_LISTEN` and `TASKGATE_LOG`.

@@ -58,6 +58,14 @@ pub struct UpstreamConfig {
     /// Extra HTTP headers sent to the upstream, e.g. its own credentials (http).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Headers whose values are read from environment variables at start (header → variable),
+    /// so a secret stays out of the file (http).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_env: BTreeMap<String, String>,
+    /// Headers whose values are read from files at start (header → path; the content, its
+    /// trailing line end removed), e.g. a mounted secret (http).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_file: BTreeMap<String, String>,
     /// Program to run (stdio).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
@@ -170,6 +178,8 @@ impl UpstreamConfig {
             transport: Transport::Http,
             url: Some(url.into()),
             headers: BTreeMap::new(),
+            headers_env: BTreeMap::new(),
+            headers_file: BTreeMap::new(),
             command: None,
             args: Vec::new(),
             env: BTreeMap::new(),

@@ -214,7 +214,11 @@ impl Config {
                     if up.command.as_deref().is_none_or(str::is_empty) {
                         bad(at("command"), "a stdio upstream needs command = \"program\"".into());
                     }
-                    if up.url.is_some() || !up.headers.is_empty() {
+                    if up.url.is_some()
+                        || !up.headers.is_empty()
+                        || !up.headers_env.is_empty()
+                        || !up.headers_file.is_empty()
+                    {
                         bad(at("url"), "url and headers are for http upstreams".into());
                     }
                     if up.max_processes == 0 {
