@@ -386,3 +386,52 @@ async fn opaque_access_tokens_are_checked_by_introspection_beside_api_keys() {
     assert_eq!(k.call("demo__echo", json!({"text": "key"})).await.unwrap()["content"][0]["text"], "key");
     gw.kill().await;
 }
+
+/// A gateway in front of another that is a resource server of the same authorization server:
+/// `[upstream.oauth]`, the front gateway's own token for the upstream.
+async fn front_gateway(auth: &AuthServer, upstream: &str, credentials: bool) -> (ServedGateway, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let oauth = if credentials {
+        format!(
+            "[upstream.oauth]\ntoken_url = \"{}/token\"\nclient_id = \"gateway-test\"\nclient_secret_env = \"TG_UPSTREAM_SECRET\"\nscope = \"mcp\"\n",
+            auth.issuer
+        )
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nbackend = \"memory\"\n\
+         [[upstream]]\nname = \"b\"\ntransport = \"http\"\nurl = \"{upstream}\"\nprotocol = \"2025-11-25\"\n{oauth}\
+         [[tenant]]\nid = \"front\"\n[[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{}\"\n",
+        taskgate_core::tenants::hash_key("front-gateway-api-key-01")
+    );
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, text).unwrap();
+    (ServedGateway::start_with_env(&file, &[("TG_UPSTREAM_SECRET", "secret-1")]).await, dir)
+}
+
+#[actix_rt::test]
+async fn an_upstream_that_is_a_resource_server_gets_the_gateways_own_token_and_a_missing_one_is_named() {
+    let auth = AuthServer::start();
+    let back = gateway(&auth.issuer).await;
+    // With client credentials: the front gateway's token, for the upstream as the resource.
+    let (front, _dir) = front_gateway(&auth, &back.public_url, true).await;
+    let mut c = McpClient::with_bearer(&front.url, "front-gateway-api-key-01");
+    c.initialize().await;
+    let echoed = c.call("b__demo__echo", json!({"text": "through two gateways"})).await.unwrap();
+    assert_eq!(echoed["content"][0]["text"], "through two gateways");
+    // Without: the error names what the upstream asks for.
+    let (bare, _dir2) = front_gateway(&auth, &back.public_url, false).await;
+    let mut c = McpClient::with_bearer(&bare.url, "front-gateway-api-key-01");
+    c.initialize().await;
+    let error = c.call("b__demo__echo", json!({"text": "x"})).await.unwrap_err();
+    assert!(
+        error.message.contains("requires authorization (401")
+            && error.message.contains("resource_metadata=")
+            && error.message.contains("[upstream.oauth]"),
+        "{error:?}"
+    );
+    front.kill().await;
+    bare.kill().await;
+    back.gw.kill().await;
+}

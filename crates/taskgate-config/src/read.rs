@@ -85,6 +85,15 @@ impl Config {
                     }),
                 }
             }
+            if let Some(oauth) = &mut up.oauth {
+                match env(&oauth.client_secret_env) {
+                    Some(secret) => oauth.client_secret = Some(secret),
+                    None => problems.push(Problem {
+                        location: format!("upstream[{i}] ({:?}).oauth.client_secret_env", up.name),
+                        message: format!("the environment variable {:?} is not set", oauth.client_secret_env),
+                    }),
+                }
+            }
             for (header, file) in &up.headers_file {
                 match std::fs::read_to_string(file) {
                     Ok(value) => {

@@ -66,6 +66,10 @@ pub struct UpstreamConfig {
     /// trailing line end removed), e.g. a mounted secret (http).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers_file: BTreeMap<String, String>,
+    /// The gateway's own OAuth client for this upstream (client credentials grant): each
+    /// request carries its access token, cached and fetched again before it expires (http).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<UpstreamOAuth>,
     /// Program to run (stdio).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
@@ -180,6 +184,7 @@ impl UpstreamConfig {
             headers: BTreeMap::new(),
             headers_env: BTreeMap::new(),
             headers_file: BTreeMap::new(),
+            oauth: None,
             command: None,
             args: Vec::new(),
             env: BTreeMap::new(),
@@ -208,4 +213,25 @@ impl UpstreamConfig {
             ..UpstreamConfig::http(name, "")
         }
     }
+}
+
+/// `[upstream.oauth]`: the gateway as an OAuth client of an upstream that is a resource server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamOAuth {
+    /// The authorization server's token endpoint.
+    pub token_url: String,
+    /// The gateway's client id there.
+    pub client_id: String,
+    /// The environment variable holding its client secret.
+    pub client_secret_env: String,
+    /// The scope asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// The resource the token is for (RFC 8707). Absent: the upstream's `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// The secret, read from `client_secret_env` at start.
+    #[serde(skip)]
+    pub client_secret: Option<String>,
 }

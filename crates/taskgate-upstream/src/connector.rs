@@ -309,6 +309,7 @@ impl Connector {
             session.inner.routes.clone(),
             session.inner.closed.subscribe(),
             self.inner.endpoint.connections.clone(),
+            self.inner.endpoint.credentials.clone(),
         ));
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));

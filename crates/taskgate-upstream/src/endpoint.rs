@@ -33,6 +33,8 @@ pub(crate) struct Endpoint {
     /// The `x-mcp-header` annotations of a modern upstream's tools.
     pub(crate) tool_headers: ToolHeaders,
     pub(crate) http: HttpClient,
+    /// The gateway's own OAuth client for the upstream, when it has one.
+    pub(crate) credentials: Option<Arc<crate::credentials::ClientCredentials>>,
     pub(crate) processes: Arc<Semaphore>,
     /// The bound on connections to an HTTP upstream.
     pub(crate) connections: Arc<Connections>,
@@ -89,6 +91,10 @@ impl Endpoint {
     /// The endpoint of one upstream, its requests reported to `observer`.
     pub(crate) fn new(config: UpstreamConfig, observer: Option<Arc<dyn RequestObserver>>) -> Endpoint {
         let http = HttpClient::new(config.url.as_deref(), config.max_connections, POOL_IDLE);
+        let credentials = config
+            .oauth
+            .as_ref()
+            .map(|o| Arc::new(crate::credentials::ClientCredentials::new(&config.name, config.url.as_deref(), o)));
         let processes = Arc::new(Semaphore::new(config.max_processes));
         let connections = Connections::new(&config.name, config.max_connections, observer.clone());
         let shutdown = tokio::sync::watch::channel(false).0;
@@ -98,6 +104,7 @@ impl Endpoint {
             era,
             tool_headers,
             http,
+            credentials,
             processes,
             connections,
             capabilities: parking_lot::Mutex::new(None),

@@ -14,6 +14,7 @@
 
 mod client;
 mod connector;
+mod credentials;
 mod endpoint;
 mod error;
 mod events;

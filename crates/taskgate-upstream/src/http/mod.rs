@@ -69,6 +69,8 @@ pub(crate) struct HttpChannel {
     /// (`None`: the upstream offers none).
     stream: watch::Sender<Option<bool>>,
     connections: Arc<Connections>,
+    /// The gateway's own OAuth client for the upstream: each request carries its token.
+    credentials: Option<Arc<crate::credentials::ClientCredentials>>,
 }
 
 impl HttpChannel {
@@ -79,6 +81,7 @@ impl HttpChannel {
         routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
         connections: Arc<Connections>,
+        credentials: Option<Arc<crate::credentials::ClientCredentials>>,
     ) -> HttpChannel {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
@@ -110,6 +113,7 @@ impl HttpChannel {
             closed,
             stream: watch::channel(Some(false)).0,
             connections,
+            credentials,
         }
     }
 
@@ -217,10 +221,14 @@ impl HttpChannel {
     }
 
     /// Sends a request of this session with `headers` (from [`Self::headers`]).
-    async fn send_request(&self, method: Method, headers: HeaderMap, body: Bytes) -> Result<Reply, UpstreamError> {
+    async fn send_request(&self, method: Method, mut headers: HeaderMap, body: Bytes) -> Result<Reply, UpstreamError> {
         let Some(target) = &self.target else {
             return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)));
         };
+        if let Some(credentials) = &self.credentials {
+            let authorization = credentials.authorization().await.map_err(|why| self.unavailable(why))?;
+            headers.insert(reqwest::header::AUTHORIZATION, authorization);
+        }
         self.client.send(method, target, headers, body).await.map_err(|e| self.unavailable(e.0))
     }
 
@@ -269,6 +277,23 @@ impl HttpChannel {
         }
         if status.is_success() {
             return Ok(response);
+        }
+        // An upstream that is a resource server refused the gateway's credentials: the error
+        // says what it asks for (its challenge names its metadata and scope, MCP authorization).
+        if matches!(status.as_u16(), 401 | 403) {
+            if let Some(credentials) = &self.credentials {
+                credentials.refused();
+            }
+            let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let what = match (&self.credentials, challenge) {
+                (Some(_), Some(challenge)) => format!("it refused the gateway's access token ({status}; it asks: {challenge})"),
+                (Some(_), None) => format!("it refused the gateway's access token ({status})"),
+                (None, Some(challenge)) => format!(
+                    "it requires authorization ({status}; it asks: {challenge}): give the upstream [upstream.oauth] or its headers"
+                ),
+                (None, None) => format!("it requires authorization ({status}): give the upstream [upstream.oauth] or its headers"),
+            };
+            return Err(self.unavailable(what).into());
         }
         let body = response.text(self.max_message_bytes).await.unwrap_or_default();
         let error = rpc_error(body.as_bytes());
@@ -536,7 +561,7 @@ mod tests {
         let client = HttpClient::new(config.url.as_deref(), 1, Duration::from_secs(1));
         let (incoming, _) = mpsc::channel(1);
         let (_, closed) = watch::channel(false);
-        HttpChannel::new(&config, client, incoming, Arc::default(), closed, Connections::new("demo", 1, None))
+        HttpChannel::new(&config, client, incoming, Arc::default(), closed, Connections::new("demo", 1, None), None)
     }
 
     fn shown(headers: &HeaderMap) -> Vec<String> {
