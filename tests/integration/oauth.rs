@@ -435,3 +435,80 @@ async fn an_upstream_that_is_a_resource_server_gets_the_gateways_own_token_and_a
     bare.kill().await;
     back.gw.kill().await;
 }
+
+#[actix_rt::test]
+async fn an_unreachable_authorization_server_leaves_the_keys_held_serving_and_says_so() {
+    let mut auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let token = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    let mut c = McpClient::with_bearer(&public_url, &token);
+    c.initialize().await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    // A token naming a key id the server never published (signed with its key all the same).
+    let unknown_kid = {
+        let claims = json!({"iss": auth.issuer, "aud": public_url, "sub": "x", "scope": "mcp", "exp": now + 300});
+        let signed = auth.sign(json!({"alg": "ES256", "typ": "at+jwt"}), claims);
+        let mut parts = signed.splitn(2, '.');
+        let (_, rest) = (parts.next(), parts.next().unwrap());
+        let header = URL_SAFE_NO_PAD.encode(r#"{"alg":"ES256","typ":"at+jwt","kid":"k9"}"#);
+        format!("{header}.{rest}")
+    };
+    // The authorization server goes away.
+    let _ = auth.child.kill();
+    let _ = auth.child.wait();
+    // The keys already read keep serving its tokens.
+    for _ in 0..3 {
+        assert_eq!(c.call("demo__echo", json!({"text": "still"})).await.unwrap()["content"][0]["text"], "still");
+    }
+    // A key not held cannot be read now: refused, and /readyz says why.
+    let (status, challenge, body) = initialize(&public_url, Some(&unknown_kid)).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(challenge.contains(r#"error="invalid_token""#), "{challenge}");
+    let base = public_url.trim_end_matches("/mcp");
+    let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
+    let issuer = &ready["oauth"][0];
+    assert!(
+        issuer["keys"].as_u64().unwrap() >= 1 && issuer["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{ready}"
+    );
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("taskgate_oauth_keys_stale{") && l.ends_with(" 1")), "{metrics}");
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn tenants_trusting_different_authorization_servers_are_told_apart_by_issuer() {
+    let (a, b) = (AuthServer::start(), AuthServer::start());
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/mcp");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\n[store]\nbackend = \"memory\"\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+         [[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{}\"\nrequired_scopes = [\"mcp\"]\n\
+         [[tenant]]\nid = \"globex\"\nupstreams = []\n[[tenant.oauth]]\nissuer = \"{}\"\nrequired_scopes = [\"mcp\"]\n",
+        demo.http.url, a.issuer, b.issuer
+    );
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, text).unwrap();
+    let gw = ServedGateway::start(&file).await;
+    let base = public_url.trim_end_matches("/mcp");
+    let metadata: Value =
+        reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp")).await.unwrap().json().await.unwrap();
+    let mut servers: Vec<&str> =
+        metadata["authorization_servers"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    servers.sort();
+    let mut expected = vec![a.issuer.as_str(), b.issuer.as_str()];
+    expected.sort();
+    assert_eq!(servers, expected);
+    // acme's token sees acme's upstream; globex's, none.
+    let mut acme = McpClient::with_bearer(&public_url, &a.token("gateway-test", "secret-1", "mcp", &public_url).await);
+    acme.initialize().await;
+    assert!(acme.tool_names().await.iter().any(|t| t == "demo__echo"));
+    let mut globex =
+        McpClient::with_bearer(&public_url, &b.token("gateway-test", "secret-1", "mcp", &public_url).await);
+    globex.initialize().await;
+    assert!(globex.tool_names().await.is_empty());
+    gw.kill().await;
+}
