@@ -80,13 +80,14 @@ pub fn glob(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
     let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
     while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        // A `*` of the pattern is a wildcard before anything else (a name may hold a `*` too).
+        if pi < p.len() && p[pi] == '*' {
             star = Some(pi);
             mark = ni;
             pi += 1;
+        } else if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
         } else if let Some(s) = star {
             pi = s + 1;
             mark += 1;
@@ -106,6 +107,8 @@ mod glob_tests {
     fn globs_match_runs_and_single_characters() {
         assert!(glob("demo__*", "demo__echo") && glob("*__delete*", "files__delete_all") && glob("a?c", "abc"));
         assert!(!glob("demo__*", "other__echo") && !glob("a?c", "abbc") && glob("*", "") && !glob("x", ""));
+        // A name holding a `*` is matched by the pattern's wildcard, not by the character.
+        assert!(glob("files__*", "files__*x") && glob("*x", "*x") && glob("a*b", "a*b"));
         let rules = ToolRules { allow: vec!["demo__*".into()], deny: vec!["*__slow".into()] };
         assert!(rules.permits("demo__echo") && !rules.permits("demo__slow") && !rules.permits("local__echo"));
         assert!(ToolRules::default().permits("anything"));
@@ -406,6 +409,17 @@ pub(crate) fn validate(tenants: &[TenantConfig], upstreams: &BTreeSet<&str>, bad
                 bad(
                     at("introspection_client_id"),
                     "introspection needs both introspection_client_id and introspection_secret_env".into(),
+                );
+            }
+        }
+        for (j, oauth) in t.oauth.iter().enumerate() {
+            let shared = tenants.iter().enumerate().any(|(k, other)| {
+                k != i && other.oauth.iter().any(|o| o.issuer == oauth.issuer && o.audience == oauth.audience)
+            });
+            if shared && oauth.tenant_claim.is_none() {
+                bad(
+                    format!("tenant[{i}] ({:?}).oauth[{j}].tenant_claim", t.id),
+                    "another tenant trusts the same issuer for the same audience: a tenant_claim must say whose each token is".into(),
                 );
             }
         }

@@ -78,8 +78,15 @@ impl Config {
 
         if let Some(url) = &self.server.public_url {
             let parsed = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
-            if parsed.is_none_or(|rest| rest.is_empty() || rest.contains('#')) {
-                bad("server.public_url".into(), format!("{url:?} is not an http(s) URL without a fragment"));
+            if parsed.is_none_or(|rest| rest.is_empty() || rest.contains('#') || rest.contains('?')) {
+                bad("server.public_url".into(), format!("{url:?} is not an http(s) URL without a query or fragment"));
+            }
+        }
+        for (i, up) in self.upstreams.iter().enumerate() {
+            if let Some(oauth) = &up.oauth {
+                if let Err(why) = crate::tenants::secure_url(&oauth.token_url) {
+                    bad(format!("upstream[{i}] ({:?}).oauth.token_url", up.name), why);
+                }
             }
         }
         let oauth = self.tenants.iter().any(|t| t.oauth.iter().any(|o| o.audience.is_none()));

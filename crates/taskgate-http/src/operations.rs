@@ -26,9 +26,10 @@ pub async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
         .map(|u| json!({"name": u.name, "required": u.required, "reachable": u.reachable, "error": u.error}))
         .collect();
     let store = json!({"reachable": store.is_ok(), "error": store.err()});
-    // An authorization server whose keys were never read: its tokens cannot be checked.
+    // An authorization server whose keys were never read: its JWTs cannot be checked (one that
+    // only introspects needs none).
     let oauth = gateway.oauth_health();
-    let ready = ready && oauth.iter().all(|i| i.keys > 0);
+    let ready = ready && oauth.iter().all(|i| i.keys > 0 || !i.needs_keys);
     let oauth: Vec<_> =
         oauth.into_iter().map(|i| json!({"issuer": i.issuer, "keys": i.keys, "error": i.error})).collect();
     let body = json!({"ready": ready, "config": "loaded", "store": store, "upstreams": upstreams, "oauth": oauth});
@@ -50,8 +51,10 @@ pub async fn protected_resource(req: actix_web::HttpRequest, gateway: web::Data<
     let asked = req.path().trim_end_matches('/');
     let served = taskgate_core::resource_metadata_url(metadata["resource"].as_str().unwrap_or_default());
     let path_of = |url: &str| url.find("://").and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()));
+    // RFC 9728 section 3.3: the resource in the metadata is the one its well-known URI was made
+    // from, so the root form answers only for a resource at the root of its host.
     let ours = path_of(&served).unwrap_or_default();
-    if asked != ours && asked != "/.well-known/oauth-protected-resource" {
+    if asked != ours {
         return HttpResponse::NotFound().finish();
     }
     HttpResponse::Ok().insert_header(("Cache-Control", "max-age=300")).json(metadata)

@@ -39,7 +39,7 @@ impl ClientCredentials {
 
     fn current(&self) -> Option<HeaderValue> {
         let token = self.token.lock();
-        token.as_ref().filter(|(_, until)| Instant::now() + EARLY < *until).map(|(value, _)| value.clone())
+        token.as_ref().filter(|(_, until)| Instant::now() < *until).map(|(value, _)| value.clone())
     }
 
     /// The `Authorization` header value for the next request.
@@ -91,9 +91,10 @@ impl ClientCredentials {
             return Err(format!("it answered {status}: {error}"));
         }
         let token = answer.get("access_token").and_then(Value::as_str).ok_or("its answer has no access_token")?;
-        let lifetime = answer.get("expires_in").and_then(Value::as_u64).unwrap_or(300);
+        let lifetime = Duration::from_secs(answer.get("expires_in").and_then(Value::as_u64).unwrap_or(300));
         let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| "the token is not a header value")?;
-        Ok((value, Instant::now() + Duration::from_secs(lifetime)))
+        // Used until shortly before it expires (a short-lived token, until half its life).
+        Ok((value, Instant::now() + lifetime.saturating_sub(EARLY.min(lifetime / 2))))
     }
 }
 

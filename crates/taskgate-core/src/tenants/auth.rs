@@ -225,14 +225,11 @@ impl Credentials {
         match self.issuers.introspected(&hash) {
             None => Err(AuthError::IntrospectionNeeded),
             Some(None) => Err(AuthError::Token("its authorization server says it is not active")),
-            Some(Some(claims)) => {
-                let issuer = claims.get("iss").and_then(Value::as_str);
+            Some(Some((issuer, claims))) => {
+                // Only the tenants of the server that said it is active.
                 let mut refused = AuthError::Token("no configured tenant takes it");
-                for verifier in self.oauth.iter().filter(|v| v.introspection.is_some()) {
-                    if issuer.is_some_and(|iss| iss != verifier.issuer.url) {
-                        continue;
-                    }
-                    match verifier.check(&claims, now_secs) {
+                for verifier in self.oauth.iter().filter(|v| v.introspection.is_some() && v.issuer.url == issuer) {
+                    match verifier.check(&claims, now_secs, false) {
                         Ok(identity) => return Ok(identity),
                         Err(e) => refused = e,
                     }
@@ -389,7 +386,7 @@ impl Credentials {
             .claims;
         let mut refused = AuthError::Token("no configured tenant takes it");
         for verifier in verifiers {
-            match verifier.check(&claims, now_secs) {
+            match verifier.check(&claims, now_secs, true) {
                 Ok(identity) => return Ok(identity),
                 Err(e) => refused = e,
             }
@@ -400,7 +397,9 @@ impl Credentials {
 
 impl OAuthVerifier {
     /// The claims of a verified token, against this tenant's settings.
-    fn check(&self, claims: &Value, now_secs: u64) -> Result<Identity, AuthError> {
+    /// `exp` is required of a JWT (RFC 9068); an introspection answer may leave it out (RFC
+    /// 7662), its server having said the token is active now.
+    fn check(&self, claims: &Value, now_secs: u64, exp_required: bool) -> Result<Identity, AuthError> {
         if let Some(claim) = &self.tenant_claim {
             if claims.get(claim).and_then(Value::as_str) != Some(self.tenant.as_str()) {
                 return Err(AuthError::Token("its tenant claim names no tenant of this issuer"));
@@ -408,8 +407,11 @@ impl OAuthVerifier {
         }
         let time =
             |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
-        let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
-        if now_secs > exp.saturating_add(self.leeway_secs) {
+        let exp = time("exp").transpose()?;
+        if exp.is_none() && exp_required {
+            return Err(AuthError::Token("it has no exp claim"));
+        }
+        if exp.is_some_and(|exp| now_secs > exp.saturating_add(self.leeway_secs)) {
             return Err(AuthError::Token("it has expired"));
         }
         if let Some(nbf) = time("nbf") {

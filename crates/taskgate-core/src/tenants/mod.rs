@@ -217,20 +217,40 @@ impl Tenancy {
     }
 
     /// Asks the authorization servers that introspect about an opaque token (RFC 7662), each
-    /// in turn until one knows it; the answers are kept for the next check.
-    pub async fn introspect(&self, token: &str) {
+    /// in turn until one says it is active, and keeps the answer with the server that gave it;
+    /// false when the introspections of this second are spent.
+    pub async fn introspect(&self, token: &str) -> bool {
         let introspectors = self.table.read().credentials.introspectors();
+        let mut failed = false;
         for (issuer, client, secret) in introspectors {
+            if !self.issuers.may_introspect() {
+                return false;
+            }
             match self.issuers.introspect(&issuer, &client, &secret, token).await {
-                Ok(())
-                    if matches!(self.issuers.introspected(&openssl::sha::sha256(token.as_bytes())), Some(Some(_))) =>
-                {
-                    return
+                Ok(Some(claims)) => {
+                    self.issuers.remember(token, Some((issuer.url.clone(), claims)));
+                    return true;
                 }
-                Ok(()) => {}
-                Err(why) => tracing::warn!(issuer = %issuer.url, %why, "token introspection failed"),
+                Ok(None) => {}
+                Err(why) => {
+                    failed = true;
+                    if let Some(suppressed) = crate::logs::limiter().allow("introspection_failed") {
+                        tracing::warn!(issuer = %issuer.url, %why, suppressed, "token introspection failed");
+                    }
+                }
             }
         }
+        // Not active anywhere it could be asked; when a server could not be asked, nothing is
+        // kept, so the token is asked about again.
+        if !failed {
+            self.issuers.remember(token, None);
+        }
+        true
+    }
+
+    /// The issuers that introspect opaque tokens.
+    pub fn introspecting(&self) -> Vec<String> {
+        self.table.read().credentials.introspectors().into_iter().map(|(i, _, _)| i.url.clone()).collect()
     }
 
     /// The policy of a tenant (one removed by a reload sees nothing).

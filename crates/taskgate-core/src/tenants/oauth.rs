@@ -5,7 +5,7 @@
 //! (RFC 8414, the well-known part inserted before the issuer's path), else from OpenID Connect
 //! Discovery's `/.well-known/openid-configuration`; its `issuer` must be the configured one
 //! (RFC 8414 section 3.3). The keys come from its `jwks_uri` and are kept for as long as its
-//! `Cache-Control: max-age` says (between a minute and a day; five minutes without one), then
+//! `Cache-Control: max-age` says (between a minute and an hour; five minutes without one), then
 //! read again in the background. A token whose key id is not among them makes the keys be read
 //! again at once, at most once every [`FORCED_REFRESH`] per issuer, so a rotation at the
 //! authorization server needs no restart. While the authorization server cannot be reached the
@@ -28,7 +28,7 @@ pub const FORCED_REFRESH: Duration = Duration::from_secs(10);
 const DEFAULT_KEEP: Duration = Duration::from_secs(300);
 /// Bounds on what caching headers may say.
 const KEEP_AT_LEAST: Duration = Duration::from_secs(60);
-const KEEP_AT_MOST: Duration = Duration::from_secs(86_400);
+const KEEP_AT_MOST: Duration = Duration::from_secs(3_600);
 /// The longest wait for an authorization server's answer.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest metadata or key set read.
@@ -48,6 +48,8 @@ struct KeyState {
     fresh_until: Option<Instant>,
     /// When a token's unknown key id last made the keys be read.
     last_forced: Option<Instant>,
+    /// When the metadata was last read for the introspection endpoint.
+    last_discovery: Option<Instant>,
     error: Option<String>,
 }
 
@@ -69,6 +71,8 @@ pub struct IssuerHealth {
     pub keys: usize,
     /// Why the last read failed, when it did.
     pub error: Option<String>,
+    /// Whether its tokens need its keys (not when it only introspects opaque tokens).
+    pub needs_keys: bool,
 }
 
 impl Issuer {
@@ -106,11 +110,7 @@ impl Issuer {
         let outcome = async {
             let jwks_uri = match jwks_uri {
                 Some(uri) => uri,
-                None => {
-                    let (jwks_uri, introspection) = self.discover(http).await?;
-                    self.state.write().introspection_endpoint = introspection;
-                    jwks_uri
-                }
+                None => self.discover(http).await?.0.ok_or_else(|| format!("{} publishes no jwks_uri", self.url))?,
             };
             let (body, keep) = fetch(http, &jwks_uri).await?;
             let set: JwkSet = serde_json::from_slice(&body).map_err(|e| format!("{jwks_uri} is not a JWK set: {e}"))?;
@@ -144,8 +144,8 @@ impl Issuer {
     }
 
     /// The `jwks_uri` and `introspection_endpoint` of the issuer's metadata (RFC 8414, else
-    /// OpenID Connect Discovery).
-    async fn discover(&self, http: &reqwest::Client) -> Result<(String, Option<String>), String> {
+    /// OpenID Connect Discovery); each must be https (or http on loopback).
+    async fn discover(&self, http: &reqwest::Client) -> Result<(Option<String>, Option<String>), String> {
         let mut tried = Vec::new();
         for url in metadata_urls(&self.url) {
             match fetch(http, &url).await {
@@ -156,13 +156,16 @@ impl Issuer {
                     if metadata.get("issuer").and_then(Value::as_str) != Some(self.url.as_str()) {
                         return Err(format!("{url} names another issuer than {}", self.url));
                     }
-                    let jwks_uri = metadata
-                        .get("jwks_uri")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .ok_or_else(|| format!("{url} names no jwks_uri"))?;
-                    let introspection =
-                        metadata.get("introspection_endpoint").and_then(Value::as_str).map(str::to_owned);
+                    let field = |name: &str| -> Result<Option<String>, String> {
+                        match metadata.get(name).and_then(Value::as_str) {
+                            None => Ok(None),
+                            Some(found) => taskgate_config::secure_url(found)
+                                .map(|()| Some(found.to_owned()))
+                                .map_err(|why| format!("{url}: its {name} {why}")),
+                        }
+                    };
+                    let (jwks_uri, introspection) = (field("jwks_uri")?, field("introspection_endpoint")?);
+                    self.state.write().introspection_endpoint = introspection.clone();
                     return Ok((jwks_uri, introspection));
                 }
                 Err(why) => tried.push(why),
@@ -171,10 +174,41 @@ impl Issuer {
         Err(format!("no metadata found: {}", tried.join("; ")))
     }
 
+    /// The introspection endpoint, read from the metadata when not known yet (at most once
+    /// every [`FORCED_REFRESH`] after a failure).
+    async fn introspection_endpoint(&self, http: &reqwest::Client) -> Result<String, String> {
+        if let Some(endpoint) = self.state.read().introspection_endpoint.clone() {
+            return Ok(endpoint);
+        }
+        let _one = self.reading.lock().await;
+        if let Some(endpoint) = self.state.read().introspection_endpoint.clone() {
+            return Ok(endpoint);
+        }
+        {
+            let mut state = self.state.write();
+            let now = Instant::now();
+            if state.last_discovery.is_some_and(|at| now.duration_since(at) < FORCED_REFRESH) {
+                return Err(state
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| format!("{} publishes no introspection_endpoint", self.url)));
+            }
+            state.last_discovery = Some(now);
+        }
+        match self.discover(http).await {
+            Ok((_, Some(endpoint))) => Ok(endpoint),
+            Ok((_, None)) => Err(format!("{} publishes no introspection_endpoint", self.url)),
+            Err(why) => {
+                self.state.write().error = Some(why.clone());
+                Err(why)
+            }
+        }
+    }
+
     /// What `/readyz` shows.
     pub fn health(&self) -> IssuerHealth {
         let state = self.state.read();
-        IssuerHealth { issuer: self.url.clone(), keys: state.keys.len(), error: state.error.clone() }
+        IssuerHealth { issuer: self.url.clone(), keys: state.keys.len(), error: state.error.clone(), needs_keys: true }
     }
 }
 
@@ -216,6 +250,9 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Vec<u8>, Duration),
     if !response.status().is_success() {
         return Err(format!("{url} answered {}", response.status()));
     }
+    if response.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
+        return Err(format!("{url} sends more than {MAX_DOCUMENT} bytes"));
+    }
     let keep = response
         .headers()
         .get("cache-control")
@@ -240,8 +277,9 @@ const MAX_INTROSPECTED: usize = 10_000;
 const KEEP_ACTIVE: Duration = Duration::from_secs(60);
 const KEEP_INACTIVE: Duration = Duration::from_secs(30);
 
-/// What introspection said of a token (by its SHA-256): its claims when active.
-type Introspected = HashMap<[u8; 32], (Option<Value>, Instant)>;
+/// What introspection said of a token (by its SHA-256): the server it is active at, and its
+/// claims.
+type Introspected = HashMap<[u8; 32], (Option<(String, Value)>, Instant)>;
 
 /// Every issuer the configuration names, kept across reloads, and what introspection said of
 /// opaque tokens lately (bounded in entries and time).
@@ -260,7 +298,8 @@ const INTROSPECTIONS_PER_SECOND: u32 = 100;
 impl Default for Issuers {
     fn default() -> Self {
         let http =
-            reqwest::Client::builder().redirect(reqwest::redirect::Policy::limited(3)).build().unwrap_or_default();
+            // No redirects: a token or a secret is never resent where a redirect points.
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap_or_default();
         Issuers {
             known: RwLock::default(),
             http,
@@ -309,47 +348,77 @@ impl Issuers {
         futures_util::future::join_all(reads).await;
     }
 
-    /// What introspection said of the token of `hash` lately: `Some(Some(claims))` active,
-    /// `Some(None)` not active, `None` not asked (or no longer kept).
-    pub(crate) fn introspected(&self, hash: &[u8; 32]) -> Option<Option<Value>> {
+    /// What introspection said of the token of `hash` lately: `Some(Some((issuer, claims)))`
+    /// active at that issuer, `Some(None)` active at none asked, `None` not asked (or no longer
+    /// kept).
+    pub(crate) fn introspected(&self, hash: &[u8; 32]) -> Option<Option<(String, Value)>> {
         let cache = self.introspected.lock();
-        cache.get(hash).filter(|(_, until)| Instant::now() < *until).map(|(claims, _)| claims.clone())
+        cache.get(hash).filter(|(_, until)| Instant::now() < *until).map(|(found, _)| found.clone())
+    }
+
+    /// Keeps what introspection said of a token: active at `issuer` (until its `exp`, at most a
+    /// minute) or at none (30 s). Over the bound, expired answers go first, then inactive ones.
+    pub(crate) fn remember(&self, token: &str, found: Option<(String, Value)>) {
+        let now = Instant::now();
+        let keep = match &found {
+            Some((_, claims)) => claims
+                .get("exp")
+                .and_then(Value::as_u64)
+                .map(|exp| {
+                    let unix =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                    Duration::from_secs(exp.saturating_sub(unix))
+                })
+                .unwrap_or(KEEP_ACTIVE)
+                .min(KEEP_ACTIVE),
+            None => KEEP_INACTIVE,
+        };
+        let mut cache = self.introspected.lock();
+        if cache.len() >= MAX_INTROSPECTED {
+            cache.retain(|_, (_, until)| now < *until);
+        }
+        if cache.len() >= MAX_INTROSPECTED {
+            cache.retain(|_, (found, _)| found.is_some());
+        }
+        if cache.len() >= MAX_INTROSPECTED {
+            let evict: Vec<[u8; 32]> = cache.keys().take(MAX_INTROSPECTED / 10).copied().collect();
+            for key in evict {
+                cache.remove(&key);
+            }
+        }
+        cache.insert(openssl::sha::sha256(token.as_bytes()), (found, now + keep));
+    }
+
+    /// Takes one of the introspections allowed this second; false when they are spent.
+    pub(crate) fn may_introspect(&self) -> bool {
+        let second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut asked = self.asked.lock();
+        if asked.0 != second {
+            *asked = (second, 0);
+        }
+        if asked.1 >= INTROSPECTIONS_PER_SECOND {
+            return false;
+        }
+        asked.1 += 1;
+        true
     }
 
     /// Asks `issuer`'s introspection endpoint about `token` (RFC 7662), authenticating as
-    /// `client`; keeps the answer (an active token until its `exp`, at most a minute).
+    /// `client`: the claims when it is active there. An answer naming another issuer is not
+    /// this issuer's token.
     pub async fn introspect(
         &self,
         issuer: &Arc<Issuer>,
         client: &str,
         secret: &str,
         token: &str,
-    ) -> Result<(), String> {
-        {
-            let second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            let mut asked = self.asked.lock();
-            if asked.0 != second {
-                *asked = (second, 0);
-            }
-            if asked.1 >= INTROSPECTIONS_PER_SECOND {
-                return Err(format!("more than {INTROSPECTIONS_PER_SECOND} introspections this second"));
-            }
-            asked.1 += 1;
-        }
-        if issuer.state.read().introspection_endpoint.is_none() {
-            issuer.refresh(&self.http, false).await;
-        }
-        let endpoint = issuer
-            .state
-            .read()
-            .introspection_endpoint
-            .clone()
-            .ok_or_else(|| format!("{} publishes no introspection_endpoint", issuer.url))?;
+    ) -> Result<Option<Value>, String> {
+        let endpoint = issuer.introspection_endpoint(&self.http).await?;
         let body = format!("token={}&token_type_hint=access_token", form_encode(token));
         let sent = self
             .http
             .post(&endpoint)
-            .basic_auth(client, Some(secret))
+            .basic_auth(form_encode(client), Some(form_encode(secret)))
             .header("content-type", "application/x-www-form-urlencoded")
             .header("accept", "application/json")
             .body(body)
@@ -361,39 +430,17 @@ impl Issuers {
         if !response.status().is_success() {
             return Err(format!("{endpoint} answered {}", response.status()));
         }
+        if response.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
+            return Err(format!("{endpoint} sends more than {MAX_DOCUMENT} bytes"));
+        }
         let body = tokio::time::timeout(FETCH_TIMEOUT, response.bytes())
             .await
             .map_err(|_| format!("{endpoint} did not send its answer"))?
             .map_err(|e| format!("{endpoint}: {e}"))?;
         let answer: Value = serde_json::from_slice(&body).map_err(|e| format!("{endpoint} answered no JSON: {e}"))?;
-        let now = Instant::now();
-        let (claims, keep) = if answer.get("active") == Some(&Value::Bool(true)) {
-            let left = answer
-                .get("exp")
-                .and_then(Value::as_u64)
-                .map(|exp| {
-                    let unix =
-                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                    Duration::from_secs(exp.saturating_sub(unix))
-                })
-                .unwrap_or(KEEP_ACTIVE);
-            (Some(answer), left.min(KEEP_ACTIVE))
-        } else {
-            (None, KEEP_INACTIVE)
-        };
-        let hash = openssl::sha::sha256(token.as_bytes());
-        let mut cache = self.introspected.lock();
-        if cache.len() >= MAX_INTROSPECTED {
-            cache.retain(|_, (_, until)| now < *until);
-            if cache.len() >= MAX_INTROSPECTED {
-                let evict: Vec<[u8; 32]> = cache.keys().take(MAX_INTROSPECTED / 10).copied().collect();
-                for key in evict {
-                    cache.remove(&key);
-                }
-            }
-        }
-        cache.insert(hash, (claims, now + keep));
-        Ok(())
+        let active = answer.get("active") == Some(&Value::Bool(true));
+        let theirs = answer.get("iss").and_then(Value::as_str).is_none_or(|iss| iss == issuer.url);
+        Ok((active && theirs).then_some(answer))
     }
 
     /// Reads `url`'s keys again now (a token named a key id not held), rate-bounded.

@@ -281,7 +281,8 @@ impl HttpChannel {
         // An upstream that is a resource server refused the gateway's credentials: the error
         // says what it asks for (its challenge names its metadata and scope, MCP authorization).
         if matches!(status.as_u16(), 401 | 403) {
-            if let Some(credentials) = &self.credentials {
+            // Only a 401 says the token is bad; a 403 is about what it may do.
+            if let (Some(credentials), 401) = (&self.credentials, status.as_u16()) {
                 credentials.refused();
             }
             let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
