@@ -90,8 +90,13 @@ async fn an_empty_or_damaged_file_stops_the_start_and_store_repair_mends_it() {
     assert!(err.contains("tasks.redb is empty") && err.contains("backup"), "{err}");
 
     // Bytes changed inside the file (a stray write, bit rot): refused, naming the file and the way out.
+    // The change falls inside a task's stored text, in the middle of the file, as rot would.
     std::fs::write(&db, &intact).unwrap();
-    overwrite(&db, (intact.len() as u64 / 2) / 4096 * 4096 + 512, &[0x5a; 64]);
+    let text = "x".repeat(200);
+    let half = intact.len() / 2;
+    let at =
+        intact[half..].windows(200).position(|w| w == text.as_bytes()).map(|i| half + i + 50).expect("a task's text");
+    overwrite(&db, at as u64, &[b'Z'; 64]);
     let err = ServedGateway::try_start(&file).await.err().expect("a damaged file is refused");
     assert!(err.contains("tasks.redb") && err.contains("damaged") && err.contains("taskgate store repair"), "{err}");
     let (code, report) = store_command("check", &data);

@@ -33,7 +33,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
 
+mod open;
 mod repair;
+
+use open::{check_a_copy, open_database, panic_text, refuse_an_empty_file};
+pub use open::{DEFAULT_CACHE_BYTES, FILE_NAME};
 
 pub use repair::{check_file, repair_file, Inspection};
 
@@ -42,15 +46,10 @@ pub(crate) const BY_OWNER: TableDefinition<&[u8], ()> = TableDefinition::new("by
 pub(crate) const BY_EXPIRY: TableDefinition<&[u8], ()> = TableDefinition::new("by_expiry");
 pub(crate) const LIVE: TableDefinition<&str, ()> = TableDefinition::new("live");
 
-/// The database file's name inside the data directory.
-pub const FILE_NAME: &str = "tasks.redb";
 /// Changes committed together at most.
 const MAX_BATCH: usize = 512;
 /// Changes waiting for the writer at most; a full queue makes callers wait (backpressure).
 const QUEUE: usize = 4096;
-/// Memory for redb's page cache by default (redb's own default is 1 GiB). redb holds up to
-/// about twice it: its read cache and its write buffer, each bounded by it.
-pub const DEFAULT_CACHE_BYTES: usize = 32 << 20;
 
 /// What the store saw of damage to its file while running: the first sign, kept until the
 /// process ends (only an offline repair mends a damaged file).
@@ -89,15 +88,6 @@ impl Damage {
 
 /// How a failure that says the file is damaged begins.
 const DAMAGED: &str = "the database file is damaged";
-
-/// The text of a panic's payload.
-pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic".to_owned())
-}
 
 /// The file-backed store.
 pub struct FileTaskStore {
@@ -219,11 +209,10 @@ impl FileTaskStore {
         std::fs::create_dir_all(dir)
             .map_err(|e| StoreError::Backend(format!("cannot create the data directory {shown}: {e}")))?;
         let path = dir.join(FILE_NAME);
-        let existed = refuse_an_empty_file(&path)?;
-        let mut db = open_database(&path, cache_bytes)?;
-        if existed {
-            check_at_open(&mut db, &path)?;
+        if refuse_an_empty_file(&path)? {
+            check_a_copy(&path)?;
         }
+        let db = open_database(&path, cache_bytes)?;
         let count = {
             let txn = db.begin_write().map_err(backend)?;
             let count = {
@@ -508,73 +497,6 @@ impl Writer {
     }
 }
 
-/// What to do with a damaged file, as the errors say it.
-const WHAT_TO_DO: &str = "restore it from a backup, or run `taskgate store repair` (it keeps a copy of the damaged \
-                          file and salvages every task it can read), or move the file aside to start with no tasks";
-
-/// Refuses an existing file with nothing in it (a taskgate database never is: an empty file is
-/// a failed copy or a full disk, and taking it for a new store would lose every task silently).
-/// Returns whether the file exists.
-pub(crate) fn refuse_an_empty_file(path: &Path) -> Result<bool, StoreError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(StoreError::Backend(format!(
-            "the task database {} is empty, so the tasks it held are gone (a copy that failed, a full disk?): \
-             restore it from a backup, or remove the empty file to start with no tasks",
-            path.display()
-        ))),
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(StoreError::Backend(format!("cannot read the task database {}: {e}", path.display()))),
-    }
-}
-
-/// Opens (or creates) the database file; a crash's unfinished commit is rolled back here.
-pub(crate) fn open_database(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
-    let opened = std::panic::catch_unwind(|| Database::builder().set_cache_size(cache_bytes).create(path));
-    let opened = opened.map_err(|panic| {
-        StoreError::Backend(format!(
-            "the task database {} is damaged (redb failed inside: {}): {WHAT_TO_DO}",
-            path.display(),
-            panic_text(&*panic)
-        ))
-    })?;
-    opened.map_err(|e| {
-        StoreError::Backend(match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                format!(
-                    "{} is already open in another taskgate process (one data directory per process)",
-                    path.display()
-                )
-            }
-            e => format!(
-                "cannot open the task database {}: {e} (is it a taskgate data directory, and writable?); \
-                 if it is damaged: {WHAT_TO_DO}",
-                path.display()
-            ),
-        })
-    })
-}
-
-/// redb's integrity check of an existing file (every page's checksum): a file that fails it
-/// stops the start, even when redb could repair it, because the repair may have given back
-/// tasks' last changes and the operator must know.
-fn check_at_open(db: &mut Database, path: &Path) -> Result<(), StoreError> {
-    let checked = std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity()))
-        .unwrap_or_else(|panic| Err(redb::StorageError::Corrupted(panic_text(&*panic)).into()));
-    match checked {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(StoreError::Backend(format!(
-            "the task database {} failed its integrity check; redb repaired it by going back to its last intact \
-             commit, so the latest changes of some tasks may be lost. Start taskgate again to go on with the \
-             repaired file, or restore a backup",
-            path.display()
-        ))),
-        Err(e) => {
-            Err(StoreError::Backend(format!("the task database {} is damaged ({e}): {WHAT_TO_DO}", path.display())))
-        }
-    }
-}
-
 type Table<'t, K, V> = redb::Table<'t, K, V>;
 
 /// Removes a task from every table.
@@ -802,8 +724,7 @@ mod tests {
         assert!(std::fs::read(&file).unwrap() == before, "check changes nothing");
         let e = FileTaskStore::open(dir.path(), 100_000).err().expect("refused at open").to_string();
         assert!(e.contains("damaged") && e.contains("taskgate store repair"), "{e}");
-        // (An open marks the file's header as in use; the refused one leaves it so.)
-        let before = std::fs::read(&file).unwrap();
+        assert!(std::fs::read(&file).unwrap() == before, "a refused open changes nothing");
         let (after, kept) = repair_file(dir.path()).unwrap();
         let kept = kept.expect("the damaged file is kept");
         assert!(kept.file_name().unwrap().to_string_lossy().starts_with("tasks.redb.damaged-"), "{kept:?}");

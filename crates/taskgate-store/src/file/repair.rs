@@ -8,10 +8,8 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::{
-    backend, decode, encode, expiry_key, open_database, owner_key, panic_text, refuse_an_empty_file, BY_EXPIRY,
-    BY_OWNER, DEFAULT_CACHE_BYTES, FILE_NAME, LIVE, TASKS,
-};
+use super::open::{copy_exclusively, open_database, panic_text, refuse_an_empty_file, DEFAULT_CACHE_BYTES, FILE_NAME};
+use super::{backend, decode, encode, expiry_key, owner_key, BY_EXPIRY, BY_OWNER, LIVE, TASKS};
 use crate::{StoreError, TaskRecord};
 
 /// What [`check_file`] or [`repair_file`] found.
@@ -50,30 +48,6 @@ pub fn check_file(dir: &Path) -> Result<Inspection, StoreError> {
     outcome
 }
 
-/// Copies the file, refusing when a gateway has it open: the copy holds a shared lock on it
-/// (redb's writer takes an exclusive one), so a gateway cannot start on it meanwhile either.
-fn copy_exclusively(path: &Path, to: &Path) -> Result<(), StoreError> {
-    use std::os::fd::AsRawFd;
-    let file =
-        std::fs::File::open(path).map_err(|e| StoreError::Backend(format!("cannot read {}: {e}", path.display())))?;
-    // SAFETY: flock only changes the lock state of this open file, closed when `file` is dropped.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
-        return Err(StoreError::Backend(format!(
-            "{} is open in a running taskgate process: stop it first",
-            path.display()
-        )));
-    }
-    let copied = std::fs::copy(path, to);
-    drop(file);
-    copied.map(drop).map_err(|e| {
-        StoreError::Backend(format!(
-            "cannot copy {} to {} (is there room on the disk?): {e}",
-            path.display(),
-            to.display()
-        ))
-    })
-}
-
 /// Opens `file` (a copy: it may be changed) and inspects it, reporting as `shown`.
 fn inspect(file: &Path, shown: &Path) -> Result<Inspection, StoreError> {
     let (mut db, mut findings) = match open_copy(file) {
@@ -105,27 +79,29 @@ fn inspect(file: &Path, shown: &Path) -> Result<Inspection, StoreError> {
     })
 }
 
-/// Opens a copy of a damaged file. When redb cannot open it as it is (the state it keeps of
-/// free pages is damaged too), the copy is marked as not closed cleanly, so redb rebuilds that
-/// state from the tables as it does after a crash (the header's recovery flag: redb's file
-/// format, `docs/design.md` in its repository). Says so in the findings.
+/// Opens a copy of a damaged file. A file an earlier open left marked as not closed cleanly
+/// makes redb repair it as it opens, which verifies every page and fails on a damaged one: the
+/// copy is first opened with that mark cleared (redb then loads the state it saved of free
+/// pages, and reads only what is asked), then with it set (redb rebuilds that state when its own
+/// is damaged). The mark is redb's header flag (its file format, `docs/design.md` in its
+/// repository). Says so in the findings.
 fn open_copy(file: &Path) -> Result<(Database, Vec<String>), StoreError> {
-    match open_database(file, DEFAULT_CACHE_BYTES) {
-        Ok(db) => Ok((db, Vec::new())),
-        Err(first) => {
-            force_recovery(file)
-                .map_err(|e| StoreError::Backend(format!("{first}; cannot mark it for recovery: {e}")))?;
-            let db = open_database(file, DEFAULT_CACHE_BYTES).map_err(|_| first.clone())?;
-            Ok((
-                db,
-                vec![format!("redb cannot open it as it is ({first}); it was opened through redb's crash recovery")],
-            ))
+    let first = match open_database(file, DEFAULT_CACHE_BYTES) {
+        Ok(db) => return Ok((db, Vec::new())),
+        Err(e) => e,
+    };
+    for (recovery, how) in [(false, "its not-closed-cleanly mark cleared"), (true, "redb's crash recovery")] {
+        if set_recovery(file, recovery).is_ok() {
+            if let Ok(db) = open_database(file, DEFAULT_CACHE_BYTES) {
+                return Ok((db, vec![format!("redb cannot open it as it is ({first}); it was opened with {how}")]));
+            }
         }
     }
+    Err(first)
 }
 
-/// Sets redb's "recovery required" flag (bit 2 of the byte after the 9-byte magic number).
-fn force_recovery(file: &Path) -> std::io::Result<()> {
+/// Sets or clears redb's "recovery required" flag (bit 2 of the byte after the 9-byte magic).
+fn set_recovery(file: &Path, on: bool) -> std::io::Result<()> {
     use std::io::{Read, Seek, SeekFrom, Write};
     const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
     let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file)?;
@@ -135,7 +111,7 @@ fn force_recovery(file: &Path) -> std::io::Result<()> {
         return Err(std::io::Error::other("it does not begin as a redb database"));
     }
     f.seek(SeekFrom::Start(9))?;
-    f.write_all(&[head[9] | 2])?;
+    f.write_all(&[if on { head[9] | 2 } else { head[9] & !2 }])?;
     f.sync_all()
 }
 
