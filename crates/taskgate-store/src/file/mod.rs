@@ -740,7 +740,7 @@ mod tests {
     }
 
     #[test]
-    fn a_file_redb_cannot_open_is_reported_and_left_alone_by_repair() {
+    fn a_file_redb_cannot_open_is_salvaged_from_its_bytes_and_a_file_with_nothing_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let len = filled(dir.path(), 1500);
         let file = dir.path().join(FILE_NAME);
@@ -748,9 +748,20 @@ mod tests {
         let before = std::fs::read(&file).unwrap();
         let report = check_file(dir.path()).unwrap();
         assert!(!report.intact && report.findings[0].contains("redb cannot open it"), "{report:?}");
-        let e = repair_file(dir.path()).unwrap_err().to_string();
+        // The records are looked for in its bytes: all but the few on the page of zeros.
+        let (after, kept) = repair_file(dir.path()).unwrap();
+        assert!(std::fs::read(kept.unwrap()).unwrap() == before, "the damaged file is kept as it was");
+        assert!(after.intact && (1400..=1500).contains(&after.tasks), "{after:?}");
+        assert_eq!(FileTaskStore::open(dir.path(), 100_000).unwrap().len(), after.tasks);
+        // A file with no record left in it: nothing to salvage, and it is left alone.
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::write(
+            empty.path().join(FILE_NAME),
+            [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A].repeat(1000),
+        )
+        .unwrap();
+        let e = repair_file(empty.path()).unwrap_err().to_string();
         assert!(e.contains("nothing can be salvaged") && e.contains("backup"), "{e}");
-        assert!(std::fs::read(&file).unwrap() == before, "the file stays as it was");
     }
 
     #[test]

@@ -234,12 +234,22 @@ pub fn repair_file(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreErr
     copy_exclusively(&kept, &scratch)?;
     let salvaged = open_copy(&scratch).map(|(source, _)| salvage(&source));
     let _ = std::fs::remove_file(&scratch);
-    let salvaged = salvaged.map_err(|e| {
-        StoreError::Backend(format!(
-            "{e}; nothing can be salvaged from it: restore {} from a backup, or move it aside to start with no tasks",
-            path.display()
-        ))
-    })?;
+    // When redb cannot open it at all, the records themselves are looked for in its bytes.
+    let salvaged = match salvaged {
+        Ok(salvaged) => salvaged,
+        Err(e) => {
+            let bytes = std::fs::read(&kept)
+                .map_err(|e| StoreError::Backend(format!("cannot read {}: {e}", kept.display())))?;
+            let records = scan_records(&bytes);
+            if records.is_empty() {
+                return Err(StoreError::Backend(format!(
+                    "{e}; nothing can be salvaged from it: restore {} from a backup, or move it aside to start with no tasks",
+                    path.display()
+                )));
+            }
+            Salvaged { records, unreadable: Vec::new(), findings: Vec::new() }
+        }
+    };
     let fresh = dir.join(format!("{FILE_NAME}.repairing"));
     let _ = std::fs::remove_file(&fresh);
     write_records(&fresh, &salvaged.records)?;
@@ -248,6 +258,29 @@ pub fn repair_file(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreErr
     let mut after = check_file(dir)?;
     after.unreadable = salvaged.unreadable;
     Ok((after, Some(kept)))
+}
+
+/// The task records in a database file's bytes, for a file redb cannot open: each JSON object
+/// that reads as a record, the latest version of each task (copy-on-write leaves older ones in
+/// pages since freed; a task deleted shortly before may come back, and one past its ttl is
+/// swept at the next start).
+fn scan_records(bytes: &[u8]) -> Vec<TaskRecord> {
+    let mut latest: std::collections::HashMap<String, TaskRecord> = std::collections::HashMap::new();
+    let mut from = 0;
+    while let Some(found) = memchr::memmem::find(&bytes[from..], br#"{"id":""#) {
+        let at = from + found;
+        let mut stream = serde_json::Deserializer::from_slice(&bytes[at..]).into_iter::<TaskRecord>();
+        if let Some(Ok(record)) = stream.next() {
+            let newer = latest.get(&record.id).is_none_or(|kept| kept.last_updated_at_ms <= record.last_updated_at_ms);
+            if newer {
+                latest.insert(record.id.clone(), record);
+            }
+        }
+        from = at + 1;
+    }
+    let mut records: Vec<TaskRecord> = latest.into_values().collect();
+    records.sort_by(|a, b| a.created_at_ms.cmp(&b.created_at_ms).then_with(|| a.id.cmp(&b.id)));
+    records
 }
 
 /// A new database at `path` holding `records`, with every index.
