@@ -458,8 +458,8 @@ mod tests {
     use super::*;
 
     /// A number relayed through a tree is the number the peer wrote: read correctly rounded,
-    /// so what the gateway writes reads back the same (found by fuzzing: without it a large
-    /// number moved by one unit in the last place at each hop).
+    /// so what the gateway writes reads back the same (a fast, not correctly rounded read moves
+    /// a large number by one unit in the last place at each hop).
     #[test]
     fn numbers_read_and_written_again_stay_the_same() {
         for number in [

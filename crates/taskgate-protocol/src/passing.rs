@@ -46,8 +46,7 @@ impl RawResult {
     ///
     /// A raw value is checked JSON, but serde_json checks a `\u` escape's four hex digits only,
     /// not that a surrogate half has its other half, as reading the string into a tree does: a
-    /// lone half makes the text read the usual way too, so it fails as it would there (found by
-    /// fuzzing).
+    /// lone half makes the text read the usual way too, so it fails as it would there.
     fn passable(raw: &RawValue) -> bool {
         let text = raw.get().as_bytes();
         text.first() == Some(&b'{') && memchr::memchr3(b'\n', b'\r', b'\t', text).is_none() && surrogates_pair(text)
@@ -454,8 +453,8 @@ mod tests {
     }
 
     /// A surrogate escape without its other half is read the usual way, and fails as it does
-    /// there, in a result and in a client's arguments (found by fuzzing: serde_json's raw
-    /// value checks four hex digits only); pairs, and a backslash escaped before a `u`, pass.
+    /// there, in a result and in a client's arguments (serde_json's raw value checks four hex
+    /// digits only); pairs, and a backslash escaped before a `u`, pass.
     #[test]
     fn a_lone_surrogate_half_is_never_passed_on() {
         for lone in [r#"\ude00"#, r#"\ud83d"#, r#"\ud83dx"#, r#"\ud83d\u0041"#] {

@@ -169,9 +169,8 @@ mod tests {
         assert_eq!(events, vec![Event { id: Some("p".into()), data: String::new(), ..Event::default() }]);
     }
 
-    /// The bound is the same whatever chunks the bytes come in (found by fuzzing: a long
-    /// `event:` line passed when it came whole and failed when it came in pieces), and
-    /// comments between events never add up to it.
+    /// The bound is the same whatever chunks the bytes come in (a long `event:` line, whole or
+    /// in pieces), and comments between events never add up to it.
     #[test]
     fn the_bound_does_not_depend_on_chunks_and_comments_do_not_count() {
         let stream = format!("event: {}\ndata: x\n\n", "e".repeat(100));

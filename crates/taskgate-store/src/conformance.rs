@@ -5,30 +5,9 @@ use std::future::Future;
 use serde_json::json;
 use taskgate_protocol::tasks::TaskStatus;
 
-use crate::{Owner, StoreError, TaskOutcome, TaskRecord, TaskStore, Update, UpstreamSessionRef};
+use crate::{StoreError, TaskOutcome, TaskStore, Update, UpstreamSessionRef};
 
-pub(crate) fn owner(name: &str) -> Owner {
-    Owner { tenant: "t".into(), principal: name.into() }
-}
-
-pub(crate) fn record(id: &str, owner: Owner, created: u64, ttl: Option<u64>) -> TaskRecord {
-    TaskRecord {
-        id: id.into(),
-        owner,
-        status: TaskStatus::Working,
-        status_message: None,
-        created_at_ms: created,
-        last_updated_at_ms: created,
-        ttl_ms: ttl,
-        poll_interval_ms: 1000,
-        upstream: "u".into(),
-        tool: "tool".into(),
-        upstream_task_id: None,
-        upstream_session: None,
-        replica: Some("r1".into()),
-        outcome: None,
-    }
-}
+pub(crate) use crate::testing::{owner, record};
 
 fn update(status: TaskStatus, now: u64) -> Update {
     Update { status, status_message: None, outcome: None, upstream_task_id: None, upstream_session: None, now_ms: now }

@@ -1,11 +1,15 @@
-//! For tests: a real `redis-server` on a free loopback port with a temporary directory of its
-//! own, stopped when dropped. Never a system service.
+//! For tests: task records, and a real `redis-server` on a free loopback port with a temporary
+//! directory of its own, stopped when dropped. Never a system service.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use taskgate_protocol::tasks::TaskStatus;
+
+use crate::{Owner, TaskRecord};
 
 /// Every redis-server this process started and has not stopped, with its directory: killed and
 /// removed when the process exits, so one held in a `static` (shared by a test binary's tests,
@@ -111,5 +115,30 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An owner of tenant `t` (tests).
+pub fn owner(name: &str) -> Owner {
+    Owner { tenant: "t".into(), principal: name.into() }
+}
+
+/// A working task record (tests).
+pub fn record(id: &str, owner: Owner, created: u64, ttl: Option<u64>) -> TaskRecord {
+    TaskRecord {
+        id: id.into(),
+        owner,
+        status: TaskStatus::Working,
+        status_message: None,
+        created_at_ms: created,
+        last_updated_at_ms: created,
+        ttl_ms: ttl,
+        poll_interval_ms: 1000,
+        upstream: "u".into(),
+        tool: "tool".into(),
+        upstream_task_id: None,
+        upstream_session: None,
+        replica: Some("r1".into()),
+        outcome: None,
     }
 }

@@ -203,22 +203,7 @@ mod tests {
             matches!(&called, StoreError::Failed(why) if why.contains("'get'") && why.contains("as it is called")),
             "{called:?}"
         );
-        let record = TaskRecord {
-            id: "t".into(),
-            owner: Owner { tenant: "a".into(), principal: "p".into() },
-            status: TaskStatus::Working,
-            status_message: None,
-            created_at_ms: 0,
-            last_updated_at_ms: 0,
-            ttl_ms: None,
-            poll_interval_ms: 1000,
-            upstream: "u".into(),
-            tool: "x".into(),
-            upstream_task_id: None,
-            upstream_session: None,
-            replica: None,
-            outcome: None,
-        };
+        let record = taskgate_store::testing::record("t", taskgate_store::testing::owner("p"), 0, None);
         let running = store.create(record).await.unwrap_err();
         assert!(matches!(&running, StoreError::Failed(why) if why.contains("inside the future")), "{running:?}");
         // The store goes on.

@@ -171,14 +171,14 @@ fn owner_prefix(owner: &Owner) -> Vec<u8> {
     key
 }
 
-pub(crate) fn owner_key(owner: &Owner, created_ms: u64, id: &str) -> Vec<u8> {
+fn owner_key(owner: &Owner, created_ms: u64, id: &str) -> Vec<u8> {
     let mut key = owner_prefix(owner);
     key.extend_from_slice(&created_ms.to_be_bytes());
     key.extend_from_slice(id.as_bytes());
     key
 }
 
-pub(crate) fn expiry_key(at_ms: u64, id: &str) -> Vec<u8> {
+fn expiry_key(at_ms: u64, id: &str) -> Vec<u8> {
     let mut key = at_ms.to_be_bytes().to_vec();
     key.extend_from_slice(id.as_bytes());
     key
@@ -188,7 +188,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<TaskRecord, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Backend(format!("a stored task does not decode: {e}")))
 }
 
-pub(crate) fn encode(record: &TaskRecord) -> Vec<u8> {
+fn encode(record: &TaskRecord) -> Vec<u8> {
     serde_json::to_vec(record).expect("a task record always encodes")
 }
 
@@ -416,16 +416,7 @@ impl Writer {
                 } else if tasks.get(record.id.as_str()).map_err(backend)?.is_some() {
                     Err(StoreError::Backend(format!("task id {} already exists", record.id)))
                 } else {
-                    tasks.insert(record.id.as_str(), encode(&record).as_slice()).map_err(backend)?;
-                    by_owner
-                        .insert(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice(), ())
-                        .map_err(backend)?;
-                    if let Some(at) = record.expires_at_ms() {
-                        by_expiry.insert(expiry_key(at, &record.id).as_slice(), ()).map_err(backend)?;
-                    }
-                    if !record.status.is_terminal() {
-                        live.insert(record.id.as_str(), ()).map_err(backend)?;
-                    }
+                    insert(&mut tasks, &mut by_owner, &mut by_expiry, &mut live, &record)?;
                     *count += 1;
                     Ok(())
                 };
@@ -498,6 +489,25 @@ impl Writer {
 }
 
 type Table<'t, K, V> = redb::Table<'t, K, V>;
+
+/// Adds a task to every table.
+pub(crate) fn insert(
+    tasks: &mut Table<'_, &'static str, &'static [u8]>,
+    by_owner: &mut Table<'_, &'static [u8], ()>,
+    by_expiry: &mut Table<'_, &'static [u8], ()>,
+    live: &mut Table<'_, &'static str, ()>,
+    record: &TaskRecord,
+) -> Result<(), StoreError> {
+    tasks.insert(record.id.as_str(), encode(record).as_slice()).map_err(backend)?;
+    by_owner.insert(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice(), ()).map_err(backend)?;
+    if let Some(at) = record.expires_at_ms() {
+        by_expiry.insert(expiry_key(at, &record.id).as_slice(), ()).map_err(backend)?;
+    }
+    if !record.status.is_terminal() {
+        live.insert(record.id.as_str(), ()).map_err(backend)?;
+    }
+    Ok(())
+}
 
 /// Removes a task from every table.
 fn remove(

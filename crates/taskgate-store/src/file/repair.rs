@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::open::{copy_exclusively, open_database, panic_text, refuse_an_empty_file, DEFAULT_CACHE_BYTES, FILE_NAME};
-use super::{backend, decode, encode, expiry_key, owner_key, BY_EXPIRY, BY_OWNER, LIVE, TASKS};
+use super::{backend, decode, insert, BY_EXPIRY, BY_OWNER, LIVE, TASKS};
 use crate::{StoreError, TaskRecord};
 
 /// What [`check_file`] or [`repair_file`] found.
@@ -294,16 +294,7 @@ fn write_records(path: &Path, records: &[TaskRecord]) -> Result<(), StoreError> 
         let mut by_expiry = txn.open_table(BY_EXPIRY).map_err(backend)?;
         let mut live = txn.open_table(LIVE).map_err(backend)?;
         for record in records {
-            tasks.insert(record.id.as_str(), encode(record).as_slice()).map_err(backend)?;
-            by_owner
-                .insert(owner_key(&record.owner, record.created_at_ms, &record.id).as_slice(), ())
-                .map_err(backend)?;
-            if let Some(at) = record.expires_at_ms() {
-                by_expiry.insert(expiry_key(at, &record.id).as_slice(), ()).map_err(backend)?;
-            }
-            if !record.status.is_terminal() {
-                live.insert(record.id.as_str(), ()).map_err(backend)?;
-            }
+            insert(&mut tasks, &mut by_owner, &mut by_expiry, &mut live, record)?;
         }
     }
     txn.commit().map_err(backend)
