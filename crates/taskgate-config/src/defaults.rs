@@ -74,6 +74,8 @@ pub const STREAM_IDLE_SECS: u64 = 30;
 pub const MAX_UPSTREAM_CONNECTIONS: usize = 256;
 /// Seconds a shared upstream session outlives its last client session.
 pub const SHARED_IDLE_SECS: u64 = 60;
+/// Exchanged access tokens one upstream keeps, one per principal (about a kilobyte each).
+pub const MAX_CACHED_UPSTREAM_TOKENS: usize = 10_000;
 /// Seconds without a request after which a session with nothing in flight is closed.
 pub const SESSION_IDLE_TIMEOUT_SECS: u64 = 30 * 60;
 /// Seconds without a request after which a session that holds nothing lets its upstream

@@ -28,7 +28,9 @@ pub use tenants::{
     glob, secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, SessionCapPolicy,
     TenantConfig, TenantLimits, ToolRules,
 };
-pub use upstream::{ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamOAuth, UpstreamProtocol};
+pub use upstream::{
+    ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamGrant, UpstreamOAuth, UpstreamProtocol,
+};
 pub use validate::resolve_listen;
 
 /// The whole configuration file.

@@ -66,12 +66,33 @@ pub struct ToolRules {
     /// A tool that matches one of these is never listed or called (over `allow`).
     #[serde(default)]
     pub deny: Vec<String>,
+    /// Scopes an OAuth access token must hold to call the tools a glob matches (glob →
+    /// space-separated scopes). The tools stay listed; a call without the scopes is refused
+    /// with 403 `insufficient_scope` naming them all, so the client can ask its authorization
+    /// server for them (step-up authorization). Credentials that carry no scopes (API keys,
+    /// configured JWTs) are held to `allow` and `deny` only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scopes: BTreeMap<String, String>,
+    /// Scopes an OAuth access token must hold to call any tool of an upstream (upstream name
+    /// → space-separated scopes), as for `scopes`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_scopes: BTreeMap<String, String>,
 }
 
 impl ToolRules {
     /// Whether the tool named `name` (the gateway's name) may be listed and called.
     pub fn permits(&self, name: &str) -> bool {
         (self.allow.is_empty() || self.allow.iter().any(|g| glob(g, name))) && !self.deny.iter().any(|g| glob(g, name))
+    }
+
+    /// The scopes a call of the tool `name` of `upstream` needs (sorted, each once).
+    pub fn scopes_for(&self, upstream: &str, name: &str) -> Vec<&str> {
+        let by_tool = self.scopes.iter().filter(|(g, _)| glob(g, name)).map(|(_, s)| s.as_str());
+        let by_upstream = self.upstream_scopes.get(upstream).map(String::as_str);
+        let mut all: Vec<&str> = by_tool.chain(by_upstream).flat_map(str::split_whitespace).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 }
 
@@ -109,9 +130,25 @@ mod glob_tests {
         assert!(!glob("demo__*", "other__echo") && !glob("a?c", "abbc") && glob("*", "") && !glob("x", ""));
         // A name holding a `*` is matched by the pattern's wildcard, not by the character.
         assert!(glob("files__*", "files__*x") && glob("*x", "*x") && glob("a*b", "a*b"));
-        let rules = ToolRules { allow: vec!["demo__*".into()], deny: vec!["*__slow".into()] };
+        let rules = ToolRules { allow: vec!["demo__*".into()], deny: vec!["*__slow".into()], ..ToolRules::default() };
         assert!(rules.permits("demo__echo") && !rules.permits("demo__slow") && !rules.permits("local__echo"));
         assert!(ToolRules::default().permits("anything"));
+    }
+
+    #[test]
+    fn the_scopes_of_a_call_are_its_tool_globs_and_its_upstream() {
+        let rules = ToolRules {
+            scopes: [
+                ("db__*".to_owned(), "db:read".to_owned()),
+                ("db__drop_*".to_owned(), "db:write db:read".to_owned()),
+            ]
+            .into(),
+            upstream_scopes: [("db".to_owned(), "db".to_owned())].into(),
+            ..ToolRules::default()
+        };
+        assert_eq!(rules.scopes_for("db", "db__drop_table"), ["db", "db:read", "db:write"]);
+        assert_eq!(rules.scopes_for("db", "db__query"), ["db", "db:read"]);
+        assert_eq!(rules.scopes_for("files", "files__read"), Vec::<&str>::new());
     }
 }
 

@@ -170,6 +170,10 @@ fn default_max_connections() -> usize {
     defaults::MAX_UPSTREAM_CONNECTIONS
 }
 
+fn default_cached_tokens() -> usize {
+    defaults::MAX_CACHED_UPSTREAM_TOKENS
+}
+
 fn default_shared_idle() -> u64 {
     defaults::SHARED_IDLE_SECS
 }
@@ -225,13 +229,38 @@ pub struct UpstreamOAuth {
     pub client_id: String,
     /// The environment variable holding its client secret.
     pub client_secret_env: String,
+    /// How the gateway gets the upstream's tokens (see [`UpstreamGrant`]).
+    #[serde(default)]
+    pub grant: UpstreamGrant,
     /// The scope asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     /// The resource the token is for (RFC 8707). Absent: the upstream's `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<String>,
+    /// The `audience` of a token exchange (RFC 8693 section 2.1), for an authorization server
+    /// that names the upstream by a logical name rather than by its URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    /// Most exchanged tokens kept for this upstream, one per principal (`token_exchange`);
+    /// beyond them, the one that expires first is forgotten.
+    #[serde(default = "default_cached_tokens")]
+    pub max_cached_tokens: usize,
     /// The secret, read from `client_secret_env` at start.
     #[serde(skip)]
     pub client_secret: Option<String>,
+}
+
+/// How the gateway gets an upstream's access tokens (`[upstream.oauth] grant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamGrant {
+    /// The client credentials grant: the upstream sees the gateway, one token for all callers.
+    #[default]
+    ClientCredentials,
+    /// Token exchange (RFC 8693): the caller's OAuth access token is exchanged at the
+    /// authorization server for one whose audience is the upstream, kept per principal until
+    /// it expires, so the upstream sees the user. The gateway's own requests (its tool
+    /// catalog) use the client credentials grant of the same client.
+    TokenExchange,
 }

@@ -87,6 +87,19 @@ impl Config {
                 if let Err(why) = crate::tenants::secure_url(&oauth.token_url) {
                     bad(format!("upstream[{i}] ({:?}).oauth.token_url", up.name), why);
                 }
+                if up.transport != crate::Transport::Http {
+                    bad(format!("upstream[{i}] ({:?}).oauth", up.name), "is for HTTP upstreams".into());
+                }
+                let exchanges = oauth.grant == crate::UpstreamGrant::TokenExchange;
+                if exchanges && !self.tenants.iter().any(|t| !t.oauth.is_empty()) {
+                    bad(
+                        format!("upstream[{i}] ({:?}).oauth.grant", up.name),
+                        "token_exchange exchanges callers' OAuth access tokens: configure a [[tenant.oauth]]".into(),
+                    );
+                }
+                if exchanges && oauth.max_cached_tokens == 0 {
+                    bad(format!("upstream[{i}] ({:?}).oauth.max_cached_tokens", up.name), "must be at least 1".into());
+                }
             }
         }
         let oauth = self.tenants.iter().any(|t| t.oauth.iter().any(|o| o.audience.is_none()));

@@ -72,6 +72,15 @@ pub enum GatewayError {
         /// The `WWW-Authenticate` challenge (RFC 6750 section 3; RFC 9728 section 5.1).
         challenge: String,
     },
+    /// An `Authorization` header that is not a bearer token (400, RFC 6750 section 3.1
+    /// `invalid_request`).
+    #[error("Bad Request: {message}")]
+    MalformedCredentials {
+        /// Why.
+        message: String,
+        /// The `WWW-Authenticate` challenge.
+        challenge: String,
+    },
     /// Valid credentials without the scope the request needs (403, RFC 6750 section 3.1
     /// `insufficient_scope`).
     #[error("Forbidden: {message}")]
@@ -152,6 +161,7 @@ impl GatewayError {
             | GatewayError::InvalidMeta(_) => 400,
             GatewayError::UnknownMethod(_) => 404,
             GatewayError::Unauthorized { .. } => 401,
+            GatewayError::MalformedCredentials { .. } => 400,
             GatewayError::Forbidden { .. } => 403,
             GatewayError::OriginNotAllowed(_) => 403,
             GatewayError::SessionNotFound => 404,
@@ -199,7 +209,9 @@ impl GatewayError {
                 return ErrorObject::new(codes::OVERLOADED, self.to_string())
                     .with_data(json!({"component": "task_store", "reason": self.reason()}));
             }
-            GatewayError::Unauthorized { .. } | GatewayError::Forbidden { .. } => codes::UNAUTHORIZED,
+            GatewayError::Unauthorized { .. }
+            | GatewayError::Forbidden { .. }
+            | GatewayError::MalformedCredentials { .. } => codes::UNAUTHORIZED,
             GatewayError::LimitExceeded(_) => codes::LIMIT_EXCEEDED,
             GatewayError::SessionCap { retry_after_ms, .. } => {
                 return ErrorObject::new(codes::LIMIT_EXCEEDED, self.to_string())
@@ -253,6 +265,7 @@ impl GatewayError {
             GatewayError::StoreUnavailable(_) => "store_unavailable",
             GatewayError::StoreFailed(_) => "store_failed",
             GatewayError::Unauthorized { .. } => "unauthorized",
+            GatewayError::MalformedCredentials { .. } => "malformed_credentials",
             GatewayError::Forbidden { .. } => "forbidden",
             GatewayError::RateLimited { .. } => "rate_limited",
             GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => "limit_exceeded",
@@ -302,6 +315,7 @@ mod tests {
             (GatewayError::StoreFailed("tasks.redb is damaged".into()), 503, -32002),
             (GatewayError::Unauthorized { message: "x".into(), challenge: "Bearer".into() }, 401, -32004),
             (GatewayError::Forbidden { message: "x".into(), challenge: "Bearer".into() }, 403, -32004),
+            (GatewayError::MalformedCredentials { message: "x".into(), challenge: "Bearer".into() }, 400, -32004),
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),
             (GatewayError::HeaderMismatch("x".into()), 400, -32020),

@@ -12,8 +12,14 @@ use crate::{reply, sse};
 
 /// The caller's identity from `Authorization: Bearer` (an API key, a JWT, or an OAuth access
 /// token), or the anonymous tenant's when there is no header and one is configured; otherwise
-/// 401 (or 403 for a token without the scope needed) with its challenge.
+/// 401 (or 403 for a token without the scope needed, 400 for a header that is not a bearer
+/// token) with its challenge.
 async fn identity(headers: &HeaderMap, gateway: &Gateway) -> Result<Identity, GatewayError> {
+    verified(headers, gateway).await.map(|v| v.identity)
+}
+
+/// [`identity`], with what an OAuth access token grants.
+async fn verified(headers: &HeaderMap, gateway: &Gateway) -> Result<taskgate_core::tenants::Verified, GatewayError> {
     let authorization = headers.get(actix_web::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     gateway.authenticate(authorization).await
 }
@@ -28,25 +34,34 @@ pub async fn post(
     let headers = req.headers();
     let config = gateway.config();
     let checked = async {
-        checks::origin(headers, &config.server.allowed_origins)?;
-        checks::content_type(headers)?;
-        // Credentials before the body: the body limit is the tenant's.
-        let identity = identity(headers, &gateway).await?;
-        let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
-        let body = checks::body(headers, payload, gateway.max_body_bytes(&identity), timeout).await?;
-        let parsed = match Message::from_slice_front(&body) {
-            Err(e) => Err(GatewayError::Parse(e.to_string())),
-            Ok(Err(MessageError::Batch)) => {
-                Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
-            }
-            Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
-            Ok(Ok(parsed)) => Ok(parsed),
-        }?;
-        Ok::<_, GatewayError>((identity, parsed))
+        let read = async {
+            checks::origin(headers, &config.server.allowed_origins)?;
+            checks::content_type(headers)?;
+            // Credentials before the body: the body limit is the tenant's.
+            let verified = verified(headers, &gateway).await?;
+            let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
+            let body = checks::body(headers, payload, gateway.max_body_bytes(&verified.identity), timeout).await?;
+            let parsed = match Message::from_slice_front(&body) {
+                Err(e) => Err(GatewayError::Parse(e.to_string())),
+                Ok(Err(MessageError::Batch)) => {
+                    Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
+                }
+                Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
+                Ok(Ok(parsed)) => Ok(parsed),
+            }?;
+            Ok::<_, GatewayError>((verified, parsed))
+        };
+        let (verified, parsed) = read.await.map_err(|e| (e, None))?;
+        // A call of a tool whose scopes the access token lacks: 403 with the scopes to ask for.
+        if let Message::Request { id, method, params } = &parsed.0 {
+            let checked = gateway.check_scopes(&verified, method, params.as_ref()).await;
+            checked.map_err(|e| (e, Some(id.clone())))?;
+        }
+        Ok::<_, Refusal>((verified.identity, parsed))
     };
     let (identity, (message, fields, arguments)) = match checked.await {
         Ok(m) => m,
-        Err(e) => return reply::error(&e, None),
+        Err((e, id)) => return reply::error(&e, id),
     };
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
     // the core).

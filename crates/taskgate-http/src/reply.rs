@@ -31,7 +31,9 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
         }
         // RFC 6750 section 3: a 401 or 403 to a bearer-token request names the scheme, and the
         // error when credentials were sent; RFC 9728 section 5.1: the resource metadata.
-        GatewayError::Unauthorized { challenge, .. } | GatewayError::Forbidden { challenge, .. } => {
+        GatewayError::Unauthorized { challenge, .. }
+        | GatewayError::Forbidden { challenge, .. }
+        | GatewayError::MalformedCredentials { challenge, .. } => {
             response.insert_header(("WWW-Authenticate", challenge.as_str()));
         }
         _ => {}

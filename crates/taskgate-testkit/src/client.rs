@@ -72,6 +72,81 @@ impl McpClient {
         McpClient { bearer: Some(token.to_owned()), ..McpClient::new(url) }
     }
 
+    /// A client that authenticates as an OAuth client of its own (the client credentials grant)
+    /// the way MCP authorization has a client find out how: a request without credentials,
+    /// the 401's `resource_metadata` (RFC 9728), the authorization server it names and that
+    /// server's metadata (RFC 8414, or OpenID discovery), a token for the resource with the
+    /// scope the challenge asks for (RFC 8707). Panics, saying which step failed.
+    pub async fn with_client_credentials(url: &str, client_id: &str, secret: &str) -> McpClient {
+        let mut client = McpClient::new(url);
+        let refused = client.try_initialize().await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "a request without credentials is refused");
+        let challenge = refused.headers.get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let attribute = |name: &str| {
+            let start = challenge.find(&format!("{name}=\""))? + name.len() + 2;
+            Some(challenge[start..].split('"').next()?.to_owned())
+        };
+        let metadata_url = attribute("resource_metadata").expect("the challenge names the resource metadata");
+        let get = |url: String| {
+            let http = client.http.clone();
+            async move {
+                let r = http.get(&url).send().await.ok()?;
+                if !r.status().is_success() {
+                    return None;
+                }
+                r.json::<Value>().await.ok()
+            }
+        };
+        let metadata = get(metadata_url.clone()).await.expect("the protected resource metadata");
+        let resource = metadata["resource"].as_str().expect("the metadata names the resource").to_owned();
+        let issuer = metadata["authorization_servers"][0].as_str().expect("an authorization server").to_owned();
+        let (origin, path) = match issuer.find("://").and_then(|i| issuer[i + 3..].find('/').map(|j| i + 3 + j)) {
+            Some(at) => (&issuer[..at], issuer[at..].trim_end_matches('/')),
+            None => (issuer.trim_end_matches('/'), ""),
+        };
+        let mut server = None;
+        for candidate in [
+            format!("{origin}/.well-known/oauth-authorization-server{path}"),
+            format!("{origin}/.well-known/openid-configuration{path}"),
+            format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/')),
+        ] {
+            if let Some(found) = get(candidate).await {
+                server = Some(found);
+                break;
+            }
+        }
+        let server = server.expect("the authorization server's metadata");
+        let token_endpoint = server["token_endpoint"].as_str().expect("a token endpoint").to_owned();
+        let scope = attribute("scope")
+            .or_else(|| {
+                metadata["scopes_supported"]
+                    .as_array()
+                    .map(|s| s.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+            })
+            .unwrap_or_default();
+        let mut form = vec![("grant_type", "client_credentials"), ("resource", resource.as_str())];
+        if !scope.is_empty() {
+            form.push(("scope", scope.as_str()));
+        }
+        let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+        let encode = |text: &str| form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+        let answer: Value = client
+            .http
+            .post(&token_endpoint)
+            .basic_auth(encode(client_id), Some(encode(secret)))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .expect("the token endpoint answers")
+            .json()
+            .await
+            .expect("a JSON token response");
+        let token = answer["access_token"].as_str().unwrap_or_else(|| panic!("no access token: {answer}"));
+        client.bearer = Some(token.to_owned());
+        client
+    }
+
     /// A new session's client that shares `other`'s HTTP connections (its connection pool).
     pub fn sharing_connections(other: &McpClient) -> McpClient {
         McpClient::with_http(&other.url, other.http.clone())

@@ -77,6 +77,17 @@ impl Connector {
         self.inner.endpoint.processes.close();
     }
 
+    /// Whether this upstream is called with each caller's own identity (token exchange): its
+    /// sessions are to be told whom they act for ([`UpstreamSession::on_behalf_of`]).
+    pub fn acts_for_callers(&self) -> bool {
+        self.inner.endpoint.credentials.as_ref().is_some_and(|c| c.exchanges())
+    }
+
+    /// Tokens exchanged for callers that this upstream keeps now.
+    pub fn exchanged_tokens(&self) -> usize {
+        self.inner.endpoint.credentials.as_ref().map_or(0, |c| c.exchanged_tokens())
+    }
+
     /// Whether client sessions share this upstream's sessions now (`share_sessions`): always,
     /// never, or (`auto`) once the upstream is known to speak 2026-07-28.
     pub fn shares_sessions(&self) -> bool {
@@ -292,15 +303,19 @@ impl Connector {
         identity: ClientIdentity,
         events: crate::EventSender,
         resume: &SessionResume,
+        caller: Option<crate::Caller>,
     ) -> Option<UpstreamSession> {
         if self.config().transport != Transport::Http {
             return None;
         }
+        let session = self.open(identity, events);
+        if let Some(caller) = caller {
+            session.on_behalf_of(caller);
+        }
         if resume.protocol_version == taskgate_protocol::modern::PROTOCOL_VERSION {
             // A modern upstream has no sessions: any process continues where another left off.
-            return Some(self.open(identity, events));
+            return Some(session);
         }
-        let session = self.open(identity, events);
         let (incoming_tx, incoming_rx) = mpsc::channel(INCOMING_BUFFER);
         let channel = Arc::new(HttpChannel::new(
             self.config(),
@@ -309,7 +324,7 @@ impl Connector {
             session.inner.routes.clone(),
             session.inner.closed.subscribe(),
             self.inner.endpoint.connections.clone(),
-            self.inner.endpoint.credentials.clone(),
+            self.inner.endpoint.authorizer(session.inner.caller.get()),
         ));
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
@@ -343,6 +358,7 @@ impl Connector {
             closed,
             routes: Arc::default(),
             process_share: Default::default(),
+            caller: Default::default(),
         })
     }
 }

@@ -1,79 +1,201 @@
 //! The gateway's own OAuth client for an upstream that is a resource server (`[upstream.oauth]`,
-//! the client credentials grant of OAuth 2.1, the upstream named as the resource, RFC 8707):
-//! one token for the upstream, kept until shortly before it expires, fetched again by one
-//! request while the others wait for it. A client's own token is never what an upstream gets.
+//! MCP authorization; the upstream named as the resource, RFC 8707):
+//!
+//! - `client_credentials`: one token for the upstream, the gateway's own, kept until shortly
+//!   before it expires, fetched again by one request while the others wait for it;
+//! - `token_exchange` (RFC 8693): the caller's OAuth access token exchanged for one whose
+//!   audience is the upstream, kept per principal (bounded) until shortly before it expires,
+//!   so the upstream sees the user. Requests the gateway makes for itself (its tool catalog)
+//!   use the client credentials grant of the same client.
+//!
+//! A client's own token is never what an upstream gets (MCP authorization, "Access Token
+//! Privilege Restriction": no token passthrough).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::header::HeaderValue;
 use serde_json::Value;
-use taskgate_config::UpstreamOAuth;
+use taskgate_config::{UpstreamGrant, UpstreamOAuth};
+
+use crate::identity::Caller;
 
 /// A token is fetched again this long before it expires.
 const EARLY: Duration = Duration::from_secs(30);
 /// The longest wait for the token endpoint.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// Token exchanges of one upstream in flight at once (for different principals).
+const EXCHANGES_AT_ONCE: usize = 16;
 
-/// One upstream's client credentials and its current token.
-pub(crate) struct ClientCredentials {
+/// RFC 8693 section 2.1.
+const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// RFC 8693 section 3.
+const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+
+/// One upstream's OAuth credentials: the gateway's own token, and for `token_exchange` the
+/// callers' exchanged tokens.
+pub(crate) struct Credentials {
     upstream: String,
     config: UpstreamOAuth,
     resource: String,
     http: reqwest::Client,
-    token: parking_lot::Mutex<Option<(HeaderValue, Instant)>>,
+    /// The gateway's own token (client credentials).
+    own: parking_lot::Mutex<Option<(HeaderValue, Instant)>>,
     fetching: tokio::sync::Mutex<()>,
+    /// Exchanged tokens by principal (`token_exchange`).
+    exchanged: parking_lot::Mutex<foldhash::HashMap<Arc<str>, (HeaderValue, Instant)>>,
+    /// One exchange per principal at a time: the others wait for its token.
+    exchanging: parking_lot::Mutex<foldhash::HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>,
+    exchanges: tokio::sync::Semaphore,
 }
 
-impl ClientCredentials {
+impl Credentials {
     /// The credentials of `upstream` (whose URL is the default resource).
-    pub(crate) fn new(upstream: &str, url: Option<&str>, config: &UpstreamOAuth) -> ClientCredentials {
-        ClientCredentials {
+    pub(crate) fn new(upstream: &str, url: Option<&str>, config: &UpstreamOAuth) -> Credentials {
+        Credentials {
             upstream: upstream.to_owned(),
             resource: config.resource.clone().or_else(|| url.map(str::to_owned)).unwrap_or_default(),
             config: config.clone(),
             http: reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap_or_default(),
-            token: parking_lot::Mutex::new(None),
+            own: parking_lot::Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
+            exchanged: Default::default(),
+            exchanging: Default::default(),
+            exchanges: tokio::sync::Semaphore::new(EXCHANGES_AT_ONCE),
         }
     }
 
-    fn current(&self) -> Option<HeaderValue> {
-        let token = self.token.lock();
+    /// Whether requests made for a caller carry a token exchanged for that caller's.
+    pub(crate) fn exchanges(&self) -> bool {
+        self.config.grant == UpstreamGrant::TokenExchange
+    }
+
+    /// Exchanged tokens kept now.
+    pub(crate) fn exchanged_tokens(&self) -> usize {
+        self.exchanged.lock().len()
+    }
+
+    /// The `Authorization` header value for the next request made for `caller` (`None`: the
+    /// gateway's own request).
+    pub(crate) async fn authorization(&self, caller: Option<&Caller>) -> Result<HeaderValue, String> {
+        match caller.filter(|_| self.exchanges()) {
+            Some(caller) => self.exchanged(caller).await,
+            None => self.own().await,
+        }
+    }
+
+    /// Forgets the token a request for `caller` carried (the upstream refused it): the next
+    /// request gets another.
+    pub(crate) fn refused(&self, caller: Option<&Caller>) {
+        match caller.filter(|_| self.exchanges()) {
+            Some(caller) => drop(self.exchanged.lock().remove(&caller.key)),
+            None => *self.own.lock() = None,
+        }
+    }
+
+    fn current_own(&self) -> Option<HeaderValue> {
+        let token = self.own.lock();
         token.as_ref().filter(|(_, until)| Instant::now() < *until).map(|(value, _)| value.clone())
     }
 
-    /// The `Authorization` header value for the next request.
-    pub(crate) async fn authorization(&self) -> Result<HeaderValue, String> {
-        if let Some(value) = self.current() {
+    async fn own(&self) -> Result<HeaderValue, String> {
+        if let Some(value) = self.current_own() {
             return Ok(value);
         }
         let _one = self.fetching.lock().await;
-        if let Some(value) = self.current() {
+        if let Some(value) = self.current_own() {
             return Ok(value);
         }
-        let (value, until) = self.fetch().await.map_err(|why| {
-            format!("cannot get an access token for upstream '{}' from {}: {why}", self.upstream, self.config.token_url)
-        })?;
-        *self.token.lock() = Some((value.clone(), until));
-        Ok(value)
-    }
-
-    /// Forgets the token (the upstream refused it): the next request fetches another.
-    pub(crate) fn refused(&self) {
-        *self.token.lock() = None;
-    }
-
-    async fn fetch(&self) -> Result<(HeaderValue, Instant), String> {
         let mut form = vec![("grant_type", "client_credentials"), ("resource", self.resource.as_str())];
         if let Some(scope) = &self.config.scope {
             form.push(("scope", scope));
         }
-        let body = form.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect::<Vec<_>>().join("&");
-        let secret = self.config.client_secret.as_deref().unwrap_or_default();
+        let (value, until) = self.fetch(&form).await.map_err(|why| {
+            format!("cannot get an access token for upstream '{}' from {}: {why}", self.upstream, self.config.token_url)
+        })?;
+        *self.own.lock() = Some((value.clone(), until));
+        Ok(value)
+    }
+
+    fn current_exchanged(&self, key: &str) -> Option<HeaderValue> {
+        let tokens = self.exchanged.lock();
+        tokens.get(key).filter(|(_, until)| Instant::now() < *until).map(|(value, _)| value.clone())
+    }
+
+    async fn exchanged(&self, caller: &Caller) -> Result<HeaderValue, String> {
+        if let Some(value) = self.current_exchanged(&caller.key) {
+            return Ok(value);
+        }
+        let one = self.exchanging.lock().entry(caller.key.clone()).or_default().clone();
+        let outcome = async {
+            let _one = one.lock().await;
+            if let Some(value) = self.current_exchanged(&caller.key) {
+                return Ok(value);
+            }
+            let Some(subject) = (caller.subject)() else {
+                return Err(format!(
+                    "upstream '{}' is called with the caller's own identity (token_exchange), and this caller \
+                     has no OAuth access token of a configured authorization server that is still valid",
+                    self.upstream
+                ));
+            };
+            let _permit = self.exchanges.acquire().await.map_err(|_| "the gateway is stopping".to_owned())?;
+            let mut form = vec![
+                ("grant_type", TOKEN_EXCHANGE),
+                ("subject_token", subject.as_str()),
+                ("subject_token_type", ACCESS_TOKEN_TYPE),
+                ("requested_token_type", ACCESS_TOKEN_TYPE),
+                ("resource", self.resource.as_str()),
+            ];
+            if let Some(audience) = &self.config.audience {
+                form.push(("audience", audience));
+            }
+            if let Some(scope) = &self.config.scope {
+                form.push(("scope", scope));
+            }
+            let (value, until) = self.fetch(&form).await.map_err(|why| {
+                format!(
+                    "cannot exchange the caller's access token for one for upstream '{}' at {}: {why}",
+                    self.upstream, self.config.token_url
+                )
+            })?;
+            self.keep(caller.key.clone(), value.clone(), until);
+            Ok(value)
+        }
+        .await;
+        let mut exchanging = self.exchanging.lock();
+        // The last one waiting takes the principal's lock away.
+        if Arc::strong_count(&one) == 2 {
+            exchanging.remove(&caller.key);
+        }
+        outcome
+    }
+
+    /// Keeps a principal's exchanged token; when full, forgets expired ones, else the one that
+    /// expires first.
+    fn keep(&self, key: Arc<str>, value: HeaderValue, until: Instant) {
+        let mut tokens = self.exchanged.lock();
+        if tokens.len() >= self.config.max_cached_tokens && !tokens.contains_key(&key) {
+            let now = Instant::now();
+            tokens.retain(|_, (_, until)| *until > now);
+            if tokens.len() >= self.config.max_cached_tokens {
+                if let Some(first) = tokens.iter().min_by_key(|(_, (_, until))| *until).map(|(k, _)| k.clone()) {
+                    tokens.remove(&first);
+                }
+            }
+        }
+        tokens.insert(key, (value, until));
+    }
+
+    async fn fetch(&self, form: &[(&str, &str)]) -> Result<(HeaderValue, Instant), String> {
+        let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+        // RFC 6749 section 2.3.1: the id and secret are form-encoded before Basic authentication.
+        let encode = |text: &str| form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+        let secret = encode(self.config.client_secret.as_deref().unwrap_or_default());
         let sent = self
             .http
             .post(&self.config.token_url)
-            .basic_auth(&self.config.client_id, Some(secret))
+            .basic_auth(encode(&self.config.client_id), Some(secret))
             .header("content-type", "application/x-www-form-urlencoded")
             .header("accept", "application/json")
             .body(body)
@@ -88,7 +210,10 @@ impl ClientCredentials {
         let answer: Value = serde_json::from_slice(&bytes).map_err(|_| format!("it answered {status} without JSON"))?;
         if !status.is_success() {
             let error = answer.get("error").and_then(Value::as_str).unwrap_or("an error");
-            return Err(format!("it answered {status}: {error}"));
+            return Err(match answer.get("error_description").and_then(Value::as_str) {
+                Some(description) => format!("it answered {status}: {error} ({description})"),
+                None => format!("it answered {status}: {error}"),
+            });
         }
         let token = answer.get("access_token").and_then(Value::as_str).ok_or("its answer has no access_token")?;
         let lifetime = Duration::from_secs(answer.get("expires_in").and_then(Value::as_u64).unwrap_or(300));
@@ -98,11 +223,21 @@ impl ClientCredentials {
     }
 }
 
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            b => format!("%{b:02X}"),
-        })
-        .collect()
+/// What a channel's requests carry: an upstream's credentials, for one caller (`None`: the
+/// gateway's own requests).
+#[derive(Clone)]
+pub(crate) struct Authorizer {
+    pub(crate) of: Arc<Credentials>,
+    pub(crate) caller: Option<Caller>,
+}
+
+impl Authorizer {
+    /// Whose token a refused request carried, for the error.
+    pub(crate) fn whose(&self) -> &'static str {
+        if self.caller.is_some() && self.of.exchanges() {
+            "the token exchanged for the caller's"
+        } else {
+            "the gateway's access token"
+        }
+    }
 }

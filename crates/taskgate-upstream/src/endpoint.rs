@@ -34,7 +34,7 @@ pub(crate) struct Endpoint {
     pub(crate) tool_headers: ToolHeaders,
     pub(crate) http: HttpClient,
     /// The gateway's own OAuth client for the upstream, when it has one.
-    pub(crate) credentials: Option<Arc<crate::credentials::ClientCredentials>>,
+    pub(crate) credentials: Option<Arc<crate::credentials::Credentials>>,
     pub(crate) processes: Arc<Semaphore>,
     /// The bound on connections to an HTTP upstream.
     pub(crate) connections: Arc<Connections>,
@@ -94,7 +94,7 @@ impl Endpoint {
         let credentials = config
             .oauth
             .as_ref()
-            .map(|o| Arc::new(crate::credentials::ClientCredentials::new(&config.name, config.url.as_deref(), o)));
+            .map(|o| Arc::new(crate::credentials::Credentials::new(&config.name, config.url.as_deref(), o)));
         let processes = Arc::new(Semaphore::new(config.max_processes));
         let connections = Connections::new(&config.name, config.max_connections, observer.clone());
         let shutdown = tokio::sync::watch::channel(false).0;
@@ -140,6 +140,12 @@ impl Endpoint {
             permit.map_err(|_| full(format!("it already runs its maximum of {max} processes (max_processes)")))?;
         *held.entry(share.holder.clone()).or_default() += 1;
         Ok(ProcessPlace { _permit: permit, held: Some((self.held.clone(), share.holder.clone())) })
+    }
+
+    /// What the requests of a channel made for `caller` carry (`None`: no OAuth configured).
+    pub(crate) fn authorizer(&self, caller: Option<&crate::Caller>) -> Option<crate::credentials::Authorizer> {
+        let of = self.credentials.clone()?;
+        Some(crate::credentials::Authorizer { of, caller: caller.cloned() })
     }
 
     /// The upstream's configured name.

@@ -27,6 +27,23 @@ impl ClientIdentity {
     }
 }
 
+/// Whom an upstream session's requests are made for, for an upstream that is called with each
+/// caller's own identity (`[upstream.oauth] grant = "token_exchange"`).
+#[derive(Clone)]
+pub struct Caller {
+    /// Who: one name per principal of any tenant (tokens exchanged for it are kept under it).
+    pub key: std::sync::Arc<str>,
+    /// The caller's current OAuth access token, to exchange (`None`: it has none that is
+    /// still valid).
+    pub subject: std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
 /// An upstream HTTP session, as another gateway process can continue it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionResume {

@@ -80,7 +80,7 @@ where
 pub use connector::Connector;
 pub use endpoint::ProcessShare;
 pub use events::{channel, event_channel, EventReceiver, EventSender, NotSent, Receiver, Sender, UpstreamEvent};
-pub use identity::{ClientIdentity, SessionResume};
+pub use identity::{Caller, ClientIdentity, SessionResume};
 pub use observer::RequestObserver;
 pub use routes::{ProgressRoute, StreamHold};
 pub use session::{CallState, UpstreamSession, WaitingCall, WeakUpstreamSession};

@@ -3,8 +3,8 @@
 //! 6750, RFC 9728), and the protected resource metadata.
 
 use super::Gateway;
-use crate::tenants::AuthError;
-use crate::{GatewayError, Identity};
+use crate::tenants::{AuthError, Verified};
+use crate::GatewayError;
 
 /// Where the protected resource metadata of `public_url` is (RFC 9728 section 3.1: the
 /// well-known part between the host and the resource's path).
@@ -24,8 +24,9 @@ impl Gateway {
     /// The identity an `Authorization` header value (or its absence) authenticates; a refusal
     /// is counted and logged by reason, never with the credential. An access token signed by a
     /// key its authorization server has not published to the gateway yet makes the keys be
-    /// read again (rate-bounded), then the token checked again.
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, GatewayError> {
+    /// read again (rate-bounded), then the token checked again. An OAuth access token is kept
+    /// as its caller's latest while an upstream exchanges callers' tokens (RFC 8693).
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Verified, GatewayError> {
         let mut outcome = self.shared.tenancy.authenticate(authorization);
         match &outcome {
             Err(AuthError::KeysNeeded(issuer)) => {
@@ -46,6 +47,13 @@ impl Gateway {
                 }
             }
             _ => {}
+        }
+        if let Ok(verified @ Verified { scopes: Some(_), .. }) = &outcome {
+            let subjects = &self.shared.tenancy.subjects;
+            if subjects.wanted() {
+                let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
+                subjects.remember(&verified.identity, token, verified.expires_secs);
+            }
         }
         outcome.map_err(|e| {
             self.shared.metrics.auth_failures.with_label_values(&[e.reason()]).inc();
@@ -74,6 +82,11 @@ impl Gateway {
         }
         match e {
             AuthError::Missing => GatewayError::Unauthorized { message: e.to_string(), challenge },
+            // RFC 6750 section 3.1: a request that is not a bearer token request is malformed.
+            AuthError::Malformed => {
+                challenge.push_str(r#", error="invalid_request""#);
+                GatewayError::MalformedCredentials { message: e.to_string(), challenge }
+            }
             AuthError::Scope(_) => {
                 challenge.push_str(r#", error="insufficient_scope""#);
                 GatewayError::Forbidden { message: e.to_string(), challenge }
@@ -83,6 +96,63 @@ impl Gateway {
                 GatewayError::Unauthorized { message: e.to_string(), challenge }
             }
         }
+    }
+
+    /// Refuses a `tools/call` (plain or as a task) of a tool whose scopes (`[tenant.tools]
+    /// scopes` and `upstream_scopes`) the caller's access token lacks: 403 `insufficient_scope`
+    /// naming every scope the call needs (MCP authorization, "Runtime Insufficient Scope
+    /// Errors": all of them in one challenge). Fails closed: a name is held to the scopes of
+    /// every tool it could reach (as written, an MCP App View's name of its server's tool, the
+    /// upstream its prefix names), the catalog loaded first when it does not know the name.
+    pub async fn check_scopes(
+        &self,
+        verified: &Verified,
+        method: &str,
+        params: Option<&serde_json::Value>,
+    ) -> Result<(), GatewayError> {
+        if verified.scopes.is_none() || method != taskgate_protocol::mcp::methods::TOOLS_CALL {
+            return Ok(());
+        }
+        let policy = self.shared.tenancy.policy(&verified.identity.tenant);
+        let Some(rules) = policy.tools.as_ref().filter(|r| !r.scopes.is_empty() || !r.upstream_scopes.is_empty())
+        else {
+            return Ok(());
+        };
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(serde_json::Value::as_str) else {
+            return Ok(()); // refused as invalid params by the session
+        };
+        let reachable = |catalog: &crate::catalog::Catalog| {
+            let mut reachable: Vec<(String, String)> =
+                catalog.by_original_name(name, |_, _| true).into_iter().map(|(n, e)| (n, e.upstream.clone())).collect();
+            if let Some(entry) = catalog.resolve(name) {
+                reachable.push((name.to_owned(), entry.upstream.clone()));
+            }
+            if let Some(upstream) = catalog.upstream_by_prefix(name) {
+                reachable.push((name.to_owned(), upstream.to_owned()));
+            }
+            reachable
+        };
+        let mut found = reachable(&self.shared.catalog.read());
+        if found.is_empty() {
+            // Not known yet: the tool the session will look for once the catalog is loaded.
+            let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
+            found = reachable(&self.shared.catalog.read());
+        }
+        let mut needed: Vec<&str> = rules.scopes_for("", name);
+        for (exposed, upstream) in &found {
+            needed.extend(rules.scopes_for(upstream, exposed));
+        }
+        needed.sort_unstable();
+        needed.dedup();
+        if verified.lacks(&needed).is_none() {
+            return Ok(());
+        }
+        self.shared.metrics.auth_failures.with_label_values(&["insufficient_scope"]).inc();
+        let (_, required) = self.shared.tenancy.oauth();
+        let mut all: Vec<&str> = required.iter().map(String::as_str).chain(needed.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        Err(self.refusal(&AuthError::Scope(all.join(" "))))
     }
 
     /// The protected resource metadata (RFC 9728) when authorization servers are configured.

@@ -279,6 +279,10 @@ impl SessionActor {
         } else {
             connector.open(self.client.clone(), tx)
         };
+        if connector.acts_for_callers() {
+            // Its requests carry a token exchanged for this session's principal's.
+            session.on_behalf_of(self.shared.tenancy.subjects.caller(&self.identity));
+        }
         if self.client_streams > 0 {
             self.upstream_streams.insert(name.to_owned(), session.hold_stream());
         }

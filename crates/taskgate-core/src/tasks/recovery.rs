@@ -92,7 +92,13 @@ fn follow_again(
     }
     let (events, rx) = taskgate_upstream::event_channel(RESUMED_EVENTS);
     let resume = SessionResume { session_id: session_id.clone(), protocol_version: protocol_version.clone() };
-    let session = connector.resume(ClientIdentity::gateway(), events, &resume)?;
+    // The task's owner is whom an upstream called with each caller's identity follows it for.
+    let caller = connector.acts_for_callers().then(|| {
+        let owner =
+            Identity { tenant: record.owner.tenant.as_str().into(), principal: record.owner.principal.as_str().into() };
+        shared.tenancy.subjects.caller(&owner)
+    });
+    let session = connector.resume(ClientIdentity::gateway(), events, &resume, caller)?;
     actix::spawn(serve_resumed(shared.clone(), record.upstream.clone(), session.clone(), rx));
     sessions.insert(key, session.clone());
     Some(session)

@@ -55,6 +55,33 @@ impl AuthError {
     }
 }
 
+/// What a request's credentials established: who is calling and, for an OAuth access token,
+/// what it grants and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Who is calling.
+    pub identity: Identity,
+    /// The scopes an OAuth access token grants; `None` for credentials that carry none (API
+    /// keys, configured JWTs, anonymous use).
+    pub scopes: Option<std::sync::Arc<[Box<str>]>>,
+    /// When an OAuth access token expires (seconds since the epoch), if it says.
+    pub expires_secs: Option<u64>,
+}
+
+impl Verified {
+    /// An identity from credentials that grant no scopes.
+    pub fn unscoped(identity: Identity) -> Verified {
+        Verified { identity, scopes: None, expires_secs: None }
+    }
+
+    /// The first of `needed` the credentials do not grant (credentials without scopes are not
+    /// held to scopes).
+    pub fn lacks<'a>(&self, needed: &[&'a str]) -> Option<&'a str> {
+        let granted = self.scopes.as_deref()?;
+        needed.iter().find(|s| !granted.iter().any(|g| &**g == **s)).copied()
+    }
+}
+
 /// The SHA-256 of an API key, as lower-case hex (what `[[tenant.api_key]] sha256` holds).
 pub fn hash_key(key: &str) -> String {
     openssl::sha::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
@@ -196,10 +223,10 @@ impl Credentials {
     }
 
     /// The identity an `Authorization` header value (or its absence) authenticates.
-    pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Identity, AuthError> {
+    pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Verified, AuthError> {
         let Some(header) = authorization else {
             return match &self.anonymous {
-                Some(identity) => Ok(identity.clone()),
+                Some(identity) => Ok(Verified::unscoped(identity.clone())),
                 None => Err(AuthError::Missing),
             };
         };
@@ -212,11 +239,11 @@ impl Credentials {
             {
                 return self.verify_access_token(token, &issuer, now_secs);
             }
-            return self.verify_jwt(token, now_secs);
+            return self.verify_jwt(token, now_secs).map(Verified::unscoped);
         }
         let hash = openssl::sha::sha256(token.as_bytes());
         if let Some(identity) = self.api_keys.get(&hash) {
-            return Ok(identity.clone());
+            return Ok(Verified::unscoped(identity.clone()));
         }
         if !self.oauth.iter().any(|v| v.introspection.is_some()) {
             return Err(AuthError::UnknownKey);
@@ -344,7 +371,7 @@ impl Credentials {
 
     /// An OAuth 2.1 access token of `issuer` (MCP authorization, "Token Handling": a resource
     /// server MUST validate that the token was issued for it, RFC 8707 and RFC 9068).
-    fn verify_access_token(&self, token: &str, issuer: &str, now_secs: u64) -> Result<Identity, AuthError> {
+    fn verify_access_token(&self, token: &str, issuer: &str, now_secs: u64) -> Result<Verified, AuthError> {
         use jsonwebtoken::{Algorithm, Validation};
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Token("its header does not decode"))?;
         // RFC 9068 section 4: the typ header MUST be at+jwt (or application/at+jwt).
@@ -399,7 +426,7 @@ impl OAuthVerifier {
     /// The claims of a verified token, against this tenant's settings.
     /// `exp` is required of a JWT (RFC 9068); an introspection answer may leave it out (RFC
     /// 7662), its server having said the token is active now.
-    fn check(&self, claims: &Value, now_secs: u64, exp_required: bool) -> Result<Identity, AuthError> {
+    fn check(&self, claims: &Value, now_secs: u64, exp_required: bool) -> Result<Verified, AuthError> {
         if let Some(claim) = &self.tenant_claim {
             if claims.get(claim).and_then(Value::as_str) != Some(self.tenant.as_str()) {
                 return Err(AuthError::Token("its tenant claim names no tenant of this issuer"));
@@ -446,10 +473,11 @@ impl OAuthVerifier {
             _ => return Err(AuthError::Token("it lacks the configured principal claim")),
         };
         // Distinct from an API key's `key:` and a configured key's `jwt:` principals.
-        Ok(Identity {
+        let identity = Identity {
             tenant: self.tenant.as_str().into(),
             principal: format!("oauth:{}|{principal}", self.issuer.url).into(),
-        })
+        };
+        Ok(Verified { identity, scopes: Some(granted.into_iter().map(Box::from).collect()), expires_secs: exp })
     }
 }
 
@@ -563,7 +591,7 @@ mod tests {
         let c = Credentials::build(&config(), &|_| None, &std::sync::Arc::new(super::super::oauth::Issuers::default()))
             .unwrap();
         let id = c.authenticate(Some("Bearer key-1"), 0).unwrap();
-        assert_eq!((&*id.tenant, &*id.principal), ("acme", "key:ci"));
+        assert_eq!((&*id.identity.tenant, &*id.identity.principal), ("acme", "key:ci"));
         assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
         assert_eq!(c.authenticate(Some("Bearer key-2"), 0), Err(AuthError::UnknownKey));
         assert_eq!(c.authenticate(Some("Basic a2V5"), 0), Err(AuthError::Malformed));
@@ -579,7 +607,7 @@ mod tests {
         let auth = |claims: &Value, secret: &str, now| {
             c.authenticate(Some(&format!("Bearer {}", sign_hs256(claims, secret))), now)
         };
-        assert_eq!(&*auth(&good, SECRET, 1500).unwrap().principal, "jwt:#0|alice");
+        assert_eq!(&*auth(&good, SECRET, 1500).unwrap().identity.principal, "jwt:#0|alice");
         assert_eq!(auth(&good, SECRET, 2001), Err(AuthError::Token("it has expired")));
         assert_eq!(auth(&good, SECRET, 999), Err(AuthError::Token("it is not valid yet (nbf)")));
         assert_eq!(
@@ -626,7 +654,7 @@ mod tests {
         let id = c
             .authenticate(Some(&sign(json!({"sub": "bob", "org": "globex", "aud": "taskgate", "exp": 10}))), 5)
             .unwrap();
-        assert_eq!((&*id.tenant, &*id.principal), ("globex", "jwt:#0|bob"));
+        assert_eq!((&*id.identity.tenant, &*id.identity.principal), ("globex", "jwt:#0|bob"));
         let unknown_org = sign(json!({"sub": "bob", "org": "initech", "aud": "taskgate", "exp": 10}));
         assert!(c.authenticate(Some(&unknown_org), 5).is_err());
         // An HS256 token "signed" with the public key as an HMAC secret is refused (alg confusion).

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod limits;
 pub mod oauth;
+pub mod subjects;
 
 use std::collections::BTreeSet;
 
@@ -19,7 +20,7 @@ use crate::clock::Clock;
 use crate::identity::Identity;
 use crate::GatewayError;
 use auth::Credentials;
-pub use auth::{hash_key, AuthError};
+pub use auth::{hash_key, AuthError, Verified};
 pub use limits::{Bucket, Cap, Concurrency, RateLimiter, Rates, Refused, TaskPermit};
 
 pub use crate::identity::IMPLICIT_TENANT;
@@ -166,7 +167,17 @@ pub struct Tenancy {
     pub concurrency: Concurrency,
     /// The authorization servers' keys, kept across reloads.
     pub issuers: Arc<oauth::Issuers>,
+    /// The callers' access tokens, for upstreams called with each caller's own identity.
+    pub subjects: Arc<subjects::Subjects>,
     clock: Arc<dyn Clock>,
+}
+
+/// How many callers' tokens to keep: as many as the upstream that keeps the most exchanged
+/// tokens (0 when no upstream exchanges them).
+fn subjects_bound(config: &Config) -> usize {
+    let exchanging = config.upstreams.iter().filter_map(|u| u.oauth.as_ref());
+    let exchanging = exchanging.filter(|o| o.grant == taskgate_config::UpstreamGrant::TokenExchange);
+    exchanging.map(|o| o.max_cached_tokens).max().unwrap_or(0)
 }
 
 /// Whether a method counts in the polling buckets.
@@ -179,11 +190,14 @@ impl Tenancy {
     pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Tenancy, Vec<Problem>> {
         let issuers = Arc::new(oauth::Issuers::default());
         let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &issuers)?;
+        let subjects = Arc::new(subjects::Subjects::new(clock.clone()));
+        subjects.set_bound(subjects_bound(config));
         Ok(Tenancy {
             table: RwLock::new(Arc::new(table)),
             rates: RateLimiter::default(),
             concurrency: Concurrency::default(),
             issuers,
+            subjects,
             clock,
         })
     }
@@ -193,6 +207,7 @@ impl Tenancy {
     pub fn reload(&self, config: &Config) -> Result<(), Vec<Problem>> {
         let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &self.issuers)?;
         *self.table.write() = Arc::new(table);
+        self.subjects.set_bound(subjects_bound(config));
         Ok(())
     }
 
@@ -204,7 +219,7 @@ impl Tenancy {
     }
 
     /// The identity an `Authorization` header value authenticates.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Identity, AuthError> {
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Verified, AuthError> {
         let table = self.table.read().clone();
         table.credentials.authenticate(authorization, self.clock.now_ms() / 1000)
     }

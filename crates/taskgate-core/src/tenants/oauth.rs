@@ -212,14 +212,10 @@ impl Issuer {
     }
 }
 
-/// `application/x-www-form-urlencoded` of one value.
+/// `application/x-www-form-urlencoded` of one value (also what a client id and secret are
+/// before HTTP Basic authentication, RFC 6749 section 2.3.1).
 fn form_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            b => format!("%{b:02X}"),
-        })
-        .collect()
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 /// Where an issuer's metadata may be: RFC 8414 section 3.1 (the well-known part between the

@@ -69,8 +69,8 @@ pub(crate) struct HttpChannel {
     /// (`None`: the upstream offers none).
     stream: watch::Sender<Option<bool>>,
     connections: Arc<Connections>,
-    /// The gateway's own OAuth client for the upstream: each request carries its token.
-    credentials: Option<Arc<crate::credentials::ClientCredentials>>,
+    /// The gateway's OAuth client for the upstream: each request carries its token.
+    credentials: Option<crate::credentials::Authorizer>,
 }
 
 impl HttpChannel {
@@ -81,7 +81,7 @@ impl HttpChannel {
         routes: Arc<Routes>,
         closed: watch::Receiver<bool>,
         connections: Arc<Connections>,
-        credentials: Option<Arc<crate::credentials::ClientCredentials>>,
+        credentials: Option<crate::credentials::Authorizer>,
     ) -> HttpChannel {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
@@ -226,7 +226,8 @@ impl HttpChannel {
             return Err(self.unavailable(format!("its url {:?} is not a valid URL", self.url_text)));
         };
         if let Some(credentials) = &self.credentials {
-            let authorization = credentials.authorization().await.map_err(|why| self.unavailable(why))?;
+            let authorization =
+                credentials.of.authorization(credentials.caller.as_ref()).await.map_err(|why| self.unavailable(why))?;
             headers.insert(reqwest::header::AUTHORIZATION, authorization);
         }
         self.client.send(method, target, headers, body).await.map_err(|e| self.unavailable(e.0))
@@ -283,12 +284,12 @@ impl HttpChannel {
         if matches!(status.as_u16(), 401 | 403) {
             // Only a 401 says the token is bad; a 403 is about what it may do.
             if let (Some(credentials), 401) = (&self.credentials, status.as_u16()) {
-                credentials.refused();
+                credentials.of.refused(credentials.caller.as_ref());
             }
             let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
             let what = match (&self.credentials, challenge) {
-                (Some(_), Some(challenge)) => format!("it refused the gateway's access token ({status}; it asks: {challenge})"),
-                (Some(_), None) => format!("it refused the gateway's access token ({status})"),
+                (Some(a), Some(challenge)) => format!("it refused {} ({status}; it asks: {challenge})", a.whose()),
+                (Some(a), None) => format!("it refused {} ({status})", a.whose()),
                 (None, Some(challenge)) => format!(
                     "it requires authorization ({status}; it asks: {challenge}): give the upstream [upstream.oauth] or its headers"
                 ),

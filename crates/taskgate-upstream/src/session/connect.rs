@@ -129,7 +129,7 @@ impl UpstreamSession {
                 self.inner.routes.clone(),
                 self.inner.closed.subscribe(),
                 self.inner.endpoint.connections.clone(),
-                self.inner.endpoint.credentials.clone(),
+                self.inner.endpoint.authorizer(self.inner.caller.get()),
             ))),
             Transport::Stdio => {
                 let permit = self.inner.endpoint.process_place(self.inner.process_share.get())?;

@@ -73,6 +73,8 @@ pub(crate) struct SessionInner {
     pub(crate) routes: Arc<Routes>,
     /// Whom its processes count against, once told ([`UpstreamSession::count_processes_against`]).
     pub(crate) process_share: std::sync::OnceLock<ProcessShare>,
+    /// Whom its requests are made for, once told ([`UpstreamSession::on_behalf_of`]).
+    pub(crate) caller: std::sync::OnceLock<crate::Caller>,
 }
 
 /// An initialized connection (legacy), or a modern upstream's channel and what the session
@@ -113,6 +115,14 @@ impl UpstreamSession {
     /// upstream's `max_processes`); told once, before its first request.
     pub fn count_processes_against(&self, share: ProcessShare) {
         let _ = self.inner.process_share.set(share);
+    }
+
+    /// Makes this session's requests for `caller`: an upstream called with each caller's own
+    /// identity (token exchange) gets a token exchanged for the caller's. Told once, before its
+    /// first request; a session never told makes the gateway's own requests. A session is
+    /// only ever one principal's (the sharing key of shared and pooled sessions holds it).
+    pub fn on_behalf_of(&self, caller: crate::Caller) {
+        let _ = self.inner.caller.set(caller);
     }
 
     /// Whether this is a lane of a session shared by client sessions.
