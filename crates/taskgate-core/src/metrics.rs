@@ -73,6 +73,10 @@ pub struct Metrics {
     pub oauth_keys: IntGaugeVec,
     /// 1 while the last read of an authorization server's keys failed.
     pub oauth_keys_stale: IntGaugeVec,
+    /// Access tokens exchanged for callers kept now, by upstream (token exchange).
+    pub upstream_exchanged_tokens: IntGaugeVec,
+    /// Callers' access tokens kept now, to exchange.
+    pub oauth_caller_tokens: IntGauge,
     /// Tool name collisions in the catalog now.
     pub catalog_collisions: IntGauge,
     /// Tool catalogs kept, one per distinct set of relayed client capabilities.
@@ -258,6 +262,15 @@ impl Metrics {
                 "taskgate_oauth_keys_stale",
                 "1 while the last read of an authorization server's keys failed (those held keep serving)",
                 &["issuer"],
+            ),
+            upstream_exchanged_tokens: gauge(
+                "taskgate_upstream_exchanged_tokens",
+                "Access tokens exchanged for callers kept now, by upstream (token exchange, one per principal)",
+                &["upstream"],
+            ),
+            oauth_caller_tokens: single(
+                "taskgate_oauth_caller_tokens",
+                "Callers' OAuth access tokens kept now, to exchange for upstreams",
             ),
             catalog_collisions: single("taskgate_catalog_collisions", "Tool names offered by more than one upstream"),
             tool_catalogs: single(

@@ -332,6 +332,10 @@ impl Gateway {
         m.requests_in_progress.set(self.live_requests() as i64);
         m.progress_actors.set(self.shared.progress.live.load(std::sync::atomic::Ordering::Relaxed) as i64);
         m.catalog_collisions.set(self.shared.catalog.read().collisions().len() as i64);
+        for connector in self.shared.connectors.values().filter(|c| c.acts_for_callers()) {
+            m.upstream_exchanged_tokens.with_label_values(&[connector.name()]).set(connector.exchanged_tokens() as i64);
+        }
+        m.oauth_caller_tokens.set(self.shared.tenancy.subjects.len() as i64);
         m.render()
     }
 

@@ -206,6 +206,7 @@ impl Tenancy {
     /// keeps the current ones and returns every problem.
     pub fn reload(&self, config: &Config) -> Result<(), Vec<Problem>> {
         let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &self.issuers)?;
+        self.issuers.retain(&table.credentials.oauth_issuers());
         *self.table.write() = Arc::new(table);
         self.subjects.set_bound(subjects_bound(config));
         Ok(())

@@ -325,6 +325,12 @@ impl Issuers {
             .clone()
     }
 
+    /// Forgets the issuers `in_force` does not name (a reload removed them): their keys are
+    /// no longer read, nor shown.
+    pub fn retain(&self, in_force: &[String]) {
+        self.known.write().retain(|url, _| in_force.contains(url));
+    }
+
     /// The issuer named `url`, if configured.
     pub fn get(&self, url: &str) -> Option<Arc<Issuer>> {
         self.known.read().get(url).cloned()
@@ -468,5 +474,17 @@ mod tests {
                 "https://idp.example.com/.well-known/openid-configuration/tenant/a",
             ]
         );
+    }
+
+    #[test]
+    fn issuers_a_reload_removed_are_no_longer_read_nor_shown() {
+        let issuers = Issuers::default();
+        let kept = issuers.issuer("https://a.example.com", None);
+        issuers.issuer("https://b.example.com", None);
+        assert_eq!(issuers.health().len(), 2);
+        issuers.retain(&["https://a.example.com".to_owned()]);
+        let health = issuers.health();
+        assert_eq!((health.len(), health[0].issuer.as_str()), (1, "https://a.example.com"));
+        assert!(Arc::ptr_eq(&kept, &issuers.issuer("https://a.example.com", None)), "the one kept keeps its keys");
     }
 }
