@@ -68,40 +68,8 @@ impl AuthServer {
 
     /// A token signed with the server's newest key, claims and header as given.
     fn sign(&self, header: Value, claims: Value) -> String {
-        use openssl::bn::{BigNum, BigNumContext};
-        use openssl::ec::{EcGroup, EcKey, EcPoint};
-        use openssl::nid::Nid;
         let keys: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(self.keys.path()).unwrap()).unwrap();
-        let jwk = &keys[0];
-        let b = |k: &str| BigNum::from_slice(&URL_SAFE_NO_PAD.decode(jwk[k].as_str().unwrap()).unwrap()).unwrap();
-        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
-        let mut ctx = BigNumContext::new().unwrap();
-        let public = EcPoint::from_bytes(
-            &group,
-            &[
-                vec![4u8],
-                URL_SAFE_NO_PAD.decode(jwk["x"].as_str().unwrap()).unwrap(),
-                URL_SAFE_NO_PAD.decode(jwk["y"].as_str().unwrap()).unwrap(),
-            ]
-            .concat(),
-            &mut ctx,
-        )
-        .unwrap();
-        let key = EcKey::from_private_components(&group, &b("d"), &public).unwrap();
-        let mut header = header;
-        header["kid"] = jwk["kid"].clone();
-        let signing =
-            format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
-        let digest = openssl::sha::sha256(signing.as_bytes());
-        let sig = openssl::ecdsa::EcdsaSig::sign(&digest, &key).unwrap();
-        let (mut r, mut s) = (sig.r().to_vec(), sig.s().to_vec());
-        while r.len() < 32 {
-            r.insert(0, 0);
-        }
-        while s.len() < 32 {
-            s.insert(0, 0);
-        }
-        format!("{signing}.{}", URL_SAFE_NO_PAD.encode([r, s].concat()))
+        taskgate_testkit::jwt::Es256Key::from_jwk(&keys[0]).sign(header, claims)
     }
 }
 

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod bare;
+mod credentials;
 mod floor;
 mod harness;
 mod instructions;
@@ -113,6 +114,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("one-shot") {
         oneshot::one_shot_clients(&plan, &bin).await?;
+    }
+    if run("credentials") {
+        credentials::credentials(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());

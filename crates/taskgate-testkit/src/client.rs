@@ -94,7 +94,7 @@ impl McpClient {
                 if !r.status().is_success() {
                     return None;
                 }
-                r.json::<Value>().await.ok()
+                serde_json::from_slice::<Value>(&r.bytes().await.ok()?).ok()
             }
         };
         let metadata = get(metadata_url.clone()).await.expect("the protected resource metadata");
@@ -139,8 +139,10 @@ impl McpClient {
             .send()
             .await
             .expect("the token endpoint answers")
-            .json()
+            .bytes()
             .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
             .expect("a JSON token response");
         let token = answer["access_token"].as_str().unwrap_or_else(|| panic!("no access token: {answer}"));
         client.bearer = Some(token.to_owned());

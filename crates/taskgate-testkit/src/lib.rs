@@ -10,6 +10,7 @@
 //! ```
 
 mod client;
+pub mod jwt;
 mod process;
 
 use std::net::SocketAddr;

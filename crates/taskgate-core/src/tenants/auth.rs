@@ -121,6 +121,19 @@ struct OAuthVerifier {
     introspection: Option<(String, String)>,
 }
 
+/// JWT access tokens kept once verified, at most (each until it expires).
+const MAX_VERIFIED: usize = 10_000;
+
+/// A JWT access token verified lately: what it established, until when, and the key set of its
+/// issuer it was verified with (a new key set, read at a rotation or when due, means it is
+/// verified again).
+struct VerifiedToken {
+    verified: Verified,
+    until_secs: u64,
+    keys: std::sync::Arc<Vec<super::oauth::Key>>,
+    issuer: std::sync::Arc<super::oauth::Issuer>,
+}
+
 /// Every credential of every tenant, built from one configuration.
 pub(crate) struct Credentials {
     /// By the key's SHA-256: a look-up by hash reveals nothing about the key itself.
@@ -129,6 +142,9 @@ pub(crate) struct Credentials {
     oauth: Vec<OAuthVerifier>,
     /// What introspection said of opaque tokens lately.
     issuers: std::sync::Arc<super::oauth::Issuers>,
+    /// JWT access tokens verified lately, by their SHA-256: a client sends the same token with
+    /// every request, and a signature check costs more than the rest of a proxied call.
+    verified: parking_lot::RwLock<HashMap<[u8; 32], VerifiedToken>>,
     /// The identity of a request with no credentials, if a tenant takes them (shared: each
     /// request's copy costs no allocation).
     anonymous: Option<Identity>,
@@ -216,7 +232,7 @@ impl Credentials {
                 Some(Identity { tenant: crate::identity::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
         }
         if problems.is_empty() {
-            Ok(Credentials { api_keys, jwts, oauth, issuers: issuers.clone(), anonymous })
+            Ok(Credentials { api_keys, jwts, oauth, issuers: issuers.clone(), verified: Default::default(), anonymous })
         } else {
             Err(problems)
         }
@@ -234,14 +250,17 @@ impl Credentials {
             Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => token.trim(),
             _ => return Err(AuthError::Malformed),
         };
+        let hash = openssl::sha::sha256(token.as_bytes());
         if token.split('.').count() == 3 {
+            if let Some(verified) = self.verified_lately(&hash, now_secs) {
+                return Ok(verified);
+            }
             if let Some(issuer) = unverified_issuer(token).filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss))
             {
-                return self.verify_access_token(token, &issuer, now_secs);
+                return self.verify_access_token(token, hash, &issuer, now_secs);
             }
             return self.verify_jwt(token, now_secs).map(Verified::unscoped);
         }
-        let hash = openssl::sha::sha256(token.as_bytes());
         if let Some(identity) = self.api_keys.get(&hash) {
             return Ok(Verified::unscoped(identity.clone()));
         }
@@ -371,7 +390,13 @@ impl Credentials {
 
     /// An OAuth 2.1 access token of `issuer` (MCP authorization, "Token Handling": a resource
     /// server MUST validate that the token was issued for it, RFC 8707 and RFC 9068).
-    fn verify_access_token(&self, token: &str, issuer: &str, now_secs: u64) -> Result<Verified, AuthError> {
+    fn verify_access_token(
+        &self,
+        token: &str,
+        hash: [u8; 32],
+        issuer: &str,
+        now_secs: u64,
+    ) -> Result<Verified, AuthError> {
         use jsonwebtoken::{Algorithm, Validation};
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Token("its header does not decode"))?;
         // RFC 9068 section 4: the typ header MUST be at+jwt (or application/at+jwt).
@@ -412,13 +437,46 @@ impl Credentials {
             .ok_or(AuthError::Token("its signature does not verify with its authorization server's keys"))?
             .claims;
         let mut refused = AuthError::Token("no configured tenant takes it");
-        for verifier in verifiers {
+        for verifier in &verifiers {
             match verifier.check(&claims, now_secs, true) {
-                Ok(identity) => return Ok(identity),
+                Ok(verified) => {
+                    self.keep_verified(hash, &verified, keys, verifier.issuer.clone(), now_secs);
+                    return Ok(verified);
+                }
                 Err(e) => refused = e,
             }
         }
         Err(refused)
+    }
+
+    /// A JWT access token verified lately, while it has not expired and its issuer's key set is
+    /// the one it was verified with.
+    fn verified_lately(&self, hash: &[u8; 32], now_secs: u64) -> Option<Verified> {
+        let verified = self.verified.read();
+        let kept = verified.get(hash)?;
+        let current = now_secs < kept.until_secs && std::sync::Arc::ptr_eq(&kept.keys, &kept.issuer.keys());
+        current.then(|| kept.verified.clone())
+    }
+
+    /// Keeps a verified token until its `exp` (over the bound, expired ones are forgotten, and
+    /// when none has, the new one is not kept).
+    fn keep_verified(
+        &self,
+        hash: [u8; 32],
+        verified: &Verified,
+        keys: std::sync::Arc<Vec<super::oauth::Key>>,
+        issuer: std::sync::Arc<super::oauth::Issuer>,
+        now_secs: u64,
+    ) {
+        let Some(until_secs) = verified.expires_secs.filter(|exp| *exp > now_secs) else { return };
+        let mut kept = self.verified.write();
+        if kept.len() >= MAX_VERIFIED {
+            kept.retain(|_, t| t.until_secs > now_secs);
+            if kept.len() >= MAX_VERIFIED {
+                return;
+            }
+        }
+        kept.insert(hash, VerifiedToken { verified: verified.clone(), until_secs, keys, issuer });
     }
 }
 
