@@ -34,35 +34,36 @@ pub async fn post(
     let headers = req.headers();
     let config = gateway.config();
     let checked = async {
-        let read = async {
-            checks::origin(headers, &config.server.allowed_origins)?;
-            checks::content_type(headers)?;
-            // Credentials before the body: the body limit is the tenant's.
-            let verified = verified(headers, &gateway).await?;
-            let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
-            let body = checks::body(headers, payload, gateway.max_body_bytes(&verified.identity), timeout).await?;
-            let parsed = match Message::from_slice_front(&body) {
-                Err(e) => Err(GatewayError::Parse(e.to_string())),
-                Ok(Err(MessageError::Batch)) => {
-                    Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
-                }
-                Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
-                Ok(Ok(parsed)) => Ok(parsed),
-            }?;
-            Ok::<_, GatewayError>((verified, parsed))
-        };
-        let (verified, parsed) = read.await.map_err(|e| (e, None))?;
-        // A call of a tool whose scopes the access token lacks: 403 with the scopes to ask for.
-        if let Message::Request { id, method, params } = &parsed.0 {
-            let checked = gateway.check_scopes(&verified, method, params.as_ref()).await;
-            checked.map_err(|e| (e, Some(id.clone())))?;
-        }
-        Ok::<_, Refusal>((verified.identity, parsed))
+        checks::origin(headers, &config.server.allowed_origins)?;
+        checks::content_type(headers)?;
+        // Credentials before the body: the body limit is the tenant's.
+        let verified = verified(headers, &gateway).await?;
+        let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
+        let body = checks::body(headers, payload, gateway.max_body_bytes(&verified.identity), timeout).await?;
+        let parsed = match Message::from_slice_front(&body) {
+            Err(e) => Err(GatewayError::Parse(e.to_string())),
+            Ok(Err(MessageError::Batch)) => {
+                Err(GatewayError::InvalidRequest(MessageError::Batch.to_string().replace("Invalid Request: ", "")))
+            }
+            Ok(Err(MessageError::Invalid(why))) => Err(GatewayError::InvalidRequest(why)),
+            Ok(Ok(parsed)) => Ok(parsed),
+        }?;
+        Ok::<_, GatewayError>((verified, parsed))
     };
-    let (identity, (message, fields, arguments)) = match checked.await {
+    let (verified, (message, fields, arguments)) = match checked.await {
         Ok(m) => m,
-        Err((e, id)) => return reply::error(&e, id),
+        Err(e) => return reply::error(&e, None),
     };
+    // A call of a tool whose scopes the access token lacks: 403 with the scopes to ask for
+    // (only credentials that carry scopes are held to them).
+    if verified.scopes.is_some() {
+        if let Message::Request { id, method, params } = &message {
+            if let Err(e) = gateway.check_scopes(&verified, method, params.as_ref()).await {
+                return reply::error(&e, Some(id.clone()));
+            }
+        }
+    }
+    let identity = verified.identity;
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
     // the core).
     // The session id and the method are the client's: cut and escaped in the log.
