@@ -133,6 +133,22 @@ pub(crate) async fn gateway_env(issuer: &str, more: &str, env: &[(&str, &str)]) 
     Setup { gw, public_url, _dir: dir, _demo: demo }
 }
 
+/// `initialize` with this `Authorization` header: the status and the challenge.
+async fn initialize_with_header(url: &str, authorization: &str) -> (u16, String, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("authorization", authorization)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let challenge = r.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    (status, challenge, r.json().await.unwrap_or(Value::Null))
+}
+
 /// `initialize` with a bearer token (or none): the status, the challenge and the body.
 pub(crate) async fn initialize(url: &str, token: Option<&str>) -> (u16, String, Value) {
     let mut request = reqwest::Client::new()
@@ -184,10 +200,14 @@ async fn protected_resource_metadata_and_challenges_send_a_host_to_the_authoriza
     let token = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
     let (status, _, body) = initialize(&public_url, Some(&token)).await;
     assert_eq!(status, 200, "{body}");
-    // Not a bearer token at all: 400 invalid_request (RFC 6750 section 3.1).
+    // Another scheme is no bearer credential: 401 without an error code, so discovery starts
+    // (RFC 6750 section 3.1); a bearer credential that is not one token: 400 invalid_request.
+    let (status, challenge, _) = initialize_with_header(&public_url, "Basic Z2F0ZXdheTp4").await;
+    assert_eq!(status, 401);
+    assert_eq!(challenge, format!(r#"Bearer resource_metadata="{metadata_url}", scope="mcp""#));
     let r = reqwest::Client::new()
         .post(&public_url)
-        .header("authorization", "Basic Z2F0ZXdheTp4")
+        .header("authorization", "Bearer two tokens")
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)

@@ -86,7 +86,14 @@ fn follow_again(
         return None;
     };
     let connector = shared.connectors.get(&record.upstream)?;
-    let key = (record.upstream.clone(), session_id.clone());
+    // A 2026-07-28 upstream has no session id: one key per owner where each caller's own
+    // identity is carried, so no owner's task is followed with another's token.
+    let owner_key = if connector.acts_for_callers() {
+        format!("{}:{}{}", record.owner.tenant.len(), record.owner.tenant, record.owner.principal)
+    } else {
+        String::new()
+    };
+    let key = (record.upstream.clone(), format!("{owner_key}\n{session_id}"));
     if let Some(session) = sessions.get(&key) {
         return Some(session.clone());
     }

@@ -246,9 +246,23 @@ impl Credentials {
                 None => Err(AuthError::Missing),
             };
         };
-        let token = match header.split_once(' ') {
-            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => token.trim(),
-            _ => return Err(AuthError::Malformed),
+        // RFC 6750 section 3.1: another authentication scheme is no bearer credential at all
+        // (401 with no error code); a bearer credential that is not one token is malformed (400).
+        let token = match header.trim().split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+                let token = token.trim();
+                if token.is_empty() || token.contains(char::is_whitespace) {
+                    return Err(AuthError::Malformed);
+                }
+                token
+            }
+            _ if header.trim().eq_ignore_ascii_case("bearer") => return Err(AuthError::Malformed),
+            _ => {
+                return match &self.anonymous {
+                    Some(identity) => Ok(Verified::unscoped(identity.clone())),
+                    None => Err(AuthError::Missing),
+                }
+            }
         };
         let hash = openssl::sha::sha256(token.as_bytes());
         if token.split('.').count() == 3 {
@@ -652,7 +666,8 @@ mod tests {
         assert_eq!((&*id.identity.tenant, &*id.identity.principal), ("acme", "key:ci"));
         assert_eq!(c.authenticate(Some("bearer key-1"), 0).unwrap(), id);
         assert_eq!(c.authenticate(Some("Bearer key-2"), 0), Err(AuthError::UnknownKey));
-        assert_eq!(c.authenticate(Some("Basic a2V5"), 0), Err(AuthError::Malformed));
+        assert_eq!(c.authenticate(Some("Basic a2V5"), 0), Err(AuthError::Missing));
+        assert_eq!(c.authenticate(Some("Bearer a b"), 0), Err(AuthError::Malformed));
         assert_eq!(c.authenticate(Some("Bearer "), 0), Err(AuthError::Malformed));
         assert_eq!(c.authenticate(None, 0), Err(AuthError::Missing));
     }
