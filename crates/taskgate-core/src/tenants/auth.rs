@@ -11,6 +11,7 @@ use openssl::pkey::{Id, PKey};
 use serde_json::Value;
 use taskgate_config::{Config, JwtAlgorithm, JwtConfig, Problem};
 
+pub use super::verified::Verified;
 use crate::identity::Identity;
 
 /// Why a request's credentials were refused. The text goes to the client in the 401 body.
@@ -55,33 +56,6 @@ impl AuthError {
     }
 }
 
-/// What a request's credentials established: who is calling and, for an OAuth access token,
-/// what it grants and until when.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verified {
-    /// Who is calling.
-    pub identity: Identity,
-    /// The scopes an OAuth access token grants; `None` for credentials that carry none (API
-    /// keys, configured JWTs, anonymous use).
-    pub scopes: Option<std::sync::Arc<[Box<str>]>>,
-    /// When an OAuth access token expires (seconds since the epoch), if it says.
-    pub expires_secs: Option<u64>,
-}
-
-impl Verified {
-    /// An identity from credentials that grant no scopes.
-    pub fn unscoped(identity: Identity) -> Verified {
-        Verified { identity, scopes: None, expires_secs: None }
-    }
-
-    /// The first of `needed` the credentials do not grant (credentials without scopes are not
-    /// held to scopes).
-    pub fn lacks<'a>(&self, needed: &[&'a str]) -> Option<&'a str> {
-        let granted = self.scopes.as_deref()?;
-        needed.iter().find(|s| !granted.iter().any(|g| &**g == **s)).copied()
-    }
-}
-
 /// The SHA-256 of an API key, as lower-case hex (what `[[tenant.api_key]] sha256` holds).
 pub fn hash_key(key: &str) -> String {
     openssl::sha::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
@@ -121,19 +95,6 @@ struct OAuthVerifier {
     introspection: Option<(String, String)>,
 }
 
-/// JWT access tokens kept once verified, at most (each until it expires).
-const MAX_VERIFIED: usize = 10_000;
-
-/// A JWT access token verified lately: what it established, until when, and the key set of its
-/// issuer it was verified with (a new key set, read at a rotation or when due, means it is
-/// verified again).
-struct VerifiedToken {
-    verified: Verified,
-    until_secs: u64,
-    keys: std::sync::Arc<Vec<super::oauth::Key>>,
-    issuer: std::sync::Arc<super::oauth::Issuer>,
-}
-
 /// Every credential of every tenant, built from one configuration.
 pub(crate) struct Credentials {
     /// By the key's SHA-256: a look-up by hash reveals nothing about the key itself.
@@ -144,7 +105,7 @@ pub(crate) struct Credentials {
     issuers: std::sync::Arc<super::oauth::Issuers>,
     /// JWT access tokens verified lately, by their SHA-256: a client sends the same token with
     /// every request, and a signature check costs more than the rest of a proxied call.
-    verified: parking_lot::RwLock<HashMap<[u8; 32], VerifiedToken>>,
+    verified: super::verified::VerifiedTokens,
     /// The identity of a request with no credentials, if a tenant takes them (shared: each
     /// request's copy costs no allocation).
     anonymous: Option<Identity>,
@@ -266,7 +227,7 @@ impl Credentials {
         };
         let hash = openssl::sha::sha256(token.as_bytes());
         if token.split('.').count() == 3 {
-            if let Some(verified) = self.verified_lately(&hash, now_secs) {
+            if let Some(verified) = self.verified.get(&hash, now_secs) {
                 return Ok(verified);
             }
             if let Some(issuer) = unverified_issuer(token).filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss))
@@ -454,43 +415,13 @@ impl Credentials {
         for verifier in &verifiers {
             match verifier.check(&claims, now_secs, true) {
                 Ok(verified) => {
-                    self.keep_verified(hash, &verified, keys, verifier.issuer.clone(), now_secs);
+                    self.verified.keep(hash, &verified, keys, verifier.issuer.clone(), now_secs);
                     return Ok(verified);
                 }
                 Err(e) => refused = e,
             }
         }
         Err(refused)
-    }
-
-    /// A JWT access token verified lately, while it has not expired and its issuer's key set is
-    /// the one it was verified with.
-    fn verified_lately(&self, hash: &[u8; 32], now_secs: u64) -> Option<Verified> {
-        let verified = self.verified.read();
-        let kept = verified.get(hash)?;
-        let current = now_secs < kept.until_secs && std::sync::Arc::ptr_eq(&kept.keys, &kept.issuer.keys());
-        current.then(|| kept.verified.clone())
-    }
-
-    /// Keeps a verified token until its `exp` (over the bound, expired ones are forgotten, and
-    /// when none has, the new one is not kept).
-    fn keep_verified(
-        &self,
-        hash: [u8; 32],
-        verified: &Verified,
-        keys: std::sync::Arc<Vec<super::oauth::Key>>,
-        issuer: std::sync::Arc<super::oauth::Issuer>,
-        now_secs: u64,
-    ) {
-        let Some(until_secs) = verified.expires_secs.filter(|exp| *exp > now_secs) else { return };
-        let mut kept = self.verified.write();
-        if kept.len() >= MAX_VERIFIED {
-            kept.retain(|_, t| t.until_secs > now_secs);
-            if kept.len() >= MAX_VERIFIED {
-                return;
-            }
-        }
-        kept.insert(hash, VerifiedToken { verified: verified.clone(), until_secs, keys, issuer });
     }
 }
 

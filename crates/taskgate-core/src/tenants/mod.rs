@@ -6,6 +6,7 @@ pub mod auth;
 pub mod limits;
 pub mod oauth;
 pub mod subjects;
+mod verified;
 
 use std::collections::BTreeSet;
 

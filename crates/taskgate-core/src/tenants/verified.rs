@@ -1,0 +1,83 @@
+//! [`VerifiedTokens`]: JWT access tokens verified lately, by their SHA-256. A client sends the
+//! same token with every request, and a signature check costs more than the rest of a proxied
+//! call; a token is kept until its `exp`, tied to the key set of its issuer it was verified
+//! with (new keys, read at a rotation or when due, mean it is verified again).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::oauth::{Issuer, Key};
+use crate::identity::Identity;
+
+/// What a request's credentials established: who is calling and, for an OAuth access token,
+/// what it grants and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Who is calling.
+    pub identity: Identity,
+    /// The scopes an OAuth access token grants; `None` for credentials that carry none (API
+    /// keys, configured JWTs, anonymous use).
+    pub scopes: Option<std::sync::Arc<[Box<str>]>>,
+    /// When an OAuth access token expires (seconds since the epoch), if it says.
+    pub expires_secs: Option<u64>,
+}
+
+impl Verified {
+    /// An identity from credentials that grant no scopes.
+    pub fn unscoped(identity: Identity) -> Verified {
+        Verified { identity, scopes: None, expires_secs: None }
+    }
+
+    /// The first of `needed` the credentials do not grant (credentials without scopes are not
+    /// held to scopes).
+    pub fn lacks<'a>(&self, needed: &[&'a str]) -> Option<&'a str> {
+        let granted = self.scopes.as_deref()?;
+        needed.iter().find(|s| !granted.iter().any(|g| &**g == **s)).copied()
+    }
+}
+
+/// Tokens kept at most.
+const MAX_VERIFIED: usize = 10_000;
+
+struct VerifiedToken {
+    verified: Verified,
+    until_secs: u64,
+    keys: Arc<Vec<Key>>,
+    issuer: Arc<Issuer>,
+}
+
+/// JWT access tokens verified lately.
+#[derive(Default)]
+pub(crate) struct VerifiedTokens(parking_lot::RwLock<HashMap<[u8; 32], VerifiedToken>>);
+
+impl VerifiedTokens {
+    /// A token verified lately, while it has not expired and its issuer's key set is the one
+    /// it was verified with.
+    pub(crate) fn get(&self, hash: &[u8; 32], now_secs: u64) -> Option<Verified> {
+        let verified = self.0.read();
+        let kept = verified.get(hash)?;
+        let current = now_secs < kept.until_secs && Arc::ptr_eq(&kept.keys, &kept.issuer.keys());
+        current.then(|| kept.verified.clone())
+    }
+
+    /// Keeps a verified token until its `exp` (over the bound, expired ones are forgotten, and
+    /// when none has, the new one is not kept).
+    pub(crate) fn keep(
+        &self,
+        hash: [u8; 32],
+        verified: &Verified,
+        keys: Arc<Vec<Key>>,
+        issuer: Arc<Issuer>,
+        now_secs: u64,
+    ) {
+        let Some(until_secs) = verified.expires_secs.filter(|exp| *exp > now_secs) else { return };
+        let mut kept = self.0.write();
+        if kept.len() >= MAX_VERIFIED {
+            kept.retain(|_, t| t.until_secs > now_secs);
+            if kept.len() >= MAX_VERIFIED {
+                return;
+            }
+        }
+        kept.insert(hash, VerifiedToken { verified: verified.clone(), until_secs, keys, issuer });
+    }
+}
