@@ -156,10 +156,22 @@ async fn calls_of_tools_whose_scopes_a_token_lacks_get_403_naming_the_scopes_to_
             "{tool}: {challenge}"
         );
     }
-    // With the scope: served.
+    // Fails closed: an MCP App View's call by its server's own name is held to every tool that
+    // name reaches, and a name no catalog here lists (one that only a catalog of other client
+    // capabilities may list) to every tool it could be.
+    let mut app = McpClient::with_bearer(&public_url, &narrow);
+    let ui = json!({"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}});
+    app.initialize_with("2025-11-25", ui).await;
+    for (client, tool) in [(&mut app, "echo"), (&mut c, "ghost")] {
+        let reply = client.request("tools/call", Some(json!({"name": tool, "arguments": {"text": "x"}}))).await;
+        assert_eq!(reply.status, 403, "{tool}: {reply:?}");
+    }
+    // With the scope: served (and a name that is no tool is unknown).
     let wide = auth.token("gateway-test", "secret-1", "mcp other", &public_url).await;
     let mut w = McpClient::with_bearer(&public_url, &wide);
     w.initialize().await;
+    let unknown = w.call("ghost", json!({})).await.unwrap_err();
+    assert!(unknown.message.contains("Unknown tool"), "{unknown:?}");
     assert_eq!(w.call("demo__echo", json!({"text": "scoped"})).await.unwrap()["content"][0]["text"], "scoped");
     assert_eq!(w.call("second__add", json!({"a": 2, "b": 2})).await.unwrap()["content"][0]["text"], "4");
     // An API key carries no scopes: held to the tool rules only.

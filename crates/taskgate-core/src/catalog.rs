@@ -186,6 +186,36 @@ impl Catalog {
             .map(|n| n.upstream.as_str())
     }
 
+    /// Every tool (client-visible name, upstream) a call of `name` could reach in any
+    /// catalog, among the upstreams `sees` lets through; what a call is held to (its scopes).
+    /// This catalog answers for a name it lists, or lists under a prefixed upstream's own name
+    /// (an MCP App View's call); a name it does not know may be a tool that only a catalog of
+    /// other client capabilities lists, so it reaches every unprefixed upstream, the upstream
+    /// its prefix names, and each prefixed upstream's tool of that own name (failing closed).
+    pub fn reachable(&self, name: &str, sees: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+        if let Some(entry) = self.resolve(name).filter(|e| sees(&e.upstream)) {
+            return vec![(name.to_owned(), entry.upstream.clone())];
+        }
+        let by_prefix = self.upstream_by_prefix(name).filter(|u| sees(u)).map(|u| (name.to_owned(), u.to_owned()));
+        let mut found: Vec<(String, String)> = self
+            .by_original_name(name, |_, e| sees(&e.upstream))
+            .into_iter()
+            .map(|(exposed, e)| (exposed, e.upstream.clone()))
+            .collect();
+        if found.is_empty() {
+            for naming in self.naming.iter().filter(|n| sees(&n.upstream)) {
+                let exposed = if naming.prefix {
+                    format!("{}{}{name}", naming.upstream, self.separator)
+                } else {
+                    name.to_owned()
+                };
+                found.push((exposed, naming.upstream.clone()));
+            }
+        }
+        found.extend(by_prefix);
+        found
+    }
+
     /// Number of listed tools.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -296,6 +326,14 @@ mod tests {
         assert_eq!(exposed(c.by_original_name("only-a", |_, _| true)), ["a__only-a"]);
         assert_eq!(exposed(c.by_original_name("refresh", |_, _| true)), ["a__refresh", "b__refresh"]);
         assert_eq!(exposed(c.by_original_name("refresh", |_, e| e.upstream == "b")), ["b__refresh"]);
+        // What a call can reach: the tool listed, else a prefixed upstream's tool of that own
+        // name, else (unknown here, perhaps listed only to other clients) every candidate.
+        assert_eq!(c.reachable("a__only-a", |_| true), [("a__only-a".to_owned(), "a".to_owned())]);
+        assert_eq!(c.reachable("only-a", |_| true), [("a__only-a".to_owned(), "a".to_owned())]);
+        let unknown = c.reachable("ghost", |u| u != "b");
+        assert_eq!(unknown, [("a__ghost".to_owned(), "a".to_owned()), ("ghost".to_owned(), "plain".to_owned())]);
+        let prefixed = c.reachable("b__ghost", |_| true);
+        assert!(prefixed.contains(&("b__ghost".to_owned(), "b".to_owned())), "{prefixed:?}");
         // A name that is already client-visible is not its own alias; an unknown one has none.
         assert!(c.by_original_name("echo", |_, _| true).is_empty());
         assert!(c.by_original_name("nothing", |_, _| true).is_empty());

@@ -102,8 +102,7 @@ impl Gateway {
     /// scopes` and `upstream_scopes`) the caller's access token lacks: 403 `insufficient_scope`
     /// naming every scope the call needs (MCP authorization, "Runtime Insufficient Scope
     /// Errors": all of them in one challenge). Fails closed: a name is held to the scopes of
-    /// every tool it could reach (as written, an MCP App View's name of its server's tool, the
-    /// upstream its prefix names), the catalog loaded first when it does not know the name.
+    /// every tool it could reach in any client's catalog (`Catalog::reachable`).
     pub async fn check_scopes(
         &self,
         verified: &Verified,
@@ -121,23 +120,11 @@ impl Gateway {
         let Some(name) = params.and_then(|p| p.get("name")).and_then(serde_json::Value::as_str) else {
             return Ok(()); // refused as invalid params by the session
         };
-        let reachable = |catalog: &crate::catalog::Catalog| {
-            let mut reachable: Vec<(String, String)> =
-                catalog.by_original_name(name, |_, _| true).into_iter().map(|(n, e)| (n, e.upstream.clone())).collect();
-            if let Some(entry) = catalog.resolve(name) {
-                reachable.push((name.to_owned(), entry.upstream.clone()));
-            }
-            if let Some(upstream) = catalog.upstream_by_prefix(name) {
-                reachable.push((name.to_owned(), upstream.to_owned()));
-            }
-            reachable
-        };
-        let mut found = reachable(&self.shared.catalog.read());
-        if found.is_empty() {
-            // Not known yet: the tool the session will look for once the catalog is loaded.
+        if self.shared.catalog.read().resolve(name).is_none() {
+            // Not listed yet: the catalog the session will look in first is loaded.
             let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
-            found = reachable(&self.shared.catalog.read());
         }
+        let found = self.shared.catalog.read().reachable(name, |u| policy.sees(u));
         let mut needed: Vec<&str> = rules.scopes_for("", name);
         for (exposed, upstream) in &found {
             needed.extend(rules.scopes_for(upstream, exposed));
