@@ -65,10 +65,12 @@ async fn an_upstream_that_is_a_resource_server_receives_a_token_exchanged_for_ea
     let more = format!(
         "[[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{}\"\n\
          [[upstream]]\nname = \"rs\"\ntransport = \"http\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n\
-         [upstream.oauth]\ngrant = \"token_exchange\"\ntoken_url = \"{}/token\"\nclient_id = \"gateway-exchanger\"\n\
-         client_secret_env = \"TG_EXCHANGE_SECRET\"\nscope = \"mcp\"\n",
+         share_sessions = \"always\"\n\
+         [upstream.oauth]\ngrant = \"token_exchange\"\ntoken_url = \"{}/token\"\nissuer = \"{}\"\n\
+         client_id = \"gateway-exchanger\"\nclient_secret_env = \"TG_EXCHANGE_SECRET\"\nscope = \"mcp\"\n",
         taskgate_core::tenants::hash_key(key),
         rs.url,
+        auth.issuer,
         auth.issuer
     );
     let Setup { gw, public_url, _dir, _demo } =

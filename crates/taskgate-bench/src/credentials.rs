@@ -8,9 +8,10 @@
 //!   API key, with a JWT access token, and straight to the upstream: added p50 of the token
 //!   against the key (target ≤ 1.1).
 //! - Memory: two gateways alike; N principals each open a session and call once, through an
-//!   upstream that exchanges their tokens at one and through one that does not at the other.
-//!   The difference of the two gateways' resident memory growth, per principal, is what the
-//!   tokens kept cost (the caller's own and the one exchanged for it).
+//!   upstream that exchanges their tokens at one and, at the other, through a gateway with no
+//!   such upstream (which keeps no token). The difference of the two gateways' resident memory
+//!   growth, per principal, is what the tokens kept cost (the caller's own and the one
+//!   exchanged for it).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,14 +83,21 @@ fn access_token(key: &Es256Key, issuer: &str, sub: &str) -> String {
     key.sign(json!({"alg": "ES256", "typ": "at+jwt"}), claims)
 }
 
-fn gateway_config(demo_url: &str, issuer: &str) -> String {
+/// The gateway: the demo upstream, and (`exchanging`) the same behind token exchange.
+fn gateway_config(demo_url: &str, issuer: &str, exchanging: bool) -> String {
     let hash: String = openssl::sha::sha256(API_KEY.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let exchanged = if exchanging {
+        format!(
+            "[[upstream]]\nname = \"exchanged\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n\
+             [upstream.oauth]\ngrant = \"token_exchange\"\ntoken_url = \"{issuer}/token\"\nissuer = \"{issuer}\"\n\
+             client_id = \"bench\"\nclient_secret_env = \"TASKGATE_BENCH_EXCHANGE_SECRET\"\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "max_sessions = 20000\n\
-         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n\
-         [[upstream]]\nname = \"exchanged\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n\
-         [upstream.oauth]\ngrant = \"token_exchange\"\ntoken_url = \"{issuer}/token\"\nclient_id = \"bench\"\n\
-         client_secret_env = \"TASKGATE_BENCH_EXCHANGE_SECRET\"\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n{exchanged}\
          [[tenant]]\nid = \"bench\"\n[tenant.limits]\nmax_sessions = 20000\n\
          [[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{hash}\"\n\
          [[tenant.oauth]]\nissuer = \"{issuer}\"\naudience = \"{AUDIENCE}\"\njwks_uri = \"{issuer}/jwks\"\n"
@@ -153,7 +161,7 @@ pub async fn credentials(plan: &Plan, bin: &Path) -> Result<()> {
     let key = Arc::new(Es256Key::generate("bench-1"));
     let issuer = authorization_server(key.clone()).await?;
     let (_demo, demo_url) = start_demo(bin).await?;
-    let config = gateway_config(&demo_url, &issuer);
+    let config = gateway_config(&demo_url, &issuer, true);
     let (gateway, url) = start_gateway(bin, &config).await?;
     let direct = crate::harness::connect(&demo_url).await?;
     let by_key = connect_as(&url, API_KEY).await;
@@ -184,7 +192,8 @@ pub async fn credentials(plan: &Plan, bin: &Path) -> Result<()> {
         verdict(ratio <= 1.1)
     );
     let principals = if plan.quick { 50 } else { 1000 };
-    let (plain, _, _) = growth(bin, &config, &key, &issuer, principals, "demo__echo").await?;
+    let plain_config = gateway_config(&demo_url, &issuer, false);
+    let (plain, _, _) = growth(bin, &plain_config, &key, &issuer, principals, "demo__echo").await?;
     let (exchanging, exchanged, callers) = growth(bin, &config, &key, &issuer, principals, "exchanged__echo").await?;
     if exchanged < principals as f64 {
         bail!("{exchanged} exchanged tokens kept for {principals} principals");

@@ -86,6 +86,56 @@ mod tests {
     }
 
     #[test]
+    fn token_exchange_names_a_trusted_issuer_and_scopes_name_upstreams_of_an_oauth_tenant() {
+        let text = r#"
+            [[upstream]]
+            name = "crm"
+            transport = "http"
+            url = "http://127.0.0.1:1/mcp"
+            [upstream.oauth]
+            grant = "token_exchange"
+            token_url = "https://login.example.com/token"
+            client_id = "taskgate"
+            client_secret_env = "SECRET"
+            [[upstream]]
+            name = "other"
+            transport = "http"
+            url = "http://127.0.0.1:2/mcp"
+            [upstream.oauth]
+            grant = "token_exchange"
+            token_url = "https://login.example.com/token"
+            issuer = "https://elsewhere.example.com"
+            client_id = "taskgate"
+            client_secret_env = "SECRET"
+            [[tenant]]
+            id = "keys-only"
+            [tenant.tools.upstream_scopes]
+            crm = "crm"
+            [[tenant]]
+            id = "acme"
+            [[tenant.oauth]]
+            issuer = "https://login.example.com"
+            audience = "https://gw.example.com/mcp"
+            [tenant.tools.upstream_scopes]
+            crmm = "crm"
+        "#;
+        let env = |_: &str| Some("s".to_owned());
+        let Err(ConfigError::Invalid { problems, .. }) = Config::from_toml(text, "t.toml", &env) else {
+            panic!("expected invalid")
+        };
+        let locations: Vec<_> = problems.iter().map(|p| p.location.as_str()).collect();
+        for expected in [
+            "upstream[0] (\"crm\").oauth.issuer",
+            "upstream[1] (\"other\").oauth.issuer",
+            "tenant[0] (\"keys-only\").tools.scopes",
+            "tenant[1] (\"acme\").tools.upstream_scopes",
+        ] {
+            assert!(locations.contains(&expected), "{expected}: {locations:?}");
+        }
+        assert!(!locations.iter().any(|l| l.starts_with("tenant[1]") && l.ends_with(".scopes")), "{locations:?}");
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let text = r#"
             [server]

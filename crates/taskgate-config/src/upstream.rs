@@ -238,6 +238,10 @@ pub struct UpstreamOAuth {
     /// The resource the token is for (RFC 8707). Absent: the upstream's `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<String>,
+    /// The issuer whose callers' access tokens are exchanged at `token_url` (`token_exchange`,
+    /// required): a token of another authorization server is never sent there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
     /// The `audience` of a token exchange (RFC 8693 section 2.1), for an authorization server
     /// that names the upstream by a logical name rather than by its URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]

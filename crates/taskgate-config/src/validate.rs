@@ -91,15 +91,38 @@ impl Config {
                     bad(format!("upstream[{i}] ({:?}).oauth", up.name), "is for HTTP upstreams".into());
                 }
                 let exchanges = oauth.grant == crate::UpstreamGrant::TokenExchange;
-                if exchanges && !self.tenants.iter().any(|t| !t.oauth.is_empty()) {
-                    bad(
-                        format!("upstream[{i}] ({:?}).oauth.grant", up.name),
-                        "token_exchange exchanges callers' OAuth access tokens: configure a [[tenant.oauth]]".into(),
-                    );
+                let trusted = |issuer: &str| self.tenants.iter().any(|t| t.oauth.iter().any(|o| o.issuer == issuer));
+                match &oauth.issuer {
+                    Some(issuer) if exchanges && !trusted(issuer) => bad(
+                        format!("upstream[{i}] ({:?}).oauth.issuer", up.name),
+                        format!("{issuer:?} is the issuer of no [[tenant.oauth]]: its callers' tokens are the ones exchanged"),
+                    ),
+                    None if exchanges => bad(
+                        format!("upstream[{i}] ({:?}).oauth.issuer", up.name),
+                        "token_exchange needs the issuer (a [[tenant.oauth]] issuer) whose callers' tokens are exchanged at token_url".into(),
+                    ),
+                    _ => {}
                 }
                 if exchanges && oauth.max_cached_tokens == 0 {
                     bad(format!("upstream[{i}] ({:?}).oauth.max_cached_tokens", up.name), "must be at least 1".into());
                 }
+            }
+        }
+        for (i, tenant) in self.tenants.iter().enumerate() {
+            let Some(rules) = &tenant.tools else { continue };
+            let at = |key: &str| format!("tenant[{i}] ({:?}).tools.{key}", tenant.id);
+            for upstream in rules.upstream_scopes.keys() {
+                if !self.upstreams.iter().any(|u| &u.name == upstream) {
+                    bad(at("upstream_scopes"), format!("{upstream:?} is no configured upstream"));
+                }
+            }
+            let scoped = !rules.scopes.is_empty() || !rules.upstream_scopes.is_empty();
+            if scoped && tenant.oauth.is_empty() {
+                bad(
+                    at("scopes"),
+                    "scopes are those of OAuth access tokens: the tenant needs a [[tenant.oauth]] (API keys carry none)"
+                        .into(),
+                );
             }
         }
         let oauth = self.tenants.iter().any(|t| t.oauth.iter().any(|o| o.audience.is_none()));

@@ -83,6 +83,11 @@ impl Connector {
         self.inner.endpoint.credentials.as_ref().is_some_and(|c| c.exchanges())
     }
 
+    /// The issuer whose callers' tokens this upstream exchanges.
+    pub fn exchange_issuer(&self) -> Option<&str> {
+        self.config().oauth.as_ref().and_then(|o| o.issuer.as_deref())
+    }
+
     /// Tokens exchanged for callers that this upstream keeps now.
     pub fn exchanged_tokens(&self) -> usize {
         self.inner.endpoint.credentials.as_ref().map_or(0, |c| c.exchanged_tokens())

@@ -88,7 +88,10 @@ impl Credentials {
     /// request gets another.
     pub(crate) fn refused(&self, caller: Option<&Caller>) {
         match caller.filter(|_| self.exchanges()) {
-            Some(caller) => drop(self.exchanged.lock().remove(&caller.key)),
+            Some(caller) => {
+                let prefix = format!("{}\n", caller.key);
+                self.exchanged.lock().retain(|key, _| !key.starts_with(&prefix));
+            }
             None => *self.own.lock() = None,
         }
     }
@@ -110,7 +113,7 @@ impl Credentials {
         if let Some(scope) = &self.config.scope {
             form.push(("scope", scope));
         }
-        let (value, until) = self.fetch(&form).await.map_err(|why| {
+        let (value, until) = self.fetch(&form, None).await.map_err(|why| {
             format!("cannot get an access token for upstream '{}' from {}: {why}", self.upstream, self.config.token_url)
         })?;
         *self.own.lock() = Some((value.clone(), until));
@@ -123,52 +126,47 @@ impl Credentials {
     }
 
     async fn exchanged(&self, caller: &Caller) -> Result<HeaderValue, String> {
-        if let Some(value) = self.current_exchanged(&caller.key) {
+        let Some(subject) = (caller.subject)() else {
+            let from = self.config.issuer.as_deref().unwrap_or("a configured authorization server");
+            return Err(format!(
+                "upstream '{}' is called with the caller's own identity (token_exchange), and this caller has no \
+                 valid OAuth access token from {from} to exchange",
+                self.upstream
+            ));
+        };
+        // Kept per principal and token: a user's narrower token never stands on what a wider
+        // one of the same user was exchanged for.
+        let key: Arc<str> = format!("{}\n{:016x}", caller.key, digest(&subject)).into();
+        if let Some(value) = self.current_exchanged(&key) {
             return Ok(value);
         }
-        let one = self.exchanging.lock().entry(caller.key.clone()).or_default().clone();
-        let outcome = async {
-            let _one = one.lock().await;
-            if let Some(value) = self.current_exchanged(&caller.key) {
-                return Ok(value);
-            }
-            let Some(subject) = (caller.subject)() else {
-                return Err(format!(
-                    "upstream '{}' is called with the caller's own identity (token_exchange), and this caller \
-                     has no OAuth access token of a configured authorization server that is still valid",
-                    self.upstream
-                ));
-            };
-            let _permit = self.exchanges.acquire().await.map_err(|_| "the gateway is stopping".to_owned())?;
-            let mut form = vec![
-                ("grant_type", TOKEN_EXCHANGE),
-                ("subject_token", subject.as_str()),
-                ("subject_token_type", ACCESS_TOKEN_TYPE),
-                ("requested_token_type", ACCESS_TOKEN_TYPE),
-                ("resource", self.resource.as_str()),
-            ];
-            if let Some(audience) = &self.config.audience {
-                form.push(("audience", audience));
-            }
-            if let Some(scope) = &self.config.scope {
-                form.push(("scope", scope));
-            }
-            let (value, until) = self.fetch(&form).await.map_err(|why| {
-                format!(
-                    "cannot exchange the caller's access token for one for upstream '{}' at {}: {why}",
-                    self.upstream, self.config.token_url
-                )
-            })?;
-            self.keep(caller.key.clone(), value.clone(), until);
-            Ok(value)
+        let turn = Turn::take(&self.exchanging, key.clone());
+        let _one = turn.lock().lock().await;
+        if let Some(value) = self.current_exchanged(&key) {
+            return Ok(value);
         }
-        .await;
-        let mut exchanging = self.exchanging.lock();
-        // The last one waiting takes the principal's lock away.
-        if Arc::strong_count(&one) == 2 {
-            exchanging.remove(&caller.key);
+        let _permit = self.exchanges.acquire().await.map_err(|_| "the gateway is stopping".to_owned())?;
+        let mut form = vec![
+            ("grant_type", TOKEN_EXCHANGE),
+            ("subject_token", subject.as_str()),
+            ("subject_token_type", ACCESS_TOKEN_TYPE),
+            ("requested_token_type", ACCESS_TOKEN_TYPE),
+            ("resource", self.resource.as_str()),
+        ];
+        if let Some(audience) = &self.config.audience {
+            form.push(("audience", audience));
         }
-        outcome
+        if let Some(scope) = &self.config.scope {
+            form.push(("scope", scope));
+        }
+        let (value, until) = self.fetch(&form, Some(&subject)).await.map_err(|why| {
+            format!(
+                "cannot exchange the caller's access token for one for upstream '{}' at {}: {why}",
+                self.upstream, self.config.token_url
+            )
+        })?;
+        self.keep(key, value.clone(), until);
+        Ok(value)
     }
 
     /// Keeps a principal's exchanged token; when full, forgets expired ones, else the one that
@@ -187,7 +185,9 @@ impl Credentials {
         tokens.insert(key, (value, until));
     }
 
-    async fn fetch(&self, form: &[(&str, &str)]) -> Result<(HeaderValue, Instant), String> {
+    /// Asks the token endpoint for a token; never `subject` back (that would pass the
+    /// caller's own token through).
+    async fn fetch(&self, form: &[(&str, &str)], subject: Option<&str>) -> Result<(HeaderValue, Instant), String> {
         let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
         // RFC 6749 section 2.3.1: the id and secret are form-encoded before Basic authentication.
         let encode = |text: &str| form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
@@ -203,10 +203,9 @@ impl Credentials {
         let response = tokio::time::timeout(TIMEOUT, sent).await.map_err(|_| "no answer in time".to_owned())?;
         let response = response.map_err(|e| e.to_string())?;
         let status = response.status();
-        let bytes = tokio::time::timeout(TIMEOUT, response.bytes())
+        let bytes = tokio::time::timeout(TIMEOUT, read_bounded(response))
             .await
-            .map_err(|_| "no answer in time".to_owned())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| "no answer in time".to_owned())??;
         let answer: Value = serde_json::from_slice(&bytes).map_err(|_| format!("it answered {status} without JSON"))?;
         if !status.is_success() {
             let error = answer.get("error").and_then(Value::as_str).unwrap_or("an error");
@@ -216,10 +215,75 @@ impl Credentials {
             });
         }
         let token = answer.get("access_token").and_then(Value::as_str).ok_or("its answer has no access_token")?;
+        // RFC 6749 section 5.1 (RFC 8693 section 2.2.1): the type of token issued.
+        if let Some(kind) =
+            answer.get("token_type").and_then(Value::as_str).filter(|t| !t.eq_ignore_ascii_case("bearer"))
+        {
+            return Err(format!("it issued a {kind:?} token, not a Bearer one"));
+        }
+        if subject == Some(token) {
+            return Err("it answered with the caller's own token, which is never passed to an upstream".into());
+        }
         let lifetime = Duration::from_secs(answer.get("expires_in").and_then(Value::as_u64).unwrap_or(300));
         let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| "the token is not a header value")?;
         // Used until shortly before it expires (a short-lived token, until half its life).
         Ok((value, Instant::now() + lifetime.saturating_sub(EARLY.min(lifetime / 2))))
+    }
+}
+
+/// A token endpoint's answer is read up to this many bytes.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// A response's body, at most [`MAX_ANSWER`] bytes.
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_ANSWER {
+            return Err(format!("its answer is larger than {MAX_ANSWER} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A token's digest, to key what was exchanged for it (not a secret: the key stays here).
+fn digest(token: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    token.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// One exchange for a key at a time: the others wait for its token. The key's lock leaves
+/// the table with its last holder, however it ends (a caller gone away included).
+struct Turn<'a> {
+    table: &'a parking_lot::Mutex<foldhash::HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>,
+    key: Arc<str>,
+    lock: Option<Arc<tokio::sync::Mutex<()>>>,
+}
+
+impl<'a> Turn<'a> {
+    fn take(
+        table: &'a parking_lot::Mutex<foldhash::HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>,
+        key: Arc<str>,
+    ) -> Turn<'a> {
+        let lock = table.lock().entry(key.clone()).or_default().clone();
+        Turn { table, key, lock: Some(lock) }
+    }
+
+    fn lock(&self) -> &tokio::sync::Mutex<()> {
+        self.lock.as_deref().expect("held until dropped")
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        // Under the table's lock, as every clone is taken: the count cannot change meanwhile.
+        let mut table = self.table.lock();
+        drop(self.lock.take());
+        if table.get(&self.key).is_some_and(|lock| Arc::strong_count(lock) == 1) {
+            table.remove(&self.key);
+        }
     }
 }
 

@@ -281,7 +281,7 @@ impl SessionActor {
         };
         if connector.acts_for_callers() {
             // Its requests carry a token exchanged for this session's principal's.
-            session.on_behalf_of(self.shared.tenancy.subjects.caller(&self.identity));
+            session.on_behalf_of(self.shared.tenancy.subjects.caller(&self.identity, connector.exchange_issuer()));
         }
         if self.client_streams > 0 {
             self.upstream_streams.insert(name.to_owned(), session.hold_stream());

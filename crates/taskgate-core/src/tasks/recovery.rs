@@ -103,7 +103,7 @@ fn follow_again(
     let caller = connector.acts_for_callers().then(|| {
         let owner =
             Identity { tenant: record.owner.tenant.as_str().into(), principal: record.owner.principal.as_str().into() };
-        shared.tenancy.subjects.caller(&owner)
+        shared.tenancy.subjects.caller(&owner, connector.exchange_issuer())
     });
     let session = connector.resume(ClientIdentity::gateway(), events, &resume, caller)?;
     actix::spawn(serve_resumed(shared.clone(), record.upstream.clone(), session.clone(), rx));

@@ -210,6 +210,7 @@ impl Tenancy {
         self.issuers.retain(&table.credentials.oauth_issuers());
         *self.table.write() = Arc::new(table);
         self.subjects.set_bound(subjects_bound(config));
+        self.subjects.retain_tenants(|t| config.tenants.iter().any(|c| c.id == t));
         Ok(())
     }
 

@@ -83,13 +83,23 @@ impl Subjects {
     }
 
     /// `identity` as an upstream session acting for it sees it: its latest token, read at each
-    /// exchange.
-    pub fn caller(self: &Arc<Self>, identity: &Identity) -> taskgate_upstream::Caller {
+    /// exchange, when `issuer` issued it (no other authorization server's token is sent to
+    /// `issuer`'s token endpoint).
+    pub fn caller(self: &Arc<Self>, identity: &Identity, issuer: Option<&str>) -> taskgate_upstream::Caller {
         let Identity { tenant, principal } = identity;
         // Lengths first: no choice of names makes two identities one key.
         let key = format!("{}:{tenant}{principal}", tenant.len()).into();
+        // An OAuth principal names its issuer (`oauth:<issuer>|<subject>`).
+        let issued = issuer.is_some_and(|issuer| {
+            principal.strip_prefix("oauth:").and_then(|p| p.strip_prefix(issuer)).is_some_and(|p| p.starts_with('|'))
+        });
         let (subjects, identity) = (self.clone(), identity.clone());
-        taskgate_upstream::Caller { key, subject: Arc::new(move || subjects.token(&identity)) }
+        taskgate_upstream::Caller { key, subject: Arc::new(move || subjects.token(&identity).filter(|_| issued)) }
+    }
+
+    /// Forgets the tokens of tenants `keep` does not name (a reload removed them).
+    pub(crate) fn retain_tenants(&self, keep: impl Fn(&str) -> bool) {
+        self.tokens.lock().retain(|identity, _| keep(&identity.tenant));
     }
 
     /// Tokens kept now.
@@ -115,7 +125,7 @@ mod tests {
     #[test]
     fn tokens_are_kept_bounded_and_forgotten_when_they_expire() {
         let clock = Arc::new(ManualClock::new(1_000_000));
-        let subjects = Subjects::new(clock.clone());
+        let subjects = Arc::new(Subjects::new(clock.clone()));
         subjects.remember(&who(1), "a", Some(2000));
         assert!(subjects.is_empty(), "nothing is kept while no upstream exchanges tokens");
         subjects.set_bound(2);
@@ -129,6 +139,14 @@ mod tests {
         clock.advance(1_500_000);
         assert_eq!(subjects.token(&who(2)), None, "expired");
         assert_eq!(subjects.token(&who(3)).as_deref(), Some("c"));
+        // Only the tokens of the issuer an upstream names are exchanged there.
+        let alice = Identity { tenant: "t".into(), principal: "oauth:https://a.example|alice".into() };
+        subjects.remember(&alice, "t-a", Some(9_000));
+        assert_eq!((subjects.caller(&alice, Some("https://a.example")).subject)().as_deref(), Some("t-a"));
+        assert_eq!((subjects.caller(&alice, Some("https://a.example.evil")).subject)(), None);
+        assert_eq!((subjects.caller(&alice, Some("https://b.example")).subject)(), None);
+        subjects.retain_tenants(|t| t != "t");
+        assert!(subjects.is_empty());
         subjects.set_bound(0);
         assert!(subjects.is_empty());
     }
