@@ -48,7 +48,11 @@ struct VerifiedToken {
 
 /// JWT access tokens verified lately.
 #[derive(Default)]
-pub(crate) struct VerifiedTokens(parking_lot::RwLock<HashMap<[u8; 32], VerifiedToken>>);
+pub(crate) struct VerifiedTokens(
+    parking_lot::RwLock<HashMap<[u8; 32], VerifiedToken>>,
+    /// The second expired tokens were last swept out (once a second at most when full).
+    std::sync::atomic::AtomicU64,
+);
 
 impl VerifiedTokens {
     /// A token verified lately, while it has not expired and its issuer's key set is the one
@@ -73,11 +77,50 @@ impl VerifiedTokens {
         let Some(until_secs) = verified.expires_secs.filter(|exp| *exp > now_secs) else { return };
         let mut kept = self.0.write();
         if kept.len() >= MAX_VERIFIED {
-            kept.retain(|_, t| t.until_secs > now_secs);
+            let swept = self.1.swap(now_secs, std::sync::atomic::Ordering::Relaxed);
+            if swept != now_secs {
+                kept.retain(|_, t| t.until_secs > now_secs);
+            }
             if kept.len() >= MAX_VERIFIED {
                 return;
             }
         }
         kept.insert(hash, VerifiedToken { verified: verified.clone(), until_secs, keys, issuer });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verified(n: u32, exp: u64) -> Verified {
+        let identity = Identity { tenant: "t".into(), principal: format!("oauth:i|p{n}").into() };
+        Verified { identity, scopes: Some(Arc::from(vec![Box::from("mcp")])), expires_secs: Some(exp) }
+    }
+
+    #[test]
+    fn a_token_is_kept_until_it_expires_and_within_the_bound() {
+        let issuers = super::super::oauth::Issuers::default();
+        let issuer = issuers.issuer("https://i.example", None);
+        let tokens = VerifiedTokens::default();
+        tokens.keep([1; 32], &verified(1, 100), issuer.keys(), issuer.clone(), 10);
+        assert_eq!(tokens.get(&[1; 32], 50), Some(verified(1, 100)));
+        assert_eq!(tokens.get(&[1; 32], 100), None, "expired");
+        assert_eq!(tokens.get(&[2; 32], 50), None, "never verified");
+        // An expired token is never kept.
+        tokens.keep([3; 32], &verified(3, 10), issuer.keys(), issuer.clone(), 10);
+        assert_eq!(tokens.get(&[3; 32], 5), None);
+        // Full of live tokens: a new one is not kept (it is verified again next time).
+        for n in 0..MAX_VERIFIED as u32 {
+            let mut hash = [0u8; 32];
+            hash[..4].copy_from_slice(&n.to_be_bytes());
+            hash[31] = 9;
+            tokens.keep(hash, &verified(n, 1000), issuer.keys(), issuer.clone(), 20);
+        }
+        tokens.keep([4; 32], &verified(4, 1000), issuer.keys(), issuer.clone(), 20);
+        assert_eq!(tokens.get(&[4; 32], 30), None);
+        // Once those expire, room is made.
+        tokens.keep([4; 32], &verified(4, 5000), issuer.keys(), issuer.clone(), 2000);
+        assert_eq!(tokens.get(&[4; 32], 2001), Some(verified(4, 5000)));
     }
 }
