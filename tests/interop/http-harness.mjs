@@ -15,7 +15,10 @@ const tls = process.env.TLS_CERT && process.env.TLS_KEY
   ? { cert: readFileSync(process.env.TLS_CERT), key: readFileSync(process.env.TLS_KEY) }
   : undefined;
 
-export function serveHttp(buildServer) {
+// Options: `route(req, res)` answers a request outside MCP and returns true (e.g. a metadata
+// document); `authorize(req, res)` returns false once it has refused a request, else lets it
+// through (setting `req.auth` for the SDK's handlers); `onListen(port)` runs once listening.
+export function serveHttp(buildServer, { route, authorize, onListen } = {}) {
   const transports = new Map();
   const readBody = (req) =>
     new Promise((resolve, reject) => {
@@ -29,6 +32,8 @@ export function serveHttp(buildServer) {
       if (req.method === "GET" && slowGetMs > 0) {
         await new Promise((resolve) => setTimeout(resolve, slowGetMs));
       }
+      if (route && (await route(req, res))) return;
+      if (authorize && !(await authorize(req, res))) return;
       const sid = req.headers["mcp-session-id"];
       let transport = sid ? transports.get(sid) : undefined;
       const body = req.method === "POST" ? JSON.parse(await readBody(req)) : undefined;
@@ -52,5 +57,8 @@ export function serveHttp(buildServer) {
     }
   };
   const httpServer = tls ? https.createServer(tls, handler) : http.createServer(handler);
-  httpServer.listen(0, "127.0.0.1", () => console.log(JSON.stringify({ port: httpServer.address().port })));
+  httpServer.listen(0, "127.0.0.1", () => {
+    onListen?.(httpServer.address().port);
+    console.log(JSON.stringify({ port: httpServer.address().port }));
+  });
 }

@@ -8,17 +8,15 @@
 // Tool `whoami` answers the subject (`sub`) and actor (`act.sub`) of the token its request
 // carried. `GET /seen` lists every token it accepted or refused: the SHA-256 of the token, its
 // subject and actor, and the MCP session it came in.
-import http from 'node:http';
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import * as jose from 'jose';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { serveHttp } from './http-harness.mjs';
 
 const issuer = process.argv[2];
 const keys = jose.createRemoteJWKSet(new URL(`${issuer}/jwks`));
 const seen = [];
-const transports = new Map();
-let url;
+let base;
 
 function buildServer() {
   const server = new McpServer({ name: 'resource-server', version: '1.0.0' });
@@ -29,58 +27,35 @@ function buildServer() {
   return server;
 }
 
-const readBody = (req) =>
-  new Promise((resolve, reject) => {
-    const chunks = [];
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
+const json = (res, body) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 
-const server = http.createServer(async (req, res) => {
-  try {
-    const metadata = `http://127.0.0.1:${server.address().port}/.well-known/oauth-protected-resource/mcp`;
-    if (req.method === 'GET' && req.url === '/seen') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(seen));
-      return;
-    }
-    if (req.method === 'GET' && req.url === '/.well-known/oauth-protected-resource/mcp') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ resource: url, authorization_servers: [issuer], bearer_methods_supported: ['header'] }));
-      return;
-    }
-    const sid = req.headers['mcp-session-id'];
-    const token = (req.headers.authorization ?? '').replace(/^Bearer /i, '');
-    const hash = createHash('sha256').update(token).digest('hex');
-    let claims;
-    try {
-      ({ payload: claims } = await jose.jwtVerify(token, keys, { issuer, audience: url, typ: 'at+jwt' }));
-    } catch (e) {
-      seen.push({ hash, accepted: false, session: sid ?? null, why: e.code ?? e.message });
-      res.writeHead(401, { 'www-authenticate': `Bearer resource_metadata="${metadata}", error="invalid_token"` }).end();
-      return;
-    }
-    seen.push({ hash, accepted: true, session: sid ?? null, sub: claims.sub, act: claims.act?.sub ?? null });
-    req.auth = { token, clientId: claims.client_id, scopes: (claims.scope ?? '').split(' '), extra: { sub: claims.sub, act: claims.act?.sub } };
-    let transport = sid ? transports.get(sid) : undefined;
-    const body = req.method === 'POST' ? JSON.parse(await readBody(req)) : undefined;
-    if (!transport) {
-      if (req.method === 'POST' && body?.method === 'initialize') {
-        transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (id) => transports.set(id, transport) });
-        transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
-        await buildServer().connect(transport);
-      } else {
-        res.writeHead(sid ? 404 : 400).end();
-        return;
-      }
-    }
-    await transport.handleRequest(req, res, body);
-  } catch (e) {
-    console.error('server error', e);
-    if (!res.headersSent) res.writeHead(500).end();
+async function route(req, res) {
+  if (req.method === 'GET' && req.url === '/seen') {
+    json(res, seen);
+    return true;
   }
-});
+  if (req.method === 'GET' && req.url === '/.well-known/oauth-protected-resource/mcp') {
+    json(res, { resource: `${base}/mcp`, authorization_servers: [issuer], bearer_methods_supported: ['header'] });
+    return true;
+  }
+  return false;
+}
 
-server.listen(0, '127.0.0.1', () => {
-  url = `http://127.0.0.1:${server.address().port}/mcp`;
-  console.log(JSON.stringify({ port: server.address().port }));
-});
+async function authorize(req, res) {
+  const session = req.headers['mcp-session-id'] ?? null;
+  const token = (req.headers.authorization ?? '').replace(/^Bearer /i, '');
+  const hash = createHash('sha256').update(token).digest('hex');
+  try {
+    const { payload: claims } = await jose.jwtVerify(token, keys, { issuer, audience: `${base}/mcp`, typ: 'at+jwt' });
+    seen.push({ hash, accepted: true, session, sub: claims.sub, act: claims.act?.sub ?? null });
+    req.auth = { token, clientId: claims.client_id, scopes: (claims.scope ?? '').split(' '), extra: { sub: claims.sub, act: claims.act?.sub } };
+    return true;
+  } catch (e) {
+    seen.push({ hash, accepted: false, session, why: e.code ?? e.message });
+    const metadata = `${base}/.well-known/oauth-protected-resource/mcp`;
+    res.writeHead(401, { 'www-authenticate': `Bearer resource_metadata="${metadata}", error="invalid_token"` }).end();
+    return false;
+  }
+}
+
+serveHttp(buildServer, { route, authorize, onListen: (port) => { base = `http://127.0.0.1:${port}`; } });
