@@ -54,15 +54,8 @@ pub async fn post(
         Ok(m) => m,
         Err(e) => return reply::error(&e, None),
     };
-    // A call of a tool whose scopes the access token lacks: 403 with the scopes to ask for
-    // (only credentials that carry scopes are held to them).
-    if verified.scopes.is_some() {
-        if let Message::Request { id, method, params } = &message {
-            if let Err(e) = gateway.check_scopes(&verified, method, params.as_ref()).await {
-                return reply::error(&e, Some(id.clone()));
-            }
-        }
-    }
+    // Only credentials that carry scopes are held to them (after the rates, in `dispatch`).
+    let scoped = verified.scopes.is_some().then(|| verified.clone());
     let identity = verified.identity;
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
     // the core).
@@ -77,7 +70,7 @@ pub async fn post(
         method = %Untrusted(message.method().unwrap_or("response")),
     );
     let modern = modern.into_inner();
-    let request = Request { headers, session_id, identity, message, fields, arguments };
+    let request = Request { headers, session_id, identity, scoped, message, fields, arguments };
     match tracing::Instrument::instrument(dispatch(request, &gateway, modern), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
@@ -92,6 +85,8 @@ struct Request<'a> {
     /// `Mcp-Session-Id`, when present and visible ASCII.
     session_id: Option<&'a str>,
     identity: Identity,
+    /// The credentials, when they carry scopes (an OAuth access token).
+    scoped: Option<taskgate_core::tenants::Verified>,
     message: Message,
     fields: taskgate_protocol::modern::PerRequest,
     /// A `tools/call`'s arguments as the client wrote them, apart from the message's params.
@@ -103,7 +98,7 @@ async fn dispatch(
     gateway: &Gateway,
     modern: std::sync::Arc<crate::modern::Modern>,
 ) -> Result<HttpResponse, Refusal> {
-    let Request { headers, session_id, identity, mut message, fields, mut arguments } = request;
+    let Request { headers, session_id, identity, scoped, mut message, fields, mut arguments } = request;
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
     // basic/versioning "Backward Compatibility": a request with the modern `_meta` is served
@@ -137,6 +132,10 @@ async fn dispatch(
     if let Message::Request { id, method, params } = &message {
         // Rates per tenant and principal (polling in its own bucket): 429 with Retry-After.
         gateway.admit(&identity, method).await.map_err(|e| (e, Some(id.clone())))?;
+        // A call of a tool whose scopes the access token lacks: 403 with the scopes to ask for.
+        if let Some(verified) = &scoped {
+            gateway.check_scopes(verified, method, params.as_ref()).await.map_err(|e| (e, Some(id.clone())))?;
+        }
         // The client MUST accept both JSON and SSE; a gateway can answer with either one it accepts.
         if !accepts.json && !accepts.sse {
             return Err((
