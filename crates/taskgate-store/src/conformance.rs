@@ -114,6 +114,49 @@ pub(crate) async fn orphans_are_claimed_once_and_terminal_tasks_never(s: &dyn Ta
     assert!(s.claim_orphans("r2", 11).await.unwrap().is_empty());
 }
 
+/// A session record as `initialize` makes it.
+pub(crate) fn session_record(principal: &str) -> crate::SessionRecord {
+    crate::SessionRecord {
+        owner: owner(principal),
+        protocol_version: "2025-11-25".into(),
+        capabilities: json!({"elicitation": {}}),
+        client_info: json!({"name": "c", "version": "1"}),
+        created_ms: 7,
+        log_level: None,
+        subscriptions: Vec::new(),
+    }
+}
+
+pub(crate) async fn session_records_keep_changes_until_deleted(s: &dyn TaskStore) {
+    use crate::SessionChange::*;
+    assert_eq!(s.session("s1").await.unwrap(), None);
+    assert!(!s.change_session("s1", Touch, 60_000).await.unwrap(), "no such session");
+    assert!(!s.change_session("s1", Level("debug".into()), 60_000).await.unwrap());
+    assert_eq!(s.session("s1").await.unwrap(), None, "a change makes no session");
+    let record = session_record("p");
+    s.put_session("s1", &record, 60_000).await.unwrap();
+    s.put_session("s2", &session_record("q"), 60_000).await.unwrap();
+    assert_eq!(s.session("s1").await.unwrap().as_ref(), Some(&record));
+    assert!(s.change_session("s1", Touch, 60_000).await.unwrap());
+    assert!(s.change_session("s1", Level("debug".into()), 60_000).await.unwrap());
+    assert!(s.change_session("s1", Subscribe("b://x".into()), 60_000).await.unwrap());
+    assert!(s.change_session("s1", Subscribe("a://y".into()), 60_000).await.unwrap());
+    assert!(s.change_session("s1", Subscribe("a://y".into()), 60_000).await.unwrap());
+    assert!(s.change_session("s1", Unsubscribe("c://never".into()), 60_000).await.unwrap());
+    let changed = s.session("s1").await.unwrap().unwrap();
+    assert_eq!(changed.log_level.as_deref(), Some("debug"));
+    assert_eq!(changed.subscriptions, ["a://y", "b://x"]);
+    assert_eq!((changed.owner, changed.capabilities), (record.owner.clone(), record.capabilities.clone()));
+    assert!(s.change_session("s1", Unsubscribe("b://x".into()), 60_000).await.unwrap());
+    assert_eq!(s.session("s1").await.unwrap().unwrap().subscriptions, ["a://y"]);
+    // Another session is its own.
+    assert_eq!(s.session("s2").await.unwrap().unwrap().log_level, None);
+    assert!(s.delete_session("s1").await.unwrap());
+    assert!(!s.delete_session("s1").await.unwrap());
+    assert_eq!(s.session("s1").await.unwrap(), None);
+    assert!(s.session("s2").await.unwrap().is_some());
+}
+
 /// One test per check, for a backend made by `$store` (given the capacity).
 #[macro_export]
 #[doc(hidden)]

@@ -18,12 +18,19 @@ mod conformance;
 mod file;
 mod memory;
 mod redis;
+mod sessions;
 #[doc(hidden)]
 pub mod testing;
 
 #[cfg(test)]
 mod memory_conformance {
     crate::store_conformance!(crate::MemoryTaskStore::new);
+
+    #[test]
+    fn session_records_keep_changes_until_deleted() {
+        let s = crate::MemoryTaskStore::new(10);
+        crate::conformance::run(crate::conformance::session_records_keep_changes_until_deleted(&s));
+    }
 
     #[test]
     fn orphans_are_claimed_once_and_terminal_tasks_never() {
@@ -57,6 +64,39 @@ mod redis_conformance {
     }
 
     crate::store_conformance!(store);
+
+    #[test]
+    fn session_records_keep_changes_until_deleted() {
+        crate::conformance::run(async {
+            crate::conformance::session_records_keep_changes_until_deleted(&store(10)).await
+        });
+    }
+
+    #[test]
+    fn a_session_records_expiry_moves_when_touched_and_its_subscriptions_are_bounded() {
+        use crate::conformance::{run, session_record};
+        use crate::{SessionChange, TaskStore};
+        run(async {
+            let s = store(100);
+            s.put_session("e", &session_record("p"), 150).await.unwrap();
+            s.put_session("k", &session_record("p"), 150).await.unwrap();
+            // Touched: its expiry moves; the other one's does not.
+            assert!(s.change_session("k", SessionChange::Touch, 60_000).await.unwrap());
+            let client = redis::Client::open(server().url.as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let ttl = |key: &'static str| {
+                let (mut c, key) = (c.clone(), format!("{}session:{key}", s.prefix()));
+                async move { redis::AsyncCommands::pttl::<_, i64>(&mut c, key).await.unwrap() }
+            };
+            // Redis expires the untouched one on its own clock at its PTTL.
+            let (e, k) = (ttl("e").await, ttl("k").await);
+            assert!((0..=150).contains(&e) && k > 150, "{e} {k}");
+            for n in 0..crate::MAX_SUBSCRIPTIONS + 5 {
+                s.change_session("k", SessionChange::Subscribe(format!("u://{n}")), 60_000).await.unwrap();
+            }
+            assert_eq!(s.session("k").await.unwrap().unwrap().subscriptions.len(), crate::MAX_SUBSCRIPTIONS);
+        });
+    }
 
     #[test]
     fn a_task_is_an_orphan_once_its_lease_lapses_and_is_claimed_once() {
@@ -265,6 +305,7 @@ use taskgate_protocol::ErrorObject;
 pub use file::{check_file, repair_file, FileTaskStore, Inspection};
 pub use memory::MemoryTaskStore;
 pub use redis::{redact, RedisTaskStore};
+pub use sessions::{SessionChange, SessionRecord, MAX_SUBSCRIPTIONS};
 
 /// A boxed future, so the trait can be used as `dyn TaskStore`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -435,6 +476,33 @@ pub enum StoreEvent {
         /// The notification's params, under the client's own token.
         params: Value,
     },
+    /// A message for a client session's GET stream, made on a replica that does not hold the
+    /// stream: the replica that holds it sends it.
+    SessionMessage {
+        /// The session.
+        session: String,
+        /// The JSON-RPC message, as the client gets it.
+        message: String,
+    },
+    /// A client's message that no request on the replica receiving it was about (an answer
+    /// to a request relayed by another replica, a cancellation or progress about a request
+    /// another replica runs): the replica it is about takes it.
+    SessionClient {
+        /// The session.
+        session: String,
+        /// The JSON-RPC message.
+        message: Value,
+    },
+    /// The client ended the session (DELETE): every replica lets its copy go.
+    SessionEnded {
+        /// The session.
+        session: String,
+    },
+    /// The session's log level or subscriptions changed: replicas serving it read its record.
+    SessionChanged {
+        /// The session.
+        session: String,
+    },
 }
 
 /// A tenant's caps on tasks not yet terminal (`None`: no cap).
@@ -596,6 +664,25 @@ pub trait TaskStore: Send + Sync + 'static {
     /// A task's input requests not answered yet, by key (shared stores).
     fn inputs<'a>(&'a self, _task_id: &'a str) -> StoreFuture<'a, Vec<(String, Value)>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+    /// Keeps a new client session's record for `keep_ms` (0: until deleted), so that any
+    /// replica can serve the session. Only shared stores keep sessions: in one process the
+    /// session table is the record.
+    fn put_session<'a>(&'a self, _id: &'a str, _record: &'a SessionRecord, _keep_ms: u64) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// A session's record, if it exists and has not expired.
+    fn session<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+    /// Applies `change` to a session's record and keeps it `keep_ms` more (0: until
+    /// deleted); whether the session still exists.
+    fn change_session<'a>(&'a self, _id: &'a str, _change: SessionChange, _keep_ms: u64) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(false)))
+    }
+    /// Forgets a session; whether it existed.
+    fn delete_session<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(std::future::ready(Ok(false)))
     }
     /// Whether the backend answers now (for `/readyz`).
     fn health(&self) -> StoreFuture<'_, ()> {

@@ -31,6 +31,8 @@ struct Inner {
     by_expiry: BTreeSet<(u64, Arc<str>)>,
     /// Upstream, tool and replica names in use, one copy each.
     names: Names,
+    /// Client sessions' records (kept until deleted: the conformance suite's backend).
+    sessions: HashMap<String, crate::SessionRecord>,
 }
 
 /// A record as the table keeps it (its id is the table's key).
@@ -298,6 +300,26 @@ impl TaskStore for MemoryTaskStore {
 
     fn len(&self) -> usize {
         self.inner.lock().by_id.len()
+    }
+
+    fn put_session<'a>(&'a self, id: &'a str, record: &'a crate::SessionRecord, _keep_ms: u64) -> StoreFuture<'a, ()> {
+        self.inner.lock().sessions.insert(id.to_owned(), record.clone());
+        ready(Ok(()))
+    }
+
+    fn session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<crate::SessionRecord>> {
+        ready(Ok(self.inner.lock().sessions.get(id).cloned()))
+    }
+
+    fn change_session<'a>(&'a self, id: &'a str, change: crate::SessionChange, _keep_ms: u64) -> StoreFuture<'a, bool> {
+        let mut inner = self.inner.lock();
+        let Some(record) = inner.sessions.get_mut(id) else { return ready(Ok(false)) };
+        record.apply(&change);
+        ready(Ok(true))
+    }
+
+    fn delete_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        ready(Ok(self.inner.lock().sessions.remove(id).is_some()))
     }
 
     fn compact(&self) {

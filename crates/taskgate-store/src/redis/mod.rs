@@ -14,6 +14,8 @@
 //! - `P inputs:{id}`: a hash of the task's input requests not answered yet, by key (the
 //!   replica running the task writes them; any replica lists them); `PEXPIRE`d, and deleted
 //!   with the task;
+//! - `P session:{id}`: a client session's record (`sessions.rs`), expiring when no replica
+//!   has served it for its idle timeout;
 //! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
 //!
 //! A status change is decided in Rust by the one transition rule ([`crate::apply_update`]) on
@@ -39,6 +41,7 @@ use crate::{
 mod codec;
 mod records;
 mod scripts;
+mod sessions;
 
 use codec::hex_parts;
 use scripts::{Scripts, CLAIM, CREATE, DELETE, RATES, RENEW, REPLACE, RESERVE};
@@ -113,6 +116,7 @@ impl RedisTaskStore {
                 renew: Script::new(RENEW),
                 reserve: Script::new(RESERVE),
                 rates: Script::new(RATES),
+                session: Script::new(sessions::CHANGE),
             },
         })
     }
@@ -227,6 +231,22 @@ impl TaskStore for RedisTaskStore {
 
     fn lease_ms(&self) -> Option<u64> {
         Some(self.lease_ms)
+    }
+
+    fn put_session<'a>(&'a self, id: &'a str, record: &'a crate::SessionRecord, keep_ms: u64) -> StoreFuture<'a, ()> {
+        Box::pin(self.put_session_inner(id, record, keep_ms))
+    }
+
+    fn session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<crate::SessionRecord>> {
+        Box::pin(self.session_inner(id))
+    }
+
+    fn change_session<'a>(&'a self, id: &'a str, change: crate::SessionChange, keep_ms: u64) -> StoreFuture<'a, bool> {
+        Box::pin(self.change_session_inner(id, change, keep_ms))
+    }
+
+    fn delete_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(self.delete_session_inner(id))
     }
 
     fn publish(&self, envelope: EventEnvelope) -> StoreFuture<'_, ()> {

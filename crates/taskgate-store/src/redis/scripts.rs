@@ -138,4 +138,5 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) reserve: Script,
     pub(super) rates: Script,
+    pub(super) session: Script,
 }

@@ -1,0 +1,124 @@
+//! Client sessions' records at Redis: `P session:{id}`, a hash of the record as `initialize`
+//! made it (`r`, JSON), the client's log level (`l`) and one field per subscribed URI
+//! (`s:{uri}`), so that a change is one field written, never a record read and written back
+//! (two replicas changing one session at once both keep their change). The hash expires when
+//! no replica has served the session for its idle timeout.
+
+use redis::AsyncCommands;
+
+use super::RedisTaskStore;
+use crate::{SessionChange, SessionRecord, StoreError, MAX_SUBSCRIPTIONS};
+
+/// Applies one change to a session that still exists, and pushes its expiry back.
+/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u', the value, max subscriptions.
+/// 1 done, 0 no such session.
+pub(super) const CHANGE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] == 'l' then
+  redis.call('HSET', KEYS[1], 'l', ARGV[3])
+elseif ARGV[2] == 's' then
+  local field = 's:' .. ARGV[3]
+  local held = redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'l')
+  if redis.call('HEXISTS', KEYS[1], field) == 1 or held < tonumber(ARGV[4]) then
+    redis.call('HSET', KEYS[1], field, '')
+  end
+elseif ARGV[2] == 'u' then
+  redis.call('HDEL', KEYS[1], 's:' .. ARGV[3])
+end
+if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+"#;
+
+impl RedisTaskStore {
+    fn session_key(&self, id: &str) -> String {
+        self.key(&["session:", id])
+    }
+
+    pub(super) async fn put_session_inner(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+        keep_ms: u64,
+    ) -> Result<(), StoreError> {
+        let key = self.session_key(id);
+        let mut core = record.clone();
+        core.log_level = None;
+        core.subscriptions.clear();
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(&key)
+            .ignore()
+            .hset(&key, "r", serde_json::to_string(&core).expect("a record encodes"))
+            .ignore();
+        if let Some(level) = &record.log_level {
+            pipe.hset(&key, "l", level).ignore();
+        }
+        for uri in record.subscriptions.iter().take(MAX_SUBSCRIPTIONS) {
+            pipe.hset(&key, format!("s:{uri}"), "").ignore();
+        }
+        if keep_ms > 0 {
+            pipe.pexpire(&key, keep_ms as i64).ignore();
+        }
+        let mut c = self.connection.clone();
+        self.run(pipe.query_async::<()>(&mut c)).await
+    }
+
+    pub(super) async fn session_inner(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let mut c = self.connection.clone();
+        let fields: Vec<(String, String)> = self.run(c.hgetall(self.session_key(id))).await?;
+        let mut record: Option<SessionRecord> = None;
+        let (mut level, mut subscriptions) = (None, Vec::new());
+        for (field, value) in fields {
+            match field.as_str() {
+                "r" => {
+                    record = Some(
+                        serde_json::from_str(&value)
+                            .map_err(|e| StoreError::Backend(format!("a stored session does not decode: {e}")))?,
+                    )
+                }
+                "l" => level = Some(value),
+                other => {
+                    if let Some(uri) = other.strip_prefix("s:") {
+                        subscriptions.push(uri.to_owned());
+                    }
+                }
+            }
+        }
+        Ok(record.map(|mut r| {
+            subscriptions.sort();
+            r.log_level = level;
+            r.subscriptions = subscriptions;
+            r
+        }))
+    }
+
+    pub(super) async fn change_session_inner(
+        &self,
+        id: &str,
+        change: SessionChange,
+        keep_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let key = self.session_key(id);
+        let mut c = self.connection.clone();
+        let (op, value) = match change {
+            // The common change is one command.
+            SessionChange::Touch if keep_ms > 0 => {
+                return self.run(c.pexpire::<_, bool>(&key, keep_ms as i64)).await;
+            }
+            SessionChange::Touch => return self.run(c.exists::<_, bool>(&key)).await,
+            SessionChange::Level(level) => ("l", level),
+            SessionChange::Subscribe(uri) => ("s", uri),
+            SessionChange::Unsubscribe(uri) => ("u", uri),
+        };
+        let mut invocation = self.scripts.session.key(key);
+        invocation.arg(keep_ms).arg(op).arg(value).arg(MAX_SUBSCRIPTIONS);
+        let done: i64 = self.run(invocation.invoke_async(&mut c)).await?;
+        Ok(done == 1)
+    }
+
+    pub(super) async fn delete_session_inner(&self, id: &str) -> Result<bool, StoreError> {
+        let mut c = self.connection.clone();
+        let removed: i64 = self.run(c.del(self.session_key(id))).await?;
+        Ok(removed > 0)
+    }
+}

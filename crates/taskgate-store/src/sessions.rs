@@ -1,0 +1,74 @@
+//! Client sessions any replica can serve: what a 2025-11-25 session is once `initialize` has
+//! run, kept where every replica sharing the store reads it.
+//!
+//! A record holds what the session's owner, revision and client declared (fixed at
+//! `initialize`), and what the client changed since (its log level, its subscriptions). What
+//! a session has in flight (requests, streams, relayed requests) is the business of the
+//! replica serving it; what one replica's work produces for a stream held by another travels
+//! as [`crate::StoreEvent`]s.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Owner;
+
+/// Subscriptions a record keeps per session, at most (a session's subscriptions beyond are
+/// served by the replica that took them, not recorded).
+pub const MAX_SUBSCRIPTIONS: usize = 1024;
+
+/// One client session, as any replica loads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// Whose session: a request with other credentials is told it does not exist.
+    pub owner: Owner,
+    /// The revision `initialize` negotiated.
+    pub protocol_version: String,
+    /// The client capabilities the gateway relays to upstreams.
+    pub capabilities: Value,
+    /// The client's `clientInfo`.
+    pub client_info: Value,
+    /// When it was created (ms, the gateway's clock).
+    pub created_ms: u64,
+    /// The level the client set with `logging/setLevel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
+    /// The resources it subscribed to (their URIs as the client knows them), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subscriptions: Vec<String>,
+}
+
+/// A change to a session's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionChange {
+    /// Nothing but its expiry pushed back.
+    Touch,
+    /// `logging/setLevel`.
+    Level(String),
+    /// `resources/subscribe` of this URI.
+    Subscribe(String),
+    /// `resources/unsubscribe` of this URI.
+    Unsubscribe(String),
+}
+
+impl SessionRecord {
+    /// Applies a change (what a store without scripts does in place).
+    pub fn apply(&mut self, change: &SessionChange) {
+        match change {
+            SessionChange::Touch => {}
+            SessionChange::Level(level) => self.log_level = Some(level.clone()),
+            SessionChange::Subscribe(uri) => {
+                if let Err(at) = self.subscriptions.binary_search(uri) {
+                    if self.subscriptions.len() < MAX_SUBSCRIPTIONS {
+                        self.subscriptions.insert(at, uri.clone());
+                    }
+                }
+            }
+            SessionChange::Unsubscribe(uri) => {
+                if let Ok(at) = self.subscriptions.binary_search(uri) {
+                    self.subscriptions.remove(at);
+                }
+            }
+        }
+    }
+}
