@@ -100,6 +100,8 @@ pub struct Metrics {
     /// Idle sessions closed to make room for a new one of the same principal (a tenant at its
     /// session cap, `limits.at_max_sessions = "reclaim_idle"`), by tenant.
     pub sessions_reclaimed: IntCounterVec,
+    /// Sessions this replica loaded from the shared store (created at another replica), by tenant.
+    pub sessions_loaded: IntCounterVec,
     /// Upstream sessions an idle client session let go (`server.upstream_release_secs`), by tenant.
     pub upstream_sessions_released: IntCounterVec,
     /// Actors that stopped abnormally and were restarted from the store, by reason.
@@ -314,6 +316,11 @@ impl Metrics {
                 "Idle sessions closed to make room for a new session of the same principal at its tenant's cap",
                 &["tenant"],
             ),
+            sessions_loaded: counter(
+                "taskgate_sessions_loaded_total",
+                "Sessions this replica loaded from the shared store to serve a request (created at another replica)",
+                &["tenant"],
+            ),
             actor_restarts: counter(
                 "taskgate_actor_restarts_total",
                 "Actors that stopped abnormally and were restarted from the store",
@@ -406,7 +413,7 @@ impl Metrics {
         ];
         const BUCKETS: [&str; 4] = ["tenant_rate", "principal_rate", "tenant_poll_rate", "principal_poll_rate"];
         const UPSTREAM_ERRORS: [&str; 5] = ["rpc_error", "unavailable", "protocol", "timeout", "overloaded"];
-        const STORE_OPERATIONS: [&str; 16] = [
+        const STORE_OPERATIONS: [&str; 20] = [
             "create",
             "get",
             "compare_and_set",
@@ -423,9 +430,24 @@ impl Metrics {
             "put_input",
             "remove_inputs",
             "inputs",
+            "put_session",
+            "session",
+            "change_session",
+            "delete_session",
         ];
-        const EVENT_KINDS: [&str; 6] =
-            ["finished", "cancelled", "status", "progress", "input_requested", "input_responses"];
+        const EVENT_KINDS: [&str; 11] = [
+            "finished",
+            "cancelled",
+            "status",
+            "progress",
+            "input_requested",
+            "input_responses",
+            "session_message",
+            "session_client",
+            "session_ended",
+            "session_changed",
+            "session_stream",
+        ];
         for (status, reason) in [
             ("received", "none"),
             ("forwarded", "none"),
@@ -487,6 +509,7 @@ impl Metrics {
             self.task_lookup_failures.with_label_values(&[tenant]);
             self.sessions_expired.with_label_values(&[tenant]);
             self.sessions_reclaimed.with_label_values(&[tenant]);
+            self.sessions_loaded.with_label_values(&[tenant]);
             self.upstream_sessions_released.with_label_values(&[tenant]);
             self.task_polls.with_label_values(&[tenant]);
             self.task_polls_early.with_label_values(&[tenant]);

@@ -177,7 +177,7 @@ async fn dispatch(
         return Ok(crate::modern::serve(headers, identity, (message, fields, arguments), gateway, modern).await);
     }
     let session_id = session_id.ok_or((GatewayError::MissingSession, id.clone()))?;
-    let session = gateway.session(session_id, &identity).map_err(|e| (e, id.clone()))?;
+    let session = gateway.find_session(session_id, &identity).await.map_err(|e| (e, id.clone()))?;
     checks::protocol_version(headers, session.protocol_version()).map_err(|e| (e, id.clone()))?;
     match message {
         Message::Notification { method, params } => {
@@ -253,7 +253,7 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
             return Err(shutting_down());
         }
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
-        let session = gateway.session(session_id, &identity)?;
+        let session = gateway.find_session(session_id, &identity).await?;
         checks::protocol_version(headers, session.protocol_version())?;
         session.open_stream().await
     };

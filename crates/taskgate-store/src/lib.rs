@@ -17,6 +17,7 @@
 mod conformance;
 mod file;
 mod memory;
+mod owner;
 mod redis;
 mod sessions;
 #[doc(hidden)]
@@ -304,20 +305,12 @@ use taskgate_protocol::ErrorObject;
 
 pub use file::{check_file, repair_file, FileTaskStore, Inspection};
 pub use memory::MemoryTaskStore;
+pub use owner::Owner;
 pub use redis::{redact, RedisTaskStore};
 pub use sessions::{SessionChange, SessionRecord, MAX_SUBSCRIPTIONS};
 
 /// A boxed future, so the trait can be used as `dyn TaskStore`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// Who a task belongs to: the requestor's authorization context.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Owner {
-    /// Tenant id.
-    pub tenant: String,
-    /// Principal within the tenant.
-    pub principal: String,
-}
 
 /// How the underlying request ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -500,6 +493,12 @@ pub enum StoreEvent {
     },
     /// The session's log level or subscriptions changed: replicas serving it read its record.
     SessionChanged {
+        /// The session.
+        session: String,
+    },
+    /// The client opened its GET stream on the sending replica: one held elsewhere ends (one
+    /// GET stream per session, so no message goes on two).
+    SessionStream {
         /// The session.
         session: String,
     },

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Owner;
+use crate::owner::Owner;
 
 /// Subscriptions a record keeps per session, at most (a session's subscriptions beyond are
 /// served by the replica that took them, not recorded).

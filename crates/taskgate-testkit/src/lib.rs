@@ -11,6 +11,7 @@
 
 mod client;
 pub mod jwt;
+mod nginx;
 mod process;
 
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use taskgate_demo::http::DemoHttp;
 use taskgate_demo::DemoServer;
 
 pub use client::{McpClient, Reply, SseReader};
+pub use nginx::Nginx;
 pub use process::ServedGateway;
 
 /// The gateway, running on a free loopback port.

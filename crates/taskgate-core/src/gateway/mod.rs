@@ -32,6 +32,7 @@ use crate::GatewayError;
 mod auth;
 mod handle;
 mod pool;
+mod replicated;
 mod sessions;
 
 pub use auth::resource_metadata_url;

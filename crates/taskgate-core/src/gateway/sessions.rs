@@ -54,8 +54,6 @@ impl Gateway {
         stateless: bool,
     ) -> Result<(String, Value), GatewayError> {
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
-        // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
-        let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
         if self.sessions.is_full() {
             self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
             return Err(GatewayError::Overloaded(format!(
@@ -72,21 +70,68 @@ impl Gateway {
             capabilities: mcp::relayable_client_capabilities(&view.capabilities),
             client_info: view.client_info,
         };
+        let replicated = !stateless && self.shared.tasks.store().shared();
+        // Kept where every replica reads it before the client learns the id: a request of the
+        // session may reach any of them.
+        let record = replicated.then(|| self.session_record(&identity, version, &client));
+        let session = Placed { id: id.clone(), identity: identity.clone(), version: version.to_owned(), client };
+        self.place_session(session, catalog, stateless, None).await?;
+        if let Some(record) = record {
+            if let Err(e) = self.record_session(&id, &record).await {
+                if let Some(entry) = self.sessions.remove(&id) {
+                    entry.addr.do_send(Close);
+                }
+                return Err(e);
+            }
+        }
+        let tenant = identity.tenant.clone();
+        let mut capabilities = json!({
+            // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
+            "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
+        });
+        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.server_capabilities(&tenant)) {
+            c.extend(more);
+        }
+        let result = json!({
+            "protocolVersion": version,
+            "capabilities": capabilities,
+            "serverInfo": server_info(),
+        });
+        Ok((id, result))
+    }
+
+    /// Starts a session's actor and adds it to the table, under the tenant's and the gateway's
+    /// caps (a tenant at its cap may reclaim an idle session, `limits.at_max_sessions`).
+    /// `log_level`: a session loaded from its record keeps the level its client set.
+    pub(super) async fn place_session(
+        &self,
+        session: Placed,
+        catalog: Option<ToolCatalog>,
+        stateless: bool,
+        log_level: Option<String>,
+    ) -> Result<(), GatewayError> {
+        let Placed { id, identity, version, client } = session;
+        // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
+        let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
         let catalog =
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
         let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
         actor.stateless = stateless;
+        actor.restore(log_level);
         let actor = actor.start();
-        let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(self.shared.clock.now_ms()));
+        let now_ms = self.shared.clock.now_ms();
+        let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(now_ms));
         let tenant = identity.tenant.clone();
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
+        let replicated = !stateless && self.shared.tasks.store().shared();
         let entry = || SessionEntry {
             addr: actor.clone(),
             identity: identity.clone(),
-            protocol_version: version.to_owned(),
+            protocol_version: version.clone(),
             last_seen_ms: last_seen_ms.clone(),
             budget: budget.clone(),
             release_asked_ms: Default::default(),
+            recorded_ms: replicated.then(|| std::sync::atomic::AtomicU64::new(now_ms)),
         };
         let mut inserted = self.sessions.insert(id.clone(), entry(), tenant_cap);
         if let Err(Full::Tenant(_)) = inserted {
@@ -95,9 +140,15 @@ impl Gateway {
                 inserted = self.sessions.insert(id.clone(), entry(), tenant_cap);
             }
         }
+        if let Err(Full::Present) = inserted {
+            // Loaded by another request meanwhile: that copy serves.
+            actor.do_send(Close);
+            return Ok(());
+        }
         if let Err(full) = inserted {
             actor.do_send(Close);
             return Err(match full {
+                Full::Present => unreachable!("handled above"),
                 Full::Gateway => GatewayError::Overloaded(
                     "the gateway has its maximum of sessions open (server.max_sessions)".into(),
                 ),
@@ -120,19 +171,7 @@ impl Gateway {
                 }
             });
         }
-        let mut capabilities = json!({
-            // basic/utilities/tasks "Capabilities": list, cancel and task-augmented tools/call.
-            "tasks": { "list": {}, "cancel": {}, "requests": { "tools": { "call": {} } } },
-        });
-        if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.server_capabilities(&tenant)) {
-            c.extend(more);
-        }
-        let result = json!({
-            "protocolVersion": version,
-            "capabilities": capabilities,
-            "serverInfo": server_info(),
-        });
-        Ok((id, result))
+        Ok(())
     }
 
     /// Closes the longest-idle session of `identity` that holds nothing (no request since, none
@@ -298,6 +337,7 @@ impl Gateway {
     pub fn session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
         let now = self.shared.clock.now_ms();
         let entry = self.sessions.get(id, identity, now).ok_or(GatewayError::SessionNotFound)?;
+        self.keep_recorded(id, &entry, now);
         let server = &self.shared.config.server;
         let share = self.shared.tenancy.policy(&entry.identity.tenant).shares.streams;
         Ok(SessionHandle {
@@ -311,14 +351,14 @@ impl Gateway {
             streams: (self.shared.streams.clone(), share, server.max_streams),
         })
     }
+}
 
-    /// Ends a session (DELETE).
-    pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
-        let handle = self.session(id, identity)?;
-        self.sessions.remove(id);
-        let _ = handle.entry.addr.send(Close).await;
-        Ok(())
-    }
+/// A session to place in the table: its id, owner, revision and client.
+pub(super) struct Placed {
+    pub id: String,
+    pub identity: Identity,
+    pub version: String,
+    pub client: ClientIdentity,
 }
 
 /// The gateway's name and version, as `initialize` and stateless results carry them.

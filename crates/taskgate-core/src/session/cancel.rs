@@ -3,6 +3,11 @@
 use super::*;
 
 impl SessionActor {
+    /// The request a `notifications/cancelled` names.
+    pub(super) fn cancelled_request(&self, params: Option<&Value>) -> Option<RequestId> {
+        params.and_then(|p| p.get("requestId")).and_then(RequestId::from_value)
+    }
+
     /// notifications/cancelled from the client: forward to the one upstream that owns the
     /// request, with its id rewritten, and send no response for it.
     pub(super) fn cancel(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {

@@ -69,6 +69,7 @@ impl Handler<OpenStream> for SessionActor {
             let _ = tx.send_frame(queued.frame);
         }
         self.get_stream = Some(tx);
+        self.stream_here(ctx);
         Ok(ClientStreamGuard(ctx.address()))
     }
 }

@@ -13,6 +13,7 @@
 
 mod cancel;
 pub(crate) mod context;
+mod elsewhere;
 mod events;
 mod lifecycle;
 mod offerings;
@@ -120,6 +121,8 @@ pub struct SessionActor {
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
     /// It subscribed to a resource: state its upstream session keeps, so it keeps that session.
     subscribed: bool,
+    /// The resources (as the client names them) its upstream sessions are subscribed to.
+    held_subscriptions: std::collections::BTreeSet<String>,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -245,7 +248,16 @@ impl SessionActor {
             me: None,
             input_holder: None,
             subscribed: false,
+            held_subscriptions: Default::default(),
         }
+    }
+
+    /// A session loaded from its record (another replica created it): the level its client set
+    /// applies to the upstream sessions it opens, which are its own. Its subscriptions are
+    /// taken when its client's GET stream opens here.
+    pub(crate) fn restore(&mut self, log_level: Option<String>) {
+        self.private |= log_level.is_some();
+        self.log_level = log_level;
     }
 
     fn upstream_session(&mut self, name: &str, ctx: &mut Context<Self>) -> Option<UpstreamSession> {

@@ -82,7 +82,7 @@ fn not_found(error: &UpstreamError) -> bool {
 
 /// One attempt per route: the request's params with the name or URI at `pointer` (which
 /// exists: it was read from there) replaced by the one the upstream knows.
-fn retarget(params: Option<&Value>, routes: Vec<(String, String)>, pointer: &str) -> Vec<(String, Value)> {
+pub(super) fn retarget(params: Option<&Value>, routes: Vec<(String, String)>, pointer: &str) -> Vec<(String, Value)> {
     routes
         .into_iter()
         .map(|(upstream, original)| {
@@ -262,6 +262,11 @@ impl SessionActor {
             // Subscriptions are upstream-session state: this client's are its own, and kept.
             self.go_private(ctx);
             self.subscribed = true;
+            self.held_subscriptions.insert(uri.clone());
+            self.record_change(taskgate_store::SessionChange::Subscribe(uri.clone()), ctx);
+        } else if method == methods::RESOURCES_UNSUBSCRIBE {
+            self.held_subscriptions.remove(&uri);
+            self.record_change(taskgate_store::SessionChange::Unsubscribe(uri.clone()), ctx);
         }
         let attempts = retarget(params.as_ref(), candidates, "/uri");
         if attempts.is_empty() {
@@ -318,7 +323,7 @@ impl SessionActor {
 
     /// The routes to upstreams this session's tenant sees and that offer `capability` (or have
     /// not been listed yet).
-    fn candidates(&self, capability: &str, routes: Vec<(String, String)>) -> Vec<(String, String)> {
+    pub(super) fn candidates(&self, capability: &str, routes: Vec<(String, String)>) -> Vec<(String, String)> {
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let catalog = self.shared.catalog.read();
         routes
@@ -404,6 +409,7 @@ impl SessionActor {
         // A log level is upstream-session state: this client's is its own.
         self.go_private(ctx);
         self.log_level = Some(level.to_owned());
+        self.record_change(taskgate_store::SessionChange::Level(level.to_owned()), ctx);
         let sessions: Vec<UpstreamSession> =
             self.upstreams.iter().filter(|(name, _)| self.offers_logging(name)).map(|(_, s)| s.clone()).collect();
         let params = json!({ "level": level });

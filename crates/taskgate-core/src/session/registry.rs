@@ -14,7 +14,8 @@ use serde_json::Value;
 use taskgate_protocol::Message as RpcMessage;
 
 use super::context::SessionTable;
-use super::lifecycle::{CloseIfIdle, ReleaseUpstreams, ToolsChanged};
+use super::elsewhere::FromElsewhere;
+use super::lifecycle::{Close, CloseIfIdle, ReleaseUpstreams, ToolsChanged};
 use super::task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
 use super::SessionActor;
 use crate::identity::Identity;
@@ -33,6 +34,9 @@ pub(crate) struct SessionEntry {
     /// When the session was last asked to let its upstream sessions go (ms, the gateway clock):
     /// at most once per release period, so one that holds something is not asked every sweep.
     pub release_asked_ms: AtomicU64,
+    /// A session every replica serves (a shared store): when this replica last pushed its
+    /// record's expiry back (ms, the gateway clock).
+    pub recorded_ms: Option<AtomicU64>,
 }
 
 /// Why a session could not be added.
@@ -41,6 +45,8 @@ pub(crate) enum Full {
     Gateway,
     /// The tenant's `limits.max_sessions`.
     Tenant(usize),
+    /// A session with this id is here already.
+    Present,
 }
 
 /// The session table.
@@ -64,6 +70,9 @@ impl Sessions {
     /// Adds a session unless the gateway or its tenant is at its limit.
     pub fn insert(&self, id: String, entry: SessionEntry, tenant_cap: Option<usize>) -> Result<(), Full> {
         let mut map = self.map.write();
+        if map.contains_key(&id) {
+            return Err(Full::Present);
+        }
         if map.len() >= self.max {
             return Err(Full::Gateway);
         }
@@ -161,6 +170,14 @@ impl Sessions {
         self.map.read().values().filter(|e| &e.identity == identity).map(|e| e.addr.clone()).collect()
     }
 
+    /// Tells session `id`, when it is served here, what another replica says about it.
+    fn tell_elsewhere_said(&self, id: &str, message: FromElsewhere) {
+        let Some(addr) = self.map.read().get(id).map(|e| e.addr.clone()) else { return };
+        if addr.try_send(message).is_err() {
+            self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+        }
+    }
+
     pub fn all(&self) -> Vec<Addr<SessionActor>> {
         self.map.read().values().map(|e| e.addr.clone()).collect()
     }
@@ -211,6 +228,28 @@ impl RequestorSessions for Sessions {
                 self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
             }
         }
+    }
+
+    fn to_stream(&self, id: &str, message: String) {
+        self.tell_elsewhere_said(id, FromElsewhere::Stream(message));
+    }
+
+    fn client_said(&self, id: &str, message: Value) {
+        self.tell_elsewhere_said(id, FromElsewhere::Client(message));
+    }
+
+    fn ended(&self, id: &str) {
+        if let Some(entry) = self.remove(id) {
+            entry.addr.do_send(Close);
+        }
+    }
+
+    fn changed(&self, id: &str) {
+        self.tell_elsewhere_said(id, FromElsewhere::Changed);
+    }
+
+    fn stream_elsewhere(&self, id: &str) {
+        self.tell_elsewhere_said(id, FromElsewhere::StreamElsewhere);
     }
 
     fn release_idle(&self, cutoff_ms: u64, now_ms: u64) {

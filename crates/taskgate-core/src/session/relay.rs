@@ -142,6 +142,9 @@ impl SessionActor {
                 self.queued_bytes += frame.json.len();
                 self.queued.push(Queued { task: task.clone(), id: Some(gateway_id.clone()), frame });
             }
+            // The client's GET stream is at another replica: the request goes there, and the
+            // answer comes back here.
+            (None, _) if self.to_stream_elsewhere(&message) => {}
             (None, _) => {
                 let why = format!("the client has no open stream on which to receive {method}");
                 ctx.spawn(refuse(internal, why).into_actor(self));
@@ -162,6 +165,12 @@ impl SessionActor {
         let progress_token = relayed_token;
         let asker = Asker::Upstream { upstream, id };
         self.relayed.insert(gateway_id, Relayed { asker, task, progress_token, stream: used });
+    }
+
+    /// Whether the client's progress names a request relayed here.
+    pub(super) fn relays_progress(&self, params: Option<&Value>) -> bool {
+        let token = params.and_then(|p| p.get("progressToken"));
+        token.is_some_and(|t| self.relayed.values().any(|r| r.progress_token.as_ref() == Some(t)))
     }
 
     /// Progress the client reports on a request an upstream sent it: back to that upstream.
@@ -205,7 +214,11 @@ impl SessionActor {
                 let _ = stream.send(&RpcMessage::notification(methods::CANCELLED, Some(forwarded)));
             }
             None => {
-                self.unqueue(|q| q.id.as_ref() == Some(&gateway_id));
+                let notice = RpcMessage::notification(methods::CANCELLED, Some(forwarded));
+                if self.unqueue(|q| q.id.as_ref() == Some(&gateway_id)).is_empty() {
+                    // Sent to the GET stream at another replica, if any.
+                    self.to_stream_elsewhere(&notice);
+                }
             }
         }
     }
@@ -215,6 +228,17 @@ impl Handler<ClientResponse> for SessionActor {
     type Result = Result<(), GatewayError>;
 
     fn handle(&mut self, ClientResponse(message): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
+        // Relayed by another replica serving the session: it goes there.
+        if message.id().is_some_and(|id| !self.relayed.contains_key(id)) && self.client_elsewhere(message.to_value()) {
+            return Ok(());
+        }
+        self.client_response(message, ctx)
+    }
+}
+
+impl SessionActor {
+    /// The client's answer to a request relayed to it: to whoever asked.
+    pub(super) fn client_response(&mut self, message: RpcMessage, ctx: &mut Context<Self>) -> Result<(), GatewayError> {
         let Some(id) = message.id().cloned() else {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };

@@ -148,6 +148,32 @@ impl TaskStore for ObservedStore {
         self.observe("inputs", || self.inner.inputs(task_id))
     }
 
+    fn put_session<'a>(
+        &'a self,
+        id: &'a str,
+        record: &'a taskgate_store::SessionRecord,
+        keep_ms: u64,
+    ) -> StoreFuture<'a, ()> {
+        self.observe("put_session", || self.inner.put_session(id, record, keep_ms))
+    }
+
+    fn session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<taskgate_store::SessionRecord>> {
+        self.observe("session", || self.inner.session(id))
+    }
+
+    fn change_session<'a>(
+        &'a self,
+        id: &'a str,
+        change: taskgate_store::SessionChange,
+        keep_ms: u64,
+    ) -> StoreFuture<'a, bool> {
+        self.observe("change_session", || self.inner.change_session(id, change, keep_ms))
+    }
+
+    fn delete_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        self.observe("delete_session", || self.inner.delete_session(id))
+    }
+
     fn health(&self) -> StoreFuture<'_, ()> {
         self.observe("health", || self.inner.health())
     }

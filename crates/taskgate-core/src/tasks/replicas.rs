@@ -3,7 +3,10 @@
 //! - Out: [`publish_loop`] publishes what the [`Publisher`](super::publisher::Publisher) queues.
 //! - In: [`listen`]: another replica's events are applied here: a task finished there wakes
 //!   the `tasks/result` waiters here; a task cancelled here or there stops its work where it
-//!   runs; task status and progress reach the owner's sessions on this replica.
+//!   runs; task status and progress reach the owner's sessions on this replica; what another
+//!   replica made for a client session whose GET stream is here goes on it, a client's message
+//!   about a request another replica runs reaches it, and a session ended or changed there is
+//!   ended or read again here.
 //! - Leases: [`keep_leases`] renews this replica's leases on the tasks it runs, stops running
 //!   those it no longer holds (another replica took them over while this one was cut off, or
 //!   they ended elsewhere), and takes over orphans: tasks whose replica died.
@@ -23,7 +26,10 @@ use crate::identity::Identity;
 pub(crate) async fn publish_loop(shared: Arc<TaskShared>, mut queue: mpsc::Receiver<EventEnvelope>) {
     while let Some(envelope) = queue.recv().await {
         let kind = kind(&envelope.event);
-        match shared.tasks.store().publish(envelope).await {
+        let bytes = super::publisher::client_bytes(&envelope.event);
+        let outcome = shared.tasks.store().publish(envelope).await;
+        shared.tasks.published(bytes);
+        match outcome {
             Ok(()) => shared.metrics.store_events.with_label_values(&["published", kind]).inc(),
             Err(e) => {
                 shared.metrics.store_events.with_label_values(&["lost", kind]).inc();
@@ -41,6 +47,11 @@ fn kind(event: &StoreEvent) -> &'static str {
         StoreEvent::Progress { .. } => "progress",
         StoreEvent::InputRequested { .. } => "input_requested",
         StoreEvent::InputResponses { .. } => "input_responses",
+        StoreEvent::SessionMessage { .. } => "session_message",
+        StoreEvent::SessionClient { .. } => "session_client",
+        StoreEvent::SessionEnded { .. } => "session_ended",
+        StoreEvent::SessionChanged { .. } => "session_changed",
+        StoreEvent::SessionStream { .. } => "session_stream",
     }
 }
 
@@ -83,6 +94,12 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
                     .collect();
                 let _ = actor.try_send(DeliverInputs(responses));
             }
+            // A client session served here too: what another replica's work made for it.
+            StoreEvent::SessionMessage { session, message } => shared.sessions.to_stream(&session, message),
+            StoreEvent::SessionClient { session, message } => shared.sessions.client_said(&session, message),
+            StoreEvent::SessionEnded { session } => shared.sessions.ended(&session),
+            StoreEvent::SessionChanged { session } => shared.sessions.changed(&session),
+            StoreEvent::SessionStream { session } => shared.sessions.stream_elsewhere(&session),
         }
     }
 }

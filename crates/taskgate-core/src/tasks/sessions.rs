@@ -37,6 +37,23 @@ pub(crate) trait RequestorSessions: Send + Sync {
     /// A task of `owner` running on another replica has a new input request in the store.
     fn remote_inputs(&self, owner: &Identity, task_id: &str);
 
+    /// A message another replica made for the GET stream of session `id`, when its client
+    /// holds that stream here.
+    fn to_stream(&self, id: &str, message: String);
+
+    /// A client's message for session `id` that the replica receiving it could not place (an
+    /// answer to a request relayed here, a cancellation of a request running here).
+    fn client_said(&self, id: &str, message: Value);
+
+    /// The client ended session `id` through another replica.
+    fn ended(&self, id: &str);
+
+    /// Session `id`'s log level or subscriptions changed through another replica.
+    fn changed(&self, id: &str);
+
+    /// The client of session `id` opened its GET stream at another replica.
+    fn stream_elsewhere(&self, id: &str);
+
     /// Tells the sessions idle since `cutoff_ms` that hold upstream sessions to let them go when
     /// they hold nothing there (`server.upstream_release_secs`).
     fn release_idle(&self, cutoff_ms: u64, now_ms: u64);

@@ -255,10 +255,16 @@ impl<A: Clone> TaskState<A> {
         }
     }
 
-    pub(super) fn publish(&self, event: StoreEvent) {
+    /// Tells the other replicas (a shared store); a full queue drops the event, counted.
+    pub(crate) fn publish(&self, event: StoreEvent) {
         if !self.publisher.publish(event) {
             self.metrics.store_events.with_label_values(&["dropped", "queue_full"]).inc();
         }
+    }
+
+    /// The publishing loop is done with an event.
+    pub(crate) fn published(&self, bytes: usize) {
+        self.publisher.sent(bytes);
     }
 
     /// `notifications/tasks/status` to the owner's sessions, here and on the other replicas.

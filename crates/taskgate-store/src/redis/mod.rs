@@ -116,7 +116,7 @@ impl RedisTaskStore {
                 renew: Script::new(RENEW),
                 reserve: Script::new(RESERVE),
                 rates: Script::new(RATES),
-                session: Script::new(sessions::CHANGE),
+                session: Script::new(scripts::SESSION_CHANGE),
             },
         })
     }

@@ -130,6 +130,26 @@ end
 return {}
 "#;
 
+/// Applies one change to a session that still exists, and pushes its expiry back.
+/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u', the value, max subscriptions.
+/// 1 done, 0 no such session.
+pub(super) const SESSION_CHANGE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] == 'l' then
+  redis.call('HSET', KEYS[1], 'l', ARGV[3])
+elseif ARGV[2] == 's' then
+  local field = 's:' .. ARGV[3]
+  local held = redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'l')
+  if redis.call('HEXISTS', KEYS[1], field) == 1 or held < tonumber(ARGV[4]) then
+    redis.call('HSET', KEYS[1], field, '')
+  end
+elseif ARGV[2] == 'u' then
+  redis.call('HDEL', KEYS[1], 's:' .. ARGV[3])
+end
+if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+"#;
+
 pub(super) struct Scripts {
     pub(super) create: Script,
     pub(super) replace: Script,

@@ -1,0 +1,138 @@
+//! Sessions every replica serves (a shared store): a session of `initialize` is recorded in
+//! the store before its id reaches the client; a replica that receives a request of a session
+//! it does not hold loads it from the record (no `initialize`: the client never knows), and
+//! serves it from then on as its own. The record expires when no replica has served the
+//! session for `server.session_idle_timeout_secs`; each replica serving it pushes the expiry
+//! back at most every eighth of that time. DELETE through any replica ends it everywhere.
+//!
+//! A record is found by the session id and answers only its owner: an id presented with other
+//! credentials is "not found", exactly as one that never existed (the id is a random v4 UUID,
+//! so none is guessed; see ARCHITECTURE.md for why ids are not sealed).
+
+use std::sync::atomic::Ordering;
+
+use taskgate_protocol::mcp;
+use taskgate_store::{SessionChange, SessionRecord, StoreEvent};
+use taskgate_upstream::ClientIdentity;
+
+use super::handle::SessionHandle;
+use super::sessions::Placed;
+use super::Gateway;
+use crate::identity::Identity;
+use crate::session::registry::SessionEntry;
+use crate::session::{Close, SessionActor};
+use crate::GatewayError;
+
+impl Gateway {
+    /// The session `id` of `identity`: held here, or (a shared store) loaded from its record.
+    pub async fn find_session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
+        match self.session(id, identity) {
+            Err(GatewayError::SessionNotFound) if self.shared.tasks.store().shared() => {
+                self.load_session(id, identity).await
+            }
+            found => found,
+        }
+    }
+
+    /// The record of a new session.
+    pub(super) fn session_record(&self, identity: &Identity, version: &str, client: &ClientIdentity) -> SessionRecord {
+        SessionRecord {
+            owner: crate::tasks::owner(identity),
+            protocol_version: version.to_owned(),
+            capabilities: client.capabilities.clone(),
+            client_info: client.client_info.clone(),
+            created_ms: self.shared.clock.now_ms(),
+            log_level: None,
+            subscriptions: Vec::new(),
+        }
+    }
+
+    /// Keeps a new session's record (a failure is the store's 503: the client tries again).
+    pub(super) async fn record_session(&self, id: &str, record: &SessionRecord) -> Result<(), GatewayError> {
+        let keep_ms = SessionActor::keep_ms(&self.shared.config);
+        self.shared.tasks.store().put_session(id, record, keep_ms).await.map_err(crate::tasks::store_error)
+    }
+
+    /// Loads a session another replica created (or this one, before it let it go).
+    async fn load_session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
+        let store = self.shared.tasks.store();
+        let record = store.session(id).await.map_err(crate::tasks::store_error)?;
+        let Some(record) = record else { return Err(GatewayError::SessionNotFound) };
+        if record.owner != crate::tasks::owner(identity) {
+            // Another principal's session: told exactly what an unknown id is told. Logged
+            // without the id or the owner.
+            if let Some(suppressed) = crate::logs::limiter().allow("foreign_session") {
+                tracing::info!(target: "taskgate::audit", tenant = %identity.tenant, principal = %identity.principal, suppressed, "a session id of another principal was presented; answered 404");
+            }
+            return Err(GatewayError::SessionNotFound);
+        }
+        let params = serde_json::json!({
+            "protocolVersion": record.protocol_version,
+            "capabilities": record.capabilities,
+            "clientInfo": record.client_info,
+        });
+        let catalog = self.catalog_ready(Some(&params)).await;
+        let client = ClientIdentity { capabilities: record.capabilities, client_info: record.client_info };
+        // The revision it negotiated, as this replica knows it (the record came from one).
+        let version = mcp::negotiate_version(&record.protocol_version).to_owned();
+        let placed = Placed { id: id.to_owned(), identity: identity.clone(), version, client };
+        self.place_session(placed, catalog, false, record.log_level).await?;
+        tracing::info!(session = %id, tenant = %identity.tenant, "session loaded from the store (created at another replica, or let go here)");
+        self.shared.metrics.sessions_loaded.with_label_values(&[&identity.tenant]).inc();
+        self.session(id, identity)
+    }
+
+    /// A request of a recorded session: its record's expiry is pushed back when an eighth of
+    /// the idle timeout has passed since this replica last did. A record gone meanwhile (the
+    /// session ended through a replica whose word did not arrive, or idled out everywhere)
+    /// ends the session here.
+    pub(super) fn keep_recorded(&self, id: &str, entry: &SessionEntry, now_ms: u64) {
+        let Some(recorded) = &entry.recorded_ms else { return };
+        let keep_ms = SessionActor::keep_ms(&self.shared.config);
+        let last = recorded.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) < keep_ms / 8
+            || recorded.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        let (store, sessions, id) = (self.shared.tasks.store().clone(), self.sessions.clone(), id.to_owned());
+        actix::spawn(async move {
+            match store.change_session(&id, SessionChange::Touch, keep_ms).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(session = %id, "the session's record is gone (ended or idled out everywhere); it ends here");
+                    if let Some(entry) = sessions.remove(&id) {
+                        entry.addr.do_send(Close);
+                    }
+                }
+                Err(e) => tracing::debug!(session = %id, error = %e, "the session's record could not be kept"),
+            }
+        });
+    }
+
+    /// Ends a session (DELETE): here, in the store and at every replica serving it.
+    pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
+        let store = self.shared.tasks.store();
+        if !store.shared() {
+            let handle = self.session(id, identity)?;
+            self.sessions.remove(id);
+            let _ = handle.entry.addr.send(Close).await;
+            return Ok(());
+        }
+        let here = self.session(id, identity).ok();
+        if here.is_none() {
+            // Its owner's, or not found.
+            let record = store.session(id).await.map_err(crate::tasks::store_error)?;
+            if record.is_none_or(|r| r.owner != crate::tasks::owner(identity)) {
+                return Err(GatewayError::SessionNotFound);
+            }
+        }
+        store.delete_session(id).await.map_err(crate::tasks::store_error)?;
+        self.shared.tasks.publish(StoreEvent::SessionEnded { session: id.to_owned() });
+        if let Some(handle) = here {
+            self.sessions.remove(id);
+            let _ = handle.entry.addr.send(Close).await;
+        }
+        Ok(())
+    }
+}
