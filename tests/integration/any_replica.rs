@@ -1,0 +1,167 @@
+//! Any replica serves any session: three real `taskgate serve` processes sharing a real Redis,
+//! behind Debian's nginx sending each request to the next replica (round robin, no affinity),
+//! with real clients (the TypeScript SDK 1.32 and the Python SDK 1.29) running their whole
+//! flows through it.
+
+use serde_json::{json, Value};
+use taskgate_store::testing::RedisServer;
+use taskgate_testkit::{interop_dir, DemoUpstream, McpClient, Nginx, ServedGateway};
+
+use crate::interop::run_client;
+use crate::support::within;
+
+const KEY: &str = "acme-any-replica-key-0001";
+const OTHER_KEY: &str = "acme-any-replica-key-0002";
+
+struct Cluster {
+    redis: RedisServer,
+    demo: DemoUpstream,
+    replicas: Vec<ServedGateway>,
+    nginx: Nginx,
+    _dir: tempfile::TempDir,
+}
+
+/// Three replicas of one configuration (Redis, the demo upstream over HTTP with the
+/// conformance fixtures, one tenant with two principals) behind round-robin nginx.
+async fn cluster() -> Cluster {
+    let redis = RedisServer::start();
+    let demo = DemoUpstream::start_conformance();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("taskgate.toml");
+    let (one, two) = (taskgate_core::tenants::hash_key(KEY), taskgate_core::tenants::hash_key(OTHER_KEY));
+    std::fs::write(
+        &file,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[logging]\nlevel = \"info\"\n\
+             [store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"any:\"\nlease_ms = 600\n\
+             [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+             [[tenant]]\nid = \"acme\"\n\
+             [[tenant.api_key]]\nprincipal = \"ada\"\nsha256 = \"{one}\"\n\
+             [[tenant.api_key]]\nprincipal = \"bob\"\nsha256 = \"{two}\"\n",
+            redis.url, demo.http.url
+        ),
+    )
+    .unwrap();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(ServedGateway::start(&file).await);
+    }
+    let backends: Vec<String> =
+        replicas.iter().map(|r| r.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned()).collect();
+    let nginx = Nginx::round_robin(&backends);
+    Cluster { redis, demo, replicas, nginx, _dir: dir }
+}
+
+/// A metric's value at one replica (summed over its series).
+async fn metric(replica: &ServedGateway, name: &str) -> f64 {
+    let url = replica.url.replace("/mcp", "/metrics");
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The session loads across the replicas (each replica that served the session without having
+/// created it loaded it once).
+async fn loads(cl: &Cluster) -> f64 {
+    let mut sum = 0.0;
+    for replica in &cl.replicas {
+        sum += metric(replica, "taskgate_sessions_loaded_total").await;
+    }
+    sum
+}
+
+/// A request of session `id` with `key` sent straight to `replica`: its HTTP status.
+async fn status_at(replica: &ServedGateway, key: &str, id: &str) -> u16 {
+    let answer = reqwest::Client::new()
+        .post(&replica.url)
+        .bearer_auth(key)
+        .header("Mcp-Session-Id", id)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    answer.status().as_u16()
+}
+
+/// The session was served by more than the replica that created it, and its messages crossed
+/// between replicas both ways: what an upstream sent at one replica reached the client's GET
+/// stream at another, and the client's answers through one replica reached the one that asked.
+async fn crossed_replicas(cl: &Cluster) {
+    assert!(loads(cl).await >= 2.0, "the other two replicas loaded the session");
+    let (mut to_stream, mut from_client) = (0.0, 0.0);
+    for replica in &cl.replicas {
+        let text = reqwest::get(replica.url.replace("/mcp", "/metrics")).await.unwrap().text().await.unwrap();
+        for line in text.lines().filter(|l| l.starts_with("taskgate_store_events_total{direction=\"received\"")) {
+            let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+            if line.contains("kind=\"session_message\"") {
+                to_stream += value;
+            }
+            if line.contains("kind=\"session_client\"") {
+                from_client += value;
+            }
+        }
+    }
+    assert!(
+        to_stream >= 1.0 && from_client >= 1.0,
+        "messages crossed: {to_stream} to streams, {from_client} from the client"
+    );
+}
+
+fn assert_flows(out: &Value, who: &str) {
+    assert_eq!(out["errors"], json!([]), "{who}: every step succeeds: {out}");
+    assert_eq!(out["sums"], json!(["1", "2", "3", "4", "5", "6"]), "{who}: {out}");
+    // Progress is coalesced when the client reads slower than it comes: increasing, ending at 3.
+    let progress: Vec<f64> = out["progress"].as_array().unwrap().iter().filter_map(Value::as_f64).collect();
+    assert!(progress.windows(2).all(|w| w[0] < w[1]) && progress.last() == Some(&3.0), "{who}: {out}");
+    assert_eq!(out["cancelled"], true, "{who}: {out}");
+    assert_eq!(out["task"]["result"], "slept 60 ms", "{who}: {out}");
+    for answer in out["elicited"].as_array().unwrap() {
+        assert!(answer.as_str().unwrap().contains("ada"), "{who}: the client's answer came back: {out}");
+    }
+    assert_eq!(out["elicitedUnrelated"], true, "{who}: questions asked outside a call reached the client: {out}");
+    for answer in out["sampled"].as_array().unwrap() {
+        assert!(answer.as_str().unwrap().contains("sampled by the client"), "{who}: {out}");
+    }
+    assert_eq!(out["resources"]["updated"], true, "{who}: the subscription's update arrived: {out}");
+    assert_eq!(out["resources"]["uri"], true, "{who}: {out}");
+    assert_eq!(out["logging"], true, "{who}: {out}");
+    assert_eq!(out["listChanged"], true, "{who}: {out}");
+    assert_eq!(out["sessionAfter"], out["sessionId"], "{who}: one session throughout, never initialized again");
+}
+
+#[actix_rt::test]
+async fn three_replicas_behind_round_robin_serve_the_typescript_clients_whole_flow_in_one_session() {
+    let cl = cluster().await;
+    let mut command = tokio::process::Command::new("node");
+    command.args(["replicas-client.mjs", &cl.nginx.url, KEY, "flows"]);
+    let out = run_client(command).await;
+    assert_flows(&out, "TypeScript SDK");
+    crossed_replicas(&cl).await;
+    // The cancelled call stopped at the upstream.
+    within(cl.demo.demo.wait_in_flight(|n| *n == 0)).await;
+    // Ended (DELETE through one replica): no replica serves it.
+    let id = out["sessionId"].as_str().unwrap();
+    for replica in &cl.replicas {
+        assert_eq!(status_at(replica, KEY, id).await, 404);
+    }
+    let _ = &cl.redis;
+}
+
+#[actix_rt::test]
+async fn three_replicas_behind_round_robin_serve_the_python_clients_whole_flow_in_one_session() {
+    let cl = cluster().await;
+    let mut command = tokio::process::Command::new(interop_dir().join(".venv-v1/bin/python"));
+    command.args(["python/replicas_client.py", &cl.nginx.url, KEY]);
+    let out = run_client(command).await;
+    assert_flows(&out, "Python SDK");
+    crossed_replicas(&cl).await;
+    within(cl.demo.demo.wait_in_flight(|n| *n == 0)).await;
+    let id = out["sessionId"].as_str().unwrap();
+    for replica in &cl.replicas {
+        assert_eq!(status_at(replica, KEY, id).await, 404, "ended everywhere when the client closed it");
+    }
+}
