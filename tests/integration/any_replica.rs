@@ -165,3 +165,151 @@ async fn three_replicas_behind_round_robin_serve_the_python_clients_whole_flow_i
         assert_eq!(status_at(replica, KEY, id).await, 404, "ended everywhere when the client closed it");
     }
 }
+
+/// The TypeScript client in steady mode: commands in, one JSON line out per command.
+struct Steady {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Steady {
+    async fn start(url: &str) -> (Steady, String) {
+        let mut child = tokio::process::Command::new("node")
+            .args(["replicas-client.mjs", url, KEY, "steady"])
+            .current_dir(interop_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node is installed");
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+        let mut steady = Steady { child, stdin, lines };
+        let ready = steady.line().await;
+        let id = ready["ready"].as_str().expect("the client connected").to_owned();
+        (steady, id)
+    }
+
+    async fn line(&mut self) -> Value {
+        let line = within(self.lines.next_line()).await.unwrap().expect("the client prints a line");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    async fn send(&mut self, command: &str) {
+        tokio::io::AsyncWriteExt::write_all(&mut self.stdin, format!("{command}\n").as_bytes()).await.unwrap();
+    }
+}
+
+#[actix_rt::test]
+async fn a_replica_killed_mid_run_fails_only_its_requests_in_flight_and_the_session_goes_on_without_initialize() {
+    let mut cl = cluster().await;
+    let (mut client, id) = Steady::start(&cl.nginx.url).await;
+    client.send("calls").await;
+    let before = client.line().await;
+    assert_eq!((before["ok"].as_u64(), &before["errors"]), (Some(6), &json!([])), "{before}");
+
+    // Three long calls at once, spread over the replicas; one replica dies while they wait.
+    client.send("slow 3").await;
+    assert_eq!(client.line().await["started"], 3);
+    within(cl.demo.demo.wait_in_flight(|n| *n == 3)).await;
+    let on_killed = metric(&cl.replicas[0], "taskgate_requests_in_progress").await as usize;
+    let killed = cl.replicas.remove(0);
+    killed.kill().await;
+    cl.demo.demo.release("steady");
+    let outcomes = client.line().await;
+    let outcomes: Vec<&str> = outcomes["outcomes"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
+    let failed = outcomes.iter().filter(|o| o.starts_with("failed")).count();
+    assert_eq!(failed, on_killed, "exactly the killed replica's requests in flight failed: {outcomes:?}");
+    assert_eq!(outcomes.len() - failed, 3 - on_killed, "{outcomes:?}");
+
+    // The same session goes on through the two left: no initialize, no error.
+    for _ in 0..2 {
+        client.send("calls").await;
+        let after = client.line().await;
+        assert_eq!((after["ok"].as_u64(), &after["errors"]), (Some(6), &json!([])), "{after}");
+        assert_eq!(after["sessionId"], id.as_str(), "the client never initialized again");
+    }
+    client.send("end").await;
+    assert_eq!(client.line().await["ended"], id.as_str());
+    let _ = client.child.wait().await;
+}
+
+#[actix_rt::test]
+async fn another_principals_session_id_is_not_found_at_any_replica_and_nothing_secret_is_logged() {
+    let mut cl = cluster().await;
+    let mut ada = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    ada.initialize().await;
+    let id = ada.session.clone().unwrap();
+    // Bob replays Ada's id: at the replica holding it, and at one that would have to load it.
+    for replica in &cl.replicas[..2] {
+        assert_eq!(status_at(replica, OTHER_KEY, &id).await, 404);
+    }
+    // Exactly what an id that never existed gets.
+    let forged = "6f1e3a52-0000-4000-8000-000000000000";
+    let answer = |key: &'static str, id: String, url: String| async move {
+        let reply = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(key)
+            .header("Mcp-Session-Id", id)
+            .header("MCP-Protocol-Version", "2025-11-25")
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+            .send()
+            .await
+            .unwrap();
+        (reply.status().as_u16(), reply.text().await.unwrap())
+    };
+    let replayed = answer(OTHER_KEY, id.clone(), cl.replicas[1].url.clone()).await;
+    let unknown = answer(OTHER_KEY, forged.into(), cl.replicas[1].url.clone()).await;
+    assert_eq!(replayed, unknown, "another's session is told exactly what an unknown one is");
+    // Nor is a DELETE of it taken, or a GET stream opened on it.
+    let deleted = reqwest::Client::new()
+        .delete(&cl.replicas[2].url)
+        .bearer_auth(OTHER_KEY)
+        .header("Mcp-Session-Id", &id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 404);
+    let line = cl.replicas[1].log_line("a session id of another principal").await;
+    for secret in [KEY, OTHER_KEY] {
+        assert!(cl.replicas[1].seen.iter().all(|l| !l.contains(secret)), "no credential in the log");
+    }
+    assert!(line.contains("principal=key:") && !line.contains(KEY), "{line}");
+    // Ada's session is whole, at every replica.
+    for replica in &cl.replicas {
+        ada.url = replica.url.clone();
+        assert_eq!(ada.call("demo__add", json!({"a": 1, "b": 1})).await.unwrap()["content"][0]["text"], "2");
+    }
+}
+
+#[actix_rt::test]
+async fn with_redis_down_a_session_not_held_gets_503_naming_the_store_and_service_resumes_by_itself() {
+    let mut cl = cluster().await;
+    let mut ada = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    ada.initialize().await;
+    cl.redis.stop();
+    // The replica holding the session serves it on.
+    assert_eq!(ada.call("demo__add", json!({"a": 2, "b": 2})).await.unwrap()["content"][0]["text"], "4");
+    // Another must read the record: a 503 naming the store, with Retry-After.
+    let mut elsewhere = ada.clone();
+    elsewhere.url = cl.replicas[1].url.clone();
+    let refused = elsewhere.request("ping", None).await;
+    assert_eq!(refused.status.as_u16(), 503);
+    assert!(refused.headers.contains_key("retry-after"));
+    let error = refused.outcome().unwrap_err();
+    assert_eq!(error.code, -32002, "{error:?}");
+    assert!(error.message.contains("Redis"), "{error:?}");
+    // A new session cannot be recorded: 503 too, and nothing is left half made.
+    let mut late = McpClient::with_bearer(&cl.replicas[2].url, KEY);
+    let init = late.request("initialize", Some(json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "late", "version": "1"}}))).await;
+    assert_eq!(init.status.as_u16(), 503, "{:?}", init.messages);
+    assert!(init.outcome().unwrap_err().message.contains("Redis"));
+    cl.redis.restart();
+    // Back by itself: the session loads at the other replica, a new one is made.
+    within(async { while elsewhere.request("ping", None).await.status.as_u16() != 200 {} }).await;
+    assert_eq!(elsewhere.call("demo__add", json!({"a": 3, "b": 3})).await.unwrap()["content"][0]["text"], "6");
+    late.initialize().await;
+    assert!(late.session.is_some());
+}
