@@ -103,11 +103,11 @@ async fn any_replica_answers_for_a_task_another_runs_and_waiters_and_cancels_cro
     within(cl.plain.demo.wait_in_flight(|n| *n == 0)).await;
     assert_eq!(method(&mut a, "tasks/get", &id).await.unwrap()["status"], "cancelled");
 
-    // Sessions stay on the replica that created them: another answers 404.
+    // A's session is served by B too (loaded from Redis).
     let mut stray = McpClient::with_bearer(&cl.replicas[1].url, KEY);
     stray.session = a.session.clone();
     stray.protocol_version = Some("2025-11-25".into());
-    assert_eq!(stray.request("ping", None).await.status, reqwest::StatusCode::NOT_FOUND);
+    assert_eq!(stray.request("ping", None).await.status, reqwest::StatusCode::OK);
 }
 
 #[actix_rt::test]

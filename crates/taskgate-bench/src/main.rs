@@ -26,6 +26,7 @@ mod plan;
 mod polling;
 mod progress;
 mod proxy;
+mod replicas;
 mod revisions;
 mod scale;
 mod sessions;
@@ -117,6 +118,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("credentials") {
         credentials::credentials(&plan, &bin).await?;
+    }
+    if run("replicas") {
+        replicas::replicas(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());

@@ -43,7 +43,7 @@ impl Plan {
 }
 
 /// The sections, in the order a full run takes them.
-pub(crate) const SECTIONS: [&str; 12] = [
+pub(crate) const SECTIONS: [&str; 13] = [
     "proxy",
     "polling",
     "tasks",
@@ -56,6 +56,7 @@ pub(crate) const SECTIONS: [&str; 12] = [
     "sessions",
     "one-shot",
     "credentials",
+    "replicas",
 ];
 
 pub(crate) const USAGE: &str = "usage: taskgate-bench [--quick] [--only SECTION] [--tasks N]
@@ -66,7 +67,7 @@ first: cargo build --release --workspace) and prints the report as Markdown.
   --quick          every measurement with small counts: checks that each works (CI runs this);
                    the figures mean nothing
   --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
-                   revisions, instructions, sessions, one-shot, credentials
+                   revisions, instructions, sessions, one-shot, credentials, replicas
   --tasks N        the number of live tasks of the task-scale section (default 100000)
   --help           this text
 

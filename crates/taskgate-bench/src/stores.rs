@@ -48,23 +48,35 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 /// Redis's `used_memory`, read over a plain connection.
-fn redis_used_memory(port: u16) -> Result<u64> {
+pub(crate) fn redis_used_memory(port: u16) -> Result<u64> {
+    redis_info(port, "memory")?
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("no used_memory in INFO")
+}
+
+/// One section of Redis's `INFO`, as text (a bulk string: read until its announced length).
+pub(crate) fn redis_info(port: u16, section: &str) -> Result<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n")?;
-    let mut text = String::new();
+    stream.write_all(format!("*2\r\n$4\r\nINFO\r\n${}\r\n{section}\r\n", section.len()).as_bytes())?;
+    let mut bytes = Vec::new();
     let mut buffer = [0u8; 8192];
-    while !text.contains("used_memory:") || !text.ends_with("\r\n") {
+    loop {
         let n = stream.read(&mut buffer)?;
         if n == 0 {
             break;
         }
-        text.push_str(&String::from_utf8_lossy(&buffer[..n]));
+        bytes.extend_from_slice(&buffer[..n]);
+        let text = String::from_utf8_lossy(&bytes);
+        if let Some((header, body)) = text.strip_prefix('$').and_then(|t| t.split_once("\r\n")) {
+            if header.parse::<usize>().is_ok_and(|len| body.len() >= len) {
+                break;
+            }
+        }
     }
-    text.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .context("no used_memory in INFO")
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// A store to measure: its name, its `[store]` section, and how to read what it stores.
@@ -147,7 +159,7 @@ fn fsync_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
     Ok(samples)
 }
 
-fn redis_installed() -> bool {
+pub(crate) fn redis_installed() -> bool {
     std::process::Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 

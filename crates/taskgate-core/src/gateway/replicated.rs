@@ -10,6 +10,7 @@
 //! so none is guessed; see ARCHITECTURE.md for why ids are not sealed).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use taskgate_protocol::mcp;
 use taskgate_store::{SessionChange, SessionRecord, StoreEvent};
@@ -47,10 +48,29 @@ impl Gateway {
         }
     }
 
-    /// Keeps a new session's record (a failure is the store's 503: the client tries again).
-    pub(super) async fn record_session(&self, id: &str, record: &SessionRecord) -> Result<(), GatewayError> {
+    /// Keeps a new session's record. While the store is unreachable the session is this
+    /// replica's alone (another answers 503 naming the store, so its client retries rather than
+    /// starting again), and its record is written at its first request here once the store
+    /// answers. Any other failure ends the session.
+    pub(super) async fn record_new_session(&self, id: &str, record: SessionRecord) -> Result<(), GatewayError> {
         let keep_ms = SessionActor::keep_ms(&self.shared.config);
-        self.shared.tasks.store().put_session(id, record, keep_ms).await.map_err(crate::tasks::store_error)
+        match self.shared.tasks.store().put_session(id, &record, keep_ms).await {
+            Ok(()) => Ok(()),
+            Err(taskgate_store::StoreError::Unavailable(why)) => {
+                tracing::warn!(session = %id, error = %why, "the session could not be recorded; this replica serves it alone until the store is back");
+                let entry = self.sessions.entry(id);
+                if let Some(recorded) = entry.as_ref().and_then(|e| e.record.as_ref()) {
+                    *recorded.pending.lock() = Some(record);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(entry) = self.sessions.remove(id) {
+                    entry.addr.do_send(Close);
+                }
+                Err(crate::tasks::store_error(e))
+            }
+        }
     }
 
     /// Loads a session another replica created (or this one, before it let it go).
@@ -86,16 +106,35 @@ impl Gateway {
     /// the idle timeout has passed since this replica last did. A record gone meanwhile (the
     /// session ended through a replica whose word did not arrive, or idled out everywhere)
     /// ends the session here.
-    pub(super) fn keep_recorded(&self, id: &str, entry: &SessionEntry, now_ms: u64) {
-        let Some(recorded) = &entry.recorded_ms else { return };
+    pub(super) fn keep_recorded(&self, id: &str, entry: &Arc<SessionEntry>, now_ms: u64) {
+        let Some(recorded) = &entry.record else { return };
         let keep_ms = SessionActor::keep_ms(&self.shared.config);
-        let last = recorded.load(Ordering::Relaxed);
+        let (store, sessions) = (self.shared.tasks.store().clone(), self.sessions.clone());
+        // A pending record is tried again at each request, one try at a time.
+        if let Some(record) = recorded.pending.lock().clone() {
+            if recorded.writing.swap(true, Ordering::Relaxed) {
+                return;
+            }
+            let (entry, id) = (entry.clone(), id.to_owned());
+            actix::spawn(async move {
+                let written = store.put_session(&id, &record, keep_ms).await.is_ok();
+                if let Some(recorded) = &entry.record {
+                    if written {
+                        tracing::info!(session = %id, "the session is recorded: every replica serves it");
+                        recorded.pending.lock().take();
+                    }
+                    recorded.writing.store(false, Ordering::Relaxed);
+                }
+            });
+            return;
+        }
+        let last = recorded.touched_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) < keep_ms / 8
-            || recorded.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_err()
+            || recorded.touched_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_err()
         {
             return;
         }
-        let (store, sessions, id) = (self.shared.tasks.store().clone(), self.sessions.clone(), id.to_owned());
+        let id = id.to_owned();
         actix::spawn(async move {
             match store.change_session(&id, SessionChange::Touch, keep_ms).await {
                 Ok(true) => {}

@@ -77,12 +77,7 @@ impl Gateway {
         let session = Placed { id: id.clone(), identity: identity.clone(), version: version.to_owned(), client };
         self.place_session(session, catalog, stateless, None).await?;
         if let Some(record) = record {
-            if let Err(e) = self.record_session(&id, &record).await {
-                if let Some(entry) = self.sessions.remove(&id) {
-                    entry.addr.do_send(Close);
-                }
-                return Err(e);
-            }
+            self.record_new_session(&id, record).await?;
         }
         let tenant = identity.tenant.clone();
         let mut capabilities = json!({
@@ -131,7 +126,11 @@ impl Gateway {
             last_seen_ms: last_seen_ms.clone(),
             budget: budget.clone(),
             release_asked_ms: Default::default(),
-            recorded_ms: replicated.then(|| std::sync::atomic::AtomicU64::new(now_ms)),
+            record: replicated.then(|| crate::session::registry::Recorded {
+                touched_ms: std::sync::atomic::AtomicU64::new(now_ms),
+                pending: Default::default(),
+                writing: Default::default(),
+            }),
         };
         let mut inserted = self.sessions.insert(id.clone(), entry(), tenant_cap);
         if let Err(Full::Tenant(_)) = inserted {

@@ -34,9 +34,21 @@ pub(crate) struct SessionEntry {
     /// When the session was last asked to let its upstream sessions go (ms, the gateway clock):
     /// at most once per release period, so one that holds something is not asked every sweep.
     pub release_asked_ms: AtomicU64,
-    /// A session every replica serves (a shared store): when this replica last pushed its
-    /// record's expiry back (ms, the gateway clock).
-    pub recorded_ms: Option<AtomicU64>,
+    /// A session every replica serves (a shared store): its record as this replica keeps it.
+    pub record: Option<Recorded>,
+}
+
+/// A session's record, as the replica serving it keeps it.
+#[derive(Default)]
+pub(crate) struct Recorded {
+    /// When this replica last pushed the record's expiry back, or tried to write it (ms, the
+    /// gateway clock).
+    pub touched_ms: AtomicU64,
+    /// A record not written yet (the store was unreachable at `initialize`): written at the
+    /// next request served here once the store answers.
+    pub pending: parking_lot::Mutex<Option<taskgate_store::SessionRecord>>,
+    /// A write of the pending record is under way (one at a time).
+    pub writing: std::sync::atomic::AtomicBool,
 }
 
 /// Why a session could not be added.
@@ -118,6 +130,11 @@ impl Sessions {
         let entry = self.map.read().get(id).filter(|e| &e.identity == identity).cloned()?;
         entry.last_seen_ms.fetch_max(now_ms, Ordering::Relaxed);
         Some(entry)
+    }
+
+    /// The session `id`, whoever it belongs to.
+    pub fn entry(&self, id: &str) -> Option<Arc<SessionEntry>> {
+        self.map.read().get(id).cloned()
     }
 
     pub fn contains(&self, id: &str) -> bool {
