@@ -92,13 +92,14 @@ pub async fn replicas(plan: &Plan, bin: &Path) -> Result<()> {
 
     // N sessions made at A (their records), concurrency at a time.
     let before = redis_used_memory(redis.port)?;
+    // One HTTP client for them all (making one reads the system's certificates).
+    let template = McpClient::new(&url_a);
     let mut made = 0;
     while made < sessions {
         let batch = plan.concurrency.min(sessions - made);
         let opened = join_all((0..batch).map(|_| {
-            let url = url_a.clone();
+            let mut client = template.clone();
             async move {
-                let mut client = McpClient::new(&url);
                 client.initialize().await;
                 client.session.is_some()
             }
