@@ -24,6 +24,11 @@ struct Cluster {
 /// Three replicas of one configuration (Redis, the demo upstream over HTTP with the
 /// conformance fixtures, one tenant with two principals) behind round-robin nginx.
 async fn cluster() -> Cluster {
+    cluster_with("").await
+}
+
+/// [`cluster`], with more settings for the demo upstream.
+async fn cluster_with(upstream: &str) -> Cluster {
     let redis = RedisServer::start();
     let demo = DemoUpstream::start_conformance();
     let dir = tempfile::tempdir().unwrap();
@@ -34,7 +39,7 @@ async fn cluster() -> Cluster {
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\n[logging]\nlevel = \"info\"\n\
              [store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"any:\"\nlease_ms = 600\n\
-             [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+             [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n{upstream}\n\
              [[tenant]]\nid = \"acme\"\n\
              [[tenant.api_key]]\nprincipal = \"ada\"\nsha256 = \"{one}\"\n\
              [[tenant.api_key]]\nprincipal = \"bob\"\nsha256 = \"{two}\"\n",
@@ -350,4 +355,49 @@ async fn what_an_upstream_says_at_one_replica_reaches_the_get_stream_at_another_
     at_a.call("demo__toggle_prompt", json!({})).await.unwrap();
     let heard = within(stream_c.next()).await.expect("the next announcement");
     assert_eq!(heard.method(), Some("notifications/prompts/list_changed"));
+}
+
+#[actix_rt::test]
+async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the_others_and_ended_once() {
+    let cl = cluster_with("share_sessions = \"never\"").await;
+    // Each replica has listed the upstream (its catalog sessions are open).
+    for replica in &cl.replicas {
+        McpClient::with_bearer(&replica.url, KEY).initialize().await;
+    }
+    let mut c = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    c.initialize().await;
+    let before = cl.demo.http.sessions();
+    assert_eq!(c.call("demo__add", json!({"a": 1, "b": 1})).await.unwrap()["content"][0]["text"], "2");
+    within(cl.demo.http.wait_sessions(|n| *n == before + 1)).await;
+    // The record names it once the upstream has given its id.
+    let id = c.session.clone().unwrap();
+    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("any:session:{id}");
+    let bound: String = within(async {
+        loop {
+            let value: Option<String> = redis::AsyncCommands::hget(&mut conn, &key, "b:demo").await.unwrap();
+            if let Some(value) = value {
+                return value;
+            }
+            c.request("ping", None).await;
+        }
+    })
+    .await;
+    // The other replicas continue it: the upstream sees no new session.
+    for replica in &cl.replicas[1..] {
+        let mut there = c.clone();
+        there.url = replica.url.clone();
+        assert_eq!(there.call("demo__add", json!({"a": 2, "b": 2})).await.unwrap()["content"][0]["text"], "4");
+    }
+    assert_eq!(cl.demo.http.sessions(), before + 1, "one upstream session for the client session, at every replica");
+    let still: String = redis::AsyncCommands::hget(&mut conn, &key, "b:demo").await.unwrap();
+    assert_eq!(still, bound);
+    // Ended by the client through one replica: ended at the upstream too.
+    let mut last = c.clone();
+    last.url = cl.replicas[2].url.clone();
+    let ended =
+        reqwest::Client::new().delete(&last.url).bearer_auth(KEY).header("Mcp-Session-Id", &id).send().await.unwrap();
+    assert_eq!(ended.status().as_u16(), 200);
+    within(cl.demo.http.wait_sessions(|n| *n == before)).await;
 }

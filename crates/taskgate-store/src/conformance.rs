@@ -124,6 +124,7 @@ pub(crate) fn session_record(principal: &str) -> crate::SessionRecord {
         created_ms: 7,
         log_level: None,
         subscriptions: Vec::new(),
+        upstream_sessions: Default::default(),
     }
 }
 
@@ -149,6 +150,12 @@ pub(crate) async fn session_records_keep_changes_until_deleted(s: &dyn TaskStore
     assert_eq!((changed.owner, changed.capabilities), (record.owner.clone(), record.capabilities.clone()));
     assert!(s.change_session("s1", Unsubscribe("b://x".into()), 60_000).await.unwrap());
     assert_eq!(s.session("s1").await.unwrap().unwrap().subscriptions, ["a://y"]);
+    let bound = crate::UpstreamSessionRef { session_id: "up-1".into(), protocol_version: "2025-11-25".into() };
+    assert!(s.change_session("s1", Upstream("files".into(), bound.clone()), 60_000).await.unwrap());
+    let again = crate::UpstreamSessionRef { session_id: "up-2".into(), ..bound };
+    assert!(s.change_session("s1", Upstream("files".into(), again.clone()), 60_000).await.unwrap());
+    let read = s.session("s1").await.unwrap().unwrap();
+    assert_eq!(read.upstream_sessions.into_iter().collect::<Vec<_>>(), [("files".to_owned(), again)]);
     // Another session is its own.
     assert_eq!(s.session("s2").await.unwrap().unwrap().log_level, None);
     assert!(s.delete_session("s1").await.unwrap());

@@ -305,7 +305,7 @@ use taskgate_protocol::ErrorObject;
 
 pub use file::{check_file, repair_file, FileTaskStore, Inspection};
 pub use memory::MemoryTaskStore;
-pub use owner::Owner;
+pub use owner::{Owner, UpstreamSessionRef};
 pub use redis::{redact, RedisTaskStore};
 pub use sessions::{SessionChange, SessionRecord, MAX_SUBSCRIPTIONS};
 
@@ -320,18 +320,6 @@ pub enum TaskOutcome {
     Result(Value),
     /// The request's JSON-RPC error, returned unchanged by `tasks/result`.
     Error(ErrorObject),
-}
-
-/// What is needed to follow a native task again after the gateway restarts: the upstream
-/// session it was created in (an HTTP upstream keeps a session across our restart; a stdio
-/// upstream's process ends with us, so its tasks cannot be followed again).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UpstreamSessionRef {
-    /// The upstream's `Mcp-Session-Id`.
-    pub session_id: String,
-    /// The protocol version negotiated in it.
-    pub protocol_version: String,
 }
 
 /// One task.

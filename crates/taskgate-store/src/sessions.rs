@@ -10,10 +10,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::owner::Owner;
+use std::collections::BTreeMap;
+
+use crate::owner::{Owner, UpstreamSessionRef};
 
 /// Subscriptions a record keeps per session, at most (a session's subscriptions beyond are
-/// served by the replica that took them, not recorded).
+/// served by the replica that took them, not recorded; at Redis its upstream sessions count
+/// against the bound too, one per upstream).
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
 
 /// One client session, as any replica loads it.
@@ -36,6 +39,9 @@ pub struct SessionRecord {
     /// The resources it subscribed to (their URIs as the client knows them), sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subscriptions: Vec<String>,
+    /// Its own sessions at HTTP upstreams, by upstream: any replica serving it continues them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_sessions: BTreeMap<String, UpstreamSessionRef>,
 }
 
 /// A change to a session's record.
@@ -49,6 +55,8 @@ pub enum SessionChange {
     Subscribe(String),
     /// `resources/unsubscribe` of this URI.
     Unsubscribe(String),
+    /// Its own session at an HTTP upstream (by the upstream's name).
+    Upstream(String, UpstreamSessionRef),
 }
 
 impl SessionRecord {
@@ -68,6 +76,9 @@ impl SessionRecord {
                 if let Ok(at) = self.subscriptions.binary_search(uri) {
                     self.subscriptions.remove(at);
                 }
+            }
+            SessionChange::Upstream(name, session) => {
+                self.upstream_sessions.insert(name.clone(), session.clone());
             }
         }
     }

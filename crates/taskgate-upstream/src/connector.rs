@@ -364,6 +364,7 @@ impl Connector {
             routes: Arc::default(),
             process_share: Default::default(),
             caller: Default::default(),
+            kept: Default::default(),
         })
     }
 }

@@ -45,6 +45,7 @@ impl Gateway {
             created_ms: self.shared.clock.now_ms(),
             log_level: None,
             subscriptions: Vec::new(),
+            upstream_sessions: Default::default(),
         }
     }
 
@@ -92,11 +93,12 @@ impl Gateway {
             "clientInfo": record.client_info,
         });
         let catalog = self.catalog_ready(Some(&params)).await;
-        let client = ClientIdentity { capabilities: record.capabilities, client_info: record.client_info };
+        let client =
+            ClientIdentity { capabilities: record.capabilities.clone(), client_info: record.client_info.clone() };
         // The revision it negotiated, as this replica knows it (the record came from one).
         let version = mcp::negotiate_version(&record.protocol_version).to_owned();
         let placed = Placed { id: id.to_owned(), identity: identity.clone(), version, client };
-        self.place_session(placed, catalog, false, record.log_level).await?;
+        self.place_session(placed, catalog, false, Some(record)).await?;
         tracing::info!(session = %id, tenant = %identity.tenant, "session loaded from the store (created at another replica, or let go here)");
         self.shared.metrics.sessions_loaded.with_label_values(&[&identity.tenant]).inc();
         self.session(id, identity)

@@ -97,13 +97,14 @@ impl Gateway {
 
     /// Starts a session's actor and adds it to the table, under the tenant's and the gateway's
     /// caps (a tenant at its cap may reclaim an idle session, `limits.at_max_sessions`).
-    /// `log_level`: a session loaded from its record keeps the level its client set.
+    /// `restored`: a session loaded from its record keeps the level its client set and
+    /// continues its upstream sessions.
     pub(super) async fn place_session(
         &self,
         session: Placed,
         catalog: Option<ToolCatalog>,
         stateless: bool,
-        log_level: Option<String>,
+        restored: Option<taskgate_store::SessionRecord>,
     ) -> Result<(), GatewayError> {
         let Placed { id, identity, version, client } = session;
         // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
@@ -112,7 +113,9 @@ impl Gateway {
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
         let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
         actor.stateless = stateless;
-        actor.restore(log_level);
+        if let Some(record) = restored {
+            actor.restore(record.log_level, record.upstream_sessions);
+        }
         let actor = actor.start();
         let now_ms = self.shared.clock.now_ms();
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(now_ms));

@@ -6,6 +6,8 @@
 //!   goes to the replica holding it (`SessionMessage`);
 //! - a client's message about a request of another replica (the answer to a request relayed
 //!   there, a cancellation, progress) goes to it (`SessionClient`);
+//! - its own sessions at HTTP upstreams are recorded, and every copy continues them (a copy
+//!   letting one go leaves it at the upstream; the session ended ends it there);
 //! - what the client changed (its log level, its subscriptions) is in the record; the copies
 //!   read it again (`SessionChanged`). Subscriptions are held at the upstreams by the copy
 //!   holding the GET stream, where their updates go (any copy takes a `resources/subscribe`;
@@ -85,6 +87,72 @@ impl SessionActor {
             }
             .into_actor(self),
         );
+    }
+
+    /// A session of its own at `connector`'s upstream. For a session other replicas serve too,
+    /// at an HTTP upstream: the one recorded for it is continued (whichever replica opened it),
+    /// or the one opened here is recorded once the upstream has given its id; either stays at
+    /// the upstream when this copy lets it go.
+    pub(super) fn own_session(
+        &mut self,
+        connector: &taskgate_upstream::Connector,
+        events: taskgate_upstream::EventSender,
+        ctx: &mut Context<Self>,
+    ) -> UpstreamSession {
+        let http = connector.config().transport == taskgate_config::Transport::Http;
+        if !self.replicated() || !http {
+            return connector.open(self.client.clone(), events);
+        }
+        let name = connector.name().to_owned();
+        let caller = connector
+            .acts_for_callers()
+            .then(|| self.shared.tenancy.subjects.caller(&self.identity, connector.exchange_issuer()));
+        let resumed = self
+            .upstream_refs
+            .get(&name)
+            .and_then(|resume| connector.resume(self.client.clone(), events.clone(), resume, caller));
+        let session = match resumed {
+            Some(session) => session,
+            None => {
+                let session = connector.open(self.client.clone(), events);
+                let opened = session.clone();
+                let connecting = async move {
+                    opened.server_capabilities().await.ok()?;
+                    opened.resume_point().await.filter(|r| !r.session_id.is_empty())
+                };
+                ctx.spawn(connecting.into_actor(self).map(move |point, act, ctx| {
+                    let Some(point) = point else { return };
+                    act.upstream_refs.insert(name.clone(), point.clone());
+                    let bound = taskgate_store::UpstreamSessionRef {
+                        session_id: point.session_id,
+                        protocol_version: point.protocol_version,
+                    };
+                    act.record_change(SessionChange::Upstream(name, bound), ctx);
+                }));
+                session
+            }
+        };
+        session.keep_at_upstream(true);
+        session
+    }
+
+    /// The session stops here: the upstream sessions it kept at their upstreams for the other
+    /// replicas (it idled out here, or this replica shuts down) end there too when no replica
+    /// serves the session any more (its record is gone).
+    pub(super) fn leave_upstreams(&mut self) {
+        if !self.replicated() || self.upstream_refs.is_empty() {
+            return;
+        }
+        let kept: Vec<UpstreamSession> = self.upstreams.drain().map(|(_, s)| s).collect();
+        let (tasks, id) = (self.shared.tasks.clone(), self.id.clone());
+        actix::spawn(async move {
+            if let Ok(None) = tasks.store().session(&id).await {
+                for session in &kept {
+                    session.keep_at_upstream(false);
+                }
+            }
+            drop(kept);
+        });
     }
 
     /// The client opened its GET stream here: the other replicas' end, and this copy takes

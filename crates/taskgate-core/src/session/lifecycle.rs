@@ -245,6 +245,10 @@ impl Handler<Close> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
+        // Ended for good: its own upstream sessions end at their upstreams too.
+        for session in self.upstreams.values() {
+            session.keep_at_upstream(false);
+        }
         ctx.stop();
     }
 }

@@ -123,6 +123,9 @@ pub struct SessionActor {
     subscribed: bool,
     /// The resources (as the client names them) its upstream sessions are subscribed to.
     held_subscriptions: std::collections::BTreeSet<String>,
+    /// Its own sessions at HTTP upstreams as recorded for every replica serving it, which
+    /// continue them (`elsewhere.rs`).
+    upstream_refs: HashMap<String, taskgate_upstream::SessionResume>,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -249,15 +252,25 @@ impl SessionActor {
             input_holder: None,
             subscribed: false,
             held_subscriptions: Default::default(),
+            upstream_refs: HashMap::new(),
         }
     }
 
     /// A session loaded from its record (another replica created it): the level its client set
-    /// applies to the upstream sessions it opens, which are its own. Its subscriptions are
-    /// taken when its client's GET stream opens here.
-    pub(crate) fn restore(&mut self, log_level: Option<String>) {
+    /// applies to the upstream sessions it opens, which are its own, and continue those the
+    /// record names. Its subscriptions are taken when its client's GET stream opens here.
+    pub(crate) fn restore(
+        &mut self,
+        log_level: Option<String>,
+        upstreams: std::collections::BTreeMap<String, taskgate_store::UpstreamSessionRef>,
+    ) {
         self.private |= log_level.is_some();
         self.log_level = log_level;
+        for (name, r) in upstreams {
+            let resume =
+                taskgate_upstream::SessionResume { session_id: r.session_id, protocol_version: r.protocol_version };
+            self.upstream_refs.insert(name, resume);
+        }
     }
 
     fn upstream_session(&mut self, name: &str, ctx: &mut Context<Self>) -> Option<UpstreamSession> {
@@ -289,7 +302,7 @@ impl SessionActor {
             }
             session
         } else {
-            connector.open(self.client.clone(), tx)
+            self.own_session(&connector, tx, ctx)
         };
         if connector.acts_for_callers() {
             // Its requests carry a token exchanged for this session's principal's.
@@ -481,6 +494,7 @@ impl Actor for SessionActor {
             }
         }
         self.shared.sessions.forget(&self.id);
+        self.leave_upstreams();
         self.release_upstreams();
         tracing::info!(session = %self.id, "session ended");
     }

@@ -131,7 +131,8 @@ return {}
 "#;
 
 /// Applies one change to a session that still exists, and pushes its expiry back.
-/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u', the value, max subscriptions.
+/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u' | 'b', the value (for 'b',
+/// the upstream's name), max subscriptions, (for 'b') the upstream session.
 /// 1 done, 0 no such session.
 pub(super) const SESSION_CHANGE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -145,6 +146,8 @@ elseif ARGV[2] == 's' then
   end
 elseif ARGV[2] == 'u' then
   redis.call('HDEL', KEYS[1], 's:' .. ARGV[3])
+elseif ARGV[2] == 'b' then
+  redis.call('HSET', KEYS[1], 'b:' .. ARGV[3], ARGV[5])
 end
 if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1

@@ -1,6 +1,7 @@
 //! Client sessions' records at Redis: `P session:{id}`, a hash of the record as `initialize`
-//! made it (`r`, JSON), the client's log level (`l`) and one field per subscribed URI
-//! (`s:{uri}`), so that a change is one field written, never a record read and written back
+//! made it (`r`, JSON), the client's log level (`l`), one field per subscribed URI (`s:{uri}`)
+//! and one per upstream session of its own (`b:{upstream}`, JSON), so that a change is one
+//! field written, never a record read and written back
 //! (two replicas changing one session at once both keep their change). The hash expires when
 //! no replica has served the session for its idle timeout.
 
@@ -24,6 +25,7 @@ impl RedisTaskStore {
         let mut core = record.clone();
         core.log_level = None;
         core.subscriptions.clear();
+        core.upstream_sessions.clear();
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(&key)
@@ -36,6 +38,9 @@ impl RedisTaskStore {
         for uri in record.subscriptions.iter().take(MAX_SUBSCRIPTIONS) {
             pipe.hset(&key, format!("s:{uri}"), "").ignore();
         }
+        for (upstream, session) in &record.upstream_sessions {
+            pipe.hset(&key, format!("b:{upstream}"), serde_json::to_string(session).expect("encodes")).ignore();
+        }
         if keep_ms > 0 {
             pipe.pexpire(&key, keep_ms as i64).ignore();
         }
@@ -47,7 +52,7 @@ impl RedisTaskStore {
         let mut c = self.connection.clone();
         let fields: Vec<(String, String)> = self.run(c.hgetall(self.session_key(id))).await?;
         let mut record: Option<SessionRecord> = None;
-        let (mut level, mut subscriptions) = (None, Vec::new());
+        let (mut level, mut subscriptions, mut upstreams) = (None, Vec::new(), std::collections::BTreeMap::new());
         for (field, value) in fields {
             match field.as_str() {
                 "r" => {
@@ -60,6 +65,10 @@ impl RedisTaskStore {
                 other => {
                     if let Some(uri) = other.strip_prefix("s:") {
                         subscriptions.push(uri.to_owned());
+                    } else if let Some(upstream) = other.strip_prefix("b:") {
+                        if let Ok(session) = serde_json::from_str(&value) {
+                            upstreams.insert(upstream.to_owned(), session);
+                        }
                     }
                 }
             }
@@ -68,6 +77,7 @@ impl RedisTaskStore {
             subscriptions.sort();
             r.log_level = level;
             r.subscriptions = subscriptions;
+            r.upstream_sessions = upstreams;
             r
         }))
     }
@@ -89,6 +99,13 @@ impl RedisTaskStore {
             SessionChange::Level(level) => ("l", level),
             SessionChange::Subscribe(uri) => ("s", uri),
             SessionChange::Unsubscribe(uri) => ("u", uri),
+            SessionChange::Upstream(upstream, session) => {
+                let mut invocation = self.scripts.session.key(key);
+                let session = serde_json::to_string(&session).expect("encodes");
+                invocation.arg(keep_ms).arg("b").arg(upstream).arg(MAX_SUBSCRIPTIONS).arg(session);
+                let done: i64 = self.run(invocation.invoke_async(&mut c)).await?;
+                return Ok(done == 1);
+            }
         };
         let mut invocation = self.scripts.session.key(key);
         invocation.arg(keep_ms).arg(op).arg(value).arg(MAX_SUBSCRIPTIONS);

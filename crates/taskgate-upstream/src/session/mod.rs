@@ -75,6 +75,9 @@ pub(crate) struct SessionInner {
     pub(crate) process_share: std::sync::OnceLock<ProcessShare>,
     /// Whom its requests are made for, once told ([`UpstreamSession::on_behalf_of`]).
     pub(crate) caller: std::sync::OnceLock<crate::Caller>,
+    /// When the last holder lets it go, it stays at the upstream (no DELETE): another gateway
+    /// process continues it ([`UpstreamSession::keep_at_upstream`]).
+    pub(crate) kept: std::sync::atomic::AtomicBool,
 }
 
 /// An initialized connection (legacy), or a modern upstream's channel and what the session
@@ -252,6 +255,13 @@ impl UpstreamSession {
         ready.channel.send(&response).await.map_err(|e| self.expired_twice(e))
     }
 
+    /// Whether the session stays at the upstream when its last holder lets it go (no DELETE):
+    /// other gateway processes continue it. Only an HTTP session can be kept; its GET stream
+    /// ends all the same.
+    pub fn keep_at_upstream(&self, keep: bool) {
+        self.inner.kept.store(keep, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// What another gateway process needs to continue this session ([`Connector::resume`](crate::Connector::resume)):
     /// for an HTTP upstream that has given a session id; `None` otherwise.
     pub async fn resume_point(&self) -> Option<SessionResume> {
@@ -326,7 +336,8 @@ impl Drop for SessionInner {
         }
         self.closed.send_replace(true);
         let ready = self.state.try_lock().ok().and_then(|mut state| state.take());
-        if let (Some(ready), Ok(runtime)) = (ready, tokio::runtime::Handle::try_current()) {
+        let kept = self.kept.load(std::sync::atomic::Ordering::Relaxed);
+        if let (Some(ready), Ok(runtime), false) = (ready, tokio::runtime::Handle::try_current(), kept) {
             runtime.spawn(async move { ready.channel.shutdown().await });
         }
     }
