@@ -40,6 +40,23 @@ impl SessionActor {
         !self.stateless && self.shared.tasks.store().shared()
     }
 
+    /// A session loaded from its record (another replica created it): the level its client set
+    /// applies to the upstream sessions it opens, which are its own, and continue those the
+    /// record names. Its subscriptions are taken when its client's GET stream opens here.
+    pub(crate) fn restore(
+        &mut self,
+        log_level: Option<String>,
+        upstreams: std::collections::BTreeMap<String, taskgate_store::UpstreamSessionRef>,
+    ) {
+        self.private |= log_level.is_some();
+        self.log_level = log_level;
+        for (name, r) in upstreams {
+            let resume =
+                taskgate_upstream::SessionResume { session_id: r.session_id, protocol_version: r.protocol_version };
+            self.upstream_refs.insert(name, resume);
+        }
+    }
+
     /// How long the record outlives the session's last request at any replica.
     pub(crate) fn keep_ms(config: &taskgate_config::Config) -> u64 {
         match config.server.session_idle_timeout_secs {
