@@ -28,8 +28,9 @@ impl Gateway {
     /// The session `id` of `identity`: held here, or (a shared store) loaded from its record.
     pub async fn find_session(&self, id: &str, identity: &Identity) -> Result<SessionHandle, GatewayError> {
         match self.session(id, identity) {
+            // Boxed: the load's state would otherwise make every request's future larger.
             Err(GatewayError::SessionNotFound) if self.shared.tasks.store().shared() => {
-                self.load_session(id, identity).await
+                Box::pin(self.load_session(id, identity)).await
             }
             found => found,
         }
