@@ -471,8 +471,8 @@ pub enum StoreEvent {
     SessionClient {
         /// The session.
         session: String,
-        /// The JSON-RPC message.
-        message: Value,
+        /// The JSON-RPC message, as the client sent it (JSON text).
+        message: String,
     },
     /// The client ended the session (DELETE): every replica lets its copy go.
     SessionEnded {
@@ -485,11 +485,19 @@ pub enum StoreEvent {
         session: String,
     },
     /// The client opened its GET stream on the sending replica: one held elsewhere ends (one
-    /// GET stream per session, so no message goes on two).
+    /// GET stream per session, so no message goes on two). Or (`open: false`) its last GET
+    /// stream there ended.
     SessionStream {
         /// The session.
         session: String,
+        /// Opened, or ended.
+        #[serde(default = "opened")]
+        open: bool,
     },
+}
+
+fn opened() -> bool {
+    true
 }
 
 /// A tenant's caps on tasks not yet terminal (`None`: no cap).

@@ -17,14 +17,40 @@ use super::*;
 use crate::offerings as names;
 use taskgate_store::{SessionChange, StoreEvent};
 
+/// What ties a copy of the session to the others.
+pub(crate) struct Copies {
+    /// The resources (as the client names them) its upstream sessions are subscribed to.
+    pub held_subscriptions: std::collections::BTreeSet<String>,
+    /// Of those, the ones it subscribed to for the GET stream it holds, once the upstream took
+    /// them: their updates from other copies are not passed on (its own arrive).
+    pub confirmed: std::collections::BTreeSet<String>,
+    /// Its own sessions at HTTP upstreams as recorded for every replica serving it, which
+    /// continue them.
+    pub upstream_refs: HashMap<String, taskgate_upstream::SessionResume>,
+    /// The replica holding the client's GET stream, when another does (as last heard): until
+    /// a copy hears that none does, one may (`"?"`), and what goes to the stream is published.
+    pub stream_at: Option<String>,
+}
+
+impl Default for Copies {
+    fn default() -> Copies {
+        Copies {
+            held_subscriptions: Default::default(),
+            confirmed: Default::default(),
+            upstream_refs: HashMap::new(),
+            stream_at: Some("?".into()),
+        }
+    }
+}
+
 /// What another replica tells this copy of the session.
 pub(crate) enum FromElsewhere {
     /// A message for the GET stream.
     Stream(String),
-    /// A client's message about a request of this replica.
-    Client(Value),
-    /// The client opened its GET stream at another replica.
-    StreamElsewhere,
+    /// A client's message (JSON text) about a request of this replica.
+    Client(String),
+    /// The client opened (`true`) or closed its GET stream at that replica.
+    StreamAt(String, bool),
     /// Its log level or subscriptions changed: the record is read again.
     Changed,
 }
@@ -53,7 +79,7 @@ impl SessionActor {
         for (name, r) in upstreams {
             let resume =
                 taskgate_upstream::SessionResume { session_id: r.session_id, protocol_version: r.protocol_version };
-            self.upstream_refs.insert(name, resume);
+            self.copies.upstream_refs.insert(name, resume);
         }
     }
 
@@ -67,9 +93,9 @@ impl SessionActor {
     }
 
     /// A message for the client's GET stream, which is not open here: to the replica holding
-    /// it. Whether it went (false: no other replica serves the session).
+    /// it. Whether it went (false: no other replica holds the stream).
     pub(super) fn to_stream_elsewhere(&self, message: &RpcMessage) -> bool {
-        if !self.replicated() {
+        if !self.replicated() || self.copies.stream_at.is_none() {
             return false;
         }
         let message = crate::outbound::Frame::new(message).json;
@@ -79,10 +105,11 @@ impl SessionActor {
 
     /// A client's message that no request here is about: to the replica it is about. Whether
     /// it went.
-    pub(super) fn client_elsewhere(&self, message: Value) -> bool {
+    pub(super) fn client_elsewhere(&self, message: &RpcMessage) -> bool {
         if !self.replicated() {
             return false;
         }
+        let message = crate::outbound::Frame::new(message).json;
         self.shared.tasks.publish(StoreEvent::SessionClient { session: self.id.clone(), message });
         true
     }
@@ -125,6 +152,7 @@ impl SessionActor {
             .acts_for_callers()
             .then(|| self.shared.tenancy.subjects.caller(&self.identity, connector.exchange_issuer()));
         let resumed = self
+            .copies
             .upstream_refs
             .get(&name)
             .and_then(|resume| connector.resume(self.client.clone(), events.clone(), resume, caller));
@@ -139,7 +167,7 @@ impl SessionActor {
                 };
                 ctx.spawn(connecting.into_actor(self).map(move |point, act, ctx| {
                     let Some(point) = point else { return };
-                    act.upstream_refs.insert(name.clone(), point.clone());
+                    act.copies.upstream_refs.insert(name.clone(), point.clone());
                     let bound = taskgate_store::UpstreamSessionRef {
                         session_id: point.session_id,
                         protocol_version: point.protocol_version,
@@ -157,7 +185,7 @@ impl SessionActor {
     /// replicas (it idled out here, or this replica shuts down) end there too when no replica
     /// serves the session any more (its record is gone).
     pub(super) fn leave_upstreams(&mut self) {
-        if !self.replicated() || self.upstream_refs.is_empty() {
+        if !self.replicated() || self.copies.upstream_refs.is_empty() {
             return;
         }
         let kept: Vec<UpstreamSession> = self.upstreams.drain().map(|(_, s)| s).collect();
@@ -176,8 +204,17 @@ impl SessionActor {
     /// the recorded subscriptions.
     pub(super) fn stream_here(&mut self, ctx: &mut Context<Self>) {
         if self.replicated() {
-            self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone() });
+            self.copies.stream_at = None;
+            self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone(), open: true });
             self.read_record(ctx);
+        }
+    }
+
+    /// The client's last GET stream here ended: the other copies learn no replica holds one
+    /// (unless another has opened one since, which they heard of first).
+    pub(super) fn stream_gone(&mut self) {
+        if self.replicated() && self.copies.stream_at.is_none() {
+            self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone(), open: false });
         }
     }
 
@@ -204,8 +241,8 @@ impl SessionActor {
             }
             if act.get_stream.as_ref().is_some_and(|s| !s.is_closed()) {
                 let wanted: std::collections::BTreeSet<String> = record.subscriptions.into_iter().collect();
-                let add: Vec<String> = wanted.difference(&act.held_subscriptions).cloned().collect();
-                let drop: Vec<String> = act.held_subscriptions.difference(&wanted).cloned().collect();
+                let add: Vec<String> = wanted.difference(&act.copies.held_subscriptions).cloned().collect();
+                let drop: Vec<String> = act.copies.held_subscriptions.difference(&wanted).cloned().collect();
                 for uri in add {
                     act.hold_subscription(uri, true, ctx);
                 }
@@ -214,6 +251,17 @@ impl SessionActor {
                 }
             }
         }));
+    }
+
+    /// Whether a message from another copy is a resource update this copy's own subscription
+    /// delivers.
+    fn updates_held(&self, json: &str) -> bool {
+        if self.copies.confirmed.is_empty() || !json.contains(methods::RESOURCES_UPDATED) {
+            return false;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(json) else { return false };
+        let uri = message.pointer("/params/uri").and_then(Value::as_str);
+        uri.is_some_and(|uri| self.copies.confirmed.contains(uri))
     }
 
     /// Subscribes (or unsubscribes) this copy's upstream session to a resource the client
@@ -226,27 +274,32 @@ impl SessionActor {
         if subscribe {
             self.go_private(ctx);
             self.subscribed = true;
-            self.held_subscriptions.insert(uri.clone());
+            self.copies.held_subscriptions.insert(uri.clone());
         } else {
-            self.held_subscriptions.remove(&uri);
+            self.copies.held_subscriptions.remove(&uri);
         }
         let sessions: Vec<(UpstreamSession, Value)> = attempts
             .into_iter()
             .filter_map(|(upstream, params)| Some((self.upstream_session(&upstream, ctx)?, params)))
             .collect();
         let id = self.id.clone();
-        ctx.spawn(
-            async move {
-                // The first upstream that takes it holds it (as a client's own request).
-                for (session, params) in sessions {
-                    if session.request(method, Some(params)).await.is_ok() {
-                        return;
-                    }
+        let taking = async move {
+            // The first upstream that takes it holds it (as a client's own request).
+            for (session, params) in sessions {
+                if session.request(method, Some(params)).await.is_ok() {
+                    return true;
                 }
-                tracing::info!(session = %id, %method, "no upstream took a subscription made through another replica");
             }
-            .into_actor(self),
-        );
+            tracing::info!(session = %id, %method, "no upstream took a subscription made through another replica");
+            false
+        };
+        ctx.spawn(taking.into_actor(self).map(move |taken, act, _| {
+            if subscribe && taken && act.copies.held_subscriptions.contains(&uri) {
+                act.copies.confirmed.insert(uri);
+            } else if !subscribe {
+                act.copies.confirmed.remove(&uri);
+            }
+        }));
     }
 }
 
@@ -256,6 +309,9 @@ impl Handler<FromElsewhere> for SessionActor {
     fn handle(&mut self, message: FromElsewhere, ctx: &mut Context<Self>) {
         match message {
             FromElsewhere::Stream(json) => {
+                if self.updates_held(&json) {
+                    return; // this copy's own subscription delivers it
+                }
                 if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
                     let frame = crate::outbound::Frame { json, response: false, store_unavailable: false };
                     if stream.send_frame(frame).is_err() {
@@ -263,8 +319,8 @@ impl Handler<FromElsewhere> for SessionActor {
                     }
                 }
             }
-            FromElsewhere::Client(value) => match RpcMessage::parse(value) {
-                Ok(response @ (RpcMessage::Response { .. } | RpcMessage::Error { .. })) => {
+            FromElsewhere::Client(text) => match RpcMessage::from_slice(text.as_bytes()).ok().and_then(Result::ok) {
+                Some(response @ (RpcMessage::Response { .. } | RpcMessage::Error { .. })) => {
                     // Not relayed here either: the request was withdrawn, or is unknown.
                     if let Some(id) = response.id() {
                         if self.relayed.contains_key(id) {
@@ -272,7 +328,7 @@ impl Handler<FromElsewhere> for SessionActor {
                         }
                     }
                 }
-                Ok(RpcMessage::Notification { method, params })
+                Some(RpcMessage::Notification { method, params })
                     if method == methods::CANCELLED
                         && self
                             .cancelled_request(params.as_ref())
@@ -280,16 +336,22 @@ impl Handler<FromElsewhere> for SessionActor {
                 {
                     self.cancel(params, ctx)
                 }
-                Ok(RpcMessage::Notification { method, params })
+                Some(RpcMessage::Notification { method, params })
                     if method == methods::PROGRESS && self.relays_progress(params.as_ref()) =>
                 {
                     self.client_progress(params, ctx)
                 }
                 _ => {}
             },
-            FromElsewhere::StreamElsewhere => {
+            FromElsewhere::StreamAt(replica, true) => {
+                self.copies.stream_at = Some(replica);
                 if let Some(stream) = self.get_stream.take() {
                     stream.close();
+                }
+            }
+            FromElsewhere::StreamAt(replica, false) => {
+                if self.copies.stream_at.as_ref().is_some_and(|at| *at == replica || at == "?") {
+                    self.copies.stream_at = None;
                 }
             }
             FromElsewhere::Changed => self.read_record(ctx),

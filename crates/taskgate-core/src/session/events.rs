@@ -60,11 +60,9 @@ impl SessionActor {
                         }
                     }
                     None => {
+                        // To the copy of the session holding the GET stream, if another does.
                         let notification = RpcMessage::notification(method, params);
-                        // Resource updates reach the copy of the session holding the GET
-                        // stream through its own subscriptions (`elsewhere.rs`).
-                        let updates = notification.method() == Some(methods::RESOURCES_UPDATED);
-                        if updates || !self.to_stream_elsewhere(&notification) {
+                        if !self.to_stream_elsewhere(&notification) {
                             tracing::debug!(session = %self.id, %upstream, "no open client stream; notification dropped")
                         }
                     }
@@ -111,14 +109,10 @@ impl Handler<ClientNotification> for SessionActor {
             // About a request of another replica serving the session: it goes there.
             methods::CANCELLED
                 if self.cancelled_request(msg.params.as_ref()).is_some_and(|id| !self.requests.contains_key(&id))
-                    && self.client_elsewhere(
-                        RpcMessage::notification(msg.method.clone(), msg.params.clone()).to_value(),
-                    ) => {}
+                    && self.client_elsewhere(&RpcMessage::notification(msg.method.clone(), msg.params.clone())) => {}
             methods::PROGRESS
                 if !self.relays_progress(msg.params.as_ref())
-                    && self.client_elsewhere(
-                        RpcMessage::notification(msg.method.clone(), msg.params.clone()).to_value(),
-                    ) => {}
+                    && self.client_elsewhere(&RpcMessage::notification(msg.method.clone(), msg.params.clone())) => {}
             methods::CANCELLED => self.cancel(msg.params, ctx),
             methods::PROGRESS => self.client_progress(msg.params, ctx),
             // client/roots "Root List Changes": every upstream session of the client hears it.

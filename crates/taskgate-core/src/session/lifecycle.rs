@@ -45,6 +45,7 @@ impl Handler<ClientStreamEnded> for SessionActor {
         if self.client_streams == 0 {
             // Nothing receives what the upstreams' GET streams carry: they may close.
             self.upstream_streams.clear();
+            self.stream_gone();
             self.release_pooled();
         }
     }

@@ -121,11 +121,8 @@ pub struct SessionActor {
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
     /// It subscribed to a resource: state its upstream session keeps, so it keeps that session.
     subscribed: bool,
-    /// The resources (as the client names them) its upstream sessions are subscribed to.
-    held_subscriptions: std::collections::BTreeSet<String>,
-    /// Its own sessions at HTTP upstreams as recorded for every replica serving it, which
-    /// continue them (`elsewhere.rs`).
-    upstream_refs: HashMap<String, taskgate_upstream::SessionResume>,
+    /// What ties it to its copies at other replicas (`elsewhere.rs`).
+    copies: elsewhere::Copies,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
@@ -251,8 +248,7 @@ impl SessionActor {
             me: None,
             input_holder: None,
             subscribed: false,
-            held_subscriptions: Default::default(),
-            upstream_refs: HashMap::new(),
+            copies: Default::default(),
         }
     }
 

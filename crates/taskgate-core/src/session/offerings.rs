@@ -262,10 +262,10 @@ impl SessionActor {
             // Subscriptions are upstream-session state: this client's are its own, and kept.
             self.go_private(ctx);
             self.subscribed = true;
-            self.held_subscriptions.insert(uri.clone());
+            self.copies.held_subscriptions.insert(uri.clone());
             self.record_change(taskgate_store::SessionChange::Subscribe(uri.clone()), ctx);
         } else if method == methods::RESOURCES_UNSUBSCRIBE {
-            self.held_subscriptions.remove(&uri);
+            self.copies.held_subscriptions.remove(&uri);
             self.record_change(taskgate_store::SessionChange::Unsubscribe(uri.clone()), ctx);
         }
         let attempts = retarget(params.as_ref(), candidates, "/uri");

@@ -251,7 +251,7 @@ impl RequestorSessions for Sessions {
         self.tell_elsewhere_said(id, FromElsewhere::Stream(message));
     }
 
-    fn client_said(&self, id: &str, message: Value) {
+    fn client_said(&self, id: &str, message: String) {
         self.tell_elsewhere_said(id, FromElsewhere::Client(message));
     }
 
@@ -265,8 +265,8 @@ impl RequestorSessions for Sessions {
         self.tell_elsewhere_said(id, FromElsewhere::Changed);
     }
 
-    fn stream_elsewhere(&self, id: &str) {
-        self.tell_elsewhere_said(id, FromElsewhere::StreamElsewhere);
+    fn stream_at(&self, id: &str, replica: String, open: bool) {
+        self.tell_elsewhere_said(id, FromElsewhere::StreamAt(replica, open));
     }
 
     fn release_idle(&self, cutoff_ms: u64, now_ms: u64) {

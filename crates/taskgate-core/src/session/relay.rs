@@ -229,7 +229,7 @@ impl Handler<ClientResponse> for SessionActor {
 
     fn handle(&mut self, ClientResponse(message): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
         // Relayed by another replica serving the session: it goes there.
-        if message.id().is_some_and(|id| !self.relayed.contains_key(id)) && self.client_elsewhere(message.to_value()) {
+        if message.id().is_some_and(|id| !self.relayed.contains_key(id)) && self.client_elsewhere(&message) {
             return Ok(());
         }
         self.client_response(message, ctx)

@@ -25,8 +25,7 @@ pub(crate) struct Publisher {
 pub(crate) fn client_bytes(event: &StoreEvent) -> usize {
     match event {
         StoreEvent::SessionMessage { message, .. } => message.len(),
-        // A client's message was at most a request body; its size as text is not kept.
-        StoreEvent::SessionClient { .. } => 1024,
+        StoreEvent::SessionClient { message, .. } => message.len(),
         _ => 0,
     }
 }

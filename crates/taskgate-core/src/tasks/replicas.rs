@@ -99,7 +99,7 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
             StoreEvent::SessionClient { session, message } => shared.sessions.client_said(&session, message),
             StoreEvent::SessionEnded { session } => shared.sessions.ended(&session),
             StoreEvent::SessionChanged { session } => shared.sessions.changed(&session),
-            StoreEvent::SessionStream { session } => shared.sessions.stream_elsewhere(&session),
+            StoreEvent::SessionStream { session, open } => shared.sessions.stream_at(&session, from, open),
         }
     }
 }

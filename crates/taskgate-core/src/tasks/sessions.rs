@@ -43,7 +43,7 @@ pub(crate) trait RequestorSessions: Send + Sync {
 
     /// A client's message for session `id` that the replica receiving it could not place (an
     /// answer to a request relayed here, a cancellation of a request running here).
-    fn client_said(&self, id: &str, message: Value);
+    fn client_said(&self, id: &str, message: String);
 
     /// The client ended session `id` through another replica.
     fn ended(&self, id: &str);
@@ -51,8 +51,8 @@ pub(crate) trait RequestorSessions: Send + Sync {
     /// Session `id`'s log level or subscriptions changed through another replica.
     fn changed(&self, id: &str);
 
-    /// The client of session `id` opened its GET stream at another replica.
-    fn stream_elsewhere(&self, id: &str);
+    /// The client of session `id` opened (`open`) or ended its GET stream at `replica`.
+    fn stream_at(&self, id: &str, replica: String, open: bool);
 
     /// Tells the sessions idle since `cutoff_ms` that hold upstream sessions to let them go when
     /// they hold nothing there (`server.upstream_release_secs`).
