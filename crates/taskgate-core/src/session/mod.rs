@@ -13,6 +13,7 @@
 
 mod cancel;
 pub(crate) mod context;
+mod copies;
 mod elsewhere;
 mod events;
 mod lifecycle;
@@ -122,7 +123,7 @@ pub struct SessionActor {
     /// It subscribed to a resource: state its upstream session keeps, so it keeps that session.
     subscribed: bool,
     /// What ties it to its copies at other replicas (`elsewhere.rs`).
-    copies: elsewhere::Copies,
+    copies: copies::Copies,
 }
 
 /// Removes `key`; a table left empty gives its memory back, so that an idle session holds
