@@ -125,6 +125,7 @@ pub(crate) fn session_record(principal: &str) -> crate::SessionRecord {
         log_level: None,
         subscriptions: Vec::new(),
         upstream_sessions: Default::default(),
+        stream: None,
     }
 }
 
@@ -152,10 +153,18 @@ pub(crate) async fn session_records_keep_changes_until_deleted(s: &dyn TaskStore
     assert_eq!(s.session("s1").await.unwrap().unwrap().subscriptions, ["a://y"]);
     let bound = crate::UpstreamSessionRef { session_id: "up-1".into(), protocol_version: "2025-11-25".into() };
     assert!(s.change_session("s1", Upstream("files".into(), bound.clone()), 60_000).await.unwrap());
-    let again = crate::UpstreamSessionRef { session_id: "up-2".into(), ..bound };
-    assert!(s.change_session("s1", Upstream("files".into(), again.clone()), 60_000).await.unwrap());
+    // The first binding stays: a copy that bound another learns it reading the record.
+    let again = crate::UpstreamSessionRef { session_id: "up-2".into(), ..bound.clone() };
+    assert!(s.change_session("s1", Upstream("files".into(), again), 60_000).await.unwrap());
     let read = s.session("s1").await.unwrap().unwrap();
-    assert_eq!(read.upstream_sessions.into_iter().collect::<Vec<_>>(), [("files".to_owned(), again)]);
+    assert_eq!(read.upstream_sessions.into_iter().collect::<Vec<_>>(), [("files".to_owned(), bound)]);
+    // The GET stream's replica: set, and forgotten only by the replica it names.
+    assert!(s.change_session("s1", StreamAt("r1".into()), 60_000).await.unwrap());
+    assert!(s.change_session("s1", StreamAt("r2".into()), 60_000).await.unwrap());
+    assert!(s.change_session("s1", StreamGone("r1".into()), 60_000).await.unwrap());
+    assert_eq!(s.session("s1").await.unwrap().unwrap().stream.as_deref(), Some("r2"));
+    assert!(s.change_session("s1", StreamGone("r2".into()), 60_000).await.unwrap());
+    assert_eq!(s.session("s1").await.unwrap().unwrap().stream, None);
     // Another session is its own.
     assert_eq!(s.session("s2").await.unwrap().unwrap().log_level, None);
     assert!(s.delete_session("s1").await.unwrap());

@@ -42,6 +42,9 @@ pub struct SessionRecord {
     /// Its own sessions at HTTP upstreams, by upstream: any replica serving it continues them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upstream_sessions: BTreeMap<String, UpstreamSessionRef>,
+    /// The replica holding the client's GET stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
 }
 
 /// A change to a session's record.
@@ -57,6 +60,10 @@ pub enum SessionChange {
     Unsubscribe(String),
     /// Its own session at an HTTP upstream (by the upstream's name).
     Upstream(String, UpstreamSessionRef),
+    /// The client opened its GET stream at this replica.
+    StreamAt(String),
+    /// The client's GET stream at this replica ended (unless another holds one by now).
+    StreamGone(String),
 }
 
 impl SessionRecord {
@@ -78,7 +85,13 @@ impl SessionRecord {
                 }
             }
             SessionChange::Upstream(name, session) => {
-                self.upstream_sessions.insert(name.clone(), session.clone());
+                self.upstream_sessions.entry(name.clone()).or_insert_with(|| session.clone());
+            }
+            SessionChange::StreamAt(replica) => self.stream = Some(replica.clone()),
+            SessionChange::StreamGone(replica) => {
+                if self.stream.as_ref() == Some(replica) {
+                    self.stream = None;
+                }
             }
         }
     }

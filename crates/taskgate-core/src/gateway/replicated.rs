@@ -47,6 +47,7 @@ impl Gateway {
             log_level: None,
             subscriptions: Vec::new(),
             upstream_sessions: Default::default(),
+            stream: None,
         }
     }
 
@@ -165,9 +166,25 @@ impl Gateway {
         if here.is_none() {
             // Its owner's, or not found.
             let record = store.session(id).await.map_err(crate::tasks::store_error)?;
-            if record.is_none_or(|r| r.owner != crate::tasks::owner(identity)) {
+            let Some(record) = record.filter(|r| r.owner == crate::tasks::owner(identity)) else {
                 return Err(GatewayError::SessionNotFound);
-            }
+            };
+            // No copy here to end them: its own upstream sessions end from here.
+            let client = ClientIdentity { capabilities: record.capabilities, client_info: record.client_info };
+            let sessions = record
+                .upstream_sessions
+                .into_iter()
+                .map(|(name, r)| {
+                    (
+                        name,
+                        taskgate_upstream::SessionResume {
+                            session_id: r.session_id,
+                            protocol_version: r.protocol_version,
+                        },
+                    )
+                })
+                .collect();
+            crate::session::end_at_upstreams(&self.shared.connectors, &client, sessions);
         }
         store.delete_session(id).await.map_err(crate::tasks::store_error)?;
         self.shared.tasks.publish(StoreEvent::SessionEnded { session: id.to_owned() });

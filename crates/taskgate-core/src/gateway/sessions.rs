@@ -113,8 +113,9 @@ impl Gateway {
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
         let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
         actor.stateless = stateless;
+        let loaded = restored.is_some();
         if let Some(record) = restored {
-            actor.restore(record.log_level, record.upstream_sessions);
+            actor.restore(record);
         }
         let actor = actor.start();
         let now_ms = self.shared.clock.now_ms();
@@ -130,7 +131,9 @@ impl Gateway {
             budget: budget.clone(),
             release_asked_ms: Default::default(),
             record: replicated.then(|| crate::session::registry::Recorded {
-                touched_ms: std::sync::atomic::AtomicU64::new(now_ms),
+                // A loaded copy looks at its record at its first request (an end it has not
+                // heard of yet is found then).
+                touched_ms: std::sync::atomic::AtomicU64::new(if loaded { 0 } else { now_ms }),
                 pending: Default::default(),
                 writing: Default::default(),
             }),

@@ -13,8 +13,8 @@ pub(crate) struct Copies {
     /// Its own sessions at HTTP upstreams as recorded for every replica serving it, which
     /// continue them.
     pub upstream_refs: HashMap<String, taskgate_upstream::SessionResume>,
-    /// The replica holding the client's GET stream, when another does (as last heard): until
-    /// a copy hears that none does, one may (`"?"`), and what goes to the stream is published.
+    /// The replica holding the client's GET stream, when another does: as recorded when the
+    /// copy was loaded, then as heard.
     pub stream_at: Option<String>,
 }
 
@@ -24,7 +24,7 @@ impl Default for Copies {
             held_subscriptions: Default::default(),
             confirmed: Default::default(),
             upstream_refs: HashMap::new(),
-            stream_at: Some("?".into()),
+            stream_at: None,
         }
     }
 }

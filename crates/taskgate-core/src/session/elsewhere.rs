@@ -17,6 +17,15 @@ use super::*;
 use crate::offerings as names;
 use taskgate_store::{SessionChange, StoreEvent};
 
+/// Whether `id` is one the gateway gives requests it relays to clients (`SessionActor::relay_id`):
+/// an answer under another id is about no request of any replica, and is not published.
+pub(super) fn relay_id(id: &RequestId) -> bool {
+    matches!(id, RequestId::String(s) if s.len() <= 64 && s.starts_with("taskgate-"))
+}
+
+/// The longest resource URI a session's record keeps.
+const MAX_RECORDED_URI: usize = 2048;
+
 /// What another replica tells this copy of the session.
 pub(crate) enum FromElsewhere {
     /// A message for the GET stream.
@@ -43,14 +52,12 @@ impl SessionActor {
     /// A session loaded from its record (another replica created it): the level its client set
     /// applies to the upstream sessions it opens, which are its own, and continue those the
     /// record names. Its subscriptions are taken when its client's GET stream opens here.
-    pub(crate) fn restore(
-        &mut self,
-        log_level: Option<String>,
-        upstreams: std::collections::BTreeMap<String, taskgate_store::UpstreamSessionRef>,
-    ) {
-        self.private |= log_level.is_some();
-        self.log_level = log_level;
-        for (name, r) in upstreams {
+    pub(crate) fn restore(&mut self, record: taskgate_store::SessionRecord) {
+        self.private |= record.log_level.is_some();
+        self.log_level = record.log_level;
+        // The replica holding the client's GET stream, as recorded.
+        self.copies.stream_at = record.stream;
+        for (name, r) in record.upstream_sessions {
             let resume =
                 taskgate_upstream::SessionResume { session_id: r.session_id, protocol_version: r.protocol_version };
             self.copies.upstream_refs.insert(name, resume);
@@ -64,6 +71,29 @@ impl SessionActor {
             0 => 24 * 60 * 60 * 1000,
             secs => secs.saturating_mul(1000),
         }
+    }
+
+    /// A copy that holds something (a GET stream, a request in flight) keeps the record alive
+    /// without requests: every eighth of the idle timeout it pushes the expiry back.
+    pub(super) fn keep_record_while_busy(&self, ctx: &mut Context<Self>) {
+        if !self.replicated() {
+            return;
+        }
+        let keep_ms = Self::keep_ms(&self.shared.config);
+        ctx.run_interval(std::time::Duration::from_millis(keep_ms / 8), move |act, ctx| {
+            if act.holds_nothing() {
+                return;
+            }
+            let (tasks, id) = (act.shared.tasks.clone(), act.id.clone());
+            ctx.spawn(
+                async move {
+                    if let Err(e) = tasks.store().change_session(&id, SessionChange::Touch, keep_ms).await {
+                        tracing::debug!(session = %id, error = %e, "the session's record could not be kept");
+                    }
+                }
+                .into_actor(act),
+            );
+        });
     }
 
     /// A message for the client's GET stream, which is not open here: to the replica holding
@@ -86,6 +116,26 @@ impl SessionActor {
         let message = crate::outbound::Frame::new(message).json;
         self.shared.tasks.publish(StoreEvent::SessionClient { session: self.id.clone(), message });
         true
+    }
+
+    /// The client subscribed to `uri` through this copy: recorded for the others (within
+    /// bounds: at most `MAX_SUBSCRIPTIONS`, each URI at most 2 KiB; beyond, it is this copy's
+    /// alone).
+    pub(super) fn subscribed_here(&mut self, uri: &str, ctx: &mut Context<Self>) {
+        let held = &mut self.copies.held_subscriptions;
+        if uri.len() > MAX_RECORDED_URI || (held.len() >= taskgate_store::MAX_SUBSCRIPTIONS && !held.contains(uri)) {
+            return;
+        }
+        held.insert(uri.to_owned());
+        self.record_change(SessionChange::Subscribe(uri.to_owned()), ctx);
+    }
+
+    /// The client unsubscribed from `uri` through this copy.
+    pub(super) fn unsubscribed_here(&mut self, uri: &str, ctx: &mut Context<Self>) {
+        if self.copies.held_subscriptions.remove(uri) {
+            self.copies.confirmed.remove(uri);
+            self.record_change(SessionChange::Unsubscribe(uri.to_owned()), ctx);
+        }
     }
 
     /// Records what the client changed for every replica serving the session.
@@ -139,20 +189,59 @@ impl SessionActor {
                     opened.server_capabilities().await.ok()?;
                     opened.resume_point().await.filter(|r| !r.session_id.is_empty())
                 };
-                ctx.spawn(connecting.into_actor(self).map(move |point, act, ctx| {
-                    let Some(point) = point else { return };
-                    act.copies.upstream_refs.insert(name.clone(), point.clone());
+                let (tasks, id) = (self.shared.tasks.clone(), self.id.clone());
+                let keep_ms = Self::keep_ms(&self.shared.config);
+                // Bound in the record unless another copy bound one first: then that one is
+                // what the copies continue, and this one ends when this copy lets it go.
+                let binding = async move {
+                    let point = connecting.await?;
                     let bound = taskgate_store::UpstreamSessionRef {
-                        session_id: point.session_id,
-                        protocol_version: point.protocol_version,
+                        session_id: point.session_id.clone(),
+                        protocol_version: point.protocol_version.clone(),
                     };
-                    act.record_change(SessionChange::Upstream(name, bound), ctx);
+                    let store = tasks.store();
+                    store
+                        .change_session(&id, SessionChange::Upstream(name.clone(), bound.clone()), keep_ms)
+                        .await
+                        .ok()?;
+                    let record = store.session(&id).await.ok()??;
+                    let winner = record.upstream_sessions.get(&name)?.clone();
+                    Some((name, winner.clone(), winner == bound))
+                };
+                ctx.spawn(binding.into_actor(self).map(|bound, act, _| {
+                    let Some((name, winner, ours)) = bound else { return };
+                    if !ours {
+                        if let Some(mine) = act.upstreams.get(&name) {
+                            mine.keep_at_upstream(false);
+                        }
+                    }
+                    let resume = taskgate_upstream::SessionResume {
+                        session_id: winner.session_id,
+                        protocol_version: winner.protocol_version,
+                    };
+                    act.copies.upstream_refs.insert(name, resume);
                 }));
                 session
             }
         };
         session.keep_at_upstream(true);
         session
+    }
+
+    /// The session ended for good: its own upstream sessions end at their upstreams, those it
+    /// holds and those recorded it does not hold (let go here, or opened by another copy).
+    pub(super) fn end_upstream_sessions(&mut self) {
+        for session in self.upstreams.values() {
+            session.keep_at_upstream(false);
+        }
+        let recorded: Vec<(String, taskgate_upstream::SessionResume)> = self
+            .copies
+            .upstream_refs
+            .iter()
+            .filter(|(name, _)| !self.upstreams.get(*name).is_some_and(|s| !s.is_shared() && !s.is_pooled()))
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+        end_at_upstreams(&self.shared.connectors, &self.client, recorded);
     }
 
     /// The session stops here: the upstream sessions it kept at their upstreams for the other
@@ -180,15 +269,17 @@ impl SessionActor {
         if self.replicated() {
             self.copies.stream_at = None;
             self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone(), open: true });
+            self.record_change(SessionChange::StreamAt(self.shared.replica.clone()), ctx);
             self.read_record(ctx);
         }
     }
 
     /// The client's last GET stream here ended: the other copies learn no replica holds one
     /// (unless another has opened one since, which they heard of first).
-    pub(super) fn stream_gone(&mut self) {
+    pub(super) fn stream_gone(&mut self, ctx: &mut Context<Self>) {
         if self.replicated() && self.copies.stream_at.is_none() {
             self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone(), open: false });
+            self.record_change(SessionChange::StreamGone(self.shared.replica.clone()), ctx);
         }
     }
 
@@ -277,6 +368,23 @@ impl SessionActor {
     }
 }
 
+/// Ends these sessions at their (HTTP) upstreams: each is continued without `initialize` and
+/// let go at once, which ends it there (DELETE).
+pub(crate) fn end_at_upstreams(
+    connectors: &foldhash::HashMap<String, taskgate_upstream::Connector>,
+    client: &taskgate_upstream::ClientIdentity,
+    sessions: Vec<(String, taskgate_upstream::SessionResume)>,
+) {
+    for (name, resume) in sessions {
+        let Some(connector) = connectors.get(&name) else { continue };
+        let (events, _) = taskgate_upstream::event_channel(1);
+        if let Some(session) = connector.resume(client.clone(), events, &resume, None) {
+            session.keep_at_upstream(false);
+            drop(session);
+        }
+    }
+}
+
 impl Handler<FromElsewhere> for SessionActor {
     type Result = ();
 
@@ -324,7 +432,7 @@ impl Handler<FromElsewhere> for SessionActor {
                 }
             }
             FromElsewhere::StreamAt(replica, false) => {
-                if self.copies.stream_at.as_ref().is_some_and(|at| *at == replica || at == "?") {
+                if self.copies.stream_at.as_ref().is_some_and(|at| *at == replica) {
                     self.copies.stream_at = None;
                 }
             }

@@ -40,12 +40,12 @@ impl Message for ClientStreamEnded {
 impl Handler<ClientStreamEnded> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, _: ClientStreamEnded, _: &mut Context<Self>) {
+    fn handle(&mut self, _: ClientStreamEnded, ctx: &mut Context<Self>) {
         self.client_streams = self.client_streams.saturating_sub(1);
         if self.client_streams == 0 {
             // Nothing receives what the upstreams' GET streams carry: they may close.
             self.upstream_streams.clear();
-            self.stream_gone();
+            self.stream_gone(ctx);
             self.release_pooled();
         }
     }
@@ -247,9 +247,7 @@ impl Handler<Close> for SessionActor {
 
     fn handle(&mut self, _: Close, ctx: &mut Context<Self>) {
         // Ended for good: its own upstream sessions end at their upstreams too.
-        for session in self.upstreams.values() {
-            session.keep_at_upstream(false);
-        }
+        self.end_upstream_sessions();
         ctx.stop();
     }
 }

@@ -23,6 +23,7 @@ mod relay;
 mod task_calls;
 mod tools;
 
+pub(crate) use elsewhere::end_at_upstreams;
 pub(crate) use events::ClientNotification;
 pub(crate) use lifecycle::{
     Close, CloseIfIdle, EndGetStream, OpenStream, ShutDown, StreamOverflowed, CANCEL_AT_SHUTDOWN,
@@ -461,6 +462,7 @@ impl Actor for SessionActor {
         ctx.set_mailbox_capacity(self.shared.config.server.session_mailbox);
         self.myself = Some(Arc::new(ctx.address().downgrade().recipient()));
         self.me = Some(ctx.address().downgrade());
+        self.keep_record_while_busy(ctx);
         tracing::info!(session = %self.id, tenant = %self.identity.tenant, "session started");
     }
 

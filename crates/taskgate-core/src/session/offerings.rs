@@ -258,17 +258,17 @@ impl SessionActor {
         // read while a writer waits would deadlock).
         let routes = names::route_uri(self.shared.catalog.read().naming(), &uri);
         let candidates = self.candidates("resources", routes);
+        let attempts = retarget(params.as_ref(), candidates, "/uri");
         if method == methods::RESOURCES_SUBSCRIBE {
             // Subscriptions are upstream-session state: this client's are its own, and kept.
             self.go_private(ctx);
             self.subscribed = true;
-            self.copies.held_subscriptions.insert(uri.clone());
-            self.record_change(taskgate_store::SessionChange::Subscribe(uri.clone()), ctx);
+            if !attempts.is_empty() {
+                self.subscribed_here(&uri, ctx);
+            }
         } else if method == methods::RESOURCES_UNSUBSCRIBE {
-            self.copies.held_subscriptions.remove(&uri);
-            self.record_change(taskgate_store::SessionChange::Unsubscribe(uri.clone()), ctx);
+            self.unsubscribed_here(&uri, ctx);
         }
-        let attempts = retarget(params.as_ref(), candidates, "/uri");
         if attempts.is_empty() {
             // server/resources "Error Handling": -32002 for a resource that is not found.
             let error =

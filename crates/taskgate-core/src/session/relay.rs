@@ -229,7 +229,9 @@ impl Handler<ClientResponse> for SessionActor {
 
     fn handle(&mut self, ClientResponse(message): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
         // Relayed by another replica serving the session: it goes there.
-        if message.id().is_some_and(|id| !self.relayed.contains_key(id)) && self.client_elsewhere(&message) {
+        if message.id().is_some_and(|id| !self.relayed.contains_key(id) && super::elsewhere::relay_id(id))
+            && self.client_elsewhere(&message)
+        {
             return Ok(());
         }
         self.client_response(message, ctx)

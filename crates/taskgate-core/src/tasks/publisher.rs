@@ -12,6 +12,9 @@ const PUBLISH_QUEUE: usize = 4096;
 /// Bytes of clients' messages (session events) waiting to be published, at most: each waits
 /// only as long as a publish takes, but a slow Redis must not make them pile up.
 const PUBLISH_BYTES: usize = 16 << 20;
+/// Client sessions' events waiting to be published, at most: a quarter of the queue, so that
+/// what clients make cannot crowd out the task events.
+const SESSION_EVENTS: usize = PUBLISH_QUEUE / 4;
 
 /// The outgoing half: a bounded queue to one publishing loop.
 pub(crate) struct Publisher {
@@ -19,14 +22,30 @@ pub(crate) struct Publisher {
     replica: String,
     /// Bytes of clients' messages in the queue.
     bytes: AtomicUsize,
+    /// Client sessions' events in the queue.
+    session_events: AtomicUsize,
 }
 
-/// The bytes of a client's message an event carries (0 for the task layer's own events).
-pub(crate) fn client_bytes(event: &StoreEvent) -> usize {
+/// What an event weighs against the queue's bounds.
+#[derive(Clone, Copy)]
+pub(crate) struct Weight {
+    /// Bytes of a client's message it carries.
+    bytes: usize,
+    /// It is a client session's event.
+    session: bool,
+}
+
+/// What an event weighs: the bytes of a client's message it carries, whether it is a client
+/// session's.
+pub(crate) fn weight(event: &StoreEvent) -> Weight {
     match event {
-        StoreEvent::SessionMessage { message, .. } => message.len(),
-        StoreEvent::SessionClient { message, .. } => message.len(),
-        _ => 0,
+        StoreEvent::SessionMessage { message, .. } | StoreEvent::SessionClient { message, .. } => {
+            Weight { bytes: message.len(), session: true }
+        }
+        StoreEvent::SessionEnded { .. } | StoreEvent::SessionChanged { .. } | StoreEvent::SessionStream { .. } => {
+            Weight { bytes: 0, session: true }
+        }
+        _ => Weight { bytes: 0, session: false },
     }
 }
 
@@ -34,30 +53,42 @@ impl Publisher {
     /// A publisher for a shared store; for one that is not shared, publishing does nothing.
     pub(crate) fn new(shared_store: bool, replica: String) -> (Publisher, Option<mpsc::Receiver<EventEnvelope>>) {
         if !shared_store {
-            return (Publisher { queue: None, replica, bytes: AtomicUsize::new(0) }, None);
+            return (
+                Publisher { queue: None, replica, bytes: AtomicUsize::new(0), session_events: AtomicUsize::new(0) },
+                None,
+            );
         }
         let (tx, rx) = mpsc::channel(PUBLISH_QUEUE);
-        (Publisher { queue: Some(tx), replica, bytes: AtomicUsize::new(0) }, Some(rx))
+        let publisher =
+            Publisher { queue: Some(tx), replica, bytes: AtomicUsize::new(0), session_events: AtomicUsize::new(0) };
+        (publisher, Some(rx))
     }
 
     /// Queues an event for the other replicas; false when it was dropped (queue full, or the
-    /// clients' messages in it at their bound).
+    /// client sessions' events in it at their bounds).
     pub(crate) fn publish(&self, event: StoreEvent) -> bool {
         let Some(queue) = &self.queue else { return true };
-        let bytes = client_bytes(&event);
-        if bytes > 0 && self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > PUBLISH_BYTES {
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            return false;
+        let weight = weight(&event);
+        if weight.session {
+            let over_count = self.session_events.fetch_add(1, Ordering::Relaxed) >= SESSION_EVENTS;
+            let over_bytes = self.bytes.fetch_add(weight.bytes, Ordering::Relaxed) + weight.bytes > PUBLISH_BYTES;
+            if over_count || over_bytes {
+                self.sent(weight);
+                return false;
+            }
         }
         let queued = queue.try_send(EventEnvelope { from: self.replica.clone(), event }).is_ok();
         if !queued {
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            self.sent(weight);
         }
         queued
     }
 
     /// The publishing loop is done with an event (published or lost).
-    pub(crate) fn sent(&self, bytes: usize) {
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    pub(crate) fn sent(&self, weight: Weight) {
+        if weight.session {
+            self.session_events.fetch_sub(1, Ordering::Relaxed);
+            self.bytes.fetch_sub(weight.bytes, Ordering::Relaxed);
+        }
     }
 }

@@ -26,9 +26,9 @@ use crate::identity::Identity;
 pub(crate) async fn publish_loop(shared: Arc<TaskShared>, mut queue: mpsc::Receiver<EventEnvelope>) {
     while let Some(envelope) = queue.recv().await {
         let kind = kind(&envelope.event);
-        let bytes = super::publisher::client_bytes(&envelope.event);
+        let weight = super::publisher::weight(&envelope.event);
         let outcome = shared.tasks.store().publish(envelope).await;
-        shared.tasks.published(bytes);
+        shared.tasks.published(weight);
         match outcome {
             Ok(()) => shared.metrics.store_events.with_label_values(&["published", kind]).inc(),
             Err(e) => {

@@ -263,8 +263,8 @@ impl<A: Clone> TaskState<A> {
     }
 
     /// The publishing loop is done with an event.
-    pub(crate) fn published(&self, bytes: usize) {
-        self.publisher.sent(bytes);
+    pub(crate) fn published(&self, weight: super::publisher::Weight) {
+        self.publisher.sent(weight);
     }
 
     /// `notifications/tasks/status` to the owner's sessions, here and on the other replicas.

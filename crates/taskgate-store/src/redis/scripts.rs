@@ -131,8 +131,10 @@ return {}
 "#;
 
 /// Applies one change to a session that still exists, and pushes its expiry back.
-/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u' | 'b', the value (for 'b',
-/// the upstream's name), max subscriptions, (for 'b') the upstream session.
+/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u' | 'b' | 'g' | 'x', the value
+/// (for 'b', the upstream's name), max subscriptions, (for 'b') the upstream session.
+/// 'b' binds an upstream session only if none is bound (the first copy to bind one wins); 'x'
+/// forgets the GET stream's replica only if it is still that one.
 /// 1 done, 0 no such session.
 pub(super) const SESSION_CHANGE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -140,14 +142,18 @@ if ARGV[2] == 'l' then
   redis.call('HSET', KEYS[1], 'l', ARGV[3])
 elseif ARGV[2] == 's' then
   local field = 's:' .. ARGV[3]
-  local held = redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'l')
+  local held = redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'l') - redis.call('HEXISTS', KEYS[1], 'g')
   if redis.call('HEXISTS', KEYS[1], field) == 1 or held < tonumber(ARGV[4]) then
     redis.call('HSET', KEYS[1], field, '')
   end
 elseif ARGV[2] == 'u' then
   redis.call('HDEL', KEYS[1], 's:' .. ARGV[3])
 elseif ARGV[2] == 'b' then
-  redis.call('HSET', KEYS[1], 'b:' .. ARGV[3], ARGV[5])
+  redis.call('HSETNX', KEYS[1], 'b:' .. ARGV[3], ARGV[5])
+elseif ARGV[2] == 'g' then
+  redis.call('HSET', KEYS[1], 'g', ARGV[3])
+elseif ARGV[2] == 'x' then
+  if redis.call('HGET', KEYS[1], 'g') == ARGV[3] then redis.call('HDEL', KEYS[1], 'g') end
 end
 if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1

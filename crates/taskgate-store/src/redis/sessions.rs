@@ -26,6 +26,7 @@ impl RedisTaskStore {
         core.log_level = None;
         core.subscriptions.clear();
         core.upstream_sessions.clear();
+        core.stream = None;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(&key)
@@ -34,6 +35,9 @@ impl RedisTaskStore {
             .ignore();
         if let Some(level) = &record.log_level {
             pipe.hset(&key, "l", level).ignore();
+        }
+        if let Some(replica) = &record.stream {
+            pipe.hset(&key, "g", replica).ignore();
         }
         for uri in record.subscriptions.iter().take(MAX_SUBSCRIPTIONS) {
             pipe.hset(&key, format!("s:{uri}"), "").ignore();
@@ -53,6 +57,7 @@ impl RedisTaskStore {
         let fields: Vec<(String, String)> = self.run(c.hgetall(self.session_key(id))).await?;
         let mut record: Option<SessionRecord> = None;
         let (mut level, mut subscriptions, mut upstreams) = (None, Vec::new(), std::collections::BTreeMap::new());
+        let mut stream = None;
         for (field, value) in fields {
             match field.as_str() {
                 "r" => {
@@ -62,6 +67,7 @@ impl RedisTaskStore {
                     )
                 }
                 "l" => level = Some(value),
+                "g" => stream = Some(value),
                 other => {
                     if let Some(uri) = other.strip_prefix("s:") {
                         subscriptions.push(uri.to_owned());
@@ -78,6 +84,7 @@ impl RedisTaskStore {
             r.log_level = level;
             r.subscriptions = subscriptions;
             r.upstream_sessions = upstreams;
+            r.stream = stream;
             r
         }))
     }
@@ -99,6 +106,8 @@ impl RedisTaskStore {
             SessionChange::Level(level) => ("l", level),
             SessionChange::Subscribe(uri) => ("s", uri),
             SessionChange::Unsubscribe(uri) => ("u", uri),
+            SessionChange::StreamAt(replica) => ("g", replica),
+            SessionChange::StreamGone(replica) => ("x", replica),
             SessionChange::Upstream(upstream, session) => {
                 let mut invocation = self.scripts.session.key(key);
                 let session = serde_json::to_string(&session).expect("encodes");
