@@ -84,7 +84,7 @@ mod redis_conformance {
             // Touched: its expiry moves; the other one's does not.
             assert!(s.change_session("k", SessionChange::Touch, 60_000).await.unwrap());
             let client = redis::Client::open(server().url.as_str()).unwrap();
-            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let c = client.get_multiplexed_async_connection().await.unwrap();
             let ttl = |key: &'static str| {
                 let (mut c, key) = (c.clone(), format!("{}session:{key}", s.prefix()));
                 async move { redis::AsyncCommands::pttl::<_, i64>(&mut c, key).await.unwrap() }

@@ -494,6 +494,11 @@ mod tests {
             false
         }
         fn remote_inputs(&self, _: &Identity, _: &str) {}
+        fn to_stream(&self, _: &str, _: String) {}
+        fn client_said(&self, _: &str, _: String) {}
+        fn ended(&self, _: &str) {}
+        fn changed(&self, _: &str) {}
+        fn stream_at(&self, _: &str, _: String, _: bool) {}
         fn release_idle(&self, _: u64, _: u64) {}
         fn close_idle(self: Arc<Self>, _: u64) -> futures_util::future::BoxFuture<'static, ()> {
             Box::pin(async {})
