@@ -100,7 +100,13 @@ impl Gateway {
         // The revision it negotiated, as this replica knows it (the record came from one).
         let version = mcp::negotiate_version(&record.protocol_version).to_owned();
         let placed = Placed { id: id.to_owned(), identity: identity.clone(), version, client };
+        let stream_known = record.stream.is_some();
         self.place_session(placed, catalog, false, Some(record)).await?;
+        if !stream_known {
+            // The client may have opened its GET stream while this copy was made: read again,
+            // now that the copy hears the other replicas.
+            crate::tasks::RequestorSessions::changed(&*self.sessions, id);
+        }
         tracing::info!(session = %id, tenant = %identity.tenant, "session loaded from the store (created at another replica, or let go here)");
         self.shared.metrics.sessions_loaded.with_label_values(&[&identity.tenant]).inc();
         self.session(id, identity)

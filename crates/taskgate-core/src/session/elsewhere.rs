@@ -268,18 +268,34 @@ impl SessionActor {
     pub(super) fn stream_here(&mut self, ctx: &mut Context<Self>) {
         if self.replicated() {
             self.copies.stream_at = None;
-            self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone(), open: true });
-            self.record_change(SessionChange::StreamAt(self.shared.replica.clone()), ctx);
+            self.announce_stream(true, ctx);
             self.read_record(ctx);
         }
+    }
+
+    /// Records where the client's GET stream is (or that it ended here), then tells the other
+    /// copies: in that order, a copy loaded meanwhile either reads it or hears it (it reads
+    /// its record again once it is in the table).
+    fn announce_stream(&self, open: bool, ctx: &mut Context<Self>) {
+        let (tasks, id, replica) = (self.shared.tasks.clone(), self.id.clone(), self.shared.replica.clone());
+        let keep_ms = Self::keep_ms(&self.shared.config);
+        let change = if open { SessionChange::StreamAt(replica) } else { SessionChange::StreamGone(replica) };
+        ctx.spawn(
+            async move {
+                if let Err(e) = tasks.store().change_session(&id, change, keep_ms).await {
+                    tracing::debug!(session = %id, error = %e, "where the GET stream is was not recorded");
+                }
+                tasks.publish(StoreEvent::SessionStream { session: id, open });
+            }
+            .into_actor(self),
+        );
     }
 
     /// The client's last GET stream here ended: the other copies learn no replica holds one
     /// (unless another has opened one since, which they heard of first).
     pub(super) fn stream_gone(&mut self, ctx: &mut Context<Self>) {
         if self.replicated() && self.copies.stream_at.is_none() {
-            self.shared.tasks.publish(StoreEvent::SessionStream { session: self.id.clone(), open: false });
-            self.record_change(SessionChange::StreamGone(self.shared.replica.clone()), ctx);
+            self.announce_stream(false, ctx);
         }
     }
 
@@ -295,6 +311,12 @@ impl SessionActor {
                     return tracing::warn!(session = %act.id, error = %e, "the session's record could not be read")
                 }
             };
+            // Where the GET stream is, if this copy has not heard (a stream is cleared only by
+            // what it hears: a record read may be older than that).
+            let elsewhere = record.stream.filter(|at| *at != act.shared.replica);
+            if act.copies.stream_at.is_none() && act.get_stream.is_none() && elsewhere.is_some() {
+                act.copies.stream_at = elsewhere;
+            }
             if record.log_level.is_some() && record.log_level != act.log_level {
                 act.go_private(ctx);
                 act.log_level = record.log_level;
