@@ -184,7 +184,14 @@ async fn a_data_directory_that_cannot_be_used_stops_the_start_with_a_clear_error
     // A file where the data directory should be.
     let blocked = dir.path().join("blocked");
     std::fs::write(&blocked, b"not a directory").unwrap();
-    std::fs::write(&file, format!("[store]\npath = {:?}\n", blocked.join("data").display().to_string())).unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = {:?}\n",
+            blocked.join("data").display().to_string()
+        ),
+    )
+    .unwrap();
     let err = ServedGateway::try_start(&file).await.err().expect("the gateway refuses to start");
     assert!(err.contains("store.path") && err.contains("cannot create the data directory"), "{err}");
 
@@ -192,13 +199,21 @@ async fn a_data_directory_that_cannot_be_used_stops_the_start_with_a_clear_error
     let data = dir.path().join("corrupt");
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("tasks.redb"), vec![0x42; 8192]).unwrap();
-    std::fs::write(&file, format!("[store]\npath = {:?}\n", data.display().to_string())).unwrap();
+    std::fs::write(
+        &file,
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = {:?}\n", data.display().to_string()),
+    )
+    .unwrap();
     let err = ServedGateway::try_start(&file).await.err().expect("the gateway refuses to start");
     assert!(err.contains("cannot open the task database") && err.contains("tasks.redb"), "{err}");
 
     // Two processes on one directory: the second is refused.
     let shared = dir.path().join("shared");
-    std::fs::write(&file, format!("[store]\npath = {:?}\n", shared.display().to_string())).unwrap();
+    std::fs::write(
+        &file,
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = {:?}\n", shared.display().to_string()),
+    )
+    .unwrap();
     let first = ServedGateway::start(&file).await;
     let err = ServedGateway::try_start(&file).await.err().expect("the second gateway refuses to start");
     assert!(err.contains("already open in another taskgate process"), "{err}");
