@@ -415,3 +415,44 @@ async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the
     assert_eq!(ended.status().as_u16(), 200);
     within(cl.demo.http.wait_sessions(|n| *n == before)).await;
 }
+
+#[actix_rt::test]
+async fn a_session_ended_through_a_replica_that_never_served_it_ends_its_upstream_session_there() {
+    let mut cl = cluster_with("share_sessions = \"never\"").await;
+    for replica in &cl.replicas {
+        McpClient::with_bearer(&replica.url, KEY).initialize().await;
+    }
+    let mut c = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    c.initialize().await;
+    let before = cl.demo.http.sessions();
+    assert_eq!(c.call("demo__add", json!({"a": 1, "b": 1})).await.unwrap()["content"][0]["text"], "2");
+    within(cl.demo.http.wait_sessions(|n| *n == before + 1)).await;
+    let id = c.session.clone().unwrap();
+    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    within(async {
+        loop {
+            let bound: Option<String> =
+                redis::AsyncCommands::hget(&mut conn, format!("any:session:{id}"), "b:demo").await.unwrap();
+            if bound.is_some() {
+                break;
+            }
+            c.request("ping", None).await;
+        }
+    })
+    .await;
+    // The replica holding the session dies (its upstream session stays at the upstream); the
+    // client ends the session through one that never served it.
+    let holder = cl.replicas.remove(0);
+    holder.kill().await;
+    assert_eq!(cl.demo.http.sessions(), before + 1);
+    let ended = reqwest::Client::new()
+        .delete(&cl.replicas[1].url)
+        .bearer_auth(KEY)
+        .header("Mcp-Session-Id", &id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status().as_u16(), 200);
+    within(cl.demo.http.wait_sessions(|n| *n == before)).await;
+}
