@@ -371,9 +371,10 @@ async fn what_an_upstream_says_at_one_replica_reaches_the_get_stream_at_another_
     assert_eq!(heard.method(), Some("notifications/prompts/list_changed"));
 }
 
-#[actix_rt::test]
-async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the_others_and_ended_once() {
-    let cl = cluster_with("share_sessions = \"never\"").await;
+/// A session made at replica 0 of a cluster whose upstream sessions are not shared, that has
+/// called once (its own upstream session open, and bound in its record): the client, the
+/// upstream's session count before it, and the binding as Redis holds it.
+async fn bound_session(cl: &Cluster) -> (McpClient, usize, String) {
     // Each replica has listed the upstream (its catalog sessions are open).
     for replica in &cl.replicas {
         McpClient::with_bearer(&replica.url, KEY).initialize().await;
@@ -384,11 +385,10 @@ async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the
     assert_eq!(c.call("demo__add", json!({"a": 1, "b": 1})).await.unwrap()["content"][0]["text"], "2");
     within(cl.demo.http.wait_sessions(|n| *n == before + 1)).await;
     // The record names it once the upstream has given its id.
-    let id = c.session.clone().unwrap();
+    let key = format!("any:session:{}", c.session.clone().unwrap());
     let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    let key = format!("any:session:{id}");
-    let bound: String = within(async {
+    let bound = within(async {
         loop {
             let value: Option<String> = redis::AsyncCommands::hget(&mut conn, &key, "b:demo").await.unwrap();
             if let Some(value) = value {
@@ -398,6 +398,17 @@ async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the
         }
     })
     .await;
+    (c, before, bound)
+}
+
+#[actix_rt::test]
+async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the_others_and_ended_once() {
+    let cl = cluster_with("share_sessions = \"never\"").await;
+    let (c, before, bound) = bound_session(&cl).await;
+    let id = c.session.clone().unwrap();
+    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("any:session:{id}");
     // The other replicas continue it: the upstream sees no new session.
     for replica in &cl.replicas[1..] {
         let mut there = c.clone();
@@ -419,28 +430,8 @@ async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the
 #[actix_rt::test]
 async fn a_session_ended_through_a_replica_that_never_served_it_ends_its_upstream_session_there() {
     let mut cl = cluster_with("share_sessions = \"never\"").await;
-    for replica in &cl.replicas {
-        McpClient::with_bearer(&replica.url, KEY).initialize().await;
-    }
-    let mut c = McpClient::with_bearer(&cl.replicas[0].url, KEY);
-    c.initialize().await;
-    let before = cl.demo.http.sessions();
-    assert_eq!(c.call("demo__add", json!({"a": 1, "b": 1})).await.unwrap()["content"][0]["text"], "2");
-    within(cl.demo.http.wait_sessions(|n| *n == before + 1)).await;
+    let (c, before, _) = bound_session(&cl).await;
     let id = c.session.clone().unwrap();
-    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
-    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    within(async {
-        loop {
-            let bound: Option<String> =
-                redis::AsyncCommands::hget(&mut conn, format!("any:session:{id}"), "b:demo").await.unwrap();
-            if bound.is_some() {
-                break;
-            }
-            c.request("ping", None).await;
-        }
-    })
-    .await;
     // The replica holding the session dies (its upstream session stays at the upstream); the
     // client ends the session through one that never served it.
     let holder = cl.replicas.remove(0);
