@@ -16,9 +16,9 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::{call, free_port, ms, percentile, start_demo, start_gateway, verdict};
+use crate::harness::{call, free_port, interleaved, ms, percentile, start_demo, start_gateway, verdict};
 use crate::plan::Plan;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::{bail, Result};
@@ -108,21 +108,6 @@ async fn connect_as(url: &str, bearer: &str) -> McpClient {
     let mut client = McpClient::with_bearer(url, bearer);
     client.initialize().await;
     client
-}
-
-/// Sequential latencies straight, with the API key and with the token, call by call in turn.
-async fn interleaved(paths: [(&McpClient, &str); 3], n: usize) -> Result<[Vec<Duration>; 3]> {
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    for round in 0..n {
-        for turn in 0..3 {
-            let path = (round + turn) % 3;
-            let (client, tool) = paths[path];
-            let started = Instant::now();
-            call(client, tool).await?;
-            samples[path].push(started.elapsed());
-        }
-    }
-    Ok(samples)
 }
 
 /// Resident memory growth of a gateway while `principals` sessions of distinct principals each

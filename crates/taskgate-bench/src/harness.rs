@@ -390,3 +390,19 @@ pub(crate) async fn metric(url: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Sequential latencies of three paths (a client and the tool it calls), call by call in turn,
+/// `n` each.
+pub(crate) async fn interleaved(paths: [(&McpClient, &str); 3], n: usize) -> Result<[Vec<Duration>; 3]> {
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    for round in 0..n {
+        for turn in 0..3 {
+            let path = (round + turn) % 3;
+            let (client, tool) = paths[path];
+            let started = Instant::now();
+            call(client, tool).await?;
+            samples[path].push(started.elapsed());
+        }
+    }
+    Ok(samples)
+}

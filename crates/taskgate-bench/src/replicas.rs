@@ -9,9 +9,9 @@
 //! - Memory: N sessions made at A: Redis's `used_memory` growth per session.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::harness::{call, ms, percentile, start_demo, start_gateway, verdict};
+use crate::harness::{call, interleaved, ms, percentile, start_demo, start_gateway, verdict};
 use crate::plan::Plan;
 use crate::stores::{redis_info, redis_installed, redis_used_memory};
 use anyhow::{bail, Result};
@@ -70,18 +70,8 @@ pub async fn replicas(plan: &Plan, bin: &Path) -> Result<()> {
     call(&at_a, "demo__echo").await?;
 
     let n = plan.sequential;
-    let mut samples: [Vec<Duration>; 3] = Default::default();
     let paths = [(&at_a, "demo__echo"), (&at_b, "demo__echo"), (&direct, "echo")];
-    for round in 0..n {
-        for turn in 0..3 {
-            let path = (round + turn) % 3;
-            let (client, tool) = paths[path];
-            let started = Instant::now();
-            call(client, tool).await?;
-            samples[path].push(started.elapsed());
-        }
-    }
-    let [mut a, mut b, mut straight] = samples;
+    let [mut a, mut b, mut straight] = interleaved(paths, n).await?;
     let (p50_a, p50_b, p50_direct) = (percentile(&mut a, 0.5), percentile(&mut b, 0.5), percentile(&mut straight, 0.5));
     let added = |p: Duration| p.saturating_sub(p50_direct).as_secs_f64();
     let ratio = added(p50_b) / added(p50_a).max(1e-9);
