@@ -11,7 +11,8 @@
 //! - what the client changed (its log level, its subscriptions) is in the record; the copies
 //!   read it again (`SessionChanged`). Subscriptions are held at the upstreams by the copy
 //!   holding the GET stream, where their updates go (any copy takes a `resources/subscribe`;
-//!   updates reaching a copy without the stream are dropped, as the holder has its own).
+//!   a copy without the stream passes its updates on, and the holder drops those of the URIs
+//!   its own subscriptions deliver).
 
 use super::*;
 use crate::offerings as names;
