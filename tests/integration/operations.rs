@@ -158,10 +158,25 @@ async fn metrics_move_with_traffic_and_operations_endpoints_answer() {
 
     let http = reqwest::Client::new();
     let text = http.get(format!("http://{admin}/metrics")).send().await.unwrap().text().await.unwrap();
+    // With an admin listener, the metrics are its own: the main listener has none.
     let main = http.get(format!("http://{}/metrics", gw.addr)).send().await.unwrap();
-    assert_eq!(main.status(), 200);
-    assert!(main.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert_eq!(main.status(), 404);
     let m = parse_metrics(&text);
+    // Client requests by tenant and method: every one counted and timed, the failed call an error.
+    let requests = |name: &str, method: &str| value(&m, name, &[("tenant", "anonymous"), ("method", method)]);
+    assert_eq!(requests("taskgate_requests_total", "tools/call"), 3.0);
+    assert_eq!(requests("taskgate_request_duration_seconds_count", "tools/call"), 3.0);
+    assert_eq!(requests("taskgate_request_errors_total", "tools/call"), 1.0);
+    assert_eq!(requests("taskgate_requests_total", "tasks/get"), 2.0);
+    assert_eq!(requests("taskgate_request_errors_total", "tasks/get"), 0.0);
+    assert_eq!(requests("taskgate_requests_total", "initialize"), 1.0);
+    assert!(text.contains("# TYPE taskgate_build_info gauge"));
+    assert_eq!(value(&m, "taskgate_build_info", &[]), 1.0);
+    assert!(value(&m, "process_resident_memory_bytes", &[]) > 1e6);
+    assert!(value(&m, "process_open_fds", &[]) > 3.0);
+    assert!(value(&m, "process_start_time_seconds", &[]) > 1.7e9);
+    assert_eq!(value(&m, "taskgate_ready", &[]), 1.0);
+    assert_eq!(value(&m, "taskgate_tenant_upstream", &[("tenant", "anonymous"), ("upstream", "demo")]), 1.0);
     assert_eq!(value(&m, "taskgate_sessions_active", &[("tenant", "anonymous")]), 1.0);
     assert_eq!(value(&m, "taskgate_tasks_created_total", &[("tenant", "anonymous"), ("upstream", "demo")]), 1.0);
     assert_eq!(value(&m, "taskgate_tasks_finished_total", &[("status", "completed")]), 1.0);
@@ -171,7 +186,7 @@ async fn metrics_move_with_traffic_and_operations_endpoints_answer() {
     assert_eq!(value(&m, "taskgate_task_polls_total", &[("tenant", "anonymous")]), 2.0);
     assert_eq!(value(&m, "taskgate_task_polls_early_total", &[("tenant", "anonymous")]), 1.0);
     assert_eq!(value(&m, "taskgate_task_result_waiters", &[]), 0.0);
-    assert!(value(&m, "taskgate_progress_notifications_total", &[("status", "relayed")]) >= 3.0);
+    assert!(value(&m, "taskgate_progress_notifications_total", &[("outcome", "relayed")]) >= 3.0);
     assert!(
         value(
             &m,
@@ -180,8 +195,11 @@ async fn metrics_move_with_traffic_and_operations_endpoints_answer() {
         ) >= 2.0
     );
     assert!(value(&m, "taskgate_upstream_errors_total", &[("upstream", "dead"), ("reason", "unavailable")]) >= 1.0);
-    assert_eq!(value(&m, "taskgate_cancellations_total", &[("status", "ignored"), ("reason", "unknown_request")]), 1.0);
-    assert!(value(&m, "taskgate_http_responses_total", &[("method", "POST"), ("status", "200")]) >= 8.0);
+    assert_eq!(
+        value(&m, "taskgate_cancellations_total", &[("outcome", "ignored"), ("reason", "unknown_request")]),
+        1.0
+    );
+    assert!(value(&m, "taskgate_http_responses_total", &[("http_method", "POST"), ("code", "200")]) >= 8.0);
     assert_eq!(value(&m, "taskgate_upstream_reachable", &[("upstream", "demo")]), 1.0);
     assert_eq!(value(&m, "taskgate_upstream_reachable", &[("upstream", "dead")]), 0.0);
     assert_eq!(value(&m, "taskgate_task_actors", &[]), 0.0);
@@ -191,15 +209,58 @@ async fn metrics_move_with_traffic_and_operations_endpoints_answer() {
     assert!(!text.contains(&session) && !text.contains(&task), "an id leaked into a label");
 
     // /healthz and /readyz on both listeners: ready, since the dead upstream is not required.
+    // The admin listener's /readyz says why; the main listener's says ready, and nothing else.
     for base in [format!("http://{admin}"), format!("http://{}", gw.addr)] {
         assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
         let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
         assert_eq!(ready.status(), 200);
         let body: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
         assert_eq!(body["ready"], true);
+        if base.contains(&gw.addr.to_string()) {
+            assert_eq!(body, json!({"ready": true}));
+            continue;
+        }
         let dead = body["upstreams"].as_array().unwrap().iter().find(|u| u["name"] == "dead").unwrap().clone();
         assert_eq!((dead["reachable"].clone(), dead["required"].clone()), (json!(false), json!(false)));
         assert!(dead["error"].as_str().unwrap().contains("unavailable"));
+    }
+}
+
+#[actix_rt::test]
+async fn the_main_listener_keeps_metrics_and_readiness_details_unless_public_metrics_is_set() {
+    let mut dead = UpstreamConfig::http("dead", "http://127.0.0.1:1/mcp");
+    dead.required = true;
+    let http = reqwest::Client::new();
+    // No admin listener: everything is on the main one, as before.
+    // An admin listener: the main one says ready or not, nothing more.
+    // An admin listener and public_metrics = true: both have everything.
+    for (admin, public, metrics_status, details) in [
+        (false, None, 200, true),
+        (true, None, 404, false),
+        (true, Some(true), 200, true),
+        (false, Some(false), 404, false),
+    ] {
+        let mut config = config_with(vec![dead.clone()]);
+        if admin {
+            config.server.admin_listen = Some("127.0.0.1:0".into());
+        }
+        config.server.public_metrics = public;
+        let gw = TestGateway::start(config);
+        let base = format!("http://{}", gw.addr);
+        assert_eq!(http.get(format!("{base}/metrics")).send().await.unwrap().status(), metrics_status);
+        let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
+        assert_eq!(ready.status(), 503);
+        let body = ready.text().await.unwrap();
+        assert_eq!(body.contains("127.0.0.1:1") || body.contains("dead"), details, "{body}");
+        if !details {
+            assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"ready": false}));
+        }
+        if let Some(admin) = gw.admin {
+            let body = http.get(format!("http://{admin}/readyz")).send().await.unwrap().text().await.unwrap();
+            assert!(body.contains("\"dead\""), "{body}");
+            let metrics = http.get(format!("http://{admin}/metrics")).send().await.unwrap().text().await.unwrap();
+            assert!(metrics.contains("taskgate_ready 0"), "{metrics}");
+        }
     }
 }
 
@@ -241,7 +302,7 @@ async fn a_fresh_gateway_exports_its_known_series_at_zero() {
     let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
     let text = gw.gateway.render_metrics().await;
     for series in [
-        r#"taskgate_cancellations_total{reason="none",status="forwarded"} 0"#,
+        r#"taskgate_cancellations_total{outcome="forwarded",reason="none"} 0"#,
         r#"taskgate_admission_rejected_total{reason="max_tasks",tenant="anonymous"} 0"#,
         r#"taskgate_upstream_errors_total{reason="unavailable",upstream="demo"} 0"#,
         r#"taskgate_tasks_finished_total{status="completed",tenant="anonymous",upstream="demo"} 0"#,

@@ -588,8 +588,8 @@ async fn a_reload_changes_limits_and_credentials_for_new_requests_and_keeps_sess
     a.demo.release("r");
     let done = within(alice.request("tasks/result", Some(json!({"taskId": id})))).await.outcome().unwrap();
     assert_eq!(done["content"][0]["text"], "gate r opened");
-    assert_eq!(metric(&gw, "taskgate_config_reloads_total{status=\"applied\"}").await, 1.0);
-    assert_eq!(metric(&gw, "taskgate_config_reloads_total{status=\"rejected\"}").await, 1.0);
+    assert_eq!(metric(&gw, "taskgate_config_reloads_total{outcome=\"applied\"}").await, 1.0);
+    assert_eq!(metric(&gw, "taskgate_config_reloads_total{outcome=\"rejected\"}").await, 1.0);
 }
 
 #[actix_rt::test]

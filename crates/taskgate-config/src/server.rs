@@ -81,10 +81,15 @@ pub struct ServerConfig {
     pub tenant_share_percent: u8,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
-    /// A second listener for `/metrics`, `/healthz` and `/readyz` only (they are also on the main
-    /// listener), e.g. `127.0.0.1:9090`.
+    /// A second listener for the operators, e.g. `127.0.0.1:9090`: `/metrics`, `/healthz` and
+    /// the detailed `/readyz`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
+    /// Whether the main listener serves `/metrics` and the detailed `/readyz` (otherwise its
+    /// `/readyz` says ready or not, nothing more). Unset: yes when there is no admin listener,
+    /// no when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_metrics: Option<bool>,
     /// A session with no request for this many seconds, and no request in flight or GET stream
     /// open, is closed (its tasks live on). 0 keeps idle sessions forever.
     pub session_idle_timeout_secs: u64,
@@ -96,6 +101,13 @@ pub struct ServerConfig {
     /// How often `taskgate serve` checks its configuration file for changes, in milliseconds
     /// (tenants reload on a change and on SIGHUP). 0 reloads on SIGHUP only.
     pub config_poll_ms: u64,
+}
+
+impl ServerConfig {
+    /// Whether the main listener serves `/metrics` and the detailed `/readyz`.
+    pub fn serves_public_metrics(&self) -> bool {
+        self.public_metrics.unwrap_or(self.admin_listen.is_none())
+    }
 }
 
 impl Default for ServerConfig {
@@ -119,6 +131,7 @@ impl Default for ServerConfig {
             tenant_share_percent: defaults::TENANT_SHARE_PERCENT,
             workers: 0,
             admin_listen: None,
+            public_metrics: None,
             max_connections_per_peer: 0,
             max_unfinished_requests_per_peer: defaults::MAX_UNFINISHED_REQUESTS_PER_PEER,
             public_url: None,

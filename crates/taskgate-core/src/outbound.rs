@@ -36,6 +36,8 @@ pub struct Frame {
     pub response: bool,
     /// It is an error saying the task store is unavailable (HTTP 503 when sent alone).
     pub store_unavailable: bool,
+    /// It is a JSON-RPC error.
+    pub error: bool,
 }
 
 impl Frame {
@@ -43,7 +45,8 @@ impl Frame {
     pub fn new(message: &Message) -> Frame {
         let store_unavailable =
             matches!(message, Message::Error { error, .. } if crate::error::is_store_unavailable(error));
-        Frame { json: message.to_json(), response: message.is_response(), store_unavailable }
+        let error = matches!(message, Message::Error { .. });
+        Frame { json: message.to_json(), response: message.is_response(), store_unavailable, error }
     }
 }
 

@@ -9,11 +9,13 @@
 //! - [`peers`]: each source address's share of the listener (connections, unfinished requests).
 //! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
+//! - [`metered`]: client requests counted and timed by tenant and method.
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
 
 pub mod checks;
 pub mod cors;
 pub mod mcp_endpoint;
+pub mod metered;
 pub mod modern;
 pub mod operations;
 pub mod peers;

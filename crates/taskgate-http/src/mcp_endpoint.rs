@@ -70,10 +70,19 @@ pub async fn post(
         method = %Untrusted(message.method().unwrap_or("response")),
     );
     let modern = modern.into_inner();
+    // A request is counted and timed by tenant and method until its response is sent.
+    let meter = match &message {
+        Message::Request { method, .. } => Some(gateway.metrics().requests.meter(&identity.tenant, method)),
+        _ => None,
+    };
     let request = Request { headers, session_id, identity, scoped, message, fields, arguments };
-    match tracing::Instrument::instrument(dispatch(request, &gateway, modern), span).await {
+    let response = match tracing::Instrument::instrument(dispatch(request, &gateway, modern), span).await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
+    };
+    match meter {
+        Some(meter) => crate::metered::metered(response, meter),
+        None => response,
     }
 }
 

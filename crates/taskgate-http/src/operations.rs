@@ -1,6 +1,7 @@
 //! Operations endpoints: `/metrics` (Prometheus text format), `/healthz` (the process is alive)
 //! and `/readyz` (configuration loaded; the task store's and each upstream's reachability; ready
-//! when the store answers and every upstream marked `required` is reachable).
+//! when the store answers and every upstream marked `required` is reachable). The main listener
+//! keeps `/metrics` and the details of `/readyz` to itself when `server.public_metrics` is off.
 
 use actix_web::{web, HttpResponse};
 use serde_json::json;
@@ -16,23 +17,32 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain").body("ok\n")
 }
 
-/// `GET /readyz`: 200 when ready, 503 otherwise; the body lists every upstream.
+/// `GET /readyz` with the details: 200 when ready, 503 otherwise; the body says why (the
+/// store, each upstream, each authorization server). On the admin listener, and on the main
+/// one when `server.public_metrics` allows.
 pub async fn readyz(gateway: web::Data<Gateway>) -> HttpResponse {
-    let (upstreams_ready, upstreams) = gateway.readiness().await;
-    let store = gateway.store_health().await;
-    let ready = upstreams_ready && store.is_ok();
-    let upstreams: Vec<_> = upstreams
+    let report = gateway.ready_report().await;
+    let upstreams: Vec<_> = report
+        .upstreams
         .into_iter()
         .map(|u| json!({"name": u.name, "required": u.required, "reachable": u.reachable, "error": u.error}))
         .collect();
-    let store = json!({"reachable": store.is_ok(), "error": store.err()});
-    // An authorization server whose keys were never read: its JWTs cannot be checked (one that
-    // only introspects needs none).
-    let oauth = gateway.oauth_health();
-    let ready = ready && oauth.iter().all(|i| i.keys > 0 || !i.needs_keys);
+    let store = json!({"reachable": report.store.is_ok(), "error": report.store.err()});
     let oauth: Vec<_> =
-        oauth.into_iter().map(|i| json!({"issuer": i.issuer, "keys": i.keys, "error": i.error})).collect();
-    let body = json!({"ready": ready, "config": "loaded", "store": store, "upstreams": upstreams, "oauth": oauth});
+        report.oauth.into_iter().map(|i| json!({"issuer": i.issuer, "keys": i.keys, "error": i.error})).collect();
+    let body =
+        json!({"ready": report.ready, "config": "loaded", "store": store, "upstreams": upstreams, "oauth": oauth});
+    ready_or_not(report.ready, body)
+}
+
+/// `GET /readyz` on the main listener when its metrics are private: ready or not, no internals
+/// (no upstream names, addresses or errors).
+pub async fn readyz_public(gateway: web::Data<Gateway>) -> HttpResponse {
+    let ready = gateway.ready_report().await.ready;
+    ready_or_not(ready, json!({"ready": ready}))
+}
+
+fn ready_or_not(ready: bool, body: serde_json::Value) -> HttpResponse {
     if ready {
         HttpResponse::Ok().json(body)
     } else {
@@ -65,4 +75,16 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .route("/metrics", web::get().to(metrics))
         .route("/healthz", web::get().to(healthz))
         .route("/readyz", web::get().to(readyz));
+}
+
+/// The operations routes of the main listener: all of them when `server.public_metrics`
+/// allows, else `/healthz` and the `/readyz` that says ready or not.
+pub fn public_routes(public_metrics: bool) -> impl Fn(&mut web::ServiceConfig) + Clone {
+    move |config: &mut web::ServiceConfig| {
+        if public_metrics {
+            routes(config);
+        } else {
+            config.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz_public));
+        }
+    }
 }

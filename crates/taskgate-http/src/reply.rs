@@ -53,7 +53,11 @@ pub fn json(message: &Message) -> HttpResponse {
         }
         _ => HttpResponse::Ok(),
     };
-    response.content_type("application/json").body(message.to_json())
+    let mut response = response.content_type("application/json").body(message.to_json());
+    if matches!(message, Message::Error { .. }) {
+        response.extensions_mut().insert(crate::metered::RpcError);
+    }
+    response
 }
 
 /// A serialised response as an `application/json` response, with the status [`json`] gives.
@@ -65,5 +69,9 @@ pub fn frame(frame: taskgate_core::outbound::Frame) -> HttpResponse {
     } else {
         HttpResponse::Ok()
     };
-    response.content_type("application/json").body(frame.json)
+    let mut response = response.content_type("application/json").body(frame.json);
+    if frame.error {
+        response.extensions_mut().insert(crate::metered::RpcError);
+    }
+    response
 }

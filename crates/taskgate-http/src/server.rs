@@ -133,6 +133,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let main_data = data.clone();
     let accepted = peers.clone();
     let per_peer = peers.max_connections_per_peer();
+    let public_operations = operations::public_routes(config.server.serves_public_metrics());
     let server = HttpServer::new(move || {
         let metrics = main_data.clone();
         let peers = peers.clone();
@@ -174,7 +175,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
                     .route(web::method(actix_web::http::Method::OPTIONS).to(crate::cors::preflight))
                     .default_service(web::to(mcp_endpoint::other)),
             )
-            .configure(operations::routes)
+            .configure(public_operations.clone())
             .route("/.well-known/oauth-protected-resource", web::get().to(operations::protected_resource))
             .route("/.well-known/oauth-protected-resource/{path:.*}", web::get().to(operations::protected_resource))
     })

@@ -31,13 +31,23 @@ pub fn response(messages: OutboundReceiver) -> HttpResponse {
 /// `messages`), then carries `messages` until it ends.
 pub fn response_after(first: Option<Frame>, mut messages: OutboundReceiver) -> HttpResponse {
     let mut first = first;
+    let failed = crate::metered::StreamFailed::default();
+    let failing = failed.clone();
     let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
     let body = futures_util::stream::poll_fn(move |cx| {
         if let Some(frame) = first.take() {
+            if frame.error && frame.response {
+                failing.set();
+            }
             return Poll::Ready(Some(Ok::<_, Infallible>(event(frame.json))));
         }
         match messages.poll_recv(cx) {
-            Poll::Ready(Some(m)) => return Poll::Ready(Some(Ok::<_, Infallible>(event(m.json)))),
+            Poll::Ready(Some(m)) => {
+                if m.error && m.response {
+                    failing.set();
+                }
+                return Poll::Ready(Some(Ok::<_, Infallible>(event(m.json))));
+            }
             Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => {}
         }
@@ -46,9 +56,11 @@ pub fn response_after(first: Option<Frame>, mut messages: OutboundReceiver) -> H
         }
         Poll::Pending
     });
-    HttpResponse::Ok()
+    let mut response = HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body)
+        .streaming(body);
+    response.extensions_mut().insert(failed);
+    response
 }

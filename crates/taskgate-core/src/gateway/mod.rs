@@ -31,12 +31,14 @@ use crate::GatewayError;
 
 mod auth;
 mod handle;
+mod health;
 mod pool;
 mod replicated;
 mod sessions;
 
 pub use auth::resource_metadata_url;
 pub use handle::SessionHandle;
+pub use health::Readiness;
 use pool::Pool;
 pub use sessions::server_info;
 
@@ -82,6 +84,18 @@ fn tenant_ids(config: &Config) -> Vec<String> {
 
 fn upstream_names(config: &Config) -> Vec<String> {
     config.upstreams.iter().map(|u| u.name.clone()).collect()
+}
+
+/// Each tenant with each upstream it may use (all of them unless its `upstreams` names some).
+fn tenant_upstreams(config: &Config) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    for tenant in tenant_ids(config) {
+        let named = config.tenants.iter().find(|t| t.id == tenant).and_then(|t| t.upstreams.as_ref());
+        for upstream in config.upstreams.iter().filter(|u| named.is_none_or(|n| n.contains(&u.name))) {
+            pairs.push((tenant.clone(), upstream.name.clone()));
+        }
+    }
+    pairs
 }
 
 /// The running gateway core. Cheap to clone.
@@ -165,6 +179,7 @@ impl Gateway {
             streams: Arc::default(),
         });
         shared.metrics.initialise(&tenant_ids(&shared.config), &upstream_names(&shared.config));
+        shared.metrics.tenant_upstreams(&tenant_upstreams(&shared.config));
         let supervisor = Supervisor::new(task_context.clone()).start();
         let _ = task_context.supervisor.set(supervisor.clone().recipient());
         // Replicas sharing the store: events both ways, leases on the tasks run here.
@@ -251,6 +266,7 @@ impl Gateway {
             Ok(()) => {
                 m.config_reloads.with_label_values(&["applied"]).inc();
                 m.initialise(&tenant_ids(&checked), &upstream_names(&checked));
+                m.tenant_upstreams(&tenant_upstreams(&checked));
                 let restart: Vec<&str> = [
                     ("server", config.server != self.shared.config.server),
                     ("logging", config.logging != self.shared.config.logging),
@@ -311,8 +327,7 @@ impl Gateway {
     /// The text exposition of every metric, with the gauges read at scrape time refreshed.
     pub async fn render_metrics(&self) -> String {
         let m = &self.shared.metrics;
-        let (_, upstreams) = self.readiness().await;
-        let _ = self.store_health().await;
+        let upstreams = self.ready_report().await.upstreams;
         for u in upstreams {
             m.upstream_reachable.with_label_values(&[&u.name]).set(i64::from(u.reachable));
         }

@@ -418,7 +418,8 @@ impl Handler<FromElsewhere> for SessionActor {
                     return; // this copy's own subscription delivers it
                 }
                 if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
-                    let frame = crate::outbound::Frame { json, response: false, store_unavailable: false };
+                    let frame =
+                        crate::outbound::Frame { json, response: false, store_unavailable: false, error: false };
                     if stream.send_frame(frame).is_err() {
                         tracing::debug!(session = %self.id, "client stream full; a message from another replica dropped");
                     }

@@ -418,8 +418,12 @@ impl SessionActor {
         match outcome {
             Ok(Payload::Raw(raw)) => {
                 let Some(request) = self.forget(&id) else { return };
-                let frame =
-                    Frame { json: Payload::Raw(raw).response_json(&id), response: true, store_unavailable: false };
+                let frame = Frame {
+                    json: Payload::Raw(raw).response_json(&id),
+                    response: true,
+                    store_unavailable: false,
+                    error: false,
+                };
                 let _ = request.reply.send_final_frame(frame);
             }
             Ok(Payload::Value(result)) => self.finish(id, Ok(result)),

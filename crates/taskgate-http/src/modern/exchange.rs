@@ -59,8 +59,9 @@ enum Step {
     Send(String),
     /// A request the client must answer: its key and `{method, params}`.
     Input(String, Value),
-    /// The final message, with the HTTP status it takes when it is the whole answer.
-    Final(String, u16),
+    /// The final message, with the HTTP status it takes when it is the whole answer, and whether
+    /// it is a JSON-RPC error.
+    Final(String, u16, bool),
     /// Nothing the client may see.
     Skip,
 }
@@ -69,7 +70,7 @@ impl Call {
     /// Translates one message of the session about this request.
     fn translate(&self, frame: Frame) -> Step {
         if let Some(json) = plain_result(&self.method, &self.internal_id, &self.client_id, &frame.json) {
-            return Step::Final(json, 200);
+            return Step::Final(json, 200, false);
         }
         let Ok(mut value) = serde_json::from_str::<Value>(&frame.json) else { return Step::Skip };
         let Some(object) = value.as_object_mut() else { return Step::Skip };
@@ -133,12 +134,12 @@ impl Call {
                 _ if frame.store_unavailable => 503,
                 _ => 200,
             };
-            return Step::Final(to_json(&value), status);
+            return Step::Final(to_json(&value), status, true);
         }
         if let Some(result) = object.get_mut("result").and_then(Value::as_object_mut) {
             finish_result(&self.method, result);
         }
-        Step::Final(to_json(&value), 200)
+        Step::Final(to_json(&value), 200, false)
     }
 }
 
@@ -147,13 +148,17 @@ fn error_response(id: &RequestId, e: &GatewayError) -> HttpResponse {
     crate::reply::error(e, Some(id.clone()))
 }
 
-fn json_response(json: String, status: u16) -> HttpResponse {
+fn json_response(json: String, status: u16, error: bool) -> HttpResponse {
     let status = actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::OK);
     let mut response = HttpResponse::build(status);
     if status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE {
         response.insert_header(("Retry-After", "1"));
     }
-    response.content_type("application/json").body(json)
+    let mut response = response.content_type("application/json").body(json);
+    if error {
+        response.extensions_mut().insert(crate::metered::RpcError);
+    }
+    response
 }
 
 /// Sends `notifications/cancelled` for the call to its session (the session forwards it to the
@@ -192,10 +197,10 @@ pub(crate) async fn respond(
     };
     let mut pending = VecDeque::new();
     match first {
-        Some(Step::Final(json, status)) => return json_response(json, status),
+        Some(Step::Final(json, status, error)) => return json_response(json, status, error),
         Some(Step::Input(key, request)) => {
             let (json, status) = park(&modern, call, messages, vec![(key, request)], &mut None);
-            return json_response(json, status);
+            return json_response(json, status, false);
         }
         Some(Step::Send(json)) => pending.push_back(sse_event(&json)),
         Some(Step::Skip) | None => {}
@@ -232,6 +237,8 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
     let mut messages = Some(messages);
     let mut pending = pending;
     let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let failed = crate::metered::StreamFailed::default();
+    let failing = failed.clone();
     let body = futures_util::stream::poll_fn(move |cx| loop {
         if let Some(bytes) = pending.pop_front() {
             return Poll::Ready(Some(Ok::<_, std::convert::Infallible>(bytes)));
@@ -241,7 +248,10 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
             Poll::Ready(Some(frame)) => match guard.call.translate(frame) {
                 Step::Skip => continue,
                 Step::Send(json) => pending.push_back(sse_event(&json)),
-                Step::Final(json, _) => {
+                Step::Final(json, _, error) => {
+                    if error {
+                        failing.set();
+                    }
                     guard.armed = false;
                     messages = None;
                     pending.push_back(sse_event(&json));
@@ -271,11 +281,13 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
             }
         }
     });
-    HttpResponse::Ok()
+    let mut response = HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body)
+        .streaming(body);
+    response.extensions_mut().insert(failed);
+    response
 }
 
 /// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
@@ -336,7 +348,7 @@ fn park(
                     notes.push(json);
                 }
             }
-            Step::Final(json, status) => return (json, status),
+            Step::Final(json, status, _) => return (json, status),
             Step::Skip => {}
         }
     }
@@ -392,7 +404,7 @@ pub(crate) async fn resume(
     if !unanswered.is_empty() {
         // basic/patterns/mrtr "Error Handling": missing answers are asked for again.
         let (json, status) = park(&modern, call, messages, unanswered, &mut None);
-        return json_response(json, status);
+        return json_response(json, status, false);
     }
     respond(modern, call, messages, first_wait).await
 }

@@ -1,12 +1,39 @@
-//! The gateway's Prometheus metrics. Every name starts with `taskgate_`, counters end in
-//! `_total`, durations are `_seconds`; labels come only from tenant, upstream, method, status
-//! and reason, never from an id (architecture invariant 8).
+//! The gateway's Prometheus metrics. Every name starts with `taskgate_` (but the standard
+//! `process_*`), counters end in `_total`, durations are `_seconds`, sizes `_bytes`. Each label
+//! name has one meaning across all metrics ([`LABELS`]), and its values come from the
+//! configuration or a fixed set, never from an id or a client's text (architecture invariant 8).
+
+mod process;
+mod requests;
 
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+pub use process::ProcessCollector;
+pub use requests::{RequestMeter, RequestMetrics, METHODS};
+
+/// Every label name the gateway's metrics use, with its one meaning.
+pub const LABELS: &[(&str, &str)] = &[
+    ("tenant", "a configured tenant's id"),
+    ("upstream", "a configured upstream's name"),
+    ("method", "an MCP method (a fixed set, then other)"),
+    ("status", "a task's status (working, input_required, completed, failed, cancelled)"),
+    ("outcome", "what became of an event (relayed, coalesced, forwarded, applied, followed...)"),
+    ("reason", "why something was refused or failed"),
+    ("http_method", "an HTTP request method"),
+    ("code", "an HTTP response status code"),
+    ("shared", "whether client sessions share an upstream session"),
+    ("stream", "which client stream (request or get)"),
+    ("limit", "which per-source limit was reached"),
+    ("operation", "a task store operation"),
+    ("direction", "an event between replicas: published, lost or received"),
+    ("kind", "the kind of an event between replicas"),
+    ("issuer", "a configured authorization server's issuer"),
+    ("version", "the gateway's version"),
+];
 
 /// Buckets for upstream request and task durations, in seconds.
 const LATENCY_BUCKETS: &[f64] =
@@ -86,6 +113,13 @@ pub struct Metrics {
     pub tool_catalog_fallbacks: IntCounterVec,
     /// Process start, for uptime.
     pub start_time: IntGauge,
+    /// Client requests by tenant and MCP method: count, duration, errors.
+    pub requests: RequestMetrics,
+    /// 1 while the gateway is ready (what `/readyz` answers), else 0.
+    pub ready: IntGauge,
+    /// 1 for each upstream a tenant may use: dashboards join upstream series on it to filter
+    /// upstreams by tenant.
+    pub tenant_upstreams: IntGaugeVec,
     /// Requests refused for their credentials, by reason (missing, malformed, unknown_key,
     /// invalid_token, token_expired).
     pub auth_failures: IntCounterVec,
@@ -160,13 +194,14 @@ impl Metrics {
             registry.register(Box::new(g.clone())).expect("unique metric");
             g
         };
-        let build_info = IntCounter::with_opts(
+        let build_info = IntGauge::with_opts(
             Opts::new("taskgate_build_info", "Build information; always 1")
                 .const_label("version", env!("CARGO_PKG_VERSION")),
         )
-        .expect("valid counter");
+        .expect("valid gauge");
         registry.register(Box::new(build_info.clone())).expect("unique metric");
-        build_info.inc();
+        build_info.set(1);
+        registry.register(Box::new(ProcessCollector::new())).expect("unique metrics");
         let mut metrics = Metrics {
             names: Vec::new(),
             sessions_active: gauge("taskgate_sessions_active", "Client sessions open", &["tenant"]),
@@ -200,12 +235,12 @@ impl Metrics {
             progress_notifications: counter(
                 "taskgate_progress_notifications_total",
                 "Progress notifications from upstreams by outcome (relayed, coalesced, dropped)",
-                &["status"],
+                &["outcome"],
             ),
             cancellations: counter(
                 "taskgate_cancellations_total",
                 "Client cancellations by outcome (received, forwarded, ignored)",
-                &["status", "reason"],
+                &["outcome", "reason"],
             ),
             upstream_request_duration: histogram(
                 "taskgate_upstream_request_duration_seconds",
@@ -249,7 +284,7 @@ impl Metrics {
                 "Messages that found an actor mailbox or an outbound stream full",
                 &["reason"],
             ),
-            http_responses: counter("taskgate_http_responses_total", "HTTP responses", &["method", "status"]),
+            http_responses: counter("taskgate_http_responses_total", "HTTP responses", &["http_method", "code"]),
             upstream_reachable: gauge(
                 "taskgate_upstream_reachable",
                 "1 when the upstream answered its last tools/list, else 0",
@@ -285,6 +320,26 @@ impl Metrics {
                 &[],
             ),
             start_time: single("taskgate_start_time_seconds", "Start time of the process since the Unix epoch"),
+            requests: RequestMetrics::new(
+                counter("taskgate_requests_total", "Client requests received, refused ones included", &["tenant", "method"]),
+                counter(
+                    "taskgate_request_errors_total",
+                    "Client requests answered with an error (a JSON-RPC error or an HTTP refusal)",
+                    &["tenant", "method"],
+                ),
+                histogram(
+                    "taskgate_request_duration_seconds",
+                    "Client request duration, until its response was sent (the end of its stream)",
+                    &["tenant", "method"],
+                    LATENCY_BUCKETS,
+                ),
+            ),
+            ready: single("taskgate_ready", "1 while the gateway is ready (what /readyz answers), else 0"),
+            tenant_upstreams: gauge(
+                "taskgate_tenant_upstream",
+                "1 for each upstream a tenant may use (join upstream series on it to filter by tenant)",
+                &["tenant", "upstream"],
+            ),
             auth_failures: counter(
                 "taskgate_auth_failures_total",
                 "Requests refused for their credentials",
@@ -300,7 +355,7 @@ impl Metrics {
                 "Task look-ups naming a task that is unknown, expired or another requestor's",
                 &["tenant"],
             ),
-            config_reloads: counter("taskgate_config_reloads_total", "Configuration reloads", &["status"]),
+            config_reloads: counter("taskgate_config_reloads_total", "Configuration reloads", &["outcome"]),
             sessions_expired: counter(
                 "taskgate_sessions_expired_total",
                 "Sessions closed after being idle",
@@ -390,6 +445,7 @@ impl Metrics {
             }
             names.push(name.clone());
         }
+        names.extend(ProcessCollector::names().map(str::to_owned));
         names
     }
 
@@ -398,6 +454,7 @@ impl Metrics {
     /// data" and `absent()` alerts do not misfire. Called at start and on every reload (new
     /// tenants). Series that name an id never exist (invariant 8).
     pub fn initialise(&self, tenants: &[String], upstreams: &[String]) {
+        self.ready.set(1);
         self.tool_catalog_fallbacks.with_label_values::<&str>(&[]);
         const TASK_ENDS: [&str; 3] = ["completed", "failed", "cancelled"];
         const ADMISSION: [&str; 9] = [
@@ -507,6 +564,7 @@ impl Metrics {
                 self.stream_messages_dropped.with_label_values(&[tenant, stream]);
             }
             self.task_lookup_failures.with_label_values(&[tenant]);
+            self.requests.initialise(tenant);
             self.sessions_expired.with_label_values(&[tenant]);
             self.sessions_reclaimed.with_label_values(&[tenant]);
             self.sessions_loaded.with_label_values(&[tenant]);
@@ -521,6 +579,14 @@ impl Metrics {
                     self.task_duration.with_label_values(&[tenant, upstream, status]);
                 }
             }
+        }
+    }
+
+    /// Says which upstreams each tenant may use (at start and on every reload).
+    pub fn tenant_upstreams(&self, pairs: &[(String, String)]) {
+        self.tenant_upstreams.reset();
+        for (tenant, upstream) in pairs {
+            self.tenant_upstreams.with_label_values(&[tenant, upstream]).set(1);
         }
     }
 
@@ -574,7 +640,7 @@ mod tests {
         m.initialise(&["acme".into()], &["files".into()]);
         let text = m.render();
         for series in [
-            r#"taskgate_cancellations_total{reason="none",status="received"} 0"#,
+            r#"taskgate_cancellations_total{outcome="received",reason="none"} 0"#,
             r#"taskgate_admission_rejected_total{reason="max_sessions",tenant="acme"} 0"#,
             r#"taskgate_upstream_errors_total{reason="timeout",upstream="files"} 0"#,
             r#"taskgate_tasks_finished_total{status="failed",tenant="acme",upstream="files"} 0"#,
@@ -595,9 +661,56 @@ mod tests {
         let text = m.render();
         assert!(text.contains("taskgate_upstream_errors_total{reason=\"timeout\",upstream=\"u\"} 1"), "{text}");
         for name in m.exported_names() {
-            assert!(name.starts_with("taskgate_"), "{name}");
+            assert!(name.starts_with("taskgate_") || name.starts_with("process_"), "{name}");
             assert!(!name.contains("__"), "{name}");
         }
+        // Types: a value that goes up and down is no counter.
+        assert!(text.contains("# TYPE taskgate_build_info gauge"), "{text}");
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
         assert!(m.exported_names().contains(&"taskgate_upstream_request_duration_seconds_bucket".to_string()));
+    }
+
+    #[test]
+    fn every_label_name_has_one_listed_meaning() {
+        let m = Metrics::new();
+        m.initialise(&["acme".into()], &["files".into()]);
+        m.tenant_upstreams(&[("acme".into(), "files".into())]);
+        drop(m.requests.meter("acme", "tools/call"));
+        m.http_responses.with_label_values(&["POST", "200"]).inc();
+        m.tasks.with_label_values(&["acme", "working"]).set(1);
+        m.upstream_request("files", "tools/call", Duration::from_millis(1), None);
+        m.oauth_keys.with_label_values(&["https://as.example"]).set(1);
+        m.store_duration.with_label_values(&["get"]).observe(0.001);
+        let mut seen = std::collections::BTreeSet::new();
+        for family in m.registry.gather() {
+            for metric in family.get_metric() {
+                for label in metric.get_label() {
+                    seen.insert(label.name().to_owned());
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> = LABELS.iter().map(|(n, _)| n.to_string()).collect();
+        let unlisted: Vec<_> = seen.difference(&listed).collect();
+        assert!(unlisted.is_empty(), "label names without a meaning in LABELS: {unlisted:?}");
+        assert!(seen.contains("outcome") && seen.contains("code") && seen.contains("method"));
+    }
+
+    #[test]
+    fn a_request_is_counted_timed_and_its_error_counted() {
+        let m = Metrics::new();
+        drop(m.requests.meter("acme", "tools/call"));
+        let mut failed = m.requests.meter("acme", "made/up");
+        failed.fail();
+        drop(failed);
+        let text = m.render();
+        for series in [
+            r#"taskgate_requests_total{method="tools/call",tenant="acme"} 1"#,
+            r#"taskgate_request_errors_total{method="tools/call",tenant="acme"} 0"#,
+            r#"taskgate_request_duration_seconds_count{method="tools/call",tenant="acme"} 1"#,
+            r#"taskgate_requests_total{method="other",tenant="acme"} 1"#,
+            r#"taskgate_request_errors_total{method="other",tenant="acme"} 1"#,
+        ] {
+            assert!(text.contains(series), "missing {series} in {text}");
+        }
     }
 }
