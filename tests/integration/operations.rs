@@ -282,18 +282,46 @@ async fn readyz_is_503_while_a_required_upstream_is_down() {
 }
 
 #[test]
-fn promtool_accepts_the_alert_rules() {
-    let out = std::process::Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(repo("dashboards/prometheus/alerts.yml"))
-        .output()
-        .unwrap_or_else(|e| panic!("promtool is needed: apt-get install prometheus ({e})"));
-    assert!(
-        out.status.success(),
-        "promtool check rules: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn promtool_accepts_the_alert_rules_and_their_unit_tests_pass() {
+    let dir = repo("dashboards/prometheus");
+    for args in [&["check", "rules", "alerts.yml"][..], &["test", "rules", "alerts_test.yml"][..]] {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| panic!("promtool is needed: apt-get install prometheus ({e})"));
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Every alert has a runbook section in docs/alerts.md that its annotation points to, and a
+/// unit test in which it fires.
+#[test]
+fn every_alert_has_a_runbook_and_a_unit_test_where_it_fires() {
+    let rules = std::fs::read_to_string(repo("dashboards/prometheus/alerts.yml")).unwrap();
+    let tests = std::fs::read_to_string(repo("dashboards/prometheus/alerts_test.yml")).unwrap();
+    let runbooks = std::fs::read_to_string(repo("docs/alerts.md")).unwrap();
+    let alerts: Vec<&str> = rules.lines().filter_map(|l| l.trim().strip_prefix("- alert: ")).collect();
+    assert!(alerts.len() >= 15, "{alerts:?}");
+    for alert in &alerts {
+        assert!(runbooks.contains(&format!("\n## {alert}\n")), "docs/alerts.md has no section for {alert}");
+        let anchor = format!("runbook_url: \"docs/alerts.md#{}\"", alert.to_lowercase());
+        let rule = rules.split("- alert: ").find(|r| r.starts_with(&format!("{alert}\n"))).unwrap();
+        assert!(rule.contains(&anchor), "{alert} does not point to its runbook ({anchor})");
+        // A test case where it fires: its name followed by expected alerts that are not empty.
+        let fires = tests.split("alertname: ").any(|case| {
+            case.starts_with(&format!("{alert}\n")) && case.lines().nth(1).is_some_and(|l| l.trim() == "exp_alerts:")
+        });
+        assert!(fires, "alerts_test.yml has no case where {alert} fires");
+    }
+    for line in runbooks.lines().filter_map(|l| l.strip_prefix("## ")) {
+        assert!(alerts.contains(&line), "docs/alerts.md has a section for no alert: {line}");
+    }
 }
 
 #[actix_rt::test]
