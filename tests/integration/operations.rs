@@ -13,12 +13,18 @@ fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
-/// Every `taskgate_*` identifier in a PromQL expression.
+/// Every `taskgate_*` and `process_*` identifier in a PromQL expression.
 fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = prefixed_names(expr, "taskgate_");
+    names.extend(prefixed_names(expr, "process_"));
+    names
+}
+
+fn prefixed_names(expr: &str, prefix: &str) -> Vec<String> {
     let mut names = Vec::new();
     let bytes = expr.as_bytes();
     let mut i = 0;
-    while let Some(at) = expr[i..].find("taskgate_") {
+    while let Some(at) = expr[i..].find(prefix) {
         let start = i + at;
         let boundary = start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
         let mut end = start;
@@ -77,7 +83,8 @@ fn every_dashboard_and_alert_rule_uses_only_exported_metrics() {
     assert!(exprs.len() >= 4, "alert rules for upstream down, errors, rejections, p99 latency");
     for expr in exprs {
         let names = metric_names(expr);
-        assert!(!names.is_empty(), "rule without a taskgate metric: {expr}");
+        // Only the scrape's own `up` may stand alone.
+        assert!(!names.is_empty() || expr.contains(r#"up{job="taskgate"}"#), "rule without a taskgate metric: {expr}");
         for name in names {
             assert!(exported.contains(&name), "alerts.yml: {name} is not exported (in {expr})");
             checked += 1;
@@ -98,6 +105,95 @@ fn every_dashboard_and_alert_rule_uses_only_exported_metrics() {
     }
     let scrape = std::fs::read_to_string(repo("dashboards/prometheus/prometheus.yml")).unwrap();
     assert!(scrape.contains("metrics_path: /metrics") && scrape.contains("alerts.yml"));
+}
+
+/// The label names of each metric the gateway exports, read from a registry in which every
+/// metric has a series.
+fn label_names() -> BTreeMap<String, BTreeSet<String>> {
+    let m = Metrics::new();
+    m.initialise(&["acme".into()], &["files".into()]);
+    m.tenant_upstreams(&[("acme".into(), "files".into())]);
+    drop(m.requests.meter("acme", "tools/call"));
+    m.upstream_request("files", "tools/call", std::time::Duration::from_millis(1), None);
+    m.store_duration.with_label_values(&["get"]).observe(0.001);
+    m.tasks.with_label_values(&["acme", "working"]).set(1);
+    m.sessions_active.with_label_values(&["acme"]).set(1);
+    m.result_bytes.with_label_values(&["acme"]).set(1);
+    m.upstream_reachable.with_label_values(&["files"]).set(1);
+    m.upstream_exchanged_tokens.with_label_values(&["files"]).set(1);
+    m.http_responses.with_label_values(&["POST", "200"]).inc();
+    let mut labels: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in m.render().lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let (name, rest) = line.split_once(['{', ' ']).unwrap();
+        let entry = labels.entry(name.to_owned()).or_default();
+        if let Some((inner, _)) = rest.split_once('}') {
+            entry.extend(inner.split(',').filter_map(|kv| kv.split_once('=')).map(|(k, _)| k.to_owned()));
+        }
+    }
+    labels
+}
+
+/// Every panel of every dashboard honours the `instance` and `tenant` variables: each series it
+/// selects is of the chosen instances, of the chosen tenants where it has a tenant, and of the
+/// upstreams the chosen tenants may use where it has an upstream but no tenant. A panel of the
+/// whole gateway (no tenant or upstream in any series) says so in its description.
+#[test]
+fn every_dashboard_panel_honours_the_instance_and_tenant_variables() {
+    let labels = label_names();
+    let tenant_join = r#"taskgate_tenant_upstream{instance=~"$instance", tenant=~"$tenant"}"#;
+    for entry in std::fs::read_dir(repo("dashboards/grafana")).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let variables: Vec<&str> =
+            dashboard["templating"]["list"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+        assert!(variables.contains(&"instance") && variables.contains(&"tenant"), "{file}: {variables:?}");
+        for panel in dashboard["panels"].as_array().unwrap() {
+            let title = panel["title"].as_str().unwrap();
+            let mut per_tenant = false;
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                for name in metric_names(expr) {
+                    let known = labels
+                        .get(&name)
+                        .unwrap_or_else(|| panic!("{file} / {title}: no series of {name} to read its labels"));
+                    // Each selector of the metric (the name, then its braces).
+                    for (at, _) in expr.match_indices(&name) {
+                        let after = &expr[at + name.len()..];
+                        if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                            continue;
+                        }
+                        let selector = after.strip_prefix('{').and_then(|a| a.split_once('}')).map(|(s, _)| s);
+                        let selector = selector.unwrap_or_else(|| panic!("{file} / {title}: {name} without matchers"));
+                        assert!(
+                            selector.contains(r#"instance=~"$instance""#),
+                            "{file} / {title}: {name} ignores $instance"
+                        );
+                        if known.contains("tenant") {
+                            per_tenant = true;
+                            assert!(
+                                selector.contains(r#"tenant=~"$tenant""#),
+                                "{file} / {title}: {name} ignores $tenant"
+                            );
+                        } else if known.contains("upstream") {
+                            per_tenant = true;
+                            assert!(
+                                expr.contains(tenant_join),
+                                "{file} / {title}: {name} is not joined on the tenant's upstreams"
+                            );
+                        }
+                    }
+                }
+            }
+            if !per_tenant {
+                let description = panel["description"].as_str().unwrap_or_default();
+                assert!(
+                    description.contains("not filtered by tenant"),
+                    "{file} / {title}: a panel of the whole gateway says so in its description"
+                );
+            }
+        }
+    }
 }
 
 /// Parses the text exposition into `name{labels}` → value.
