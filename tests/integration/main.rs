@@ -23,6 +23,7 @@ mod passing;
 mod peers;
 mod pooled_sessions;
 mod progress;
+mod prometheus;
 mod python_upstream;
 mod replicas;
 mod restart;

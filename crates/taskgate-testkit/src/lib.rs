@@ -13,6 +13,7 @@ mod client;
 pub mod jwt;
 mod nginx;
 mod process;
+mod prometheus;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ use taskgate_demo::DemoServer;
 pub use client::{McpClient, Reply, SseReader};
 pub use nginx::Nginx;
 pub use process::ServedGateway;
+pub use prometheus::Prometheus;
 
 /// The gateway, running on a free loopback port.
 pub struct TestGateway {
