@@ -173,11 +173,76 @@ pub(crate) async fn session_records_keep_changes_until_deleted(s: &dyn TaskStore
     assert!(s.session("s2").await.unwrap().is_some());
 }
 
+/// Every session record is listed once, page after page.
+pub(crate) async fn every_session_record_is_listed_once(s: &dyn TaskStore) {
+    for i in 0..12 {
+        s.put_session(&format!("s{i:02}"), &session_record("p"), 60_000).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..100 {
+        let page = s.scan_sessions(cursor.as_deref(), 5).await.unwrap();
+        seen.extend(page.items.into_iter().map(|(id, record)| (id, record.owner.principal)));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    seen.sort();
+    let expected: Vec<(String, String)> = (0..12).map(|i| (format!("s{i:02}"), "p".to_owned())).collect();
+    assert_eq!(seen, expected);
+}
+
+/// The operator's listing meets every task once, whatever the backend's page order, and
+/// filters by tenant, principal, status and upstream.
+pub(crate) async fn every_task_is_listed_once_and_filters_apply(s: &dyn TaskStore) {
+    for i in 0..23u64 {
+        let who = if i % 3 == 0 { "ann" } else { "bob" };
+        let mut r = record(&format!("task{i:02}"), owner(who), 100 + i, None);
+        r.upstream = if i % 2 == 0 { "files".into() } else { "time".into() };
+        s.create(r).await.unwrap();
+    }
+    s.compare_and_set("task04", TaskStatus::Working, cancel(200)).await.unwrap();
+    let all = |filter: crate::TaskFilter| async move {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let page = s.scan_tasks(&filter, cursor.as_deref(), 5).await.unwrap();
+            assert!(page.items.iter().all(|r| filter.matches(r)));
+            seen.extend(page.items.into_iter().map(|r| r.id));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        seen.sort();
+        seen
+    };
+    let every = all(crate::TaskFilter::default()).await;
+    assert_eq!(every.len(), 23);
+    assert_eq!(every.iter().collect::<std::collections::BTreeSet<_>>().len(), 23, "a task listed twice");
+    let ann = all(crate::TaskFilter { principal: Some("ann".into()), ..Default::default() }).await;
+    assert_eq!(ann, ["task00", "task03", "task06", "task09", "task12", "task15", "task18", "task21"]);
+    let ann_files =
+        crate::TaskFilter { principal: Some("ann".into()), upstream: Some("files".into()), ..Default::default() };
+    assert_eq!(all(ann_files).await, ["task00", "task06", "task12", "task18"]);
+    let cancelled = crate::TaskFilter { status: Some(TaskStatus::Cancelled), ..Default::default() };
+    assert_eq!(all(cancelled).await, ["task04"]);
+    assert!(all(crate::TaskFilter { tenant: Some("nobody".into()), ..Default::default() }).await.is_empty());
+    assert_eq!(s.describe().await.unwrap().tasks, 23);
+}
+
 /// One test per check, for a backend made by `$store` (given the capacity).
 #[macro_export]
 #[doc(hidden)]
 macro_rules! store_conformance {
     ($store:expr) => {
+        #[test]
+        fn every_task_is_listed_once_and_filters_apply() {
+            $crate::conformance::run(async {
+                $crate::conformance::every_task_is_listed_once_and_filters_apply(&$store(100)).await
+            });
+        }
         #[test]
         fn compare_and_set_checks_expected_status_and_lifecycle() {
             $crate::conformance::run(async {

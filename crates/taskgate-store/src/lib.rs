@@ -13,6 +13,7 @@
 //! Records are encoded as JSON (serde): readable with any tool, and new fields can be added
 //! with defaults without migrating old files.
 
+mod admin;
 #[cfg(test)]
 mod conformance;
 mod file;
@@ -31,6 +32,12 @@ mod memory_conformance {
     fn session_records_keep_changes_until_deleted() {
         let s = crate::MemoryTaskStore::new(10);
         crate::conformance::run(crate::conformance::session_records_keep_changes_until_deleted(&s));
+    }
+
+    #[test]
+    fn every_session_record_is_listed_once() {
+        let s = crate::MemoryTaskStore::new(10);
+        crate::conformance::run(crate::conformance::every_session_record_is_listed_once(&s));
     }
 
     #[test]
@@ -71,6 +78,11 @@ mod redis_conformance {
         crate::conformance::run(async {
             crate::conformance::session_records_keep_changes_until_deleted(&store(10)).await
         });
+    }
+
+    #[test]
+    fn every_session_record_is_listed_once() {
+        crate::conformance::run(async { crate::conformance::every_session_record_is_listed_once(&store(10)).await });
     }
 
     #[test]
@@ -303,6 +315,7 @@ use serde_json::Value;
 use taskgate_protocol::tasks::{InvalidTransition, TaskStatus, TaskView};
 use taskgate_protocol::ErrorObject;
 
+pub use admin::{newest_first, Leases, Page, SessionEntry, StoreInfo, TaskFilter};
 pub use file::{check_file, repair_file, FileTaskStore, Inspection};
 pub use memory::MemoryTaskStore;
 pub use owner::{Owner, UpstreamSessionRef};
@@ -678,6 +691,31 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Forgets a session; whether it existed.
     fn delete_session<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(std::future::ready(Ok(false)))
+    }
+    /// Every task matching `filter`, newest first, after `cursor`, at most `limit` (the
+    /// operator's view; a whole scan of the store).
+    fn scan_tasks<'a>(
+        &'a self,
+        _filter: &'a TaskFilter,
+        _cursor: Option<&'a str>,
+        _limit: usize,
+    ) -> StoreFuture<'a, Page<TaskRecord>> {
+        Box::pin(std::future::ready(Err(StoreError::Backend("this store cannot list every task".into()))))
+    }
+    /// Every session record after `cursor` (shared stores; the others keep none).
+    fn scan_sessions<'a>(&'a self, _cursor: Option<&'a str>, _limit: usize) -> StoreFuture<'a, Page<SessionEntry>> {
+        Box::pin(std::future::ready(Ok(Page { items: Vec::new(), next_cursor: None })))
+    }
+    /// What the store is and holds.
+    fn describe(&self) -> StoreFuture<'_, StoreInfo> {
+        let info = StoreInfo {
+            backend: "custom",
+            location: String::new(),
+            shared: self.shared(),
+            tasks: self.len(),
+            leases: None,
+        };
+        Box::pin(std::future::ready(Ok(info)))
     }
     /// Whether the backend answers now (for `/readyz`).
     fn health(&self) -> StoreFuture<'_, ()> {

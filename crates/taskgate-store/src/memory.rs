@@ -302,6 +302,44 @@ impl TaskStore for MemoryTaskStore {
         self.inner.lock().by_id.len()
     }
 
+    fn scan_tasks<'a>(
+        &'a self,
+        filter: &'a crate::TaskFilter,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, crate::Page<TaskRecord>> {
+        let inner = self.inner.lock();
+        let records = inner.by_id.iter().map(|(id, stored)| Ok(stored.record(id)));
+        ready(crate::newest_first(records, filter, cursor, limit))
+    }
+
+    fn scan_sessions<'a>(
+        &'a self,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, crate::Page<crate::SessionEntry>> {
+        let inner = self.inner.lock();
+        let mut ids: Vec<&String> = inner.sessions.keys().filter(|id| cursor.is_none_or(|c| id.as_str() > c)).collect();
+        ids.sort();
+        let more = ids.len() > limit;
+        ids.truncate(limit);
+        let items: Vec<crate::SessionEntry> =
+            ids.iter().map(|id| ((*id).clone(), inner.sessions[*id].clone())).collect();
+        let next_cursor = if more { items.last().map(|(id, _)| id.clone()) } else { None };
+        ready(Ok(crate::Page { items, next_cursor }))
+    }
+
+    fn describe(&self) -> StoreFuture<'_, crate::StoreInfo> {
+        let info = crate::StoreInfo {
+            backend: "memory",
+            location: "this process".into(),
+            shared: self.shared(),
+            tasks: self.len(),
+            leases: None,
+        };
+        ready(Ok(info))
+    }
+
     fn put_session<'a>(&'a self, id: &'a str, record: &'a crate::SessionRecord, _keep_ms: u64) -> StoreFuture<'a, ()> {
         self.inner.lock().sessions.insert(id.to_owned(), record.clone());
         ready(Ok(()))

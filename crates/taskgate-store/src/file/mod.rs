@@ -304,6 +304,21 @@ impl FileTaskStore {
         };
         Ok(ListPage { tasks, next_cursor })
     }
+
+    fn scan(
+        &self,
+        filter: &crate::TaskFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::Page<TaskRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = txn.open_table(TASKS).map_err(backend)?;
+        let records = table.iter().map_err(backend)?.map(|entry| {
+            let (_, bytes) = entry.map_err(backend)?;
+            decode(bytes.value())
+        });
+        crate::newest_first(records, filter, cursor, limit)
+    }
 }
 
 impl TaskStore for FileTaskStore {
@@ -348,6 +363,26 @@ impl TaskStore for FileTaskStore {
 
     fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)
+    }
+
+    fn scan_tasks<'a>(
+        &'a self,
+        filter: &'a crate::TaskFilter,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, crate::Page<TaskRecord>> {
+        Box::pin(std::future::ready(self.damage.guard(&self.path, || self.scan(filter, cursor, limit))))
+    }
+
+    fn describe(&self) -> StoreFuture<'_, crate::StoreInfo> {
+        let info = crate::StoreInfo {
+            backend: "file",
+            location: self.path.display().to_string(),
+            shared: false,
+            tasks: self.len(),
+            leases: None,
+        };
+        Box::pin(std::future::ready(Ok(info)))
     }
 }
 

@@ -38,6 +38,7 @@ use crate::{
     Update,
 };
 
+mod admin;
 mod codec;
 mod records;
 mod scripts;
@@ -399,6 +400,27 @@ impl TaskStore for RedisTaskStore {
             inputs.sort_by(|a, b| a.0.cmp(&b.0));
             Ok(inputs)
         })
+    }
+
+    fn scan_tasks<'a>(
+        &'a self,
+        filter: &'a crate::TaskFilter,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, crate::Page<TaskRecord>> {
+        Box::pin(self.scan_tasks_inner(filter, cursor, limit))
+    }
+
+    fn scan_sessions<'a>(
+        &'a self,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, crate::Page<crate::SessionEntry>> {
+        Box::pin(self.scan_sessions_inner(cursor, limit))
+    }
+
+    fn describe(&self) -> StoreFuture<'_, crate::StoreInfo> {
+        Box::pin(self.describe_inner())
     }
 
     fn health(&self) -> StoreFuture<'_, ()> {

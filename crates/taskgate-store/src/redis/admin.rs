@@ -1,0 +1,123 @@
+//! The operator's view at Redis: tasks and session records found with `SCAN` (a cursor of its
+//! own, pages of about the size asked, in no order), and the leases on running tasks.
+
+use redis::AsyncCommands;
+
+use super::codec::decode;
+use super::RedisTaskStore;
+use crate::{Leases, Page, SessionEntry, StoreError, StoreInfo, TaskFilter, TaskRecord};
+
+/// `pattern` with Redis' glob characters escaped, then `*`.
+fn glob_prefix(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('*');
+    out
+}
+
+fn scan_cursor(cursor: Option<&str>) -> Result<u64, StoreError> {
+    cursor.map_or(Ok(0), |c| c.parse().map_err(|_| StoreError::BadCursor))
+}
+
+impl RedisTaskStore {
+    /// One `SCAN` step over keys starting with `prefix`: the keys, and the next cursor.
+    async fn scan_keys(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        let mut c = self.connection.clone();
+        let start = scan_cursor(cursor)?;
+        let pattern = glob_prefix(&self.key(&[prefix]));
+        let (next, keys): (u64, Vec<String>) = self
+            .run(
+                redis::cmd("SCAN")
+                    .arg(start)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(count.max(10))
+                    .query_async(&mut c),
+            )
+            .await?;
+        Ok((keys, (next != 0).then(|| next.to_string())))
+    }
+
+    pub(super) async fn scan_tasks_inner(
+        &self,
+        filter: &TaskFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>, StoreError> {
+        let (keys, next_cursor) = self.scan_keys("task:", cursor, limit).await?;
+        let mut items = Vec::new();
+        if !keys.is_empty() {
+            let mut c = self.connection.clone();
+            let texts: Vec<Option<String>> = self.run(c.mget(&keys)).await?;
+            for text in texts.into_iter().flatten() {
+                let record = decode(&text)?;
+                if filter.matches(&record) {
+                    items.push(record);
+                }
+            }
+        }
+        items.sort_by(|a, b| (b.created_at_ms, &b.id).cmp(&(a.created_at_ms, &a.id)));
+        Ok(Page { items, next_cursor })
+    }
+
+    pub(super) async fn scan_sessions_inner(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<SessionEntry>, StoreError> {
+        let (keys, next_cursor) = self.scan_keys("session:", cursor, limit).await?;
+        let skip = self.key(&["session:"]).len();
+        let mut items = Vec::new();
+        for key in keys {
+            let id = key[skip..].to_owned();
+            // Gone between the scan and the read: left out.
+            if let Some(record) = self.session_inner(&id).await? {
+                items.push((id, record));
+            }
+        }
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Page { items, next_cursor })
+    }
+
+    pub(super) async fn describe_inner(&self) -> Result<StoreInfo, StoreError> {
+        let mut c = self.connection.clone();
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
+        let (held, lapsed, count): (u64, u64, Option<i64>) = self
+            .run(
+                redis::pipe()
+                    .zcard(self.leases())
+                    .zcount(self.leases(), "-inf", now)
+                    .get(self.key(&["count"]))
+                    .query_async(&mut c),
+            )
+            .await?;
+        Ok(StoreInfo {
+            backend: "redis",
+            location: self.shown().to_owned(),
+            shared: true,
+            tasks: count.unwrap_or(0).max(0) as usize,
+            leases: Some(Leases { held, lapsed }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_prefix_matches_itself_only() {
+        assert_eq!(super::glob_prefix("tg:task:"), "tg:task:*");
+        assert_eq!(super::glob_prefix("a*[b]?\\"), "a\\*\\[b\\]\\?\\\\*");
+    }
+}
