@@ -1,6 +1,7 @@
 //! Integration tests: the real gateway and real upstreams on 127.0.0.1:0, over real sockets.
 //! One test binary (one link) with a module per area.
 
+mod admin;
 mod any_replica;
 mod apps;
 mod apps_examples;

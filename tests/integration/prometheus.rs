@@ -69,7 +69,8 @@ async fn prometheus_scraping_a_gateway_under_load_answers_every_panel_and_evalua
     config.progress.min_interval_ms = 0;
     let gw = TestGateway::start(config);
     let admin = gw.admin.expect("the admin listener").to_string();
-    let prometheus = Prometheus::scraping(&[admin.clone()], &repo("dashboards/prometheus/alerts.yml")).await;
+    let prometheus =
+        Prometheus::scraping(std::slice::from_ref(&admin), &repo("dashboards/prometheus/alerts.yml")).await;
     prometheus.until_present(r#"up{job="taskgate"} == 1"#, Duration::from_secs(30)).await;
 
     let _client = scripted_load(&gw.url).await;

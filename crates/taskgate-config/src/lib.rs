@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod admin;
 pub mod defaults;
 mod problem;
 mod read;
@@ -21,6 +22,7 @@ mod tenants;
 mod upstream;
 mod validate;
 
+pub use admin::{AdminConfig, AdminKey};
 pub use problem::{ConfigError, Problem};
 pub use server::{FederationConfig, ForwardedHeader, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
@@ -55,6 +57,9 @@ pub struct Config {
     /// Where task state lives.
     #[serde(default)]
     pub store: StoreConfig,
+    /// The operator's view: who may use it, where.
+    #[serde(default)]
+    pub admin: AdminConfig,
     /// The upstream MCP servers.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,

@@ -134,6 +134,9 @@ impl Config {
                 bad(format!("server.trusted_proxies[{i}]"), why);
             }
         }
+        for (key, why) in self.admin.problems(self.server.admin_listen.is_some()) {
+            bad(key, why);
+        }
         if let Some(admin) = &self.server.admin_listen {
             if let Err(why) = resolve_listen(admin) {
                 bad("server.admin_listen".into(), format!("{why}, like 127.0.0.1:9090 or localhost:9090"));

@@ -400,6 +400,18 @@ impl DemoServer {
         outcome.map_err(|_| ErrorObject::new(-32800, "request cancelled"))
     }
 
+    /// Resolves once `gate` is open (now or later).
+    pub(crate) async fn opened(&self, gate_name: &str) {
+        let gate = self.gate(gate_name);
+        loop {
+            let opened = gate.notify.notified();
+            if gate.open.load(Ordering::SeqCst) {
+                return;
+            }
+            opened.await;
+        }
+    }
+
     pub(crate) fn track(&self, connection: u64, id: &RequestId) -> Arc<Notify> {
         let stop = Arc::new(Notify::new());
         let mut in_flight = self.inner.in_flight.lock();

@@ -29,8 +29,8 @@ impl DemoServer {
             json!({"name":"echo","description":"Returns its text.","inputSchema":object(json!({"text":{"type":"string"}}), &["text"])}),
             json!({"name":"add","description":"Adds two numbers.","inputSchema":object(json!({"a":{"type":"number"},"b":{"type":"number"}}), &["a","b"]),
                    "outputSchema":object(json!({"sum":{"type":"number"}}), &["sum"])}),
-            json!({"name":"slow","description":"Sleeps for ms milliseconds, reporting progress in steps.",
-                   "inputSchema":object(json!({"ms":{"type":"integer"},"steps":{"type":"integer"}}), &[])}),
+            json!({"name":"slow","description":"Sleeps for ms milliseconds, reporting progress in steps; with gate, each step waits until the gate \"{gate}-{step}\" opens instead.",
+                   "inputSchema":object(json!({"ms":{"type":"integer"},"steps":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"wait","description":"Blocks until the gate is released or the call is cancelled.",
                    "inputSchema":object(json!({"gate":{"type":"string"}}), &["gate"])}),
             json!({"name":"fail","description":"Returns a tool error (isError: true).","inputSchema":object(json!({"message":{"type":"string"}}), &[])}),
@@ -229,12 +229,20 @@ impl DemoServer {
             "slow" => {
                 let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(1000).min(600_000);
                 let steps = args.get("steps").and_then(Value::as_u64).unwrap_or(4).clamp(1, 1000);
+                let gate = args.get("gate").and_then(Value::as_str).map(str::to_owned);
                 let token = mcp::progress_token(Some(&params)).cloned();
                 let stop = self.track(connection, id);
                 let outcome = async {
                     for step in 1..=steps {
+                        // With a gate, each step waits for its own ("{gate}-{step}"), not for time.
+                        let wait = async {
+                            match &gate {
+                                Some(gate) => self.opened(&format!("{gate}-{step}")).await,
+                                None => tokio::time::sleep(Duration::from_millis(ms / steps)).await,
+                            }
+                        };
                         tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_millis(ms / steps)) => {}
+                            _ = wait => {}
                             _ = stop.notified() => return Err(()),
                         }
                         if let Some(token) = &token {

@@ -8,10 +8,12 @@
 //! - [`cors`]: cross-origin requests from browsers of the allowed origins.
 //! - [`peers`]: each source address's share of the listener (connections, unfinished requests).
 //! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`admin`]: the operator's view, an API and a live page, on the admin listener.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
 //! - [`metered`]: client requests counted and timed by tenant and method.
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
 
+pub mod admin;
 pub mod checks;
 pub mod cors;
 pub mod mcp_endpoint;

@@ -134,6 +134,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let accepted = peers.clone();
     let per_peer = peers.max_connections_per_peer();
     let public_operations = operations::public_routes(config.server.serves_public_metrics());
+    let admin_on_main = config.admin.on_main_listener;
     let server = HttpServer::new(move || {
         let metrics = main_data.clone();
         let peers = peers.clone();
@@ -176,6 +177,11 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
                     .default_service(web::to(mcp_endpoint::other)),
             )
             .configure(public_operations.clone())
+            .configure(|routes| {
+                if admin_on_main {
+                    crate::admin::routes(routes);
+                }
+            })
             .route("/.well-known/oauth-protected-resource", web::get().to(operations::protected_resource))
             .route("/.well-known/oauth-protected-resource/{path:.*}", web::get().to(operations::protected_resource))
     })
@@ -204,12 +210,14 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let admin = match &config.server.admin_listen {
         Some(admin) => {
             let admin_data = data.clone();
-            let admin = HttpServer::new(move || App::new().app_data(admin_data.clone()).configure(operations::routes))
-                .workers(1)
-                .disable_signals()
-                .bind(admin.as_str())?;
+            let admin = HttpServer::new(move || {
+                App::new().app_data(admin_data.clone()).configure(operations::routes).configure(crate::admin::routes)
+            })
+            .workers(1)
+            .disable_signals()
+            .bind(admin.as_str())?;
             let admin_addr = admin.addrs()[0];
-            tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz");
+            tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz, /admin/");
             Some((admin_addr, admin.run()))
         }
         None => None,

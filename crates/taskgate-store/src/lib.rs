@@ -17,6 +17,7 @@ mod admin;
 #[cfg(test)]
 mod conformance;
 mod file;
+mod listing;
 mod memory;
 mod owner;
 mod redis;
@@ -315,8 +316,9 @@ use serde_json::Value;
 use taskgate_protocol::tasks::{InvalidTransition, TaskStatus, TaskView};
 use taskgate_protocol::ErrorObject;
 
-pub use admin::{newest_first, Leases, Page, SessionEntry, StoreInfo, TaskFilter};
+pub use admin::newest_first;
 pub use file::{check_file, repair_file, FileTaskStore, Inspection};
+pub use listing::{Leases, Page, SessionEntry, StoreInfo, TaskFilter};
 pub use memory::MemoryTaskStore;
 pub use owner::{Owner, UpstreamSessionRef};
 pub use redis::{redact, RedisTaskStore};
@@ -506,6 +508,11 @@ pub enum StoreEvent {
         /// Opened, or ended.
         #[serde(default = "opened")]
         open: bool,
+    },
+    /// An operator restarted an upstream's processes: every replica stops those it runs.
+    UpstreamRestart {
+        /// The upstream.
+        upstream: String,
     },
 }
 

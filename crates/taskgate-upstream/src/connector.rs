@@ -299,6 +299,13 @@ impl Connector {
         self.inner.endpoint.running_processes()
     }
 
+    /// Stops every stdio process of this upstream running now, in the order basic/lifecycle
+    /// "Shutdown" gives for stdio; the sessions that used them start new ones at their next
+    /// request (requests in flight in them fail). Returns how many were running.
+    pub fn restart_processes(&self) -> usize {
+        self.inner.endpoint.restart_processes()
+    }
+
     /// Continues, without `initialize`, an HTTP session this upstream gave an earlier process
     /// of the gateway (to follow its native tasks again after a restart). If the upstream has
     /// ended that session (404), the next request initializes a new one, as for any session.

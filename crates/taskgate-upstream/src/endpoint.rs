@@ -43,6 +43,9 @@ pub(crate) struct Endpoint {
     pub(crate) observer: Option<Arc<dyn RequestObserver>>,
     /// Raised once, when the gateway shuts down: every process of this upstream is stopped.
     pub(crate) shutdown: tokio::sync::watch::Sender<bool>,
+    /// Bumped to stop every process running now (an operator's restart); new ones start as
+    /// sessions need them.
+    pub(crate) restart: tokio::sync::watch::Sender<u64>,
     /// Processes running now, by the holder they count against (a tenant: [`ProcessShare`]).
     held: Held,
     /// How long a new stdio process may take to answer the revision probe.
@@ -98,6 +101,7 @@ impl Endpoint {
         let processes = Arc::new(Semaphore::new(config.max_processes));
         let connections = Connections::new(&config.name, config.max_connections, observer.clone());
         let shutdown = tokio::sync::watch::channel(false).0;
+        let restart = tokio::sync::watch::channel(0).0;
         let (era, tool_headers) = (parking_lot::Mutex::new(None), ToolHeaders::default());
         Endpoint {
             config,
@@ -110,6 +114,7 @@ impl Endpoint {
             capabilities: parking_lot::Mutex::new(None),
             observer,
             shutdown,
+            restart,
             held: Arc::default(),
             probe_wait: STDIO_PROBE_WAIT,
         }
@@ -212,5 +217,46 @@ impl Endpoint {
     /// stdio processes of this upstream running now.
     pub(crate) fn running_processes(&self) -> usize {
         self.config.max_processes - self.processes.available_permits()
+    }
+
+    /// What tells a process started now to stop.
+    pub(crate) fn stop_signals(&self) -> StopSignals {
+        StopSignals { shutdown: self.shutdown.subscribe(), restart: self.restart.subscribe() }
+    }
+
+    /// Tells every process running now to stop (stdin closed, then SIGTERM, then SIGKILL);
+    /// sessions start new ones at their next request. Returns how many were running.
+    pub(crate) fn restart_processes(&self) -> usize {
+        let running = self.running_processes();
+        self.restart.send_modify(|generation| *generation += 1);
+        running
+    }
+}
+
+/// What stops a process: the gateway shutting down, or a restart of its upstream's processes
+/// after it started.
+#[derive(Clone)]
+pub(crate) struct StopSignals {
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    restart: tokio::sync::watch::Receiver<u64>,
+}
+
+impl StopSignals {
+    /// Resolves once the process is to stop.
+    pub(crate) async fn fired(&mut self) {
+        let StopSignals { shutdown, restart } = self;
+        let shutdown = async {
+            let _ = shutdown.wait_for(|s| *s).await;
+        };
+        let restart = async {
+            // The endpoint is gone: nothing restarts it any more.
+            if restart.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown => {}
+            _ = restart => {}
+        }
     }
 }

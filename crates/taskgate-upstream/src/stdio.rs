@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::endpoint::ProcessPlace;
+use crate::endpoint::{ProcessPlace, StopSignals};
 use crate::routes::{Incoming, Routes};
 use crate::wire::{ChannelError, Encoded};
 use crate::UpstreamError;
@@ -54,7 +54,7 @@ impl StdioChannel {
         permit: ProcessPlace,
         incoming: mpsc::Sender<Box<Incoming>>,
         routes: Arc<Routes>,
-        shutdown: watch::Receiver<bool>,
+        stop_signals: StopSignals,
     ) -> Result<StdioChannel, UpstreamError> {
         let name = config.name.clone();
         let program = config.command.clone().unwrap_or_default();
@@ -95,7 +95,7 @@ impl StdioChannel {
         let exit = Arc::new(Mutex::new(None));
         let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(STDIN_BUFFER);
 
-        tokio::spawn(write_stdin(child.stdin.take().expect("piped stdin"), stdin_rx, shutdown.clone()));
+        tokio::spawn(write_stdin(child.stdin.take().expect("piped stdin"), stdin_rx, stop_signals.clone()));
         tokio::spawn(read_stdout(
             name.clone(),
             child.stdout.take().expect("piped stdout"),
@@ -108,7 +108,7 @@ impl StdioChannel {
         let (stop_tx, stop_rx) = oneshot::channel();
         let supervised =
             Supervised { name: name.clone(), pending: pending.clone(), alive: alive.clone(), exit: exit.clone() };
-        tokio::spawn(supervise(supervised, child, permit, stop_rx, shutdown));
+        tokio::spawn(supervise(supervised, child, permit, stop_rx, stop_signals));
 
         Ok(StdioChannel {
             name,
@@ -254,12 +254,12 @@ impl Drop for StdioWait {
 async fn write_stdin(
     mut stdin: tokio::process::ChildStdin,
     mut lines: mpsc::Receiver<Bytes>,
-    mut shutdown: watch::Receiver<bool>,
+    mut stop_signals: StopSignals,
 ) {
     loop {
         let line = tokio::select! {
             line = lines.recv() => line,
-            _ = shutdown.wait_for(|s| *s) => None,
+            _ = stop_signals.fired() => None,
         };
         let Some(line) = line else { break };
         let written = async {
@@ -350,13 +350,13 @@ async fn supervise(
     mut child: Child,
     permit: ProcessPlace,
     stop: oneshot::Receiver<()>,
-    mut shutdown: watch::Receiver<bool>,
+    mut stop_signals: StopSignals,
 ) {
     let Supervised { name, pending, alive, exit } = supervised;
     let stopping = async {
         tokio::select! {
             _ = stop => {}
-            _ = shutdown.wait_for(|s| *s) => {}
+            _ = stop_signals.fired() => {}
         }
     };
     let status = tokio::select! {

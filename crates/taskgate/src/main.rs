@@ -265,7 +265,7 @@ fn run_gateway(
         let handle = running.handle.clone();
         println!("taskgate listening on http://{}/mcp", running.addr);
         if let Some((addr, admin)) = running.admin {
-            println!("admin listener on http://{addr} (/metrics, /healthz, /readyz)");
+            println!("admin listener on http://{addr} (/metrics, /healthz, /readyz, /admin/)");
             actix_rt::spawn(admin);
         }
         let grace = std::time::Duration::from_secs(gateway.config().server.shutdown_grace_secs);

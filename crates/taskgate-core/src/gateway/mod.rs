@@ -29,6 +29,7 @@ use crate::tasks::{Supervisor, Sweep, TaskContext, TaskService, TaskShared};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
 
+mod admin;
 mod auth;
 mod handle;
 mod health;

@@ -114,11 +114,12 @@ impl Gateway {
         let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
         actor.stateless = stateless;
         let loaded = restored.is_some();
+        let now_ms = self.shared.clock.now_ms();
+        let created_ms = restored.as_ref().map_or(now_ms, |r| r.created_ms);
         if let Some(record) = restored {
             actor.restore(record);
         }
         let actor = actor.start();
-        let now_ms = self.shared.clock.now_ms();
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(now_ms));
         let tenant = identity.tenant.clone();
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
@@ -127,6 +128,7 @@ impl Gateway {
             addr: actor.clone(),
             identity: identity.clone(),
             protocol_version: version.clone(),
+            created_ms,
             last_seen_ms: last_seen_ms.clone(),
             budget: budget.clone(),
             release_asked_ms: Default::default(),

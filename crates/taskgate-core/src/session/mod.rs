@@ -14,6 +14,7 @@
 mod cancel;
 pub(crate) mod context;
 mod copies;
+pub(crate) mod describe;
 mod elsewhere;
 mod events;
 mod lifecycle;
@@ -139,8 +140,7 @@ fn remove_freeing<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, key: &K) 
     removed
 }
 
-/// A message waiting for a stream: the task it is about, the request id it carries (a relayed
-/// request), and the message as it will be sent.
+/// A message waiting for a stream: its task, its id (a relayed request) and its text.
 struct Queued {
     task: String,
     id: Option<RequestId>,

@@ -27,6 +27,8 @@ pub(crate) struct SessionEntry {
     pub addr: Addr<SessionActor>,
     pub identity: Identity,
     pub protocol_version: String,
+    /// When the session was made, at this replica or another (ms, the gateway clock).
+    pub created_ms: u64,
     /// When the session last received a request (ms, the gateway clock).
     pub last_seen_ms: Arc<AtomicU64>,
     /// The bytes all its outbound streams may hold together.
@@ -193,6 +195,13 @@ impl Sessions {
         if addr.try_send(message).is_err() {
             self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
         }
+    }
+
+    /// Every session here, with its id, sorted by id.
+    pub fn entries(&self) -> Vec<(String, Arc<SessionEntry>)> {
+        let mut all: Vec<_> = self.map.read().iter().map(|(id, e)| (id.clone(), e.clone())).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     pub fn all(&self) -> Vec<Addr<SessionActor>> {

@@ -3,6 +3,7 @@
 //! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
+mod board;
 mod context;
 mod expiries;
 mod holdings;
@@ -27,6 +28,7 @@ use taskgate_upstream::UpstreamError;
 
 pub use actor::TaskActor;
 pub(crate) use actor::TaskShared;
+pub use board::{LiveProgress, ProgressBoard};
 pub(crate) use context::TaskContext;
 pub use holdings::{Held, Holdings, TooLarge};
 pub use messages::Crash;

@@ -174,6 +174,27 @@ impl TaskStore for ObservedStore {
         self.observe("delete_session", || self.inner.delete_session(id))
     }
 
+    fn scan_tasks<'a>(
+        &'a self,
+        filter: &'a taskgate_store::TaskFilter,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, taskgate_store::Page<TaskRecord>> {
+        self.observe("scan_tasks", || self.inner.scan_tasks(filter, cursor, limit))
+    }
+
+    fn scan_sessions<'a>(
+        &'a self,
+        cursor: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, taskgate_store::Page<taskgate_store::SessionEntry>> {
+        self.observe("scan_sessions", || self.inner.scan_sessions(cursor, limit))
+    }
+
+    fn describe(&self) -> StoreFuture<'_, taskgate_store::StoreInfo> {
+        self.observe("describe", || self.inner.describe())
+    }
+
     fn health(&self) -> StoreFuture<'_, ()> {
         self.observe("health", || self.inner.health())
     }

@@ -45,6 +45,7 @@ fn kind(event: &StoreEvent) -> &'static str {
         StoreEvent::Cancelled { .. } => "cancelled",
         StoreEvent::Status { .. } => "status",
         StoreEvent::Progress { .. } => "progress",
+        StoreEvent::UpstreamRestart { .. } => "upstream_restart",
         StoreEvent::InputRequested { .. } => "input_requested",
         StoreEvent::InputResponses { .. } => "input_responses",
         StoreEvent::SessionMessage { .. } => "session_message",
@@ -79,6 +80,7 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
                 let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };
                 // The session that requested the task is on the replica that runs it: here, the
                 // task's progress goes to the requestor's sessions that follow it.
+                tasks.board.record(&task_id, &params);
                 tasks.progress_to_sessions(&owner, &task_id, None, params);
             }
             StoreEvent::InputRequested { owner, task_id } => {
@@ -100,6 +102,12 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
             StoreEvent::SessionEnded { session } => shared.sessions.ended(&session),
             StoreEvent::SessionChanged { session } => shared.sessions.changed(&session),
             StoreEvent::SessionStream { session, open } => shared.sessions.stream_at(&session, from, open),
+            StoreEvent::UpstreamRestart { upstream } => {
+                if let Some(connector) = shared.connectors.get(&upstream) {
+                    let stopping = connector.restart_processes();
+                    tracing::info!(target: "taskgate::audit", %upstream, stopping, from = %from, "upstream processes restarted by an operator at another replica");
+                }
+            }
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct TaskState<A> {
     pub(crate) holdings: super::Holdings,
     /// Every live task's ttl, on one timer (run by the Supervisor).
     pub(crate) expiries: Arc<super::expiries::Expiries>,
+    /// The last progress of live tasks, here and at other replicas (the operator's view).
+    pub(crate) board: super::ProgressBoard,
 }
 
 impl<A: Clone> TaskState<A> {
@@ -87,6 +89,7 @@ impl<A: Clone> TaskState<A> {
             last_poll: Mutex::default(),
             holdings: super::Holdings::default(),
             expiries: Arc::default(),
+            board: Default::default(),
         }
     }
 
@@ -248,8 +251,9 @@ impl<A: Clone> TaskState<A> {
         self.publish(StoreEvent::Finished { task_id: task_id.to_owned() });
     }
 
-    /// Wakes this process's waiters of a task.
+    /// Wakes this process's waiters of a task (it ended, here or elsewhere).
     pub(crate) fn wake(&self, task_id: &str) {
+        self.board.forget(task_id);
         if let Some(waiters) = self.waiting.lock().get(task_id) {
             waiters.send_replace(());
         }
@@ -282,6 +286,7 @@ impl<A: Clone> TaskState<A> {
     /// owner's sessions, here and on the other replicas. False when no session here took it
     /// and there are no other replicas.
     pub(crate) fn task_progress(&self, owner: &Identity, task_id: &str, requester: &str, params: Value) -> bool {
+        self.board.record(task_id, &params);
         let here = self.progress_to_sessions(owner, task_id, Some(requester), params.clone());
         let shared = self.store.shared();
         if shared {

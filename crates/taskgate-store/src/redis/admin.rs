@@ -20,12 +20,17 @@ fn glob_prefix(prefix: &str) -> String {
     out
 }
 
+/// The most `SCAN` steps one page takes.
+const MAX_STEPS: usize = 64;
+
 fn scan_cursor(cursor: Option<&str>) -> Result<u64, StoreError> {
     cursor.map_or(Ok(0), |c| c.parse().map_err(|_| StoreError::BadCursor))
 }
 
 impl RedisTaskStore {
-    /// One `SCAN` step over keys starting with `prefix`: the keys, and the next cursor.
+    /// `SCAN` steps over keys starting with `prefix` until about `count` are found, the scan
+    /// ends, or [`MAX_STEPS`] steps were taken (a Redis holding much else): the keys, and the
+    /// cursor to go on from.
     async fn scan_keys(
         &self,
         prefix: &str,
@@ -33,20 +38,23 @@ impl RedisTaskStore {
         count: usize,
     ) -> Result<(Vec<String>, Option<String>), StoreError> {
         let mut c = self.connection.clone();
-        let start = scan_cursor(cursor)?;
+        let mut at = scan_cursor(cursor)?;
         let pattern = glob_prefix(&self.key(&[prefix]));
-        let (next, keys): (u64, Vec<String>) = self
-            .run(
-                redis::cmd("SCAN")
-                    .arg(start)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(count.max(10))
-                    .query_async(&mut c),
-            )
-            .await?;
-        Ok((keys, (next != 0).then(|| next.to_string())))
+        let mut found = Vec::new();
+        for _ in 0..MAX_STEPS {
+            let mut step = redis::cmd("SCAN");
+            step.arg(at).arg("MATCH").arg(&pattern).arg("COUNT").arg(count.max(10));
+            let (next, keys): (u64, Vec<String>) = self.run(step.query_async(&mut c)).await?;
+            found.extend(keys);
+            at = next;
+            if at == 0 || found.len() >= count {
+                break;
+            }
+        }
+        // SCAN may return a key twice (the table grew meanwhile): once is enough.
+        found.sort();
+        found.dedup();
+        Ok((found, (at != 0).then(|| at.to_string())))
     }
 
     pub(super) async fn scan_tasks_inner(

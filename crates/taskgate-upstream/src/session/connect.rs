@@ -133,8 +133,9 @@ impl UpstreamSession {
             ))),
             Transport::Stdio => {
                 let permit = self.inner.endpoint.process_place(self.inner.process_share.get())?;
-                let shutdown = self.inner.endpoint.shutdown.subscribe();
-                let spawned = StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), shutdown)?;
+                let stop_signals = self.inner.endpoint.stop_signals();
+                let spawned =
+                    StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), stop_signals)?;
                 Channel::Stdio(Arc::new(spawned))
             }
         };
