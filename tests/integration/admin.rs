@@ -318,3 +318,82 @@ async fn with_redis_any_replica_sees_and_acts_on_every_replica() {
     admin_a.until("/admin/api/sessions", |b| b["sessions"].as_array().unwrap().is_empty()).await;
     assert_eq!(c.request("tools/list", None).await.status, 404);
 }
+
+/// The admin page in headless Chromium: signed in with the operator's Basic credentials, it
+/// shows a task's progress bar move as the task goes on, then the task completed, with the
+/// sessions per tenant and the upstreams' health, all without being loaded again (SSE). The
+/// screenshots it takes are the README's.
+#[actix_rt::test]
+async fn the_admin_page_in_a_browser_follows_a_task_to_its_end() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = ServedGateway::start(&config(dir.path(), &demo, "page", "")).await;
+    let mut c = McpClient::new(&gateway.url);
+    c.initialize().await;
+    crate::support::create(&mut c, "demo__echo", json!({"text": "an earlier task"})).await;
+    let task = c
+        .request(
+            "tools/call",
+            Some(json!({"name": "demo__slow", "arguments": {"steps": 3, "gate": "page"}, "task": {}, "_meta": {"progressToken": "p"}})),
+        )
+        .await
+        .outcome()
+        .unwrap()["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    demo.demo.release("page-1");
+
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    let shots = std::env::var_os("CARGO_TARGET_DIR").map_or(shots, |t| std::path::PathBuf::from(t).join("screenshots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut browser = tokio::process::Command::new("node")
+        .arg("admin-page.mjs")
+        .arg(gateway.admin.clone().unwrap())
+        .arg(&task)
+        .arg(&shots)
+        .env("ADMIN_USER", "ops")
+        .env("ADMIN_TOKEN", TOKEN)
+        .current_dir(taskgate_testkit::interop_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs the browser");
+    let mut stdin = browser.stdin.take().unwrap();
+    let mut out = tokio::io::BufReader::new(browser.stdout.take().unwrap()).lines();
+    async fn said(out: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>) -> Value {
+        let line = within(out.next_line()).await.unwrap().expect("the browser script said something");
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    let working = said(&mut out).await;
+    assert_eq!(working["seen"]["status"], "working", "{working}");
+    assert_eq!((working["seen"]["value"].as_f64(), working["seen"]["max"].as_f64()), (Some(1.0), Some(3.0)));
+    assert!(working["seen"]["label"].as_str().unwrap().contains("step 1 of 3"), "{working}");
+    assert_eq!(working["seen"]["cancel"], true, "a live task can be cancelled from the page");
+    demo.demo.release("page-2");
+    stdin.write_all(b"next\n").await.unwrap();
+
+    let moved = said(&mut out).await;
+    assert_eq!(moved["seen"]["value"].as_f64(), Some(2.0), "{moved}");
+    demo.demo.release("page-3");
+    stdin.write_all(b"next\n").await.unwrap();
+
+    let done = said(&mut out).await;
+    assert_eq!(done["completed"]["status"], "completed", "{done}");
+    assert_eq!(done["completed"]["cancel"], false, "{done}");
+    assert_eq!(done["reloaded"], false, "the page changed over its stream, not by loading again");
+    assert_eq!(done["sessions"], json!([{"tenant": "anonymous", "here": 1}]), "{done}");
+    let upstreams = done["upstreams"].as_array().unwrap();
+    assert!(upstreams.iter().any(|u| u["name"] == "demo" && u["reachable"] == true && u["restart"] == false), "{done}");
+    assert!(upstreams.iter().any(|u| u["name"] == "local" && u["restart"] == true), "{done}");
+    assert!(done["store"].as_str().unwrap().contains("file"), "{done}");
+    assert_eq!(done["state"], "live");
+    drop(stdin);
+    let status = within(browser.wait()).await.unwrap();
+    assert!(status.success());
+    assert!(shots.join("admin-page.png").metadata().unwrap().len() > 10_000);
+}

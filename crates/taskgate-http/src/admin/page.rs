@@ -273,6 +273,14 @@ async fn snapshot(gateway: &Gateway) -> String {
     html
 }
 
+/// A progress message after its numbers.
+fn message(value: &Value) -> String {
+    match value.as_str() {
+        Some(m) if !m.is_empty() => format!(" · {}", escape(m)),
+        _ => String::new(),
+    }
+}
+
 fn task_row(html: &mut String, task: &Value) {
     let id = text(&task["taskId"]);
     let status = task["status"].as_str().unwrap_or_default();
@@ -280,13 +288,13 @@ fn task_row(html: &mut String, task: &Value) {
     let progress = &task["progress"];
     let bar = match (progress["progress"].as_f64(), progress["total"].as_f64()) {
         (Some(value), Some(total)) => format!(
-            r#"<progress value="{value}" max="{total}"></progress> <span class="progress-label">{value} / {total} {}</span>"#,
-            text(&progress["message"])
+            r#"<progress value="{value}" max="{total}"></progress> <span class="progress-label">{value} / {total}{}</span>"#,
+            message(&progress["message"])
         ),
         (Some(value), None) => {
             format!(
-                r#"<progress></progress> <span class="progress-label">{value} {}</span>"#,
-                text(&progress["message"])
+                r#"<progress></progress> <span class="progress-label">{value}{}</span>"#,
+                message(&progress["message"])
             )
         }
         // A live task without progress: a bar with no value (indeterminate).
