@@ -7,6 +7,7 @@ mod apps;
 mod apps_examples;
 mod browser;
 mod cli;
+mod cli_client;
 mod conformance;
 mod damaged_store;
 mod federation;

@@ -1,5 +1,5 @@
-//! The `taskgate` command: `serve`, `check-config`, `demo`, and `demo-upstream` (the demo MCP
-//! server itself, over stdio or HTTP).
+//! The `taskgate` command: `serve`, `check-config`, `demo`, `demo-upstream` (the demo MCP
+//! server itself, over stdio or HTTP), and `call` and `tasks` (a command-line MCP client).
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
@@ -8,6 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod client;
 mod logging;
 mod malloc;
 
@@ -68,6 +69,14 @@ enum Command {
         /// The API key.
         key: Option<String>,
     },
+    /// Calls a tool of an MCP server (the gateway or any other) and prints its result, with a
+    /// progress bar; --task runs it as a task. Ctrl-C cancels.
+    Call(client::call::CallArgs),
+    /// Lists, shows, waits for or cancels the tasks an MCP server holds for the caller.
+    Tasks {
+        #[command(subcommand)]
+        command: client::tasks::TasksCommand,
+    },
     /// Runs the demo MCP server on its own, over stdio (--stdio) or Streamable HTTP (--listen).
     #[command(group(clap::ArgGroup::new("transport").required(true).args(["stdio", "listen"])))]
     DemoUpstream {
@@ -115,6 +124,8 @@ fn main() -> ExitCode {
             Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path, tuning))
         }
         Command::HashKey { key } => hash_key(key),
+        Command::Call(args) => return client_command(client::call::run(args)),
+        Command::Tasks { command } => return client_command(client::tasks::run(command)),
         Command::Store { action } => return store(action),
         Command::Demo { listen, data } => {
             let tuning = malloc::tune();
@@ -183,6 +194,18 @@ fn store(action: StoreAction) -> ExitCode {
         Err(e) => {
             eprintln!("taskgate: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs a client command on a runtime of its own; its errors are printed, exit status 1.
+fn client_command(command: impl std::future::Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    match runtime.block_on(command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("taskgate: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }
