@@ -77,7 +77,7 @@ impl Prometheus {
             .send()
             .await
             .expect("prometheus answers");
-        let body: Value = response.json().await.expect("a JSON answer");
+        let body: Value = serde_json::from_slice(&response.bytes().await.expect("an answer")).expect("a JSON answer");
         assert_eq!(body["status"], "success", "{expr}: {body}");
         body["data"].clone()
     }
@@ -104,8 +104,8 @@ impl Prometheus {
 
     /// The rule groups as Prometheus evaluates them (`/api/v1/rules`).
     pub async fn rules(&self) -> Vec<Value> {
-        let body: Value =
-            self.http.get(format!("{}/api/v1/rules", self.url)).send().await.unwrap().json().await.unwrap();
+        let answer = self.http.get(format!("{}/api/v1/rules", self.url)).send().await.unwrap();
+        let body: Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
         body["data"]["groups"].as_array().cloned().unwrap_or_default()
     }
 }
