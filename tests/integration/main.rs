@@ -36,5 +36,6 @@ mod shared_sessions;
 mod support;
 mod tasks;
 mod tenants;
+mod traces;
 mod upstream_decides;
 mod upstreams;

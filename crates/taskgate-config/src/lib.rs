@@ -19,6 +19,7 @@ mod read;
 mod server;
 mod tasks;
 mod tenants;
+mod traces;
 mod upstream;
 mod validate;
 
@@ -30,6 +31,7 @@ pub use tenants::{
     glob, secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, SessionCapPolicy,
     TenantConfig, TenantLimits, ToolRules,
 };
+pub use traces::TracesConfig;
 pub use upstream::{
     ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamGrant, UpstreamOAuth, UpstreamProtocol,
 };
@@ -60,6 +62,9 @@ pub struct Config {
     /// The operator's view: who may use it, where.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// OpenTelemetry traces.
+    #[serde(default)]
+    pub traces: TracesConfig,
     /// The upstream MCP servers.
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,

@@ -137,6 +137,9 @@ impl Config {
         for (key, why) in self.admin.problems(self.server.admin_listen.is_some()) {
             bad(key, why);
         }
+        for (key, why) in self.traces.problems() {
+            bad(key, why);
+        }
         if let Some(admin) = &self.server.admin_listen {
             if let Err(why) = resolve_listen(admin) {
                 bad("server.admin_listen".into(), format!("{why}, like 127.0.0.1:9090 or localhost:9090"));

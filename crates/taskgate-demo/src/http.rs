@@ -159,6 +159,11 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         }
     };
     let demo = state.demo.clone();
+    if message.method() == Some(methods::TOOLS_CALL) {
+        if let Some(trace) = req.headers().get("traceparent").and_then(|v| v.to_str().ok()) {
+            demo.record_header_traceparent(trace);
+        }
+    }
     if message.method() == Some(methods::INITIALIZE) {
         let conn = demo.connection();
         let (tx, _rx) = mpsc::channel(1);

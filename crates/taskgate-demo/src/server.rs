@@ -44,6 +44,10 @@ pub struct DemoStats {
     pub log_levels: Vec<String>,
     /// `notifications/roots/list_changed` received.
     pub roots_list_changed: u64,
+    /// The W3C `traceparent` of each tool call, from its `_meta` (the MCP convention).
+    pub meta_traceparents: Vec<String>,
+    /// The `traceparent` HTTP header of each tool call (over HTTP).
+    pub header_traceparents: Vec<String>,
 }
 
 /// The demo MCP server. Clone it to share: all clones are the same server.
@@ -136,6 +140,11 @@ impl DemoServer {
     /// A snapshot of what the server has seen.
     pub fn stats(&self) -> DemoStats {
         self.inner.stats.lock().clone()
+    }
+
+    /// A tool call came with this `traceparent` header.
+    pub(crate) fn record_header_traceparent(&self, trace: &str) {
+        self.inner.stats.lock().header_traceparents.push(trace.to_owned());
     }
 
     /// Releases every `wait` call on `gate`, now and later.

@@ -212,6 +212,9 @@ impl DemoServer {
             if let Some(token) = mcp::progress_token(Some(&params)) {
                 stats.progress_tokens.push(token.clone());
             }
+            if let Some(trace) = params.pointer("/_meta/traceparent").and_then(Value::as_str) {
+                stats.meta_traceparents.push(trace.to_owned());
+            }
         }
         let text = |t: String| json!({"content": [{"type": "text", "text": t}], "isError": false});
         match name {

@@ -11,6 +11,7 @@
 //! - [`admin`]: the operator's view, an API and a live page, on the admin listener.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
 //! - [`metered`]: client requests counted and timed by tenant and method.
+//! - [`traced`]: a request's span, its parent the client's (W3C Trace Context).
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
 
 pub mod admin;
@@ -24,6 +25,7 @@ pub mod peers;
 pub mod reply;
 pub mod server;
 pub mod sse;
+pub mod traced;
 
 pub use actix_web::dev::ServerHandle;
 pub use server::{serve, Running};

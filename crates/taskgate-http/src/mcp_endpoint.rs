@@ -68,7 +68,12 @@ pub async fn post(
         principal = %Untrusted(&identity.principal),
         session = %Untrusted(session_id.unwrap_or("-")),
         method = %Untrusted(message.method().unwrap_or("response")),
+        tool = tracing::field::Empty,
+        task = tracing::field::Empty,
     );
+    if taskgate_upstream::trace_context::enabled() {
+        crate::traced::request_span(&span, headers, &message);
+    }
     let modern = modern.into_inner();
     // A request is counted and timed by tenant and method until its response is sent.
     let meter = match &message {

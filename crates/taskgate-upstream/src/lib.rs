@@ -26,6 +26,7 @@ mod routes;
 mod session;
 mod shared;
 pub mod stdio;
+pub mod trace_context;
 mod transport;
 mod wire;
 

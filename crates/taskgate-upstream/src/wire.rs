@@ -51,6 +51,16 @@ impl Encoded {
         params: Option<&Value>,
         arguments: Option<&RawArguments>,
     ) -> Encoded {
+        // The call's trace context goes in `_meta` too, where stdio upstreams find it.
+        let traced = crate::trace_context::current().map(|trace| {
+            let mut params = params.cloned();
+            crate::trace_context::into_meta(&mut params, &trace);
+            params
+        });
+        let params = match &traced {
+            Some(traced) => traced.as_ref(),
+            None => params,
+        };
         let json = Message::request_bytes_passing(&id, method, params, arguments).into();
         let initialize = method == methods::INITIALIZE;
         let creates_task = params.is_some_and(|p| p.get("task").is_some());

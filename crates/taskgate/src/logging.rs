@@ -9,8 +9,13 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber for `config.logging`.
+/// Installs the global subscriber for `config.logging`, and the export of spans when
+/// `config.traces` names an endpoint.
 pub fn init(config: &Config) {
+    let tracer = crate::traces::tracer(&config.traces).unwrap_or_else(|e| {
+        eprintln!("taskgate: traces cannot be exported ({e}); going on without them");
+        None
+    });
     let filter = EnvFilter::try_new(&config.logging.level).unwrap_or_else(|e| {
         eprintln!("taskgate: invalid log filter {:?} ({e}); using \"info\"", config.logging.level);
         EnvFilter::new("info")
@@ -21,11 +26,22 @@ pub fn init(config: &Config) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let writer = move || taskgate_core::logs::SafeWriter { inner: std::io::stderr(), ansi };
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
-    let _ = match (config.logging.format, ansi) {
-        (LogFormat::Json, _) => builder.json().try_init(),
-        (LogFormat::Human, true) => builder.try_init(),
-        (LogFormat::Human, false) => builder.fmt_fields(PlainFields).try_init(),
-    };
+    match (config.logging.format, ansi) {
+        (LogFormat::Json, _) => install(builder.json().finish(), tracer),
+        (LogFormat::Human, true) => install(builder.finish(), tracer),
+        (LogFormat::Human, false) => install(builder.fmt_fields(PlainFields).finish(), tracer),
+    }
+}
+
+/// Installs `subscriber`, with OpenTelemetry's layer over it when there is a tracer.
+fn install<S>(subscriber: S, tracer: Option<opentelemetry_sdk::trace::Tracer>)
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let layer = tracer.map(|tracer| tracing_opentelemetry::layer().with_tracer(tracer));
+    let _ = subscriber.with(layer).try_init();
 }
 
 /// Fields as `name=value` separated by spaces, the message first and unnamed: what

@@ -11,6 +11,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod client;
 mod logging;
 mod malloc;
+mod traces;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -133,6 +134,8 @@ fn main() -> ExitCode {
         }
         Command::DemoUpstream { stdio, listen, conformance } => demo_upstream(stdio, listen, conformance),
     };
+    // The spans not sent yet go now (when traces are exported).
+    traces::flush();
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -134,7 +134,7 @@ fn start_following(shared: &Arc<TaskShared>, record: TaskRecord, session: Upstre
         });
     }
     let work = Native::work(upstream_task_id, poll, None);
-    let start = TaskStart { record, owner, session, work, progress: None, permit };
+    let start = TaskStart { record, owner, session, work, progress: None, permit, span: None };
     let actor = TaskActor::new(shared.clone(), start);
     let id = actor.id.clone();
     shared.tasks.register(&id, actor.start(), native);

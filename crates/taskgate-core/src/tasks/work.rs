@@ -125,6 +125,9 @@ pub(crate) struct TaskStart {
     pub progress: Option<Addr<ProgressActor>>,
     /// The task's place under its tenant's concurrency caps, given back when it ends.
     pub permit: Option<TaskPermit>,
+    /// The span its upstream call runs in, when traces are exported (a child of the request
+    /// that created it).
+    pub span: Option<Box<tracing::Span>>,
 }
 
 /// A wrapped task's upstream call, outside the actor's context so that it survives the

@@ -243,6 +243,15 @@ impl HttpChannel {
         for (name, value) in extra {
             headers.insert(name, value.clone());
         }
+        // The span of this upstream call is the parent of the upstream's (W3C Trace Context).
+        if let Some(trace) = crate::trace_context::current() {
+            if let Ok(value) = HeaderValue::from_str(&trace.traceparent) {
+                headers.insert(HeaderName::from_static("traceparent"), value);
+            }
+            if let Some(Ok(value)) = trace.tracestate.as_deref().map(HeaderValue::from_str) {
+                headers.insert(HeaderName::from_static("tracestate"), value);
+            }
+        }
         self.send_request(Method::POST, headers, json).await
     }
 

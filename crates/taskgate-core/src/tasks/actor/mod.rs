@@ -61,6 +61,8 @@ pub struct TaskActor {
     /// A wrapped call's progress token at the upstream, kept while the upstream may still make
     /// the call a task of its own (its progress then comes under the same token).
     upstream_token: Option<Box<Value>>,
+    /// The span its upstream call is to run in (traces exported), until the call starts.
+    span: Option<Box<tracing::Span>>,
 }
 
 impl TaskActor {
@@ -82,6 +84,7 @@ impl TaskActor {
             stopped_cleanly: false,
             inputs: Vec::new(),
             upstream_token: None,
+            span: start.span,
         }
     }
 
@@ -101,6 +104,7 @@ impl TaskActor {
             work,
             progress: remains.progress,
             permit,
+            span: None,
         };
         let mut actor = TaskActor::new(shared, start);
         actor.call = remains.call;
@@ -376,23 +380,30 @@ impl Actor for TaskActor {
                 // (a live task costs less without one). The call runs outside the actor's
                 // context (a task while it is sent, then, on stdio, the waiting call the actor
                 // keeps), so a restarted actor still gets its outcome.
+                let span = self.span.take().map_or_else(tracing::Span::none, |span| *span);
                 let sending = match self.progress.clone() {
-                    Some(progress) => actix::spawn(async move {
-                        let call = crate::relay::relay_call(
-                            session,
-                            methods::TOOLS_CALL,
-                            id,
-                            *params,
-                            None,
-                            None,
-                            Some(progress),
-                            false,
-                            None,
-                            false,
-                        );
-                        taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
-                    }),
-                    None => actix::spawn(session.into_call(id, methods::TOOLS_CALL, Some(params))),
+                    Some(progress) => actix::spawn(tracing::Instrument::instrument(
+                        async move {
+                            let call = crate::relay::relay_call(
+                                session,
+                                methods::TOOLS_CALL,
+                                id,
+                                *params,
+                                None,
+                                None,
+                                Some(progress),
+                                false,
+                                None,
+                                false,
+                            );
+                            taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
+                        },
+                        span,
+                    )),
+                    None => actix::spawn(tracing::Instrument::instrument(
+                        session.into_call(id, methods::TOOLS_CALL, Some(params)),
+                        span,
+                    )),
                 };
                 self.call = Some(Box::new(CallState::Sending(sending)));
                 ctx.spawn(AwaitCall);
