@@ -21,6 +21,7 @@ mod oauth;
 mod oauth_exchange;
 mod offerings;
 mod operations;
+mod package;
 mod passing;
 mod peers;
 mod pooled_sessions;

@@ -43,6 +43,9 @@ enum Command {
         /// Overrides server.listen (also TASKGATE_LISTEN): HOST:PORT, the host a name or an address.
         #[arg(long, value_parser = listen_address)]
         listen: Option<SocketAddr>,
+        /// Overrides server.admin_listen (also TASKGATE_ADMIN_LISTEN): HOST:PORT.
+        #[arg(long, env = "TASKGATE_ADMIN_LISTEN", value_parser = listen_address)]
+        admin_listen: Option<SocketAddr>,
     },
     /// Validates a configuration file and prints every problem with its location.
     CheckConfig {
@@ -120,9 +123,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::CheckConfig { file } => return check_config(&file),
-        Command::Serve { config: path, listen } => {
+        Command::Serve { config: path, listen, admin_listen } => {
             let tuning = malloc::tune();
-            Config::load(&path).map_err(anyhow::Error::from).and_then(|c| run_gateway(c, listen, path, tuning))
+            Config::load(&path).map_err(anyhow::Error::from).and_then(|mut c| {
+                if let Some(admin) = admin_listen {
+                    c.server.admin_listen = Some(admin.to_string());
+                }
+                run_gateway(c, listen, path, tuning)
+            })
         }
         Command::HashKey { key } => hash_key(key),
         Command::Call(args) => return client_command(client::call::run(args)),
