@@ -203,7 +203,7 @@ async fn an_operator_lists_sessions_tasks_upstreams_and_the_store_and_acts_on_th
     assert_eq!(seen["status"], "cancelled");
     let (status, again) = admin.post(&format!("/admin/api/tasks/{task}/cancel")).await;
     assert_eq!(status, 400, "a terminal task is not cancelled again: {again}");
-    assert_eq!(admin.post("/admin/api/tasks/no-such-task/cancel").await.0, 400);
+    assert_eq!(admin.post("/admin/api/tasks/no-such-task/cancel").await.0, 404);
 
     // Restart the stdio upstream's process: a new one serves the next call.
     let before = marked_children(&gateway, "acts");

@@ -13,8 +13,8 @@ pub struct TracesConfig {
     /// The `service.name` of the spans.
     #[serde(default = "default_service_name")]
     pub service_name: String,
-    /// The share of traces kept, 0.0 to 1.0, for traces no client decided on; a client's
-    /// sampled flag (`traceparent`) is followed.
+    /// The share of traces kept, 0.0 to 1.0, by trace id (a client's sampled flag does not
+    /// override it).
     #[serde(default = "default_ratio")]
     pub sample_ratio: f64,
 }

@@ -134,7 +134,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let accepted = peers.clone();
     let per_peer = peers.max_connections_per_peer();
     let public_operations = operations::public_routes(config.server.serves_public_metrics());
-    let admin_on_main = config.admin.on_main_listener;
+    let admin_on_main = config.admin.on_main_listener.then(|| crate::admin::Shared::new().routes());
     let server = HttpServer::new(move || {
         let metrics = main_data.clone();
         let peers = peers.clone();
@@ -178,8 +178,8 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
             )
             .configure(public_operations.clone())
             .configure(|routes| {
-                if admin_on_main {
-                    crate::admin::routes(routes);
+                if let Some(admin) = &admin_on_main {
+                    admin(routes);
                 }
             })
             .route("/.well-known/oauth-protected-resource", web::get().to(operations::protected_resource))
@@ -210,8 +210,9 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let admin = match &config.server.admin_listen {
         Some(admin) => {
             let admin_data = data.clone();
+            let admin_routes = crate::admin::Shared::new().routes();
             let admin = HttpServer::new(move || {
-                App::new().app_data(admin_data.clone()).configure(operations::routes).configure(crate::admin::routes)
+                App::new().app_data(admin_data.clone()).configure(operations::routes).configure(admin_routes.clone())
             })
             .workers(1)
             .disable_signals()

@@ -308,9 +308,45 @@ impl TaskStore for MemoryTaskStore {
         cursor: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, crate::Page<TaskRecord>> {
+        let before = match cursor {
+            None => None,
+            Some(c) => match decode_cursor(c) {
+                Some(position) => Some(position),
+                None => return ready(Err(StoreError::BadCursor)),
+            },
+        };
+        // Matched and ordered on the stored fields; only the page's records are made (a
+        // result is copied for those alone), so the table is held for a pass over it.
         let inner = self.inner.lock();
-        let records = inner.by_id.iter().map(|(id, stored)| Ok(stored.record(id)));
-        ready(crate::newest_first(records, filter, cursor, limit))
+        let matches = |stored: &Stored| {
+            filter.tenant.as_ref().is_none_or(|t| *t == stored.owner.tenant)
+                && filter.principal.as_ref().is_none_or(|p| *p == stored.owner.principal)
+                && filter.status.is_none_or(|s| s == stored.status)
+                && filter.upstream.as_ref().is_none_or(|u| **u == *stored.upstream)
+        };
+        let mut positions: Vec<(u64, &Arc<str>)> = inner
+            .by_id
+            .iter()
+            .filter(|(id, stored)| {
+                matches(stored)
+                    && before.as_ref().is_none_or(|(at, b)| (stored.created_at_ms, &***id) < (*at, b.as_str()))
+            })
+            .map(|(id, stored)| (stored.created_at_ms, id))
+            .collect();
+        let wanted = (limit + 1).min(positions.len());
+        if wanted > 0 && wanted < positions.len() {
+            positions.select_nth_unstable_by(wanted - 1, |a, b| (b.0, &**b.1).cmp(&(a.0, &**a.1)));
+        }
+        positions.truncate(wanted);
+        positions.sort_unstable_by(|a, b| (b.0, &**b.1).cmp(&(a.0, &**a.1)));
+        let more = positions.len() > limit;
+        positions.truncate(limit);
+        let items: Vec<TaskRecord> = positions.iter().map(|(_, id)| inner.by_id[*id].record(id)).collect();
+        let next_cursor = match (more, items.last()) {
+            (true, Some(last)) => Some(encode_cursor(last.created_at_ms, &last.id)),
+            _ => None,
+        };
+        ready(Ok(crate::Page { items, next_cursor }))
     }
 
     fn scan_sessions<'a>(

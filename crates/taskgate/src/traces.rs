@@ -30,8 +30,10 @@ pub fn tracer(config: &TracesConfig) -> anyhow::Result<Option<Tracer>> {
         .with_service_name(config.service_name.clone())
         .with_attribute(opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .build();
-    // A client's decision stands; a trace the gateway starts is kept at the configured ratio.
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sample_ratio)));
+    // The ratio holds for every trace, whatever a client's sampled flag says (a client cannot
+    // make the gateway export everything); it goes by the trace id, so services sampling at
+    // one ratio keep the same traces.
+    let sampler = Sampler::TraceIdRatioBased(config.sample_ratio);
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_sampler(sampler)

@@ -128,6 +128,44 @@ impl Gateway {
         Ok(Page { items, next_cursor })
     }
 
+    /// Sessions per tenant: (served here, at other replicas only), counting at most `max`
+    /// records of a shared store; no session actor is asked.
+    pub async fn admin_session_counts(
+        &self,
+        max: usize,
+    ) -> Result<std::collections::BTreeMap<String, (usize, usize)>, GatewayError> {
+        let mut counts: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+        let store = self.shared.tasks.store();
+        if !store.shared() {
+            for (tenant, here) in self.sessions.count_by_tenant() {
+                counts.insert(tenant.to_string(), (here, 0));
+            }
+            return Ok(counts);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor: Option<String> = None;
+        while seen.len() < max {
+            let page = store.scan_sessions(cursor.as_deref(), MAX_PAGE).await.map_err(store_error)?;
+            for (id, record) in page.items {
+                let here = self.sessions.contains(&id);
+                if !seen.insert(id) {
+                    continue; // a Redis scan may meet a record twice
+                }
+                let entry = counts.entry(record.owner.tenant).or_default();
+                if here {
+                    entry.0 += 1;
+                } else {
+                    entry.1 += 1;
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(counts)
+    }
+
     /// A session this process serves, as the operator sees it.
     async fn session_here(&self, id: &str, now_ms: u64) -> Option<Value> {
         let entry = self.sessions.entry(id)?;
@@ -175,7 +213,19 @@ impl Gateway {
         let limit = limit.clamp(1, MAX_PAGE);
         let now = self.shared.clock.now_ms();
         let page = self.shared.tasks.store().scan_tasks(filter, cursor, limit).await.map_err(store_error)?;
-        let items = page.items.iter().map(|r| task_view(r, self.shared.tasks.board.of(&r.id), now)).collect();
+        let board = &self.shared.tasks.board;
+        let items = page
+            .items
+            .iter()
+            .map(|r| {
+                if r.status.is_terminal() {
+                    // Its end may not have been heard of here (a lost event): its progress goes.
+                    board.forget(&r.id);
+                    return task_view(r, None, now);
+                }
+                task_view(r, board.of(&r.id), now)
+            })
+            .collect();
         Ok(Page { items, next_cursor: page.next_cursor })
     }
 
@@ -256,7 +306,7 @@ impl Gateway {
     /// replica runs it).
     pub async fn admin_cancel_task(&self, id: &str) -> Result<Value, GatewayError> {
         let record = self.shared.tasks.store().get(id).await.map_err(store_error)?;
-        let record = record.ok_or_else(|| GatewayError::InvalidParams(format!("no task {id}")))?;
+        let record = record.ok_or_else(crate::tasks::not_found)?;
         let owner =
             Identity { tenant: record.owner.tenant.clone().into(), principal: record.owner.principal.clone().into() };
         self.shared.tasks.clone().cancel(owner, id.to_owned()).await

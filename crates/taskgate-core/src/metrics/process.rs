@@ -10,6 +10,8 @@ use prometheus::{Counter, Gauge, IntGauge, Opts};
 /// The `process_*` metrics.
 pub struct ProcessCollector {
     cpu: Counter,
+    /// One scrape at a time reads and adds to `cpu` (two listeners may be scraped at once).
+    adding: parking_lot::Mutex<()>,
     open_fds: IntGauge,
     max_fds: IntGauge,
     virtual_memory: IntGauge,
@@ -53,7 +55,17 @@ impl ProcessCollector {
             descs.extend(g.desc().into_iter().cloned());
         }
         descs.extend(start_time.desc().into_iter().cloned());
-        ProcessCollector { cpu, open_fds, max_fds, virtual_memory, resident_memory, start_time, threads, descs }
+        ProcessCollector {
+            cpu,
+            adding: parking_lot::Mutex::new(()),
+            open_fds,
+            max_fds,
+            virtual_memory,
+            resident_memory,
+            start_time,
+            threads,
+            descs,
+        }
     }
 
     /// The names it exports.
@@ -124,9 +136,12 @@ impl Collector for ProcessCollector {
         let page = sysconf(libc::_SC_PAGESIZE).unwrap_or(4096) as i64;
         // The counter only goes up: add what was spent since the last scrape.
         let cpu = stat.cpu_ticks as f64 / ticks;
-        let past = self.cpu.get();
-        if cpu > past {
-            self.cpu.inc_by(cpu - past);
+        {
+            let _one = self.adding.lock();
+            let past = self.cpu.get();
+            if cpu > past {
+                self.cpu.inc_by(cpu - past);
+            }
         }
         if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
             self.open_fds.set(fds.count() as i64);

@@ -1,5 +1,8 @@
 //! [`ProgressBoard`]: the last progress of each live task that reports any, here or (a shared
-//! store) at another replica, for the operator's view. An entry goes when its task ends.
+//! store) at another replica, for the operator's view. An entry goes when its task ends, or
+//! (its end never heard of: a lost event, a replica that died) once it is [`STALE`].
+
+use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 use parking_lot::Mutex;
@@ -10,6 +13,8 @@ use serde_json::Value;
 const MAX_ENTRIES: usize = 65_536;
 /// A progress message is cut to this many characters.
 const MAX_MESSAGE_CHARS: usize = 200;
+/// An entry not updated for this long is dropped.
+pub const STALE: Duration = Duration::from_secs(3600);
 
 /// A task's last progress.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -24,7 +29,7 @@ pub struct LiveProgress {
 /// The last progress of live tasks.
 #[derive(Default)]
 pub struct ProgressBoard {
-    entries: Mutex<HashMap<String, LiveProgress>>,
+    entries: Mutex<HashMap<String, (LiveProgress, Instant)>>,
 }
 
 impl ProgressBoard {
@@ -34,11 +39,25 @@ impl ProgressBoard {
         let total = params.get("total").and_then(Value::as_f64);
         let message =
             params.get("message").and_then(Value::as_str).map(|m| m.chars().take(MAX_MESSAGE_CHARS).collect());
+        let now = Instant::now();
         let mut entries = self.entries.lock();
         if entries.len() >= MAX_ENTRIES && !entries.contains_key(task_id) {
-            return;
+            entries.retain(|_, (_, at)| now.duration_since(*at) < STALE);
+            if entries.len() >= MAX_ENTRIES {
+                return;
+            }
         }
-        entries.insert(task_id.to_owned(), LiveProgress { progress, total, message });
+        entries.insert(task_id.to_owned(), (LiveProgress { progress, total, message }, now));
+    }
+
+    /// Drops the entries not updated for [`STALE`] (the Supervisor's sweep).
+    pub fn prune(&self) {
+        let now = Instant::now();
+        let mut entries = self.entries.lock();
+        entries.retain(|_, (_, at)| now.duration_since(*at) < STALE);
+        if entries.is_empty() {
+            entries.shrink_to_fit();
+        }
     }
 
     /// The task ended: its progress goes.
@@ -51,7 +70,7 @@ impl ProgressBoard {
 
     /// A task's last progress.
     pub fn of(&self, task_id: &str) -> Option<LiveProgress> {
-        self.entries.lock().get(task_id).cloned()
+        self.entries.lock().get(task_id).map(|(progress, _)| progress.clone())
     }
 
     /// How many tasks have progress kept.

@@ -170,6 +170,7 @@ impl<A: Clone> TaskState<A> {
 
     /// Forgets polls older than their task's interval: they can no longer make a poll early.
     pub(crate) fn prune_polls(&self) {
+        self.board.prune();
         self.last_poll.lock().retain(|_, (at, interval)| at.elapsed() < *interval);
     }
 

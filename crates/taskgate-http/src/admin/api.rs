@@ -27,6 +27,8 @@ pub(super) struct Listing {
 fn failure(e: GatewayError) -> HttpResponse {
     let status = match &e {
         GatewayError::SessionNotFound => StatusCode::NOT_FOUND,
+        // The one answer for an unknown task (taskgate_core::tasks::not_found).
+        GatewayError::InvalidParams(why) if why.contains("Task not found") => StatusCode::NOT_FOUND,
         GatewayError::InvalidParams(_) | GatewayError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
         e => StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
     };

@@ -4,7 +4,6 @@
 //! script put it in place and send the operator's actions (cancel a task, restart an
 //! upstream's processes) to the API.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,20 +26,35 @@ const SCAN_TASKS: usize = 5_000;
 /// At most this many sessions are counted per tenant.
 const COUNT_SESSIONS: usize = 10_000;
 
-/// The snapshot streams open now, bounded.
-pub(super) struct Streams {
+/// What a listener's pages share: their streams, bounded, and the live part last rendered,
+/// which every stream sends (one rendering per `admin.refresh_ms` however many pages are open).
+pub(super) struct Pages {
     open: Arc<AtomicUsize>,
     max: usize,
+    latest: tokio::sync::Mutex<Option<(std::time::Instant, Arc<str>)>>,
 }
 
-impl Streams {
-    pub(super) fn new(max: usize) -> Streams {
-        Streams { open: Arc::default(), max }
+impl Pages {
+    pub(super) fn new(max: usize) -> Pages {
+        Pages { open: Arc::default(), max, latest: tokio::sync::Mutex::new(None) }
     }
 
     fn take(&self) -> Option<StreamPlace> {
         let taken = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1));
         taken.ok().map(|_| StreamPlace(self.open.clone()))
+    }
+
+    /// The live part, rendered again when the last rendering is older than `every`.
+    async fn snapshot(&self, gateway: &Gateway, every: Duration) -> Arc<str> {
+        let mut latest = self.latest.lock().await;
+        if let Some((at, html)) = latest.as_ref() {
+            if at.elapsed() < every {
+                return html.clone();
+            }
+        }
+        let html: Arc<str> = snapshot(gateway).await.into();
+        *latest = Some((std::time::Instant::now(), html.clone()));
+        html
     }
 }
 
@@ -59,12 +73,12 @@ pub(super) async fn redirect() -> HttpResponse {
 }
 
 /// `GET /admin/`: the page, with the live part as it is now.
-pub(super) async fn page(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
+pub(super) async fn page(req: HttpRequest, gateway: web::Data<Gateway>, pages: web::Data<Pages>) -> HttpResponse {
     let name = match operator(&req, &gateway) {
         Ok(name) => name,
         Err(refused) => return refused,
     };
-    let live = snapshot(&gateway).await;
+    let live = pages.snapshot(&gateway, refresh(&gateway)).await;
     let body = format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>taskgate · {replica}</title>
@@ -115,35 +129,44 @@ document.addEventListener('click', async e => {{
 
 /// `GET /admin/events`: the live part, rendered again every `admin.refresh_ms`, as SSE
 /// `snapshot` events, until the client leaves.
-pub(super) async fn events(req: HttpRequest, gateway: web::Data<Gateway>, streams: web::Data<Streams>) -> HttpResponse {
+pub(super) async fn events(req: HttpRequest, gateway: web::Data<Gateway>, pages: web::Data<Pages>) -> HttpResponse {
     if let Err(refused) = operator(&req, &gateway) {
         return refused;
     }
-    let Some(place) = streams.take() else {
+    let Some(place) = pages.take() else {
         return super::auth::error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, "too many admin pages open");
     };
-    let every = Duration::from_millis(gateway.config().admin.refresh_ms.max(100));
+    let every = refresh(&gateway);
     let gateway = gateway.into_inner();
-    let body = futures_util::stream::unfold((gateway, place, true), move |(gateway, place, first)| async move {
-        if !first {
-            tokio::time::sleep(every).await;
-        }
-        let html = snapshot(&gateway).await;
-        let mut event = String::with_capacity(html.len() + 32);
-        event.push_str("event: snapshot\n");
-        for line in html.lines() {
-            event.push_str("data: ");
-            event.push_str(line);
+    let pages = pages.into_inner();
+    let body =
+        futures_util::stream::unfold((gateway, pages, place, true), move |(gateway, pages, place, first)| async move {
+            if !first {
+                tokio::time::sleep(every).await;
+            }
+            let html = pages.snapshot(&gateway, every).await;
+            let mut event = String::with_capacity(html.len() + 32);
+            event.push_str("event: snapshot\n");
+            // Values are escaped (no CR or other control character): lines end only where the
+            // rendering ends them.
+            for line in html.split(['\n', '\r']) {
+                event.push_str("data: ");
+                event.push_str(line);
+                event.push('\n');
+            }
             event.push('\n');
-        }
-        event.push('\n');
-        Some((Ok::<_, Infallible>(Bytes::from(event)), (gateway, place, false)))
-    });
+            Some((Ok::<_, Infallible>(Bytes::from(event)), (gateway, pages, place, false)))
+        });
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(body)
+}
+
+/// How often the page is brought up to date.
+fn refresh(gateway: &Gateway) -> Duration {
+    Duration::from_millis(gateway.config().admin.refresh_ms.max(100))
 }
 
 /// HTML text with `<`, `>`, `&` and quotes escaped.
@@ -156,6 +179,11 @@ fn escape(text: &str) -> String {
             '&' => out.push_str("&amp;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            // A control character (CR, ESC…) is written as a reference: no raw one reaches the
+            // page's event stream, where CR would end a line.
+            c if c.is_control() => {
+                let _ = write!(out, "&#{};", c as u32);
+            }
             c => out.push(c),
         }
     }
@@ -178,10 +206,12 @@ async fn newest_tasks(gateway: &Gateway) -> Result<Vec<Value>, String> {
         return gateway.admin_tasks(&filter, None, PAGE_TASKS).await.map(|p| p.items).map_err(|e| e.to_string());
     }
     let mut all = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut cursor: Option<String> = None;
     while all.len() < SCAN_TASKS {
         let page = gateway.admin_tasks(&filter, cursor.as_deref(), 500).await.map_err(|e| e.to_string())?;
-        all.extend(page.items);
+        // A Redis scan may meet a task twice.
+        all.extend(page.items.into_iter().filter(|t| seen.insert(t["taskId"].as_str().unwrap_or_default().to_owned())));
         match page.next_cursor {
             Some(next) => cursor = Some(next),
             None => break,
@@ -190,30 +220,6 @@ async fn newest_tasks(gateway: &Gateway) -> Result<Vec<Value>, String> {
     all.sort_by_key(|t| std::cmp::Reverse(t["createdMs"].as_u64().unwrap_or(0)));
     all.truncate(PAGE_TASKS);
     Ok(all)
-}
-
-/// Sessions by tenant: (here, at other replicas).
-async fn sessions_by_tenant(gateway: &Gateway) -> Result<BTreeMap<String, (usize, usize)>, String> {
-    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    let mut cursor: Option<String> = None;
-    let mut seen = 0;
-    while seen < COUNT_SESSIONS {
-        let page = gateway.admin_sessions(None, cursor.as_deref(), 500).await.map_err(|e| e.to_string())?;
-        seen += page.items.len();
-        for session in &page.items {
-            let entry = counts.entry(session["tenant"].as_str().unwrap_or_default().to_owned()).or_default();
-            if session["servedHere"] == true {
-                entry.0 += 1;
-            } else {
-                entry.1 += 1;
-            }
-        }
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
-    Ok(counts)
 }
 
 /// The live part of the page, rendered now (one line of HTML per row).
@@ -246,7 +252,7 @@ async fn snapshot(gateway: &Gateway) -> String {
         }
     }
     html.push_str("<h2>Sessions per tenant</h2>\n");
-    match sessions_by_tenant(gateway).await {
+    match gateway.admin_session_counts(COUNT_SESSIONS).await.map_err(|e| e.to_string()) {
         Err(why) => {
             let _ = writeln!(html, r#"<p class="down">Sessions cannot be listed: {}</p>"#, escape(&why));
         }
@@ -357,6 +363,7 @@ mod tests {
     #[test]
     fn markup_in_names_is_text() {
         assert_eq!(escape(r#"<img src=x onerror="a()">&'"#), "&lt;img src=x onerror=&quot;a()&quot;&gt;&amp;&#39;");
+        assert_eq!(escape("x\revent: y\n\u{1b}[2J"), "x&#13;event: y&#10;&#27;[2J");
         let mut html = String::new();
         task_row(
             &mut html,
@@ -368,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_stream_place_is_given_back_when_its_stream_ends() {
-        let streams = Streams::new(2);
+        let streams = Pages::new(2);
         let a = streams.take().unwrap();
         let _b = streams.take().unwrap();
         assert!(streams.take().is_none());

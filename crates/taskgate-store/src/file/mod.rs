@@ -304,21 +304,23 @@ impl FileTaskStore {
         };
         Ok(ListPage { tasks, next_cursor })
     }
+}
 
-    fn scan(
-        &self,
-        filter: &crate::TaskFilter,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<crate::Page<TaskRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        let table = txn.open_table(TASKS).map_err(backend)?;
-        let records = table.iter().map_err(backend)?.map(|entry| {
-            let (_, bytes) = entry.map_err(backend)?;
-            decode(bytes.value())
-        });
-        crate::newest_first(records, filter, cursor, limit)
-    }
+/// Every task of the file matching `filter`, newest first after `cursor`: one read
+/// transaction, one pass.
+fn scan(
+    db: &Database,
+    filter: &crate::TaskFilter,
+    cursor: Option<&str>,
+    limit: usize,
+) -> Result<crate::Page<TaskRecord>, StoreError> {
+    let txn = db.begin_read().map_err(backend)?;
+    let table = txn.open_table(TASKS).map_err(backend)?;
+    let records = table.iter().map_err(backend)?.map(|entry| {
+        let (_, bytes) = entry.map_err(backend)?;
+        decode(bytes.value())
+    });
+    crate::newest_first(records, filter, cursor, limit)
 }
 
 impl TaskStore for FileTaskStore {
@@ -371,7 +373,15 @@ impl TaskStore for FileTaskStore {
         cursor: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, crate::Page<TaskRecord>> {
-        Box::pin(std::future::ready(self.damage.guard(&self.path, || self.scan(filter, cursor, limit))))
+        // A pass over every task: on a blocking thread, not the caller's worker.
+        let (db, damage, path) = (self.db.clone(), self.damage.clone(), self.path.clone());
+        let (filter, cursor) = (filter.clone(), cursor.map(str::to_owned));
+        Box::pin(async move {
+            let scanned = tokio::task::spawn_blocking(move || {
+                damage.guard(&path, || scan(&db, &filter, cursor.as_deref(), limit))
+            });
+            scanned.await.map_err(|e| StoreError::Backend(format!("the task scan stopped: {e}")))?
+        })
     }
 
     fn describe(&self) -> StoreFuture<'_, crate::StoreInfo> {

@@ -87,11 +87,19 @@ impl RedisTaskStore {
         let (keys, next_cursor) = self.scan_keys("session:", cursor, limit).await?;
         let skip = self.key(&["session:"]).len();
         let mut items = Vec::new();
-        for key in keys {
-            let id = key[skip..].to_owned();
-            // Gone between the scan and the read: left out.
-            if let Some(record) = self.session_inner(&id).await? {
-                items.push((id, record));
+        if !keys.is_empty() {
+            // Every record of the page in one exchange.
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.hgetall(key);
+            }
+            let mut c = self.connection.clone();
+            let hashes: Vec<Vec<(String, String)>> = self.run(pipe.query_async(&mut c)).await?;
+            for (key, fields) in keys.iter().zip(hashes) {
+                // Gone between the scan and the read: left out.
+                if let Some(record) = super::sessions::session_of(fields)? {
+                    items.push((key[skip..].to_owned(), record));
+                }
             }
         }
         items.sort_by(|a, b| a.0.cmp(&b.0));

@@ -55,38 +55,7 @@ impl RedisTaskStore {
     pub(super) async fn session_inner(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let mut c = self.connection.clone();
         let fields: Vec<(String, String)> = self.run(c.hgetall(self.session_key(id))).await?;
-        let mut record: Option<SessionRecord> = None;
-        let (mut level, mut subscriptions, mut upstreams) = (None, Vec::new(), std::collections::BTreeMap::new());
-        let mut stream = None;
-        for (field, value) in fields {
-            match field.as_str() {
-                "r" => {
-                    record = Some(
-                        serde_json::from_str(&value)
-                            .map_err(|e| StoreError::Backend(format!("a stored session does not decode: {e}")))?,
-                    )
-                }
-                "l" => level = Some(value),
-                "g" => stream = Some(value),
-                other => {
-                    if let Some(uri) = other.strip_prefix("s:") {
-                        subscriptions.push(uri.to_owned());
-                    } else if let Some(upstream) = other.strip_prefix("b:") {
-                        if let Ok(session) = serde_json::from_str(&value) {
-                            upstreams.insert(upstream.to_owned(), session);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(record.map(|mut r| {
-            subscriptions.sort();
-            r.log_level = level;
-            r.subscriptions = subscriptions;
-            r.upstream_sessions = upstreams;
-            r.stream = stream;
-            r
-        }))
+        session_of(fields)
     }
 
     pub(super) async fn change_session_inner(
@@ -127,4 +96,40 @@ impl RedisTaskStore {
         let removed: i64 = self.run(c.del(self.session_key(id))).await?;
         Ok(removed > 0)
     }
+}
+
+/// A session's record from its hash's fields (none without the record itself).
+pub(super) fn session_of(fields: Vec<(String, String)>) -> Result<Option<SessionRecord>, StoreError> {
+    let mut record: Option<SessionRecord> = None;
+    let (mut level, mut subscriptions, mut upstreams) = (None, Vec::new(), std::collections::BTreeMap::new());
+    let mut stream = None;
+    for (field, value) in fields {
+        match field.as_str() {
+            "r" => {
+                record = Some(
+                    serde_json::from_str(&value)
+                        .map_err(|e| StoreError::Backend(format!("a stored session does not decode: {e}")))?,
+                )
+            }
+            "l" => level = Some(value),
+            "g" => stream = Some(value),
+            other => {
+                if let Some(uri) = other.strip_prefix("s:") {
+                    subscriptions.push(uri.to_owned());
+                } else if let Some(upstream) = other.strip_prefix("b:") {
+                    if let Ok(session) = serde_json::from_str(&value) {
+                        upstreams.insert(upstream.to_owned(), session);
+                    }
+                }
+            }
+        }
+    }
+    Ok(record.map(|mut r| {
+        subscriptions.sort();
+        r.log_level = level;
+        r.subscriptions = subscriptions;
+        r.upstream_sessions = upstreams;
+        r.stream = stream;
+        r
+    }))
 }

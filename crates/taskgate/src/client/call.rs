@@ -21,6 +21,14 @@ const INTERRUPTED: u8 = 130;
 const MAX_POLL: Duration = Duration::from_secs(5);
 /// The shortest.
 const MIN_POLL: Duration = Duration::from_millis(200);
+/// How long a poll, a cancellation, or a task's creation after Ctrl-C may take.
+const BRIEF: Duration = Duration::from_secs(5);
+
+/// Ctrl-C (SIGINT), listened for once for the whole command: one that comes between two waits
+/// is kept for the next.
+pub fn interrupts() -> anyhow::Result<tokio::signal::unix::Signal> {
+    Ok(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?)
+}
 
 #[derive(clap::Args)]
 pub struct CallArgs {
@@ -73,6 +81,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
         };
     }
     let mut progress = Progress::new(&args.tool);
+    let mut interrupt = interrupts()?;
     let (related_tx, mut related) = taskgate_upstream::channel(256);
     let session = server.session.clone();
     let call = session.request_routed(id.clone(), methods::TOOLS_CALL, Some(params), Some(related_tx));
@@ -82,14 +91,24 @@ pub async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
             outcome = &mut call => break outcome,
             Some(message) = related.recv() => show(&mut progress, &message),
             Some(event) = server.events.recv() => shown_event(&mut progress, &event),
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 progress.finish();
                 if !args.task {
                     let cancel = json!({"requestId": id.to_value(), "reason": "cancelled at the terminal (Ctrl-C)"});
-                    let _ = session.notify(methods::CANCELLED, Some(cancel)).await;
+                    let _ = tokio::time::timeout(BRIEF, session.notify(methods::CANCELLED, Some(cancel))).await;
                     eprintln!("cancelled");
+                    return Ok(ExitCode::from(INTERRUPTED));
                 }
-                // A task not created yet is not cancelled: its creation was interrupted.
+                // The task may be made already: its creation is waited for (briefly, or until
+                // a second Ctrl-C), and what it made is cancelled.
+                let created = tokio::select! {
+                    created = tokio::time::timeout(BRIEF, &mut call) => created.ok().and_then(Result::ok),
+                    _ = interrupt.recv() => None,
+                };
+                match created.as_ref().and_then(|r| r.pointer("/task/taskId")).and_then(Value::as_str) {
+                    Some(task_id) => cancel_task(&session, task_id).await,
+                    None => eprintln!("cancelled"),
+                }
                 return Ok(ExitCode::from(INTERRUPTED));
             }
         }
@@ -165,6 +184,7 @@ pub async fn follow(
     mut progress: Progress,
     every: Duration,
 ) -> anyhow::Result<ExitCode> {
+    let mut interrupt = interrupts()?;
     let session = server.session.clone();
     let (related_tx, mut related): (_, Receiver<Message>) = taskgate_upstream::channel(256);
     let id = session.next_request_id();
@@ -178,17 +198,15 @@ pub async fn follow(
             Some(message) = related.recv() => show(&mut progress, &message),
             Some(event) = server.events.recv() => shown_event(&mut progress, &event),
             _ = poll.tick() => {
-                if let Ok(task) = session.request(methods::TASKS_GET, Some(json!({"taskId": task_id}))).await {
+                // Bounded: Ctrl-C is looked at again soon whatever the server does.
+                let got = tokio::time::timeout(BRIEF, session.request(methods::TASKS_GET, Some(json!({"taskId": task_id}))));
+                if let Ok(Ok(task)) = got.await {
                     progress.status(&task);
                 }
             }
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 progress.finish();
-                let cancelled = session.request(methods::TASKS_CANCEL, Some(json!({"taskId": task_id}))).await;
-                match cancelled {
-                    Ok(task) => eprintln!("task {task_id} {}", task.get("status").and_then(Value::as_str).unwrap_or("cancelled")),
-                    Err(e) => eprintln!("task {task_id} could not be cancelled: {}", explain(e)),
-                }
+                cancel_task(&session, task_id).await;
                 return Ok(ExitCode::from(INTERRUPTED));
             }
         }
@@ -204,10 +222,22 @@ pub async fn follow(
         }
         // A failed or cancelled task's result is the error it ended with.
         Err(UpstreamError::Rpc { error, .. }) => {
-            eprintln!("task {task_id} ended with an error {}: {}", error.code, error.message);
+            eprintln!("task {task_id} ended with an error {}: {}", error.code, super::printable(&error.message));
             Ok(ExitCode::FAILURE)
         }
         Err(e) => Err(explain(e)),
+    }
+}
+
+/// `tasks/cancel`, bounded, and what came of it.
+async fn cancel_task(session: &taskgate_upstream::UpstreamSession, task_id: &str) {
+    let cancel = session.request(methods::TASKS_CANCEL, Some(json!({"taskId": task_id})));
+    match tokio::time::timeout(BRIEF, cancel).await {
+        Ok(Ok(task)) => {
+            eprintln!("task {task_id} {}", task.get("status").and_then(Value::as_str).unwrap_or("cancelled"))
+        }
+        Ok(Err(e)) => eprintln!("task {task_id} could not be cancelled: {}", explain(e)),
+        Err(_) => eprintln!("task {task_id}: the server did not answer tasks/cancel within {} s", BRIEF.as_secs()),
     }
 }
 

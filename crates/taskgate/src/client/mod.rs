@@ -113,7 +113,7 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
 pub fn explain(e: UpstreamError) -> anyhow::Error {
     match e {
         UpstreamError::Rpc { error, .. } => {
-            anyhow::anyhow!("the server answered with an error {}: {}", error.code, error.message)
+            anyhow::anyhow!("the server answered with an error {}: {}", error.code, printable(&error.message))
         }
         UpstreamError::Unavailable { reason, .. }
             if reason.contains("requires authorization") || reason.contains("HTTP 401") =>
@@ -135,8 +135,8 @@ pub fn print_result(result: &Value, json: bool) {
     }
     for content in result.get("content").and_then(Value::as_array).into_iter().flatten() {
         match content.get("type").and_then(Value::as_str) {
-            Some("text") => println!("{}", content.get("text").and_then(Value::as_str).unwrap_or_default()),
-            Some(kind) => println!("[{kind} content]"),
+            Some("text") => println!("{}", printable(content.get("text").and_then(Value::as_str).unwrap_or_default())),
+            Some(kind) => println!("[{} content]", printable(kind)),
             None => {}
         }
     }
@@ -145,7 +145,22 @@ pub fn print_result(result: &Value, json: bool) {
     }
 }
 
+/// A server's text as a terminal may show it: control characters (escape sequences that
+/// would move the cursor, retitle the window or write the clipboard) become U+FFFD; line
+/// breaks and tabs stay. `--json` prints the text as JSON, escaped.
+pub fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { '\u{FFFD}' } else { c }).collect()
+}
+
 /// Whether a tool result says the tool failed.
 pub fn is_tool_error(result: &Value) -> bool {
     result.get("isError").and_then(Value::as_bool).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_servers_escape_sequences_never_reach_the_terminal() {
+        assert_eq!(super::printable("a\u{1b}]52;c;eA==\u{7}b\r\nc\td"), "a\u{FFFD}]52;c;eA==\u{FFFD}b\u{FFFD}\nc\td");
+    }
 }

@@ -36,7 +36,9 @@ impl Progress {
     pub fn update(&mut self, params: &Value) {
         let Some(progress) = params.get("progress").and_then(Value::as_f64) else { return };
         let total = params.get("total").and_then(Value::as_f64).filter(|t| *t > 0.0);
-        let message = params.get("message").and_then(Value::as_str).unwrap_or_default();
+        let message =
+            super::printable(params.get("message").and_then(Value::as_str).unwrap_or_default()).replace('\n', " ");
+        let message = message.as_str();
         let Some(bar) = &self.bar else {
             match total {
                 Some(total) => eprintln!("progress {progress}/{total} {message}"),
@@ -64,7 +66,8 @@ impl Progress {
     /// A task's status (and its message) as `tasks/get` says it.
     pub fn status(&mut self, task: &Value) {
         let status = task.get("status").and_then(Value::as_str).unwrap_or("unknown").to_owned();
-        let message = task.get("statusMessage").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let message =
+            super::printable(task.get("statusMessage").and_then(Value::as_str).unwrap_or_default()).replace('\n', " ");
         let shown = if message.is_empty() { status.clone() } else { format!("{status}: {message}") };
         if self.status.as_deref() == Some(shown.as_str()) {
             return;
@@ -72,7 +75,10 @@ impl Progress {
         self.status = Some(shown.clone());
         match &self.bar {
             Some(bar) => bar.set_message(shown),
-            None => eprintln!("task {} {shown}", task.get("taskId").and_then(Value::as_str).unwrap_or_default()),
+            None => eprintln!(
+                "task {} {shown}",
+                super::printable(task.get("taskId").and_then(Value::as_str).unwrap_or_default())
+            ),
         }
     }
 

@@ -112,11 +112,11 @@ pub async fn run(command: TasksCommand) -> anyhow::Result<ExitCode> {
 
 /// One task on one line: id, status, times, message.
 fn line(task: &Value) -> String {
-    let field = |name: &str| task.get(name).and_then(Value::as_str).unwrap_or("-").to_owned();
+    let field = |name: &str| super::printable(task.get(name).and_then(Value::as_str).unwrap_or("-"));
     let mut line = format!("{}  {:<14}  created {}", field("taskId"), field("status"), field("createdAt"));
     if let Some(message) = task.get("statusMessage").and_then(Value::as_str) {
         line.push_str("  ");
-        line.push_str(message);
+        line.push_str(&super::printable(message).replace('\n', " "));
     }
     line
 }
