@@ -198,7 +198,9 @@ pub(crate) async fn start_gateway_wrapped(bin: &Path, config: &str, wrap: &[Stri
     let written = std::fs::write(
         &file,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n{sessions}session_mailbox = 4096\n{config}{store}",
+            "[server]\nlisten = \"127.0.0.1:0\"\n{workers}{sessions}session_mailbox = 4096\n{config}{store}",
+            // One worker unless the section says how many.
+            workers = if config.contains("workers =") { "" } else { "workers = 1\n" },
             sessions = if config.contains("max_sessions") { "" } else { "max_sessions = 1000\n" },
             // The file store (the default) in this run's own directory, unless the config names one.
             store = if config.contains("[store]") {

@@ -31,6 +31,7 @@ mod revisions;
 mod scale;
 mod sessions;
 mod soak;
+mod spread;
 mod stores;
 
 fn main() -> Result<()> {
@@ -51,6 +52,10 @@ fn main() -> Result<()> {
         let port: u16 = args.get(1).and_then(|p| p.parse().ok()).context("--bare-proxy PORT UPSTREAM_URL")?;
         let upstream = args.get(2).cloned().context("--bare-proxy PORT UPSTREAM_URL")?;
         return actix_rt::System::new().block_on(bare::serve(port, upstream));
+    }
+    if args.first().map(String::as_str) == Some("--load-gen") {
+        // Section 14's load generator, in a process of its own.
+        return actix_rt::System::new().block_on(spread::generate(&args[1..]));
     }
     if args.first().map(String::as_str) == Some("--bare-hyper-proxy") {
         // The same with hyper's server in front instead of actix-web.
@@ -121,6 +126,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("replicas") {
         replicas::replicas(&plan, &bin).await?;
+    }
+    if run("spread") {
+        spread::spread(&plan, &bin).await?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());

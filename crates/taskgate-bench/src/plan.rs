@@ -43,7 +43,7 @@ impl Plan {
 }
 
 /// The sections, in the order a full run takes them.
-pub(crate) const SECTIONS: [&str; 13] = [
+pub(crate) const SECTIONS: [&str; 14] = [
     "proxy",
     "polling",
     "tasks",
@@ -57,6 +57,7 @@ pub(crate) const SECTIONS: [&str; 13] = [
     "one-shot",
     "credentials",
     "replicas",
+    "spread",
 ];
 
 pub(crate) const USAGE: &str = "usage: taskgate-bench [--quick] [--only SECTION] [--tasks N]
@@ -67,7 +68,7 @@ first: cargo build --release --workspace) and prints the report as Markdown.
   --quick          every measurement with small counts: checks that each works (CI runs this);
                    the figures mean nothing
   --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
-                   revisions, instructions, sessions, one-shot, credentials, replicas
+                   revisions, instructions, sessions, one-shot, credentials, replicas, spread
   --tasks N        the number of live tasks of the task-scale section (default 100000)
   --help           this text
 
