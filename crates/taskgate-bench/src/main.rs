@@ -53,6 +53,10 @@ fn main() -> Result<()> {
         let upstream = args.get(2).cloned().context("--bare-proxy PORT UPSTREAM_URL")?;
         return actix_rt::System::new().block_on(bare::serve(port, upstream));
     }
+    if args.first().map(String::as_str) == Some("--load-gen-concurrent") {
+        // Section 14's concurrent load generator, in a process of its own.
+        return actix_rt::System::new().block_on(spread::generate_concurrent(&args[1..]));
+    }
     if args.first().map(String::as_str) == Some("--load-gen") {
         // Section 14's load generator, in a process of its own.
         return actix_rt::System::new().block_on(spread::generate(&args[1..]));

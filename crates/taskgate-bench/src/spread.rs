@@ -20,7 +20,7 @@ pub(crate) async fn spread(plan: &Plan, bin: &Path) -> Result<()> {
     let (starts, calls) = if plan.quick { (2, 100) } else { (10, 2000) };
     let (_demo, demo_url) = start_demo(bin).await?;
     let upstream_addr = demo_url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
-    let Some((_nginx, nginx_url)) = start_nginx(&upstream_addr).await? else {
+    let Some((nginx, nginx_url)) = start_nginx(&upstream_addr).await? else {
         println!("- nginx is not installed (apt-get install -y nginx): section skipped.");
         println!();
         return Ok(());
@@ -70,6 +70,107 @@ pub(crate) async fn spread(plan: &Plan, bin: &Path) -> Result<()> {
     );
     println!("- {calls} calls per path per start, after 50 warm-up calls, paired round by round");
     println!();
+    concurrent(plan, bin, &upstream, &nginx_url, &nginx).await
+}
+
+/// Throughput and CPU at 64 clients, both ways: clients in a load-generator process, each with
+/// a connection of its own, the gateway's process alone timed; and the benchmark's own way
+/// (section 1: the clients in its process, sharing one connection pool).
+async fn concurrent(
+    plan: &Plan,
+    bin: &Path,
+    upstream: &str,
+    nginx_url: &str,
+    nginx: &crate::harness::Process,
+) -> Result<()> {
+    let (clients, total) = if plan.quick { (8, 400) } else { (64, 20_000) };
+    let (gateway, gateway_url) = start_gateway(bin, upstream).await?;
+    let per_thousand = |cpu: Duration| cpu.as_secs_f64() * 1000.0 / total as f64;
+    let cpu = |p: &crate::harness::Process| {
+        let (user, system) = p.cpu_split();
+        user + system
+    };
+    // Clients in a process of their own, a connection each.
+    let before = cpu(&gateway);
+    let gateway_rps = load_generator_concurrent(&gateway_url, "demo__echo", clients, total).await?;
+    let gateway_cpu = per_thousand(cpu(&gateway).saturating_sub(before));
+    let before = cpu(nginx);
+    let nginx_rps = load_generator_concurrent(nginx_url, "echo", clients, total).await?;
+    let nginx_cpu = per_thousand(cpu(nginx).saturating_sub(before));
+    // The benchmark's own way: one client (one pool) in this process.
+    let through = connect(&gateway_url).await?;
+    let direct_nginx = connect(nginx_url).await?;
+    let before = cpu(&gateway);
+    let inproc_gateway_rps = crate::harness::throughput(&through, "demo__echo", total, clients).await?;
+    let inproc_gateway_cpu = per_thousand(cpu(&gateway).saturating_sub(before));
+    let before = cpu(nginx);
+    let inproc_nginx_rps = crate::harness::throughput(&direct_nginx, "echo", total, clients).await?;
+    let inproc_nginx_cpu = per_thousand(cpu(nginx).saturating_sub(before));
+    println!("| {clients} clients, {total} calls | taskgate | nginx | taskgate / nginx |");
+    println!("| --- | --- | --- | --- |");
+    println!(
+        "| throughput, a load-generator process, a connection per client | {gateway_rps:.0} req/s | {nginx_rps:.0} req/s | {:.2} |",
+        gateway_rps / nginx_rps
+    );
+    println!(
+        "| CPU per 1,000 calls, the proxy's process alone | {gateway_cpu:.3} s | {nginx_cpu:.3} s | {:.2} |",
+        gateway_cpu / nginx_cpu.max(1e-9)
+    );
+    println!(
+        "| throughput, clients in the benchmark's process sharing a pool (section 1's way) | {inproc_gateway_rps:.0} req/s | {inproc_nginx_rps:.0} req/s | {:.2} |",
+        inproc_gateway_rps / inproc_nginx_rps
+    );
+    println!(
+        "| CPU per 1,000 calls, section 1's way | {inproc_gateway_cpu:.3} s | {inproc_nginx_cpu:.3} s | {:.2} |",
+        inproc_gateway_cpu / inproc_nginx_cpu.max(1e-9)
+    );
+    println!();
+    gateway.terminate().await;
+    Ok(())
+}
+
+/// Runs the load generator with `clients` clients, each with its own connection, `total`
+/// calls in all: requests per second.
+async fn load_generator_concurrent(url: &str, tool: &str, clients: usize, total: usize) -> Result<f64> {
+    let out = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["--load-gen-concurrent", &clients.to_string(), &total.to_string(), url, tool])
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!("the load generator failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let answer: Value = serde_json::from_slice(&out.stdout).context("the load generator's JSON")?;
+    answer["rps"].as_f64().context("rps")
+}
+
+/// `taskgate-bench --load-gen-concurrent CLIENTS TOTAL URL TOOL`: CLIENTS clients, each with
+/// its own connection (its own HTTP client), TOTAL calls in all after a warm-up call each;
+/// prints `{"rps": …}`.
+pub(crate) async fn generate_concurrent(args: &[String]) -> Result<()> {
+    let usage = "--load-gen-concurrent CLIENTS TOTAL URL TOOL";
+    let clients: usize = args.first().and_then(|n| n.parse().ok()).context(usage)?;
+    let total: usize = args.get(1).and_then(|n| n.parse().ok()).context(usage)?;
+    let (url, tool) = (args.get(2).context(usage)?, args.get(3).context(usage)?);
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        let client = connect(url).await?;
+        call(&client, tool).await?;
+        sessions.push(client);
+    }
+    let per_client = total / clients;
+    let started = Instant::now();
+    let runs = sessions.iter().map(|client| async move {
+        for _ in 0..per_client {
+            call(client, tool).await?;
+        }
+        Ok::<_, anyhow::Error>(())
+    });
+    for outcome in futures_util::future::join_all(runs).await {
+        outcome?;
+    }
+    let rps = (per_client * clients) as f64 / started.elapsed().as_secs_f64();
+    println!("{}", serde_json::json!({ "rps": rps }));
     Ok(())
 }
 
