@@ -397,3 +397,31 @@ async fn the_admin_page_in_a_browser_follows_a_task_to_its_end() {
     assert!(status.success());
     assert!(shots.join("admin-page.png").metadata().unwrap().len() > 10_000);
 }
+
+/// Operators change with a reload: a new key works at once, a removed one no longer does, and
+/// with no key left the view is gone.
+#[actix_rt::test]
+async fn a_reload_changes_who_may_use_the_view() {
+    use taskgate_config::AdminKey;
+    let demo = DemoUpstream::start();
+    let mut config = taskgate_testkit::config_with(vec![demo.upstream("demo")]);
+    config.server.admin_listen = Some("127.0.0.1:0".into());
+    let key = |name: &str, token: &str| AdminKey { name: name.into(), sha256: taskgate_core::tenants::hash_key(token) };
+    config.admin.keys = vec![key("ops", TOKEN)];
+    let gw = taskgate_testkit::TestGateway::start(config.clone());
+    let url = format!("http://{}/admin/api/store", gw.admin.unwrap());
+    let http = reqwest::Client::new();
+    let status = |token: &'static str| {
+        let request = http.get(&url).bearer_auth(token);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status(TOKEN).await, 200);
+    let mut next = config.clone();
+    next.admin.keys = vec![key("ada", "ada-admin-token-987654321")];
+    gw.gateway.reload(&next).unwrap();
+    assert_eq!(status(TOKEN).await, 401, "a removed key is refused");
+    assert_eq!(status("ada-admin-token-987654321").await, 200, "a new key is taken");
+    next.admin.keys.clear();
+    gw.gateway.reload(&next).unwrap();
+    assert_eq!(status("ada-admin-token-987654321").await, 404, "no operator: no view");
+}

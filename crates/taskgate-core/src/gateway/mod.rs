@@ -110,6 +110,8 @@ pub struct Gateway {
     supervisor: Addr<Supervisor>,
     /// Sessions serving stateless requests, by identity and relayed client capabilities.
     pool: Arc<parking_lot::Mutex<Pool>>,
+    /// `[admin]` as last loaded: its operators' keys change with a reload.
+    admin: Arc<parking_lot::RwLock<Arc<taskgate_config::AdminConfig>>>,
 }
 
 impl Gateway {
@@ -209,7 +211,8 @@ impl Gateway {
                 tokio::time::sleep(Duration::from_secs(15)).await;
             }
         });
-        Ok(Gateway { shared, sessions, tasks: task_context, supervisor, pool: Arc::default() })
+        let admin = Arc::new(parking_lot::RwLock::new(Arc::new(shared.config.admin.clone())));
+        Ok(Gateway { shared, sessions, tasks: task_context, supervisor, pool: Arc::default(), admin })
     }
 
     /// Admits one JSON-RPC request of `identity` by its tenant's and principal's rates
@@ -255,8 +258,9 @@ impl Gateway {
     }
 
     /// Applies the tenants of a new configuration (credentials, upstream visibility, limits)
-    /// without touching sessions or tasks. An invalid configuration is refused whole, its
-    /// problems returned, and the current one kept. Other sections take effect on restart.
+    /// and its operators (`[[admin.key]]`, `admin.refresh_ms`) without touching sessions or
+    /// tasks. An invalid configuration is refused whole, its problems returned, and the current
+    /// one kept. Other sections take effect on restart.
     pub fn reload(&self, config: &Config) -> Result<(), Vec<taskgate_config::Problem>> {
         let mut checked = config.clone();
         // Upstreams are not reloaded: tenants may only name the ones running.
@@ -268,6 +272,8 @@ impl Gateway {
                 m.config_reloads.with_label_values(&["applied"]).inc();
                 m.initialise(&tenant_ids(&checked), &upstream_names(&checked));
                 m.tenant_upstreams(&tenant_upstreams(&checked));
+                let listeners_moved = checked.admin.on_main_listener != self.admin_config().on_main_listener;
+                *self.admin.write() = Arc::new(checked.admin.clone());
                 let restart: Vec<&str> = [
                     ("server", config.server != self.shared.config.server),
                     ("logging", config.logging != self.shared.config.logging),
@@ -276,6 +282,8 @@ impl Gateway {
                     ("progress", config.progress != self.shared.config.progress),
                     ("store", config.store != self.shared.config.store),
                     ("upstream", config.upstreams != self.shared.config.upstreams),
+                    ("traces", config.traces != self.shared.config.traces),
+                    ("admin.on_main_listener", listeners_moved),
                 ]
                 .into_iter()
                 .filter_map(|(name, changed)| changed.then_some(name))
@@ -509,6 +517,11 @@ impl Gateway {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// `[admin]` as last loaded (its keys change with a reload; where it is served does not).
+    pub fn admin_config(&self) -> Arc<taskgate_config::AdminConfig> {
+        self.admin.read().clone()
     }
 
     /// Tool names offered by more than one upstream, as last listed.

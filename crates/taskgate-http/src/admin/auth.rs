@@ -16,8 +16,8 @@ pub(super) fn error(status: actix_web::http::StatusCode, message: impl Into<Stri
 /// operator is configured (the view does not exist), 401 without valid credentials, 403 for a
 /// change another site asked a browser to make.
 pub(super) fn operator(req: &HttpRequest, gateway: &Gateway) -> Result<String, HttpResponse> {
-    let config = gateway.config();
-    let keys = &config.admin.keys;
+    let admin = gateway.admin_config();
+    let keys = &admin.keys;
     if keys.is_empty() {
         return Err(error(
             actix_web::http::StatusCode::NOT_FOUND,

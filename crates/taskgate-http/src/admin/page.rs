@@ -166,7 +166,7 @@ pub(super) async fn events(req: HttpRequest, gateway: web::Data<Gateway>, pages:
 
 /// How often the page is brought up to date.
 fn refresh(gateway: &Gateway) -> Duration {
-    Duration::from_millis(gateway.config().admin.refresh_ms.max(100))
+    Duration::from_millis(gateway.admin_config().refresh_ms.max(100))
 }
 
 /// HTML text with `<`, `>`, `&` and quotes escaped.
