@@ -9,7 +9,7 @@ use taskgate_config::UpstreamConfig;
 use taskgate_core::metrics::Metrics;
 use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 
-fn repo(path: &str) -> std::path::PathBuf {
+pub(crate) fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 

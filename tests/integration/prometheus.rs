@@ -3,13 +3,10 @@
 
 use std::time::Duration;
 
+use crate::operations::repo;
 use serde_json::{json, Value};
 use taskgate_config::UpstreamConfig;
 use taskgate_testkit::{config_with, DemoUpstream, McpClient, Prometheus, TestGateway};
-
-fn repo(path: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// What the dashboards ask, with the variables as Grafana fills them for one instance and all
 /// tenants.
@@ -47,12 +44,7 @@ async fn scripted_load(url: &str) -> McpClient {
             .await;
         reply.outcome().unwrap();
     }
-    let created = c
-        .request("tools/call", Some(json!({"name": "demo__echo", "arguments": {"text": "t"}, "task": {}})))
-        .await
-        .outcome()
-        .unwrap();
-    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let task = crate::support::create(&mut c, "demo__echo", json!({"text": "t"})).await;
     c.request("tasks/get", Some(json!({"taskId": task}))).await;
     c.request("tasks/result", Some(json!({"taskId": task}))).await.outcome().unwrap();
     c.request("tasks/get", Some(json!({"taskId": "no-such-task"}))).await;

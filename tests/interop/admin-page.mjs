@@ -8,7 +8,7 @@
 // waiting for the next state. The page is never reloaded: what changes comes over its SSE
 // stream. Ends with one JSON line {done: true, ...}.
 import { createInterface } from "node:readline";
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const [admin, task, shots] = process.argv.slice(2);
 if (!admin || !task || !shots) {
@@ -22,18 +22,7 @@ const next = async () => {
 };
 const say = (what) => console.log(JSON.stringify(what));
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium();
 try {
   const context = await browser.newContext({
     httpCredentials: { username: process.env.ADMIN_USER, password: process.env.ADMIN_TOKEN },

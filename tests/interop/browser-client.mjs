@@ -6,7 +6,7 @@
 // {"allowed": {...}, "disallowed": {...}}, each {ok, tools, text} or {ok: false, error}.
 import http from "node:http";
 import { build } from "esbuild";
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const gateway = process.argv[2];
 if (!gateway) {
@@ -66,18 +66,7 @@ function serve(host) {
 
 const allowed = await serve("127.0.0.1");
 const disallowed = await serve("127.0.0.2");
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium();
 const outcome = {};
 try {
   for (const [name, url] of [
