@@ -277,3 +277,57 @@ async fn oauth_client_credentials_find_the_token_endpoint_and_call() {
     assert!(ran.stderr.contains("token"), "{}", ran.stderr);
     assert!(!ran.stderr.contains("wrong"), "the secret is never printed: {}", ran.stderr);
 }
+
+/// A server whose authorization server metadata names another issuer (RFC 8414 section 3.3)
+/// never gets the client's secret: the CLI refuses before asking for a token.
+#[actix_rt::test]
+async fn metadata_naming_another_issuer_is_not_trusted_with_the_secret() {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (base_for, asked_for) = (base.clone(), asked.clone());
+    let server = HttpServer::new(move || {
+        let (base, asked) = (base_for.clone(), asked_for.clone());
+        App::new()
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                web::get().to({
+                    let base = base.clone();
+                    move || {
+                        let body =
+                            json!({"resource": format!("{base}/mcp"), "authorization_servers": [format!("{base}/as")]});
+                        async move { HttpResponse::Ok().json(body) }
+                    }
+                }),
+            )
+            .route(
+                "/.well-known/oauth-authorization-server/as",
+                web::get().to(move || {
+                    let body = json!({"issuer": "http://elsewhere.example", "token_endpoint": format!("{base}/token")});
+                    async move { HttpResponse::Ok().json(body) }
+                }),
+            )
+            .route(
+                "/token",
+                web::post().to(move || {
+                    asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { HttpResponse::Ok().json(json!({"access_token": "t", "token_type": "Bearer"})) }
+                }),
+            )
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    let url = format!("{base}/mcp");
+    let ran =
+        taskgate(&["call", &url, "echo", "--client-id", "cli"], &[("TASKGATE_CLIENT_SECRET", "s3cret-value")]).await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("not trusted with the client secret"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("s3cret-value"));
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0, "the token endpoint was never asked");
+    handle.stop(true).await;
+}

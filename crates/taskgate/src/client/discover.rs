@@ -29,7 +29,20 @@ pub async fn token_endpoint(url: &str) -> anyhow::Result<String> {
     ];
     for candidate in &candidates {
         if let Ok(metadata) = get_json(&http, candidate).await {
+            // RFC 8414 section 3.3: the metadata's issuer MUST be the one asked about, so a
+            // document served elsewhere cannot send the client's secret to its endpoint.
+            let named = metadata.get("issuer").and_then(Value::as_str).map(|i| i.trim_end_matches('/'));
+            if named != Some(issuer.as_str()) {
+                anyhow::bail!(
+                    "{candidate} names the issuer {named:?}, not {issuer:?}: not trusted with the client secret"
+                );
+            }
             if let Some(endpoint) = metadata.get("token_endpoint").and_then(Value::as_str) {
+                // OAuth 2.1: a secret goes over TLS, but to this machine.
+                anyhow::ensure!(
+                    endpoint.starts_with("https://") || loopback(endpoint),
+                    "the token endpoint {endpoint} is not https: the client secret is not sent there"
+                );
                 return Ok(endpoint.to_owned());
             }
         }
@@ -41,6 +54,17 @@ async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
     let response = http.get(url).send().await?;
     anyhow::ensure!(response.status().is_success(), "{url} answered {}", response.status());
     Ok(serde_json::from_slice(&response.bytes().await?)?)
+}
+
+/// Whether `url` is `http://` to this machine (127.0.0.1, ::1, localhost).
+fn loopback(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else { return false };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// (`scheme://host[:port]`, path without a trailing slash).
@@ -73,5 +97,15 @@ mod tests {
         );
         assert_eq!(super::metadata_url("http://h").unwrap(), "http://h/.well-known/oauth-protected-resource");
         assert!(super::metadata_url("ftp://h/x").is_none());
+    }
+
+    #[test]
+    fn a_secret_goes_in_clear_only_to_this_machine() {
+        for url in ["http://127.0.0.1:9000/token", "http://localhost/token", "http://[::1]:80/t"] {
+            assert!(super::loopback(url), "{url}");
+        }
+        for url in ["http://as.example/token", "https://127.0.0.1/token", "http://127.0.0.1.evil.example/t"] {
+            assert!(!super::loopback(url), "{url}");
+        }
     }
 }
