@@ -5,25 +5,25 @@
 //! response's URL): 32k of the 125k instructions a bare actix-web + reqwest proxy spends on a
 //! call (BENCHMARKS.md, "Where a proxied call's time goes"). An upstream reached through a proxy named by the
 //! environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`) still goes through
-//! reqwest, which speaks to proxies; the choice is made once per upstream, from its URL.
+//! reqwest, which speaks to proxies; the choice is made once per upstream, from its URL. The
+//! connections hyper's client sends on are kept by each thread that sends ([`PerThread`],
+//! `pool.rs`), so that a call stays on one thread.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_tls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderValue, HOST};
 use reqwest::{Method, StatusCode};
 
-type Direct = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+use crate::pool::{Lease, PerThread, PoolError};
 
 /// A client for one upstream's URL.
 #[derive(Clone)]
 pub(crate) enum HttpClient {
-    /// hyper's client straight: no layers, no URL parsed per request.
-    Direct(Direct),
+    /// hyper's HTTP/1 connections straight, kept per thread: no layers, no URL parsed per
+    /// request.
+    Direct(PerThread),
     /// reqwest, for an upstream the environment sends through a proxy.
     Proxied(reqwest::Client),
 }
@@ -31,16 +31,30 @@ pub(crate) enum HttpClient {
 /// Where a request goes: the URL parsed once, in each client's form.
 pub(crate) struct Target {
     pub url: reqwest::Url,
+    /// The whole URL, which connections are opened to.
     uri: hyper::Uri,
+    /// Its path and query (origin form), which an HTTP/1 request names (RFC 9112 section 3.2.1).
+    origin: hyper::Uri,
+    /// Its host, and its port unless the scheme's default: the request's `Host`.
+    host: HeaderValue,
 }
 
 impl Target {
     /// `None` if `text` is not an absolute http(s) URL.
     pub(crate) fn parse(text: &str) -> Option<Target> {
         let url = reqwest::Url::parse(text).ok()?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return None;
+        }
         // The URL as normalized (an international host in punycode) is what hyper takes.
         let uri = hyper::Uri::try_from(url.as_str()).ok()?;
-        matches!(url.scheme(), "http" | "https").then_some(Target { url, uri })
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let origin = hyper::Uri::try_from(path).ok()?;
+        let host = match url.port() {
+            Some(port) => format!("{}:{port}", url.host_str()?),
+            None => url.host_str()?.to_owned(),
+        };
+        Some(Target { url, uri, origin, host: HeaderValue::try_from(host).ok()? })
     }
 }
 
@@ -70,18 +84,7 @@ impl HttpClient {
                     .expect("an HTTP client with default TLS builds"),
             );
         }
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        // https too: the TLS connector wraps this one.
-        http.enforce_http(false);
-        let connector = HttpsConnector::new_with_connector(http);
-        HttpClient::Direct(
-            hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(idle_timeout)
-                .pool_max_idle_per_host(max_idle)
-                .pool_timer(TokioTimer::new())
-                .build(connector),
-        )
+        HttpClient::Direct(PerThread::new(max_idle, idle_timeout))
     }
 
     /// Sends a request and returns its response once its head has arrived (the body is read
@@ -94,13 +97,19 @@ impl HttpClient {
         body: Bytes,
     ) -> Result<Reply, HttpError> {
         match self {
-            HttpClient::Direct(client) => {
+            HttpClient::Direct(pool) => {
                 let mut request = hyper::Request::new(Full::new(body));
                 *request.method_mut() = method;
-                *request.uri_mut() = target.uri.clone();
+                *request.uri_mut() = target.origin.clone();
                 *request.headers_mut() = headers;
-                let response = client.request(request).await.map_err(|e| HttpError::from_chain(&e))?;
-                Ok(Reply::Direct(response))
+                request.headers_mut().entry(HOST).or_insert_with(|| target.host.clone());
+                let (response, lease) = pool.send(&target.uri, request).await.map_err(|e| match &e {
+                    PoolError::Connect(_) => {
+                        HttpError(format!("cannot connect: {}", HttpError::from_chain(e.as_error())))
+                    }
+                    PoolError::Send(_) => HttpError::from_chain(e.as_error()),
+                })?;
+                Ok(Reply::Direct { response, _lease: lease })
             }
             HttpClient::Proxied(client) => {
                 let request = client.request(method, target.url.clone()).headers(headers);
@@ -114,21 +123,25 @@ impl HttpClient {
 
 /// A response whose body is read as it comes.
 pub(crate) enum Reply {
-    Direct(hyper::Response<hyper::body::Incoming>),
+    /// The connection goes back to its thread's idle ones when this is dropped (body and all).
+    Direct {
+        response: hyper::Response<hyper::body::Incoming>,
+        _lease: Lease,
+    },
     Proxied(reqwest::Response),
 }
 
 impl Reply {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            Reply::Direct(r) => r.status(),
+            Reply::Direct { response: r, .. } => r.status(),
             Reply::Proxied(r) => r.status(),
         }
     }
 
     pub(crate) fn headers(&self) -> &HeaderMap {
         match self {
-            Reply::Direct(r) => r.headers(),
+            Reply::Direct { response: r, .. } => r.headers(),
             Reply::Proxied(r) => r.headers(),
         }
     }
@@ -136,7 +149,7 @@ impl Reply {
     /// The body's next piece; `None` at its end.
     pub(crate) async fn chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
         match self {
-            Reply::Direct(r) => loop {
+            Reply::Direct { response: r, .. } => loop {
                 match r.body_mut().frame().await {
                     None => return Ok(None),
                     Some(Err(e)) => return Err(HttpError::from_chain(&e)),

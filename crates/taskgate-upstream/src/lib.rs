@@ -22,6 +22,7 @@ pub mod http;
 mod identity;
 mod modern;
 mod observer;
+mod pool;
 mod routes;
 mod session;
 mod shared;

@@ -234,7 +234,7 @@ impl HttpChannel {
         let mut decoder = Decoder::new(self.max_message_bytes);
         loop {
             let Ok(Some(chunk)) = response.chunk().await else { return };
-            let Ok(events) = decoder.feed(&chunk) else {
+            let Ok(events) = decoder.feed_chunk(chunk) else {
                 tracing::warn!(upstream = %self.name, "a listen stream event exceeds max_message_bytes; reopening");
                 return;
             };

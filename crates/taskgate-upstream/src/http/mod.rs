@@ -456,7 +456,7 @@ impl HttpChannel {
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(self.unavailable(e.0).into()),
             };
-            let events = decoder.feed(&chunk).map_err(|_| {
+            let events = decoder.feed_chunk(chunk).map_err(|_| {
                 self.protocol(format!("an SSE event exceeds max_message_bytes ({})", self.max_message_bytes))
             })?;
             for event in events {

@@ -1,0 +1,461 @@
+//! Connections to one HTTP upstream, kept by each thread that sends to it.
+//!
+//! hyper drives a connection on the runtime of the thread that opened it. A pool shared by
+//! every thread has a worker's call ride a connection another thread opened, so that thread
+//! wakes to write the request and again to read the response (BENCHMARKS.md, "What crosses
+//! threads"). Here each thread keeps its own idle connections, so a call's request and response
+//! stay on the thread that took the client's request. The pool is hyper's HTTP/1 connection
+//! API and a list per thread: a checkout is a pop, a return a push, with no lock, no hash of
+//! the upstream's address and no task spawned per request.
+//!
+//! A connection is returned when its response (head and body) is dropped, and kept idle at
+//! most `idle_timeout`: its own task closes it then. A request that meets a reused connection
+//! closed before the request was written is sent again once on another (what hyper's pooled
+//! client does); one that may have been written is not.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1::{Connection, SendRequest};
+use hyper_tls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+
+type Stream = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+type Sender = SendRequest<Full<Bytes>>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One upstream's connections: how they are opened and how long they are kept idle. Each
+/// thread keeps its own idle ones (at most `max_idle`); the requests in flight are bounded
+/// across threads by `Connections` (`http/connections.rs`).
+#[derive(Clone)]
+pub(crate) struct PerThread(Arc<Pooling>);
+
+struct Pooling {
+    max_idle: usize,
+    idle_timeout: Duration,
+    /// TCP with TLS for https: made once (TLS reads the system's trusted certificates).
+    connector: HttpsConnector<HttpConnector>,
+}
+
+/// An idle connection: its sender, and when it went idle.
+struct Idle {
+    sender: Sender,
+    state: Arc<ConnState>,
+}
+
+/// What a connection's sender and its task share: since when it is idle, in milliseconds from
+/// [`epoch`], or [`IN_USE`].
+struct ConnState {
+    idle_since: AtomicU64,
+}
+
+const IN_USE: u64 = u64::MAX;
+
+thread_local! {
+    /// This thread's idle connections, by the [`PerThread`] they belong to. An upstream gone
+    /// (a reload removed it) has its entry dropped when this thread next opens a connection to
+    /// any; its connections are closed by their tasks after the idle timeout meanwhile.
+    static IDLE: RefCell<Vec<(std::sync::Weak<Pooling>, Vec<Idle>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A failed exchange: connecting, or sending the request and reading the response's head.
+pub(crate) enum PoolError {
+    Connect(BoxError),
+    Send(hyper::Error),
+}
+
+/// A connection in use by one response: returned to its thread's idle ones when dropped.
+pub(crate) struct Lease {
+    sender: Option<Sender>,
+    state: Arc<ConnState>,
+    pooling: Arc<Pooling>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let Some(sender) = self.sender.take() else { return };
+        if sender.is_closed() {
+            return;
+        }
+        self.state.idle_since.store(now_ms(), Ordering::Relaxed);
+        let idle = Idle { sender, state: self.state.clone() };
+        // A thread shutting down has no list left: the connection just closes.
+        let _ = IDLE.try_with(|lists| {
+            let mut lists = lists.borrow_mut();
+            let me = Arc::as_ptr(&self.pooling);
+            if let Some((_, list)) = lists.iter_mut().find(|(pooling, _)| pooling.as_ptr() == me) {
+                if list.len() < self.pooling.max_idle {
+                    list.push(idle);
+                }
+            } else {
+                lists.retain(|(pooling, _)| pooling.strong_count() > 0);
+                lists.push((Arc::downgrade(&self.pooling), vec![idle]));
+            }
+        });
+    }
+}
+
+impl PerThread {
+    /// Connections kept idle at most `idle_timeout`, at most `max_idle` on each thread.
+    pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> PerThread {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        // https too: the TLS connector wraps this one.
+        http.enforce_http(false);
+        let connector = HttpsConnector::new_with_connector(http);
+        PerThread(Arc::new(Pooling { max_idle: max_idle.max(1), idle_timeout, connector }))
+    }
+
+    /// Sends `request` (its URI in origin form, its `Host` set) to the server at `address` (an
+    /// absolute URI: scheme and authority) on one of this thread's idle connections, or a new
+    /// one; returns the response once its head has arrived.
+    pub(crate) async fn send(
+        &self,
+        address: &hyper::Uri,
+        mut request: hyper::Request<Full<Bytes>>,
+    ) -> Result<(hyper::Response<hyper::body::Incoming>, Lease), PoolError> {
+        loop {
+            let (mut sender, state, reused) = match self.idle() {
+                Some(Idle { sender, state }) => (sender, state, true),
+                None => {
+                    let (sender, state) = self.connect(address).await?;
+                    (sender, state, false)
+                }
+            };
+            if sender.ready().await.is_err() {
+                if reused {
+                    continue;
+                }
+                // A new connection closed at once: what sending says is the better error.
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    return Ok((response, Lease { sender: Some(sender), state, pooling: self.0.clone() }));
+                }
+                Err(mut e) => match e.take_message() {
+                    // Not written: a closed idle connection, safe to send again.
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(PoolError::Send(e.into_error())),
+                },
+            }
+        }
+    }
+
+    /// This thread's most recently used idle connection still open, marked in use.
+    fn idle(&self) -> Option<Idle> {
+        IDLE.with(|lists| {
+            let mut lists = lists.borrow_mut();
+            let me = Arc::as_ptr(&self.0);
+            // A live `Arc` never shares its address with another allocation's `Weak`: the
+            // `Weak` keeps its allocation (not its value) until it is dropped.
+            let (_, list) = lists.iter_mut().find(|(pooling, _)| pooling.as_ptr() == me)?;
+            while let Some(idle) = list.pop() {
+                if !idle.sender.is_closed() {
+                    idle.state.idle_since.store(IN_USE, Ordering::Relaxed);
+                    return Some(idle);
+                }
+            }
+            None
+        })
+    }
+
+    /// A new connection, driven by a task on this thread's runtime.
+    async fn connect(&self, address: &hyper::Uri) -> Result<(Sender, Arc<ConnState>), PoolError> {
+        let mut connector = self.0.connector.clone();
+        let stream = tower_service::Service::call(&mut connector, address.clone()).await.map_err(PoolError::Connect)?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(stream).await.map_err(|e| PoolError::Connect(Box::new(e)))?;
+        let state = Arc::new(ConnState { idle_since: AtomicU64::new(IN_USE) });
+        tokio::spawn(drive(connection, state.clone(), self.0.idle_timeout));
+        Ok((sender, state))
+    }
+}
+
+/// Drives one connection until it ends, or until it has been idle for `idle_timeout`: closing
+/// it then, before the common servers' keep-alive (5 s) closes it under a request. The timer is
+/// set once per `idle_timeout`, not per request.
+fn drive(
+    connection: Connection<Stream, Full<Bytes>>,
+    state: Arc<ConnState>,
+    idle_timeout: Duration,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let mut connection: Pin<Box<Connection<Stream, Full<Bytes>>>> = Box::pin(connection);
+        let mut wait = idle_timeout;
+        loop {
+            tokio::select! {
+                _ = &mut connection => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            let since = state.idle_since.load(Ordering::Relaxed);
+            if since == IN_USE {
+                wait = idle_timeout;
+                continue;
+            }
+            let idle = Duration::from_millis(now_ms().saturating_sub(since));
+            if idle >= idle_timeout {
+                // Dropping it closes the socket; its sender, if still listed, reads closed.
+                return;
+            }
+            wait = idle_timeout - idle;
+        }
+    }
+}
+
+/// Milliseconds since the first time this was asked.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+impl PoolError {
+    /// The error, for its chain of causes.
+    pub(crate) fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        match self {
+            PoolError::Connect(e) => e.as_ref(),
+            PoolError::Send(e) => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::sync::mpsc;
+
+    /// What the test server saw, by connection number.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Accepted(usize),
+        Request(usize),
+        Closed(usize),
+    }
+
+    #[derive(Clone, Copy)]
+    enum Serve {
+        /// Answers every request and keeps the connection.
+        KeepAlive,
+        /// Answers, then closes the connection without saying so.
+        CloseAfterAnswer,
+        /// Reads the request and closes without answering.
+        CloseUnanswered,
+    }
+
+    /// An HTTP/1.1 server on loopback reporting what it sees; returns its address.
+    async fn server(serve: Serve) -> (hyper::Uri, mpsc::UnboundedReceiver<Seen>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address: hyper::Uri = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        let (seen, events) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            for n in 0.. {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let seen = seen.clone();
+                let _ = seen.send(Seen::Accepted(n));
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                            let length: usize = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map_or(0, |v| v.trim().parse().unwrap());
+                            if buffer.len() < end + 4 + length {
+                                break;
+                            }
+                            buffer.drain(..end + 4 + length);
+                            let _ = seen.send(Seen::Request(n));
+                            if let Serve::CloseUnanswered = serve {
+                                let _ = seen.send(Seen::Closed(n));
+                                return;
+                            }
+                            socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
+                            if let Serve::CloseAfterAnswer = serve {
+                                drop(socket);
+                                let _ = seen.send(Seen::Closed(n));
+                                return;
+                            }
+                        }
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => {
+                                let _ = seen.send(Seen::Closed(n));
+                                return;
+                            }
+                            Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+                        }
+                    }
+                });
+            }
+        });
+        (address, events)
+    }
+
+    fn request(address: &hyper::Uri) -> hyper::Request<Full<Bytes>> {
+        let mut request = hyper::Request::new(Full::new(Bytes::from_static(b"{}")));
+        *request.method_mut() = hyper::Method::POST;
+        *request.uri_mut() = hyper::Uri::from_static("/mcp");
+        request.headers_mut().insert(hyper::header::HOST, address.authority().unwrap().as_str().parse().unwrap());
+        request
+    }
+
+    /// Sends one request and reads its response whole.
+    async fn exchange(pool: &PerThread, address: &hyper::Uri) -> Result<Bytes, String> {
+        use http_body_util::BodyExt;
+        let (response, lease) = pool.send(address, request(address)).await.map_err(|e| e.as_error().to_string())?;
+        let body = response.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        drop(lease);
+        Ok(body)
+    }
+
+    async fn next(events: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+        tokio::time::timeout(Duration::from_secs(10), events.recv()).await.expect("the server saw something").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_thread_sends_its_requests_on_the_connection_it_opened() {
+        let (address, mut events) = server(Serve::KeepAlive).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        for _ in 0..3 {
+            assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        }
+        let seen: Vec<Seen> = vec![next(&mut events).await, next(&mut events).await, next(&mut events).await];
+        assert_eq!(seen, [Seen::Accepted(0), Seen::Request(0), Seen::Request(0)]);
+        assert_eq!(next(&mut events).await, Seen::Request(0));
+        assert!(events.try_recv().is_err(), "one connection, three requests");
+    }
+
+    #[test]
+    fn each_thread_keeps_connections_of_its_own() {
+        let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (address, mut events) = rt().block_on(async {
+            // The server runs on a thread of its own.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                rt().block_on(async {
+                    tx.send(server(Serve::KeepAlive).await).unwrap();
+                    std::future::pending::<()>().await
+                })
+            });
+            rx.recv().unwrap()
+        });
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        // The first thread's connection is idle and open while the second sends: a pool shared
+        // by both would hand it to the second.
+        let (first_done, second_done) =
+            (std::sync::Arc::new(std::sync::Barrier::new(2)), std::sync::Arc::new(std::sync::Barrier::new(2)));
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let (pool, address) = (pool.clone(), address.clone());
+                let (first_done, second_done) = (first_done.clone(), second_done.clone());
+                std::thread::spawn(move || {
+                    if i == 1 {
+                        first_done.wait();
+                    }
+                    // Kept until both are done: its connections stay open.
+                    let runtime = rt();
+                    runtime.block_on(async {
+                        for _ in 0..2 {
+                            let sent = tokio::time::timeout(Duration::from_secs(10), exchange(&pool, &address));
+                            assert_eq!(sent.await.expect("answered").unwrap(), "ok");
+                        }
+                    });
+                    if i == 0 {
+                        first_done.wait();
+                    }
+                    second_done.wait();
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let mut requests = std::collections::BTreeMap::new();
+        rt().block_on(async {
+            // A thread's connections close when it ends.
+            while requests.values().sum::<usize>() < 4 {
+                if let Seen::Request(n) = next(&mut events).await {
+                    *requests.entry(n).or_insert(0) += 1;
+                }
+            }
+        });
+        assert_eq!(
+            requests.into_values().collect::<Vec<_>>(),
+            [2, 2],
+            "one connection per thread, two requests on each"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_meeting_a_closed_idle_connection_goes_on_a_new_one() {
+        let (address, mut events) = server(Serve::CloseAfterAnswer).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        assert_eq!(next(&mut events).await, Seen::Accepted(0));
+        assert_eq!(next(&mut events).await, Seen::Request(0));
+        assert_eq!(next(&mut events).await, Seen::Closed(0));
+        // The idle connection is closed at the server; the request is not lost for it.
+        assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        assert_eq!(next(&mut events).await, Seen::Accepted(1));
+        assert_eq!(next(&mut events).await, Seen::Request(1));
+    }
+
+    #[tokio::test]
+    async fn a_request_the_server_may_have_read_is_not_sent_again() {
+        let (address, mut events) = server(Serve::CloseUnanswered).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        let error = exchange(&pool, &address).await.unwrap_err();
+        assert!(error.contains("connection closed"), "{error}");
+        assert_eq!(next(&mut events).await, Seen::Accepted(0));
+        assert_eq!(next(&mut events).await, Seen::Request(0));
+        assert_eq!(next(&mut events).await, Seen::Closed(0));
+        assert!(events.try_recv().is_err(), "sent once");
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_for_the_idle_timeout_is_closed() {
+        let (address, mut events) = server(Serve::KeepAlive).await;
+        let pool = PerThread::new(4, Duration::from_millis(100));
+        assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        assert_eq!(next(&mut events).await, Seen::Accepted(0));
+        assert_eq!(next(&mut events).await, Seen::Request(0));
+        // The gateway closes it (the server never would).
+        assert_eq!(next(&mut events).await, Seen::Closed(0));
+        assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        assert_eq!(next(&mut events).await, Seen::Accepted(1));
+    }
+
+    #[tokio::test]
+    async fn a_thread_keeps_at_most_max_idle_connections() {
+        let (address, mut events) = server(Serve::KeepAlive).await;
+        let pool = PerThread::new(1, Duration::from_secs(60));
+        // Two requests at once need two connections.
+        let (a, b) = tokio::join!(pool.send(&address, request(&address)), pool.send(&address, request(&address)));
+        let (a, b) = (a.ok().unwrap(), b.ok().unwrap());
+        let mut accepted = 0;
+        while accepted < 2 {
+            if let Seen::Accepted(_) = next(&mut events).await {
+                accepted += 1;
+            }
+        }
+        drop((a, b));
+        // One stays idle; the other is closed.
+        loop {
+            match next(&mut events).await {
+                Seen::Closed(_) => break,
+                Seen::Request(_) => continue,
+                Seen::Accepted(n) => panic!("connection {n} opened"),
+            }
+        }
+        assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        assert!(matches!(next(&mut events).await, Seen::Request(_)), "the idle one is used");
+    }
+}
