@@ -1,6 +1,8 @@
 //! Server-Sent Events framing (the WHATWG event-stream format) for MCP messages: an encoder for
 //! the gateway's own streams and an incremental decoder for upstream streams.
 
+use bytes::Bytes;
+
 /// Encodes one SSE event carrying `data` (one JSON message, so it has no newlines) and an id.
 pub fn encode_event(id: Option<&str>, data: &str) -> String {
     let mut out = String::with_capacity(data.len() + 32);
@@ -33,12 +35,17 @@ pub struct Event {
 }
 
 /// Incremental decoder: feed bytes as they arrive, take complete events out.
+///
+/// Whole lines are read where they lie in the chunk that brought them. A line arriving in
+/// pieces (a result of megabytes is one `data:` line) is kept as the chunks it came in, each
+/// scanned once, and joined once when its end arrives: a buffer grown chunk by chunk would copy
+/// what it holds at each growth.
 #[derive(Debug, Default)]
 pub struct Decoder {
-    buffer: Vec<u8>,
-    /// How much of `buffer` is known to hold no line end: a long line arriving in many chunks
-    /// is scanned once, not once per chunk.
-    scanned: usize,
+    /// The line being read, as it came: [`Piece`]s, in order.
+    pending: Vec<Piece>,
+    /// Their bytes in all.
+    pending_len: usize,
     current: Event,
     has_data: bool,
     /// Bytes of the lines the current event is made of so far (its `data`, `event` and `id`
@@ -47,59 +54,110 @@ pub struct Decoder {
     max_event_bytes: usize,
 }
 
+/// A piece of the line being read: a large chunk's part kept as it came (no copy), or small
+/// chunks copied together, so that a line trickling in byte by byte holds its bytes and not a
+/// chunk handle per byte.
+#[derive(Debug)]
+enum Piece {
+    Kept(Bytes),
+    Copied(Vec<u8>),
+}
+
+impl Piece {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Kept(b) => b,
+            Piece::Copied(v) => v,
+        }
+    }
+}
+
+/// A piece at least this long is kept as it came; a shorter one is copied.
+const KEPT_PIECE: usize = 4096;
+
 /// The decoder met an event larger than its bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventTooLarge(pub usize);
 
 impl Decoder {
-    /// A decoder that refuses events larger than `max_event_bytes`.
+    /// A decoder refusing events larger than `max_event_bytes`.
     pub fn new(max_event_bytes: usize) -> Decoder {
         Decoder { max_event_bytes, ..Decoder::default() }
     }
 
     /// Feeds bytes; returns the events they complete.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<Event>, EventTooLarge> {
-        self.buffer.extend_from_slice(bytes);
+        self.feed_chunk(Bytes::copy_from_slice(bytes))
+    }
+
+    /// Feeds a chunk as it came from the connection, without copying it; returns the events it
+    /// completes.
+    pub fn feed_chunk(&mut self, chunk: Bytes) -> Result<Vec<Event>, EventTooLarge> {
         let mut events = Vec::new();
         let mut start = 0;
-        let mut from = self.scanned;
-        // memchr's vector search, and each line read where it lies (a result of megabytes comes
-        // as one line): the text is checked once, and copied once, into the event's data.
-        while let Some(pos) = memchr::memchr(b'\n', &self.buffer[from..]) {
-            let end = from + pos;
-            // The bound holds for every line as it is read, whatever the chunks it came in.
-            if self.held + (end - start) > self.max_event_bytes {
-                return Err(EventTooLarge(self.max_event_bytes));
-            }
-            let mut line = &self.buffer[start..end];
-            let raw = line.len();
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
-            }
-            let line = match std::str::from_utf8(line) {
-                Ok(text) => std::borrow::Cow::Borrowed(text),
-                Err(_) => String::from_utf8_lossy(line),
+        if !self.pending.is_empty() {
+            let Some(end) = memchr::memchr(b'\n', &chunk) else {
+                return self.keep(chunk).map(|()| events);
             };
-            match take_line(&mut self.current, &mut self.has_data, &line) {
-                Taken::Dispatched(event) => {
-                    events.extend(event);
-                    self.held = 0;
-                }
-                Taken::Stored => self.held += raw,
-                Taken::Ignored => {}
+            // The line is whole: its pieces joined once.
+            let mut line = Vec::with_capacity(self.pending_len + end);
+            for piece in self.pending.drain(..) {
+                line.extend_from_slice(piece.bytes());
             }
+            self.pending_len = 0;
+            line.extend_from_slice(&chunk[..end]);
+            self.line(&line, &mut events)?;
             start = end + 1;
-            from = start;
         }
-        // A line arriving in pieces stays in place until it is whole (one copy, at the end).
-        if start > 0 {
-            self.buffer.drain(..start);
+        // memchr's vector search, and each line read where it lies: the text is checked once,
+        // and copied once, into the event's data.
+        while let Some(pos) = memchr::memchr(b'\n', &chunk[start..]) {
+            let end = start + pos;
+            self.line(&chunk[start..end], &mut events)?;
+            start = end + 1;
         }
-        self.scanned = self.buffer.len();
-        if self.held + self.buffer.len() > self.max_event_bytes {
-            return Err(EventTooLarge(self.max_event_bytes));
+        if start < chunk.len() {
+            self.keep(chunk.slice(start..))?;
         }
         Ok(events)
+    }
+
+    /// Keeps `piece`, the start or a middle of the line being read.
+    fn keep(&mut self, piece: Bytes) -> Result<(), EventTooLarge> {
+        self.pending_len += piece.len();
+        // The bound holds for the line being read whatever the chunks it comes in.
+        if self.held + self.pending_len > self.max_event_bytes {
+            return Err(EventTooLarge(self.max_event_bytes));
+        }
+        match self.pending.last_mut() {
+            Some(Piece::Copied(last)) if piece.len() < KEPT_PIECE => last.extend_from_slice(&piece),
+            _ if piece.len() < KEPT_PIECE => self.pending.push(Piece::Copied(piece.to_vec())),
+            _ => self.pending.push(Piece::Kept(piece)),
+        }
+        Ok(())
+    }
+
+    /// One whole line (without its `\n`) into the event being read.
+    fn line(&mut self, line: &[u8], events: &mut Vec<Event>) -> Result<(), EventTooLarge> {
+        // The bound holds for every line as it is read, whatever the chunks it came in.
+        if self.held + line.len() > self.max_event_bytes {
+            return Err(EventTooLarge(self.max_event_bytes));
+        }
+        let raw = line.len();
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = match std::str::from_utf8(line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        };
+        match take_line(&mut self.current, &mut self.has_data, &line) {
+            Taken::Dispatched(event) => {
+                events.extend(event);
+                self.held = 0;
+            }
+            Taken::Stored => self.held += raw,
+            Taken::Ignored => {}
+        }
+        Ok(())
     }
 }
 
@@ -191,18 +249,30 @@ mod tests {
     }
 
     #[test]
-    fn a_long_line_in_many_chunks_is_scanned_once() {
-        // 4 MiB of data in 4 KiB chunks: each byte is looked at a bounded number of times.
+    fn a_long_line_in_many_chunks_is_kept_as_they_came_and_joined_once() {
+        // 4 MiB of data in 4 KiB chunks: each kept as it came (the same bytes, not a copy).
         let mut d = Decoder::new(8 << 20);
-        let chunk = vec![b'x'; 4096];
+        let chunk = Bytes::from(vec![b'x'; 4096]);
         assert!(d.feed(b"data: ").unwrap().is_empty());
         for _ in 0..1024 {
-            assert!(d.feed(&chunk).unwrap().is_empty());
-            assert_eq!(d.scanned, d.buffer.len());
+            assert!(d.feed_chunk(chunk.clone()).unwrap().is_empty());
         }
+        assert_eq!(d.pending.len(), 1025);
+        assert!(matches!(&d.pending[1], Piece::Kept(b) if b.as_ptr() == chunk.as_ptr()));
         let events = d.feed(b"\n\n").unwrap();
         assert_eq!(events[0].data.len(), 4 << 20);
-        assert!(d.buffer.is_empty() && d.scanned == 0);
+        assert!(d.pending.is_empty() && d.pending_len == 0);
+    }
+
+    #[test]
+    fn a_line_trickling_in_byte_by_byte_is_held_as_its_bytes() {
+        let mut d = Decoder::new(1 << 20);
+        for b in b"data: ".iter().chain([b'x'; 10_000].iter()) {
+            assert!(d.feed(std::slice::from_ref(b)).unwrap().is_empty());
+        }
+        assert_eq!(d.pending.len(), 1, "one piece, not one per byte");
+        assert_eq!(d.pending_len, 10_006);
+        assert_eq!(d.feed(b"\n\n").unwrap()[0].data, "x".repeat(10_000));
     }
 
     #[test]
