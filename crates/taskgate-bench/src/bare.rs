@@ -1,7 +1,8 @@
 //! The gateway's HTTP stack with nothing of the gateway in it: a bare proxy built from the
-//! same libraries (actix-web in front, one worker; hyper's pooled client behind, as the
-//! gateway's upstream channels use it), which forwards each POST's bytes and the headers MCP
-//! needs and streams the answer back as it comes, reading none of it. Sections 1 and 9 measure
+//! same libraries (actix-web in front, one worker; hyper's pooled client behind, where the
+//! gateway's upstream channels keep hyper's connections per thread), which forwards each
+//! POST's bytes and the headers MCP needs and streams the answer back as it comes, reading
+//! none of it. Sections 1 and 9 measure
 //! it beside the gateway and nginx: what it costs is the floor of this stack, before any MCP
 //! work.
 //!

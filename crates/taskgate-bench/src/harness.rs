@@ -174,7 +174,10 @@ pub(crate) async fn spawn_until(mut command: Command, marker: &str) -> Result<(P
 
 pub(crate) async fn start_demo(bin: &Path) -> Result<(Process, String)> {
     let port = free_port()?;
-    let mut command = Command::new(bin);
+    // TASKGATE_BENCH_DEMO names another build to serve the demo upstream, so that two gateway
+    // builds compared run after run meet the same upstream.
+    let demo = std::env::var_os("TASKGATE_BENCH_DEMO").map(std::path::PathBuf::from);
+    let mut command = Command::new(demo.as_deref().unwrap_or(bin));
     command.args(["demo-upstream", "--listen", &format!("127.0.0.1:{port}")]);
     let (process, _) = spawn_until(command, "listening on").await?;
     Ok((process, format!("http://127.0.0.1:{port}/mcp")))

@@ -25,31 +25,37 @@ pub(crate) async fn spread(plan: &Plan, bin: &Path) -> Result<()> {
         println!();
         return Ok(());
     };
+    // The stack alone: actix-web and hyper forwarding bytes, no MCP work (sections 1 and 9).
+    let (_bare, bare_url) = crate::bare::start(&demo_url, &[], crate::bare::Front::Actix).await?;
     let workers = std::env::var("TASKGATE_BENCH_WORKERS").unwrap_or_else(|_| "0".into());
     let upstream =
         format!("workers = {workers}\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n");
-    println!("| start | taskgate added p50 | nginx added p50 | ratio |");
-    println!("| --- | --- | --- | --- |");
-    let (mut gateway_added, mut nginx_added) = (Vec::new(), Vec::new());
+    println!("| start | taskgate added p50 | the stack alone | nginx added p50 | taskgate / nginx |");
+    println!("| --- | --- | --- | --- | --- |");
+    let (mut gateway_added, mut nginx_added, mut bare_added) = (Vec::new(), Vec::new(), Vec::new());
     for start in 1..=starts {
         let (gateway, gateway_url) = start_gateway(bin, &upstream).await?;
-        let p50 =
-            load_generator(&[(&demo_url, "echo"), (&nginx_url, "echo"), (&gateway_url, "demo__echo")], calls).await?;
-        let (d, n, g) = (p50[0], p50[1], p50[2]);
+        let paths = [(&*demo_url, "echo"), (&*nginx_url, "echo"), (&*gateway_url, "demo__echo"), (&*bare_url, "echo")];
+        let p50 = load_generator(&paths, calls).await?;
+        let (d, n, g, b) = (p50[0], p50[1], p50[2], p50[3]);
         let (added_g, added_n) = (g.saturating_sub(d), n.saturating_sub(d).max(Duration::from_micros(1)));
+        let added_b = b.saturating_sub(d);
         println!(
-            "| {start} | {} | {} | {:.2} |",
+            "| {start} | {} | {} | {} | {:.2} |",
             ms(added_g),
+            ms(added_b),
             ms(added_n),
             added_g.as_secs_f64() / added_n.as_secs_f64()
         );
         gateway_added.push(added_g);
         nginx_added.push(added_n);
+        bare_added.push(added_b);
         gateway.terminate().await;
     }
     let (g_min, g_max) = (*gateway_added.iter().min().unwrap(), *gateway_added.iter().max().unwrap());
     let g_median = percentile(&mut gateway_added, 0.5);
     let n_median = percentile(&mut nginx_added, 0.5);
+    let b_median = percentile(&mut bare_added, 0.5);
     let spread = (g_max - g_min).as_secs_f64() / g_median.as_secs_f64().max(1e-9);
     let ratio = g_median.as_secs_f64() / n_median.as_secs_f64().max(1e-9);
     println!();
@@ -67,6 +73,11 @@ pub(crate) async fn spread(plan: &Plan, bin: &Path) -> Result<()> {
         ms(n_median),
         ratio,
         crate::harness::verdict(ratio <= 1.5)
+    );
+    println!(
+        "- the stack alone (actix-web in front, hyper behind, one worker, no MCP work): median added p50 {} = {:.2}× nginx's",
+        ms(b_median),
+        b_median.as_secs_f64() / n_median.as_secs_f64().max(1e-9)
     );
     println!("- {calls} calls per path per start, after 50 warm-up calls, paired round by round");
     println!();
