@@ -14,7 +14,6 @@
 //! client does); one that may have been written is not.
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -105,11 +104,17 @@ impl Drop for Lease {
 impl PerThread {
     /// Connections kept idle at most `idle_timeout`, at most `max_idle` on each thread.
     pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> PerThread {
+        let tls = hyper_tls::native_tls::TlsConnector::new().expect("the system's TLS connector builds");
+        PerThread::with_tls(max_idle, idle_timeout, tls)
+    }
+
+    /// The same, trusting what `tls` trusts.
+    fn with_tls(max_idle: usize, idle_timeout: Duration, tls: hyper_tls::native_tls::TlsConnector) -> PerThread {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         // https too: the TLS connector wraps this one.
         http.enforce_http(false);
-        let connector = HttpsConnector::new_with_connector(http);
+        let connector = HttpsConnector::from((http, tls.into()));
         PerThread(Arc::new(Pooling { max_idle: max_idle.max(1), idle_timeout, connector }))
     }
 
@@ -129,11 +134,9 @@ impl PerThread {
                     (sender, state, false)
                 }
             };
-            if sender.ready().await.is_err() {
-                if reused {
-                    continue;
-                }
-                // A new connection closed at once: what sending says is the better error.
+            // A new connection closed at once goes on: what sending says is the better error.
+            if sender.ready().await.is_err() && reused {
+                continue;
             }
             match sender.try_send_request(request).await {
                 Ok(response) => {
@@ -181,31 +184,25 @@ impl PerThread {
 /// Drives one connection until it ends, or until it has been idle for `idle_timeout`: closing
 /// it then, before the common servers' keep-alive (5 s) closes it under a request. The timer is
 /// set once per `idle_timeout`, not per request.
-fn drive(
-    connection: Connection<Stream, Full<Bytes>>,
-    state: Arc<ConnState>,
-    idle_timeout: Duration,
-) -> impl Future<Output = ()> + Send {
-    async move {
-        let mut connection: Pin<Box<Connection<Stream, Full<Bytes>>>> = Box::pin(connection);
-        let mut wait = idle_timeout;
-        loop {
-            tokio::select! {
-                _ = &mut connection => return,
-                () = tokio::time::sleep(wait) => {}
-            }
-            let since = state.idle_since.load(Ordering::Relaxed);
-            if since == IN_USE {
-                wait = idle_timeout;
-                continue;
-            }
-            let idle = Duration::from_millis(now_ms().saturating_sub(since));
-            if idle >= idle_timeout {
-                // Dropping it closes the socket; its sender, if still listed, reads closed.
-                return;
-            }
-            wait = idle_timeout - idle;
+async fn drive(connection: Connection<Stream, Full<Bytes>>, state: Arc<ConnState>, idle_timeout: Duration) {
+    let mut connection: Pin<Box<Connection<Stream, Full<Bytes>>>> = Box::pin(connection);
+    let mut wait = idle_timeout;
+    loop {
+        tokio::select! {
+            _ = &mut connection => return,
+            () = tokio::time::sleep(wait) => {}
         }
+        let since = state.idle_since.load(Ordering::Relaxed);
+        if since == IN_USE {
+            wait = idle_timeout;
+            continue;
+        }
+        let idle = Duration::from_millis(now_ms().saturating_sub(since));
+        if idle >= idle_timeout {
+            // Dropping it closes the socket; its sender, if still listed, reads closed.
+            return;
+        }
+        wait = idle_timeout - idle;
     }
 }
 
@@ -251,52 +248,91 @@ mod tests {
 
     /// An HTTP/1.1 server on loopback reporting what it sees; returns its address.
     async fn server(serve: Serve) -> (hyper::Uri, mpsc::UnboundedReceiver<Seen>) {
+        serve_on(serve, None).await
+    }
+
+    /// The test certificate (localhost and 127.0.0.1) and its key.
+    const CERTIFICATE: &[u8] = include_bytes!("testdata/localhost.crt");
+    const KEY: &[u8] = include_bytes!("testdata/localhost.key");
+
+    /// The same over TLS with the test certificate.
+    async fn tls_server(serve: Serve) -> (hyper::Uri, mpsc::UnboundedReceiver<Seen>) {
+        let identity = hyper_tls::native_tls::Identity::from_pkcs8(CERTIFICATE, KEY).unwrap();
+        let acceptor = hyper_tls::native_tls::TlsAcceptor::new(identity).unwrap();
+        serve_on(serve, Some(tokio_native_tls::TlsAcceptor::from(acceptor))).await
+    }
+
+    async fn serve_on(
+        serve: Serve,
+        tls: Option<tokio_native_tls::TlsAcceptor>,
+    ) -> (hyper::Uri, mpsc::UnboundedReceiver<Seen>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address: hyper::Uri = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let address: hyper::Uri = format!("{scheme}://{}", listener.local_addr().unwrap()).parse().unwrap();
         let (seen, events) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             for n in 0.. {
-                let (mut socket, _) = listener.accept().await.unwrap();
+                let (socket, _) = listener.accept().await.unwrap();
                 let seen = seen.clone();
                 let _ = seen.send(Seen::Accepted(n));
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let mut buffer = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    loop {
-                        while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
-                            let length: usize = head
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .map_or(0, |v| v.trim().parse().unwrap());
-                            if buffer.len() < end + 4 + length {
-                                break;
-                            }
-                            buffer.drain(..end + 4 + length);
-                            let _ = seen.send(Seen::Request(n));
-                            if let Serve::CloseUnanswered = serve {
+                    match tls {
+                        None => answer(socket, n, serve, seen).await,
+                        Some(tls) => match tls.accept(socket).await {
+                            Ok(socket) => answer(socket, n, serve, seen).await,
+                            Err(_) => {
                                 let _ = seen.send(Seen::Closed(n));
-                                return;
                             }
-                            socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
-                            if let Serve::CloseAfterAnswer = serve {
-                                drop(socket);
-                                let _ = seen.send(Seen::Closed(n));
-                                return;
-                            }
-                        }
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => {
-                                let _ = seen.send(Seen::Closed(n));
-                                return;
-                            }
-                            Ok(read) => buffer.extend_from_slice(&chunk[..read]),
-                        }
+                        },
                     }
                 });
             }
         });
         (address, events)
+    }
+
+    /// Serves connection `n`.
+    async fn answer(
+        mut socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        n: usize,
+        serve: Serve,
+        seen: mpsc::UnboundedSender<Seen>,
+    ) {
+        let mut buffer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if buffer.len() < end + 4 + length {
+                    break;
+                }
+                buffer.drain(..end + 4 + length);
+                let _ = seen.send(Seen::Request(n));
+                if let Serve::CloseUnanswered = serve {
+                    let _ = seen.send(Seen::Closed(n));
+                    return;
+                }
+                socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
+                socket.flush().await.unwrap();
+                if let Serve::CloseAfterAnswer = serve {
+                    drop(socket);
+                    let _ = seen.send(Seen::Closed(n));
+                    return;
+                }
+            }
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => {
+                    let _ = seen.send(Seen::Closed(n));
+                    return;
+                }
+                Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+            }
+        }
     }
 
     fn request(address: &hyper::Uri) -> hyper::Request<Full<Bytes>> {
@@ -457,5 +493,36 @@ mod tests {
         }
         assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
         assert!(matches!(next(&mut events).await, Seen::Request(_)), "the idle one is used");
+    }
+
+    #[tokio::test]
+    async fn an_https_upstream_is_reached_over_tls_on_a_reused_connection() {
+        let (address, mut events) = tls_server(Serve::KeepAlive).await;
+        let trusting = hyper_tls::native_tls::TlsConnector::builder()
+            .add_root_certificate(hyper_tls::native_tls::Certificate::from_pem(CERTIFICATE).unwrap())
+            .build()
+            .unwrap();
+        let pool = PerThread::with_tls(4, Duration::from_secs(60), trusting);
+        for _ in 0..2 {
+            assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        }
+        assert_eq!(next(&mut events).await, Seen::Accepted(0));
+        assert_eq!(next(&mut events).await, Seen::Request(0));
+        assert_eq!(next(&mut events).await, Seen::Request(0));
+    }
+
+    #[tokio::test]
+    async fn an_https_upstream_whose_certificate_is_not_trusted_is_refused_saying_why() {
+        let (address, _events) = tls_server(Serve::KeepAlive).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        let (request, address) = (request(&address), address);
+        let Err(PoolError::Connect(e)) = pool.send(&address, request).await else { panic!("sent") };
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        assert!(text.contains("certificate verify failed"), "{text}");
     }
 }
