@@ -99,7 +99,10 @@ impl Decoder {
             let Some(end) = memchr::memchr(b'\n', &chunk) else {
                 return self.keep(chunk).map(|()| events);
             };
-            // The line is whole: its pieces joined once.
+            // The line is whole: its pieces joined once, if it is within the bound.
+            if self.held + self.pending_len + end > self.max_event_bytes {
+                return Err(EventTooLarge(self.max_event_bytes));
+            }
             let mut line = Vec::with_capacity(self.pending_len + end);
             for piece in self.pending.drain(..) {
                 line.extend_from_slice(piece.bytes());

@@ -8,15 +8,16 @@
 //! API and a list per thread: a checkout is a pop, a return a push, with no lock, no hash of
 //! the upstream's address and no task spawned per request.
 //!
-//! A connection is returned when its response (head and body) is dropped, and kept idle at
-//! most `idle_timeout`: its own task closes it then. A request that meets a reused connection
+//! A connection is listed idle again when its response (head and body) is dropped and the
+//! connection can take another request, and kept idle at most `idle_timeout`: its own task
+//! closes it then, and a checkout passes over it. A request that meets a reused connection
 //! closed before the request was written is sent again once on another (what hyper's pooled
 //! client does); one that may have been written is not.
 
 use std::cell::RefCell;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,37 +32,53 @@ type Sender = SendRequest<Full<Bytes>>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One upstream's connections: how they are opened and how long they are kept idle. Each
-/// thread keeps its own idle ones (at most `max_idle`); the requests in flight are bounded
-/// across threads by `Connections` (`http/connections.rs`).
+/// thread lists its own idle ones, at most `max_idle` on all threads together; the requests in
+/// flight are bounded across threads by `Connections` (`http/connections.rs`).
 #[derive(Clone)]
 pub(crate) struct PerThread(Arc<Pooling>);
 
 struct Pooling {
     max_idle: usize,
+    /// Idle connections listed now, on every thread.
+    idle: AtomicUsize,
     idle_timeout: Duration,
     /// TCP with TLS for https: made once (TLS reads the system's trusted certificates).
     connector: HttpsConnector<HttpConnector>,
 }
 
-/// An idle connection: its sender, and when it went idle.
+/// An idle connection: its sender, and what it shares with its task.
 struct Idle {
     sender: Sender,
     state: Arc<ConnState>,
 }
 
 /// What a connection's sender and its task share: since when it is idle, in milliseconds from
-/// [`epoch`], or [`IN_USE`].
+/// the first time [`now_ms`] was asked, or [`IN_USE`].
 struct ConnState {
     idle_since: AtomicU64,
 }
 
 const IN_USE: u64 = u64::MAX;
 
+/// One thread's idle connections to one upstream, uncounted when dropped (the thread ends).
+struct List {
+    pooling: Weak<Pooling>,
+    idle: Vec<Idle>,
+}
+
+impl Drop for List {
+    fn drop(&mut self) {
+        if let Some(pooling) = self.pooling.upgrade() {
+            pooling.idle.fetch_sub(self.idle.len(), Ordering::Relaxed);
+        }
+    }
+}
+
 thread_local! {
-    /// This thread's idle connections, by the [`PerThread`] they belong to. An upstream gone
-    /// (a reload removed it) has its entry dropped when this thread next opens a connection to
-    /// any; its connections are closed by their tasks after the idle timeout meanwhile.
-    static IDLE: RefCell<Vec<(std::sync::Weak<Pooling>, Vec<Idle>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's idle connections, by upstream. The list of an upstream gone (a reload
+    /// removed it) is dropped when this thread first sends to another; its connections are
+    /// closed by their tasks after the idle timeout meanwhile.
+    static IDLE: RefCell<Vec<List>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A failed exchange: connecting, or sending the request and reading the response's head.
@@ -70,7 +87,8 @@ pub(crate) enum PoolError {
     Send(hyper::Error),
 }
 
-/// A connection in use by one response: returned to its thread's idle ones when dropped.
+/// A connection in use by one response: listed idle again when dropped, once the connection
+/// can take another request.
 pub(crate) struct Lease {
     sender: Option<Sender>,
     state: Arc<ConnState>,
@@ -80,29 +98,58 @@ pub(crate) struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let Some(sender) = self.sender.take() else { return };
-        if sender.is_closed() {
+        let idle = Idle { sender, state: self.state.clone() };
+        // A response read to its end leaves the connection ready at once.
+        if idle.sender.is_ready() {
+            return park(&self.pooling, idle);
+        }
+        if idle.sender.is_closed() {
             return;
         }
-        self.state.idle_since.store(now_ms(), Ordering::Relaxed);
-        let idle = Idle { sender, state: self.state.clone() };
-        // A thread shutting down has no list left: the connection just closes.
-        let _ = IDLE.try_with(|lists| {
-            let mut lists = lists.borrow_mut();
-            let me = Arc::as_ptr(&self.pooling);
-            if let Some((_, list)) = lists.iter_mut().find(|(pooling, _)| pooling.as_ptr() == me) {
-                if list.len() < self.pooling.max_idle {
-                    list.push(idle);
-                }
-            } else {
-                lists.retain(|(pooling, _)| pooling.strong_count() > 0);
-                lists.push((Arc::downgrade(&self.pooling), vec![idle]));
+        // The rest of its response is still being drained: listed once it is (within the idle
+        // timeout), never before, so that a call never waits on it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let pooling = self.pooling.clone();
+        runtime.spawn(async move {
+            let mut idle = idle;
+            if let Ok(Ok(())) = tokio::time::timeout(pooling.idle_timeout, idle.sender.ready()).await {
+                park(&pooling, idle);
             }
         });
     }
 }
 
+/// Lists a ready connection among this thread's idle ones, unless `max_idle` are listed on all
+/// threads (after this thread's closed ones make room); otherwise it closes.
+fn park(pooling: &Arc<Pooling>, idle: Idle) {
+    idle.state.idle_since.store(now_ms(), Ordering::Relaxed);
+    // A thread shutting down has no lists left: the connection just closes.
+    let _ = IDLE.try_with(|lists| {
+        let mut lists = lists.borrow_mut();
+        let me = Arc::as_ptr(pooling);
+        let at = match lists.iter().position(|list| list.pooling.as_ptr() == me) {
+            Some(at) => at,
+            None => {
+                lists.push(List { pooling: Arc::downgrade(pooling), idle: Vec::new() });
+                lists.len() - 1
+            }
+        };
+        let list = &mut lists[at].idle;
+        if pooling.idle.fetch_add(1, Ordering::Relaxed) >= pooling.max_idle {
+            let before = list.len();
+            list.retain(|i| !i.sender.is_closed());
+            let freed = before - list.len();
+            if pooling.idle.fetch_sub(freed + 1, Ordering::Relaxed) - freed > pooling.max_idle {
+                return;
+            }
+            pooling.idle.fetch_add(1, Ordering::Relaxed);
+        }
+        list.push(idle);
+    });
+}
+
 impl PerThread {
-    /// Connections kept idle at most `idle_timeout`, at most `max_idle` on each thread.
+    /// Connections kept idle at most `idle_timeout`, at most `max_idle` of them.
     pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> PerThread {
         let tls = hyper_tls::native_tls::TlsConnector::new().expect("the system's TLS connector builds");
         PerThread::with_tls(max_idle, idle_timeout, tls)
@@ -115,7 +162,8 @@ impl PerThread {
         // https too: the TLS connector wraps this one.
         http.enforce_http(false);
         let connector = HttpsConnector::from((http, tls.into()));
-        PerThread(Arc::new(Pooling { max_idle: max_idle.max(1), idle_timeout, connector }))
+        let max_idle = max_idle.max(1);
+        PerThread(Arc::new(Pooling { max_idle, idle: AtomicUsize::new(0), idle_timeout, connector }))
     }
 
     /// Sends `request` (its URI in origin form, its `Host` set) to the server at `address` (an
@@ -134,8 +182,8 @@ impl PerThread {
                     (sender, state, false)
                 }
             };
-            // A new connection closed at once goes on: what sending says is the better error.
-            if sender.ready().await.is_err() && reused {
+            // Listed only when ready: this waits only for one closed meanwhile, which errs.
+            if reused && sender.ready().await.is_err() {
                 continue;
             }
             match sender.try_send_request(request).await {
@@ -151,16 +199,23 @@ impl PerThread {
         }
     }
 
-    /// This thread's most recently used idle connection still open, marked in use.
+    /// This thread's most recently used idle connection still open and within the idle
+    /// timeout (its task may not have run yet to close it), marked in use.
     fn idle(&self) -> Option<Idle> {
         IDLE.with(|lists| {
             let mut lists = lists.borrow_mut();
-            let me = Arc::as_ptr(&self.0);
             // A live `Arc` never shares its address with another allocation's `Weak`: the
             // `Weak` keeps its allocation (not its value) until it is dropped.
-            let (_, list) = lists.iter_mut().find(|(pooling, _)| pooling.as_ptr() == me)?;
-            while let Some(idle) = list.pop() {
-                if !idle.sender.is_closed() {
+            let me = Arc::as_ptr(&self.0);
+            let Some(list) = lists.iter_mut().find(|list| list.pooling.as_ptr() == me) else {
+                lists.retain(|list| list.pooling.strong_count() > 0);
+                return None;
+            };
+            let (now, timeout) = (now_ms(), self.0.idle_timeout.as_millis() as u64);
+            while let Some(idle) = list.idle.pop() {
+                self.0.idle.fetch_sub(1, Ordering::Relaxed);
+                let since = idle.state.idle_since.load(Ordering::Relaxed);
+                if !idle.sender.is_closed() && now.saturating_sub(since) < timeout {
                     idle.state.idle_since.store(IN_USE, Ordering::Relaxed);
                     return Some(idle);
                 }
@@ -169,14 +224,17 @@ impl PerThread {
         })
     }
 
-    /// A new connection, driven by a task on this thread's runtime.
+    /// A new connection, driven by a task on this thread's runtime, ready for a request.
     async fn connect(&self, address: &hyper::Uri) -> Result<(Sender, Arc<ConnState>), PoolError> {
+        use tower_service::Service;
         let mut connector = self.0.connector.clone();
-        let stream = tower_service::Service::call(&mut connector, address.clone()).await.map_err(PoolError::Connect)?;
-        let (sender, connection) =
+        std::future::poll_fn(|cx| connector.poll_ready(cx)).await.map_err(PoolError::Connect)?;
+        let stream = connector.call(address.clone()).await.map_err(PoolError::Connect)?;
+        let (mut sender, connection) =
             hyper::client::conn::http1::handshake(stream).await.map_err(|e| PoolError::Connect(Box::new(e)))?;
         let state = Arc::new(ConnState { idle_since: AtomicU64::new(IN_USE) });
         tokio::spawn(drive(connection, state.clone(), self.0.idle_timeout));
+        sender.ready().await.map_err(|e| PoolError::Connect(Box::new(e)))?;
         Ok((sender, state))
     }
 }
@@ -189,7 +247,12 @@ async fn drive(connection: Connection<Stream, Full<Bytes>>, state: Arc<ConnState
     let mut wait = idle_timeout;
     loop {
         tokio::select! {
-            _ = &mut connection => return,
+            ended = &mut connection => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "an upstream connection ended with an error");
+                }
+                return;
+            }
             () = tokio::time::sleep(wait) => {}
         }
         let since = state.idle_since.load(Ordering::Relaxed);
@@ -244,6 +307,10 @@ mod tests {
         CloseAfterAnswer,
         /// Reads the request and closes without answering.
         CloseUnanswered,
+        /// Answers the first request; reads the second and closes without answering.
+        AnswerOnce,
+        /// Answers with a body that never ends.
+        Endless,
     }
 
     /// An HTTP/1.1 server on loopback reporting what it sees; returns its address.
@@ -301,6 +368,7 @@ mod tests {
     ) {
         let mut buffer = Vec::new();
         let mut chunk = [0u8; 4096];
+        let mut answered = 0;
         loop {
             while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
                 let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
@@ -313,7 +381,17 @@ mod tests {
                 }
                 buffer.drain(..end + 4 + length);
                 let _ = seen.send(Seen::Request(n));
-                if let Serve::CloseUnanswered = serve {
+                answered += 1;
+                if matches!(serve, Serve::CloseUnanswered) || matches!(serve, Serve::AnswerOnce if answered > 1) {
+                    let _ = seen.send(Seen::Closed(n));
+                    return;
+                }
+                if let Serve::Endless = serve {
+                    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n";
+                    socket.write_all(head).await.unwrap();
+                    socket.flush().await.unwrap();
+                    // Nothing more until the client goes.
+                    while socket.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
                     let _ = seen.send(Seen::Closed(n));
                     return;
                 }
@@ -470,7 +548,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_thread_keeps_at_most_max_idle_connections() {
+    async fn at_most_max_idle_connections_are_kept_idle() {
         let (address, mut events) = server(Serve::KeepAlive).await;
         let pool = PerThread::new(1, Duration::from_secs(60));
         // Two requests at once need two connections.
@@ -524,5 +602,40 @@ mod tests {
             source = s.source();
         }
         assert!(text.contains("certificate verify failed"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_request_a_reused_connection_may_have_carried_is_not_sent_again() {
+        let (address, mut events) = server(Serve::AnswerOnce).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+        let error = exchange(&pool, &address).await.unwrap_err();
+        assert!(error.contains("connection closed"), "{error}");
+        let seen = [next(&mut events).await, next(&mut events).await, next(&mut events).await];
+        assert_eq!(seen, [Seen::Accepted(0), Seen::Request(0), Seen::Request(0)]);
+        assert_eq!(next(&mut events).await, Seen::Closed(0));
+        assert!(events.try_recv().is_err(), "sent once, on the reused connection");
+    }
+
+    #[tokio::test]
+    async fn a_response_left_before_its_end_never_holds_up_the_next_request() {
+        use http_body_util::BodyExt;
+        let (address, mut events) = server(Serve::Endless).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        for _ in 0..2 {
+            let sent = tokio::time::timeout(Duration::from_secs(10), pool.send(&address, request(&address)));
+            let Ok((mut response, lease)) = sent.await.expect("answered") else { panic!("sent") };
+            let first = response.body_mut().frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(first, "ok");
+            drop((response, lease));
+        }
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            seen.push(next(&mut events).await);
+        }
+        // The first connection was let go, the second request went on a new one.
+        for event in [Seen::Accepted(0), Seen::Request(0), Seen::Closed(0), Seen::Accepted(1), Seen::Request(1)] {
+            assert!(seen.contains(&event), "{event:?} in {seen:?}");
+        }
     }
 }
