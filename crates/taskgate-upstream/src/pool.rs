@@ -8,9 +8,9 @@
 //! API and a list per thread: a checkout is a pop, a return a push, with no lock, no hash of
 //! the upstream's address and no task spawned per request.
 //!
-//! A connection is listed idle again when its response (head and body) is dropped and the
-//! connection can take another request, and kept idle at most `idle_timeout`: its own task
-//! closes it then, and a checkout passes over it. A request that meets a reused connection
+//! A connection is listed idle again when its response (head and body) is dropped; a checkout
+//! takes it only once it can take another request (the rest of a response left before its end
+//! drained), and only within `idle_timeout`, after which its own task closes it. A request that meets a reused connection
 //! closed before the request was written is sent again once on another (what hyper's pooled
 //! client does); one that may have been written is not.
 
@@ -42,7 +42,7 @@ struct Pooling {
     /// Idle connections listed now, on every thread.
     idle: AtomicUsize,
     idle_timeout: Duration,
-    /// TCP with TLS for https: made once (TLS reads the system's trusted certificates).
+    /// TCP with TLS for https.
     connector: HttpsConnector<HttpConnector>,
 }
 
@@ -87,8 +87,7 @@ pub(crate) enum PoolError {
     Send(hyper::Error),
 }
 
-/// A connection in use by one response: listed idle again when dropped, once the connection
-/// can take another request.
+/// A connection in use by one response: listed idle again when dropped.
 pub(crate) struct Lease {
     sender: Option<Sender>,
     state: Arc<ConnState>,
@@ -98,29 +97,15 @@ pub(crate) struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         let Some(sender) = self.sender.take() else { return };
-        let idle = Idle { sender, state: self.state.clone() };
-        // A response read to its end leaves the connection ready at once.
-        if idle.sender.is_ready() {
-            return park(&self.pooling, idle);
+        if !sender.is_closed() {
+            park(&self.pooling, Idle { sender, state: self.state.clone() });
         }
-        if idle.sender.is_closed() {
-            return;
-        }
-        // The rest of its response is still being drained: listed once it is (within the idle
-        // timeout), never before, so that a call never waits on it.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let pooling = self.pooling.clone();
-        runtime.spawn(async move {
-            let mut idle = idle;
-            if let Ok(Ok(())) = tokio::time::timeout(pooling.idle_timeout, idle.sender.ready()).await {
-                park(&pooling, idle);
-            }
-        });
     }
 }
 
-/// Lists a ready connection among this thread's idle ones, unless `max_idle` are listed on all
-/// threads (after this thread's closed ones make room); otherwise it closes.
+/// Lists a connection among this thread's idle ones, unless `max_idle` are listed on all
+/// threads (after this thread's closed ones make room); otherwise it closes. The rest of its
+/// response may still be draining: a checkout takes it only once it can take a request.
 fn park(pooling: &Arc<Pooling>, idle: Idle) {
     idle.state.idle_since.store(now_ms(), Ordering::Relaxed);
     // A thread shutting down has no lists left: the connection just closes.
@@ -151,8 +136,12 @@ fn park(pooling: &Arc<Pooling>, idle: Idle) {
 impl PerThread {
     /// Connections kept idle at most `idle_timeout`, at most `max_idle` of them.
     pub(crate) fn new(max_idle: usize, idle_timeout: Duration) -> PerThread {
-        let tls = hyper_tls::native_tls::TlsConnector::new().expect("the system's TLS connector builds");
-        PerThread::with_tls(max_idle, idle_timeout, tls)
+        // Made once for every upstream: reading the system's trusted certificates costs about
+        // half a billion instructions.
+        static TLS: OnceLock<hyper_tls::native_tls::TlsConnector> = OnceLock::new();
+        let tls =
+            TLS.get_or_init(|| hyper_tls::native_tls::TlsConnector::new().expect("the system's TLS connector builds"));
+        PerThread::with_tls(max_idle, idle_timeout, tls.clone())
     }
 
     /// The same, trusting what `tls` trusts.
@@ -182,10 +171,6 @@ impl PerThread {
                     (sender, state, false)
                 }
             };
-            // Listed only when ready: this waits only for one closed meanwhile, which errs.
-            if reused && sender.ready().await.is_err() {
-                continue;
-            }
             match sender.try_send_request(request).await {
                 Ok(response) => {
                     return Ok((response, Lease { sender: Some(sender), state, pooling: self.0.clone() }));
@@ -199,8 +184,10 @@ impl PerThread {
         }
     }
 
-    /// This thread's most recently used idle connection still open and within the idle
-    /// timeout (its task may not have run yet to close it), marked in use.
+    /// This thread's most recently used idle connection that can take a request now and is
+    /// within the idle timeout (its task may not have run yet to close it), marked in use. One
+    /// still draining a response left before its end, or stuck in one, is let go: a call never
+    /// waits on it.
     fn idle(&self) -> Option<Idle> {
         IDLE.with(|lists| {
             let mut lists = lists.borrow_mut();
@@ -215,7 +202,7 @@ impl PerThread {
             while let Some(idle) = list.idle.pop() {
                 self.0.idle.fetch_sub(1, Ordering::Relaxed);
                 let since = idle.state.idle_since.load(Ordering::Relaxed);
-                if !idle.sender.is_closed() && now.saturating_sub(since) < timeout {
+                if idle.sender.is_ready() && now.saturating_sub(since) < timeout {
                     idle.state.idle_since.store(IN_USE, Ordering::Relaxed);
                     return Some(idle);
                 }
