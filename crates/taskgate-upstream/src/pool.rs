@@ -8,11 +8,12 @@
 //! API and a list per thread: a checkout is a pop, a return a push, with no lock, no hash of
 //! the upstream's address and no task spawned per request.
 //!
-//! A connection is listed idle again when its response (head and body) is dropped; a checkout
-//! takes it only once it can take another request (the rest of a response left before its end
-//! drained), and only within `idle_timeout`, after which its own task closes it. A request that meets a reused connection
-//! closed before the request was written is sent again once on another (what hyper's pooled
-//! client does); one that may have been written is not.
+//! A connection is listed idle again when its response (head and body) is dropped. Its task
+//! then reads the rest of a response left before its end if that has come (an SSE reader stops
+//! at the message it waits for), or closes it; a checkout takes it only once it can take
+//! another request, and only within `idle_timeout`, after which its own task closes it. A
+//! request that meets a reused connection closed before the request was written is sent again
+//! once on another (what hyper's pooled client does); one that may have been written is not.
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -105,7 +106,7 @@ impl Drop for Lease {
 
 /// Lists a connection among this thread's idle ones, unless `max_idle` are listed on all
 /// threads (after this thread's closed ones make room); otherwise it closes. The rest of its
-/// response may still be draining: a checkout takes it only once it can take a request.
+/// response may be unread yet: a checkout takes it only once it can take a request.
 fn park(pooling: &Arc<Pooling>, idle: Idle) {
     idle.state.idle_since.store(now_ms(), Ordering::Relaxed);
     // A thread shutting down has no lists left: the connection just closes.
@@ -186,8 +187,8 @@ impl PerThread {
 
     /// This thread's most recently used idle connection that can take a request now and is
     /// within the idle timeout (its task may not have run yet to close it), marked in use. One
-    /// still draining a response left before its end, or stuck in one, is let go: a call never
-    /// waits on it.
+    /// whose task has not run since its response was dropped is passed over, not waited for:
+    /// a later checkout takes it once its task has read the rest of that response.
     fn idle(&self) -> Option<Idle> {
         IDLE.with(|lists| {
             let mut lists = lists.borrow_mut();
@@ -199,13 +200,22 @@ impl PerThread {
                 return None;
             };
             let (now, timeout) = (now_ms(), self.0.idle_timeout.as_millis() as u64);
-            while let Some(idle) = list.idle.pop() {
-                self.0.idle.fetch_sub(1, Ordering::Relaxed);
+            let mut at = list.idle.len();
+            while at > 0 {
+                at -= 1;
+                let idle = &list.idle[at];
                 let since = idle.state.idle_since.load(Ordering::Relaxed);
-                if idle.sender.is_ready() && now.saturating_sub(since) < timeout {
+                if idle.sender.is_closed() || now.saturating_sub(since) >= timeout {
+                    list.idle.remove(at);
+                    self.0.idle.fetch_sub(1, Ordering::Relaxed);
+                } else if idle.sender.is_ready() {
+                    let idle = list.idle.remove(at);
+                    self.0.idle.fetch_sub(1, Ordering::Relaxed);
                     idle.state.idle_since.store(IN_USE, Ordering::Relaxed);
                     return Some(idle);
                 }
+                // Its task has not run since its response was dropped: left for a later
+                // checkout (or to be found closed).
             }
             None
         })
@@ -298,6 +308,8 @@ mod tests {
         AnswerOnce,
         /// Answers with a body that never ends.
         Endless,
+        /// Answers with a chunked body, its end written with its first chunk.
+        Chunked,
     }
 
     /// An HTTP/1.1 server on loopback reporting what it sees; returns its address.
@@ -381,6 +393,12 @@ mod tests {
                     while socket.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
                     let _ = seen.send(Seen::Closed(n));
                     return;
+                }
+                if let Serve::Chunked = serve {
+                    let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
+                    socket.write_all(answer).await.unwrap();
+                    socket.flush().await.unwrap();
+                    continue;
                 }
                 socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.unwrap();
                 socket.flush().await.unwrap();
@@ -624,5 +642,54 @@ mod tests {
         for event in [Seen::Accepted(0), Seen::Request(0), Seen::Closed(0), Seen::Accepted(1), Seen::Request(1)] {
             assert!(seen.contains(&event), "{event:?} in {seen:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_response_was_left_before_its_end_is_kept_until_its_task_has_read_the_rest() {
+        use http_body_util::BodyExt;
+        let (address, mut events) = server(Serve::Chunked).await;
+        let pool = PerThread::new(4, Duration::from_secs(60));
+        for _ in 0..10 {
+            // What an SSE reader does: it stops at the message it waits for, and the stream's
+            // end, already come, is read by the connection's task once it runs. Until then the
+            // next checkout passes over that connection, and a later one takes it.
+            let sent = tokio::time::timeout(Duration::from_secs(10), pool.send(&address, request(&address)));
+            let Ok((mut response, lease)) = sent.await.expect("answered") else { panic!("sent") };
+            let first = response.body_mut().frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(first, "ok");
+            drop((response, lease));
+        }
+        let (mut accepted, mut requests) = (0, 0);
+        while requests < 10 {
+            match next(&mut events).await {
+                Seen::Accepted(_) => accepted += 1,
+                Seen::Request(_) => requests += 1,
+                Seen::Closed(n) => panic!("connection {n} closed"),
+            }
+        }
+        assert_eq!(accepted, 2, "two connections taking turns");
+    }
+
+    #[tokio::test]
+    async fn clients_calling_at_once_keep_reusing_the_connections_they_opened() {
+        let (address, mut events) = server(Serve::KeepAlive).await;
+        let pool = PerThread::new(64, Duration::from_secs(60));
+        // Sixteen clients, each calling again as soon as its answer is read: a connection whose
+        // task has not yet run since its answer must not cost a new one.
+        let clients = (0..16).map(|_| async {
+            for _ in 0..50 {
+                assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+            }
+        });
+        futures_util::future::join_all(clients).await;
+        let (mut accepted, mut requests) = (0, 0);
+        while requests < 16 * 50 {
+            match next(&mut events).await {
+                Seen::Accepted(_) => accepted += 1,
+                Seen::Request(_) => requests += 1,
+                Seen::Closed(n) => panic!("connection {n} closed"),
+            }
+        }
+        assert!(accepted <= 16, "{accepted} connections for 16 clients");
     }
 }
