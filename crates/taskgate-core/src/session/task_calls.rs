@@ -39,8 +39,8 @@ impl SessionActor {
         }
         let progress = self.task_progress(&record.id, &mut upstream_params).map(|(actor, _)| actor);
         let upstream_decides = run == TaskRun::UpstreamDecides;
-        let params = Some(Box::new(upstream_params));
-        let work = Work::Wrapped { upstream_id: session.next_request_id(), params, upstream_decides };
+        let unsent = crate::tasks::Unsent::new(upstream_params);
+        let work = Work::Wrapped { upstream_id: session.next_request_id(), unsent, upstream_decides };
         let span = self.task_span(&id, &record);
         let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span };
         self.create_task(id, start, Map::new(), ctx);
@@ -48,14 +48,14 @@ impl SessionActor {
 
     /// The span of a new task's upstream call, when traces are exported: a child of the request
     /// that creates it, which is told the task's id.
-    fn task_span(&self, id: &RequestId, record: &TaskRecord) -> Option<Box<tracing::Span>> {
+    fn task_span(&self, id: &RequestId, record: &TaskRecord) -> Option<tracing::Span> {
         if !taskgate_upstream::trace_context::enabled() {
             return None;
         }
         let parent = self.requests.get(id).map(|r| r.span.clone()).unwrap_or_else(tracing::Span::none);
         parent.record("task", record.id.as_str());
         let span = tracing::info_span!(parent: &parent, "task_call", task = %record.id, upstream = %record.upstream, tool = %record.tool);
-        Some(Box::new(span))
+        Some(span)
     }
 
     /// One more task for this requestor under its tenant's caps.

@@ -40,7 +40,7 @@ pub(crate) use replicas::{keep_leases, listen, publish_loop};
 pub use service::TaskService;
 pub(crate) use sessions::{InputHolder, RequestorSessions, TaskEnded};
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
-pub(crate) use work::{Native, TaskStart, Work};
+pub(crate) use work::{Native, TaskStart, Unsent, Work};
 
 use crate::catalog::ToolEntry;
 use crate::identity::Identity;

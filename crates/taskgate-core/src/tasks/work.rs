@@ -23,9 +23,9 @@ pub(crate) enum Work {
     Wrapped {
         /// The upstream-local id of the call, for `notifications/cancelled`.
         upstream_id: RequestId,
-        /// The call's params (the upstream's tool name, no `task`), until the call takes them.
-        /// (Boxed, as the route below: an actor keeps its `work` for its task's life.)
-        params: Option<Box<Value>>,
+        /// The call until it is sent. (Boxed, as the route below: an actor keeps its `work`
+        /// for its task's life.)
+        unsent: Option<Box<Unsent>>,
         /// The call declares the tasks extension to an upstream that speaks it: the upstream
         /// may answer with a task of its own, which the gateway's task then follows.
         upstream_decides: bool,
@@ -33,6 +33,21 @@ pub(crate) enum Work {
     /// A task the upstream runs; the gateway follows it. (Boxed with what following it takes:
     /// a wrapped task, the common kind, carries none of it.)
     Native(Box<Native>),
+}
+
+/// A wrapped task's call before it is sent.
+pub(crate) struct Unsent {
+    /// The upstream's tool name and arguments, no `task`.
+    pub(crate) params: Value,
+    /// The span the call runs in, when traces are exported. (Kept here, not in the actor,
+    /// whose cell a word more moves up a size class: 128 bytes a live task.)
+    pub(crate) span: Option<tracing::Span>,
+}
+
+impl Unsent {
+    pub(crate) fn new(params: Value) -> Option<Box<Unsent>> {
+        Some(Box::new(Unsent { params, span: None }))
+    }
 }
 
 /// A task the upstream runs, and the state of following it.
@@ -53,6 +68,8 @@ pub(crate) struct Native {
     pub(crate) poll_failures: u32,
     /// The progress forwarder (from the token's route to the task's progress actor).
     pub(crate) forwarder: Option<tokio::task::JoinHandle<()>>,
+    /// The task's span, when traces are exported: it ends with the task's actor.
+    pub(crate) span: Option<tracing::Span>,
 }
 
 impl Native {
@@ -74,7 +91,54 @@ impl Native {
             fetched: None,
             poll_failures: 0,
             forwarder: None,
+            span: None,
         }))
+    }
+}
+
+/// What few task actors hold, in one box made only when one of them is: a status message, and
+/// a wrapped call's progress token at the upstream (kept while the upstream may still make the
+/// call a task of its own, whose progress then comes under the same token). A word less in the
+/// actor keeps its cell a size class (128 bytes) smaller.
+#[derive(Default)]
+pub(crate) struct Rare(Option<Box<RareFields>>);
+
+#[derive(Default)]
+struct RareFields {
+    status_message: Option<Box<str>>,
+    upstream_token: Option<Value>,
+}
+
+impl Rare {
+    pub(crate) fn status_message(&self) -> Option<&str> {
+        self.0.as_ref().and_then(|rare| rare.status_message.as_deref())
+    }
+
+    pub(crate) fn set_status_message(&mut self, message: Option<&str>) {
+        match (&mut self.0, message) {
+            (Some(rare), message) => rare.status_message = message.map(Into::into),
+            (None, Some(message)) => {
+                self.0 = Some(Box::new(RareFields { status_message: Some(message.into()), upstream_token: None }));
+            }
+            (None, None) => {}
+        }
+        self.drop_if_empty();
+    }
+
+    pub(crate) fn set_upstream_token(&mut self, token: Value) {
+        self.0.get_or_insert_with(Box::default).upstream_token = Some(token);
+    }
+
+    pub(crate) fn take_upstream_token(&mut self) -> Option<Value> {
+        let token = self.0.as_mut()?.upstream_token.take();
+        self.drop_if_empty();
+        token
+    }
+
+    fn drop_if_empty(&mut self) {
+        if self.0.as_ref().is_some_and(|rare| rare.status_message.is_none() && rare.upstream_token.is_none()) {
+            self.0 = None;
+        }
     }
 }
 
@@ -126,8 +190,8 @@ pub(crate) struct TaskStart {
     /// The task's place under its tenant's concurrency caps, given back when it ends.
     pub permit: Option<TaskPermit>,
     /// The span its upstream call runs in, when traces are exported (a child of the request
-    /// that created it).
-    pub span: Option<Box<tracing::Span>>,
+    /// that created it); the actor keeps it with its work.
+    pub span: Option<tracing::Span>,
 }
 
 /// A wrapped task's upstream call, outside the actor's context so that it survives the

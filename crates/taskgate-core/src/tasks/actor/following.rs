@@ -52,7 +52,7 @@ impl TaskActor {
             self.shared.tasks.forget_call(&upstream, upstream_id);
         }
         let poll = up.poll_interval_ms.map_or(MIN_POLL, Duration::from_millis).clamp(MIN_POLL, MAX_POLL);
-        let route = self.upstream_token.take().filter(|_| self.progress.is_some()).map(|token| {
+        let route = self.rare.take_upstream_token().filter(|_| self.progress.is_some()).map(|token| {
             let (sink, notes) = taskgate_upstream::channel(PROGRESS_BUFFER);
             (self.session.route_progress(&token, sink), notes)
         });
@@ -62,7 +62,7 @@ impl TaskActor {
         let store = self.shared.tasks.store().clone();
         let mut update = Update {
             status: self.status,
-            status_message: up.status_message.clone().or_else(|| self.status_message.as_deref().map(str::to_owned)),
+            status_message: up.status_message.clone().or_else(|| self.rare.status_message().map(str::to_owned)),
             outcome: None,
             upstream_task_id: Some(up.task_id.clone()),
             upstream_session: None,
@@ -168,7 +168,7 @@ impl TaskActor {
         // status follows when the first of them is here (`wait_for_input`).
         let before_its_requests = up.status == TaskStatus::InputRequired && self.inputs.is_empty();
         if !before_its_requests
-            && (up.status != self.status || up.status_message.as_deref() != self.status_message.as_deref())
+            && (up.status != self.status || up.status_message.as_deref() != self.rare.status_message())
         {
             self.settle(up.status, up.status_message, None, ctx);
         }

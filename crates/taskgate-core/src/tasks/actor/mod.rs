@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::context::TaskContext;
 use super::messages::{Cancel, Crash, Expire, StoppedElsewhere};
 use super::sessions::{InputHolder, TaskEnded};
-use super::work::{abort_call, Call, CallState, Input, Owner, Remains, Restart, TaskStart, Work};
+use super::work::{abort_call, Call, CallState, Input, Owner, Rare, Remains, Restart, TaskStart, Unsent, Work};
 use super::{not_found, settle_call, store_error};
 use crate::progress::{Abandon, Finish, ProgressActor};
 use crate::GatewayError;
@@ -41,9 +41,8 @@ pub struct TaskActor {
     shared: Arc<TaskShared>,
     owner: Owner,
     status: TaskStatus,
-    /// (Boxed text: a task's message rarely changes, and a word less keeps the actor's cell a
-    /// step smaller.)
-    status_message: Option<Box<str>>,
+    /// Its status message and a wrapped call's progress token at the upstream.
+    rare: Rare,
     /// When the task expires, in ms since the epoch (never: `None`; 0 is kept as 1, an
     /// instant as long past).
     expires_at: Option<std::num::NonZeroU64>,
@@ -58,34 +57,35 @@ pub struct TaskActor {
     stopped_cleanly: bool,
     /// Input requests outstanding, in the order they came.
     inputs: Vec<Input>,
-    /// A wrapped call's progress token at the upstream, kept while the upstream may still make
-    /// the call a task of its own (its progress then comes under the same token).
-    upstream_token: Option<Box<Value>>,
-    /// The span its upstream call is to run in (traces exported), until the call starts.
-    span: Option<Box<tracing::Span>>,
 }
 
 impl TaskActor {
     pub(crate) fn new(shared: Arc<TaskShared>, start: TaskStart) -> TaskActor {
         // One copy of the id for the task's entries in every table: the holdings' own.
         let id = shared.tasks.holdings.shared_id(&start.record.id).unwrap_or_else(|| start.record.id.as_str().into());
-        TaskActor {
+        let mut work = start.work;
+        match &mut work {
+            Work::Wrapped { unsent: Some(unsent), .. } => unsent.span = start.span,
+            Work::Native(native) => native.span = start.span,
+            Work::Wrapped { unsent: None, .. } => {}
+        }
+        let mut actor = TaskActor {
             id,
             shared,
             owner: Owner::new(start.owner, start.permit),
             status: start.record.status,
-            status_message: start.record.status_message.as_deref().map(Into::into),
+            rare: Rare::default(),
             expires_at: start.record.expires_at_ms().map(|at| std::num::NonZeroU64::new(at.max(1)).expect("not 0")),
             session: start.session,
-            work: start.work,
+            work,
             progress: start.progress,
             call: None,
             restarted: false,
             stopped_cleanly: false,
             inputs: Vec::new(),
-            upstream_token: None,
-            span: start.span,
-        }
+        };
+        actor.rare.set_status_message(start.record.status_message.as_deref());
+        actor
     }
 
     /// An actor for a task whose previous actor stopped abnormally: its state comes from the
@@ -225,7 +225,7 @@ impl TaskActor {
                     m.task_duration.with_label_values(&labels).observe(took);
                 }
                 self.status = record.status;
-                self.status_message = record.status_message.as_deref().map(Into::into);
+                self.rare.set_status_message(record.status_message.as_deref());
                 if !record.status.is_terminal() {
                     self.announce(&record);
                     return;
@@ -367,20 +367,23 @@ impl Actor for TaskActor {
             return;
         }
         match &mut self.work {
-            Work::Wrapped { upstream_id, params, .. } => {
+            Work::Wrapped { upstream_id, unsent, .. } => {
                 self.shared.tasks.track_call(self.session.upstream(), upstream_id.clone(), &self.id);
                 let session = self.session.clone();
                 // The params move into the call: one copy per task, not two.
-                let (id, params) = (upstream_id.clone(), params.take().unwrap_or_else(|| Box::new(Value::Null)));
+                let id = upstream_id.clone();
+                let Unsent { params, span } = unsent.take().map_or(Unsent { params: Value::Null, span: None }, |u| *u);
                 if self.progress.is_some() && params.get("task").is_some() {
                     // (Only a call the upstream decides about keeps its `task`.)
-                    self.upstream_token = params.pointer("/_meta/progressToken").cloned().map(Box::new);
+                    if let Some(token) = params.pointer("/_meta/progressToken").cloned() {
+                        self.rare.set_upstream_token(token);
+                    }
                 }
                 // Only a task with a progress token needs a channel for its call's notifications
                 // (a live task costs less without one). The call runs outside the actor's
                 // context (a task while it is sent, then, on stdio, the waiting call the actor
                 // keeps), so a restarted actor still gets its outcome.
-                let span = self.span.take().map_or_else(tracing::Span::none, |span| *span);
+                let span = span.unwrap_or_else(tracing::Span::none);
                 let sending = match self.progress.clone() {
                     Some(progress) => actix::spawn(tracing::Instrument::instrument(
                         async move {
@@ -388,7 +391,7 @@ impl Actor for TaskActor {
                                 session,
                                 methods::TOOLS_CALL,
                                 id,
-                                *params,
+                                params,
                                 None,
                                 None,
                                 Some(progress),
@@ -401,7 +404,7 @@ impl Actor for TaskActor {
                         span,
                     )),
                     None => actix::spawn(tracing::Instrument::instrument(
-                        session.into_call(id, methods::TOOLS_CALL, Some(params)),
+                        session.into_call(id, methods::TOOLS_CALL, Some(Box::new(params))),
                         span,
                     )),
                 };
@@ -570,7 +573,7 @@ impl Drop for TaskActor {
             session: self.session.clone(),
             work: std::mem::replace(
                 &mut self.work,
-                Work::Wrapped { upstream_id: RequestId::Number(0), params: None, upstream_decides: false },
+                Work::Wrapped { upstream_id: RequestId::Number(0), unsent: None, upstream_decides: false },
             ),
             progress: self.progress.take(),
             call: self.call.take(),
@@ -578,5 +581,17 @@ impl Drop for TaskActor {
         };
         // Not a path a client drives: one message per crashed actor.
         supervisor.do_send(Restart(Box::new(remains)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A live task's memory (BENCHMARKS.md, "Memory per live task"): tokio rounds a task's
+    /// cell to 128 bytes, and the actor's context cell is 640 while the actor is at most 200
+    /// bytes; a word more costs every live task 128 bytes.
+    #[test]
+    fn a_task_actor_stays_within_its_cell_size_class() {
+        let size = std::mem::size_of::<super::TaskActor>();
+        assert!(size <= 200, "TaskActor is {size} bytes");
     }
 }
