@@ -97,9 +97,10 @@ pub struct UpstreamConfig {
     /// reports progress, or it is the gateway's catalog session.
     #[serde(default = "default_stream_idle")]
     pub stream_idle_secs: u64,
-    /// Most connections to this upstream at once (HTTP), all its sessions together: requests
-    /// in flight and long-lived streams; a request waits for one (within `timeout_secs`), and
-    /// streams leave a quarter of them to requests.
+    /// Most connections in use to this upstream at once (HTTP), all its sessions together:
+    /// requests in flight and long-lived streams; a request waits for one (within
+    /// `timeout_secs`), and streams leave a quarter of them to requests. At most as many again
+    /// are kept idle for reuse.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// For an upstream without native tasks: how its tools may be called as tasks (the gateway

@@ -5,19 +5,20 @@
 //! wakes to write the request and again to read the response (BENCHMARKS.md, "What crosses
 //! threads"). Here each thread keeps its own idle connections, so a call's request and response
 //! stay on the thread that took the client's request. The pool is hyper's HTTP/1 connection
-//! API and a list per thread: a checkout is a pop, a return a push, with no lock, no hash of
-//! the upstream's address and no task spawned per request.
+//! API and a list per thread: a checkout takes the most recent idle connection, a return
+//! pushes it, with no lock, no hash of the upstream's address and no task spawned per request.
 //!
 //! A connection is listed idle again when its response (head and body) is dropped. Its task
 //! then reads the rest of a response left before its end if that has come (an SSE reader stops
 //! at the message it waits for), or closes it; a checkout takes it only once it can take
-//! another request, and only within `idle_timeout`, after which its own task closes it. A
-//! request that meets a reused connection closed before the request was written is sent again
-//! once on another (what hyper's pooled client does); one that may have been written is not.
+//! another request, and only within `idle_timeout`, after which its own task closes it and
+//! uncounts it. A request that meets a reused connection closed before the request was written
+//! is sent again on another (what hyper's pooled client does); one that may have been written
+//! is not.
 
 use std::cell::RefCell;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -54,9 +55,20 @@ struct Idle {
 }
 
 /// What a connection's sender and its task share: since when it is idle, in milliseconds from
-/// the first time [`now_ms`] was asked, or [`IN_USE`].
+/// the first time [`now_ms`] was asked, or [`IN_USE`]; whether it is counted among the idle
+/// ones (`Pooling::idle`), so that whichever of a checkout, a thread's list and the
+/// connection's task lets it go uncounts it, once.
 struct ConnState {
     idle_since: AtomicU64,
+    counted: AtomicBool,
+}
+
+impl ConnState {
+    fn uncount(&self, pooling: &Pooling) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            pooling.idle.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 const IN_USE: u64 = u64::MAX;
@@ -70,15 +82,17 @@ struct List {
 impl Drop for List {
     fn drop(&mut self) {
         if let Some(pooling) = self.pooling.upgrade() {
-            pooling.idle.fetch_sub(self.idle.len(), Ordering::Relaxed);
+            for idle in &self.idle {
+                idle.state.uncount(&pooling);
+            }
         }
     }
 }
 
 thread_local! {
     /// This thread's idle connections, by upstream. The list of an upstream gone (a reload
-    /// removed it) is dropped when this thread first sends to another; its connections are
-    /// closed by their tasks after the idle timeout meanwhile.
+    /// removed it) is dropped when this thread next sends to an upstream it has no list for;
+    /// its connections are closed by their tasks after the idle timeout meanwhile.
     static IDLE: RefCell<Vec<List>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -104,9 +118,9 @@ impl Drop for Lease {
     }
 }
 
-/// Lists a connection among this thread's idle ones, unless `max_idle` are listed on all
-/// threads (after this thread's closed ones make room); otherwise it closes. The rest of its
-/// response may be unread yet: a checkout takes it only once it can take a request.
+/// Lists a connection among this thread's idle ones, unless `max_idle` are counted on all
+/// threads (after this thread's closed and expired ones make room); otherwise it closes. The
+/// rest of its response may be unread yet: a checkout takes it only once it can take a request.
 fn park(pooling: &Arc<Pooling>, idle: Idle) {
     idle.state.idle_since.store(now_ms(), Ordering::Relaxed);
     // A thread shutting down has no lists left: the connection just closes.
@@ -121,14 +135,22 @@ fn park(pooling: &Arc<Pooling>, idle: Idle) {
             }
         };
         let list = &mut lists[at].idle;
-        if pooling.idle.fetch_add(1, Ordering::Relaxed) >= pooling.max_idle {
-            let before = list.len();
-            list.retain(|i| !i.sender.is_closed());
-            let freed = before - list.len();
-            if pooling.idle.fetch_sub(freed + 1, Ordering::Relaxed) - freed > pooling.max_idle {
+        let over = pooling.idle.fetch_add(1, Ordering::Relaxed) >= pooling.max_idle;
+        idle.state.counted.store(true, Ordering::Release);
+        if over {
+            let (now, timeout) = (now_ms(), pooling.idle_timeout.as_millis() as u64);
+            list.retain(|i| {
+                let since = i.state.idle_since.load(Ordering::Relaxed);
+                let gone = i.sender.is_closed() || now.saturating_sub(since) >= timeout;
+                if gone {
+                    i.state.uncount(pooling);
+                }
+                !gone
+            });
+            if pooling.idle.load(Ordering::Relaxed) > pooling.max_idle {
+                idle.state.uncount(pooling);
                 return;
             }
-            pooling.idle.fetch_add(1, Ordering::Relaxed);
         }
         list.push(idle);
     });
@@ -206,11 +228,10 @@ impl PerThread {
                 let idle = &list.idle[at];
                 let since = idle.state.idle_since.load(Ordering::Relaxed);
                 if idle.sender.is_closed() || now.saturating_sub(since) >= timeout {
-                    list.idle.remove(at);
-                    self.0.idle.fetch_sub(1, Ordering::Relaxed);
+                    list.idle.remove(at).state.uncount(&self.0);
                 } else if idle.sender.is_ready() {
                     let idle = list.idle.remove(at);
-                    self.0.idle.fetch_sub(1, Ordering::Relaxed);
+                    idle.state.uncount(&self.0);
                     idle.state.idle_since.store(IN_USE, Ordering::Relaxed);
                     return Some(idle);
                 }
@@ -229,8 +250,8 @@ impl PerThread {
         let stream = connector.call(address.clone()).await.map_err(PoolError::Connect)?;
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(stream).await.map_err(|e| PoolError::Connect(Box::new(e)))?;
-        let state = Arc::new(ConnState { idle_since: AtomicU64::new(IN_USE) });
-        tokio::spawn(drive(connection, state.clone(), self.0.idle_timeout));
+        let state = Arc::new(ConnState { idle_since: AtomicU64::new(IN_USE), counted: AtomicBool::new(false) });
+        tokio::spawn(drive(connection, state.clone(), Arc::downgrade(&self.0)));
         sender.ready().await.map_err(|e| PoolError::Connect(Box::new(e)))?;
         Ok((sender, state))
     }
@@ -238,9 +259,11 @@ impl PerThread {
 
 /// Drives one connection until it ends, or until it has been idle for `idle_timeout`: closing
 /// it then, before the common servers' keep-alive (5 s) closes it under a request. The timer is
-/// set once per `idle_timeout`, not per request.
-async fn drive(connection: Connection<Stream, Full<Bytes>>, state: Arc<ConnState>, idle_timeout: Duration) {
+/// set once per `idle_timeout`, not per request. An idle connection that ends is uncounted at
+/// once, whether or not its thread sends again.
+async fn drive(connection: Connection<Stream, Full<Bytes>>, state: Arc<ConnState>, pooling: Weak<Pooling>) {
     let mut connection: Pin<Box<Connection<Stream, Full<Bytes>>>> = Box::pin(connection);
+    let Some(idle_timeout) = pooling.upgrade().map(|p| p.idle_timeout) else { return };
     let mut wait = idle_timeout;
     loop {
         tokio::select! {
@@ -248,7 +271,7 @@ async fn drive(connection: Connection<Stream, Full<Bytes>>, state: Arc<ConnState
                 if let Err(e) = ended {
                     tracing::debug!(error = %e, "an upstream connection ended with an error");
                 }
-                return;
+                break;
             }
             () = tokio::time::sleep(wait) => {}
         }
@@ -260,9 +283,12 @@ async fn drive(connection: Connection<Stream, Full<Bytes>>, state: Arc<ConnState
         let idle = Duration::from_millis(now_ms().saturating_sub(since));
         if idle >= idle_timeout {
             // Dropping it closes the socket; its sender, if still listed, reads closed.
-            return;
+            break;
         }
         wait = idle_timeout - idle;
+    }
+    if let Some(pooling) = pooling.upgrade() {
+        state.uncount(&pooling);
     }
 }
 
@@ -576,6 +602,49 @@ mod tests {
         }
         assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
         assert!(matches!(next(&mut events).await, Seen::Request(_)), "the idle one is used");
+    }
+
+    #[test]
+    fn a_connection_closed_idle_on_a_thread_that_sends_no_more_leaves_room_for_others() {
+        let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (address, mut events) = rt().block_on(async {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                rt().block_on(async {
+                    tx.send(server(Serve::KeepAlive).await).unwrap();
+                    std::future::pending::<()>().await
+                })
+            });
+            rx.recv().unwrap()
+        });
+        // Room for one idle connection on all threads together.
+        let pool = PerThread::new(1, Duration::from_millis(200));
+        // A thread sends once and then nothing more, its runtime (and list) alive: its idle
+        // connection is closed by its task after the idle timeout.
+        let (done, until_done) = tokio::sync::oneshot::channel::<()>();
+        let quiet = {
+            let (pool, address) = (pool.clone(), address.clone());
+            std::thread::spawn(move || {
+                rt().block_on(async {
+                    assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+                    let _ = until_done.await;
+                })
+            })
+        };
+        rt().block_on(async {
+            assert_eq!(next(&mut events).await, Seen::Accepted(0));
+            assert_eq!(next(&mut events).await, Seen::Request(0));
+            assert_eq!(next(&mut events).await, Seen::Closed(0));
+            // Another thread can keep its connection idle and use it again.
+            for _ in 0..3 {
+                assert_eq!(exchange(&pool, &address).await.unwrap(), "ok");
+            }
+            let seen = [next(&mut events).await, next(&mut events).await, next(&mut events).await];
+            assert_eq!(seen, [Seen::Accepted(1), Seen::Request(1), Seen::Request(1)]);
+            assert_eq!(next(&mut events).await, Seen::Request(1));
+        });
+        done.send(()).unwrap();
+        quiet.join().unwrap();
     }
 
     #[tokio::test]
