@@ -41,19 +41,24 @@ impl Phoenix {
             .stderr(Stdio::null())
             .spawn()
             .expect("Phoenix is installed (tests/interop/install makes tests/interop/.venv-otel)");
-        let phoenix = Phoenix { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
+        let mut phoenix = Phoenix { child, url: format!("http://127.0.0.1:{port}"), _dir: dir };
         let http = reqwest::Client::new();
-        within(async {
+        // Phoenix's first start reads a large Python tree from a cold disk cache: 38 s on an
+        // idle two-core machine, 10 s once cached. Its bound is its own; its exit ends the wait.
+        let ready = tokio::time::timeout(Duration::from_secs(180), async {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {
                 tick.tick().await;
+                if let Some(status) = phoenix.child.try_wait().unwrap() {
+                    panic!("Phoenix exited before it was ready: {status}");
+                }
                 let health = http.get(format!("{}/healthz", phoenix.url)).send().await;
                 if health.is_ok_and(|r| r.status().is_success()) {
                     break;
                 }
             }
-        })
-        .await;
+        });
+        ready.await.expect("Phoenix answered /healthz within 180 s");
         phoenix
     }
 
