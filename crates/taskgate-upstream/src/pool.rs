@@ -444,6 +444,23 @@ mod tests {
         }
     }
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    /// The same server on a thread and runtime of its own, for tests whose threads each run
+    /// theirs.
+    fn server_on_a_thread(serve: Serve) -> (hyper::Uri, mpsc::UnboundedReceiver<Seen>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            runtime().block_on(async {
+                tx.send(server(serve).await).unwrap();
+                std::future::pending::<()>().await
+            })
+        });
+        rx.recv().unwrap()
+    }
+
     fn request(address: &hyper::Uri) -> hyper::Request<Full<Bytes>> {
         let mut request = hyper::Request::new(Full::new(Bytes::from_static(b"{}")));
         *request.method_mut() = hyper::Method::POST;
@@ -480,18 +497,8 @@ mod tests {
 
     #[test]
     fn each_thread_keeps_connections_of_its_own() {
-        let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let (address, mut events) = rt().block_on(async {
-            // The server runs on a thread of its own.
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                rt().block_on(async {
-                    tx.send(server(Serve::KeepAlive).await).unwrap();
-                    std::future::pending::<()>().await
-                })
-            });
-            rx.recv().unwrap()
-        });
+        let rt = runtime;
+        let (address, mut events) = server_on_a_thread(Serve::KeepAlive);
         let pool = PerThread::new(4, Duration::from_secs(60));
         // The first thread's connection is idle and open while the second sends: a pool shared
         // by both would hand it to the second.
@@ -606,17 +613,8 @@ mod tests {
 
     #[test]
     fn a_connection_closed_idle_on_a_thread_that_sends_no_more_leaves_room_for_others() {
-        let rt = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let (address, mut events) = rt().block_on(async {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                rt().block_on(async {
-                    tx.send(server(Serve::KeepAlive).await).unwrap();
-                    std::future::pending::<()>().await
-                })
-            });
-            rx.recv().unwrap()
-        });
+        let rt = runtime;
+        let (address, mut events) = server_on_a_thread(Serve::KeepAlive);
         // Room for one idle connection on all threads together.
         let pool = PerThread::new(1, Duration::from_millis(200));
         // A thread sends once and then nothing more, its runtime (and list) alive: its idle
