@@ -283,3 +283,24 @@ pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSessio
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Rare;
+    use serde_json::json;
+
+    #[test]
+    fn a_task_s_rare_fields_are_boxed_only_while_one_is_there() {
+        let mut rare = Rare::default();
+        rare.set_status_message(None);
+        assert!(rare.0.is_none(), "nothing to hold, no box");
+        rare.set_status_message(Some("working"));
+        rare.set_upstream_token(json!("t-1"));
+        assert_eq!(rare.status_message(), Some("working"));
+        rare.set_status_message(None);
+        assert!(rare.0.is_some(), "the token is still held");
+        assert_eq!(rare.take_upstream_token(), Some(json!("t-1")));
+        assert_eq!(rare.take_upstream_token(), None);
+        assert!(rare.0.is_none(), "both gone, the box too");
+    }
+}
