@@ -371,7 +371,8 @@ async fn the_revision_is_detected_or_pinned_per_upstream() {
     assert_eq!(text_of(&c.call("modern__echo", json!({"text": "a"})).await.unwrap()), "a");
     assert_eq!(text_of(&c.call("legacy__echo", json!({"text": "b"})).await.unwrap()), "b");
     // `share_sessions = "auto"`: client sessions share a 2026 upstream's sessions (it keeps
-    // none), never a 2025 one's.
+    // none), never a 2025 one's. c's session was the one that tried the 2026 upstream's
+    // 2025-11-25 side for 2025-11-25 clients (it has none): c keeps it; d shares.
     let mut d = McpClient::new(&gw.url);
     d.initialize().await;
     assert_eq!(text_of(&d.call("modern__echo", json!({"text": "c"})).await.unwrap()), "c");
@@ -379,7 +380,7 @@ async fn the_revision_is_detected_or_pinned_per_upstream() {
     let held = |upstream: &str, shared: &str| {
         gw.gateway.metrics().upstream_sessions.with_label_values(&[upstream, shared]).get()
     };
-    assert_eq!((held("modern", "true"), held("modern", "false")), (1, 1), "c's and d's; the catalog's");
+    assert_eq!((held("modern", "true"), held("modern", "false")), (1, 2), "d's; the catalog's and c's");
     assert_eq!((held("legacy", "true"), held("legacy", "false")), (0, 3), "the catalog's, c's, d's");
 }
 

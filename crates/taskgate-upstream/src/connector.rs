@@ -93,10 +93,17 @@ impl Connector {
         self.inner.endpoint.credentials.as_ref().map_or(0, |c| c.exchanged_tokens())
     }
 
-    /// Whether client sessions share this upstream's sessions now (`share_sessions`): always,
-    /// never, or (`auto`) once the upstream is known to speak 2026-07-28.
-    pub fn shares_sessions(&self) -> bool {
-        self.inner.endpoint.shares_sessions()
+    /// Whether `client`'s sessions of this upstream are shared with other client sessions now
+    /// (`share_sessions`): always, never, or (`auto`) once they are known to speak 2026-07-28.
+    pub fn shares_sessions(&self, client: &ClientIdentity) -> bool {
+        self.inner.endpoint.shares_sessions(client)
+    }
+
+    /// Whether `client`'s sessions of this upstream speak 2026-07-28 (known once the
+    /// upstream's revision is): a 2025-11-25 client's sessions of a dual-era upstream speak
+    /// 2025-11-25.
+    pub fn speaks_modern_to(&self, client: &ClientIdentity) -> bool {
+        self.inner.endpoint.era_for(client) == Some(crate::modern::Era::Modern)
     }
 
     /// Shared sessions kept now (with client sessions, or idle).

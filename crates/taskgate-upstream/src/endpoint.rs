@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::client::HttpClient;
 use crate::http::Connections;
+use crate::identity::ClientIdentity;
 use crate::modern::{Era, ToolHeaders};
 use crate::observer::RequestObserver;
 use crate::UpstreamError;
@@ -30,6 +31,12 @@ pub(crate) struct Endpoint {
     /// The revision the upstream was found to speak (basic/versioning: cached for the origin,
     /// probed again when the cached assumption fails).
     era: parking_lot::Mutex<Option<Era>>,
+    /// Whether 2025-11-25 clients' sessions of an upstream found to speak 2026-07-28 speak
+    /// 2025-11-25 to it ([`Endpoint::era_for`]): yes once it answered such a session's
+    /// `initialize` (a dual-era server); no when it did not, or when its 2026-07-28 side speaks
+    /// the tasks extension (the gateway follows those tasks for 2025-11-25 clients, which its
+    /// 2025-11-25 side may not offer); unknown until then. Forgotten with the revision.
+    legacy_side: parking_lot::Mutex<Option<bool>>,
     /// The `x-mcp-header` annotations of a modern upstream's tools.
     pub(crate) tool_headers: ToolHeaders,
     pub(crate) http: HttpClient,
@@ -106,6 +113,7 @@ impl Endpoint {
         Endpoint {
             config,
             era,
+            legacy_side: parking_lot::Mutex::new(None),
             tool_headers,
             http,
             credentials,
@@ -177,13 +185,13 @@ impl Endpoint {
         }
     }
 
-    /// Whether client sessions share this upstream's sessions now (`share_sessions`): always,
-    /// never, or (`auto`) once the upstream is known to speak 2026-07-28.
-    pub(crate) fn shares_sessions(&self) -> bool {
+    /// Whether `client`'s sessions of this upstream are shared with other client sessions now
+    /// (`share_sessions`): always, never, or (`auto`) once they are known to speak 2026-07-28.
+    pub(crate) fn shares_sessions(&self, client: &ClientIdentity) -> bool {
         match self.config.share_sessions {
             ShareSessions::Always => true,
             ShareSessions::Never => false,
-            ShareSessions::Auto => self.era() == Some(Era::Modern),
+            ShareSessions::Auto => self.era_for(client) == Some(Era::Modern),
         }
     }
 
@@ -206,11 +214,43 @@ impl Endpoint {
         }
     }
 
+    /// The revision `client`'s sessions of this upstream speak, once known: the upstream's,
+    /// but 2025-11-25 for a 2025-11-25 client where a 2026-07-28 upstream also answers
+    /// `initialize` (or has not been tried yet: the session tries). `protocol` pinned to
+    /// 2026-07-28 keeps every session in 2026-07-28.
+    pub(crate) fn era_for(&self, client: &ClientIdentity) -> Option<Era> {
+        match self.era() {
+            Some(Era::Modern) if self.tries_legacy_side(client) => Some(Era::Legacy),
+            era => era,
+        }
+    }
+
+    /// Whether a session for `client` of this 2026-07-28 upstream opens with `initialize`
+    /// (the dual-era server's legacy side) rather than in 2026-07-28.
+    pub(crate) fn tries_legacy_side(&self, client: &ClientIdentity) -> bool {
+        client.legacy && self.config.protocol == UpstreamProtocol::Auto && *self.legacy_side.lock() != Some(false)
+    }
+
+    /// Whether this 2026-07-28 upstream is known to answer `initialize` too.
+    pub(crate) fn has_legacy_side(&self) -> bool {
+        *self.legacy_side.lock() == Some(true)
+    }
+
+    /// Remembers whether 2025-11-25 clients' sessions of this 2026-07-28 upstream speak
+    /// 2025-11-25 to it.
+    pub(crate) fn learn_legacy_side(&self, answers: bool) {
+        *self.legacy_side.lock() = Some(answers);
+    }
+
     /// Remembers what a probe found (or forgets it, `None`) for an upstream whose revision is
-    /// not pinned.
+    /// not pinned; whether a modern upstream has a legacy side is found again with it.
     pub(crate) fn learn(&self, era: Option<Era>) {
         if self.config.protocol == UpstreamProtocol::Auto {
-            *self.era.lock() = era;
+            let mut known = self.era.lock();
+            if *known != era {
+                *self.legacy_side.lock() = None;
+            }
+            *known = era;
         }
     }
 

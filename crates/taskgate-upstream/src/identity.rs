@@ -9,6 +9,12 @@ pub struct ClientIdentity {
     pub capabilities: Value,
     /// `clientInfo` sent upstream.
     pub client_info: Value,
+    /// The client speaks 2025-11-25 to the gateway. An upstream that speaks 2026-07-28 and also
+    /// answers `initialize` (a dual-era server, basic/versioning "Backward Compatibility") is
+    /// spoken to in 2025-11-25 for it, so that nothing the client could do with the upstream
+    /// directly (being asked on a call's stream, subscriptions, sessions) is lost in
+    /// translation.
+    pub legacy: bool,
 }
 
 impl ClientIdentity {
@@ -23,6 +29,7 @@ impl ClientIdentity {
         ClientIdentity {
             capabilities: json!({}),
             client_info: json!({"name": "taskgate", "version": env!("CARGO_PKG_VERSION")}),
+            legacy: false,
         }
     }
 }

@@ -95,8 +95,12 @@ impl Gateway {
             "clientInfo": record.client_info,
         });
         let catalog = self.catalog_ready(Some(&params)).await;
-        let client =
-            ClientIdentity { capabilities: record.capabilities.clone(), client_info: record.client_info.clone() };
+        // Session records are kept for 2025-11-25 sessions only.
+        let client = ClientIdentity {
+            capabilities: record.capabilities.clone(),
+            client_info: record.client_info.clone(),
+            legacy: true,
+        };
         // The revision it negotiated, as this replica knows it (the record came from one).
         let version = mcp::negotiate_version(&record.protocol_version).to_owned();
         let placed = Placed { id: id.to_owned(), identity: identity.clone(), version, client };
@@ -176,7 +180,8 @@ impl Gateway {
                 return Err(GatewayError::SessionNotFound);
             };
             // No copy here to end them: its own upstream sessions end from here.
-            let client = ClientIdentity { capabilities: record.capabilities, client_info: record.client_info };
+            let client =
+                ClientIdentity { capabilities: record.capabilities, client_info: record.client_info, legacy: true };
             let sessions = record
                 .upstream_sessions
                 .into_iter()

@@ -30,6 +30,18 @@ const NO_IDLE_RETRY: Duration = Duration::from_secs(60);
 
 const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Whom a session serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SessionKind {
+    /// A 2025-11-25 client's session.
+    Legacy,
+    /// 2026-07-28 requests (their clients read a task's input requests with `tasks/get`, never
+    /// from a `tasks/result` stream).
+    Stateless,
+    /// A 2026-07-28 client's `subscriptions/listen`.
+    Listener,
+}
+
 impl Gateway {
     /// Handles `initialize`: negotiates the version, starts a session actor and returns the
     /// new session id with the `InitializeResult`.
@@ -41,18 +53,30 @@ impl Gateway {
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
     ) -> Result<(String, Value), GatewayError> {
-        self.start_session(identity, params, catalog, false).await
+        self.start_session(identity, params, catalog, SessionKind::Legacy).await
     }
 
-    /// [`Gateway::initialize`]; a `stateless` session serves 2026-07-28 requests (its clients
-    /// read a task's input requests with `tasks/get`, never from a `tasks/result` stream).
+    /// The session behind a 2026-07-28 client's `subscriptions/listen`: as
+    /// [`Gateway::initialize`], its upstream sessions speaking 2026-07-28 wherever the upstream
+    /// does (what they announce is what the client subscribed to).
+    pub async fn initialize_listener(
+        &self,
+        identity: Identity,
+        params: Option<&Value>,
+        catalog: Option<ToolCatalog>,
+    ) -> Result<(String, Value), GatewayError> {
+        self.start_session(identity, params, catalog, SessionKind::Listener).await
+    }
+
+    /// [`Gateway::initialize`], for a session of `kind`.
     pub(super) async fn start_session(
         &self,
         identity: Identity,
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
-        stateless: bool,
+        kind: SessionKind,
     ) -> Result<(String, Value), GatewayError> {
+        let stateless = kind == SessionKind::Stateless;
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
         if self.sessions.is_full() {
             self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
@@ -69,6 +93,7 @@ impl Gateway {
         let client = ClientIdentity {
             capabilities: mcp::relayable_client_capabilities(&view.capabilities),
             client_info: view.client_info,
+            legacy: kind == SessionKind::Legacy,
         };
         let replicated = !stateless && self.shared.tasks.store().shared();
         // Kept where every replica reads it before the client learns the id: a request of the
@@ -250,7 +275,7 @@ impl Gateway {
             pool.retain(|id| self.sessions.contains(id));
         }
         // Started without the pool's lock held (a start may wait for a session to make room).
-        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, true).await?;
+        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, SessionKind::Stateless).await?;
         let mut pool = self.pool.lock();
         let started_meanwhile =
             pool.get(tenant, principal, &caps).filter(|other| self.sessions.contains(other)).cloned();

@@ -264,7 +264,7 @@ impl SessionActor {
         let (tx, rx) = taskgate_upstream::event_channel(UPSTREAM_EVENTS);
         let upstream = name.to_owned();
         ctx.add_stream(crate::stream::event_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
-        let session = if self.may_share() && connector.shares_sessions() {
+        let session = if self.may_share() && connector.shares_sessions(&self.client) {
             connector.open_shared(&self.share_key(), || self.client.clone(), tx)
         } else if !self.private && self.client.answers_requests() && connector.pools_sessions() {
             // A client that can be asked things takes a pooled session, its alone until it
@@ -357,9 +357,9 @@ impl SessionActor {
     /// declaring the same client to it (capabilities and `clientInfo`, as it sees them).
     fn share_key(&self) -> String {
         let Identity { tenant, principal } = &self.identity;
-        let ClientIdentity { capabilities, client_info } = &self.client;
+        let ClientIdentity { capabilities, client_info, legacy } = &self.client;
         // Lengths first: no choice of names makes two identities one key.
-        format!("{}:{tenant}{}:{principal}{capabilities}\n{client_info}", tenant.len(), principal.len())
+        format!("{}:{tenant}{}:{principal}{legacy}{capabilities}\n{client_info}", tenant.len(), principal.len())
     }
 
     /// The session is about to keep state at its upstreams: its shared upstream sessions are

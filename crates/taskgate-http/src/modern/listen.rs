@@ -111,7 +111,7 @@ pub(super) async fn serve(
         "clientInfo": client_info.unwrap_or_else(|| json!({"name": "listen", "version": "0"})),
     });
     let catalog = gateway.catalog_ready(Some(&init)).await;
-    let (session_id, _) = gateway.initialize(identity.clone(), Some(&init), catalog).await?;
+    let (session_id, _) = gateway.initialize_listener(identity.clone(), Some(&init), catalog).await?;
     let end = EndSession { gateway: gateway.clone(), session: session_id.clone(), identity: identity.clone() };
     let session = gateway.session(&session_id, &identity)?;
     let mut stream = session.open_stream().await?;

@@ -28,7 +28,7 @@ mod revision;
 mod state;
 
 pub(crate) use headers::{ToolHeaders, METHOD_HEADER, NAME_HEADER};
-pub(crate) use revision::{classify, from_listen, is_modern_error, Era, Verdict, NO_ANSWER};
+pub(crate) use revision::{classify, declares_tasks_extension, from_listen, is_modern_error, Era, Verdict, NO_ANSWER};
 pub(crate) use state::ModernState;
 
 #[cfg(test)]

@@ -72,6 +72,14 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
     }
 }
 
+/// Whether a `DiscoverResult` declares the tasks extension (`io.modelcontextprotocol/tasks`).
+pub(crate) fn declares_tasks_extension(discovered: &Value) -> bool {
+    discovered
+        .pointer("/capabilities/extensions")
+        .and_then(|e| e.get(taskgate_protocol::modern::TASKS_EXTENSION))
+        .is_some()
+}
+
 /// The JSON-RPC errors only a modern server sends (basic/versioning "Backward Compatibility": a
 /// recognized modern error identifies a modern server).
 pub(crate) fn is_modern_error(code: i64) -> bool {

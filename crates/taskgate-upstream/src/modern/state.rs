@@ -87,7 +87,7 @@ impl ModernState {
         discovered: &Value,
         tool_headers: ToolHeaders,
     ) -> ModernState {
-        let tasks_ext = discovered.pointer("/capabilities/extensions").and_then(|e| e.get(TASKS_EXTENSION)).is_some();
+        let tasks_ext = super::declares_tasks_extension(discovered);
         let mut meta = Map::new();
         meta.insert(wmeta::PROTOCOL_VERSION.into(), Value::from(PROTOCOL_VERSION));
         meta.insert(wmeta::CLIENT_CAPABILITIES.into(), modern_capabilities(&identity.capabilities));

@@ -145,7 +145,15 @@ impl UpstreamSession {
         // A stdio probe that got no answer in time: a legacy server that ignores requests before
         // `initialize`, or a modern one still starting (an `npx` download, a busy machine).
         let mut unanswered = false;
-        if endpoint.era() != Some(Era::Legacy) {
+        // A 2026-07-28 upstream's legacy side tried for a 2025-11-25 client: what the probe
+        // found, to go on in 2026-07-28 on this connection if `initialize` is refused.
+        let mut modern_side: Option<Value> = None;
+        // A dual-era upstream, known: a 2025-11-25 client's session opens with `initialize`
+        // (basic/versioning: "An `initialize` request selects legacy semantics").
+        let known_dual = endpoint.era() == Some(Era::Modern)
+            && endpoint.has_legacy_side()
+            && endpoint.tries_legacy_side(&self.inner.identity);
+        if endpoint.era() != Some(Era::Legacy) && !known_dual {
             let verdict = match self.probe(&channel, endpoint.probe_wait).await {
                 Ok(verdict) => verdict,
                 Err(e) => {
@@ -156,7 +164,16 @@ impl UpstreamSession {
             match verdict {
                 Verdict::Modern(discovered) => {
                     endpoint.learn(Some(Era::Modern));
-                    return Ok(self.modern_ready(channel, &discovered, state));
+                    if crate::modern::declares_tasks_extension(&discovered) {
+                        endpoint.learn_legacy_side(false);
+                    }
+                    if !endpoint.tries_legacy_side(&self.inner.identity) {
+                        return Ok(self.modern_ready(channel, &discovered, state));
+                    }
+                    modern_side = Some(discovered);
+                    if let Channel::Http(http) = &channel {
+                        http.clear_protocol_version();
+                    }
                 }
                 Verdict::Legacy(why) if config.protocol == UpstreamProtocol::Modern => {
                     channel.shutdown().await;
@@ -190,8 +207,32 @@ impl UpstreamSession {
                 "clientInfo": self.inner.identity.client_info,
             })),
         );
-        let result = match channel.request(&Encoded::of(&init), None, &[]).await {
+        let init = Encoded::of(&init);
+        let sent = channel.request(&init, None, &[]);
+        let answered = match (&modern_side, &channel) {
+            // A modern-only stdio server may not answer `initialize` at all.
+            (Some(_), Channel::Stdio(_)) => {
+                tokio::time::timeout(endpoint.probe_wait, sent).await.unwrap_or(Err(ChannelError::Expired))
+            }
+            _ => sent.await,
+        };
+        let result = match answered {
             Ok(result) => result,
+            // A 2026-07-28 upstream without a legacy side: this client's sessions speak
+            // 2026-07-28 to it, translated.
+            Err(
+                refused @ (ChannelError::Expired
+                | ChannelError::Failed(UpstreamError::Rpc { .. } | UpstreamError::Protocol { .. })),
+            ) if modern_side.is_some() => {
+                let why = match &refused {
+                    ChannelError::Failed(e) => e.to_string(),
+                    ChannelError::Expired => "no answer in time".into(),
+                };
+                tracing::info!(upstream = %name, %why, "upstream speaks 2026-07-28 only; translating for 2025-11-25 clients");
+                endpoint.learn_legacy_side(false);
+                let discovered = modern_side.unwrap_or_default();
+                return Ok(self.modern_ready(channel, &discovered, state));
+            }
             // The server refuses `initialize` for its revision: it took the late probe as the
             // revision of this connection (a modern server that was slow to start). Asked
             // again, it says so at once.
@@ -234,6 +275,10 @@ impl UpstreamSession {
         }
         if unanswered {
             endpoint.learn(Some(Era::Legacy));
+        }
+        if modern_side.is_some() {
+            tracing::info!(upstream = %name, %version, "upstream speaks 2026-07-28 and 2025-11-25; 2025-11-25 clients use the latter");
+            endpoint.learn_legacy_side(true);
         }
         channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
         if let Channel::Http(http) = &channel {

@@ -104,6 +104,7 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
     let identity = ClientIdentity {
         capabilities: json!({}),
         client_info: json!({"name": "taskgate-cli", "version": env!("CARGO_PKG_VERSION")}),
+        legacy: false,
     };
     let session = connector.open(identity, events_tx);
     Ok(Server { session, events, json: args.json, _connector: connector })
