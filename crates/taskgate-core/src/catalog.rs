@@ -18,6 +18,9 @@ pub struct ToolEntry {
     pub tool: ToolView,
     /// The upstream declares `tasks.requests.tools.call`: its tasks are native.
     pub native: bool,
+    /// The upstream lists the tool. One it does not list is called plainly, never run as a
+    /// task the gateway makes ([`Catalog::owner_of_unlisted`]).
+    pub listed: bool,
 }
 
 /// How one upstream's tool names appear to clients.
@@ -146,7 +149,8 @@ impl Catalog {
                     }
                     continue;
                 }
-                let entry = ToolEntry { upstream: naming.upstream.clone(), tool: tool.clone(), native: *native };
+                let entry =
+                    ToolEntry { upstream: naming.upstream.clone(), tool: tool.clone(), native: *native, listed: true };
                 self.entries.insert(name, Arc::new(entry));
             }
         }
@@ -184,6 +188,23 @@ impl Catalog {
             .filter(|n| n.prefix)
             .find(|n| name.strip_prefix(n.upstream.as_str()).is_some_and(|rest| rest.starts_with(&self.separator)))
             .map(|n| n.upstream.as_str())
+    }
+
+    /// Where a call of a tool that no listing names goes, and its own name there: the upstream
+    /// its prefix names, or the one unprefixed upstream `may` lets it reach (`None` when that
+    /// is not exactly one). A server may serve tools it does not list (diagnostic hooks, tools
+    /// made on demand); called directly it answers them, and through the gateway it does too,
+    /// or says it does not know them.
+    pub fn owner_of_unlisted(&self, name: &str, may: impl Fn(&str) -> bool) -> Option<(String, String)> {
+        if let Some(upstream) = self.upstream_by_prefix(name) {
+            let own = &name[upstream.len() + self.separator.len()..];
+            return may(upstream).then(|| (upstream.to_owned(), own.to_owned()));
+        }
+        let mut unprefixed = self.naming.iter().filter(|n| !n.prefix && may(&n.upstream));
+        match (unprefixed.next(), unprefixed.next()) {
+            (Some(only), None) => Some((only.upstream.clone(), name.to_owned())),
+            _ => None,
+        }
     }
 
     /// Every tool (client-visible name, upstream) a call of `name` could reach in any

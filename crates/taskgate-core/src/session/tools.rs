@@ -87,14 +87,18 @@ impl SessionActor {
                                 }
                             }
                         }
-                        catalog.upstream_by_prefix(&name).filter(|u| policy.may_call(u, &name)).map(str::to_owned)
+                        catalog.owner_of_unlisted(&name, |u| policy.may_call(u, &name))
                     };
-                    if let Some(upstream) = owner {
-                        if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream)).await {
-                            return Err(GatewayError::Upstream(failure));
-                        }
+                    let Some((upstream, own)) = owner else {
+                        return Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")));
+                    };
+                    if let Ok(Some(failure)) = router.send(UpstreamFailure(upstream.clone())).await {
+                        return Err(GatewayError::Upstream(failure));
                     }
-                    Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")))
+                    // Not listed, but the name is its upstream's: the upstream answers it, as
+                    // it would directly (a plain call; it says if it does not know the tool).
+                    let tool = mcp::ToolView::from_value(json!({ "name": own })).expect("an object with a name");
+                    Ok(Arc::new(ToolEntry { upstream, tool, native: false, listed: false }))
                 };
                 ctx.spawn(lookup.into_actor(self).map(move |found, act, ctx| match found {
                     Ok(entry) => act.dispatch_call(id, params, view, entry, ctx),
@@ -190,6 +194,11 @@ impl SessionActor {
             (false, false) => TaskRun::Wrapped,
         };
         match (requested, support) {
+            // A tool its upstream does not list is called plainly only: as a task, it is
+            // unknown, exactly as a tool no upstream has.
+            (Some(_), _) if !entry.listed => {
+                self.finish(id, Err(GatewayError::InvalidParams(format!("Unknown tool: {name}"))))
+            }
             // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
             (Some(_), TaskSupport::Forbidden) => {
                 let why = format!(
@@ -197,6 +206,9 @@ impl SessionActor {
                 );
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }
+            // ext-tasks "the server decides": the client sends no `task`, and the upstream
+            // makes one for a tool that requires it.
+            (None, _) if decided => self.forward_decided_call(id, upstream_params, entry, session, ctx),
             // "required": servers MUST return -32601 when the client does not use a task.
             (None, TaskSupport::Required) => {
                 let why = format!("tool {name} requires task-augmented execution: add \"task\": {{}} to the params");
@@ -236,13 +248,20 @@ impl SessionActor {
                     }
                 }));
             }
-            (None, _) if decided => self.forward_decided_call(id, upstream_params, entry, session, ctx),
-            (None, _) => self.forward_call(id, upstream_params, arguments, entry.upstream.clone(), session, ctx),
+            (None, _) => {
+                let unlisted = (!entry.listed).then(|| Unlisted { own: entry.tool.name.clone(), exposed: name });
+                let target = Target { upstream: entry.upstream.clone(), unlisted };
+                self.forward_call(id, upstream_params, arguments, target, session, ctx)
+            }
         }
     }
 
-    /// Whether an upstream speaks the tasks extension (its capabilities as listed).
+    /// Whether an upstream speaks the tasks extension (its capabilities as listed) to this
+    /// session: a 2025-11-25 client's sessions of a dual-era upstream speak 2025-11-25.
     fn speaks_tasks_extension(&self, upstream: &str) -> bool {
+        if !self.shared.connectors.get(upstream).is_some_and(|c| c.speaks_modern_to(&self.client)) {
+            return false;
+        }
         let catalog = self.shared.catalog.read();
         catalog
             .capabilities(upstream)
@@ -376,10 +395,11 @@ impl SessionActor {
         id: RequestId,
         params: Value,
         arguments: Option<RawArguments>,
-        upstream: String,
+        target: Target,
         session: UpstreamSession,
         ctx: &mut Context<Self>,
     ) {
+        let Target { upstream, unlisted } = target;
         let upstream_id = session.next_request_id();
         if let Some(request) = self.requests.get_mut(&id) {
             request.upstream = Some((upstream.clone(), upstream_id.clone()));
@@ -410,10 +430,13 @@ impl SessionActor {
             span,
         );
         let finished = id.clone();
-        let handle = ctx.spawn(
-            call.into_actor(self)
-                .map(move |outcome, act, _| act.finish_payload(finished, outcome.map_err(GatewayError::from))),
-        );
+        let handle = ctx.spawn(call.into_actor(self).map(move |outcome, act, _| {
+            let outcome = outcome.map_err(|e| match &unlisted {
+                Some(unlisted) => unlisted.refusal(e),
+                None => GatewayError::from(e),
+            });
+            act.finish_payload(finished, outcome)
+        }));
         if let Some(request) = self.requests.get_mut(&id) {
             request.running = Some(handle);
         }
@@ -443,4 +466,37 @@ impl SessionActor {
 pub(super) fn session_timeout_ms(shared: &SessionContext, upstream: &str) -> u64 {
     let secs = shared.connectors.get(upstream).map_or(300, |c| c.config().timeout_secs);
     secs.saturating_add(60).saturating_mul(1000)
+}
+
+/// Where a plain call goes.
+pub(super) struct Target {
+    /// The upstream's name.
+    pub upstream: String,
+    /// Set for a tool its upstream does not list.
+    pub unlisted: Option<Unlisted>,
+}
+
+/// A call of a tool its upstream does not list ([`crate::catalog::Catalog::owner_of_unlisted`]).
+pub(super) struct Unlisted {
+    /// The tool's own name at its upstream.
+    pub own: String,
+    /// The name the client called.
+    pub exposed: String,
+}
+
+impl Unlisted {
+    /// The upstream's refusal of the call as the client gets it: an upstream that does not
+    /// know the tool (-32602 naming it) is answered exactly as for a tool no upstream has, or
+    /// one the tenant's tool rules leave out (server/tools "Error Handling": unknown tool), so
+    /// the answer never tells one from the other.
+    fn refusal(&self, error: taskgate_upstream::UpstreamError) -> GatewayError {
+        match &error {
+            taskgate_upstream::UpstreamError::Rpc { error: e, .. }
+                if e.code == taskgate_protocol::codes::INVALID_PARAMS && e.message.contains(&self.own) =>
+            {
+                GatewayError::InvalidParams(format!("Unknown tool: {}", self.exposed))
+            }
+            _ => GatewayError::from(error),
+        }
+    }
 }

@@ -47,9 +47,10 @@ use crate::identity::Identity;
 use crate::GatewayError;
 
 /// Whether a federated tool may run as a task. A native upstream's own `execution.taskSupport`
-/// passes through; for any other upstream the gateway wraps the call, as configured.
+/// passes through; for any other upstream the gateway wraps the call, as configured. A tool its
+/// upstream does not list has no `execution` (forbidden): it is called plainly.
 pub fn task_support(entry: &ToolEntry, upstream: Option<&UpstreamConfig>) -> TaskSupport {
-    if entry.native {
+    if entry.native || !entry.listed {
         return entry.tool.task_support;
     }
     let Some(upstream) = upstream else { return TaskSupport::Forbidden };
@@ -127,7 +128,7 @@ mod tests {
 
     fn entry(native: bool, support: &str) -> ToolEntry {
         let tool = ToolView::from_value(json!({"name": "t", "execution": {"taskSupport": support}})).unwrap();
-        ToolEntry { upstream: "u".into(), tool, native }
+        ToolEntry { upstream: "u".into(), tool, native, listed: true }
     }
 
     #[test]
