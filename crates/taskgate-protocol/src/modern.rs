@@ -41,6 +41,46 @@ pub mod meta {
     pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     /// The `subscriptions/listen` request a notification belongs to.
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// The gateway's own: the key a 2026-07-28 upstream gave an input request and how many it
+    /// asked at once (`[key, count]`), carried on the request the gateway relays in its place,
+    /// so that a 2026-07-28 client is asked for them together under the upstream's keys.
+    /// Never sent to a client or an upstream.
+    pub const INPUT_KEY: &str = "dev.taskgate/inputKey";
+}
+
+/// An input request's key as its upstream gave it, and how many the upstream asked at once
+/// ([`meta::INPUT_KEY`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputKey {
+    /// The upstream's key.
+    pub key: String,
+    /// How many input requests it asked together, this one included.
+    pub of: usize,
+}
+
+/// Takes [`meta::INPUT_KEY`] out of a relayed request's params (and `_meta` with it when
+/// nothing else is left there).
+pub fn take_input_key(params: &mut Option<Value>) -> Option<InputKey> {
+    let object = params.as_mut()?.as_object_mut()?;
+    let meta = object.get_mut("_meta")?.as_object_mut()?;
+    let marked = meta.remove(meta::INPUT_KEY)?;
+    if meta.is_empty() {
+        object.remove("_meta");
+    }
+    let key = marked.get(0)?.as_str()?.to_owned();
+    let of = marked.get(1).and_then(Value::as_u64).map_or(1, |n| n.max(1) as usize);
+    Some(InputKey { key, of })
+}
+
+/// Puts [`meta::INPUT_KEY`] into a relayed request's params.
+pub fn put_input_key(params: &mut Option<Value>, input: InputKey) {
+    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
+    if let Some(object) = params.as_object_mut() {
+        let meta = object.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(meta::INPUT_KEY.into(), serde_json::json!([input.key, input.of]));
+        }
+    }
 }
 
 /// The log levels of basic/utilities/logging, least severe first.

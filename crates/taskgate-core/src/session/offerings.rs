@@ -77,7 +77,7 @@ impl Listing {
 
 /// Errors that mean "not this upstream's": the next candidate is tried.
 fn not_found(error: &UpstreamError) -> bool {
-    matches!(error, UpstreamError::Rpc { error, .. } if error.code == -32002 || error.code == -32602)
+    matches!(error, UpstreamError::Rpc { error, .. } if matches!(error.code, -32002 | -32602 | -32601))
 }
 
 /// One attempt per route: the request's params with the name or URI at `pointer` (which
@@ -321,16 +321,20 @@ impl SessionActor {
         self.forward_to(id, methods::COMPLETION_COMPLETE, attempts, 0, None, ctx);
     }
 
-    /// The routes to upstreams this session's tenant sees and that offer `capability` (or have
-    /// not been listed yet).
+    /// The routes to upstreams this session's tenant sees: first those that offer
+    /// `capability` (or have not been listed yet), then the others, since a server's declared
+    /// capabilities can be incomplete (a 2026-07-28 `server/discover` that leaves out
+    /// `completions` a server serves all the same). An upstream that does not serve the
+    /// method answers -32601 and the next is asked ([`not_found`]).
     pub(super) fn candidates(&self, capability: &str, routes: Vec<(String, String)>) -> Vec<(String, String)> {
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let catalog = self.shared.catalog.read();
-        routes
+        let (mut declared, undeclared): (Vec<_>, Vec<_>) = routes
             .into_iter()
             .filter(|(u, _)| policy.sees(u) && self.shared.connectors.contains_key(u))
-            .filter(|(u, _)| catalog.capabilities(u).is_none_or(|c| c.get(capability).is_some()))
-            .collect()
+            .partition(|(u, _)| catalog.capabilities(u).is_none_or(|c| c.get(capability).is_some()));
+        declared.extend(undeclared);
+        declared
     }
 
     /// Forwards attempt `index` of `attempts`; an answer meaning "not mine" moves on to the

@@ -80,7 +80,13 @@ impl SessionActor {
             None if !names_task => self.upstreams.get(&upstream).and_then(UpstreamSession::sole_call_in_flight),
             related => related,
         };
+        let input_key = taskgate_protocol::modern::take_input_key(&mut params);
         let task = self.task_of(&upstream, related.as_ref(), &mut params);
+        if let (true, None, Some(key)) = (self.stateless, &task, input_key) {
+            // A 2026-07-28 client's call is asked under the upstream's key (its front door
+            // takes it out again).
+            taskgate_protocol::modern::put_input_key(&mut params, key);
+        }
         let relayed_token = mcp::progress_token(params.as_ref()).cloned();
         let task_stream = task.as_ref().and_then(|t| {
             self.requests

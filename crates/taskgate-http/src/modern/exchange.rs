@@ -35,6 +35,10 @@ use super::results::{finish_result, plain_result, to_json};
 /// only noticed on a write, and closing the stream is how a 2026 client cancels.
 const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
+/// How long the input requests an upstream asked together may take to reach the front door
+/// after the first of them (they come through the session one by one).
+const GATHER_WAIT: Duration = Duration::from_secs(1);
+
 /// A request in flight for a stateless client.
 #[derive(Clone)]
 pub(crate) struct Call {
@@ -57,8 +61,8 @@ pub(crate) struct Call {
 enum Step {
     /// A notification to pass on.
     Send(String),
-    /// A request the client must answer: its key and `{method, params}`.
-    Input(String, Value),
+    /// A request the client must answer.
+    Input(Input),
     /// The final message, with the HTTP status it takes when it is the whole answer, and whether
     /// it is a JSON-RPC error.
     Final(String, u16, bool),
@@ -95,13 +99,21 @@ impl Call {
                 });
                 return Step::Skip;
             }
+            let mut params = object.remove("params");
+            // The upstream's own key of it, when it came as an input request of a 2026-07-28
+            // upstream: the client is asked under that key.
+            let (shown, of) = match modern::take_input_key(&mut params) {
+                Some(modern::InputKey { key, of }) => (key, of),
+                None => (key.clone(), 1),
+            };
             let mut request = Map::new();
-            for field in ["method", "params"] {
-                if let Some(v) = object.remove(field) {
-                    request.insert(field.into(), v);
-                }
+            if let Some(v) = object.remove("method") {
+                request.insert("method".into(), v);
             }
-            return Step::Input(key, Value::Object(request));
+            if let Some(v) = params {
+                request.insert("params".into(), v);
+            }
+            return Step::Input(Input { id: key, shown, of, request: Value::Object(request) });
         }
         if let Some(method) = object.get("method").and_then(Value::as_str) {
             return match method {
@@ -124,8 +136,16 @@ impl Call {
             };
         }
         object.insert("id".into(), self.client_id.to_value());
-        if let Some(error) = object.get("error") {
-            let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+        if let Some(error) = object.get_mut("error") {
+            let mut code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+            // server/resources "Error Handling": a resource that does not exist MUST be -32602
+            // in this revision (a 2025-11-25 upstream, and the gateway itself, say -32002 with
+            // the `uri` in `data`; the gateway's own -32002 without it is its overload).
+            let not_found = code == codes::OVERLOADED && error.get("data").and_then(|d| d.get("uri")).is_some();
+            if not_found && self.method == methods::RESOURCES_READ {
+                code = codes::INVALID_PARAMS;
+                error["code"] = Value::from(code);
+            }
             // basic "`_meta`": -32021 and -32022 MUST be 400 on HTTP; -32020 too (transports).
             let status = match code {
                 codes::HEADER_MISMATCH
@@ -198,14 +218,42 @@ pub(crate) async fn respond(
     let mut pending = VecDeque::new();
     match first {
         Some(Step::Final(json, status, error)) => return json_response(json, status, error),
-        Some(Step::Input(key, request)) => {
-            let (json, status) = park(&modern, call, messages, vec![(key, request)], &mut None);
+        Some(Step::Input(input)) => {
+            let (inputs, ended) = gather(&call, &mut messages, input).await;
+            if let Some((json, status, error)) = ended {
+                return json_response(json, status, error);
+            }
+            let (json, status) = park(&modern, call, messages, inputs, &mut None);
             return json_response(json, status, false);
         }
         Some(Step::Send(json)) => pending.push_back(sse_event(&json)),
         Some(Step::Skip) | None => {}
     }
     stream(modern, call, messages, pending)
+}
+
+/// The input requests an upstream asked together with `first`: they reach the session one by
+/// one, and the client is asked for all of them in one `input_required` (mrtr "InputRequests").
+/// Waits at most [`GATHER_WAIT`] for the rest; the final message if the call ends meanwhile.
+async fn gather(
+    call: &Call,
+    messages: &mut OutboundReceiver,
+    first: Input,
+) -> (Vec<Input>, Option<(String, u16, bool)>) {
+    let expected = first.of;
+    let mut inputs = vec![first];
+    let deadline = tokio::time::Instant::now() + GATHER_WAIT;
+    while inputs.len() < expected {
+        match tokio::time::timeout_at(deadline, messages.recv()).await {
+            Ok(Some(frame)) => match call.translate(frame) {
+                Step::Input(input) => inputs.push(input),
+                Step::Final(json, status, error) => return (inputs, Some((json, status, error))),
+                Step::Send(_) | Step::Skip => {}
+            },
+            Ok(None) | Err(_) => break,
+        }
+    }
+    (inputs, None)
 }
 
 fn ended(call: &Call) -> HttpResponse {
@@ -256,11 +304,11 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
                     messages = None;
                     pending.push_back(sse_event(&json));
                 }
-                Step::Input(key, request) => {
+                Step::Input(input) => {
                     guard.armed = false;
                     let rx = messages.take().expect("present");
                     let mut notes = Some(Vec::new());
-                    let (json, _) = park(&modern, guard.call.clone(), rx, vec![(key, request)], &mut notes);
+                    let (json, _) = park(&modern, guard.call.clone(), rx, vec![input], &mut notes);
                     pending.extend(notes.unwrap_or_default().iter().map(|n| sse_event(n)));
                     pending.push_back(sse_event(&json));
                 }
@@ -326,8 +374,22 @@ impl Modern {
 pub(crate) struct Parked {
     pub call: Call,
     pub messages: OutboundReceiver,
-    /// The input requests not answered yet, by key.
-    pub inputs: Vec<(String, Value)>,
+    /// The input requests not answered yet.
+    pub inputs: Vec<Input>,
+}
+
+/// One request the client must answer.
+#[derive(Clone)]
+pub(crate) struct Input {
+    /// The id the session relayed it under (its answer goes back under it).
+    pub id: String,
+    /// The key the client sees in `inputRequests` and answers under in `inputResponses`: the
+    /// upstream's own where it gave one, else the id.
+    pub shown: String,
+    /// How many the upstream asked together, this one included.
+    pub of: usize,
+    /// `{method, params}`.
+    pub request: Value,
 }
 
 /// Holds the call until its retry, and returns the `input_required` result for the client
@@ -337,12 +399,12 @@ fn park(
     modern: &Arc<Modern>,
     call: Call,
     mut messages: OutboundReceiver,
-    mut inputs: Vec<(String, Value)>,
+    mut inputs: Vec<Input>,
     notes: &mut Option<Vec<String>>,
 ) -> (String, u16) {
     while let Some(Some(frame)) = messages.recv().now_or_never() {
         match call.translate(frame) {
-            Step::Input(key, request) => inputs.push((key, request)),
+            Step::Input(input) => inputs.push(input),
             Step::Send(json) => {
                 if let Some(notes) = notes.as_mut() {
                     notes.push(json);
@@ -353,7 +415,15 @@ fn park(
         }
     }
     let client_id = call.client_id.clone();
-    let input_requests: Map<String, Value> = inputs.iter().cloned().collect();
+    // Keys are unique in `inputRequests`: one the upstream's keys would repeat (two requests of
+    // one exchange asked under the same key) is shown under its id.
+    let mut input_requests = Map::new();
+    for input in &mut inputs {
+        if input_requests.contains_key(&input.shown) {
+            input.shown = input.id.clone();
+        }
+        input_requests.insert(input.shown.clone(), input.request.clone());
+    }
     let state = modern.hold(Parked { call, messages, inputs });
     let result = json!({
         "resultType": "input_required",
@@ -384,16 +454,16 @@ pub(crate) async fn resume(
     let empty = Map::new();
     let responses = params.get("inputResponses").and_then(Value::as_object).unwrap_or(&empty);
     let mut unanswered = Vec::new();
-    for (key, request) in std::mem::take(&mut parked.inputs) {
-        match responses.get(&key) {
+    for input in std::mem::take(&mut parked.inputs) {
+        match responses.get(&input.shown) {
             Some(answer) => {
-                let id = RequestId::String(key.clone());
+                let id = RequestId::String(input.id.clone());
                 let reply = Message::response(id, answer.clone());
                 if let Err(e) = parked.call.session.respond(reply).await {
                     tracing::info!(error = %e, "could not deliver an input response");
                 }
             }
-            None => unanswered.push((key, request)),
+            None => unanswered.push(input),
         }
     }
     parked.call.client_id = client_id;
@@ -448,7 +518,7 @@ impl Modern {
         let Some(parked) = self.parked.lock().remove(exchange) else { return };
         let secs = self.input_wait.as_secs();
         tracing::info!(method = %parked.call.method, "a 2026-07-28 client did not retry within {secs} s; its input requests are answered with an error and the request is cancelled");
-        for (key, _) in &parked.inputs {
+        for Input { id: key, .. } in &parked.inputs {
             let error = ErrorObject::new(
                 codes::UPSTREAM_UNAVAILABLE,
                 format!("the client did not answer within {secs} s (server.input_wait_secs)"),

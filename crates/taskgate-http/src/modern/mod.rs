@@ -93,6 +93,14 @@ pub async fn serve(
     // to read, not the upstream's.
     let checked = RequestMeta::checked(fields, params.tree.as_ref())
         .map_err(|e| match e {
+            // streamable-http "Server Validation": a header that disagrees with the body MUST
+            // get 400 with HeaderMismatch, whichever of the two names a version we speak.
+            MetaError::Unsupported(v) if header_version(headers).is_some_and(|h| h != v) => {
+                GatewayError::HeaderMismatch(format!(
+                    "MCP-Protocol-Version header does not match _meta protocolVersion {}",
+                    taskgate_core::logs::Untrusted(&v)
+                ))
+            }
             MetaError::Unsupported(v) => {
                 GatewayError::UnsupportedRevision(taskgate_core::logs::Untrusted(&v).to_string())
             }
@@ -297,9 +305,9 @@ async fn forward(
     // gateway's own, mapped back on the way out.
     let internal_token = client_token.as_ref().map(|_| internal_id.to_value());
     if let Some(object) = params.as_object_mut() {
-        // Answers without a requestState answer nothing (a retry went to resume above); the
-        // rest of the params keep their order.
-        object.shift_remove("inputResponses");
+        // Answers without a requestState (a retry went to resume above) go to the upstream as
+        // sent: a stateless 2026-07-28 server may take answers given before it asks
+        // (basic/patterns/mrtr), and one that does not ignores them.
         // The per-request fields are out already (Message::from_slice_front).
         if let Some(Value::Object(m)) = object.get_mut("_meta") {
             if let Some(token) = &internal_token {

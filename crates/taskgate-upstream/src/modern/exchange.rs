@@ -412,11 +412,13 @@ impl UpstreamSession {
                 }
                 "input_required" => {
                     if let Some(Value::Object(asks)) = task.get("inputRequests") {
+                        let of = asks.len().min(MAX_INPUT_REQUESTS);
                         for (key, ask) in asks.iter().take(MAX_INPUT_REQUESTS) {
                             if !state.first_ask(task_id, key) {
                                 continue;
                             }
-                            let asked = self.ask_one(state, ask, related_id, related).await?;
+                            let input = taskgate_protocol::modern::InputKey { key: key.clone(), of };
+                            let asked = self.ask_one(state, input, ask, related_id, related).await?;
                             self.forward_answer(ready, state, task_id, key, asked);
                         }
                     }

@@ -31,7 +31,8 @@ impl UpstreamSession {
         }
         let mut waits = Vec::with_capacity(asks.len());
         for (key, ask) in asks {
-            let waiter = self.ask_one(state, ask, related_id, related).await?;
+            let input = taskgate_protocol::modern::InputKey { key: key.clone(), of: asks.len() };
+            let waiter = self.ask_one(state, input, ask, related_id, related).await?;
             waits.push((key.clone(), waiter));
         }
         let mut answers = Map::new();
@@ -41,10 +42,12 @@ impl UpstreamSession {
         Ok(Value::Object(answers))
     }
 
-    /// Sends one input request toward the client; the receiver gets the client's answer.
+    /// Sends one input request (the upstream's `key` of it) toward the client; the receiver gets
+    /// the client's answer.
     pub(super) async fn ask_one(
         &self,
         state: &Arc<ModernState>,
+        key: taskgate_protocol::modern::InputKey,
         ask: &Value,
         related_id: &RequestId,
         related: Option<&crate::Sender<Message>>,
@@ -57,7 +60,9 @@ impl UpstreamSession {
         let id = self.next_request_id();
         let (tx, rx) = oneshot::channel();
         state.pending.lock().insert(id.clone(), tx);
-        let request = Message::request(id.clone(), method, ask.get("params").cloned());
+        let mut params = ask.get("params").cloned();
+        taskgate_protocol::modern::put_input_key(&mut params, key);
+        let request = Message::request(id.clone(), method, params);
         match related {
             Some(sink) => {
                 let _ = sink.send(request).await;
