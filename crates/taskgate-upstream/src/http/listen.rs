@@ -196,7 +196,12 @@ impl HttpChannel {
                     _ = closed.changed() => return,
                 };
                 match opened {
-                    Ok(r) if is_media(content_type(&r), "text/event-stream") => {
+                    // SSE, or (a server in transition) a JSON body of one message a line that
+                    // stays open.
+                    Ok(r)
+                        if is_media(content_type(&r), "text/event-stream")
+                            || r.status().is_success() && is_media(content_type(&r), "application/json") =>
+                    {
                         backoff = Duration::from_millis(250);
                         let _counted = Counted::new(&self);
                         tokio::select! {
@@ -231,18 +236,21 @@ impl HttpChannel {
     /// Reads a listen stream until it ends: the acknowledgment is consumed, every notification
     /// goes on without the subscription id (it names our request, which nobody else knows).
     async fn read_listen(&self, mut response: Reply) {
-        let mut decoder = Decoder::new(self.max_message_bytes);
+        let mut framing = match is_media(content_type(&response), "text/event-stream") {
+            true => Framing::Sse(Decoder::new(self.max_message_bytes)),
+            false => Framing::Lines(Vec::new()),
+        };
         loop {
             let Ok(Some(chunk)) = response.chunk().await else { return };
-            let Ok(events) = decoder.feed_chunk(chunk) else {
-                tracing::warn!(upstream = %self.name, "a listen stream event exceeds max_message_bytes; reopening");
+            let Some(messages) = framing.feed(chunk, self.max_message_bytes) else {
+                tracing::warn!(upstream = %self.name, "a listen stream message exceeds max_message_bytes; reopening");
                 return;
             };
-            for event in events {
-                if event.data.trim().is_empty() {
+            for data in messages {
+                if data.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let Ok(Ok(message)) = crate::decode(event.data.into_bytes()).await else {
+                let Ok(Ok(message)) = crate::decode(data).await else {
                     tracing::warn!(upstream = %self.name, "upstream sent an invalid message on its listen stream; dropped");
                     continue;
                 };
@@ -259,6 +267,36 @@ impl HttpChannel {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// How a listen stream's messages are framed: SSE events, or one JSON message a line.
+enum Framing {
+    Sse(Decoder),
+    /// The part of a line received so far.
+    Lines(Vec<u8>),
+}
+
+impl Framing {
+    /// The whole messages `chunk` completes; `None` when one grows past `max` bytes.
+    fn feed(&mut self, chunk: bytes::Bytes, max: usize) -> Option<Vec<Vec<u8>>> {
+        match self {
+            Framing::Sse(decoder) => {
+                let events = decoder.feed_chunk(chunk).ok()?;
+                Some(events.into_iter().map(|e| e.data.into_bytes()).collect())
+            }
+            Framing::Lines(partial) => {
+                let mut messages = Vec::new();
+                let mut rest: &[u8] = &chunk;
+                while let Some(end) = memchr::memchr(b'\n', rest) {
+                    partial.extend_from_slice(&rest[..end]);
+                    messages.push(std::mem::take(partial));
+                    rest = &rest[end + 1..];
+                }
+                partial.extend_from_slice(rest);
+                (partial.len() <= max && messages.iter().all(|m| m.len() <= max)).then_some(messages)
             }
         }
     }

@@ -371,10 +371,23 @@ impl HttpChannel {
         } else if json {
             let body = self.read_body(response).await?;
             let passing = pass.then(|| id.clone());
-            let reply = crate::decode_reply(body, move |got| passing.as_ref() == Some(got))
-                .await
-                .map_err(|e| self.protocol(format!("response is not JSON: {e}")))?
-                .map_err(|e| self.protocol(e.to_string()))?;
+            // A server in transition may write the call's notifications before its response in
+            // one JSON body, a message a line: such a body (a line starting with an object) is
+            // kept to be read again as a stream's events if it is not one message.
+            let lines = memchr::memmem::find(&body, b"\n{").is_some().then(|| body.clone());
+            let reply = match crate::decode_reply(body, move |got| passing.as_ref() == Some(got)).await {
+                Ok(reply) => reply.map_err(|e| self.protocol(e.to_string()))?,
+                Err(e) if lines.is_some() => {
+                    return self
+                        .read_lines(lines.unwrap_or_default(), &id, pass, sink)
+                        .await
+                        .map_err(|_| self.protocol(format!("response is not JSON: {e}")))?
+                        .ok_or_else(|| {
+                            self.protocol(format!("the JSON response does not answer request {id}")).into()
+                        });
+                }
+                Err(e) => return Err(self.protocol(format!("response is not JSON: {e}")).into()),
+            };
             self.outcome(&id, reply)
                 .unwrap_or_else(|| Err(self.protocol(format!("the JSON response does not answer request {id}")).into()))
         } else if response.status() == StatusCode::ACCEPTED {
@@ -476,51 +489,90 @@ impl HttpChannel {
                         continue;
                     }
                 };
-                if let Some(id) = awaiting {
-                    if message.is_response() {
-                        match self.outcome(id, message) {
-                            Some(Ok(v)) => return Ok(Some(v)),
-                            Some(Err(e)) => return Err(e),
-                            None => {
-                                tracing::warn!(upstream = %self.name, "upstream sent a response for another request on this stream; dropped");
-                                continue;
-                            }
-                        }
-                    }
-                }
-                let message = message.into_message();
-                // Notifications on a request's own stream belong to it and reach its caller in
-                // order, before its response. Requests go to the session's owner to be relayed.
-                // A cancellation names one of the upstream's own requests: it goes the way requests
-                // go, so that it is mapped to the id the client knows.
-                // Requests on a request's stream go with its notifications, in order, so that
-                // they reach the client before the response does.
-                if self.is_modern() && matches!(message, Message::Request { .. }) {
-                    // streamable-http "Receiving Messages": a modern server MUST NOT send requests
-                    // on a response stream (MRTR replaces them); nobody could answer one.
-                    tracing::warn!(upstream = %self.name, method = ?message.method(), "a 2026-07-28 upstream sent a request on a response stream; dropped");
-                    continue;
-                }
-                let is_cancel = message.method() == Some(taskgate_protocol::mcp::methods::CANCELLED);
-                let is_ping = message.method() == Some(taskgate_protocol::mcp::methods::PING);
-                let delivered = match (&message, sink, awaiting) {
-                    (Message::Notification { .. }, Some(sink), _) if !is_cancel => {
-                        let _ = sink.send(message).await;
-                        true
-                    }
-                    (Message::Request { .. }, Some(sink), Some(_)) if !is_ping => {
-                        let _ = sink.send(message).await;
-                        true
-                    }
-                    (_, _, Some(related)) => {
-                        self.incoming.send(Box::new(Incoming { message, related: Some(related.clone()) })).await.is_ok()
-                    }
-                    (_, _, None) => self.routes.deliver(message, &self.incoming).await,
-                };
-                if !delivered {
-                    return Ok(None);
+                match self.on_stream(message, awaiting, sink).await {
+                    Streamed::Next => {}
+                    Streamed::Done(outcome) => return outcome,
                 }
             }
+        }
+    }
+
+    /// A JSON body of several messages, one a line (what some servers in transition write for
+    /// a call with notifications): each is taken as an SSE event's would be. `Err` when a line
+    /// is not a JSON-RPC message.
+    async fn read_lines(
+        &self,
+        body: Vec<u8>,
+        id: &RequestId,
+        pass: bool,
+        sink: Option<&crate::Sender<Message>>,
+    ) -> Result<Option<Payload>, ChannelError> {
+        let text = String::from_utf8(body).map_err(|_| self.protocol("the response is not UTF-8"))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let passing = pass.then(|| id.clone());
+            let message = crate::decode_text(line.to_owned(), move |got| passing.as_ref() == Some(got))
+                .await
+                .map_err(|e| self.protocol(e.to_string()))?
+                .map_err(|e| self.protocol(e.to_string()))?;
+            match self.on_stream(message, Some(id), sink).await {
+                Streamed::Next => {}
+                Streamed::Done(outcome) => return outcome,
+            }
+        }
+        Ok(None)
+    }
+
+    /// One message read from a response stream: the awaited response ends the reading; what
+    /// else the upstream sends goes on toward the client.
+    async fn on_stream(
+        &self,
+        message: Received,
+        awaiting: Option<&RequestId>,
+        sink: Option<&crate::Sender<Message>>,
+    ) -> Streamed {
+        if let Some(id) = awaiting {
+            if message.is_response() {
+                return match self.outcome(id, message) {
+                    Some(outcome) => Streamed::Done(outcome.map(Some)),
+                    None => {
+                        tracing::warn!(upstream = %self.name, "upstream sent a response for another request on this stream; dropped");
+                        Streamed::Next
+                    }
+                };
+            }
+        }
+        let message = message.into_message();
+        // Notifications on a request's own stream belong to it and reach its caller in
+        // order, before its response. Requests go to the session's owner to be relayed.
+        // A cancellation names one of the upstream's own requests: it goes the way requests
+        // go, so that it is mapped to the id the client knows.
+        // Requests on a request's stream go with its notifications, in order, so that
+        // they reach the client before the response does.
+        if self.is_modern() && matches!(message, Message::Request { .. }) {
+            // streamable-http "Receiving Messages": a modern server MUST NOT send requests on a
+            // response stream (MRTR replaces them). A server in transition still does: the
+            // request is relayed like a legacy server's, for a client that can answer it.
+            tracing::debug!(upstream = %self.name, method = ?message.method(), "a 2026-07-28 upstream sent a request on a response stream; relayed");
+        }
+        let is_cancel = message.method() == Some(taskgate_protocol::mcp::methods::CANCELLED);
+        let is_ping = message.method() == Some(taskgate_protocol::mcp::methods::PING);
+        let delivered = match (&message, sink, awaiting) {
+            (Message::Notification { .. }, Some(sink), _) if !is_cancel => {
+                let _ = sink.send(message).await;
+                true
+            }
+            (Message::Request { .. }, Some(sink), Some(_)) if !is_ping => {
+                let _ = sink.send(message).await;
+                true
+            }
+            (_, _, Some(related)) => {
+                self.incoming.send(Box::new(Incoming { message, related: Some(related.clone()) })).await.is_ok()
+            }
+            (_, _, None) => self.routes.deliver(message, &self.incoming).await,
+        };
+        match delivered {
+            true => Streamed::Next,
+            false => Streamed::Done(Ok(None)),
         }
     }
 
@@ -541,6 +593,14 @@ impl HttpChannel {
             Err(_) => tracing::debug!(upstream = %self.name, "DELETE of the upstream session timed out"),
         }
     }
+}
+
+/// What reading one message of a response stream leads to.
+enum Streamed {
+    /// Read on.
+    Next,
+    /// The reading ends: the awaited outcome, or `None` when it will not come here.
+    Done(Result<Option<Payload>, ChannelError>),
 }
 
 /// The JSON-RPC error a body carries, if it is one.
