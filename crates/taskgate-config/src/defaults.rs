@@ -60,8 +60,9 @@ pub const POLL_INTERVAL_MS: u64 = 1000;
 pub const TASKS_PAGE_SIZE: usize = 50;
 /// Most tasks held at once.
 pub const MAX_TASKS: usize = 100_000;
-/// Least time between progress notifications per token.
-pub const PROGRESS_MIN_INTERVAL_MS: u64 = 50;
+/// Least time between progress notifications per token: none, every value is relayed as the
+/// upstream sends it (an operator may ask for coalescing).
+pub const PROGRESS_MIN_INTERVAL_MS: u64 = 0;
 /// Expiry sweep period.
 pub const SWEEP_INTERVAL_MS: u64 = 1000;
 /// stdio processes per upstream.
