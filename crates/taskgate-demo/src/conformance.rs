@@ -65,16 +65,29 @@ pub(crate) fn tools() -> Vec<Value> {
         "inputSchema": {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "type": "object",
-            "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
-            "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+            "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+            "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"}, "email": {"type": "string"}},
+            // SEP-2106: composition, conditional and reference keywords survive listing.
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
             "additionalProperties": false
         }}),
     ]
 }
 
 pub(crate) fn is_tool(name: &str) -> bool {
-    tools().iter().any(|t| t["name"] == name)
+    UNLISTED.contains(&name) || tools().iter().any(|t| t["name"] == name)
 }
+
+/// The suite's diagnostic hooks, served but not listed (as its reference server does): each
+/// announces a change of a list (`notifications/tools/list_changed`,
+/// `notifications/prompts/list_changed`) on the open GET streams.
+pub(crate) const UNLISTED: [&str; 2] = ["test_trigger_tool_change", "test_trigger_prompt_change"];
 
 pub(crate) fn templates() -> Vec<Value> {
     vec![json!({"uriTemplate": "test://template/{id}/data", "name": "template-data",

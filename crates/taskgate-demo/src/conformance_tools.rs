@@ -104,6 +104,14 @@ impl DemoServer {
                 self.elicit(connection, message, schema, "Elicitation completed", related).await
             }
             "json_schema_2020_12_tool" => Ok(text(format!("Received: {args}"))),
+            "test_trigger_tool_change" => {
+                self.announce(Message::notification(methods::TOOLS_LIST_CHANGED, None));
+                Ok(text("tool list changed"))
+            }
+            "test_trigger_prompt_change" => {
+                self.announce(Message::notification(methods::PROMPTS_LIST_CHANGED, None));
+                Ok(text("prompt list changed"))
+            }
             other => Err(ErrorObject::invalid_params(format!("Unknown tool: {other}"))),
         }
     }
