@@ -347,3 +347,22 @@ async fn unwanted(listening: &mut crate::routes::Listening, idle: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Framing;
+
+    #[test]
+    fn a_listen_stream_of_one_message_a_line_is_split_at_each_newline_whatever_the_chunks() {
+        let mut framing = Framing::Lines(Vec::new());
+        let mut got = Vec::new();
+        for chunk in ["{\"a\":1}\n{\"b\"", ":2}\n", "{\"c\":3}"] {
+            got.extend(framing.feed(bytes::Bytes::from_static(chunk.as_bytes()), 64).unwrap());
+        }
+        assert_eq!(got, [b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()]);
+        // The third is whole once its newline comes.
+        assert_eq!(framing.feed(bytes::Bytes::from_static(b"\n"), 64).unwrap(), [b"{\"c\":3}".to_vec()]);
+        // A line over the bound ends the stream.
+        assert!(framing.feed(bytes::Bytes::from(vec![b'x'; 65]), 64).is_none());
+    }
+}

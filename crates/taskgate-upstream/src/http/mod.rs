@@ -151,6 +151,11 @@ impl HttpChannel {
         Some(crate::SessionResume { session_id, protocol_version })
     }
 
+    /// Whether the upstream gave this channel a session (`Mcp-Session-Id`).
+    pub(crate) fn has_session(&self) -> bool {
+        self.session_id.lock().is_some()
+    }
+
     /// The channel is no longer usable: the next request connects again.
     pub(crate) fn expire(&self) {
         self.expired.store(true, Ordering::Relaxed);
@@ -672,6 +677,84 @@ mod tests {
         // An id that is not a header value is left out, as before.
         channel.set_session_id("bad\nid");
         assert_eq!(shown(&channel.headers()), ["authorization: Bearer k", "x-team: a"]);
+    }
+
+    /// A one-shot HTTP server on 127.0.0.1:0 that answers its first request with `body`,
+    /// `Content-Type: application/json`; the channel is pointed at it.
+    async fn answering(body: &'static str) -> (HttpChannel, mpsc::Receiver<Box<Incoming>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Headers, then the Content-Length body (a small request).
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") || !request.ends_with(b"}") {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+            }
+            let head =
+                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
+            socket.write_all(head.as_bytes()).await.unwrap();
+            socket.write_all(body.as_bytes()).await.unwrap();
+        });
+        let config = UpstreamConfig::http("lines", url);
+        let client = HttpClient::new(config.url.as_deref(), 1, Duration::from_secs(1));
+        let (incoming_tx, incoming) = mpsc::channel(8);
+        let (_, closed) = watch::channel(false);
+        let connections = Connections::new("lines", 1, None);
+        (HttpChannel::new(&config, client, incoming_tx, Arc::default(), closed, connections, None), incoming)
+    }
+
+    fn call() -> Encoded {
+        Encoded::of(&Message::request(RequestId::Number(7), "tools/call", Some(serde_json::json!({"name": "t"}))))
+    }
+
+    #[tokio::test]
+    async fn a_json_body_of_one_message_a_line_is_read_as_a_streams_events() {
+        // What a server in transition writes: the call's progress, then its response.
+        let body = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1}}\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}";
+        let (channel, _incoming) = answering(body).await;
+        let (sink, mut notes) = crate::events::channel(8);
+        let outcome = channel.request(&call(), Some(&sink), &[]).await.map_err(|_| "failed").unwrap();
+        assert_eq!(outcome.into_value(), serde_json::json!({"content": []}));
+        let note = notes.try_recv().expect("the notification reached the call's sink");
+        assert_eq!(note.method(), Some("notifications/progress"));
+    }
+
+    #[tokio::test]
+    async fn a_2026_upstreams_request_on_a_calls_stream_is_relayed_like_a_2025_upstreams() {
+        // A server in transition asks its client on the call's stream, which a 2026-07-28
+        // server must not do: the request goes on toward the client all the same.
+        let body = "{\"jsonrpc\":\"2.0\",\"id\":\"e1\",\"method\":\"elicitation/create\",\"params\":{\"message\":\"?\"}}\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}";
+        let (channel, _incoming) = answering(body).await;
+        channel.set_modern();
+        let (sink, mut asked) = crate::events::channel(8);
+        let outcome = channel.request(&call(), Some(&sink), &[]).await.map_err(|_| "failed").unwrap();
+        assert_eq!(outcome.into_value(), serde_json::json!({"content": []}));
+        let request = asked.try_recv().expect("the request reached the call's sink");
+        assert_eq!(
+            (request.method(), request.id()),
+            (Some("elicitation/create"), Some(&RequestId::String("e1".into())))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_json_body_that_is_neither_one_message_nor_lines_of_them_is_refused() {
+        for body in [
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}} trailing",
+            "{not json\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}",
+        ] {
+            let (channel, _incoming) = answering(body).await;
+            match channel.request(&call(), None, &[]).await {
+                Err(ChannelError::Failed(UpstreamError::Protocol { reason, .. })) => {
+                    assert!(reason.contains("not JSON"), "{reason}")
+                }
+                Err(_) => panic!("{body}: another error"),
+                Ok(_) => panic!("{body}: taken"),
+            }
+        }
     }
 
     #[test]

@@ -262,6 +262,16 @@ impl UpstreamSession {
                 return Err(e);
             }
         };
+        if let (Some(discovered), Channel::Http(http)) = (&modern_side, &channel) {
+            if !http.has_session() {
+                // A stateless 2025-11-25 side (each request served by a fresh instance) cannot
+                // take an answer to what it asks its client: its 2026-07-28 side serves these
+                // clients better, translated (input requests ask within the request).
+                tracing::info!(upstream = %name, "upstream's 2025-11-25 side keeps no sessions; translating for 2025-11-25 clients");
+                endpoint.learn_legacy_side(false);
+                return Ok(self.modern_ready(channel, discovered, state));
+            }
+        }
         let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
         if !mcp::is_supported_version(&version) {
             channel.shutdown().await;
