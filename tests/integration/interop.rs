@@ -28,7 +28,7 @@ pub async fn start_node_server_with_output(
 }
 
 /// [`start_node_server_with_output`], with environment variables for the server.
-async fn start_node_server_with(
+pub async fn start_node_server_with(
     script: &str,
     envs: &[(&str, &str)],
 ) -> (tokio::process::Child, String, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
@@ -94,9 +94,18 @@ async fn typescript_client_through_the_gateway_to_typescript_servers_over_http_a
     assert_eq!(out["count"]["structuredContent"]["n"], 3);
     assert_eq!(out["progress"], serde_json::json!([1, 2, 3]));
     assert_eq!(out["boom"]["isError"], true);
-    // The SDK server's own error for an unknown tool reaches the client.
-    assert_eq!(out["unknown"]["code"], -32602, "{}", out["unknown"]);
-    assert!(out["unknown"]["message"].as_str().unwrap().contains("Unknown tool: ts__nope"), "{}", out["unknown"]);
+    // A tool the server does not list goes to it: the SDK server's own answer to an unknown
+    // tool (a tool error naming it) reaches the client, as directly.
+    assert_eq!(out["unknown"]["isError"], true, "{}", out["unknown"]);
+    assert!(out["unknown"]["content"][0]["text"].as_str().unwrap().contains("nope"), "{}", out["unknown"]);
+    // A name no upstream's prefix claims is unknown to the gateway (several unprefixed
+    // upstreams: none is its owner).
+    assert_eq!(out["unclaimed"]["code"], -32602, "{}", out["unclaimed"]);
+    assert!(
+        out["unclaimed"]["message"].as_str().unwrap().contains("Unknown tool: nobody__nope"),
+        "{}",
+        out["unclaimed"]
+    );
 }
 
 /// Starts `node task-server.mjs` (native tasks) on a free port and returns it with its URL.

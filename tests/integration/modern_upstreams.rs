@@ -570,3 +570,74 @@ async fn an_upstream_that_changes_its_revision_is_probed_again_and_keeps_serving
     last.initialize().await;
     assert_eq!(echo(&mut last, "legacy again").await.unwrap(), "legacy again");
 }
+
+/// The era a `tests/interop/dual-server.mjs` reported for its next tool call.
+async fn next_call_era(events: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>) -> Value {
+    let read = async {
+        while let Some(line) = events.next_line().await.unwrap() {
+            let event: Value = serde_json::from_str(&line).unwrap();
+            if event.get("call").is_some() {
+                return event;
+            }
+        }
+        panic!("the dual-era server exited");
+    };
+    within(read).await
+}
+
+/// A 2025-11-25 client asking the user through `ask`: the elicitation comes on the call's
+/// stream, is answered, and the call completes with the answer.
+async fn ask_as_a_2025_client(gw: &TestGateway) {
+    let mut c = McpClient::new(&gw.url);
+    c.initialize_with("2025-11-25", json!({"elicitation": {"form": {}}})).await;
+    let mut stream =
+        c.request_stream("tools/call", Some(json!({"name": "dual__ask", "arguments": {"question": "Name?"}}))).await;
+    let Some(Message::Request { id, method, params }) = stream.next().await else {
+        panic!("no request on the call's stream")
+    };
+    assert_eq!((method.as_str(), params.as_ref().unwrap()["message"].as_str()), ("elicitation/create", Some("Name?")));
+    let answer = Message::response(id, json!({"action": "accept", "content": {"answer": "Ada"}}));
+    assert!(c.post_message(&answer).await.status.is_success());
+    let done = loop {
+        match stream.next().await {
+            Some(Message::Response { result, .. }) => break result,
+            Some(Message::Notification { .. }) => continue,
+            other => panic!("the call ended with {other:?}"),
+        }
+    };
+    assert_eq!(text_of(&done), "answer: Ada", "{done}");
+}
+
+/// basic/versioning "Backward Compatibility" (a dual-era server selects its behaviour from how
+/// the client opens): in front of a server that serves 2025-11-25 sessions and 2026-07-28
+/// requests on one endpoint, each client is served in its own revision, so nothing it could do
+/// directly is lost in translation: a 2025-11-25 client's call runs in the upstream's own
+/// 2025-11-25 session (its elicitation a real request on the call's stream), a 2026-07-28
+/// client's in 2026-07-28 (`input_required`). A server whose 2025-11-25 side keeps no sessions
+/// (the v2 SDK's stateless serving) cannot take an answer to what it asks there: 2025-11-25
+/// clients are served through its 2026-07-28 side, translated, and are asked all the same.
+#[actix_rt::test]
+async fn a_dual_era_upstream_serves_each_client_in_its_own_revision() {
+    let (_server, url, mut events) = crate::interop::start_node_server_with("dual-server.mjs", &[]).await;
+    let gw = gateway(vec![UpstreamConfig::http("dual", url)]);
+    ask_as_a_2025_client(&gw).await;
+    assert_eq!(next_call_era(&mut events).await, json!({"era": "2025-11-25", "call": "ask"}));
+    let modern = ModernClient::new(&gw.url, json!({"elicitation": {"form": {}}}));
+    let first = modern.call("dual__ask", json!({"question": "Name?"})).await;
+    assert_eq!(next_call_era(&mut events).await, json!({"era": "2026-07-28", "call": "ask"}));
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    assert!(first["inputRequests"]["answer"].is_object(), "the upstream's own key: {first}");
+    // Known now: the next 2025-11-25 client goes straight to the 2025-11-25 side.
+    ask_as_a_2025_client(&gw).await;
+    assert_eq!(next_call_era(&mut events).await, json!({"era": "2025-11-25", "call": "ask"}));
+
+    let (_server, url, mut events) =
+        crate::interop::start_node_server_with("dual-server.mjs", &[("LEGACY_SIDE", "stateless")]).await;
+    let gw = gateway(vec![UpstreamConfig::http("dual", url)]);
+    for _ in 0..2 {
+        ask_as_a_2025_client(&gw).await;
+        // The answer goes in the retry of the 2026-07-28 call.
+        assert_eq!(next_call_era(&mut events).await, json!({"era": "2026-07-28", "call": "ask"}));
+        assert_eq!(next_call_era(&mut events).await, json!({"era": "2026-07-28", "call": "ask"}));
+    }
+}

@@ -251,7 +251,10 @@ async fn a_2026_upstreams_tool_list_change_refreshes_the_catalog_for_clients_of_
 async fn a_resource_subscription_at_a_2026_upstream_brings_its_updates_over_http_and_stdio() {
     let mut server = PythonServer::start().await;
     let (stdio, mut stdio_events) = stdio_upstream("stdiopy").await;
-    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone()), stdio]);
+    // Pinned to 2026-07-28: the Python server's 2025-11-25 side, which would serve these
+    // 2025-11-25 sessions otherwise, has no `resources/subscribe` (-32601, as directly).
+    let pin = |u: UpstreamConfig| UpstreamConfig { protocol: taskgate_config::UpstreamProtocol::Modern, ..u };
+    let gw = gateway(vec![pin(UpstreamConfig::http("py", server.url.clone())), pin(stdio)]);
     for (prefix, events) in [("py", &mut server.events), ("stdiopy", &mut stdio_events)] {
         let mut session = McpClient::new(&gw.url);
         session.initialize().await;
@@ -275,7 +278,13 @@ async fn a_resource_subscription_at_a_2026_upstream_brings_its_updates_over_http
 #[actix_rt::test]
 async fn the_log_level_of_either_revision_reaches_a_2026_upstream() {
     let server = PythonServer::start().await;
-    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone())]);
+    // Pinned to 2026-07-28, so that the 2025-11-25 session's level is translated (its own
+    // 2025-11-25 side, which it would get otherwise, sends every level until `setLevel`).
+    let upstream = UpstreamConfig {
+        protocol: taskgate_config::UpstreamProtocol::Modern,
+        ..UpstreamConfig::http("py", server.url.clone())
+    };
+    let gw = gateway(vec![upstream]);
     let levels = |messages: Vec<&Message>| -> Vec<String> {
         messages
             .iter()

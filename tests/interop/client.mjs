@@ -28,10 +28,18 @@ out.count = await client.callTool({ name: "ts__count", arguments: { n: 3 } }, un
 out.progress = progress;
 out.boom = await client.callTool({ name: "tsstdio__boom", arguments: {} });
 try {
-  await client.callTool({ name: "ts__nope", arguments: {} });
-  out.unknown = "no error";
+  // A tool the server does not list reaches it; the SDK server answers an unknown one with a
+  // tool error (isError), as it does directly.
+  out.unknown = await client.callTool({ name: "ts__nope", arguments: {} });
 } catch (e) {
   out.unknown = { code: e.code, message: e.message };
+}
+try {
+  // A name no upstream's prefix claims is the gateway's to refuse.
+  await client.callTool({ name: "nobody__nope", arguments: {} });
+  out.unclaimed = "no error";
+} catch (e) {
+  out.unclaimed = { code: e.code, message: e.message };
 }
 await transport.terminateSession();
 await client.close();
