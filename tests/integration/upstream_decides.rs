@@ -144,3 +144,40 @@ async fn a_call_the_upstream_answers_at_once_is_cancelled_like_any_call() {
     drop(stream);
     within(rt.observed.abandoned(1)).await;
 }
+
+/// ext-tasks "Task Cancellation" for a 2025-11-25 task whose call an extension upstream has not
+/// answered yet (it has not said whether it makes a task): `tasks/cancel` cancels the call at
+/// once (over HTTP its stream closes), not after a wait for the upstream's answer; a task the
+/// upstream made before it saw the cancellation would still be cancelled with `tasks/cancel`.
+#[actix_rt::test]
+async fn a_task_whose_call_is_still_out_is_cancelled_at_the_upstream_at_once() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let mut events = c.open_stream().await.expect("the GET stream opens");
+    let created = c
+        .request(
+            "tools/call",
+            Some(json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": "s2"}})),
+        )
+        .await
+        .outcome()
+        .unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    // The call is at the upstream (its progress came), its gate closed.
+    within(async {
+        loop {
+            match events.next().await.expect("the GET stream ended") {
+                Message::Notification { method, .. } if method == "notifications/progress" => return,
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    assert_eq!(support::method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
+    // Well inside the 10 s the gateway gives an upstream to answer a cancelled call: the call
+    // was cancelled, not waited for.
+    let abandoned = tokio::time::timeout(std::time::Duration::from_secs(5), rt.observed.abandoned(1)).await;
+    assert!(abandoned.is_ok(), "the upstream saw the call cancelled at once");
+}
