@@ -243,22 +243,17 @@ pub(crate) struct Input {
     pub(crate) session: Arc<InputHolder>,
 }
 
-/// How long a cancelled call the upstream decides about may take to answer its cancellation
-/// (with the task it made meanwhile, if it made one).
+/// How long a cancelled call the upstream decides about may take to say whether it made a task.
 const DECIDED_CANCEL_WAIT: Duration = Duration::from_secs(10);
 
-/// Cancels a call whose upstream decides whether it is a task. The request is cancelled at once
-/// (basic/utilities/cancellation: `notifications/cancelled` naming it on a 2025-11-25 session
-/// or stdio, its stream closed on a 2026-07-28 HTTP one), while its answer is still awaited (a
-/// bounded time): a task the upstream made before it saw the cancellation is cancelled with
-/// `tasks/cancel` (ext-tasks "Task Cancellation"); a call still running then is dropped.
+/// Cancels a call whose upstream decides whether it is a task: waits (a bounded time) for its
+/// answer; a task it made is cancelled with `tasks/cancel`; a call still running then is
+/// dropped (over HTTP its stream closes) and `notifications/cancelled` names it.
 pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSession, upstream_id: RequestId) {
     let abort = match &call {
         CallState::Sending(handle) => Some(handle.abort_handle()),
         CallState::Waiting(_) => None,
     };
-    let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
-    let _ = session.notify(methods::CANCELLED, Some(params)).await;
     let outcome = async move {
         match call {
             CallState::Sending(handle) => match handle.await {
@@ -283,6 +278,8 @@ pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSessio
             if let Some(abort) = abort {
                 abort.abort();
             }
+            let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
+            let _ = session.notify(methods::CANCELLED, Some(params)).await;
         }
     }
 }
