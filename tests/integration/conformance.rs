@@ -184,7 +184,7 @@ async fn the_gateway_passes_the_same_conformance_checks_as_the_demo_it_fronts_ov
 /// the 2025-11-25 demo they may fail; every other check passes.
 const NEEDS_A_2026_SERVER: &[(&str, &str)] = &[
     ("tasks-", "the tools of a tasks-extension server (greet, slow_compute, ...)"),
-    ("input-required-result-", "tools answering input_required under keys of their own (SEP-2322)"),
+    ("input-required-result-", "tools answering input_required under keys of their own"),
     ("http-custom-header-server-validation/", "tools with x-mcp-header parameters"),
     ("server-stateless/sep-2575-http-server-no-independent-requests-on-stream", "test_streaming_elicitation"),
     ("server-stateless/sep-2575-missing-capability-http-400", "test_missing_capability"),

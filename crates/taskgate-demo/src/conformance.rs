@@ -70,7 +70,7 @@ pub(crate) fn tools() -> Vec<Value> {
             "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"},
                 "contactMethod": {"type": "string", "enum": ["phone", "email"]},
                 "phone": {"type": "string"}, "email": {"type": "string"}},
-            // SEP-2106: composition, conditional and reference keywords survive listing.
+            // Composition, conditional and reference keywords, which a listing must keep.
             "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
             "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
             "then": {"required": ["phone"]},

@@ -44,7 +44,7 @@ pub mod meta {
     /// The gateway's own: the key a 2026-07-28 upstream gave an input request and how many it
     /// asked at once (`[key, count]`), carried on the request the gateway relays in its place,
     /// so that a 2026-07-28 client is asked for them together under the upstream's keys.
-    /// Never sent to a client or an upstream.
+    /// Taken out before the request reaches a client.
     pub const INPUT_KEY: &str = "dev.taskgate/inputKey";
 }
 

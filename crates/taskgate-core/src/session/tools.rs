@@ -145,7 +145,9 @@ impl SessionActor {
         // ext-tasks: "the server decides". For an upstream that speaks the extension, that is the
         // upstream: a client that can take a task sends it a call declaring the extension, and
         // gets the upstream's answer, a task or not.
-        let upstream_decides = self.speaks_tasks_extension(&entry.upstream);
+        // A tool its upstream does not list is called plainly: never a task, not even one the
+        // upstream would decide on.
+        let upstream_decides = entry.listed && self.speaks_tasks_extension(&entry.upstream);
         let decided = upstream_decides && mode == (TaskMode::GatewayDecides { accepts: true });
         let requested = match (mode, support) {
             (TaskMode::Requested, _) => requested,
@@ -485,14 +487,20 @@ pub(super) struct Unlisted {
 }
 
 impl Unlisted {
-    /// The upstream's refusal of the call as the client gets it: an upstream that does not
-    /// know the tool (-32602 naming it) is answered exactly as for a tool no upstream has, or
-    /// one the tenant's tool rules leave out (server/tools "Error Handling": unknown tool), so
-    /// the answer never tells one from the other.
+    /// The upstream's refusal of the call as the client gets it: an upstream's protocol error
+    /// saying it does not know the tool (server/tools "Error Handling": -32602 "Unknown tool")
+    /// is answered in the gateway's own words, as for a tool no upstream has or one the
+    /// tenant's tool rules leave out. (An upstream that answers an unknown tool with a tool
+    /// error, `isError`, is passed on as it came.)
     fn refusal(&self, error: taskgate_upstream::UpstreamError) -> GatewayError {
+        let unknown = |message: &str| {
+            let message = message.to_ascii_lowercase();
+            message.contains(&self.own.to_ascii_lowercase())
+                && (message.contains("unknown") || message.contains("not found"))
+        };
         match &error {
             taskgate_upstream::UpstreamError::Rpc { error: e, .. }
-                if e.code == taskgate_protocol::codes::INVALID_PARAMS && e.message.contains(&self.own) =>
+                if e.code == taskgate_protocol::codes::INVALID_PARAMS && unknown(&e.message) =>
             {
                 GatewayError::InvalidParams(format!("Unknown tool: {}", self.exposed))
             }

@@ -39,6 +39,10 @@ const KEEP_ALIVE: Duration = Duration::from_secs(1);
 /// after the first of them (they come through the session one by one).
 const GATHER_WAIT: Duration = Duration::from_secs(1);
 
+/// The most input requests gathered into one `input_required` (as many as the gateway takes
+/// from one upstream result).
+const MAX_GATHERED: usize = 64;
+
 /// A request in flight for a stateless client.
 #[derive(Clone)]
 pub(crate) struct Call {
@@ -240,7 +244,9 @@ async fn gather(
     messages: &mut OutboundReceiver,
     first: Input,
 ) -> (Vec<Input>, Option<(String, u16, bool)>) {
-    let expected = first.of;
+    // The count comes with the request (an upstream could claim any): bounded as an
+    // `input_required` result's requests are.
+    let expected = first.of.min(MAX_GATHERED);
     let mut inputs = vec![first];
     let deadline = tokio::time::Instant::now() + GATHER_WAIT;
     while inputs.len() < expected {
@@ -419,8 +425,12 @@ fn park(
     // one exchange asked under the same key) is shown under its id.
     let mut input_requests = Map::new();
     for input in &mut inputs {
-        if input_requests.contains_key(&input.shown) {
-            input.shown = input.id.clone();
+        // The id is unique among the session's relayed requests; suffixed until free, should
+        // an upstream's key have taken it.
+        let mut n = 0;
+        while input_requests.contains_key(&input.shown) {
+            n += 1;
+            input.shown = format!("{}~{n}", input.id);
         }
         input_requests.insert(input.shown.clone(), input.request.clone());
     }

@@ -202,10 +202,14 @@ impl HttpChannel {
                         if is_media(content_type(&r), "text/event-stream")
                             || r.status().is_success() && is_media(content_type(&r), "application/json") =>
                     {
-                        backoff = Duration::from_millis(250);
+                        // A JSON answer is a stream only once a notification comes on it: a
+                        // plain JSON reply (an error) is retried with the backoff growing.
+                        if is_media(content_type(&r), "text/event-stream") {
+                            backoff = Duration::from_millis(250);
+                        }
                         let _counted = Counted::new(&self);
                         tokio::select! {
-                            _ = self.read_listen(r) => {},
+                            received = self.read_listen(r) => if received { backoff = Duration::from_millis(250) },
                             changed = filter.changed() => {
                                 if changed.is_err() { return }
                                 continue; // reopened at once with the new filter
@@ -235,16 +239,18 @@ impl HttpChannel {
 
     /// Reads a listen stream until it ends: the acknowledgment is consumed, every notification
     /// goes on without the subscription id (it names our request, which nobody else knows).
-    async fn read_listen(&self, mut response: Reply) {
+    /// Reads a listen stream until it ends; whether a notification came on it.
+    async fn read_listen(&self, mut response: Reply) -> bool {
         let mut framing = match is_media(content_type(&response), "text/event-stream") {
             true => Framing::Sse(Decoder::new(self.max_message_bytes)),
             false => Framing::Lines(Vec::new()),
         };
+        let mut received = false;
         loop {
-            let Ok(Some(chunk)) = response.chunk().await else { return };
+            let Ok(Some(chunk)) = response.chunk().await else { return received };
             let Some(messages) = framing.feed(chunk, self.max_message_bytes) else {
                 tracing::warn!(upstream = %self.name, "a listen stream message exceeds max_message_bytes; reopening");
-                return;
+                return received;
             };
             for data in messages {
                 if data.iter().all(u8::is_ascii_whitespace) {
@@ -256,14 +262,15 @@ impl HttpChannel {
                 };
                 match message {
                     // Graceful closure: the server ended the subscription.
-                    Message::Response { .. } | Message::Error { .. } => return,
+                    Message::Response { .. } | Message::Error { .. } => return received,
                     Message::Request { .. } => {
                         tracing::warn!(upstream = %self.name, "upstream sent a request on its listen stream; dropped")
                     }
                     Message::Notification { .. } => {
+                        received = true;
                         let Some(message) = crate::modern::from_listen(message) else { continue };
                         if !self.routes.deliver(message, &self.incoming).await {
-                            return;
+                            return received;
                         }
                     }
                 }

@@ -170,6 +170,11 @@ impl ModernState {
         Message::request(id, wmethods::SUBSCRIPTIONS_LISTEN, Some(params))
     }
 
+    /// Whether `id` names an input request of this session's waiting for the client's answer.
+    pub(crate) fn is_asking(&self, id: &RequestId) -> bool {
+        self.pending.lock().contains_key(id)
+    }
+
     /// The client's answer to an input request this session sent toward it: `true` when it was
     /// one.
     pub(crate) fn answer(&self, response: Message) -> bool {

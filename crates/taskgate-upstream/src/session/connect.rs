@@ -230,6 +230,12 @@ impl UpstreamSession {
                 };
                 tracing::info!(upstream = %name, %why, "upstream speaks 2026-07-28 only; translating for 2025-11-25 clients");
                 endpoint.learn_legacy_side(false);
+                if matches!((&refused, &channel), (ChannelError::Expired, Channel::Stdio(_))) {
+                    // An `initialize` answered late would make this process a 2025-11-25 one
+                    // (basic/versioning: "scoped to the stdio process"): a new process serves.
+                    channel.shutdown().await;
+                    return Box::pin(self.initialize(state)).await;
+                }
                 let discovered = modern_side.unwrap_or_default();
                 return Ok(self.modern_ready(channel, &discovered, state));
             }
@@ -273,6 +279,14 @@ impl UpstreamSession {
             }
         }
         let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
+        if modern_side.is_some() && !mcp::is_supported_version(&version) {
+            // A 2025-11-25 side in a version the gateway does not speak: its session ends, and
+            // a new connection serves these clients translated.
+            tracing::info!(upstream = %name, %version, "upstream's 2025-11-25 side negotiates a version taskgate does not speak; translating");
+            endpoint.learn_legacy_side(false);
+            channel.shutdown().await;
+            return Box::pin(self.initialize(state)).await;
+        }
         if !mcp::is_supported_version(&version) {
             channel.shutdown().await;
             return Err(UpstreamError::Protocol {

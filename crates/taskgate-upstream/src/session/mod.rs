@@ -244,13 +244,17 @@ impl UpstreamSession {
         })?;
         if let Some(state) = &ready.modern {
             // The answer to an input request of a modern upstream's: it goes into the retry.
-            return match state.answer(response) {
-                true => Ok(()),
-                false => Err(UpstreamError::Unavailable {
-                    upstream: self.upstream().into(),
-                    reason: "the request it answers is no longer waiting".into(),
-                }),
-            };
+            if response.id().is_some_and(|id| state.is_asking(id)) {
+                return match state.answer(response) {
+                    true => Ok(()),
+                    false => Err(UpstreamError::Unavailable {
+                        upstream: self.upstream().into(),
+                        reason: "the request it answers is no longer waiting".into(),
+                    }),
+                };
+            }
+            // The answer to a request a server in transition sent on a call's stream (not an
+            // input request of the gateway's): posted to it, as to a 2025-11-25 server.
         }
         ready.channel.send(&response).await.map_err(|e| self.expired_twice(e))
     }
