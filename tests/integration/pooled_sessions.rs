@@ -168,3 +168,41 @@ async fn a_thousand_one_shot_clients_run_on_the_processes_their_calls_need() {
     let sessions = format!("taskgate_sessions_active{{tenant=\"anonymous\"}} {CLIENTS}");
     assert!(metrics.contains(&sessions), "the sessions stay, holding nothing: {metrics}");
 }
+
+/// Clients that can be asked things but never listen and never end their sessions (scripts, some
+/// agent frameworks): each lets its pooled upstream session go as soon as its call ends, so
+/// one-shot clients one after another, and a few at a time, run on the processes their calls
+/// need, not one per client session kept until `server.upstream_release_secs`.
+#[actix_rt::test]
+async fn one_shot_clients_that_never_listen_let_their_pooled_sessions_go_when_their_call_ends() {
+    const AT_ONCE: usize = 4;
+    let mut local = stdio_demo_upstream("local");
+    local.max_processes = 2 + AT_ONCE;
+    let gw = TestGateway::start(config_with(vec![local]));
+    let http = McpClient::new(&gw.url);
+    let mut most = 0;
+    for (batch, at_once) in (0..60).map(|b| (b, 1)).chain((60..75).map(|b| (b, AT_ONCE))) {
+        let clients = (0..at_once).map(|i| {
+            let mut c = McpClient::sharing_connections(&http);
+            actix_rt::spawn(within(async move {
+                c.initialize_with("2025-11-25", askable()).await;
+                let text = format!("client {batch}-{i}");
+                let echoed = c.call("local__echo", json!({"text": text})).await.expect("the call succeeds");
+                assert_eq!(echoed["content"][0]["text"], text);
+                // Gone: no GET stream was ever open, and no DELETE is sent.
+            }))
+        });
+        for client in clients.collect::<Vec<_>>() {
+            client.await.expect("a client ran to its end");
+        }
+        most = most.max(gw.gateway.upstream_processes("local").unwrap_or_default());
+        // Their sessions hold nothing once their calls have ended: nothing is held for them.
+        within(async {
+            while gw.gateway.pooled_upstream_sessions("local").is_some_and(|(held, _)| held > 0) {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+    assert!(most <= 2 + AT_ONCE, "{most} processes for {AT_ONCE} calls at once");
+}

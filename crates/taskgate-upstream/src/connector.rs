@@ -152,24 +152,32 @@ impl Connector {
         (all - idle, idle)
     }
 
-    /// A session of this upstream that only this client session holds until it lets it go, from
-    /// the pool of `key` (as for [`Connector::open_shared`], the key separates everything the
-    /// upstream must not mix): one no client session holds, else a new one. What the upstream
+    /// A session of this upstream that only the client session `holder` holds until it lets it
+    /// go, from the pool of `key` (as for [`Connector::open_shared`], the key separates
+    /// everything the upstream must not mix): the one `holder` held last if no client session
+    /// holds it, else another one no client session holds, else a new one. What the upstream
     /// sends on its own, its requests included, is this client session's. The flag says
-    /// whether the session served another client session before (the upstream may hold state
-    /// of that one's, such as its roots).
+    /// whether the session served another client session last (the upstream may hold state of
+    /// that one's, such as its roots).
     pub fn open_pooled(
         &self,
         key: &str,
+        holder: &str,
         identity: impl FnOnce() -> ClientIdentity,
         events: crate::EventSender,
     ) -> (UpstreamSession, bool) {
         let mut pool = self.inner.pooled.lock();
         let sessions = pool.entry(key.to_owned()).or_default();
         sessions.retain(|s| !*s.closed.borrow());
-        let idle = sessions.iter().find(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())).cloned();
+        let idle = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle());
+        let held_last = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.last_holder.lock().as_deref() == Some(holder));
+        let idle = sessions.iter().filter(idle).find(held_last).or_else(|| sessions.iter().find(idle)).cloned();
         let (inner, reused) = match idle {
-            Some(inner) => (inner, true),
+            Some(inner) => {
+                let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session has lanes") };
+                let another = lanes.last_holder.lock().as_deref() != Some(holder);
+                (inner, another)
+            }
             None => {
                 let lanes =
                     Arc::new_cyclic(|me: &std::sync::Weak<Lanes>| Lanes::exclusive(self.pooled_idle(key, me.clone())));
@@ -181,6 +189,7 @@ impl Connector {
         let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session has lanes") };
         // Joined under the pool's lock: no other client session takes it meanwhile.
         let lane = Arc::new(lanes.join(events));
+        *lanes.last_holder.lock() = Some(holder.to_owned());
         drop(pool);
         (UpstreamSession { inner, lane: Some(lane) }, reused)
     }

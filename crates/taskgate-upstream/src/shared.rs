@@ -65,6 +65,8 @@ pub(crate) struct Lanes {
     /// One lane at a time (a pooled session, [`crate::Connector::open_pooled`]): what the
     /// upstream sends on its own, its requests included, is that lane's.
     pub(crate) exclusive: bool,
+    /// The client session that held a pooled session last.
+    pub(crate) last_holder: parking_lot::Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -83,7 +85,7 @@ struct Table {
 
 impl Lanes {
     pub(crate) fn new(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Lanes {
-        Lanes { when_idle, table: parking_lot::Mutex::default(), exclusive: false }
+        Lanes { when_idle, table: parking_lot::Mutex::default(), exclusive: false, last_holder: Default::default() }
     }
 
     /// The lanes of a pooled session: one client session at a time.

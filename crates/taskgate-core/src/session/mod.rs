@@ -270,7 +270,7 @@ impl SessionActor {
             // A client that can be asked things takes a pooled session, its alone until it
             // holds nothing (`release_pooled`). One that can be asked nothing shares, or keeps
             // a session of its own, as `share_sessions` says.
-            let (session, reused) = connector.open_pooled(&self.share_key(), || self.client.clone(), tx);
+            let (session, reused) = connector.open_pooled(&self.share_key(), &self.id, || self.client.clone(), tx);
             if reused && self.client.capabilities.get("roots").is_some() {
                 // The upstream may hold the roots of the client session before: it asks again.
                 let notify = session.clone();
@@ -300,13 +300,13 @@ impl SessionActor {
         Some(session)
     }
 
-    /// Lets the pooled upstream sessions go when its client's last GET stream ends and the
-    /// session holds nothing (nothing in flight, no stream, nothing relayed, no subscription):
-    /// a client gone (a one-shot CLI) or no longer listening. The next client session of the
-    /// same identity takes them, and this one takes one again for its next request. (A client
-    /// that never listens keeps them between its calls, until it idles for
-    /// `server.upstream_release_secs`: taking one per call would cost every call.) Done after
-    /// the message being handled, when a call that just ended has let its handles go.
+    /// Lets the pooled upstream sessions go when the session holds nothing (nothing in flight,
+    /// no stream, nothing relayed, no subscription): its client's last GET stream ended, or its
+    /// last request did while it has none open (a one-shot script that never listens and never
+    /// ends its session). The next client session of the same identity takes them, and this
+    /// one takes one again for its next request (the one it held, if still free: a lookup in
+    /// the pool). Done after the message being handled, when a call that just ended has let
+    /// its handles go.
     pub(super) fn release_pooled(&mut self) {
         if !self.holds_nothing() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
             return;
@@ -383,6 +383,10 @@ impl SessionActor {
         self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(key) = &request.upstream {
             remove_freeing(&mut self.by_upstream, key);
+        }
+        if self.client_streams == 0 && self.requests.is_empty() {
+            // Nothing listens and nothing is in flight: pooled upstream sessions go back.
+            self.release_pooled();
         }
         // Requests of a task on another replica were relayed for this tasks/result only: once
         // no one here waits on the task, their answers have nowhere to go.
