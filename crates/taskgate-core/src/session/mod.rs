@@ -119,6 +119,9 @@ pub struct SessionActor {
     myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
     /// This actor, for what it tells itself after the message it handles (`ReleasePooled`).
     me: Option<actix::WeakAddr<SessionActor>>,
+    /// A release of its pooled upstream sessions after its last request is due
+    /// ([`SessionActor::linger_then_release`]).
+    lingering: bool,
     /// Where the task actors whose input requests this session relays send the client's answers
     /// and their end: made with the first such request, one for all of them.
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
@@ -189,6 +192,13 @@ enum Asker {
 /// ([`SessionActor::release_pooled`]; handled in `lifecycle.rs`).
 pub(crate) struct ReleasePooled;
 
+/// [`SessionActor::linger_then_release`]'s timer: see [`POOLED_LINGER`].
+pub(crate) struct ReleaseAfterCall;
+
+impl Message for ReleaseAfterCall {
+    type Result = ();
+}
+
 impl Message for ReleasePooled {
     type Result = ();
 }
@@ -196,6 +206,11 @@ impl Message for ReleasePooled {
 /// How long after its last call a session looks again at a pooled upstream session that call
 /// still held.
 const RELEASE_AGAIN: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a session whose client never listens keeps its pooled upstream sessions after its
+/// last request ended: a client calling again within it keeps them (no session given back and
+/// taken again per call); a one-shot script's go back to the pool soon after it is gone.
+pub(crate) const POOLED_LINGER: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl SessionActor {
     /// The span request `id`'s call to `upstream` runs in: a child of the client request's
@@ -248,6 +263,7 @@ impl SessionActor {
             next_stash: 1,
             myself: None,
             me: None,
+            lingering: false,
             input_holder: None,
             subscribed: false,
             copies: Default::default(),
@@ -313,6 +329,20 @@ impl SessionActor {
         }
         if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
             me.do_send(ReleasePooled);
+        }
+    }
+
+    /// Its last request ended while no GET stream is open here: unless another request comes
+    /// within [`POOLED_LINGER`], its pooled upstream sessions go back ([`ReleaseAfterCall`]).
+    /// Not for a session served by several replicas: its GET stream may be open at another,
+    /// which the upstream's messages outside any call reach through this copy's sessions.
+    fn linger_then_release(&mut self) {
+        if self.replicated() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
+            return;
+        }
+        if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
+            self.lingering = true;
+            me.do_send(ReleaseAfterCall);
         }
     }
 
@@ -384,9 +414,8 @@ impl SessionActor {
         if let Some(key) = &request.upstream {
             remove_freeing(&mut self.by_upstream, key);
         }
-        if self.client_streams == 0 && self.requests.is_empty() {
-            // Nothing listens and nothing is in flight: pooled upstream sessions go back.
-            self.release_pooled();
+        if self.client_streams == 0 && self.requests.is_empty() && !self.lingering {
+            self.linger_then_release();
         }
         // Requests of a task on another replica were relayed for this tasks/result only: once
         // no one here waits on the task, their answers have nowhere to go.
