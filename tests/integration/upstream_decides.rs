@@ -36,8 +36,26 @@ async fn a_2025_client_asking_for_a_task_has_it_at_once_whatever_the_upstream_de
 
     // `slow` answers only once its gate opens, and never as a task: the client's task is
     // there before (the gate is still closed when it is).
-    let (id, progress) = slow_task(&mut c, &mut events, "s1").await;
+    let created = c
+        .request(
+            "tools/call",
+            Some(json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": "s1"}})),
+        )
+        .await
+        .outcome()
+        .unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(created["task"]["status"], "working");
     // Its progress reaches the session that asked, naming the client's token and the task.
+    let progress = within(async {
+        loop {
+            match events.next().await.expect("the GET stream ended") {
+                Message::Notification { method, params: Some(p) } if method == "notifications/progress" => return p,
+                _ => continue,
+            }
+        }
+    })
+    .await;
     assert_eq!((&progress["progressToken"], progress["progress"].as_f64()), (&json!("s1"), Some(1.0)));
     assert_eq!(progress["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
     assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
@@ -125,42 +143,4 @@ async fn a_call_the_upstream_answers_at_once_is_cancelled_like_any_call() {
     assert!(matches!(&first, Message::Notification { method, .. } if method == "notifications/progress"), "{first:?}");
     drop(stream);
     within(rt.observed.abandoned(1)).await;
-}
-
-/// ext-tasks "Task Cancellation" for a 2025-11-25 task whose call an extension upstream has not
-/// answered yet (it has not said whether it makes a task): `tasks/cancel` cancels the call at
-/// once (over HTTP its stream closes), not after a wait for the upstream's answer.
-#[actix_rt::test]
-async fn a_task_whose_call_is_still_out_is_cancelled_at_the_upstream_at_once() {
-    let rt = RmcpTaskServer::start().await;
-    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
-    let mut c = McpClient::new(&gw.url);
-    c.initialize().await;
-    let mut events = c.open_stream().await.expect("the GET stream opens");
-    // The call is at the upstream (its progress came), its gate closed.
-    let (id, _) = slow_task(&mut c, &mut events, "s2").await;
-    assert_eq!(support::method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
-    // Well inside the 10 s the gateway gives a cancelled call to answer: the call was
-    // cancelled, not waited for.
-    let abandoned = tokio::time::timeout(std::time::Duration::from_secs(5), rt.observed.abandoned(1)).await;
-    assert!(abandoned.is_ok(), "the upstream saw the call cancelled at once");
-}
-
-/// A task of `rt__slow` (its progress under `token`), created while its gate is closed: its id
-/// and its first progress notification's params, once the call is at the upstream.
-async fn slow_task(c: &mut McpClient, events: &mut taskgate_testkit::SseReader, token: &str) -> (String, Value) {
-    let params = json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": token}});
-    let created = c.request("tools/call", Some(params)).await.outcome().unwrap();
-    assert_eq!(created["task"]["status"], "working");
-    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
-    let progress = within(async {
-        loop {
-            match events.next().await.expect("the GET stream ended") {
-                Message::Notification { method, params: Some(p) } if method == "notifications/progress" => return p,
-                _ => continue,
-            }
-        }
-    })
-    .await;
-    (id, progress)
 }

@@ -459,34 +459,6 @@ impl UpstreamSession {
         }
     }
 
-    /// Cancels request `id` at a modern upstream, reading on for its answer where the
-    /// transport allows (stdio: `notifications/cancelled` naming its current round, the answer
-    /// still awaited; a call waiting on a task the upstream made: `tasks/cancel`). Over HTTP,
-    /// closing the request's stream is the cancellation, and nothing more is read.
-    pub(crate) async fn modern_cancel_reading_on(
-        &self,
-        ready: &Ready,
-        state: &ModernState,
-        id: &RequestId,
-        reason: &str,
-    ) -> Result<(), UpstreamError> {
-        let cancel = json!({ "requestId": id.to_value(), "reason": reason });
-        let round = {
-            let in_flight = state.in_flight.lock();
-            let Some(call) = in_flight.get(id) else { return Ok(()) };
-            let following = call.following.lock().is_some();
-            (!state.http && !following).then(|| call.round.lock().clone())
-        };
-        let Some(round) = round else {
-            return self.modern_notify(ready, state, methods::CANCELLED, Some(cancel)).await;
-        };
-        let notice = json!({ "requestId": round.to_value(), "reason": reason });
-        ready.channel.send(&Message::notification(methods::CANCELLED, Some(notice))).await.map_err(|e| match e {
-            crate::wire::ChannelError::Failed(e) => e,
-            crate::wire::ChannelError::Expired => state.protocol("the session ended"),
-        })
-    }
-
     /// A notification the rest of the gateway sends, as the modern upstream takes it.
     pub(crate) async fn modern_notify(
         &self,

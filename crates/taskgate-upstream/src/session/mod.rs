@@ -190,23 +190,6 @@ impl UpstreamSession {
         Listening { always: self.inner.listen_always, holds: self.inner.holds.subscribe() }
     }
 
-    /// Cancels request `id` (basic/utilities/cancellation) while its answer is still read where
-    /// the transport allows: a 2025-11-25 session or a stdio process is sent
-    /// `notifications/cancelled` and the call goes on waiting for what the upstream answers (a
-    /// task it made just before, say); over 2026-07-28 HTTP the request's stream closes.
-    pub async fn cancel_reading_on(&self, id: &RequestId, reason: &str) -> Result<(), UpstreamError> {
-        let ready = self.ready().await?;
-        if let Some(state) = &ready.modern {
-            return self.modern_cancel_reading_on(&ready, state, id, reason).await;
-        }
-        let params = json!({ "requestId": id.to_value(), "reason": reason });
-        ready
-            .channel
-            .send(&Message::notification(methods::CANCELLED, Some(params)))
-            .await
-            .map_err(|e| self.expired_twice(e))
-    }
-
     /// Sends a notification (initializing first if needed).
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
         let ready = self.ready().await?;
