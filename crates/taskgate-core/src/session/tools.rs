@@ -149,21 +149,10 @@ impl SessionActor {
         // upstream would decide on.
         let upstream_decides = entry.listed && self.speaks_tasks_extension(&entry.upstream);
         let decided = upstream_decides && mode == (TaskMode::GatewayDecides { accepts: true });
-        let requested = match (mode, support) {
-            (TaskMode::Requested, _) => requested,
-            (TaskMode::GatewayDecides { accepts: true }, _) if decided => None,
-            (TaskMode::GatewayDecides { accepts: true }, TaskSupport::Forbidden) => None,
-            (TaskMode::GatewayDecides { accepts: true }, _) => Some(None),
-            // ext-tasks "Capability Negotiation": a request the server cannot serve without a
-            // task, from a client that did not declare the extension, MUST get -32021.
-            (TaskMode::GatewayDecides { accepts: false }, TaskSupport::Required) => {
-                let e = GatewayError::MissingClientCapability {
-                    message: format!("tool {name} runs only as a task; declare the tasks extension"),
-                    required: json!({ "extensions": { taskgate_protocol::modern::TASKS_EXTENSION: {} } }),
-                };
-                return self.finish(id, Err(e));
-            }
-            (TaskMode::GatewayDecides { accepts: false }, _) => None,
+        let path = call_path(mode, support, entry.listed, decided, requested);
+        let requested = match path {
+            CallPath::Task(ttl) => Some(ttl),
+            _ => None,
         };
         if let (TaskMode::GatewayDecides { .. }, Some(request)) = (mode, self.requests.get_mut(&id)) {
             request.task_augmented = requested.is_some();
@@ -195,28 +184,10 @@ impl SessionActor {
             (false, true) => TaskRun::Native,
             (false, false) => TaskRun::Wrapped,
         };
-        match (requested, support) {
-            // A tool its upstream does not list is called plainly only: as a task, it is
-            // unknown, exactly as a tool no upstream has.
-            (Some(_), _) if !entry.listed => {
-                self.finish(id, Err(GatewayError::InvalidParams(format!("Unknown tool: {name}"))))
-            }
-            // "forbidden" (or absent): the tool MUST NOT be invoked as a task; -32601.
-            (Some(_), TaskSupport::Forbidden) => {
-                let why = format!(
-                    "tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\")"
-                );
-                self.finish(id, Err(GatewayError::MethodNotFound(why)))
-            }
-            // ext-tasks "the server decides": the client sends no `task`, and the upstream
-            // makes one for a tool that requires it.
-            (None, _) if decided => self.forward_decided_call(id, upstream_params, entry, session, ctx),
-            // "required": servers MUST return -32601 when the client does not use a task.
-            (None, TaskSupport::Required) => {
-                let why = format!("tool {name} requires task-augmented execution: add \"task\": {{}} to the params");
-                self.finish(id, Err(GatewayError::MethodNotFound(why)))
-            }
-            (Some(ttl), _) => {
+        match path {
+            CallPath::Refused(refusal) => self.finish(id, Err(refusal.error(&name))),
+            CallPath::Decided => self.forward_decided_call(id, upstream_params, entry, session, ctx),
+            CallPath::Task(ttl) => {
                 let record = self.new_task(&entry, ttl);
                 // The tenant's share of the tasks held, before anything reaches the upstream.
                 let share = self.shared.tenancy.policy(&self.identity.tenant).shares.tasks;
@@ -250,7 +221,7 @@ impl SessionActor {
                     }
                 }));
             }
-            (None, _) => {
+            CallPath::Plain => {
                 let unlisted = (!entry.listed).then(|| Unlisted { own: entry.tool.name.clone(), exposed: name });
                 let target = Target { upstream: entry.upstream.clone(), unlisted };
                 self.forward_call(id, upstream_params, arguments, target, session, ctx)
@@ -506,5 +477,138 @@ impl Unlisted {
             }
             _ => GatewayError::from(error),
         }
+    }
+}
+
+/// What a `tools/call` becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallPath {
+    /// The gateway's task, with the ttl the client asked for (if it named one).
+    Task(Option<u64>),
+    /// Sent declaring the tasks extension to an upstream that decides whether it is a task.
+    Decided,
+    /// A plain call.
+    Plain,
+    /// Refused.
+    Refused(Refusal),
+}
+
+/// Why a `tools/call` is refused before it reaches an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The tool runs only as a task, and the client cannot take one.
+    NeedsTasksExtension,
+    /// A task asked of a tool that does not support one.
+    Forbidden,
+    /// A plain call of a tool that runs only as a task.
+    Required,
+    /// A task asked of a tool its upstream does not list.
+    Unknown,
+}
+
+impl Refusal {
+    fn error(self, name: &str) -> GatewayError {
+        match self {
+            // ext-tasks "Capability Negotiation": a request the server cannot serve without a
+            // task, from a client that did not declare the extension, MUST get -32021.
+            Refusal::NeedsTasksExtension => GatewayError::MissingClientCapability {
+                message: format!("tool {name} runs only as a task; declare the tasks extension"),
+                required: json!({ "extensions": { taskgate_protocol::modern::TASKS_EXTENSION: {} } }),
+            },
+            // basic/utilities/tasks "Tool-Level Negotiation": "forbidden" (or absent): the tool
+            // MUST NOT be invoked as a task; -32601.
+            Refusal::Forbidden => GatewayError::MethodNotFound(format!(
+                "tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\")"
+            )),
+            // "required": servers MUST return -32601 when the client does not use a task.
+            Refusal::Required => GatewayError::MethodNotFound(format!(
+                "tool {name} requires task-augmented execution: add \"task\": {{}} to the params"
+            )),
+            // Exactly as a tool no upstream has.
+            Refusal::Unknown => GatewayError::InvalidParams(format!("Unknown tool: {name}")),
+        }
+    }
+}
+
+/// Tool-level task negotiation (basic/utilities/tasks "Tool-Level Negotiation"; ext-tasks
+/// "the server decides"): what a call of a tool with `support` becomes, given who decides
+/// (`mode`), whether its upstream lists it, whether an upstream that speaks the extension
+/// decides for a client that can take a task (`decided`), and the client's `task` param.
+fn call_path(
+    mode: TaskMode,
+    support: TaskSupport,
+    listed: bool,
+    decided: bool,
+    requested: Option<Option<u64>>,
+) -> CallPath {
+    let requested = match (mode, support) {
+        (TaskMode::Requested, _) => requested,
+        // Under the extension the client sends no `task`: the upstream decides, whatever the
+        // tool's support says.
+        (TaskMode::GatewayDecides { accepts: true }, _) if decided => return CallPath::Decided,
+        (TaskMode::GatewayDecides { accepts: true }, TaskSupport::Forbidden) => None,
+        (TaskMode::GatewayDecides { accepts: true }, _) => Some(None),
+        (TaskMode::GatewayDecides { accepts: false }, TaskSupport::Required) => {
+            return CallPath::Refused(Refusal::NeedsTasksExtension)
+        }
+        (TaskMode::GatewayDecides { accepts: false }, _) => None,
+    };
+    match (requested, support) {
+        (Some(_), _) if !listed => CallPath::Refused(Refusal::Unknown),
+        (Some(_), TaskSupport::Forbidden) => CallPath::Refused(Refusal::Forbidden),
+        (None, TaskSupport::Required) => CallPath::Refused(Refusal::Required),
+        (Some(ttl), _) => CallPath::Task(ttl),
+        (None, _) => CallPath::Plain,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUPPORTS: [TaskSupport; 3] = [TaskSupport::Forbidden, TaskSupport::Optional, TaskSupport::Required];
+
+    #[test]
+    fn under_the_extension_the_upstream_decides_whatever_the_tools_support() {
+        let accepts = TaskMode::GatewayDecides { accepts: true };
+        for support in SUPPORTS {
+            // A client of the extension never sends `task`; one it sent all the same is ignored.
+            for requested in [None, Some(None), Some(Some(5))] {
+                assert_eq!(call_path(accepts, support, true, true, requested), CallPath::Decided, "{support:?}");
+            }
+        }
+        // Where the gateway decides, it makes a task of every tool that may be one.
+        assert_eq!(call_path(accepts, TaskSupport::Required, true, false, None), CallPath::Task(None));
+        assert_eq!(call_path(accepts, TaskSupport::Optional, true, false, None), CallPath::Task(None));
+        assert_eq!(call_path(accepts, TaskSupport::Forbidden, true, false, None), CallPath::Plain);
+    }
+
+    #[test]
+    fn a_client_that_cannot_take_a_task_is_refused_only_a_tool_that_must_be_one() {
+        let cannot = TaskMode::GatewayDecides { accepts: false };
+        let refused = CallPath::Refused(Refusal::NeedsTasksExtension);
+        assert_eq!(call_path(cannot, TaskSupport::Required, true, false, None), refused);
+        for support in [TaskSupport::Forbidden, TaskSupport::Optional] {
+            assert_eq!(call_path(cannot, support, true, false, Some(None)), CallPath::Plain, "{support:?}");
+        }
+    }
+
+    #[test]
+    fn a_2025_client_asks_for_a_task_and_the_tools_support_holds_it_to_its_answer() {
+        let asks = TaskMode::Requested;
+        for (support, plain, task) in [
+            (TaskSupport::Forbidden, CallPath::Plain, CallPath::Refused(Refusal::Forbidden)),
+            (TaskSupport::Optional, CallPath::Plain, CallPath::Task(Some(5))),
+            (TaskSupport::Required, CallPath::Refused(Refusal::Required), CallPath::Task(Some(5))),
+        ] {
+            assert_eq!(call_path(asks, support, true, false, None), plain, "{support:?}");
+            assert_eq!(call_path(asks, support, true, false, Some(Some(5))), task, "{support:?}");
+        }
+        // A tool its upstream does not list is never a task.
+        assert_eq!(
+            call_path(asks, TaskSupport::Forbidden, false, false, Some(None)),
+            CallPath::Refused(Refusal::Unknown)
+        );
+        assert_eq!(call_path(asks, TaskSupport::Forbidden, false, false, None), CallPath::Plain);
     }
 }
