@@ -2,7 +2,6 @@
 //! the session closed (idle, ended by the client, at shutdown), and the tools of its catalog
 //! changed.
 
-use super::{ReleaseAfterCall, ReleasePooled};
 use crate::outbound::Outbound;
 use crate::GatewayError;
 use actix::prelude::*;
@@ -178,29 +177,6 @@ impl Handler<ReleaseUpstreams> for SessionActor {
             .inc_by(self.upstreams.len() as u64);
         self.upstream_streams.clear();
         self.upstreams = Default::default();
-    }
-}
-
-impl Handler<ReleasePooled> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, _: ReleasePooled, ctx: &mut Context<Self>) {
-        self.let_pooled_go(true, ctx);
-    }
-}
-
-impl Handler<ReleaseAfterCall> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, _: ReleaseAfterCall, ctx: &mut Context<Self>) {
-        ctx.run_later(super::POOLED_LINGER, |act, ctx| {
-            act.lingering = false;
-            // A request meanwhile, or a GET stream: it holds them still (released when that
-            // ends).
-            if act.client_streams == 0 {
-                act.let_pooled_go(true, ctx);
-            }
-        });
     }
 }
 
