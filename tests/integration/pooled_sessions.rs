@@ -138,7 +138,7 @@ async fn a_thousand_one_shot_clients_run_on_the_processes_their_calls_need() {
     let started = Instant::now();
     let mut most = 0;
     for batch in 0..CLIENTS / AT_ONCE {
-        most = most.max(one_shot_clients(&gw, &http, batch, AT_ONCE, true).await);
+        most = most.max(one_shot_clients(&gw, &http, batch, AT_ONCE).await);
     }
     assert!(most <= 2 + AT_ONCE, "{most} processes for {AT_ONCE} calls at once");
     let metrics = gw.gateway.render_metrics().await;
@@ -147,42 +147,20 @@ async fn a_thousand_one_shot_clients_run_on_the_processes_their_calls_need() {
     assert!(metrics.contains(&sessions), "the sessions stay, holding nothing: {metrics}");
 }
 
-/// Clients that can be asked things but never listen and never end their sessions (scripts, some
-/// agent frameworks): each lets its pooled upstream session go soon after its call ends, so
-/// one-shot clients one after another, and a few at a time, run on the processes their calls
-/// need, not one per client session kept until `server.upstream_release_secs`.
-#[actix_rt::test]
-async fn one_shot_clients_that_never_listen_let_their_pooled_sessions_go_when_their_call_ends() {
-    const AT_ONCE: usize = 4;
-    let mut local = stdio_demo_upstream("local");
-    // Room for more than the calls need: what the clients hold is what is measured.
-    local.max_processes = 2 * (2 + AT_ONCE);
-    let gw = TestGateway::start(config_with(vec![local]));
-    let http = McpClient::new(&gw.url);
-    let mut most = 0;
-    for (batch, at_once) in (0..20).map(|b| (b, 1)).chain((20..25).map(|b| (b, AT_ONCE))) {
-        most = most.max(one_shot_clients(&gw, &http, batch, at_once, false).await);
-    }
-    assert!(most <= 2 + AT_ONCE, "{most} processes for {AT_ONCE} calls at once");
-}
-
-/// `at_once` clients that can be asked things, at once, each making one call to the stdio
-/// upstream `local` (listening first when `listen`) and going away without DELETE; then waits
-/// until their sessions hold nothing at the upstream (the gateway noticed their GET streams
-/// closed, or their calls ended). Returns the processes running after their calls.
-async fn one_shot_clients(gw: &TestGateway, http: &McpClient, batch: usize, at_once: usize, listen: bool) -> usize {
+/// `at_once` clients that can be asked things, at once, each listening and making one call to
+/// the stdio upstream `local`, then going away without DELETE; then waits until their sessions
+/// hold nothing at the upstream (the gateway noticed their GET streams closed). Returns the
+/// processes running after their calls.
+async fn one_shot_clients(gw: &TestGateway, http: &McpClient, batch: usize, at_once: usize) -> usize {
     let clients = (0..at_once).map(|i| {
         let mut c = McpClient::sharing_connections(http);
         actix_rt::spawn(within(async move {
             c.initialize_with("2025-11-25", askable()).await;
-            let _listening = match listen {
-                true => Some(c.open_stream().await.expect("the GET stream opens")),
-                false => None,
-            };
+            let _listening = c.open_stream().await.expect("the GET stream opens");
             let text = format!("client {batch}-{i}");
             let echoed = c.call("local__echo", json!({"text": text})).await.expect("the call succeeds");
             assert_eq!(echoed["content"][0]["text"], text);
-            // Gone: its GET stream (if any) closes with it, and no DELETE is sent.
+            // Gone: its GET stream closes with it, and no DELETE is sent.
         }))
     });
     for client in clients.collect::<Vec<_>>() {

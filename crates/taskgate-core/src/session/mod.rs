@@ -120,9 +120,6 @@ pub struct SessionActor {
     myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
     /// This actor, for what it tells itself after the message it handles (`ReleasePooled`).
     me: Option<actix::WeakAddr<SessionActor>>,
-    /// A release of its pooled upstream sessions after its last request is due
-    /// ([`SessionActor::linger_then_release`]).
-    lingering: bool,
     /// Where the task actors whose input requests this session relays send the client's answers
     /// and their end: made with the first such request, one for all of them.
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
@@ -240,7 +237,6 @@ impl SessionActor {
             next_stash: 1,
             myself: None,
             me: None,
-            lingering: false,
             input_holder: None,
             subscribed: false,
             copies: Default::default(),
@@ -331,9 +327,6 @@ impl SessionActor {
         self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(key) = &request.upstream {
             remove_freeing(&mut self.by_upstream, key);
-        }
-        if self.client_streams == 0 && self.requests.is_empty() && !self.lingering {
-            self.linger_then_release();
         }
         // Requests of a task on another replica were relayed for this tasks/result only: once
         // no one here waits on the task, their answers have nowhere to go.

@@ -1,20 +1,12 @@
 //! Pooled upstream sessions given back: a client session that can be asked things takes its
 //! upstream sessions from a pool (`SessionActor::upstream_session`) and lets them go when it
-//! holds nothing: when its client's last GET stream ends, a moment after its last request when
-//! its client never listens, or when it idles.
+//! holds nothing: when its client's last GET stream ends, or when it idles.
 
 use super::*;
 
 /// The session lets its pooled upstream sessions go if it still holds nothing
 /// ([`SessionActor::release_pooled`]).
 struct ReleasePooled;
-
-/// [`SessionActor::linger_then_release`]'s timer: see [`POOLED_LINGER`].
-struct ReleaseAfterCall;
-
-impl Message for ReleaseAfterCall {
-    type Result = ();
-}
 
 impl Message for ReleasePooled {
     type Result = ();
@@ -24,39 +16,20 @@ impl Message for ReleasePooled {
 /// still held.
 const RELEASE_AGAIN: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// How long a session whose client never listens keeps its pooled upstream sessions after its
-/// last request ended: a client calling again within it keeps them (no session given back and
-/// taken again per call); a one-shot script's go back to the pool soon after it is gone.
-const POOLED_LINGER: std::time::Duration = std::time::Duration::from_millis(200);
-
 impl SessionActor {
-    /// Lets the pooled upstream sessions go when the session holds nothing (nothing in flight,
-    /// no stream, nothing relayed, no subscription): its client's last GET stream ended, or its
-    /// last request did while it has none open (a one-shot script that never listens and never
-    /// ends its session). The next client session of the same identity takes them, and this
-    /// one takes one again for its next request (the one it held, if still free: a lookup in
-    /// the pool). Done after the message being handled, when a call that just ended has let
-    /// its handles go.
+    /// Lets the pooled upstream sessions go when its client's last GET stream ends and the
+    /// session holds nothing (nothing in flight, no stream, nothing relayed, no subscription):
+    /// a client gone (a one-shot CLI) or no longer listening. The next client session of the
+    /// same identity takes them, and this one takes one again for its next request (the one it
+    /// held, if still free). (A client that never listens keeps them between its calls, until
+    /// it idles for `server.upstream_release_secs`.) Done after the message being handled, when
+    /// a call that just ended has let its handles go.
     pub(super) fn release_pooled(&mut self) {
         if !self.holds_nothing() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
             return;
         }
         if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
             me.do_send(ReleasePooled);
-        }
-    }
-
-    /// Its last request ended while no GET stream is open here: unless another request comes
-    /// within [`POOLED_LINGER`], its pooled upstream sessions go back ([`ReleaseAfterCall`]).
-    /// Not for a session served by several replicas: its GET stream may be open at another,
-    /// which the upstream's messages outside any call reach through this copy's sessions.
-    pub(super) fn linger_then_release(&mut self) {
-        if self.replicated() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
-            return;
-        }
-        if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
-            self.lingering = true;
-            me.do_send(ReleaseAfterCall);
         }
     }
 
@@ -95,20 +68,5 @@ impl Handler<ReleasePooled> for SessionActor {
 
     fn handle(&mut self, _: ReleasePooled, ctx: &mut Context<Self>) {
         self.let_pooled_go(true, ctx);
-    }
-}
-
-impl Handler<ReleaseAfterCall> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, _: ReleaseAfterCall, ctx: &mut Context<Self>) {
-        ctx.run_later(POOLED_LINGER, |act, ctx| {
-            act.lingering = false;
-            // A request meanwhile, or a GET stream: it holds them still (released when that
-            // ends).
-            if act.client_streams == 0 {
-                act.let_pooled_go(true, ctx);
-            }
-        });
     }
 }
