@@ -132,7 +132,14 @@ fn assert_namespaced(direct: &Value, through: &Value, prefix: &str) {
 #[actix_rt::test]
 async fn a_python_2026_server_serves_clients_through_the_gateway_as_it_serves_them_directly() {
     let mut server = PythonServer::start().await;
-    let gw = gateway(vec![UpstreamConfig::http("py", server.url.clone())]);
+    // Pinned to 2026-07-28: every client through the gateway is served by the server's
+    // 2026-07-28 side (a 2025-11-25 client translated), which this test compares with the
+    // server served directly.
+    let pinned = UpstreamConfig {
+        protocol: taskgate_config::UpstreamProtocol::Modern,
+        ..UpstreamConfig::http("py", server.url.clone())
+    };
+    let gw = gateway(vec![pinned]);
     let mut cancelled = 0;
     for mode in ["pin", "auto"] {
         let direct = run_python_client(&server.url, mode).await;
