@@ -142,3 +142,61 @@ pub fn record(id: &str, owner: Owner, created: u64, ttl: Option<u64>) -> TaskRec
         outcome: None,
     }
 }
+
+/// A small filesystem of its own (a tmpfs of a few MiB mounted on a temporary directory), for
+/// a disk that fills: [`SmallDisk::fill`] takes every free byte, [`SmallDisk::free`] gives
+/// them back. Unmounted and removed when dropped. Mounting needs root (as CI runs).
+pub struct SmallDisk {
+    /// Where it is mounted.
+    pub path: PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts one of `mib` MiB.
+    pub fn mount(mib: u32) -> SmallDisk {
+        let path = std::env::temp_dir().join(format!("taskgate-disk-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&path).expect("a temporary directory");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0700"), "tmpfs"])
+            .arg(&path)
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "mounting a {mib} MiB tmpfs on {} failed: this test fills a small disk of its own and needs root (CI runs as root)",
+            path.display()
+        );
+        SmallDisk { path }
+    }
+
+    fn filler(&self) -> PathBuf {
+        self.path.join("filler")
+    }
+
+    /// Takes every free byte (writes until the disk refuses).
+    pub fn fill(&self) {
+        let mut file = std::fs::File::create(self.filler()).expect("the filler file");
+        let chunk = vec![0x5au8; 64 << 10];
+        // Down to the last page: a change of any size then finds no room.
+        for size in [chunk.len(), 4096, 1] {
+            while file.write_all(&chunk[..size]).is_ok() {}
+        }
+        let _ = file.sync_all();
+    }
+
+    /// Gives back what [`SmallDisk::fill`] took.
+    pub fn free(&self) {
+        std::fs::remove_file(self.filler()).expect("the filler file is removed");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}

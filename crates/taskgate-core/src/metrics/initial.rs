@@ -11,7 +11,7 @@ impl Metrics {
         self.ready.set(1);
         self.tool_catalog_fallbacks.with_label_values::<&str>(&[]);
         const TASK_ENDS: [&str; 3] = ["completed", "failed", "cancelled"];
-        const ADMISSION: [&str; 9] = [
+        const ADMISSION: [&str; 10] = [
             "max_sessions",
             "tenant_max_sessions",
             "session_requests",
@@ -21,6 +21,7 @@ impl Metrics {
             "tenant_max_streams",
             "max_concurrent_tasks",
             "max_concurrent_tasks_per_principal",
+            "store_unwritten",
         ];
         const BUCKETS: [&str; 4] = ["tenant_rate", "principal_rate", "tenant_poll_rate", "principal_poll_rate"];
         const UPSTREAM_ERRORS: [&str; 5] = ["rpc_error", "unavailable", "protocol", "timeout", "overloaded"];
@@ -93,6 +94,9 @@ impl Metrics {
         }
         for operation in STORE_OPERATIONS {
             self.store_errors.with_label_values(&[operation]);
+        }
+        for what in ["changes", "bytes"] {
+            self.store_unwritten.with_label_values(&[what]);
         }
         for direction in ["published", "lost", "received"] {
             for kind in EVENT_KINDS {

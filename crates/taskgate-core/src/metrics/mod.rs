@@ -152,6 +152,8 @@ pub struct Metrics {
     pub store_events: IntCounterVec,
     /// 1 while the task store answers, 0 while it does not.
     pub store_up: IntGauge,
+    /// Task status changes waiting for a failing store (`changes`), and their results' bytes.
+    pub store_unwritten: IntGaugeVec,
     /// Client streams ended because their client stopped reading and their byte or message
     /// budget ran out, by tenant and stream (`request` or `get`).
     pub streams_dropped: IntCounterVec,
@@ -404,6 +406,11 @@ impl Metrics {
                 &["direction", "kind"],
             ),
             store_up: single("taskgate_store_up", "1 while the task store answers, 0 while it does not"),
+            store_unwritten: gauge(
+                "taskgate_store_unwritten",
+                "Task status changes waiting for a failing store to take them (changes), and their results' bytes",
+                &["what"],
+            ),
             streams_dropped: counter(
                 "taskgate_client_streams_dropped_total",
                 "Client streams ended because the client read nothing for server.stream_stall_secs while messages for it were dropped",

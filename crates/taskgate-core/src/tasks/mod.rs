@@ -16,6 +16,7 @@ mod service;
 mod sessions;
 mod state;
 mod supervisor;
+mod unwritten;
 mod work;
 
 use serde_json::Value;
@@ -40,6 +41,7 @@ pub(crate) use replicas::{keep_leases, listen, publish_loop};
 pub use service::TaskService;
 pub(crate) use sessions::{InputHolder, RequestorSessions, TaskEnded};
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
+pub use unwritten::Unwritten;
 pub(crate) use work::{Native, TaskStart, Unsent, Work};
 
 use crate::catalog::ToolEntry;

@@ -32,6 +32,11 @@ impl TaskState<Addr<TaskActor>> {
     pub(crate) async fn create(shared: Arc<TaskShared>, start: TaskStart) -> Result<TaskRecord, GatewayError> {
         let record = start.record.clone();
         let service = &shared.tasks;
+        if let Some(why) = service.unwritten.over_bound() {
+            service.release(&record);
+            service.metrics.admission_rejected.with_label_values(&[&record.owner.tenant, "store_unwritten"]).inc();
+            return Err(GatewayError::StoreUnavailable(why));
+        }
         if let Err(e) = service.store.create(record.clone()).await {
             service.release(&record);
             return Err(match e {

@@ -64,6 +64,8 @@ pub struct TaskState<A> {
     pub(crate) expiries: Arc<super::expiries::Expiries>,
     /// The last progress of live tasks, here and at other replicas (the operator's view).
     pub(crate) board: super::ProgressBoard,
+    /// Status changes waiting for a failing store.
+    pub(crate) unwritten: Arc<super::Unwritten>,
 }
 
 impl<A: Clone> TaskState<A> {
@@ -90,6 +92,7 @@ impl<A: Clone> TaskState<A> {
             holdings: super::Holdings::default(),
             expiries: Arc::default(),
             board: Default::default(),
+            unwritten: Arc::default(),
         }
     }
 

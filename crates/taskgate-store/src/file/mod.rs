@@ -20,12 +20,9 @@
 //! `by_expiry` (expiry ‖ id, for the sweep) and `live` (ids of tasks not yet terminal, for the
 //! restart).
 
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 use taskgate_protocol::tasks::TaskStatus;
@@ -33,10 +30,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{ListPage, Owner, StoreError, StoreFuture, TaskRecord, TaskStore, Update};
 
+mod handle;
 mod open;
 mod repair;
 
-use open::{check_a_copy, open_database, panic_text, refuse_an_empty_file};
+use handle::{Damage, Handle, DAMAGED, DISK_FAILED};
+use open::{check_a_copy, open_database, refuse_an_empty_file};
 pub use open::{DEFAULT_CACHE_BYTES, FILE_NAME};
 
 pub use repair::{check_file, repair_file, Inspection};
@@ -51,47 +50,9 @@ const MAX_BATCH: usize = 512;
 /// Changes waiting for the writer at most; a full queue makes callers wait (backpressure).
 const QUEUE: usize = 4096;
 
-/// What the store saw of damage to its file while running: the first sign, kept until the
-/// process ends (only an offline repair mends a damaged file).
-#[derive(Clone, Default)]
-struct Damage(Arc<Mutex<Option<String>>>);
-
-impl Damage {
-    fn note(&self, what: &str) {
-        let mut seen = self.0.lock();
-        if seen.is_none() {
-            tracing::error!(damage = %what, "the task database is damaged: stop taskgate and run `taskgate store repair`");
-            *seen = Some(what.to_owned());
-        }
-    }
-
-    fn seen(&self) -> Option<String> {
-        self.0.lock().clone()
-    }
-
-    /// Runs one redb operation: a panic inside redb, or an error saying the file is damaged,
-    /// is noted and becomes this operation's error.
-    fn guard<T>(&self, path: &Path, work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-            let why = panic_text(&*panic);
-            Err(StoreError::Backend(format!("{DAMAGED}: redb failed inside ({why})")))
-        });
-        if let Err(StoreError::Backend(why)) = &outcome {
-            if why.starts_with(DAMAGED) {
-                self.note(why);
-                return Err(StoreError::Failed(format!("the task database {}: {why}", path.display())));
-            }
-        }
-        outcome
-    }
-}
-
-/// How a failure that says the file is damaged begins.
-const DAMAGED: &str = "the database file is damaged";
-
 /// The file-backed store.
 pub struct FileTaskStore {
-    db: Arc<Database>,
+    db: Handle,
     /// `None` only while dropping.
     writer: Option<mpsc::Sender<Op>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -152,11 +113,13 @@ impl Done {
 }
 
 /// A redb failure: one that says the file is damaged (a checksum or structure that does not
-/// hold, or an earlier I/O failure that left the database unusable) is marked as such.
+/// hold) is marked as such, and so is a failure of the disk (an I/O error, or an earlier one
+/// that left the database unusable until it is opened again).
 pub(crate) fn backend(e: impl Into<redb::Error>) -> StoreError {
     let e: redb::Error = e.into();
     match e {
-        redb::Error::Corrupted(_) | redb::Error::PreviousIo => StoreError::Backend(format!("{DAMAGED}: {e}")),
+        redb::Error::Corrupted(_) => StoreError::Backend(format!("{DAMAGED}: {e}")),
+        redb::Error::Io(_) | redb::Error::PreviousIo => StoreError::Backend(format!("{DISK_FAILED}: {e}")),
         e => StoreError::Backend(e.to_string()),
     }
 }
@@ -225,7 +188,7 @@ impl FileTaskStore {
             txn.commit().map_err(|e| StoreError::Backend(format!("cannot write to {}: {e}", path.display())))?;
             count
         };
-        let db = Arc::new(db);
+        let db = Handle::new(db, path.clone(), cache_bytes);
         let count = Arc::new(AtomicUsize::new(count));
         let damage = Damage::default();
         let (writer, queue) = mpsc::channel(QUEUE);
@@ -260,7 +223,7 @@ impl FileTaskStore {
     }
 
     fn read_record(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.db.current()?.begin_read().map_err(backend)?;
         let tasks = txn.open_table(TASKS).map_err(backend)?;
         let found = tasks.get(id).map_err(backend)?;
         found.map(|bytes| decode(bytes.value())).transpose()
@@ -281,7 +244,7 @@ impl FileTaskStore {
         let start_of_id = prefix.len() + 8;
         let mut end = prefix;
         end.extend_from_slice(&[0xFF; 9]);
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.db.current()?.begin_read().map_err(backend)?;
         let index = txn.open_table(BY_OWNER).map_err(backend)?;
         let tasks_table = txn.open_table(TASKS).map_err(backend)?;
         let mut tasks = Vec::new();
@@ -353,12 +316,16 @@ impl TaskStore for FileTaskStore {
     }
 
     fn health(&self) -> StoreFuture<'_, ()> {
-        let outcome = match self.damage.seen() {
-            Some(why) => Err(StoreError::Failed(format!(
+        let outcome = match (self.damage.seen(), self.db.failing()) {
+            (Some(why), _) => Err(StoreError::Failed(format!(
                 "the task database {} is damaged ({why}); stop taskgate, then run `taskgate store repair`",
                 self.path.display()
             ))),
-            None => Ok(()),
+            (None, Some(why)) => Err(StoreError::Unavailable(format!(
+                "the task database {} cannot be written ({why}); changes wait until the disk takes writes",
+                self.path.display()
+            ))),
+            (None, None) => Ok(()),
         };
         Box::pin(std::future::ready(outcome))
     }
@@ -378,7 +345,7 @@ impl TaskStore for FileTaskStore {
         let (filter, cursor) = (filter.clone(), cursor.map(str::to_owned));
         Box::pin(async move {
             let scanned = tokio::task::spawn_blocking(move || {
-                damage.guard(&path, || scan(&db, &filter, cursor.as_deref(), limit))
+                damage.guard(&path, || scan(&*db.current()?, &filter, cursor.as_deref(), limit))
             });
             scanned.await.map_err(|e| StoreError::Backend(format!("the task scan stopped: {e}")))?
         })
@@ -398,7 +365,7 @@ impl TaskStore for FileTaskStore {
 
 /// The writer thread's state.
 struct Writer {
-    db: Arc<Database>,
+    db: Handle,
     count: Arc<AtomicUsize>,
     max_tasks: usize,
     damage: Damage,
@@ -427,7 +394,7 @@ impl Writer {
         // A panic inside redb drops the changes it held (their callers learn of the damage);
         // the writer goes on with the next batch.
         let outcome = self.damage.guard(&self.path, || {
-            let txn = self.db.begin_write().map_err(backend)?;
+            let txn = self.db.writable()?.begin_write().map_err(backend)?;
             for op in ops.by_ref() {
                 done.push(self.apply(&txn, op, &mut count)?);
             }
@@ -439,7 +406,15 @@ impl Writer {
                 done.into_iter().for_each(|d| d.send(None));
             }
             Err(e) => {
-                tracing::error!(error = %e, "the task store could not commit a batch of changes; none was applied");
+                match &e {
+                    // The disk refused: redb takes nothing more until the database is opened
+                    // again, which the next batch does once the disk takes writes.
+                    StoreError::Unavailable(why) if why.contains(DISK_FAILED) => self.db.disk_failed(why),
+                    StoreError::Unavailable(_) => {}
+                    e => {
+                        tracing::error!(error = %e, "the task store could not commit a batch of changes; none was applied")
+                    }
+                }
                 // Nothing of the batch is on disk: every change in it fails with the error.
                 done.into_iter().for_each(|d| d.send(Some(&e)));
                 ops.for_each(|op| op.fail(&e));
@@ -834,5 +809,57 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         let e = FileTaskStore::open(&file.join("data"), 10).err().unwrap().to_string();
         assert!(e.contains("cannot create the data directory"), "{e}");
+    }
+}
+#[cfg(test)]
+mod full_disk {
+    use super::*;
+    use crate::conformance::{cancel, owner, record, run};
+    use crate::testing::SmallDisk;
+
+    #[test]
+    fn a_full_disk_refuses_changes_as_unavailable_and_loses_nothing_once_space_returns() {
+        let disk = SmallDisk::mount(8);
+        run(async {
+            let s = FileTaskStore::open(&disk.path.join("data"), 100_000).unwrap();
+            for i in 0..20 {
+                s.create(record(&format!("before{i}"), owner("p"), i, None)).await.unwrap();
+            }
+            disk.fill();
+            let mut refused = None;
+            for i in 0..10_000 {
+                if let Err(e) = s.create(record(&format!("during{i}"), owner("p"), i, None)).await {
+                    refused = Some(e);
+                    break;
+                }
+            }
+            let refused = refused.expect("a full disk refuses a change");
+            assert!(
+                matches!(&refused, StoreError::Unavailable(why) if why.contains("No space left on device")),
+                "{refused:?}"
+            );
+            // Every later change is refused the same way, reads still answer, and the store says
+            // why it cannot write (not that it is damaged).
+            let change = s.compare_and_set("before0", TaskStatus::Working, cancel(30)).await.unwrap_err();
+            assert!(matches!(change, StoreError::Unavailable(_)), "{change:?}");
+            let health = s.health().await.unwrap_err();
+            assert!(matches!(&health, StoreError::Unavailable(why) if why.contains("cannot be written")), "{health:?}");
+            let written = s.len();
+
+            disk.free();
+            // The same change, tried again, lands; so do new ones.
+            let cancelled = s.compare_and_set("before0", TaskStatus::Working, cancel(30)).await.unwrap();
+            assert_eq!(cancelled.status, TaskStatus::Cancelled);
+            s.create(record("after", owner("p"), 40, None)).await.unwrap();
+            s.health().await.unwrap();
+            assert_eq!(s.len(), written + 1);
+            assert_eq!(s.get("before19").await.unwrap().unwrap().status, TaskStatus::Working);
+            drop(s);
+            // And all of it is on disk.
+            let reopened = FileTaskStore::open(&disk.path.join("data"), 100_000).unwrap();
+            assert_eq!(reopened.get("before0").await.unwrap().unwrap().status, TaskStatus::Cancelled);
+            assert!(reopened.get("after").await.unwrap().is_some());
+            assert_eq!(reopened.len(), written + 1);
+        });
     }
 }

@@ -69,12 +69,15 @@ impl TaskActor {
             now_ms: self.shared.clock.now_ms(),
         };
         let (id, expected, session) = (self.id.clone(), self.status, self.session.clone());
+        let (unwritten, metrics) = (self.shared.tasks.unwritten.clone(), self.shared.metrics.clone());
+        // The upstream's id is what a restart needs to follow the task: written before anything
+        // else the task does, tried again while the store fails.
         let change = async move {
             update.upstream_session = session.resume_point().await.map(|r| taskgate_store::UpstreamSessionRef {
                 session_id: r.session_id,
                 protocol_version: r.protocol_version,
             });
-            store.compare_and_set(&id, expected, update).await
+            super::super::unwritten::write_change(store, unwritten, metrics, id, expected, update).await
         };
         ctx.wait(change.into_actor(self).map(move |stored, act, ctx| {
             if let Err(e) = stored {

@@ -172,8 +172,10 @@ impl TaskActor {
             now_ms: self.shared.clock.now_ms(),
         };
         let (id, expected) = (self.id.clone(), self.status);
-        let change = async move { store.compare_and_set(&id, expected, update).await };
-        // Waiting keeps status changes in order; the memory store answers at once.
+        let (unwritten, metrics) = (self.shared.tasks.unwritten.clone(), self.shared.metrics.clone());
+        // Tried again for as long as the store fails: the change is what the client was
+        // promised. Waiting keeps status changes in order; the memory store answers at once.
+        let change = super::unwritten::write_change(store, unwritten, metrics, id, expected, update);
         ctx.wait(change.into_actor(self).map(|result, act, ctx| act.settled(result, ctx)));
     }
 
@@ -273,7 +275,8 @@ impl TaskActor {
                 self.stop_work(ctx);
                 ctx.stop();
             }
-            Err(e) => tracing::warn!(task = %self.id, error = %e, "task status change refused"),
+            // Refused as a transition (a bug's sign): the task keeps the status it has.
+            Err(e) => tracing::error!(task = %self.id, error = %e, "task status change refused"),
         }
     }
 
