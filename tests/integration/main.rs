@@ -34,6 +34,7 @@ mod rmcp_client;
 mod rmcp_server;
 mod served;
 mod shared_sessions;
+mod store_failures;
 mod support;
 mod tasks;
 mod tenants;

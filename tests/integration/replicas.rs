@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use taskgate_store::testing::RedisServer;
 use taskgate_testkit::{DemoUpstream, McpClient, ServedGateway};
 
-const KEY: &str = "acme-replicas-key-000001";
+pub(crate) const KEY: &str = "acme-replicas-key-000001";
 
 /// Polls `tasks/get` (one real request each time) until the task has `status`.
 async fn until_status(c: &mut McpClient, task_id: &str, status: &str) -> Value {
@@ -35,15 +35,15 @@ fn config(redis: &RedisServer, prefix: &str, native: &DemoUpstream, plain: &Demo
     )
 }
 
-struct Cluster {
-    redis: RedisServer,
-    native: DemoUpstream,
-    plain: DemoUpstream,
-    replicas: Vec<ServedGateway>,
+pub(crate) struct Cluster {
+    pub(crate) redis: RedisServer,
+    pub(crate) native: DemoUpstream,
+    pub(crate) plain: DemoUpstream,
+    pub(crate) replicas: Vec<ServedGateway>,
     _dir: tempfile::TempDir,
 }
 
-async fn cluster(n: usize, limits: &str) -> Cluster {
+pub(crate) async fn cluster(n: usize, limits: &str) -> Cluster {
     let redis = RedisServer::start();
     let native = DemoUpstream::start_with_tasks();
     let plain = DemoUpstream::start();
@@ -57,7 +57,7 @@ async fn cluster(n: usize, limits: &str) -> Cluster {
     Cluster { redis, native, plain, replicas, _dir: dir }
 }
 
-async fn client(gw: &ServedGateway) -> McpClient {
+pub(crate) async fn client(gw: &ServedGateway) -> McpClient {
     let mut c = McpClient::with_bearer(&gw.url, KEY);
     c.initialize().await;
     c

@@ -52,8 +52,8 @@ impl DemoServer {
                    "inputSchema":object(json!({}), &[])}),
             json!({"name":"touch","description":"Bumps the resource demo://counter and notifies its subscribers.",
                    "inputSchema":object(json!({}), &[])}),
-            json!({"name":"blob","description":"Returns a text of bytes bytes.",
-                   "inputSchema":object(json!({"bytes":{"type":"integer"}}), &["bytes"])}),
+            json!({"name":"blob","description":"Returns a text of bytes bytes; with gate, once that gate opens.",
+                   "inputSchema":object(json!({"bytes":{"type":"integer"},"gate":{"type":"string"}}), &["bytes"])}),
         ];
         if self.inner.native_tasks {
             for tool in tools.iter_mut() {
@@ -423,6 +423,9 @@ impl DemoServer {
                 Ok(text(format!("counter is {now}")))
             }
             "blob" => {
+                if let Some(gate) = args.get("gate").and_then(Value::as_str) {
+                    self.wait_gate(connection, id, gate).await?;
+                }
                 let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0).min(64 << 20) as usize;
                 Ok(text("b".repeat(bytes)))
             }

@@ -115,10 +115,9 @@ impl Handle {
         state.tried = Some(Instant::now());
         match open_database(&self.path, self.cache_bytes) {
             Ok(db) => {
-                tracing::warn!(path = %self.path.display(), "the task database was opened again: the disk takes writes");
+                // Writes are known to work again once a batch commits ([`Handle::committed`]).
                 let db = Arc::new(db);
                 state.db = Some(db.clone());
-                state.failing = None;
                 Ok(db)
             }
             Err(e) => {
@@ -129,10 +128,22 @@ impl Handle {
         }
     }
 
+    /// A batch was committed: the disk takes writes.
+    pub(super) fn committed(&self) {
+        if self.state.read().failing.is_none() {
+            return;
+        }
+        if self.state.write().failing.take().is_some() {
+            tracing::warn!(path = %self.path.display(), "the task database takes writes again");
+        }
+    }
+
     /// After a failure of the disk: redb refuses every operation until the database is opened
     /// again, so it is closed here (once reads in progress let it go) and opened again before
     /// the next batch.
     pub(super) fn disk_failed(&self, why: &str) {
+        let prefix = format!("the task database {}: ", self.path.display());
+        let why = why.strip_prefix(&prefix).unwrap_or(why);
         let closing = {
             let mut state = self.state.write();
             if state.failing.is_none() {
@@ -146,7 +157,7 @@ impl Handle {
         let started = Instant::now();
         loop {
             match Arc::try_unwrap(db) {
-                Ok(db) => return drop(db),
+                Ok(db) => break drop(db),
                 Err(shared) if started.elapsed() < CLOSE_WAIT => {
                     db = shared;
                     std::thread::sleep(Duration::from_millis(1));
@@ -157,5 +168,7 @@ impl Handle {
                 }
             }
         }
+        // Opened again at once, so reads go on while the disk refuses writes.
+        let _ = self.writable();
     }
 }

@@ -391,10 +391,14 @@ impl Writer {
         let mut count = self.count.load(Ordering::Relaxed);
         let mut done = Vec::with_capacity(batch.len());
         let mut ops = batch.into_iter();
+        let db = match self.db.writable() {
+            Ok(db) => db,
+            Err(e) => return ops.for_each(|op| op.fail(&e)),
+        };
         // A panic inside redb drops the changes it held (their callers learn of the damage);
         // the writer goes on with the next batch.
         let outcome = self.damage.guard(&self.path, || {
-            let txn = self.db.writable()?.begin_write().map_err(backend)?;
+            let txn = db.begin_write().map_err(backend)?;
             for op in ops.by_ref() {
                 done.push(self.apply(&txn, op, &mut count)?);
             }
@@ -402,10 +406,12 @@ impl Writer {
         });
         match outcome {
             Ok(()) => {
+                self.db.committed();
                 self.count.store(count, Ordering::Relaxed);
                 done.into_iter().for_each(|d| d.send(None));
             }
             Err(e) => {
+                drop(db);
                 match &e {
                     // The disk refused: redb takes nothing more until the database is opened
                     // again, which the next batch does once the disk takes writes.
