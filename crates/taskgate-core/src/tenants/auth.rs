@@ -306,7 +306,7 @@ impl Credentials {
                 v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
             })
             .find(|v| v.key.verifies(token))
-            .ok_or(AuthError::Token("no configured issuer signed it"))?;
+            .ok_or_else(|| miscast(&claims).unwrap_or(AuthError::Token("no configured issuer signed it")))?;
         let time =
             |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
         let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
@@ -336,6 +336,28 @@ impl Credentials {
             principal: format!("{}{principal}", verifier.source).into(),
         })
     }
+}
+
+/// A registered claim of the wrong type: JWT libraries refuse such a token as they would a bad
+/// signature, so the refusal says which claim it is. (RFC 7519 section 4.1: `sub` and `iss`
+/// are strings, `exp` and `nbf` numbers, `aud` a string or an array of them.)
+fn miscast(claims: &Value) -> Option<AuthError> {
+    let is = |name: &str, ok: fn(&Value) -> bool| claims.get(name).is_none_or(ok);
+    if !is("sub", |v| v.is_string() || v.is_number()) {
+        return Some(AuthError::Token("its principal claim (sub) is not a string"));
+    }
+    let audience = |v: &Value| v.is_string() || v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+    (!(is("iss", Value::is_string)
+        && is("exp", Value::is_number)
+        && is("nbf", Value::is_number)
+        && is("aud", audience)))
+    .then_some(AuthError::Token("a registered claim (iss, exp, nbf or aud) has the wrong type"))
+}
+
+/// A JWT's claims, unverified.
+fn unverified_claims(token: &str) -> Option<Value> {
+    let payload = token.split('.').nth(1)?;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
 }
 
 /// The `iss` claim of a JWT, unverified: which authorization server to check it against.
@@ -409,7 +431,11 @@ impl Credentials {
             .iter()
             .filter(|k| header.kid.is_none() || k.kid == header.kid)
             .find_map(|k| jsonwebtoken::decode::<Value>(token, &k.key, &validation).ok())
-            .ok_or(AuthError::Token("its signature does not verify with its authorization server's keys"))?
+            .ok_or_else(|| {
+                let claims = unverified_claims(token).unwrap_or_default();
+                miscast(&claims)
+                    .unwrap_or(AuthError::Token("its signature does not verify with its authorization server's keys"))
+            })?
             .claims;
         let mut refused = AuthError::Token("no configured tenant takes it");
         for verifier in &verifiers {
@@ -622,6 +648,12 @@ mod tests {
         assert!(matches!(auth(&other_aud, SECRET, 1500), Err(AuthError::Token(_))));
         let listed_aud = json!({"sub": "alice", "aud": ["x", "taskgate"], "exp": 2000});
         assert!(auth(&listed_aud, SECRET, 1500).is_ok());
+        // A signed token whose subject is not a string says so (not "no issuer signed it").
+        let numeric_sub = json!({"sub": {"id": 7}, "aud": "taskgate", "exp": 2000});
+        assert_eq!(
+            auth(&numeric_sub, SECRET, 1500),
+            Err(AuthError::Token("its principal claim (sub) is not a string"))
+        );
         let no_exp = json!({"sub": "alice", "aud": "taskgate"});
         assert_eq!(auth(&no_exp, SECRET, 1500), Err(AuthError::Token("it has no exp claim")));
         // A token whose header claims "none" is refused whatever its signature.

@@ -136,3 +136,26 @@ pub(super) fn copy_exclusively(path: &Path, to: &Path) -> Result<(), StoreError>
         ))
     })
 }
+
+thread_local! {
+    /// Set while this thread runs redb where its panics are caught and reported by the caller.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `work` with the panics of this thread kept off stderr (the process's panic hook stays
+/// as it was for every other thread): the caller catches each and reports it in one line.
+pub(crate) fn quietly<T>(work: impl FnOnce() -> T) -> T {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let outcome = work();
+    QUIET.with(|q| q.set(was));
+    outcome
+}

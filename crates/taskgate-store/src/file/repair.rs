@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use super::open::{copy_exclusively, open_database, panic_text, refuse_an_empty_file, DEFAULT_CACHE_BYTES, FILE_NAME};
+use super::open::{
+    copy_exclusively, open_database, panic_text, quietly, refuse_an_empty_file, DEFAULT_CACHE_BYTES, FILE_NAME,
+};
 use super::{backend, decode, insert, BY_EXPIRY, BY_OWNER, LIVE, TASKS};
 use crate::{StoreError, TaskRecord};
 
@@ -38,6 +40,10 @@ impl Inspection {
 /// integrity check on a copy of the file beside it, then every task read and every index
 /// compared with the tasks.
 pub fn check_file(dir: &Path) -> Result<Inspection, StoreError> {
+    quietly(|| check_quietly(dir))
+}
+
+fn check_quietly(dir: &Path) -> Result<Inspection, StoreError> {
     let path = dir.join(FILE_NAME);
     if !refuse_an_empty_file(&path)? {
         return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
@@ -124,23 +130,36 @@ struct Salvaged {
     findings: Vec<String>,
 }
 
+/// Unreadable tasks reported one line each at most; the rest are counted.
+const MAX_LINES: usize = 20;
+
 fn salvage(db: &Database) -> Salvaged {
     let mut findings = Vec::new();
     let mut ids = std::collections::BTreeSet::new();
+    // The last key each walk read, to say where a table stops being readable.
+    let last = std::cell::RefCell::new(String::new());
     let mut walk = |name: &str, collect: &mut dyn FnMut(&redb::ReadTransaction) -> Result<(), StoreError>| {
+        last.borrow_mut().clear();
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let txn = db.begin_read().map_err(backend)?;
             collect(&txn)
         }))
-        .unwrap_or_else(|panic| Err(StoreError::Backend(panic_text(&*panic))));
+        .unwrap_or_else(|panic| Err(StoreError::Backend(format!("redb failed inside: {}", panic_text(&*panic)))));
         if let Err(e) = outcome {
-            findings.push(format!("the table '{name}' could not be read to its end: {e}"));
+            let place = match last.borrow().as_str() {
+                "" => "from its first key".to_owned(),
+                key => format!("after key {key:?}"),
+            };
+            findings.push(format!("the table '{name}' could not be read {place}: {e}"));
         }
     };
+    let seen = |key: &[u8]| *last.borrow_mut() = String::from_utf8_lossy(key).into_owned();
     let mut indexed = std::collections::BTreeSet::new();
     walk("tasks", &mut |txn| {
         for entry in txn.open_table(TASKS).map_err(backend)?.iter().map_err(backend)? {
-            ids.insert(entry.map_err(backend)?.0.value().to_owned());
+            let id = entry.map_err(backend)?.0.value().to_owned();
+            seen(id.as_bytes());
+            ids.insert(id);
         }
         Ok(())
     });
@@ -148,6 +167,7 @@ fn salvage(db: &Database) -> Salvaged {
         for entry in txn.open_table(BY_OWNER).map_err(backend)?.iter().map_err(backend)? {
             let key = entry.map_err(backend)?.0.value().to_vec();
             if let Some(id) = id_of_owner_key(&key) {
+                seen(id.as_bytes());
                 indexed.insert(id);
             }
         }
@@ -156,13 +176,16 @@ fn salvage(db: &Database) -> Salvaged {
     walk("by_expiry", &mut |txn| {
         for entry in txn.open_table(BY_EXPIRY).map_err(backend)?.iter().map_err(backend)? {
             let key = entry.map_err(backend)?.0.value().to_vec();
+            seen(key.get(8..).unwrap_or_default());
             indexed.insert(String::from_utf8_lossy(key.get(8..).unwrap_or_default()).into_owned());
         }
         Ok(())
     });
     walk("live", &mut |txn| {
         for entry in txn.open_table(LIVE).map_err(backend)?.iter().map_err(backend)? {
-            indexed.insert(entry.map_err(backend)?.0.value().to_owned());
+            let id = entry.map_err(backend)?.0.value().to_owned();
+            seen(id.as_bytes());
+            indexed.insert(id);
         }
         Ok(())
     });
@@ -179,13 +202,23 @@ fn salvage(db: &Database) -> Salvaged {
             let found = tasks.get(id.as_str()).map_err(backend)?;
             found.map(|bytes| decode(bytes.value())).transpose()
         }));
-        match read {
-            Ok(Ok(Some(record))) if record.id == id => records.push(record),
-            _ => unreadable.push(id),
+        let why = match read {
+            Ok(Ok(Some(record))) if record.id == id => {
+                records.push(record);
+                continue;
+            }
+            Ok(Ok(Some(record))) => format!("it holds the record of task {:?}", record.id),
+            Ok(Ok(None)) => "an index names it, the table holds no record".to_owned(),
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => format!("redb failed inside: {}", panic_text(&*panic)),
+        };
+        if unreadable.len() < MAX_LINES {
+            findings.push(format!("the table 'tasks' cannot give key {id:?}: {why}"));
         }
+        unreadable.push(id);
     }
-    if !unreadable.is_empty() {
-        findings.push(format!("{} tasks cannot be read", unreadable.len()));
+    if unreadable.len() > MAX_LINES {
+        findings.push(format!("{} more tasks cannot be read", unreadable.len() - MAX_LINES));
     }
     Salvaged { records, unreadable, findings }
 }
@@ -206,6 +239,10 @@ fn id_of_owner_key(key: &[u8]) -> Option<String> {
 /// still be read is written to a new database that takes the file's place. Returns what the
 /// repaired store holds, and the damaged copy's path (`None` when the file was intact).
 pub fn repair_file(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreError> {
+    quietly(|| repair_quietly(dir))
+}
+
+fn repair_quietly(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreError> {
     let path = dir.join(FILE_NAME);
     if !refuse_an_empty_file(&path)? {
         return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
