@@ -122,7 +122,7 @@ pub(crate) async fn write_change(
                 tracing::warn!(task = %id, status = %update.status, error = %failure, "a task's status change could not be written; it is retried until the store takes it");
                 waiting = Some(unwritten.hold(bytes, &metrics));
             }
-            Some(_) if tries % WARN_EVERY == 0 => {
+            Some(_) if tries.is_multiple_of(WARN_EVERY) => {
                 tracing::warn!(task = %id, status = %update.status, tries, error = %failure, "a task's status change still waits for the store");
             }
             Some(_) => {}
