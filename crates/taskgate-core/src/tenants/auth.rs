@@ -1,6 +1,6 @@
 //! Credentials: API keys (stored as SHA-256), JWT bearer tokens of a configured key (HS256,
 //! RS256), and OAuth 2.1 access tokens of configured authorization servers (JWT access tokens,
-//! RFC 9068, verified with the server's published keys by the `jsonwebtoken` crate), resolved
+//! RFC 9068, verified with the server's published keys, checked with OpenSSL in `jws.rs`), resolved
 //! to an [`Identity`]. Nothing here logs or returns a key or a token.
 
 use std::collections::HashMap;
@@ -61,11 +61,11 @@ pub fn hash_key(key: &str) -> String {
     openssl::sha::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A configured verifying key, with the one algorithm it verifies (`jsonwebtoken` refuses a
-/// token whose header names another family: no HS256 token keyed with an RSA public key).
+/// A configured verifying key, with the one algorithm it verifies (a token whose header names
+/// another is refused: no HS256 token keyed with an RSA public key).
 struct Key {
-    algorithm: jsonwebtoken::Algorithm,
-    key: jsonwebtoken::DecodingKey,
+    algorithm: super::jws::Alg,
+    key: super::jws::Key,
 }
 
 struct JwtVerifier {
@@ -306,7 +306,7 @@ impl Credentials {
                 v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
             })
             .find(|v| v.key.verifies(token))
-            .ok_or_else(|| miscast(&claims).unwrap_or(AuthError::Token("no configured issuer signed it")))?;
+            .ok_or(AuthError::Token("no configured issuer signed it"))?;
         let time =
             |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
         let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
@@ -329,29 +329,14 @@ impl Credentials {
         let principal = match claims.get(&verifier.principal_claim) {
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),
-            _ => return Err(AuthError::Token("it lacks the configured principal claim")),
+            Some(Value::String(_)) | None => return Err(AuthError::Token("it lacks the configured principal claim")),
+            Some(_) => return Err(AuthError::Token("its principal claim is not a string")),
         };
         Ok(Identity {
             tenant: verifier.tenant.as_str().into(),
             principal: format!("{}{principal}", verifier.source).into(),
         })
     }
-}
-
-/// A registered claim of the wrong type: JWT libraries refuse such a token as they would a bad
-/// signature, so the refusal says which claim it is. (RFC 7519 section 4.1: `sub` and `iss`
-/// are strings, `exp` and `nbf` numbers, `aud` a string or an array of them.)
-fn miscast(claims: &Value) -> Option<AuthError> {
-    let is = |name: &str, ok: fn(&Value) -> bool| claims.get(name).is_none_or(ok);
-    if !is("sub", |v| v.is_string() || v.is_number()) {
-        return Some(AuthError::Token("its principal claim (sub) is not a string"));
-    }
-    let audience = |v: &Value| v.is_string() || v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
-    (!(is("iss", Value::is_string)
-        && is("exp", Value::is_number)
-        && is("nbf", Value::is_number)
-        && is("aud", audience)))
-    .then_some(AuthError::Token("a registered claim (iss, exp, nbf or aud) has the wrong type"))
 }
 
 /// A JWT's claims, unverified.
@@ -394,49 +379,47 @@ impl Credentials {
         issuer: &str,
         now_secs: u64,
     ) -> Result<Verified, AuthError> {
-        use jsonwebtoken::{Algorithm, Validation};
-        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Token("its header does not decode"))?;
+        use super::jws::Alg;
+        let header = token
+            .split('.')
+            .next()
+            .and_then(|h| URL_SAFE_NO_PAD.decode(h).ok())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .filter(|h| h.is_object() && token.split('.').count() == 3)
+            .ok_or(AuthError::Token("its header does not decode"))?;
         // RFC 9068 section 4: the typ header MUST be at+jwt (or application/at+jwt).
-        let typ = header.typ.as_deref().map(str::to_ascii_lowercase);
+        let typ = header.get("typ").and_then(Value::as_str).map(str::to_ascii_lowercase);
         if !matches!(typ.as_deref(), Some("at+jwt" | "application/at+jwt")) {
             return Err(AuthError::Token("it is not a JWT access token (typ at+jwt)"));
         }
-        // Asymmetric algorithms only: an HS256 token "signed" with a public key is refused.
-        let allowed = [
-            Algorithm::RS256,
-            Algorithm::RS384,
-            Algorithm::RS512,
-            Algorithm::PS256,
-            Algorithm::PS384,
-            Algorithm::PS512,
-            Algorithm::ES256,
-            Algorithm::ES384,
-            Algorithm::EdDSA,
-        ];
-        if !allowed.contains(&header.alg) {
-            return Err(AuthError::Token("its algorithm is not an asymmetric one the gateway accepts"));
+        // RFC 7515 section 4.1.11: extensions marked critical that are not understood MUST be refused.
+        if header.get("crit").is_some() {
+            return Err(AuthError::Token("it names critical header extensions"));
         }
+        // Asymmetric algorithms only: an HS256 token "signed" with a public key is refused.
+        let alg = header
+            .get("alg")
+            .and_then(Value::as_str)
+            .and_then(Alg::named)
+            .filter(|alg| *alg != Alg::HS256)
+            .ok_or(AuthError::Token("its algorithm is not an asymmetric one the gateway accepts"))?;
+        let kid = header.get("kid").and_then(Value::as_str);
         let verifiers: Vec<&OAuthVerifier> = self.oauth.iter().filter(|v| v.issuer.url == issuer).collect();
         let keys = verifiers[0].issuer.keys();
-        if !verifiers[0].issuer.has_key(header.kid.as_deref()) {
+        if !verifiers[0].issuer.has_key(kid) {
             return Err(AuthError::KeysNeeded(issuer.to_owned()));
         }
-        let mut validation = Validation::new(header.alg);
-        validation.validate_exp = false; // checked below, on the gateway's clock
-        validation.validate_nbf = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        validation.set_issuer(&[issuer]);
-        let claims = keys
-            .iter()
-            .filter(|k| header.kid.is_none() || k.kid == header.kid)
-            .find_map(|k| jsonwebtoken::decode::<Value>(token, &k.key, &validation).ok())
-            .ok_or_else(|| {
-                let claims = unverified_claims(token).unwrap_or_default();
-                miscast(&claims)
-                    .unwrap_or(AuthError::Token("its signature does not verify with its authorization server's keys"))
-            })?
-            .claims;
+        let signed =
+            keys.iter().filter(|k| kid.is_none() || k.kid.as_deref() == kid).any(|k| k.key.verifies(alg, token));
+        if !signed {
+            return Err(AuthError::Token("its signature does not verify with its authorization server's keys"));
+        }
+        let claims = unverified_claims(token)
+            .filter(Value::is_object)
+            .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
+        if claims.get("iss").and_then(Value::as_str) != Some(issuer) {
+            return Err(AuthError::Token("its issuer (iss) is not the authorization server whose keys signed it"));
+        }
         let mut refused = AuthError::Token("no configured tenant takes it");
         for verifier in &verifiers {
             match verifier.check(&claims, now_secs, true) {
@@ -499,7 +482,8 @@ impl OAuthVerifier {
         let principal = match named {
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),
-            _ => return Err(AuthError::Token("it lacks the configured principal claim")),
+            Some(Value::String(_)) | None => return Err(AuthError::Token("it lacks the configured principal claim")),
+            Some(_) => return Err(AuthError::Token("its principal claim is not a string")),
         };
         // Distinct from an API key's `key:` and a configured key's `jwt:` principals.
         let identity = Identity {
@@ -513,12 +497,7 @@ impl OAuthVerifier {
 impl Key {
     /// Whether the token's signature verifies with this key (its claims are checked apart).
     fn verifies(&self, token: &str) -> bool {
-        let mut validation = jsonwebtoken::Validation::new(self.algorithm);
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        jsonwebtoken::decode::<serde::de::IgnoredAny>(token, &self.key, &validation).is_ok()
+        self.key.verifies(self.algorithm, token)
     }
 }
 
@@ -535,10 +514,9 @@ fn load_key(jwt: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Key
             if secret.len() < 32 {
                 return Err(("secret", "an HS256 secret must be at least 32 bytes".into()));
             }
-            Ok(Key {
-                algorithm: jsonwebtoken::Algorithm::HS256,
-                key: jsonwebtoken::DecodingKey::from_secret(secret.as_bytes()),
-            })
+            let key = super::jws::Key::secret(secret.as_bytes())
+                .ok_or(("secret", "OpenSSL refused it as an HMAC key".to_string()))?;
+            Ok(Key { algorithm: super::jws::Alg::HS256, key })
         }
         JwtAlgorithm::RS256 => {
             let (field, pem) = match (&jwt.public_key, &jwt.public_key_file) {
@@ -555,9 +533,7 @@ fn load_key(jwt: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Key
             if key.id() != Id::RSA || key.bits() < 2048 {
                 return Err((field, "RS256 needs an RSA public key of at least 2048 bits".into()));
             }
-            let key = jsonwebtoken::DecodingKey::from_rsa_pem(pem.as_bytes())
-                .map_err(|_| (field, "is not a PEM public key (-----BEGIN PUBLIC KEY-----)".to_string()))?;
-            Ok(Key { algorithm: jsonwebtoken::Algorithm::RS256, key })
+            Ok(Key { algorithm: super::jws::Alg::RS256, key: super::jws::Key::Public(key) })
         }
     }
 }
@@ -652,7 +628,7 @@ mod tests {
         let numeric_sub = json!({"sub": {"id": 7}, "aud": "taskgate", "exp": 2000});
         assert_eq!(
             auth(&numeric_sub, SECRET, 1500),
-            Err(AuthError::Token("its principal claim (sub) is not a string"))
+            Err(AuthError::Token("its principal claim is not a string"))
         );
         let no_exp = json!({"sub": "alice", "aud": "taskgate"});
         assert_eq!(auth(&no_exp, SECRET, 1500), Err(AuthError::Token("it has no exp claim")));

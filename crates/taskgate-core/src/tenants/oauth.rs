@@ -17,8 +17,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::DecodingKey;
 use parking_lot::RwLock;
 use serde_json::Value;
 
@@ -37,7 +35,7 @@ const MAX_DOCUMENT: usize = 1 << 20;
 /// One verifying key.
 pub(crate) struct Key {
     pub kid: Option<String>,
-    pub key: DecodingKey,
+    pub key: super::jws::Key,
 }
 
 #[derive(Default)]
@@ -92,19 +90,22 @@ impl Issuer {
 
     /// Reads the keys again: when `forced` (an unknown key id), unless that was done less than
     /// [`FORCED_REFRESH`] ago; otherwise only when they are due.
+    ///
+    /// A forced read is claimed before anything is awaited: while one is under way or was made
+    /// within the cooldown, the callers that would force another (tokens naming key ids not
+    /// held: anyone can send those) return at once, waiting on nothing.
     pub async fn refresh(&self, http: &reqwest::Client, forced: bool) {
-        let _one = self.reading.lock().await;
-        let now = Instant::now();
-        {
+        if forced {
+            let now = Instant::now();
             let mut state = self.state.write();
-            let recent = state.last_forced.is_some_and(|at| now.duration_since(at) < FORCED_REFRESH);
-            let fresh = state.fresh_until.is_some_and(|until| now < until);
-            if (forced && recent) || (!forced && fresh) {
+            if state.last_forced.is_some_and(|at| now.duration_since(at) < FORCED_REFRESH) {
                 return;
             }
-            if forced {
-                state.last_forced = Some(now);
-            }
+            state.last_forced = Some(now);
+        }
+        let _one = self.reading.lock().await;
+        if !forced && self.state.read().fresh_until.is_some_and(|until| Instant::now() < until) {
+            return;
         }
         let jwks_uri = self.state.read().jwks_uri.clone();
         let outcome = async {
@@ -113,12 +114,16 @@ impl Issuer {
                 None => self.discover(http).await?.0.ok_or_else(|| format!("{} publishes no jwks_uri", self.url))?,
             };
             let (body, keep) = fetch(http, &jwks_uri).await?;
-            let set: JwkSet = serde_json::from_slice(&body).map_err(|e| format!("{jwks_uri} is not a JWK set: {e}"))?;
-            let keys: Vec<Key> = set
-                .keys
+            let set: Value = serde_json::from_slice(&body).map_err(|e| format!("{jwks_uri} is not a JWK set: {e}"))?;
+            let listed = set
+                .get("keys")
+                .and_then(Value::as_array)
+                .ok_or_else(|| format!("{jwks_uri} is not a JWK set: it has no \"keys\""))?;
+            let keys: Vec<Key> = listed
                 .iter()
                 .filter_map(|jwk| {
-                    DecodingKey::from_jwk(jwk).ok().map(|key| Key { kid: jwk.common.key_id.clone(), key })
+                    let kid = jwk.get("kid").and_then(Value::as_str).map(str::to_owned);
+                    super::jws::Key::from_jwk(jwk).map(|key| Key { kid, key })
                 })
                 .collect();
             if keys.is_empty() {
@@ -474,6 +479,32 @@ mod tests {
                 "https://idp.example.com/.well-known/openid-configuration/tenant/a",
             ]
         );
+    }
+
+    /// Tokens naming key ids not held make one read of the keys; while it is under way (here an
+    /// authorization server that never answers) and for the cooldown after, the others that
+    /// would force one return at once, waiting on nothing.
+    #[tokio::test]
+    async fn unknown_key_ids_force_one_read_and_nobody_waits_on_it() {
+        use futures_util::FutureExt;
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let jwks = format!("http://{}/jwks", silent.local_addr().unwrap());
+        let issuers = Issuers::default();
+        let issuer = issuers.issuer("https://idp.example.com", Some(&jwks));
+        let http = reqwest::Client::new();
+        let reading = tokio::spawn({
+            let (issuer, http) = (issuer.clone(), http.clone());
+            async move { issuer.refresh(&http, true).await }
+        });
+        while issuer.state.read().last_forced.is_none() {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..1000 {
+            assert!(issuer.refresh(&http, true).now_or_never().is_some(), "a forced read waited");
+        }
+        assert!(!reading.is_finished(), "the one read is still waiting for its answer");
+        reading.abort();
+        drop(silent);
     }
 
     #[test]
