@@ -26,6 +26,7 @@ mod plan;
 mod polling;
 mod progress;
 mod proxy;
+mod refusals;
 mod replicas;
 mod revisions;
 mod scale;
@@ -127,6 +128,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("credentials") {
         credentials::credentials(&plan, &bin).await?;
+    }
+    if run("refusals") {
+        refusals::refusals(&plan, &bin).await?;
     }
     if run("replicas") {
         replicas::replicas(&plan, &bin).await?;

@@ -43,7 +43,7 @@ impl Plan {
 }
 
 /// The sections, in the order a full run takes them.
-pub(crate) const SECTIONS: [&str; 14] = [
+pub(crate) const SECTIONS: [&str; 15] = [
     "proxy",
     "polling",
     "tasks",
@@ -56,6 +56,7 @@ pub(crate) const SECTIONS: [&str; 14] = [
     "sessions",
     "one-shot",
     "credentials",
+    "refusals",
     "replicas",
     "spread",
 ];
@@ -68,7 +69,8 @@ first: cargo build --release --workspace) and prints the report as Markdown.
   --quick          every measurement with small counts: checks that each works (CI runs this);
                    the figures mean nothing
   --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
-                   revisions, instructions, sessions, one-shot, credentials, replicas, spread
+                   revisions, instructions, sessions, one-shot, credentials, refusals, replicas,
+                   spread
   --tasks N        the number of live tasks of the task-scale section (default 100000)
   --help           this text
 
@@ -77,7 +79,8 @@ counts) are used when installed and skipped with a note otherwise.
 
 Environment: TASKGATE_BENCH_WRAP runs the gateway under a profiler (e.g. \"valgrind
 --tool=massif\"); TASKGATE_BENCH_CALLGRIND_DIR keeps the instruction section's callgrind
-profiles in that directory.";
+profiles in that directory; TASKGATE_BENCH_PREVIOUS=/path/to/taskgate also runs the refusals
+section against that (older) build.";
 
 /// Reads the command line; `Err` carries the message for a bad one.
 pub(crate) fn parse_args(args: &[String]) -> Result<Option<Plan>, String> {

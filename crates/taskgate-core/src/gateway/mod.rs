@@ -422,6 +422,12 @@ impl Gateway {
         // What the shutdown cuts short ends with the gateway, and says so: set before any
         // session ends, since ending one may stop the stdio processes a task's call runs in.
         self.tasks.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Status changes still waiting for a failing store go with the process (a restart
+        // takes the tasks over from what the store holds): said, never silent.
+        let unwritten = self.tasks.tasks.unwritten.give_up_all();
+        if unwritten > 0 {
+            tracing::error!(unwritten, "the gateway stops with task status changes the store never took; those tasks are taken over from what the store holds");
+        }
         // Each request still in flight gets an error saying the gateway is shutting down; all
         // sessions at once, their upstream cancellations bounded together.
         let ended = self.sessions.all().into_iter().map(|session| session.send(crate::session::ShutDown));

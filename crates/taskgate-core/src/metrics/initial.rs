@@ -95,9 +95,6 @@ impl Metrics {
         for operation in STORE_OPERATIONS {
             self.store_errors.with_label_values(&[operation]);
         }
-        for what in ["changes", "bytes"] {
-            self.store_unwritten.with_label_values(&[what]);
-        }
         for direction in ["published", "lost", "received"] {
             for kind in EVENT_KINDS {
                 self.store_events.with_label_values(&[direction, kind]);

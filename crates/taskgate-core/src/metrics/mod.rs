@@ -152,8 +152,9 @@ pub struct Metrics {
     pub store_events: IntCounterVec,
     /// 1 while the task store answers, 0 while it does not.
     pub store_up: IntGauge,
-    /// Task status changes waiting for a failing store (`changes`), and their results' bytes.
-    pub store_unwritten: IntGaugeVec,
+    /// Task status changes waiting for a failing store, and the bytes of their results.
+    pub store_unwritten_changes: IntGauge,
+    pub store_unwritten_bytes: IntGauge,
     /// Client streams ended because their client stopped reading and their byte or message
     /// budget ran out, by tenant and stream (`request` or `get`).
     pub streams_dropped: IntCounterVec,
@@ -406,10 +407,13 @@ impl Metrics {
                 &["direction", "kind"],
             ),
             store_up: single("taskgate_store_up", "1 while the task store answers, 0 while it does not"),
-            store_unwritten: gauge(
-                "taskgate_store_unwritten",
-                "Task status changes waiting for a failing store to take them (changes), and their results' bytes",
-                &["what"],
+            store_unwritten_changes: single(
+                "taskgate_store_unwritten_changes",
+                "Task status changes waiting for a failing store to take them",
+            ),
+            store_unwritten_bytes: single(
+                "taskgate_store_unwritten_bytes",
+                "Bytes of the results of task status changes waiting for a failing store",
             ),
             streams_dropped: counter(
                 "taskgate_client_streams_dropped_total",

@@ -127,6 +127,8 @@ pub(crate) async fn keep_leases(shared: Arc<TaskShared>, lease: Duration) {
             Ok(lost) => {
                 reachable_since.get_or_insert_with(tokio::time::Instant::now);
                 for id in lost {
+                    // A change it could not write is another replica's to make now.
+                    shared.tasks.unwritten.give_up(&id);
                     let Some(actor) = shared.tasks.actor(&id) else { continue };
                     // Cancelled elsewhere (an event this replica missed): the upstream is told;
                     // taken over: the other replica follows the upstream work, so it is left be.

@@ -141,6 +141,12 @@ impl TaskState<Addr<TaskActor>> {
             // basic/utilities/tasks: MUST reject with -32602 for tasks already terminal.
             return Err(already_terminal(record.status));
         }
+        if self.unwritten.waits(&task_id) {
+            // Its actor waits for the store to take its last change; the cancel would wait too.
+            return Err(GatewayError::StoreUnavailable(
+                "the task's last status change waits for the task store, which is failing; retry".into(),
+            ));
+        }
         if let Some(actor) = self.actor(&task_id) {
             // If the actor stopped meanwhile (the task just finished), the store answers below.
             if let Ok(cancelled) = actor.send(Cancel).await {

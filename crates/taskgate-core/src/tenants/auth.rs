@@ -626,10 +626,7 @@ mod tests {
         assert!(auth(&listed_aud, SECRET, 1500).is_ok());
         // A signed token whose subject is not a string says so (not "no issuer signed it").
         let numeric_sub = json!({"sub": {"id": 7}, "aud": "taskgate", "exp": 2000});
-        assert_eq!(
-            auth(&numeric_sub, SECRET, 1500),
-            Err(AuthError::Token("its principal claim is not a string"))
-        );
+        assert_eq!(auth(&numeric_sub, SECRET, 1500), Err(AuthError::Token("its principal claim is not a string")));
         let no_exp = json!({"sub": "alice", "aud": "taskgate"});
         assert_eq!(auth(&no_exp, SECRET, 1500), Err(AuthError::Token("it has no exp claim")));
         // A token whose header claims "none" is refused whatever its signature.

@@ -74,11 +74,6 @@ impl Key {
         PKey::hmac(secret).ok().map(Key::Secret)
     }
 
-    /// A public key in PEM (`-----BEGIN PUBLIC KEY-----`).
-    pub(crate) fn public_pem(pem: &[u8]) -> Option<Key> {
-        PKey::public_key_from_pem(pem).ok().map(Key::Public)
-    }
-
     /// A public key of a JWK set (RFC 7518 section 6): RSA (`n`, `e`), EC P-256 or P-384 (`x`,
     /// `y`), OKP Ed25519 (`x`). A key for encryption (`use: enc`) or of another type is not.
     pub(crate) fn from_jwk(jwk: &Value) -> Option<Key> {
@@ -152,7 +147,8 @@ impl Key {
                     return Ok(false);
                 }
                 let (r, s) = signature.split_at(half);
-                let der = EcdsaSig::from_private_components(BigNum::from_slice(r)?, BigNum::from_slice(s)?)?.to_der()?;
+                let der =
+                    EcdsaSig::from_private_components(BigNum::from_slice(r)?, BigNum::from_slice(s)?)?.to_der()?;
                 Verifier::new(alg.digest(), key)?.verify_oneshot(&der, input)
             }
             Alg::PS256 | Alg::PS384 | Alg::PS512 => {
@@ -233,8 +229,9 @@ mod tests {
     #[test]
     fn each_algorithm_verifies_its_own_signatures_and_nothing_else() {
         let rsa = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
-        let p256 = PKey::from_ec_key(EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap())
-            .unwrap();
+        let p256 =
+            PKey::from_ec_key(EcKey::generate(&EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap()).unwrap())
+                .unwrap();
         let p384 =
             PKey::from_ec_key(EcKey::generate(&EcGroup::from_curve_name(Nid::SECP384R1).unwrap()).unwrap()).unwrap();
         let ed = PKey::generate_ed25519().unwrap();
@@ -283,7 +280,7 @@ mod tests {
         assert!(!key.verifies(Alg::HS256, &format!("{input}.{}", b64(&mac[..16]))), "a short MAC");
         // An RSA public key's PEM used as an HS256 secret never verifies.
         let rsa = PKey::from_rsa(Rsa::generate(2048).unwrap()).unwrap();
-        let public = Key::public_pem(&rsa.public_key_to_pem().unwrap()).unwrap();
+        let public = Key::Public(PKey::public_key_from_pem(&rsa.public_key_to_pem().unwrap()).unwrap());
         assert!(!public.verifies(Alg::HS256, &token));
     }
 }

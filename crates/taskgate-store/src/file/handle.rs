@@ -18,8 +18,10 @@ use crate::StoreError;
 pub(super) const DAMAGED: &str = "the database file is damaged";
 /// How a failure of the disk under the file (a write refused, an I/O error) begins.
 pub(super) const DISK_FAILED: &str = "the disk refused a write";
-/// The least time between two tries to open the database again while the disk refuses.
-const REOPEN_EVERY: Duration = Duration::from_millis(200);
+/// The least time between two tries to open the database again while the disk refuses; each
+/// try that fails doubles it, up to [`REOPEN_AT_MOST`].
+const REOPEN_EVERY: Duration = Duration::from_millis(100);
+const REOPEN_AT_MOST: Duration = Duration::from_secs(2);
 /// How long closing waits for reads in progress to let the database go.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
@@ -73,17 +75,20 @@ struct State {
     db: Option<Arc<Database>>,
     /// Why writes fail, while they do.
     failing: Option<String>,
-    /// When the database was last tried to be opened again.
-    tried: Option<Instant>,
+    /// When the database may next be tried to be opened again, and the wait after that.
+    next_try: Option<(Instant, Duration)>,
+    /// Being opened again (by the writer, outside the lock).
+    opening: bool,
 }
 
 impl Handle {
     pub(super) fn new(db: Database, path: PathBuf, cache_bytes: usize) -> Handle {
-        let state = State { db: Some(Arc::new(db)), failing: None, tried: None };
+        let state = State { db: Some(Arc::new(db)), failing: None, next_try: None, opening: false };
         Handle { state: Arc::new(RwLock::new(state)), path, cache_bytes }
     }
 
-    /// The open database, for a read.
+    /// The open database, for a read: the caller keeps it until its read transaction ends, so
+    /// a close waits for the read.
     pub(super) fn current(&self) -> Result<Arc<Database>, StoreError> {
         let state = self.state.read();
         state.db.clone().ok_or_else(|| self.unavailable(state.failing.as_deref()))
@@ -103,26 +108,38 @@ impl Handle {
     }
 
     /// The database for the writer's next batch: opened again first when a failure of the disk
-    /// closed it (at most every [`REOPEN_EVERY`]; meanwhile, the batch fails as unavailable).
+    /// closed it (the tries spaced from [`REOPEN_EVERY`] up to [`REOPEN_AT_MOST`]; meanwhile,
+    /// the batch fails as unavailable). The opening (redb's repair of the file) runs outside
+    /// the lock, so reads are refused at once meanwhile, never held.
     pub(super) fn writable(&self) -> Result<Arc<Database>, StoreError> {
+        let wait = {
+            let mut state = self.state.write();
+            if let Some(db) = &state.db {
+                return Ok(db.clone());
+            }
+            let now = Instant::now();
+            match state.next_try {
+                Some((at, _)) if now < at => return Err(self.unavailable(state.failing.as_deref())),
+                _ if state.opening => return Err(self.unavailable(state.failing.as_deref())),
+                _ => {}
+            }
+            state.opening = true;
+            state.next_try.map_or(REOPEN_EVERY, |(_, wait)| wait)
+        };
+        let opened = open_database(&self.path, self.cache_bytes);
         let mut state = self.state.write();
-        if let Some(db) = &state.db {
-            return Ok(db.clone());
-        }
-        if state.tried.is_some_and(|at| at.elapsed() < REOPEN_EVERY) {
-            return Err(self.unavailable(state.failing.as_deref()));
-        }
-        state.tried = Some(Instant::now());
-        match open_database(&self.path, self.cache_bytes) {
+        state.opening = false;
+        match opened {
             Ok(db) => {
                 // Writes are known to work again once a batch commits ([`Handle::committed`]).
                 let db = Arc::new(db);
                 state.db = Some(db.clone());
+                state.next_try = None;
                 Ok(db)
             }
             Err(e) => {
-                let why = e.to_string();
-                tracing::debug!(error = %why, "the task database cannot be opened again yet");
+                tracing::debug!(error = %e, "the task database cannot be opened again yet");
+                state.next_try = Some((Instant::now() + wait, (wait * 2).min(REOPEN_AT_MOST)));
                 Err(self.unavailable(state.failing.as_deref()))
             }
         }
@@ -139,8 +156,8 @@ impl Handle {
     }
 
     /// After a failure of the disk: redb refuses every operation until the database is opened
-    /// again, so it is closed here (once reads in progress let it go) and opened again before
-    /// the next batch.
+    /// again, so it is closed here (once reads in progress let it go) and opened again at once,
+    /// so that reads go on while the disk refuses writes.
     pub(super) fn disk_failed(&self, why: &str) {
         let prefix = format!("the task database {}: ", self.path.display());
         let why = why.strip_prefix(&prefix).unwrap_or(why);
@@ -150,7 +167,6 @@ impl Handle {
                 tracing::error!(path = %self.path.display(), error = %why, "the task database could not be written; changes are refused (and task actors retry theirs) until the disk takes writes again");
             }
             state.failing = Some(why.to_owned());
-            state.tried = None;
             state.db.take()
         };
         let Some(mut db) = closing else { return };
@@ -168,7 +184,6 @@ impl Handle {
                 }
             }
         }
-        // Opened again at once, so reads go on while the disk refuses writes.
         let _ = self.writable();
     }
 }

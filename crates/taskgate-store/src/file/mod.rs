@@ -223,7 +223,8 @@ impl FileTaskStore {
     }
 
     fn read_record(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
-        let txn = self.db.current()?.begin_read().map_err(backend)?;
+        let db = self.db.current()?;
+        let txn = db.begin_read().map_err(backend)?;
         let tasks = txn.open_table(TASKS).map_err(backend)?;
         let found = tasks.get(id).map_err(backend)?;
         found.map(|bytes| decode(bytes.value())).transpose()
@@ -244,7 +245,8 @@ impl FileTaskStore {
         let start_of_id = prefix.len() + 8;
         let mut end = prefix;
         end.extend_from_slice(&[0xFF; 9]);
-        let txn = self.db.current()?.begin_read().map_err(backend)?;
+        let db = self.db.current()?;
+        let txn = db.begin_read().map_err(backend)?;
         let index = txn.open_table(BY_OWNER).map_err(backend)?;
         let tasks_table = txn.open_table(TASKS).map_err(backend)?;
         let mut tasks = Vec::new();
@@ -853,8 +855,19 @@ mod full_disk {
             let written = s.len();
 
             disk.free();
-            // The same change, tried again, lands; so do new ones.
-            let cancelled = s.compare_and_set("before0", TaskStatus::Working, cancel(30)).await.unwrap();
+            // The same change, tried again (as a task actor does, while the store opens the
+            // database again), lands; so do new ones.
+            let mut tries = 0;
+            let cancelled = loop {
+                match s.compare_and_set("before0", TaskStatus::Working, cancel(30)).await {
+                    Err(StoreError::Unavailable(why)) if tries < 200 => {
+                        tries += 1;
+                        assert!(why.contains("cannot be written"), "{why}");
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    outcome => break outcome.unwrap(),
+                }
+            };
             assert_eq!(cancelled.status, TaskStatus::Cancelled);
             s.create(record("after", owner("p"), 40, None)).await.unwrap();
             s.health().await.unwrap();

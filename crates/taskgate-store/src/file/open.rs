@@ -32,7 +32,7 @@ pub(super) fn refuse_an_empty_file(path: &Path) -> Result<bool, StoreError> {
 
 /// Opens (or creates) the database file; a crash's unfinished commit is rolled back here.
 pub(super) fn open_database(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
-    let opened = std::panic::catch_unwind(|| Database::builder().set_cache_size(cache_bytes).create(path));
+    let opened = catch_quietly(|| Database::builder().set_cache_size(cache_bytes).create(path));
     let opened = opened.map_err(|panic| {
         StoreError::Backend(format!(
             "the task database {} is damaged (redb failed inside: {}): {WHAT_TO_DO}",
@@ -80,7 +80,7 @@ pub(super) fn check_a_copy(path: &Path) -> Result<(), StoreError> {
         e => e,
     };
     let outcome = open_database(&copy, DEFAULT_CACHE_BYTES).map_err(shown).and_then(|mut db| {
-        let checked = std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity()))
+        let checked = catch_quietly(|| db.check_integrity())
             .unwrap_or_else(|panic| Err(redb::StorageError::Corrupted(panic_text(&*panic)).into()));
         match checked {
             Ok(true) => Ok(()),
@@ -142,9 +142,9 @@ thread_local! {
     static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `work` with the panics of this thread kept off stderr (the process's panic hook stays
-/// as it was for every other thread): the caller catches each and reports it in one line.
-pub(crate) fn quietly<T>(work: impl FnOnce() -> T) -> T {
+/// `catch_unwind`, with the panic kept off stderr (the process's panic hook stays as it was
+/// for every other thread and every panic not caught here): the caller reports it in one line.
+pub(crate) fn catch_quietly<T>(work: impl FnOnce() -> T) -> std::thread::Result<T> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -154,8 +154,13 @@ pub(crate) fn quietly<T>(work: impl FnOnce() -> T) -> T {
             }
         }));
     });
-    let was = QUIET.with(|q| q.replace(true));
-    let outcome = work();
-    QUIET.with(|q| q.set(was));
-    outcome
+    /// Puts the flag back however `work` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUIET.with(|q| q.set(self.0));
+        }
+    }
+    let _restore = Restore(QUIET.with(|q| q.replace(true)));
+    std::panic::catch_unwind(AssertUnwindSafe(work))
 }

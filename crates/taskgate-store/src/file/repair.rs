@@ -3,13 +3,12 @@
 //! every task that can still be read into a new file). Both run while no gateway has the file
 //! open (`taskgate store check|repair`).
 
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::open::{
-    copy_exclusively, open_database, panic_text, quietly, refuse_an_empty_file, DEFAULT_CACHE_BYTES, FILE_NAME,
+    catch_quietly, copy_exclusively, open_database, panic_text, refuse_an_empty_file, DEFAULT_CACHE_BYTES, FILE_NAME,
 };
 use super::{backend, decode, insert, BY_EXPIRY, BY_OWNER, LIVE, TASKS};
 use crate::{StoreError, TaskRecord};
@@ -40,10 +39,6 @@ impl Inspection {
 /// integrity check on a copy of the file beside it, then every task read and every index
 /// compared with the tasks.
 pub fn check_file(dir: &Path) -> Result<Inspection, StoreError> {
-    quietly(|| check_quietly(dir))
-}
-
-fn check_quietly(dir: &Path) -> Result<Inspection, StoreError> {
     let path = dir.join(FILE_NAME);
     if !refuse_an_empty_file(&path)? {
         return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
@@ -69,8 +64,7 @@ fn inspect(file: &Path, shown: &Path) -> Result<Inspection, StoreError> {
             });
         }
     };
-    let intact = findings.is_empty()
-        && matches!(std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())), Ok(Ok(true)));
+    let intact = findings.is_empty() && matches!(catch_quietly(|| db.check_integrity()), Ok(Ok(true)));
     let salvaged = salvage(&db);
     if !intact && findings.is_empty() {
         findings.push("redb's integrity check failed: pages of the last commit are damaged".into());
@@ -140,10 +134,10 @@ fn salvage(db: &Database) -> Salvaged {
     let last = std::cell::RefCell::new(String::new());
     let mut walk = |name: &str, collect: &mut dyn FnMut(&redb::ReadTransaction) -> Result<(), StoreError>| {
         last.borrow_mut().clear();
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let outcome = catch_quietly(|| {
             let txn = db.begin_read().map_err(backend)?;
             collect(&txn)
-        }))
+        })
         .unwrap_or_else(|panic| Err(StoreError::Backend(format!("redb failed inside: {}", panic_text(&*panic)))));
         if let Err(e) = outcome {
             let place = match last.borrow().as_str() {
@@ -196,12 +190,12 @@ fn salvage(db: &Database) -> Salvaged {
     ids.extend(indexed);
     let (mut records, mut unreadable) = (Vec::new(), Vec::new());
     for id in ids {
-        let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let read = catch_quietly(|| {
             let txn = db.begin_read().map_err(backend)?;
             let tasks = txn.open_table(TASKS).map_err(backend)?;
             let found = tasks.get(id.as_str()).map_err(backend)?;
             found.map(|bytes| decode(bytes.value())).transpose()
-        }));
+        });
         let why = match read {
             Ok(Ok(Some(record))) if record.id == id => {
                 records.push(record);
@@ -239,10 +233,6 @@ fn id_of_owner_key(key: &[u8]) -> Option<String> {
 /// still be read is written to a new database that takes the file's place. Returns what the
 /// repaired store holds, and the damaged copy's path (`None` when the file was intact).
 pub fn repair_file(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreError> {
-    quietly(|| repair_quietly(dir))
-}
-
-fn repair_quietly(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreError> {
     let path = dir.join(FILE_NAME);
     if !refuse_an_empty_file(&path)? {
         return Err(StoreError::Backend(format!("there is no task database at {}", path.display())));
@@ -256,7 +246,7 @@ fn repair_quietly(dir: &Path) -> Result<(Inspection, Option<PathBuf>), StoreErro
     copy_exclusively(&path, &kept)?;
     // redb's repair first: when it mends the file, nothing more is lost than its last commit.
     let mended = open_database(&path, DEFAULT_CACHE_BYTES).ok().and_then(|mut db| {
-        std::panic::catch_unwind(AssertUnwindSafe(|| db.check_integrity())).ok()?.ok()?;
+        catch_quietly(|| db.check_integrity()).ok()?.ok()?;
         Some(())
     });
     if mended.is_some() {

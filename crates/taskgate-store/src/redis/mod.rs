@@ -173,7 +173,10 @@ impl RedisTaskStore {
     }
 
     fn failed(&self, e: redis::RedisError) -> StoreError {
-        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        // A Redis that is starting (LOADING), a replica not yet promoted (READONLY, MASTERDOWN),
+        // one out of memory (OOM) or busy with a script (BUSY, TRYAGAIN) answers again later.
+        let passing = matches!(e.code(), Some("LOADING" | "READONLY" | "MASTERDOWN" | "OOM" | "BUSY" | "TRYAGAIN"));
+        if passing || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
             StoreError::Unavailable(format!("Redis at {} is unreachable ({e})", self.shown))
         } else {
             StoreError::Backend(format!("Redis at {}: {e}", self.shown))
