@@ -142,6 +142,32 @@ async fn bad_missing_or_expired_credentials_get_401_with_a_json_rpc_body() {
     assert_eq!(stranger.delete().await, StatusCode::UNAUTHORIZED);
     assert_eq!(metric(&gw, "taskgate_auth_failures_total{reason=\"token_expired\"}").await, 1.0);
     assert!(metric(&gw, "taskgate_auth_failures_total{reason=\"missing\"}").await >= 3.0);
+    // A refusal keeps a small request's connection open: the next request on it is answered
+    // (a flood of bad credentials costs no new connection each).
+    let address = gw.url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer wrong-key-0000000000\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for _ in 0..2 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(socket.read(&mut byte).await.unwrap(), 1, "the connection stayed open");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 401") && !head.contains("connection: close"), "{head}");
+        let length: usize =
+            head.split("content-length: ").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
+        let mut rest = vec![0u8; length];
+        socket.read_exact(&mut rest).await.unwrap();
+    }
     // Good credentials of both kinds work.
     let mut globex = McpClient::with_bearer(&gw.url, &globex_token("carol@globex"));
     globex.initialize().await;

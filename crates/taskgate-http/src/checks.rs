@@ -163,6 +163,11 @@ pub fn session_id(headers: &HeaderMap) -> Option<&str> {
 /// The most of a body's announced length taken before its bytes arrive.
 const BODY_RESERVED_AT_ONCE: usize = 1 << 20;
 
+/// The `Content-Length` a request declares, when it is a number.
+pub fn content_length(headers: &HeaderMap) -> Option<usize> {
+    header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok())
+}
+
 /// Reads the body, refusing more than `limit` bytes as soon as they arrive, and a body that
 /// takes longer than `timeout` in all (a client trickling bytes holds a connection and a
 /// descriptor; it gets 408 and the connection closes).
@@ -172,7 +177,7 @@ pub async fn body(
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<web::BytesMut, GatewayError> {
-    let length = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<usize>().ok());
+    let length = content_length(headers);
     if length.is_some_and(|length| length > limit) {
         return Err(GatewayError::PayloadTooLarge { limit });
     }

@@ -24,6 +24,9 @@ async fn verified(headers: &HeaderMap, gateway: &Gateway) -> Result<taskgate_cor
     gateway.authenticate(authorization).await
 }
 
+/// The largest body of a refused request that is read (and dropped) to keep its connection.
+const DRAINED_AT_MOST: usize = 16 << 10;
+
 /// `POST /mcp`: one JSON-RPC message per request.
 pub async fn post(
     req: HttpRequest,
@@ -33,12 +36,25 @@ pub async fn post(
 ) -> HttpResponse {
     let headers = req.headers();
     let config = gateway.config();
-    let checked = async {
+    let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
+    let admitted = async {
         checks::origin(headers, &config.server.allowed_origins)?;
         checks::content_type(headers)?;
         // Credentials before the body: the body limit is the tenant's.
-        let verified = verified(headers, &gateway).await?;
-        let timeout = std::time::Duration::from_millis(config.server.body_timeout_ms);
+        verified(headers, &gateway).await
+    };
+    let verified = match admitted.await {
+        Ok(verified) => verified,
+        Err(e) => {
+            // A small body is read and dropped, so the connection stays open for the client's
+            // next request (a refusal costs no new connection); a larger one closes it unread.
+            if checks::content_length(headers).is_some_and(|length| length <= DRAINED_AT_MOST) {
+                let _ = checks::body(headers, payload, DRAINED_AT_MOST, timeout).await;
+            }
+            return reply::error(&e, None);
+        }
+    };
+    let checked = async {
         let body = checks::body(headers, payload, gateway.max_body_bytes(&verified.identity), timeout).await?;
         let parsed = match Message::from_slice_front(&body) {
             Err(e) => Err(GatewayError::Parse(e.to_string())),

@@ -297,45 +297,59 @@ impl Credentials {
             _ => return Err(AuthError::Token("its algorithm is not HS256 or RS256")),
         };
         let issuer = claims.get("iss").and_then(Value::as_str);
-        let verifier = self
+        let candidates = self
             .jwts
             .iter()
             .filter(|v| v.algorithm == algorithm)
             .filter(|v| v.issuer.as_deref().is_none_or(|want| issuer == Some(want)))
             .filter(|v| {
                 v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
-            })
-            .find(|v| v.key.verifies(token))
-            .ok_or(AuthError::Token("no configured issuer signed it"))?;
+            });
+        // The claims first, the signature last: a token its claims refuse (expired, another
+        // audience) is refused without the cost of a signature check.
+        let mut refused = None;
+        for verifier in candidates {
+            match verifier.identity(&claims, now_secs) {
+                Ok(identity) if verifier.key.verifies(token) => return Ok(identity),
+                Ok(_) => refused = Some(AuthError::Token("no configured issuer signed it")),
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        Err(refused.unwrap_or(AuthError::Token("no configured issuer signed it")))
+    }
+}
+
+impl JwtVerifier {
+    /// The identity a token's claims give under this key's settings, its signature aside.
+    fn identity(&self, claims: &Value, now_secs: u64) -> Result<Identity, AuthError> {
         let time =
             |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
         let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
-        if now_secs > exp.saturating_add(verifier.leeway_secs) {
+        if now_secs > exp.saturating_add(self.leeway_secs) {
             return Err(AuthError::Token("it has expired"));
         }
         if let Some(nbf) = time("nbf") {
-            if now_secs.saturating_add(verifier.leeway_secs) < nbf? {
+            if now_secs.saturating_add(self.leeway_secs) < nbf? {
                 return Err(AuthError::Token("it is not valid yet (nbf)"));
             }
         }
         let audience_ok = match claims.get("aud") {
-            Some(Value::String(aud)) => aud == &verifier.audience,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&verifier.audience)),
+            Some(Value::String(aud)) => aud == &self.audience,
+            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&self.audience)),
             _ => false,
         };
         if !audience_ok {
             return Err(AuthError::Token("its audience (aud) is not this gateway's"));
         }
-        let principal = match claims.get(&verifier.principal_claim) {
+        let principal = match claims.get(&self.principal_claim) {
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),
             Some(Value::String(_)) | None => return Err(AuthError::Token("it lacks the configured principal claim")),
             Some(_) => return Err(AuthError::Token("its principal claim is not a string")),
         };
-        Ok(Identity {
-            tenant: verifier.tenant.as_str().into(),
-            principal: format!("{}{principal}", verifier.source).into(),
-        })
+        Ok(Identity { tenant: self.tenant.as_str().into(), principal: format!("{}{principal}", self.source).into() })
     }
 }
 
@@ -405,6 +419,26 @@ impl Credentials {
             .ok_or(AuthError::Token("its algorithm is not an asymmetric one the gateway accepts"))?;
         let kid = header.get("kid").and_then(Value::as_str);
         let verifiers: Vec<&OAuthVerifier> = self.oauth.iter().filter(|v| v.issuer.url == issuer).collect();
+        let claims = unverified_claims(token)
+            .filter(Value::is_object)
+            .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
+        if claims.get("iss").and_then(Value::as_str) != Some(issuer) {
+            return Err(AuthError::Token("its issuer (iss) is not the authorization server whose keys signed it"));
+        }
+        // The claims first, the signature last: a token its claims refuse (expired, another
+        // audience, a scope missing) is refused without the cost of a signature check.
+        let mut refused = AuthError::Token("no configured tenant takes it");
+        let Some((verifier, verified)) = verifiers.iter().find_map(|v| match v.check(&claims, now_secs, true) {
+            Ok(verified) => Some((v, verified)),
+            Err(e) => {
+                refused = e;
+                None
+            }
+        }) else {
+            return Err(refused);
+        };
+        // A key id not held makes the keys be read again (at most once per cooldown), never
+        // for a token its claims refuse.
         let keys = verifiers[0].issuer.keys();
         if !verifiers[0].issuer.has_key(kid) {
             return Err(AuthError::KeysNeeded(issuer.to_owned()));
@@ -414,23 +448,8 @@ impl Credentials {
         if !signed {
             return Err(AuthError::Token("its signature does not verify with its authorization server's keys"));
         }
-        let claims = unverified_claims(token)
-            .filter(Value::is_object)
-            .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
-        if claims.get("iss").and_then(Value::as_str) != Some(issuer) {
-            return Err(AuthError::Token("its issuer (iss) is not the authorization server whose keys signed it"));
-        }
-        let mut refused = AuthError::Token("no configured tenant takes it");
-        for verifier in &verifiers {
-            match verifier.check(&claims, now_secs, true) {
-                Ok(verified) => {
-                    self.verified.keep(hash, &verified, keys, verifier.issuer.clone(), now_secs);
-                    return Ok(verified);
-                }
-                Err(e) => refused = e,
-            }
-        }
-        Err(refused)
+        self.verified.keep(hash, &verified, keys, verifier.issuer.clone(), now_secs);
+        Ok(verified)
     }
 }
 
@@ -615,6 +634,8 @@ mod tests {
         };
         assert_eq!(&*auth(&good, SECRET, 1500).unwrap().identity.principal, "jwt:#0|alice");
         assert_eq!(auth(&good, SECRET, 2001), Err(AuthError::Token("it has expired")));
+        // Claims are checked before the signature: an expired token costs no signature check.
+        assert_eq!(auth(&good, "another-secret-another-secret-xx", 2001), Err(AuthError::Token("it has expired")));
         assert_eq!(auth(&good, SECRET, 999), Err(AuthError::Token("it is not valid yet (nbf)")));
         assert_eq!(
             auth(&good, "another-secret-another-secret-xx", 1500),
