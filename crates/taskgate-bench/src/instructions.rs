@@ -67,7 +67,7 @@ impl Kind {
     }
 }
 
-fn valgrind_installed() -> bool {
+pub(crate) fn valgrind_installed() -> bool {
     std::process::Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 

@@ -1,7 +1,6 @@
 //! Section 15, refusals: what refusing each kind of bad credential costs the gateway, against
-//! serving `ping` to an accepted client, in gateway CPU time per request (the sum over its
-//! threads of the time on a CPU, from `/proc/PID/task/*/schedstat`, in nanoseconds), the paths
-//! interleaved batch by batch. Every bad credential is new at each request (a counter in its
+//! serving `ping` to an accepted client, in gateway CPU time per request (the process's CPU-time
+//! clock, in nanoseconds), the paths and the builds interleaved batch by batch. Every bad credential is new at each request (a counter in its
 //! claims or bytes), so no cache of the gateway's answers it. A stand-in authorization server
 //! publishes one ES256 key; a tenant also trusts a configured RS256 public key.
 //!
@@ -14,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use openssl::hash::MessageDigest;
@@ -36,13 +35,20 @@ fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Gateway CPU time so far, over all its threads.
+/// Gateway CPU time so far, all its threads (ended ones too), in nanoseconds: the process's
+/// CPU-time clock (`clock_getcpuclockid`), not the scheduler's tick counts.
 fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+    let mut clock: libc::clockid_t = 0;
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: both calls only write the values passed by pointer, which live on this stack.
+    let read = unsafe {
+        libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0 && libc::clock_gettime(clock, &mut now) == 0
+    };
+    if read {
+        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    } else {
+        0
+    }
 }
 
 /// The stand-in authorization server: its JWKS. Its URL.
@@ -143,28 +149,49 @@ fn gateway_config(demo_url: &str, issuer: &str, rs256_public: &str) -> String {
     )
 }
 
-/// Gateway CPU per request of each path, the median over interleaved batches.
-async fn measure(bin: &Path, config: &str, paths: &Paths, plan: &Plan) -> Result<Vec<Duration>> {
+/// One gateway build under measure, with the sessions of its accepted paths.
+struct Target {
+    gateway: crate::harness::Process,
+    url: String,
+    sessions: Vec<Option<String>>,
+}
+
+/// A `ping` (or `body`) POST with `authorization` in `session`.
+fn post(
+    http: &reqwest::Client,
+    url: &str,
+    authorization: Option<String>,
+    session: Option<&str>,
+    body: String,
+) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body);
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    request.send()
+}
+
+/// Starts `bin`, opens the accepted paths' sessions and warms every path (the issuer's keys
+/// read, an accepted token verified once), checking each answers as it should.
+async fn start_target(http: &reqwest::Client, bin: &Path, config: &str, paths: &Paths) -> Result<Target> {
     let (gateway, url) = start_gateway(bin, config).await?;
-    let http = reqwest::Client::new();
-    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
-    let seq = AtomicU64::new(0);
-    let post = |authorization: Option<String>, session: Option<&str>, body: String| {
-        let mut request = http
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .body(body);
-        if let Some(value) = authorization {
-            request = request.header("authorization", value);
-        }
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        request.send()
-    };
-    // The accepted paths ping in a session of their own.
+    prepare(http, gateway, url, paths).await
+}
+
+async fn prepare(
+    http: &reqwest::Client,
+    gateway: crate::harness::Process,
+    url: String,
+    paths: &Paths,
+) -> Result<Target> {
     let mut sessions: Vec<Option<String>> = Vec::new();
     for (i, credential) in paths.credentials.iter().enumerate() {
         if i >= ACCEPTED {
@@ -173,50 +200,98 @@ async fn measure(bin: &Path, config: &str, paths: &Paths, plan: &Plan) -> Result
         }
         let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}});
-        let answer = post(credential(0), None, initialize.to_string()).await?;
+        let answer = post(http, &url, credential(0), None, initialize.to_string()).await?;
         let Some(id) = answer.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned) else {
             bail!("{}: initialize answered {} with no session", paths.names[i], answer.status());
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
-        post(credential(0), Some(&id), initialized).await?;
+        post(http, &url, credential(0), Some(&id), initialized).await?;
         sessions.push(Some(id));
     }
-    let send = |i: usize| {
-        let n = seq.fetch_add(1, Ordering::Relaxed);
-        post(paths.credentials[i](n), sessions[i].as_deref(), ping.clone())
-    };
-    // Warm: the issuer's keys read, an accepted token verified once, each path tried.
-    for _ in 0..20 {
+    let target = Target { gateway, url, sessions };
+    for round in 0..21 {
         for i in 0..paths.credentials.len() {
-            let _ = send(i).await?.bytes().await;
-        }
-    }
-    for i in 0..paths.credentials.len() {
-        let status = send(i).await?.status();
-        let expected = if i < ACCEPTED { reqwest::StatusCode::OK } else { reqwest::StatusCode::UNAUTHORIZED };
-        if status != expected {
-            bail!("{}: answered {status}, not {expected}", paths.names[i]);
-        }
-    }
-    let (rounds, batch) = if plan.quick { (3, 20) } else { (15, 400) };
-    let mut costs = vec![Vec::new(); paths.credentials.len()];
-    for _ in 0..rounds {
-        for (i, cost) in costs.iter_mut().enumerate() {
-            let before = cpu_ns(gateway.pid());
-            for _ in 0..batch {
-                let _ = send(i).await?.bytes().await;
+            let status = send(http, &target, paths, i, round).await?;
+            let expected = if i < ACCEPTED { reqwest::StatusCode::OK } else { reqwest::StatusCode::UNAUTHORIZED };
+            if round == 20 && status != expected {
+                bail!("{}: answered {status}, not {expected}", paths.names[i]);
             }
-            cost.push((cpu_ns(gateway.pid()) - before) / batch);
         }
     }
-    gateway.terminate().await;
-    Ok(costs
-        .into_iter()
-        .map(|mut c| {
-            c.sort_unstable();
-            Duration::from_nanos(c[c.len() / 2])
-        })
-        .collect())
+    Ok(target)
+}
+
+/// Path `i`'s `n`th ping at `target`, read to its end.
+async fn send(http: &reqwest::Client, target: &Target, paths: &Paths, i: usize, n: u64) -> Result<reqwest::StatusCode> {
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let answer = post(http, &target.url, paths.credentials[i](n), target.sessions[i].as_deref(), ping).await?;
+    let status = answer.status();
+    answer.bytes().await?;
+    Ok(status)
+}
+
+/// Gateway CPU per request of each path at each target, the median over batches interleaved
+/// path by path and target by target.
+async fn measure(http: &reqwest::Client, targets: &[Target], paths: &Paths, plan: &Plan) -> Result<Vec<Vec<Duration>>> {
+    let (rounds, batch) = if plan.quick { (3, 20) } else { (25, 1000) };
+    let seq = AtomicU64::new(1_000);
+    let mut costs = vec![vec![Vec::new(); paths.credentials.len()]; targets.len()];
+    for _ in 0..rounds {
+        for i in 0..paths.credentials.len() {
+            for (t, target) in targets.iter().enumerate() {
+                let before = cpu_ns(target.gateway.pid());
+                for _ in 0..batch {
+                    send(http, target, paths, i, seq.fetch_add(1, Ordering::Relaxed)).await?;
+                }
+                costs[t][i].push((cpu_ns(target.gateway.pid()) - before) / batch);
+            }
+        }
+    }
+    let median = |mut c: Vec<u64>| {
+        c.sort_unstable();
+        Duration::from_nanos(c[c.len() / 2])
+    };
+    Ok(costs.into_iter().map(|per_path| per_path.into_iter().map(median).collect()).collect())
+}
+
+/// Instructions the gateway runs per request of each path (callgrind, zeroed and dumped
+/// around each path's requests in one run): figures that do not move with the machine's noise,
+/// though they leave out the kernel's work.
+async fn instructions(http: &reqwest::Client, bin: &Path, config: &str, paths: &Paths, n: u64) -> Result<Vec<u64>> {
+    let out = std::env::temp_dir().join(format!("taskgate-bench-refusals-{}-{}", std::process::id(), paths_seq()));
+    let wrap =
+        ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
+    let (gateway, url) = crate::harness::start_gateway_wrapped(bin, config, &wrap).await?;
+    let target = prepare(http, gateway, url, paths).await?;
+    let pid = target.gateway.pid().to_string();
+    let control = |what: &str| std::process::Command::new("callgrind_control").args([what, &pid]).output();
+    let mut counts = Vec::new();
+    for i in 0..paths.credentials.len() {
+        control("-z")?;
+        for k in 0..n {
+            send(http, &target, paths, i, 1_000_000 + k).await?;
+        }
+        control("-d")?;
+        let dump = std::path::PathBuf::from(format!("{}.{}", out.display(), i + 1));
+        let profile =
+            std::fs::read_to_string(&dump).with_context(|| format!("no callgrind dump at {}", dump.display()))?;
+        let _ = std::fs::remove_file(&dump);
+        let total: u64 = profile
+            .lines()
+            .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
+            .and_then(|t| t.trim().parse().ok())
+            .context("no totals in the callgrind dump")?;
+        counts.push(total / n);
+    }
+    target.gateway.terminate().await;
+    let _ = std::fs::remove_file(&out);
+    Ok(counts)
+}
+
+/// A number for each instruction run of this process.
+fn paths_seq() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 pub async fn refusals(plan: &Plan, bin: &Path) -> Result<()> {
@@ -234,43 +309,70 @@ pub async fn refusals(plan: &Plan, bin: &Path) -> Result<()> {
     let (_demo, demo_url) = start_demo(bin).await?;
     let config = gateway_config(&demo_url, &issuer, &rs256_public);
     let paths = paths(&issuer, &signers);
-    let now = measure(bin, &config, &paths, plan).await?;
-    let previous = match std::env::var_os("TASKGATE_BENCH_PREVIOUS") {
-        Some(old) => Some(measure(Path::new(&old), &config, &paths, plan).await?),
-        None => None,
+    let http = reqwest::Client::new();
+    let mut targets = vec![start_target(&http, bin, &config, &paths).await?];
+    if let Some(old) = std::env::var_os("TASKGATE_BENCH_PREVIOUS") {
+        targets.push(start_target(&http, Path::new(&old), &config, &paths).await?);
+    }
+    let mut measured = measure(&http, &targets, &paths, plan).await?.into_iter();
+    let now = measured.next().expect("this build's figures");
+    let previous = measured.next();
+    for target in targets {
+        target.gateway.terminate().await;
+    }
+    let counted = if crate::instructions::valgrind_installed() {
+        let n = if plan.quick { 5 } else { 200 };
+        let now = instructions(&http, bin, &config, &paths, n).await?;
+        let previous = match std::env::var_os("TASKGATE_BENCH_PREVIOUS") {
+            Some(old) => Some(instructions(&http, Path::new(&old), &config, &paths, n).await?),
+            None => None,
+        };
+        Some((now, previous))
+    } else {
+        println!("(valgrind is not installed: no instruction counts)");
+        None
     };
     let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
-    let ping = now[0].as_secs_f64().max(1e-9);
-    match &previous {
-        Some(_) => {
-            println!("| request | gateway CPU per request | against ping | the previous build | now / previous |");
-            println!("| --- | --- | --- | --- | --- |");
-        }
-        None => {
-            println!("| request | gateway CPU per request | against ping |");
-            println!("| --- | --- | --- |");
+    // One table: each path's cost in CPU time and (with valgrind) instructions, against ping
+    // with an API key and, given a previous build, against that build.
+    let ratio = |a: f64, b: f64| a / b.max(1e-9);
+    let mut header = vec!["request", "gateway CPU per request", "against ping"];
+    if previous.is_some() {
+        header.extend(["CPU, previous build", "now / previous"]);
+    }
+    if let Some((_, old)) = &counted {
+        header.extend(["instructions", "against ping"]);
+        if old.is_some() {
+            header.extend(["instructions, previous build", "now / previous"]);
         }
     }
-    let mut worst: f64 = 0.0;
+    println!("| {} |", header.join(" | "));
+    println!("|{}", " --- |".repeat(header.len()));
+    let (mut worst_time, mut worst_count): (f64, f64) = (0.0, 0.0);
     for (i, name) in paths.names.iter().enumerate() {
-        let ratio = now[i].as_secs_f64() / ping;
+        let time = ratio(now[i].as_secs_f64(), now[0].as_secs_f64());
+        let mut row = vec![name.to_string(), us(now[i]), format!("{time:.2}")];
+        if let Some(old) = &previous {
+            row.extend([us(old[i]), format!("{:.2}", ratio(now[i].as_secs_f64(), old[i].as_secs_f64()))]);
+        }
+        let mut count = 0.0;
+        if let Some((counts, old)) = &counted {
+            count = ratio(counts[i] as f64, counts[0] as f64);
+            row.extend([counts[i].to_string(), format!("{count:.2}")]);
+            if let Some(old) = old {
+                row.extend([old[i].to_string(), format!("{:.2}", ratio(counts[i] as f64, old[i] as f64))]);
+            }
+        }
         if i >= ACCEPTED {
-            worst = worst.max(ratio);
+            (worst_time, worst_count) = (worst_time.max(time), worst_count.max(count));
         }
-        match &previous {
-            Some(old) => println!(
-                "| {name} | {} | {ratio:.2} | {} | {:.2} |",
-                us(now[i]),
-                us(old[i]),
-                now[i].as_secs_f64() / old[i].as_secs_f64().max(1e-9)
-            ),
-            None => println!("| {name} | {} | {ratio:.2} |", us(now[i])),
-        }
+        println!("| {} |", row.join(" | "));
     }
     println!();
     println!(
-        "- the costliest refusal against serving ping with an API key: {worst:.2} (target ≤ 1.0: {})",
-        verdict(worst <= 1.0)
+        "- the costliest refusal against serving ping with an API key: {worst_time:.2} in CPU time, {worst_count:.2} in \
+         instructions (target ≤ 1.0: {})",
+        verdict(worst_time <= 1.0)
     );
     println!();
     Ok(())

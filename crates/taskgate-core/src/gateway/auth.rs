@@ -30,8 +30,11 @@ impl Gateway {
         let mut outcome = self.shared.tenancy.authenticate(authorization);
         match &outcome {
             Err(AuthError::KeysNeeded(issuer)) => {
-                self.shared.tenancy.issuers.refresh_now(issuer).await;
-                outcome = self.shared.tenancy.authenticate(authorization);
+                // Within the cooldown nothing was read: the token is refused as it stands.
+                outcome = match self.shared.tenancy.issuers.refresh_now(issuer).await {
+                    true => self.shared.tenancy.authenticate(authorization),
+                    false => Err(AuthError::Token("its authorization server's signing key is not known")),
+                };
             }
             Err(AuthError::IntrospectionNeeded) => {
                 let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());

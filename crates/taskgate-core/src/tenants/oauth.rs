@@ -94,18 +94,19 @@ impl Issuer {
     /// A forced read is claimed before anything is awaited: while one is under way or was made
     /// within the cooldown, the callers that would force another (tokens naming key ids not
     /// held: anyone can send those) return at once, waiting on nothing.
-    pub async fn refresh(&self, http: &reqwest::Client, forced: bool) {
+    /// Whether the keys were read (or tried to be).
+    pub async fn refresh(&self, http: &reqwest::Client, forced: bool) -> bool {
         if forced {
             let now = Instant::now();
             let mut state = self.state.write();
             if state.last_forced.is_some_and(|at| now.duration_since(at) < FORCED_REFRESH) {
-                return;
+                return false;
             }
             state.last_forced = Some(now);
         }
         let _one = self.reading.lock().await;
         if !forced && self.state.read().fresh_until.is_some_and(|until| Instant::now() < until) {
-            return;
+            return false;
         }
         let jwks_uri = self.state.read().jwks_uri.clone();
         let outcome = async {
@@ -146,6 +147,7 @@ impl Issuer {
                 state.error = Some(why);
             }
         }
+        true
     }
 
     /// The `jwks_uri` and `introspection_endpoint` of the issuer's metadata (RFC 8414, else
@@ -451,9 +453,11 @@ impl Issuers {
     }
 
     /// Reads `url`'s keys again now (a token named a key id not held), rate-bounded.
-    pub async fn refresh_now(&self, url: &str) {
-        if let Some(issuer) = self.get(url) {
-            issuer.refresh(&self.http, true).await;
+    /// Whether they were read: not within the cooldown of the last forced read.
+    pub async fn refresh_now(&self, url: &str) -> bool {
+        match self.get(url) {
+            Some(issuer) => issuer.refresh(&self.http, true).await,
+            None => false,
         }
     }
 }
