@@ -242,16 +242,7 @@ impl Load {
     }
 
     async fn until(&self, condition: impl Fn(usize, usize) -> bool) {
-        let mut progress = self.progress.clone();
-        within(async {
-            while !{
-                let (acked, refused) = self.counts();
-                condition(acked, refused)
-            } {
-                progress.changed().await.expect("the load runs");
-            }
-        })
-        .await;
+        crate::support::until_counts(&self.progress, || self.counts(), condition).await;
     }
 
     async fn stop(self) -> Vec<(String, Expect)> {

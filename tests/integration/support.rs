@@ -83,3 +83,22 @@ pub async fn raw_http_server(answer: impl Fn(&str, &[u8]) -> Answer + Send + Syn
     });
     url
 }
+
+/// Waits (bounded) until a load's counts satisfy `condition`, woken by each `progress` tick (a
+/// finished request).
+pub async fn until_counts(
+    progress: &tokio::sync::watch::Receiver<usize>,
+    counts: impl Fn() -> (usize, usize),
+    condition: impl Fn(usize, usize) -> bool,
+) {
+    let mut progress = progress.clone();
+    within(async {
+        while !{
+            let (a, b) = counts();
+            condition(a, b)
+        } {
+            progress.changed().await.expect("the load runs");
+        }
+    })
+    .await;
+}
