@@ -235,15 +235,16 @@ async fn send(http: &reqwest::Client, target: &Target, paths: &Paths, i: usize, 
 async fn measure(http: &reqwest::Client, targets: &[Target], paths: &Paths, plan: &Plan) -> Result<Vec<Vec<Duration>>> {
     let (rounds, batch) = if plan.quick { (3, 20) } else { (25, 1000) };
     let seq = AtomicU64::new(1_000);
-    let mut costs = vec![vec![Vec::new(); paths.credentials.len()]; targets.len()];
+    // By path, then by target: each batch's CPU per request.
+    let mut costs = vec![vec![Vec::new(); targets.len()]; paths.credentials.len()];
     for _ in 0..rounds {
-        for i in 0..paths.credentials.len() {
-            for (t, target) in targets.iter().enumerate() {
+        for (i, per_target) in costs.iter_mut().enumerate() {
+            for (target, cost) in targets.iter().zip(per_target.iter_mut()) {
                 let before = cpu_ns(target.gateway.pid());
                 for _ in 0..batch {
                     send(http, target, paths, i, seq.fetch_add(1, Ordering::Relaxed)).await?;
                 }
-                costs[t][i].push((cpu_ns(target.gateway.pid()) - before) / batch);
+                cost.push((cpu_ns(target.gateway.pid()) - before) / batch);
             }
         }
     }
@@ -251,7 +252,13 @@ async fn measure(http: &reqwest::Client, targets: &[Target], paths: &Paths, plan
         c.sort_unstable();
         Duration::from_nanos(c[c.len() / 2])
     };
-    Ok(costs.into_iter().map(|per_path| per_path.into_iter().map(median).collect()).collect())
+    let mut by_target = vec![Vec::new(); targets.len()];
+    for per_target in costs {
+        for (t, cost) in per_target.into_iter().enumerate() {
+            by_target[t].push(median(cost));
+        }
+    }
+    Ok(by_target)
 }
 
 /// Instructions the gateway runs per request of each path (callgrind, zeroed and dumped
