@@ -26,6 +26,9 @@ async fn verified(headers: &HeaderMap, gateway: &Gateway) -> Result<taskgate_cor
 
 /// The largest body of a refused request that is read (and dropped) to keep its connection.
 const DRAINED_AT_MOST: usize = 16 << 10;
+/// The longest such a body is waited for (an unauthenticated client holds its connection no
+/// longer than this; a slower one has it closed).
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `POST /mcp`: one JSON-RPC message per request.
 pub async fn post(
@@ -49,7 +52,7 @@ pub async fn post(
             // A small body is read and dropped, so the connection stays open for the client's
             // next request (a refusal costs no new connection); a larger one closes it unread.
             if checks::content_length(headers).is_some_and(|length| length <= DRAINED_AT_MOST) {
-                let _ = checks::body(headers, payload, DRAINED_AT_MOST, timeout).await;
+                let _ = checks::body(headers, payload, DRAINED_AT_MOST, timeout.min(DRAIN_TIME)).await;
             }
             return reply::error(&e, None);
         }

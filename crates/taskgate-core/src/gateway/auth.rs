@@ -30,11 +30,19 @@ impl Gateway {
         let mut outcome = self.shared.tenancy.authenticate(authorization);
         match &outcome {
             Err(AuthError::KeysNeeded(issuer)) => {
-                // Within the cooldown nothing was read: the token is refused as it stands.
-                outcome = match self.shared.tenancy.issuers.refresh_now(issuer).await {
-                    true => self.shared.tenancy.authenticate(authorization),
-                    false => Err(AuthError::Token("its authorization server's signing key is not known")),
-                };
+                // The keys are read again (at most once per cooldown), or another request's read
+                // is under way: a rotation's new key is waited for, never a reason to refuse.
+                let issuer = issuer.clone();
+                let issuers = &self.shared.tenancy.issuers;
+                let read = issuers.refresh_now(&issuer).await;
+                outcome = self.shared.tenancy.authenticate(authorization);
+                if !read && matches!(outcome, Err(AuthError::KeysNeeded(_))) {
+                    issuers.await_read(&issuer).await;
+                    outcome = self.shared.tenancy.authenticate(authorization);
+                }
+                if let Err(AuthError::KeysNeeded(_)) = outcome {
+                    outcome = Err(AuthError::Token("its authorization server's signing key is not known"));
+                }
             }
             Err(AuthError::IntrospectionNeeded) => {
                 let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());

@@ -305,13 +305,15 @@ impl Credentials {
             .filter(|v| {
                 v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
             });
-        // The claims first, the signature last: a token its claims refuse (expired, another
-        // audience) is refused without the cost of a signature check.
+        // An expired token is refused before any signature check (what that tells a forger is
+        // the token's own exp); every other refusal of its claims comes after the signature.
+        if expired(&claims, now_secs, self.jwts.iter().map(|v| v.leeway_secs)) {
+            return Err(AuthError::Token("it has expired"));
+        }
         let mut refused = None;
-        for verifier in candidates {
+        for verifier in candidates.filter(|v| v.key.verifies(token)) {
             match verifier.identity(&claims, now_secs) {
-                Ok(identity) if verifier.key.verifies(token) => return Ok(identity),
-                Ok(_) => refused = Some(AuthError::Token("no configured issuer signed it")),
+                Ok(identity) => return Ok(identity),
                 Err(e) => {
                     refused.get_or_insert(e);
                 }
@@ -351,6 +353,13 @@ impl JwtVerifier {
         };
         Ok(Identity { tenant: self.tenant.as_str().into(), principal: format!("{}{principal}", self.source).into() })
     }
+}
+
+/// Whether a token's `exp` has passed for every leeway that could take it (a token without a
+/// numeric `exp` is left to the full check).
+fn expired(claims: &Value, now_secs: u64, leeways: impl Iterator<Item = u64>) -> bool {
+    let leeway = leeways.max().unwrap_or(0);
+    claims.get("exp").and_then(Value::as_u64).is_some_and(|exp| now_secs > exp.saturating_add(leeway))
 }
 
 /// A JWT's claims, unverified.
@@ -425,8 +434,25 @@ impl Credentials {
         if claims.get("iss").and_then(Value::as_str) != Some(issuer) {
             return Err(AuthError::Token("its issuer (iss) is not the authorization server whose keys signed it"));
         }
-        // The claims first, the signature last: a token its claims refuse (expired, another
-        // audience, a scope missing) is refused without the cost of a signature check.
+        // An expired token is refused before its signature is checked or its keys are read
+        // (what that tells a forger is the token's own exp); every other refusal of its claims
+        // comes after the signature, so it tells nothing of the configuration.
+        if expired(&claims, now_secs, verifiers.iter().map(|v| v.leeway_secs)) {
+            return Err(AuthError::Token("it has expired"));
+        }
+        // A key id not held makes the keys be read again (at most once per cooldown).
+        let keys = verifiers[0].issuer.keys();
+        if !verifiers[0].issuer.has_key(kid) {
+            return Err(AuthError::KeysNeeded(issuer.to_owned()));
+        }
+        let signed = keys
+            .iter()
+            .filter(|k| kid.is_none() || k.kid.as_deref() == kid)
+            .filter(|k| k.alg.is_none_or(|published| published == alg))
+            .any(|k| k.key.verifies(alg, token));
+        if !signed {
+            return Err(AuthError::Token("its signature does not verify with its authorization server's keys"));
+        }
         let mut refused = AuthError::Token("no configured tenant takes it");
         let Some((verifier, verified)) = verifiers.iter().find_map(|v| match v.check(&claims, now_secs, true) {
             Ok(verified) => Some((v, verified)),
@@ -437,17 +463,6 @@ impl Credentials {
         }) else {
             return Err(refused);
         };
-        // A key id not held makes the keys be read again (at most once per cooldown), never
-        // for a token its claims refuse.
-        let keys = verifiers[0].issuer.keys();
-        if !verifiers[0].issuer.has_key(kid) {
-            return Err(AuthError::KeysNeeded(issuer.to_owned()));
-        }
-        let signed =
-            keys.iter().filter(|k| kid.is_none() || k.kid.as_deref() == kid).any(|k| k.key.verifies(alg, token));
-        if !signed {
-            return Err(AuthError::Token("its signature does not verify with its authorization server's keys"));
-        }
         self.verified.keep(hash, &verified, keys, verifier.issuer.clone(), now_secs);
         Ok(verified)
     }
@@ -634,8 +649,14 @@ mod tests {
         };
         assert_eq!(&*auth(&good, SECRET, 1500).unwrap().identity.principal, "jwt:#0|alice");
         assert_eq!(auth(&good, SECRET, 2001), Err(AuthError::Token("it has expired")));
-        // Claims are checked before the signature: an expired token costs no signature check.
+        // An expired token costs no signature check; any other refusal of its claims comes
+        // after the signature, so a forger learns nothing of the configuration.
         assert_eq!(auth(&good, "another-secret-another-secret-xx", 2001), Err(AuthError::Token("it has expired")));
+        let elsewhere = json!({"sub": "alice", "aud": "another-audience", "exp": 2000});
+        assert_eq!(
+            auth(&elsewhere, "another-secret-another-secret-xx", 1500),
+            Err(AuthError::Token("no configured issuer signed it"))
+        );
         assert_eq!(auth(&good, SECRET, 999), Err(AuthError::Token("it is not valid yet (nbf)")));
         assert_eq!(
             auth(&good, "another-secret-another-secret-xx", 1500),

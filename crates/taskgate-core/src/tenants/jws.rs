@@ -77,23 +77,32 @@ impl Key {
     /// A public key of a JWK set (RFC 7518 section 6): RSA (`n`, `e`), EC P-256 or P-384 (`x`,
     /// `y`), OKP Ed25519 (`x`). A key for encryption (`use: enc`) or of another type is not.
     pub(crate) fn from_jwk(jwk: &Value) -> Option<Key> {
-        if jwk.get("use").and_then(Value::as_str).is_some_and(|u| u != "sig") {
+        // A key for encryption, or whose operations leave out verifying, is not one.
+        if jwk.get("use").is_some_and(|u| u.as_str() != Some("sig")) {
             return None;
+        }
+        if let Some(ops) = jwk.get("key_ops") {
+            if !ops.as_array().is_some_and(|ops| ops.iter().any(|op| op.as_str() == Some("verify"))) {
+                return None;
+            }
         }
         let part = |name: &str| URL_SAFE_NO_PAD.decode(jwk.get(name)?.as_str()?).ok();
         let key = match (jwk.get("kty")?.as_str()?, jwk.get("crv").and_then(Value::as_str)) {
             ("RSA", _) => {
-                let rsa = Rsa::from_public_components(
-                    BigNum::from_slice(&part("n")?).ok()?,
-                    BigNum::from_slice(&part("e")?).ok()?,
-                )
-                .ok()?;
-                PKey::from_rsa(rsa).ok()?
+                let (n, e) = (BigNum::from_slice(&part("n")?).ok()?, BigNum::from_slice(&part("e")?).ok()?);
+                // 2048 to 8192 bits, and an odd exponent above 1 (e = 1 signs anything).
+                let exponent_ok = e.is_bit_set(0) && e.num_bits() > 1;
+                if !(2048..=8192).contains(&n.num_bits()) || !exponent_ok {
+                    return None;
+                }
+                PKey::from_rsa(Rsa::from_public_components(n, e).ok()?).ok()?
             }
             ("EC", Some(crv @ ("P-256" | "P-384"))) => {
-                let nid = if crv == "P-256" { Nid::X9_62_PRIME256V1 } else { Nid::SECP384R1 };
+                let (nid, size) = if crv == "P-256" { (Nid::X9_62_PRIME256V1, 32) } else { (Nid::SECP384R1, 48) };
                 let group = EcGroup::from_curve_name(nid).ok()?;
-                let (x, y) = (BigNum::from_slice(&part("x")?).ok()?, BigNum::from_slice(&part("y")?).ok()?);
+                // RFC 7518 section 6.2.1.2: each coordinate the full size of the curve.
+                let (x, y) = (part("x").filter(|x| x.len() == size)?, part("y").filter(|y| y.len() == size)?);
+                let (x, y) = (BigNum::from_slice(&x).ok()?, BigNum::from_slice(&y).ok()?);
                 PKey::from_ec_key(EcKey::from_public_key_affine_coordinates(&group, &x, &y).ok()?).ok()?
             }
             ("OKP", Some("Ed25519")) => PKey::public_key_from_raw_bytes(&part("x")?, Id::ED25519).ok()?,
@@ -125,7 +134,11 @@ impl Key {
         if !self.fits(alg) {
             return false;
         }
-        let Some((input, signature)) = token.rsplit_once('.') else { return false };
+        // The signing input is exactly the header and the payload of a three-part token.
+        let Some((input, signature)) = token.rsplit_once('.').filter(|(input, _)| input.matches('.').count() == 1)
+        else {
+            return false;
+        };
         let Ok(signature) = URL_SAFE_NO_PAD.decode(signature) else { return false };
         self.check(alg, input.as_bytes(), &signature).unwrap_or(false)
     }
@@ -259,10 +272,24 @@ mod tests {
                 assert!(!key.verifies(Alg::named(wrong).unwrap(), &token), "{alg} checked as {wrong}");
             }
         }
-        // A key published for encryption is not one to check signatures with.
+        // A key published for encryption, or not for verifying, is not one to check signatures
+        // with; nor is a small RSA key or one whose exponent signs anything.
         let mut enc = jwk(&rsa);
         enc["use"] = json!("enc");
         assert!(Key::from_jwk(&enc).is_none());
+        let mut signing_only = jwk(&rsa);
+        signing_only["key_ops"] = json!(["sign"]);
+        assert!(Key::from_jwk(&signing_only).is_none());
+        let small = PKey::from_rsa(Rsa::generate(1024).unwrap()).unwrap();
+        assert!(Key::from_jwk(&jwk(&small)).is_none());
+        let mut one = jwk(&rsa);
+        one["e"] = json!(b64(&[1]));
+        assert!(Key::from_jwk(&one).is_none());
+        // A token of more than three parts never verifies.
+        let key = Key::from_jwk(&jwk(&rsa)).unwrap();
+        let token = sign("RS256", &rsa);
+        let (input, signature) = token.rsplit_once('.').unwrap();
+        assert!(!key.verifies(Alg::RS256, &format!("{input}.extra.{signature}")));
     }
 
     #[test]

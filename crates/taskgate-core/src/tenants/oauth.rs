@@ -35,6 +35,8 @@ const MAX_DOCUMENT: usize = 1 << 20;
 /// One verifying key.
 pub(crate) struct Key {
     pub kid: Option<String>,
+    /// The algorithm the key is published for (its JWK's `alg`), which a token must use.
+    pub alg: Option<super::jws::Alg>,
     pub key: super::jws::Key,
 }
 
@@ -77,6 +79,14 @@ impl Issuer {
     /// The keys that may have signed a token naming `kid` (all of them when it names none).
     pub(crate) fn keys(&self) -> Arc<Vec<Key>> {
         self.state.read().keys.clone()
+    }
+
+    /// Waits (at most [`FETCH_TIMEOUT`]) for a read of the keys under way to end; at once when
+    /// none is.
+    pub(crate) async fn await_read(&self) {
+        if self.reading.try_lock().is_err() {
+            let _ = tokio::time::timeout(FETCH_TIMEOUT, self.reading.lock()).await;
+        }
     }
 
     /// Whether a key of `kid` is held.
@@ -124,7 +134,12 @@ impl Issuer {
                 .iter()
                 .filter_map(|jwk| {
                     let kid = jwk.get("kid").and_then(Value::as_str).map(str::to_owned);
-                    super::jws::Key::from_jwk(jwk).map(|key| Key { kid, key })
+                    // RFC 8725 section 3.1: a key is used with the algorithm it is published for.
+                    let alg = match jwk.get("alg") {
+                        None => None,
+                        Some(named) => Some(named.as_str().and_then(super::jws::Alg::named)?),
+                    };
+                    super::jws::Key::from_jwk(jwk).map(|key| Key { kid, alg, key })
                 })
                 .collect();
             if keys.is_empty() {
@@ -460,6 +475,13 @@ impl Issuers {
             None => false,
         }
     }
+
+    /// Waits for a read of `url`'s keys under way (another request's) to end.
+    pub async fn await_read(&self, url: &str) {
+        if let Some(issuer) = self.get(url) {
+            issuer.await_read().await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -507,7 +529,17 @@ mod tests {
             assert!(issuer.refresh(&http, true).now_or_never().is_some(), "a forced read waited");
         }
         assert!(!reading.is_finished(), "the one read is still waiting for its answer");
+        // A request whose key id is still not held after its own look waits for the read under
+        // way (a rotation's new key arrives with it), and goes on once it ends.
+        let waiting = tokio::spawn({
+            let issuer = issuer.clone();
+            async move { issuer.await_read().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
         reading.abort();
+        waiting.await.unwrap();
+        assert!(issuer.await_read().now_or_never().is_some(), "with no read under way, nobody waits");
         drop(silent);
     }
 
