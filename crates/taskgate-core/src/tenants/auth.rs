@@ -58,7 +58,7 @@ impl AuthError {
 
 /// The SHA-256 of an API key, as lower-case hex (what `[[tenant.api_key]] sha256` holds).
 pub fn hash_key(key: &str) -> String {
-    openssl::sha::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A configured verifying key, with the one algorithm it verifies (a token whose header names
@@ -225,16 +225,16 @@ impl Credentials {
                 }
             }
         };
-        let hash = openssl::sha::sha256(token.as_bytes());
+        let hash = sha256(token.as_bytes());
         if token.split('.').count() == 3 {
             if let Some(verified) = self.verified.get(&hash, now_secs) {
                 return Ok(verified);
             }
-            if let Some(issuer) = unverified_issuer(token).filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss))
-            {
-                return self.verify_access_token(token, hash, &issuer, now_secs);
+            let peek = Peek::of(token).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
+            if let Some(issuer) = peek.issuer().filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss)) {
+                return self.verify_access_token(token, hash, issuer, &peek, now_secs);
             }
-            return self.verify_jwt(token, now_secs).map(Verified::unscoped);
+            return self.verify_jwt(token, &peek, now_secs).map(Verified::unscoped);
         }
         if let Some(identity) = self.api_keys.get(&hash) {
             return Ok(Verified::unscoped(identity.clone()));
@@ -275,7 +275,7 @@ impl Credentials {
         all
     }
 
-    fn verify_jwt(&self, token: &str, now_secs: u64) -> Result<Identity, AuthError> {
+    fn verify_jwt(&self, token: &str, peek: &Peek, now_secs: u64) -> Result<Identity, AuthError> {
         let mut parts = token.split('.');
         let (Some(header64), Some(payload64), Some(signature64)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(AuthError::Token("it is not a JWT (three base64url parts)"));
@@ -285,7 +285,6 @@ impl Credentials {
             bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(Value::is_object)
         };
         let header = as_object(decode(header64)).ok_or(AuthError::Token("its header is not base64url JSON"))?;
-        let claims = as_object(decode(payload64)).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
         decode(signature64).ok_or(AuthError::Token("its signature is not base64url"))?;
         // RFC 7515 section 4.1.11: extensions marked critical that are not understood MUST be refused.
         if header.get("crit").is_some() {
@@ -296,20 +295,26 @@ impl Credentials {
             Some("RS256") => JwtAlgorithm::RS256,
             _ => return Err(AuthError::Token("its algorithm is not HS256 or RS256")),
         };
-        let issuer = claims.get("iss").and_then(Value::as_str);
-        let candidates = self
+        // An expired token, or one no configured key is for, is refused before its claims are
+        // read whole or its signature checked (what that tells a forger is the token's own exp
+        // and iss); every other refusal of its claims comes after the signature.
+        if peek.expired(now_secs, self.jwts.iter().map(|v| v.leeway_secs)) {
+            return Err(AuthError::Token("it has expired"));
+        }
+        let issuer = peek.issuer();
+        let mut candidates = self
             .jwts
             .iter()
             .filter(|v| v.algorithm == algorithm)
             .filter(|v| v.issuer.as_deref().is_none_or(|want| issuer == Some(want)))
-            .filter(|v| {
-                v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
-            });
-        // An expired token is refused before any signature check (what that tells a forger is
-        // the token's own exp); every other refusal of its claims comes after the signature.
-        if expired(&claims, now_secs, self.jwts.iter().map(|v| v.leeway_secs)) {
-            return Err(AuthError::Token("it has expired"));
+            .peekable();
+        if candidates.peek().is_none() {
+            return Err(AuthError::Token("no configured issuer signed it"));
         }
+        let claims = as_object(decode(payload64)).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
+        let candidates = candidates.filter(|v| {
+            v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
+        });
         let mut refused = None;
         for verifier in candidates.filter(|v| v.key.verifies(token)) {
             match verifier.identity(&claims, now_secs) {
@@ -355,24 +360,46 @@ impl JwtVerifier {
     }
 }
 
-/// Whether a token's `exp` has passed for every leeway that could take it (a token without a
-/// numeric `exp` is left to the full check).
-fn expired(claims: &Value, now_secs: u64, leeways: impl Iterator<Item = u64>) -> bool {
-    let leeway = leeways.max().unwrap_or(0);
-    claims.get("exp").and_then(Value::as_u64).is_some_and(|exp| now_secs > exp.saturating_add(leeway))
+/// What a JWT's payload says of its issuer and expiry, read without building its claims (the
+/// other members are skipped): enough to refuse an expired token or one no key is for.
+#[derive(serde::Deserialize)]
+struct Peek {
+    #[serde(default)]
+    iss: Option<Value>,
+    #[serde(default)]
+    exp: Option<Value>,
+}
+
+impl Peek {
+    fn of(token: &str) -> Option<Peek> {
+        let payload = token.split('.').nth(1)?;
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
+    }
+
+    fn issuer(&self) -> Option<&str> {
+        self.iss.as_ref().and_then(Value::as_str)
+    }
+
+    /// Whether `exp` has passed for every leeway that could take the token (one without a
+    /// numeric `exp` is left to the full check).
+    fn expired(&self, now_secs: u64, leeways: impl Iterator<Item = u64>) -> bool {
+        let leeway = leeways.max().unwrap_or(0);
+        self.exp.as_ref().and_then(Value::as_u64).is_some_and(|exp| now_secs > exp.saturating_add(leeway))
+    }
+}
+
+/// SHA-256 with OpenSSL's low-level interface (its one-shot `SHA256()` fetches an algorithm
+/// implementation at each call, several times the cost of hashing a token).
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut hasher = openssl::sha::Sha256::new();
+    hasher.update(bytes);
+    hasher.finish()
 }
 
 /// A JWT's claims, unverified.
 fn unverified_claims(token: &str) -> Option<Value> {
     let payload = token.split('.').nth(1)?;
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
-}
-
-/// The `iss` claim of a JWT, unverified: which authorization server to check it against.
-fn unverified_issuer(token: &str) -> Option<String> {
-    let payload = token.split('.').nth(1)?;
-    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
-    claims.get("iss")?.as_str().map(str::to_owned)
 }
 
 impl Credentials {
@@ -400,6 +427,7 @@ impl Credentials {
         token: &str,
         hash: [u8; 32],
         issuer: &str,
+        peek: &Peek,
         now_secs: u64,
     ) -> Result<Verified, AuthError> {
         use super::jws::Alg;
@@ -428,16 +456,11 @@ impl Credentials {
             .ok_or(AuthError::Token("its algorithm is not an asymmetric one the gateway accepts"))?;
         let kid = header.get("kid").and_then(Value::as_str);
         let verifiers: Vec<&OAuthVerifier> = self.oauth.iter().filter(|v| v.issuer.url == issuer).collect();
-        let claims = unverified_claims(token)
-            .filter(Value::is_object)
-            .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
-        if claims.get("iss").and_then(Value::as_str) != Some(issuer) {
-            return Err(AuthError::Token("its issuer (iss) is not the authorization server whose keys signed it"));
-        }
-        // An expired token is refused before its signature is checked or its keys are read
-        // (what that tells a forger is the token's own exp); every other refusal of its claims
-        // comes after the signature, so it tells nothing of the configuration.
-        if expired(&claims, now_secs, verifiers.iter().map(|v| v.leeway_secs)) {
+        // An expired token is refused before its claims are read whole, its signature checked
+        // or its keys read (what that tells a forger is the token's own exp); every other
+        // refusal of its claims comes after the signature, so it tells nothing of the
+        // configuration. (Its `iss` is the issuer's: that is how it came here.)
+        if peek.expired(now_secs, verifiers.iter().map(|v| v.leeway_secs)) {
             return Err(AuthError::Token("it has expired"));
         }
         // A key id not held makes the keys be read again (at most once per cooldown).
@@ -453,6 +476,9 @@ impl Credentials {
         if !signed {
             return Err(AuthError::Token("its signature does not verify with its authorization server's keys"));
         }
+        let claims = unverified_claims(token)
+            .filter(Value::is_object)
+            .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
         let mut refused = AuthError::Token("no configured tenant takes it");
         let Some((verifier, verified)) = verifiers.iter().find_map(|v| match v.check(&claims, now_secs, true) {
             Ok(verified) => Some((v, verified)),
