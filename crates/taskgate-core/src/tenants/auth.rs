@@ -58,7 +58,7 @@ impl AuthError {
 
 /// The SHA-256 of an API key, as lower-case hex (what `[[tenant.api_key]] sha256` holds).
 pub fn hash_key(key: &str) -> String {
-    sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    super::jws::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A configured verifying key, with the one algorithm it verifies (a token whose header names
@@ -225,12 +225,12 @@ impl Credentials {
                 }
             }
         };
-        let hash = sha256(token.as_bytes());
+        let hash = super::jws::sha256(token.as_bytes());
         if token.split('.').count() == 3 {
             if let Some(verified) = self.verified.get(&hash, now_secs) {
                 return Ok(verified);
             }
-            let peek = Peek::of(token).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
+            let peek = super::jws::Peek::of(token).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
             if let Some(issuer) = peek.issuer().filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss)) {
                 return self.verify_access_token(token, hash, issuer, &peek, now_secs);
             }
@@ -275,7 +275,7 @@ impl Credentials {
         all
     }
 
-    fn verify_jwt(&self, token: &str, peek: &Peek, now_secs: u64) -> Result<Identity, AuthError> {
+    fn verify_jwt(&self, token: &str, peek: &super::jws::Peek, now_secs: u64) -> Result<Identity, AuthError> {
         let mut parts = token.split('.');
         let (Some(header64), Some(payload64), Some(signature64)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(AuthError::Token("it is not a JWT (three base64url parts)"));
@@ -360,42 +360,6 @@ impl JwtVerifier {
     }
 }
 
-/// What a JWT's payload says of its issuer and expiry, read without building its claims (the
-/// other members are skipped): enough to refuse an expired token or one no key is for.
-#[derive(serde::Deserialize)]
-struct Peek {
-    #[serde(default)]
-    iss: Option<Value>,
-    #[serde(default)]
-    exp: Option<Value>,
-}
-
-impl Peek {
-    fn of(token: &str) -> Option<Peek> {
-        let payload = token.split('.').nth(1)?;
-        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
-    }
-
-    fn issuer(&self) -> Option<&str> {
-        self.iss.as_ref().and_then(Value::as_str)
-    }
-
-    /// Whether `exp` has passed for every leeway that could take the token (one without a
-    /// numeric `exp` is left to the full check).
-    fn expired(&self, now_secs: u64, leeways: impl Iterator<Item = u64>) -> bool {
-        let leeway = leeways.max().unwrap_or(0);
-        self.exp.as_ref().and_then(Value::as_u64).is_some_and(|exp| now_secs > exp.saturating_add(leeway))
-    }
-}
-
-/// SHA-256 with OpenSSL's low-level interface (its one-shot `SHA256()` fetches an algorithm
-/// implementation at each call, several times the cost of hashing a token).
-pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let mut hasher = openssl::sha::Sha256::new();
-    hasher.update(bytes);
-    hasher.finish()
-}
-
 /// A JWT's claims, unverified.
 fn unverified_claims(token: &str) -> Option<Value> {
     let payload = token.split('.').nth(1)?;
@@ -427,7 +391,7 @@ impl Credentials {
         token: &str,
         hash: [u8; 32],
         issuer: &str,
-        peek: &Peek,
+        peek: &super::jws::Peek,
         now_secs: u64,
     ) -> Result<Verified, AuthError> {
         use super::jws::Alg;

@@ -1,11 +1,11 @@
 //! JWS signatures (RFC 7515, compact serialization) checked with OpenSSL: the keys a token may
 //! be signed with, parsed once (a configured secret or PEM, or an authorization server's JWK,
 //! RFC 7517/7518), and the check of one token's signature against one of them. Claims are the
-//! callers' to check.
+//! callers' to check, but for [`Peek`] (a payload's `iss` and `exp`, read alone) and the
+//! SHA-256 tokens and keys are known by.
 //!
-//! A refused token costs one signature check per candidate key: with keys parsed once, an RSA
-//! check is one public-key operation, so refusing a forged token costs about what serving a
-//! request does.
+//! A forged token costs one signature check per candidate key, each one public-key operation
+//! on a key parsed once (what that costs against serving a request: BENCHMARKS.md, Refusals).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -175,6 +175,42 @@ impl Key {
             _ => Verifier::new(alg.digest(), key)?.verify_oneshot(signature, input),
         }
     }
+}
+
+/// What a JWT's payload says of its issuer and expiry, read without building its claims (the
+/// other members are skipped): enough to refuse an expired token or one no key is for.
+#[derive(serde::Deserialize)]
+pub(crate) struct Peek {
+    #[serde(default)]
+    iss: Option<Value>,
+    #[serde(default)]
+    exp: Option<Value>,
+}
+
+impl Peek {
+    pub(crate) fn of(token: &str) -> Option<Peek> {
+        let payload = token.split('.').nth(1)?;
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
+    }
+
+    pub(crate) fn issuer(&self) -> Option<&str> {
+        self.iss.as_ref().and_then(Value::as_str)
+    }
+
+    /// Whether `exp` has passed for every leeway that could take the token (one without a
+    /// numeric `exp` is left to the full check).
+    pub(crate) fn expired(&self, now_secs: u64, leeways: impl Iterator<Item = u64>) -> bool {
+        let leeway = leeways.max().unwrap_or(0);
+        self.exp.as_ref().and_then(Value::as_u64).is_some_and(|exp| now_secs > exp.saturating_add(leeway))
+    }
+}
+
+/// SHA-256 with OpenSSL's low-level interface (its one-shot `SHA256()` fetches an algorithm
+/// implementation at each call, several times the cost of hashing a token).
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut hasher = openssl::sha::Sha256::new();
+    hasher.update(bytes);
+    hasher.finish()
 }
 
 #[cfg(test)]

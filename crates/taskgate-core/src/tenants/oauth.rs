@@ -410,7 +410,7 @@ impl Issuers {
                 cache.remove(&key);
             }
         }
-        cache.insert(super::auth::sha256(token.as_bytes()), (found, now + keep));
+        cache.insert(super::jws::sha256(token.as_bytes()), (found, now + keep));
     }
 
     /// Takes one of the introspections allowed this second; false when they are spent.
