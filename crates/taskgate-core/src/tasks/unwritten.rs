@@ -1,7 +1,11 @@
-//! Status changes a task's actor could not write because the store failed (Redis out of reach,
-//! a full disk): each is retried with backoff, in order, until it lands; waiters hear of it
-//! then. What waits to be written is counted ([`Unwritten`]), and over its bound new tasks
-//! are refused, saying why, rather than holding more state the store cannot take.
+//! Status changes a task's actor could not write because the store failed: while the store is
+//! out of reach (Redis away, a full disk) each is retried with backoff, in order, until it
+//! lands, and waiters hear of it then; another failure is given up after a few tries; a change
+//! is also given up when this replica no longer runs the task or the gateway stops. The actor
+//! handles no other message meanwhile (its changes stay in order), so a cancel of its task is
+//! refused at once instead of waiting. What waits is counted ([`Unwritten`]), and over its
+//! bound new tasks are refused, saying why, rather than holding more state the store cannot
+//! take.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
