@@ -20,6 +20,7 @@ mod server;
 mod tasks;
 mod tenants;
 mod traces;
+mod trust;
 mod upstream;
 mod validate;
 
@@ -32,6 +33,7 @@ pub use tenants::{
     TenantConfig, TenantLimits, ToolRules,
 };
 pub use traces::TracesConfig;
+pub use trust::normal_audience;
 pub use upstream::{
     ShareSessions, TaskSupportSetting, Transport, UpstreamConfig, UpstreamGrant, UpstreamOAuth, UpstreamProtocol,
 };

@@ -86,8 +86,9 @@ pub struct ServerConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
     /// Whether the main listener serves `/metrics` and the detailed `/readyz` (otherwise its
-    /// `/readyz` says ready or not, nothing more). Unset: yes when there is no admin listener,
-    /// no when there is one.
+    /// `/readyz` says ready or not, nothing more). Unset: only when there is no admin listener
+    /// and the main one listens on a loopback address (a public listener never shows them
+    /// unless this says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_metrics: Option<bool>,
     /// A session with no request for this many seconds, and no request in flight or GET stream
@@ -104,9 +105,10 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// Whether the main listener serves `/metrics` and the detailed `/readyz`.
-    pub fn serves_public_metrics(&self) -> bool {
-        self.public_metrics.unwrap_or(self.admin_listen.is_none())
+    /// Whether the main listener, bound to `listen`, serves `/metrics` and the detailed
+    /// `/readyz`.
+    pub fn serves_public_metrics(&self, listen: std::net::IpAddr) -> bool {
+        self.public_metrics.unwrap_or(self.admin_listen.is_none() && listen.is_loopback())
     }
 }
 

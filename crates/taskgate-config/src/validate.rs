@@ -293,6 +293,9 @@ impl Config {
         }
         let names = self.upstreams.iter().map(|u| u.name.as_str()).collect();
         problems.extend(tenants::collect(&self.tenants, &names));
+        crate::trust::validate(&self.tenants, self.server.public_url.as_deref(), &mut |location, message| {
+            problems.push(Problem { location, message })
+        });
         if problems.is_empty() {
             Ok(())
         } else {

@@ -14,14 +14,23 @@ use crate::{reply, sse};
 /// token), or the anonymous tenant's when there is no header and one is configured; otherwise
 /// 401 (or 403 for a token without the scope needed, 400 for a header that is not a bearer
 /// token) with its challenge.
-async fn identity(headers: &HeaderMap, gateway: &Gateway) -> Result<Identity, GatewayError> {
-    verified(headers, gateway).await.map(|v| v.identity)
+async fn identity(req: &HttpRequest, gateway: &Gateway) -> Result<Identity, GatewayError> {
+    verified(req, gateway).await.map(|v| v.identity)
 }
 
 /// [`identity`], with what an OAuth access token grants.
-async fn verified(headers: &HeaderMap, gateway: &Gateway) -> Result<taskgate_core::tenants::Verified, GatewayError> {
+async fn verified(req: &HttpRequest, gateway: &Gateway) -> Result<taskgate_core::tenants::Verified, GatewayError> {
+    let headers = req.headers();
     let authorization = headers.get(actix_web::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    gateway.authenticate(authorization).await
+    // The client, as the connection's peer or the client a trusted proxy names.
+    let source = || {
+        let peer = req.peer_addr()?.ip();
+        Some(match req.app_data::<web::Data<crate::peers::Peers>>() {
+            Some(peers) => peers.client_source(peer, headers),
+            None => peer,
+        })
+    };
+    gateway.authenticate(authorization, &source).await
 }
 
 /// The largest body of a refused request that is read (and dropped) to keep its connection.
@@ -44,7 +53,7 @@ pub async fn post(
         checks::origin(headers, &config.server.allowed_origins)?;
         checks::content_type(headers)?;
         // Credentials before the body: the body limit is the tenant's.
-        verified(headers, &gateway).await
+        verified(&req, &gateway).await
     };
     let verified = match admitted.await {
         Ok(verified) => verified,
@@ -281,7 +290,7 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
                 "the GET stream is text/event-stream; Accept must allow it".into(),
             ));
         }
-        let identity = identity(headers, &gateway).await?;
+        let identity = identity(&req, &gateway).await?;
         if gateway.draining() {
             return Err(shutting_down());
         }
@@ -307,7 +316,7 @@ pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespon
     let headers = req.headers();
     let ended = async {
         checks::origin(headers, &gateway.config().server.allowed_origins)?;
-        let identity = identity(headers, &gateway).await?;
+        let identity = identity(&req, &gateway).await?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         gateway.end_session(session_id, &identity).await
     };

@@ -61,10 +61,11 @@ pub async fn protected_resource(req: actix_web::HttpRequest, gateway: web::Data<
     let asked = req.path().trim_end_matches('/');
     let served = taskgate_core::resource_metadata_url(metadata["resource"].as_str().unwrap_or_default());
     let path_of = |url: &str| url.find("://").and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()));
-    // RFC 9728 section 3.3: the resource in the metadata is the one its well-known URI was made
-    // from, so the root form answers only for a resource at the root of its host.
+    // RFC 9728 section 3.1 puts the metadata of `https://host/mcp` at the path form; clients of
+    // the 2025-06-18 era (and some current SDKs) look at the root form first. The gateway
+    // serves one resource, so the root form names it too; any other path is no resource.
     let ours = path_of(&served).unwrap_or_default();
-    if asked != ours {
+    if asked != ours && asked != "/.well-known/oauth-protected-resource" {
         return HttpResponse::NotFound().finish();
     }
     HttpResponse::Ok().insert_header(("Cache-Control", "max-age=300")).json(metadata)

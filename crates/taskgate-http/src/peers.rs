@@ -181,6 +181,12 @@ impl Peers {
         }
     }
 
+    /// The client a request comes from, as its share of anything is counted: the peer, or the
+    /// client a trusted proxy forwards for; an IPv6 address as its /64.
+    pub fn client_source(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        host(self.forwarded_source(peer, headers))
+    }
+
     /// The client a trusted proxy forwards for (see the module's documentation); the peer
     /// when the header names none.
     pub fn forwarded_source(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {

@@ -133,7 +133,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     let main_data = data.clone();
     let accepted = peers.clone();
     let per_peer = peers.max_connections_per_peer();
-    let public_operations = operations::public_routes(config.server.serves_public_metrics());
+    let public_operations = operations::public_routes(config.server.serves_public_metrics(addr.ip()));
     let admin_on_main = config.admin.on_main_listener.then(|| crate::admin::Shared::new().routes());
     let server = HttpServer::new(move || {
         let metrics = main_data.clone();
@@ -141,6 +141,7 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
         App::new()
             .app_data(main_data.clone())
             .app_data(modern.clone())
+            .app_data(web::Data::from(peers.clone()))
             // Every response is counted by HTTP method and status, and one to a browser of an
             // allowed origin carries the CORS headers. A client behind a trusted proxy holds at
             // most its share of unfinished requests.

@@ -26,7 +26,14 @@ impl Gateway {
     /// key its authorization server has not published to the gateway yet makes the keys be
     /// read again (rate-bounded), then the token checked again. An OAuth access token is kept
     /// as its caller's latest while an upstream exchanges callers' tokens (RFC 8693).
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Verified, GatewayError> {
+    ///
+    /// `source` names the client (its address, or the one a trusted proxy names): an opaque
+    /// token is introspected only within the client's share of its server's budget.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        source: &dyn Fn() -> Option<std::net::IpAddr>,
+    ) -> Result<Verified, GatewayError> {
         let mut outcome = self.shared.tenancy.authenticate(authorization);
         match &outcome {
             Err(AuthError::KeysNeeded(issuer)) => {
@@ -46,13 +53,24 @@ impl Gateway {
             }
             Err(AuthError::IntrospectionNeeded) => {
                 let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
-                if !self.shared.tenancy.introspect(token).await {
+                match self.shared.tenancy.introspect(token, source()).await {
+                    Ok(()) => {}
+                    // The client sends more unknown tokens than its share: its own doing.
+                    Err(crate::tenants::oauth::NotAsked::OverShare) => {
+                        outcome = Err(AuthError::Token(
+                            "this client sent more new tokens this second than may be introspected for it",
+                        ))
+                    }
                     // Not the token's fault: the client retries (503, Retry-After).
-                    return Err(GatewayError::Overloaded(
-                        "too many tokens to introspect at the authorization server this second; retry".into(),
-                    ));
+                    Err(crate::tenants::oauth::NotAsked::Spent) => {
+                        return Err(GatewayError::Overloaded(
+                            "too many tokens to introspect at the authorization server this second; retry".into(),
+                        ))
+                    }
                 }
-                outcome = self.shared.tenancy.authenticate(authorization);
+                if matches!(outcome, Err(AuthError::IntrospectionNeeded)) {
+                    outcome = self.shared.tenancy.authenticate(authorization);
+                }
                 if let Err(AuthError::IntrospectionNeeded) = outcome {
                     outcome = Err(AuthError::Token("no authorization server could be asked about it"));
                 }
@@ -61,8 +79,8 @@ impl Gateway {
         }
         if let Ok(verified @ Verified { scopes: Some(_), .. }) = &outcome {
             let subjects = &self.shared.tenancy.subjects;
-            if subjects.wanted() {
-                let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
+            let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
+            if subjects.wanted() && !token.is_empty() {
                 subjects.remember(&verified.identity, token, verified.expires_secs);
             }
         }
@@ -109,18 +127,22 @@ impl Gateway {
         }
     }
 
-    /// Refuses a `tools/call` (plain or as a task) of a tool whose scopes (`[tenant.tools]
+    /// Refuses a request for a tool's or an upstream's data whose scopes (`[tenant.tools]
     /// scopes` and `upstream_scopes`) the caller's access token lacks: 403 `insufficient_scope`
     /// naming every scope the call needs (MCP authorization, "Runtime Insufficient Scope
-    /// Errors": all of them in one challenge). Fails closed: a name is held to the scopes of
-    /// every tool it could reach in any client's catalog (`Catalog::reachable`).
+    /// Errors": all of them in one challenge). `tools/call` (plain or as a task) needs its
+    /// tool's scopes and its upstream's; `resources/read`, `resources/subscribe`,
+    /// `prompts/get` and `completion/complete` need the scopes of every upstream the URI or
+    /// name may reach. Fails closed: a name is held to the scopes of every tool it could reach
+    /// in any client's catalog (`Catalog::reachable`).
     pub async fn check_scopes(
         &self,
         verified: &Verified,
         method: &str,
         params: Option<&serde_json::Value>,
     ) -> Result<(), GatewayError> {
-        if verified.scopes.is_none() || method != taskgate_protocol::mcp::methods::TOOLS_CALL {
+        use taskgate_protocol::mcp::{methods, CompletionRef};
+        if verified.scopes.is_none() {
             return Ok(());
         }
         let policy = self.shared.tenancy.policy(&verified.identity.tenant);
@@ -128,17 +150,54 @@ impl Gateway {
         else {
             return Ok(());
         };
-        let Some(name) = params.and_then(|p| p.get("name")).and_then(serde_json::Value::as_str) else {
-            return Ok(()); // refused as invalid params by the session
-        };
-        if self.shared.catalog.read().resolve(name).is_none() {
-            // Not listed yet: the catalog the session will look in first is loaded.
-            let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
-        }
-        let found = self.shared.catalog.read().reachable(name, |u| policy.sees(u));
-        let mut needed: Vec<&str> = rules.scopes_for("", name);
-        for (exposed, upstream) in &found {
-            needed.extend(rules.scopes_for(upstream, exposed));
+        let text = |field: &str| params.and_then(|p| p.get(field)).and_then(serde_json::Value::as_str);
+        let mut needed: Vec<&str> = Vec::new();
+        match method {
+            methods::TOOLS_CALL => {
+                let Some(name) = text("name") else {
+                    return Ok(()); // refused as invalid params by the session
+                };
+                if self.shared.catalog.read().resolve(name).is_none() {
+                    // Not listed yet: the catalog the session will look in first is loaded.
+                    let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
+                }
+                let found = self.shared.catalog.read().reachable(name, |u| policy.sees(u));
+                needed.extend(rules.scopes_for("", name));
+                for (exposed, upstream) in &found {
+                    needed.extend(rules.scopes_for(upstream, exposed));
+                }
+            }
+            methods::RESOURCES_READ
+            | methods::RESOURCES_SUBSCRIBE
+            | methods::PROMPTS_GET
+            | methods::COMPLETION_COMPLETE => {
+                let routes = {
+                    let catalog = self.shared.catalog.read();
+                    let (naming, separator) = (catalog.naming(), catalog.separator());
+                    match (method, CompletionRef::from_params(params)) {
+                        (methods::PROMPTS_GET, _) => {
+                            text("name").map(|n| crate::offerings::route_name(naming, separator, n))
+                        }
+                        (methods::COMPLETION_COMPLETE, Ok(CompletionRef::Prompt(n))) => {
+                            Some(crate::offerings::route_name(naming, separator, n))
+                        }
+                        (methods::COMPLETION_COMPLETE, Ok(CompletionRef::Resource(uri))) => {
+                            Some(crate::offerings::route_uri(naming, uri))
+                        }
+                        (methods::COMPLETION_COMPLETE, Err(_)) => None,
+                        _ => text("uri").map(|uri| crate::offerings::route_uri(naming, uri)),
+                    }
+                };
+                let Some(routes) = routes else {
+                    return Ok(()); // refused as invalid params by the session
+                };
+                for (upstream, _) in routes.iter().filter(|(u, _)| policy.sees(u)) {
+                    if let Some(scopes) = rules.upstream_scopes.get(upstream) {
+                        needed.extend(scopes.split_whitespace());
+                    }
+                }
+            }
+            _ => return Ok(()),
         }
         needed.sort_unstable();
         needed.dedup();

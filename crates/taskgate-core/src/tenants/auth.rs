@@ -66,6 +66,9 @@ pub fn hash_key(key: &str) -> String {
 struct Key {
     algorithm: super::jws::Alg,
     key: super::jws::Key,
+    /// The SHA-256 of the secret or of the public key's DER: two entries with one key are
+    /// told apart by it.
+    fingerprint: [u8; 32],
 }
 
 struct JwtVerifier {
@@ -93,6 +96,9 @@ struct OAuthVerifier {
     leeway_secs: u64,
     /// The gateway's client at the issuer, for token introspection.
     introspection: Option<(String, String)>,
+    /// How the opaque tokens it introspects begin (none: every opaque token no other server's
+    /// prefix claims).
+    opaque_prefix: Option<String>,
 }
 
 /// Every credential of every tenant, built from one configuration.
@@ -107,8 +113,8 @@ pub(crate) struct Credentials {
     /// every request, and a signature check costs more than the rest of a proxied call.
     verified: super::verified::VerifiedTokens,
     /// The identity of a request with no credentials, if a tenant takes them (shared: each
-    /// request's copy costs no allocation).
-    anonymous: Option<Identity>,
+    /// request's copy costs no allocation), with no scopes when its tenant's tools need some.
+    anonymous: Option<Verified>,
 }
 
 impl Credentials {
@@ -125,7 +131,13 @@ impl Credentials {
         let mut anonymous = None;
         for (i, tenant) in config.tenants.iter().enumerate() {
             if tenant.anonymous {
-                anonymous = Some(Identity { tenant: tenant.id.as_str().into(), principal: "anonymous".into() });
+                let identity = Identity { tenant: tenant.id.as_str().into(), principal: "anonymous".into() };
+                // A caller that sends no token holds no scope: the tools that need one are
+                // refused it (403 with the scopes to ask for), never served unchecked.
+                let scoped =
+                    tenant.tools.as_ref().is_some_and(|t| !t.scopes.is_empty() || !t.upstream_scopes.is_empty());
+                anonymous =
+                    Some(Verified { identity, scopes: scoped.then(|| std::sync::Arc::from([])), expires_secs: None });
             }
             for key in &tenant.api_keys {
                 if let Some(hash) = decode_hex32(&key.sha256) {
@@ -185,13 +197,17 @@ impl Credentials {
                     tenant_claim: server.tenant_claim.clone(),
                     leeway_secs: server.leeway_secs,
                     introspection,
+                    opaque_prefix: server.opaque_token_prefix.clone(),
                 });
             }
         }
         if config.tenants.is_empty() {
-            anonymous =
-                Some(Identity { tenant: crate::identity::IMPLICIT_TENANT.into(), principal: "anonymous".into() });
+            anonymous = Some(Verified::unscoped(Identity {
+                tenant: crate::identity::IMPLICIT_TENANT.into(),
+                principal: "anonymous".into(),
+            }));
         }
+        problems.extend(shared_keys(&jwts));
         if problems.is_empty() {
             Ok(Credentials { api_keys, jwts, oauth, issuers: issuers.clone(), verified: Default::default(), anonymous })
         } else {
@@ -203,7 +219,7 @@ impl Credentials {
     pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Verified, AuthError> {
         let Some(header) = authorization else {
             return match &self.anonymous {
-                Some(identity) => Ok(Verified::unscoped(identity.clone())),
+                Some(anonymous) => Ok(anonymous.clone()),
                 None => Err(AuthError::Missing),
             };
         };
@@ -220,7 +236,7 @@ impl Credentials {
             _ if header.trim().eq_ignore_ascii_case("bearer") => return Err(AuthError::Malformed),
             _ => {
                 return match &self.anonymous {
-                    Some(identity) => Ok(Verified::unscoped(identity.clone())),
+                    Some(anonymous) => Ok(anonymous.clone()),
                     None => Err(AuthError::Missing),
                 }
             }
@@ -239,25 +255,43 @@ impl Credentials {
         if let Some(identity) = self.api_keys.get(&hash) {
             return Ok(Verified::unscoped(identity.clone()));
         }
-        if !self.oauth.iter().any(|v| v.introspection.is_some()) {
+        // An opaque access token goes to the one server whose tokens it looks like, if any (an
+        // unknown API key looks like none while tenants have API keys: validation sees to it).
+        let Some(introspector) = self.introspector(token) else {
             return Err(AuthError::UnknownKey);
-        }
-        // An opaque access token: what its authorization server said of it.
+        };
         match self.issuers.introspected(&hash) {
             None => Err(AuthError::IntrospectionNeeded),
             Some(None) => Err(AuthError::Token("its authorization server says it is not active")),
+            Some(Some((issuer, _))) if issuer != introspector.issuer.url => {
+                Err(AuthError::Token("its authorization server says it is not active"))
+            }
             Some(Some((issuer, claims))) => {
                 // Only the tenants of the server that said it is active.
-                let mut refused = AuthError::Token("no configured tenant takes it");
-                for verifier in self.oauth.iter().filter(|v| v.introspection.is_some() && v.issuer.url == issuer) {
-                    match verifier.check(&claims, now_secs, false) {
-                        Ok(identity) => return Ok(identity),
-                        Err(e) => refused = e,
-                    }
-                }
-                Err(refused)
+                let verifiers = self.oauth.iter().filter(|v| v.introspection.is_some() && v.issuer.url == issuer);
+                one_tenant(verifiers.map(|v| v.check(&claims, now_secs, false).map(|verified| (v, verified))))
+                    .map(|(_, verified)| verified)
             }
         }
+    }
+
+    /// The authorization server that introspects `token`: the one whose `opaque_token_prefix`
+    /// it starts with, else the one that names none.
+    fn introspector(&self, token: &str) -> Option<&OAuthVerifier> {
+        let mut introspecting = self.oauth.iter().filter(|v| v.introspection.is_some());
+        introspecting
+            .clone()
+            .filter(|v| v.opaque_prefix.as_deref().is_some_and(|p| token.starts_with(p)))
+            .max_by_key(|v| v.opaque_prefix.as_ref().map_or(0, String::len))
+            .or_else(|| introspecting.find(|v| v.opaque_prefix.is_none()))
+    }
+
+    /// The authorization server that introspects `token` (its issuer, and the gateway's client
+    /// there): one at most.
+    pub fn introspector_for(&self, token: &str) -> Option<(std::sync::Arc<super::oauth::Issuer>, String, String)> {
+        let v = self.introspector(token)?;
+        let (client, secret) = v.introspection.clone()?;
+        Some((v.issuer.clone(), client, secret))
     }
 
     /// The authorization servers that introspect opaque tokens, with the gateway's client there.
@@ -315,16 +349,26 @@ impl Credentials {
         let candidates = candidates.filter(|v| {
             v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
         });
+        // Every key that verifies it is asked: a token two tenants would take is refused, never
+        // given to the first listed.
+        let mut taken: Option<(&JwtVerifier, Identity)> = None;
         let mut refused = None;
-        for verifier in candidates.filter(|v| v.key.verifies(token)) {
+        for verifier in candidates {
+            if taken.as_ref().is_some_and(|(t, _)| t.tenant == verifier.tenant) || !verifier.key.verifies(token) {
+                continue;
+            }
             match verifier.identity(&claims, now_secs) {
-                Ok(identity) => return Ok(identity),
+                Ok(_) if taken.is_some() => return Err(AuthError::Token(MORE_THAN_ONE_TENANT)),
+                Ok(identity) => taken = Some((verifier, identity)),
                 Err(e) => {
                     refused.get_or_insert(e);
                 }
             }
         }
-        Err(refused.unwrap_or(AuthError::Token("no configured issuer signed it")))
+        match taken {
+            Some((_, identity)) => Ok(identity),
+            None => Err(refused.unwrap_or(AuthError::Token("no configured issuer signed it"))),
+        }
     }
 }
 
@@ -358,6 +402,53 @@ impl JwtVerifier {
         };
         Ok(Identity { tenant: self.tenant.as_str().into(), principal: format!("{}{principal}", self.source).into() })
     }
+}
+
+/// Why a token more than one tenant would take is refused.
+const MORE_THAN_ONE_TENANT: &str = "more than one tenant would take it; the authorization server must name its tenant";
+
+/// The one tenant's verifier that takes a token, of the verdicts of every verifier of its
+/// issuer: a token two tenants would take is refused; with none, the last refusal says why.
+fn one_tenant<'a>(
+    verdicts: impl Iterator<Item = Result<(&'a OAuthVerifier, Verified), AuthError>>,
+) -> Result<(&'a OAuthVerifier, Verified), AuthError> {
+    let mut taken: Option<(&OAuthVerifier, Verified)> = None;
+    let mut refused = AuthError::Token("no configured tenant takes it");
+    for verdict in verdicts {
+        match verdict {
+            Ok((v, _)) if taken.as_ref().is_some_and(|(t, _)| t.tenant == v.tenant) => {}
+            Ok(_) if taken.is_some() => return Err(AuthError::Token(MORE_THAN_ONE_TENANT)),
+            Ok(found) => taken = Some(found),
+            Err(e) => refused = e,
+        }
+    }
+    taken.ok_or(refused)
+}
+
+/// Configured keys two tenants share (one secret or public key, audiences with one normal
+/// form, issuers a token could match both of) must say whose each token is, with one
+/// `tenant_claim`: otherwise one token would log in to either.
+fn shared_keys(jwts: &[JwtVerifier]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (n, v) in jwts.iter().enumerate() {
+        for other in &jwts[..n] {
+            let issuers_meet = v.issuer.is_none() || other.issuer.is_none() || v.issuer == other.issuer;
+            let shared = other.tenant != v.tenant
+                && other.key.fingerprint == v.key.fingerprint
+                && issuers_meet
+                && taskgate_config::normal_audience(&other.audience) == taskgate_config::normal_audience(&v.audience);
+            if shared && (v.tenant_claim.is_none() || v.tenant_claim != other.tenant_claim) {
+                problems.push(Problem {
+                    location: format!("tenant ({:?}).jwt ({})", v.tenant, v.source.trim_end_matches('|')),
+                    message: format!(
+                        "tenant {:?} takes tokens of the same key for the same audience: both must name the same tenant_claim, which says whose each token is",
+                        other.tenant
+                    ),
+                });
+            }
+        }
+    }
+    problems
 }
 
 /// A JWT's claims, unverified.
@@ -443,16 +534,8 @@ impl Credentials {
         let claims = unverified_claims(token)
             .filter(Value::is_object)
             .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
-        let mut refused = AuthError::Token("no configured tenant takes it");
-        let Some((verifier, verified)) = verifiers.iter().find_map(|v| match v.check(&claims, now_secs, true) {
-            Ok(verified) => Some((v, verified)),
-            Err(e) => {
-                refused = e;
-                None
-            }
-        }) else {
-            return Err(refused);
-        };
+        let (verifier, verified) =
+            one_tenant(verifiers.iter().map(|v| v.check(&claims, now_secs, true).map(|verified| (*v, verified))))?;
         self.verified.keep(hash, &verified, keys, verifier.issuer.clone(), now_secs);
         Ok(verified)
     }
@@ -499,11 +582,16 @@ impl OAuthVerifier {
             tracing::debug!(%missing, "an access token lacks a required scope");
             return Err(AuthError::Scope(self.required_scopes.join(" ")));
         }
-        // A client-credentials token may name no subject: its client is the principal.
-        let named = claims
-            .get(&self.principal_claim)
-            .or_else(|| (self.principal_claim == "sub").then(|| claims.get("client_id")).flatten());
+        // A client-credentials token may name no subject: its client is the principal, as
+        // `client:<client_id>`; a subject that begins `client:` (or `sub:`) is written
+        // `sub:<subject>`, so no subject is ever named as a client is.
+        let (named, client) = match claims.get(&self.principal_claim) {
+            None if self.principal_claim == "sub" => (claims.get("client_id"), true),
+            named => (named, false),
+        };
         let principal = match named {
+            Some(Value::String(p)) if !p.is_empty() && client => format!("client:{p}"),
+            Some(Value::String(p)) if p.starts_with("client:") || p.starts_with("sub:") => format!("sub:{p}"),
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),
             Some(Value::String(_)) | None => return Err(AuthError::Token("it lacks the configured principal claim")),
@@ -540,7 +628,7 @@ fn load_key(jwt: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Key
             }
             let key = super::jws::Key::secret(secret.as_bytes())
                 .ok_or(("secret", "OpenSSL refused it as an HMAC key".to_string()))?;
-            Ok(Key { algorithm: super::jws::Alg::HS256, key })
+            Ok(Key { algorithm: super::jws::Alg::HS256, key, fingerprint: super::jws::sha256(secret.as_bytes()) })
         }
         JwtAlgorithm::RS256 => {
             let (field, pem) = match (&jwt.public_key, &jwt.public_key_file) {
@@ -557,7 +645,8 @@ fn load_key(jwt: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Key
             if key.id() != Id::RSA || key.bits() < 2048 {
                 return Err((field, "RS256 needs an RSA public key of at least 2048 bits".into()));
             }
-            Ok(Key { algorithm: super::jws::Alg::RS256, key: super::jws::Key::Public(key) })
+            let fingerprint = super::jws::sha256(&key.public_key_to_der().unwrap_or_default());
+            Ok(Key { algorithm: super::jws::Alg::RS256, key: super::jws::Key::Public(key), fingerprint })
         }
     }
 }
@@ -701,6 +790,45 @@ mod tests {
         // An HS256 token "signed" with the public key as an HMAC secret is refused (alg confusion).
         let confused = sign_hs256(&json!({"sub": "bob", "org": "acme", "aud": "taskgate", "exp": 10}), &public_pem);
         assert!(c.authenticate(Some(&format!("Bearer {confused}")), 5).is_err());
+    }
+
+    #[test]
+    fn a_token_two_tenants_would_take_is_refused_and_a_shared_key_needs_one_tenant_claim() {
+        let tenant = |id: &str, audience: &str, claim: Option<&str>| {
+            let mut t = TenantConfig::new(id);
+            t.jwts.push(JwtConfig {
+                secret: Some(SECRET.into()),
+                audience: audience.into(),
+                tenant_claim: claim.map(str::to_owned),
+                ..jwt(JwtAlgorithm::HS256)
+            });
+            t
+        };
+        let issuers = std::sync::Arc::new(super::super::oauth::Issuers::default());
+        // One key, one audience (as written or with a trailing slash): refused at start.
+        let same = Config {
+            tenants: vec![tenant("a", "https://gw/mcp", None), tenant("b", "https://gw/mcp/", None)],
+            ..Config::default()
+        };
+        let problems = Credentials::build(&same, &|_| None, &issuers).err().unwrap();
+        assert!(problems[0].message.contains("same tenant_claim"), "{problems:?}");
+        let claimed = Config {
+            tenants: vec![tenant("a", "https://gw", Some("org")), tenant("b", "https://gw", Some("org"))],
+            ..Config::default()
+        };
+        assert!(Credentials::build(&claimed, &|_| None, &issuers).is_ok());
+        // One key for two audiences: a token naming both is neither tenant's.
+        let two = Config {
+            tenants: vec![tenant("a", "https://a", None), tenant("b", "https://b", None)],
+            ..Config::default()
+        };
+        let c = Credentials::build(&two, &|_| None, &issuers).unwrap();
+        let auth = |aud: Value| {
+            let token = sign_hs256(&json!({"sub": "eve", "aud": aud, "exp": 10}), SECRET);
+            c.authenticate(Some(&format!("Bearer {token}")), 5)
+        };
+        assert_eq!(&*auth(json!("https://b")).unwrap().identity.tenant, "b");
+        assert_eq!(auth(json!(["https://a", "https://b"])), Err(AuthError::Token(MORE_THAN_ONE_TENANT)));
     }
 
     #[test]

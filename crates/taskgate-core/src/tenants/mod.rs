@@ -235,36 +235,25 @@ impl Tenancy {
         (table.credentials.oauth_issuers(), table.credentials.oauth_scopes())
     }
 
-    /// Asks the authorization servers that introspect about an opaque token (RFC 7662), each
-    /// in turn until one says it is active, and keeps the answer with the server that gave it;
-    /// false when the introspections of this second are spent.
-    pub async fn introspect(&self, token: &str) -> bool {
-        let introspectors = self.table.read().credentials.introspectors();
-        let mut failed = false;
-        for (issuer, client, secret) in introspectors {
-            if !self.issuers.may_introspect() {
-                return false;
-            }
-            match self.issuers.introspect(&issuer, &client, &secret, token).await {
-                Ok(Some(claims)) => {
-                    self.issuers.remember(token, Some((issuer.url.clone(), claims)));
-                    return true;
-                }
-                Ok(None) => {}
-                Err(why) => {
-                    failed = true;
-                    if let Some(suppressed) = crate::logs::limiter().allow("introspection_failed") {
-                        tracing::warn!(issuer = %issuer.url, %why, suppressed, "token introspection failed");
-                    }
+    /// Asks the one authorization server whose opaque tokens `token` looks like about it (RFC
+    /// 7662) and keeps its answer; `source` is the client that sent it. Not asked when the
+    /// client has had its share of the server's introspections this second, or they are spent.
+    pub async fn introspect(&self, token: &str, source: Option<std::net::IpAddr>) -> Result<(), oauth::NotAsked> {
+        let Some((issuer, client, secret)) = self.table.read().credentials.introspector_for(token) else {
+            return Ok(()); // no server's: refused as an unknown key
+        };
+        issuer.may_introspect(source, self.clock.now_ms() / 1000)?;
+        match self.issuers.introspect(&issuer, &client, &secret, token).await {
+            Ok(Some(claims)) => self.issuers.remember(token, Some((issuer.url.clone(), claims))),
+            Ok(None) => self.issuers.remember(token, None),
+            // Nothing is kept: the token is asked about again.
+            Err(why) => {
+                if let Some(suppressed) = crate::logs::limiter().allow("introspection_failed") {
+                    tracing::warn!(issuer = %issuer.url, %why, suppressed, "token introspection failed");
                 }
             }
         }
-        // Not active anywhere it could be asked; when a server could not be asked, nothing is
-        // kept, so the token is asked about again.
-        if !failed {
-            self.issuers.remember(token, None);
-        }
-        true
+        Ok(())
     }
 
     /// The issuers that introspect opaque tokens.

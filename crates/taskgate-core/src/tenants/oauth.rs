@@ -42,7 +42,12 @@ pub(crate) struct Key {
 
 #[derive(Default)]
 struct KeyState {
+    /// The `jwks_uri` the configuration names (none: the metadata's).
+    configured: Option<String>,
     jwks_uri: Option<String>,
+    /// The key set as last read: a read that finds it unchanged keeps `keys` (and with them
+    /// the tokens verified with them).
+    listed: Vec<Value>,
     introspection_endpoint: Option<String>,
     keys: Arc<Vec<Key>>,
     fresh_until: Option<Instant>,
@@ -60,7 +65,25 @@ pub struct Issuer {
     state: RwLock<KeyState>,
     /// One read at a time.
     reading: tokio::sync::Mutex<()>,
+    /// Introspections started in the current second: the second, the count, and each
+    /// client source's count (unknown opaque tokens cannot make the gateway flood the
+    /// server, nor one client take another's turn).
+    asked: parking_lot::Mutex<(u64, u32, HashMap<std::net::IpAddr, u32>)>,
 }
+
+/// Why a token is not introspected now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAsked {
+    /// The client sending it has had its share of this second's introspections.
+    OverShare,
+    /// This second's introspections at its server are spent.
+    Spent,
+}
+
+/// Introspections a second at most, per authorization server.
+pub const INTROSPECTIONS_PER_SECOND: u32 = 100;
+/// Of which one client source may start at most.
+pub const INTROSPECTIONS_PER_SOURCE: u32 = INTROSPECTIONS_PER_SECOND / 10;
 
 /// What `/readyz` shows of an issuer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,15 +168,18 @@ impl Issuer {
             if keys.is_empty() {
                 return Err(format!("{jwks_uri} holds no key the gateway can verify with"));
             }
-            Ok((jwks_uri, keys, keep))
+            Ok((jwks_uri, keys, keep, listed.clone()))
         }
         .await;
         let mut state = self.state.write();
         match outcome {
-            Ok((jwks_uri, keys, keep)) => {
+            Ok((jwks_uri, keys, keep, listed)) => {
                 tracing::info!(issuer = %self.url, keys = keys.len(), "read the authorization server's keys");
                 state.jwks_uri = Some(jwks_uri);
-                state.keys = Arc::new(keys);
+                if listed != state.listed || state.keys.is_empty() {
+                    state.keys = Arc::new(keys);
+                    state.listed = listed;
+                }
                 state.fresh_until = Some(Instant::now() + keep);
                 state.error = None;
             }
@@ -227,6 +253,29 @@ impl Issuer {
         }
     }
 
+    /// Takes one of the introspections this server allows this second, for a token `source`
+    /// sent (none known: it counts against the server's budget only).
+    pub fn may_introspect(&self, source: Option<std::net::IpAddr>, now_secs: u64) -> Result<(), NotAsked> {
+        let mut asked = self.asked.lock();
+        if asked.0 != now_secs {
+            *asked = (now_secs, 0, HashMap::new());
+        }
+        let (_, total, by_source) = &mut *asked;
+        if let Some(source) = source {
+            if by_source.get(&source).is_some_and(|n| *n >= INTROSPECTIONS_PER_SOURCE) {
+                return Err(NotAsked::OverShare);
+            }
+        }
+        if *total >= INTROSPECTIONS_PER_SECOND {
+            return Err(NotAsked::Spent);
+        }
+        *total += 1;
+        if let Some(source) = source {
+            *by_source.entry(source).or_default() += 1;
+        }
+        Ok(())
+    }
+
     /// What `/readyz` shows.
     pub fn health(&self) -> IssuerHealth {
         let state = self.state.read();
@@ -268,9 +317,6 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Vec<u8>, Duration),
     if !response.status().is_success() {
         return Err(format!("{url} answered {}", response.status()));
     }
-    if response.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
-        return Err(format!("{url} sends more than {MAX_DOCUMENT} bytes"));
-    }
     let keep = response
         .headers()
         .get("cache-control")
@@ -279,14 +325,28 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Vec<u8>, Duration),
             v.split(',').find_map(|d| d.trim().strip_prefix("max-age=").and_then(|s| s.trim().parse::<u64>().ok()))
         })
         .map_or(DEFAULT_KEEP, |secs| Duration::from_secs(secs).clamp(KEEP_AT_LEAST, KEEP_AT_MOST));
-    let body = tokio::time::timeout(FETCH_TIMEOUT, response.bytes())
-        .await
-        .map_err(|_| format!("{url} did not send its document within {} s", FETCH_TIMEOUT.as_secs()))?
-        .map_err(|e| format!("{url}: {e}"))?;
-    if body.len() > MAX_DOCUMENT {
-        return Err(format!("{url} sent more than {MAX_DOCUMENT} bytes"));
+    Ok((read_bounded(response, url).await?, keep))
+}
+
+/// A response's body, at most [`MAX_DOCUMENT`] bytes read within [`FETCH_TIMEOUT`]: a server
+/// that sends more, or sends it slowly, is refused without its body being held.
+pub(crate) async fn read_bounded(mut response: reqwest::Response, url: &str) -> Result<Vec<u8>, String> {
+    if response.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
+        return Err(format!("{url} sends more than {MAX_DOCUMENT} bytes"));
     }
-    Ok((body.to_vec(), keep))
+    let read = async {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+            if body.len() + chunk.len() > MAX_DOCUMENT {
+                return Err(format!("{url} sent more than {MAX_DOCUMENT} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(FETCH_TIMEOUT, read)
+        .await
+        .map_err(|_| format!("{url} did not send its answer within {} s", FETCH_TIMEOUT.as_secs()))?
 }
 
 /// Tokens introspected, at most.
@@ -305,43 +365,39 @@ pub struct Issuers {
     known: RwLock<HashMap<String, Arc<Issuer>>>,
     http: reqwest::Client,
     introspected: parking_lot::Mutex<Introspected>,
-    /// Introspections started in the current second (the second, and the count): unknown
-    /// opaque tokens cannot make the gateway flood an authorization server.
-    asked: parking_lot::Mutex<(u64, u32)>,
 }
-
-/// Introspections a second at most.
-const INTROSPECTIONS_PER_SECOND: u32 = 100;
 
 impl Default for Issuers {
     fn default() -> Self {
         let http =
             // No redirects: a token or a secret is never resent where a redirect points.
             reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap_or_default();
-        Issuers {
-            known: RwLock::default(),
-            http,
-            introspected: parking_lot::Mutex::default(),
-            asked: parking_lot::Mutex::default(),
-        }
+        Issuers { known: RwLock::default(), http, introspected: parking_lot::Mutex::default() }
     }
 }
 
 impl Issuers {
     /// The issuer of `url` (made once), with its configured `jwks_uri` when metadata is not read.
     pub fn issuer(&self, url: &str, jwks_uri: Option<&str>) -> Arc<Issuer> {
+        let configured = jwks_uri.map(str::to_owned);
         if let Some(issuer) = self.known.read().get(url) {
+            // A reload that names another jwks_uri: the keys are read from there, at once.
+            let mut state = issuer.state.write();
+            if state.configured != configured {
+                *state = KeyState { configured: configured.clone(), jwks_uri: configured, ..KeyState::default() };
+            }
             return issuer.clone();
         }
         let mut known = self.known.write();
         known
             .entry(url.to_owned())
             .or_insert_with(|| {
-                let state = KeyState { jwks_uri: jwks_uri.map(str::to_owned), ..KeyState::default() };
+                let state = KeyState { configured: configured.clone(), jwks_uri: configured, ..KeyState::default() };
                 Arc::new(Issuer {
                     url: url.to_owned(),
                     state: RwLock::new(state),
                     reading: tokio::sync::Mutex::new(()),
+                    asked: parking_lot::Mutex::default(),
                 })
             })
             .clone()
@@ -413,20 +469,6 @@ impl Issuers {
         cache.insert(super::jws::sha256(token.as_bytes()), (found, now + keep));
     }
 
-    /// Takes one of the introspections allowed this second; false when they are spent.
-    pub(crate) fn may_introspect(&self) -> bool {
-        let second = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let mut asked = self.asked.lock();
-        if asked.0 != second {
-            *asked = (second, 0);
-        }
-        if asked.1 >= INTROSPECTIONS_PER_SECOND {
-            return false;
-        }
-        asked.1 += 1;
-        true
-    }
-
     /// Asks `issuer`'s introspection endpoint about `token` (RFC 7662), authenticating as
     /// `client`: the claims when it is active there. An answer naming another issuer is not
     /// this issuer's token.
@@ -454,13 +496,7 @@ impl Issuers {
         if !response.status().is_success() {
             return Err(format!("{endpoint} answered {}", response.status()));
         }
-        if response.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
-            return Err(format!("{endpoint} sends more than {MAX_DOCUMENT} bytes"));
-        }
-        let body = tokio::time::timeout(FETCH_TIMEOUT, response.bytes())
-            .await
-            .map_err(|_| format!("{endpoint} did not send its answer"))?
-            .map_err(|e| format!("{endpoint}: {e}"))?;
+        let body = read_bounded(response, &endpoint).await?;
         let answer: Value = serde_json::from_slice(&body).map_err(|e| format!("{endpoint} answered no JSON: {e}"))?;
         let active = answer.get("active") == Some(&Value::Bool(true));
         let theirs = answer.get("iss").and_then(Value::as_str).is_none_or(|iss| iss == issuer.url);

@@ -1,26 +1,48 @@
-//! Where to get an access token for a server that wants one (MCP authorization): its protected
-//! resource metadata (RFC 9728) names its authorization server, whose metadata (RFC 8414, or
-//! OpenID Connect Discovery) names the token endpoint.
+//! Where to get an access token for a server that wants one (MCP authorization). The client
+//! secret goes only to the authorization server the user trusts:
+//!
+//! - `--token-url`: that endpoint;
+//! - `--issuer`: that issuer's token endpoint, from its own metadata (RFC 8414, or OpenID
+//!   Connect Discovery), whose `issuer` must be the one named;
+//! - neither: only for a server on this machine, the authorization server its protected
+//!   resource metadata (RFC 9728) names. A remote server naming its own authorization server
+//!   could otherwise have the secret sent wherever it likes.
+//!
+//! Every URL is parsed (`url`); each must be https, or http to this machine; no redirect is
+//! followed and no answer is read past [`MAX_ANSWER`] bytes.
 
 use anyhow::Context;
+use reqwest::Url;
 use serde_json::Value;
 
-/// The token endpoint of the authorization server of the MCP endpoint `url`.
-pub async fn token_endpoint(url: &str) -> anyhow::Result<String> {
-    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build()?;
-    let resource = metadata_url(url).with_context(|| format!("{url} is not an http(s) URL"))?;
-    let metadata = get_json(&http, &resource)
-        .await
-        .with_context(|| format!("the server's protected resource metadata ({resource}); give --token-url instead"))?;
-    let issuer = metadata
-        .get("authorization_servers")
-        .and_then(Value::as_array)
-        .and_then(|a| a.first())
-        .and_then(Value::as_str)
-        .with_context(|| format!("{resource} names no authorization server"))?
-        .trim_end_matches('/')
-        .to_owned();
-    let (origin, path) = split(&issuer).with_context(|| format!("the authorization server {issuer:?} is not a URL"))?;
+/// The largest metadata document read.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// The token endpoint to send the client secret to, for the MCP endpoint `url`: `token_url`,
+/// else `issuer`'s, else (a server on this machine only) its authorization server's.
+pub async fn token_endpoint(url: &str, issuer: Option<&str>, token_url: Option<&str>) -> anyhow::Result<String> {
+    if let Some(token_url) = token_url {
+        secure(token_url).context("--token-url")?;
+        return Ok(token_url.to_owned());
+    }
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let issuer = match issuer {
+        Some(issuer) => issuer.trim_end_matches('/').to_owned(),
+        None => {
+            let server = secure(url).context("the server's URL")?;
+            anyhow::ensure!(
+                is_loopback(&server),
+                "{url} is not on this machine: name its authorization server with --issuer (or its token endpoint with --token-url), so the client secret goes only where you trust"
+            );
+            named_issuer(&http, &server).await?
+        }
+    };
+    let parsed = secure(&issuer).context("the authorization server")?;
+    let path = parsed.path().trim_end_matches('/').to_owned();
+    let origin = parsed.origin().ascii_serialization();
     // RFC 8414 section 3.1: the well-known part goes between the host and the issuer's path.
     let candidates = [
         format!("{origin}/.well-known/oauth-authorization-server{path}"),
@@ -38,11 +60,7 @@ pub async fn token_endpoint(url: &str) -> anyhow::Result<String> {
                 );
             }
             if let Some(endpoint) = metadata.get("token_endpoint").and_then(Value::as_str) {
-                // OAuth 2.1: a secret goes over TLS, but to this machine.
-                anyhow::ensure!(
-                    endpoint.starts_with("https://") || loopback(endpoint),
-                    "the token endpoint {endpoint} is not https: the client secret is not sent there"
-                );
+                secure(endpoint).with_context(|| format!("{issuer}'s token endpoint"))?;
                 return Ok(endpoint.to_owned());
             }
         }
@@ -50,62 +68,96 @@ pub async fn token_endpoint(url: &str) -> anyhow::Result<String> {
     anyhow::bail!("no token endpoint in {issuer}'s metadata; give --token-url")
 }
 
+/// The first authorization server the protected resource metadata of `server` names.
+async fn named_issuer(http: &reqwest::Client, server: &Url) -> anyhow::Result<String> {
+    let resource = metadata_url(server);
+    let metadata = get_json(http, &resource)
+        .await
+        .with_context(|| format!("the server's protected resource metadata ({resource}); give --token-url instead"))?;
+    Ok(metadata
+        .get("authorization_servers")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .with_context(|| format!("{resource} names no authorization server"))?
+        .trim_end_matches('/')
+        .to_owned())
+}
+
 async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
-    let response = http.get(url).send().await?;
+    let mut response = http.get(url).header("accept", "application/json").send().await?;
     anyhow::ensure!(response.status().is_success(), "{url} answered {}", response.status());
-    Ok(serde_json::from_slice(&response.bytes().await?)?)
-}
-
-/// Whether `url` is `http://` to this machine (127.0.0.1, ::1, localhost).
-fn loopback(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else { return false };
-    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
-    };
-    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// (`scheme://host[:port]`, path without a trailing slash).
-fn split(url: &str) -> Option<(String, String)> {
-    let (scheme, rest) = url.split_once("://")?;
-    if scheme != "http" && scheme != "https" {
-        return None;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        anyhow::ensure!(body.len() + chunk.len() <= MAX_ANSWER, "{url} sent more than {MAX_ANSWER} bytes");
+        body.extend_from_slice(&chunk);
     }
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    Some((format!("{scheme}://{host}"), path.trim_end_matches('/').to_owned()))
+    Ok(serde_json::from_slice(&body)?)
+}
+
+/// `url` parsed, when it is https, or http to this machine (a secret goes over TLS, OAuth 2.1
+/// section 1.5, but may go in clear to this machine), and carries no user or password.
+fn secure(url: &str) -> anyhow::Result<Url> {
+    let parsed = Url::parse(url).with_context(|| format!("{url:?} is not a URL"))?;
+    anyhow::ensure!(
+        parsed.username().is_empty() && parsed.password().is_none(),
+        "{url:?} carries a user name or password"
+    );
+    match parsed.scheme() {
+        "https" => Ok(parsed),
+        "http" if is_loopback(&parsed) => Ok(parsed),
+        _ => anyhow::bail!("{url:?} is not https:// (http:// only to this machine)"),
+    }
+}
+
+/// Whether `url`'s host is this machine (127.0.0.0/8, ::1, localhost).
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
 }
 
 /// RFC 9728 section 3.1: the metadata of `https://host/path` is at
 /// `https://host/.well-known/oauth-protected-resource/path`.
-fn metadata_url(url: &str) -> Option<String> {
-    let (origin, path) = split(url)?;
-    Some(format!("{origin}/.well-known/oauth-protected-resource{path}"))
+fn metadata_url(url: &Url) -> String {
+    let path = url.path().trim_end_matches('/');
+    format!("{}/.well-known/oauth-protected-resource{path}", url.origin().ascii_serialization())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_well_known_part_goes_between_host_and_path() {
+        let url = |u: &str| Url::parse(u).unwrap();
         assert_eq!(
-            super::metadata_url("https://gw.example.com:8443/mcp").unwrap(),
+            metadata_url(&url("https://gw.example.com:8443/mcp")),
             "https://gw.example.com:8443/.well-known/oauth-protected-resource/mcp"
         );
-        assert_eq!(super::metadata_url("http://h").unwrap(), "http://h/.well-known/oauth-protected-resource");
-        assert!(super::metadata_url("ftp://h/x").is_none());
+        assert_eq!(metadata_url(&url("http://h")), "http://h/.well-known/oauth-protected-resource");
     }
 
     #[test]
     fn a_secret_goes_in_clear_only_to_this_machine() {
-        for url in ["http://127.0.0.1:9000/token", "http://localhost/token", "http://[::1]:80/t"] {
-            assert!(super::loopback(url), "{url}");
+        for url in
+            ["http://127.0.0.1:9000/token", "http://localhost/token", "http://[::1]:80/t", "https://as.example/t"]
+        {
+            assert!(secure(url).is_ok(), "{url}");
         }
-        for url in ["http://as.example/token", "https://127.0.0.1/token", "http://127.0.0.1.evil.example/t"] {
-            assert!(!super::loopback(url), "{url}");
+        for url in [
+            "http://as.example/token",
+            "http://127.0.0.1.evil.example/t",
+            "http://127.0.0.1:1@evil.example/token",
+            "http://localhost@evil.example/token",
+            "https://user:pass@as.example/token",
+            "ftp://127.0.0.1/t",
+            "not a url",
+        ] {
+            assert!(secure(url).is_err(), "{url}");
         }
     }
 }

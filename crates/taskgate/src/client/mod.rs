@@ -34,10 +34,14 @@ pub struct ServerArgs {
     /// The environment variable holding the client secret.
     #[arg(long, default_value = "TASKGATE_CLIENT_SECRET")]
     pub client_secret_env: String,
-    /// The authorization server's token endpoint (default: found from the server's protected
-    /// resource metadata and its authorization server's metadata).
-    #[arg(long, requires = "client_id")]
+    /// The authorization server's token endpoint.
+    #[arg(long, requires = "client_id", conflicts_with = "issuer")]
     pub token_url: Option<String>,
+    /// The authorization server trusted with the client secret (its token endpoint is read
+    /// from its metadata). Needed, or --token-url, unless the server is on this machine (then
+    /// the authorization server its protected resource metadata names).
+    #[arg(long, requires = "client_id")]
+    pub issuer: Option<String>,
     /// The scope to ask for.
     #[arg(long, requires = "client_id")]
     pub scope: Option<String>,
@@ -82,10 +86,7 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
     if let Some(client_id) = &args.client_id {
         let secret = std::env::var(&args.client_secret_env)
             .with_context(|| format!("the client secret: set {}", args.client_secret_env))?;
-        let token_url = match &args.token_url {
-            Some(url) => url.clone(),
-            None => discover::token_endpoint(&args.url).await?,
-        };
+        let token_url = discover::token_endpoint(&args.url, args.issuer.as_deref(), args.token_url.as_deref()).await?;
         config.oauth = Some(UpstreamOAuth {
             token_url,
             client_id: client_id.clone(),
