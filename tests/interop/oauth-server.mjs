@@ -2,7 +2,7 @@
 // on a free loopback port, issuing JWT access tokens (RFC 9068) with the client_credentials
 // grant for the resource a client names (RFC 8707).
 //
-//   node oauth-server.mjs KEYS_FILE
+//   node oauth-server.mjs KEYS_FILE [OPAQUE_PREFIX]
 //
 // Prints `issuer <url>` once it serves. Clients: `gateway-test` / `secret-1` (scopes mcp and
 // other), `no-mcp` / `secret-2` (scope other only), `opaque-client` / `secret-4` (opaque
@@ -18,7 +18,8 @@
 // grant (RFC 8693, registered below: oidc-provider has none built in): a valid access token of
 // this server is exchanged for one whose audience is the `resource` asked for, for the same
 // subject, with the exchanging client as its actor (`act`). `GET /exchanges` counts them by
-// subject.
+// subject. The opaque tokens begin with OPAQUE_PREFIX when one is given (as GitHub's `gho_` do).
+// `GET /counts` says how many introspection requests and key set reads it has answered.
 
 import http from 'node:http';
 import fs from 'node:fs';
@@ -27,6 +28,8 @@ import Provider, { errors } from 'oidc-provider';
 import * as jose from 'jose';
 
 const keysFile = process.argv[2];
+const opaquePrefix = process.argv[3] ?? '';
+const counts = { introspection: 0, jwks: 0 };
 let keys = [];
 let provider;
 let issuer;
@@ -117,11 +120,24 @@ function build() {
       },
     },
   });
+  // Opaque tokens are looked up by their id: a prefix on the id is a prefix on the token.
+  const generate = p.ClientCredentials.prototype.generateTokenId;
+  p.ClientCredentials.prototype.generateTokenId = function prefixed() {
+    const id = generate.call(this);
+    return this.clientId === 'opaque-client' ? `${opaquePrefix}${id}` : id;
+  };
   p.registerGrantType(TOKEN_EXCHANGE, tokenExchange, ['subject_token', 'subject_token_type', 'requested_token_type', 'resource', 'audience', 'scope']);
   return p;
 }
 
 const server = http.createServer((req, res) => {
+  if (req.url.startsWith('/token/introspection')) counts.introspection += 1;
+  if (req.url.startsWith('/jwks')) counts.jwks += 1;
+  if (req.method === 'GET' && req.url === '/counts') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(counts));
+    return;
+  }
   if (req.method === 'GET' && req.url === '/exchanges') {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify(exchanges));

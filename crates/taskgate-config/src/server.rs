@@ -297,3 +297,20 @@ mod network_tests {
         }
     }
 }
+
+#[cfg(test)]
+mod public_metrics_tests {
+    use super::ServerConfig;
+
+    #[test]
+    fn a_public_listener_shows_no_metrics_unless_told_to() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let mut server = ServerConfig::default();
+        assert!(server.serves_public_metrics(ip("127.0.0.1")) && server.serves_public_metrics(ip("::1")));
+        assert!(!server.serves_public_metrics(ip("0.0.0.0")) && !server.serves_public_metrics(ip("10.0.0.5")));
+        server.admin_listen = Some("127.0.0.1:9090".into());
+        assert!(!server.serves_public_metrics(ip("127.0.0.1")));
+        server.public_metrics = Some(true);
+        assert!(server.serves_public_metrics(ip("0.0.0.0")));
+    }
+}

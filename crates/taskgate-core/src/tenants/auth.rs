@@ -832,6 +832,32 @@ mod tests {
     }
 
     #[test]
+    fn a_client_credentials_principal_is_never_a_subjects() {
+        let issuer = std::sync::Arc::new(super::super::oauth::Issuers::default()).issuer("https://as", None);
+        let verifier = OAuthVerifier {
+            tenant: "acme".into(),
+            issuer,
+            audience: "https://gw".into(),
+            required_scopes: Vec::new(),
+            principal_claim: "sub".into(),
+            tenant_claim: None,
+            leeway_secs: 0,
+            introspection: None,
+            opaque_prefix: None,
+        };
+        let principal = |claims: Value| {
+            let mut claims = claims;
+            claims["aud"] = json!("https://gw");
+            claims["exp"] = json!(10);
+            verifier.check(&claims, 5, true).map(|v| v.identity.principal.to_string())
+        };
+        assert_eq!(principal(json!({"client_id": "svc"})).unwrap(), "oauth:https://as|client:svc");
+        assert_eq!(principal(json!({"sub": "client:svc"})).unwrap(), "oauth:https://as|sub:client:svc");
+        assert_eq!(principal(json!({"sub": "sub:x"})).unwrap(), "oauth:https://as|sub:sub:x");
+        assert_eq!(principal(json!({"sub": "alice", "client_id": "svc"})).unwrap(), "oauth:https://as|alice");
+    }
+
+    #[test]
     fn key_problems_are_reported_where_they_are() {
         let mut config = config();
         config.tenants[0].jwts = vec![

@@ -579,6 +579,68 @@ mod tests {
         drop(silent);
     }
 
+    /// A key set server on loopback: every request gets `body`; the paths asked are kept.
+    async fn key_set_server(body: String) -> (String, Arc<parking_lot::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let asked = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let n = socket.read(&mut request).await.unwrap_or(0);
+                let line = String::from_utf8_lossy(&request[..n]).lines().next().unwrap_or_default().to_owned();
+                seen.lock().push(line.split(' ').nth(1).unwrap_or_default().to_owned());
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(format!("{head}{body}").as_bytes()).await;
+            }
+        });
+        (base, asked)
+    }
+
+    fn es256_jwk(kid: &str) -> Value {
+        use openssl::bn::{BigNum, BigNumContext};
+        use openssl::ec::{EcGroup, EcKey};
+        let group = EcGroup::from_curve_name(openssl::nid::Nid::X9_62_PRIME256V1).unwrap();
+        let key = EcKey::generate(&group).unwrap();
+        let (mut x, mut y, mut ctx) = (BigNum::new().unwrap(), BigNum::new().unwrap(), BigNumContext::new().unwrap());
+        key.public_key().affine_coordinates(&group, &mut x, &mut y, &mut ctx).unwrap();
+        let b64 = |n: &BigNum| {
+            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, n.to_vec_padded(32).unwrap())
+        };
+        serde_json::json!({"kty": "EC", "crv": "P-256", "x": b64(&x), "y": b64(&y), "kid": kid, "alg": "ES256", "use": "sig"})
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_key_set_keeps_the_keys_and_a_reload_naming_another_jwks_uri_reads_there_at_once() {
+        let set = serde_json::json!({"keys": [es256_jwk("k1")]}).to_string();
+        let (base, asked) = key_set_server(set).await;
+        let issuers = Issuers::default();
+        let issuer = issuers.issuer("https://idp.example.com", Some(&format!("{base}/one")));
+        let http = reqwest::Client::new();
+        assert!(issuer.refresh(&http, false).await);
+        let first = issuer.keys();
+        assert_eq!(first.len(), 1);
+        // Read again (an unknown key id forced it): the same keys, so the same set, and the
+        // tokens verified with it stay verified.
+        assert!(issuer.refresh(&http, true).await);
+        assert!(Arc::ptr_eq(&first, &issuer.keys()), "an unchanged key set is kept as it was");
+        // A reload naming another jwks_uri: the keys held are dropped, and read from there.
+        let same = issuers.issuer("https://idp.example.com", Some(&format!("{base}/two")));
+        assert!(Arc::ptr_eq(&same, &issuer));
+        assert!(issuer.keys().is_empty(), "the old uri's keys no longer verify");
+        assert!(issuer.refresh(&http, false).await, "due at once");
+        assert_eq!(*asked.lock(), ["/one", "/one", "/two"]);
+        // The same configuration again changes nothing.
+        let kept = issuer.keys();
+        issuers.issuer("https://idp.example.com", Some(&format!("{base}/two")));
+        assert!(Arc::ptr_eq(&kept, &issuer.keys()));
+    }
+
     #[test]
     fn issuers_a_reload_removed_are_no_longer_read_nor_shown() {
         let issuers = Issuers::default();

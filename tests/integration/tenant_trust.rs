@@ -1,0 +1,298 @@
+//! Trust kept apart between tenants, tried as an attacker would against real authorization
+//! servers (two oidc-provider instances): a token of one tenant presented as another's, an
+//! opaque token that must reach its own server only, a caller dropping its token to skip scope
+//! checks, an authorization server answering a 100 MiB key set, and a flood of unknown key ids.
+
+use serde_json::{json, Value};
+use taskgate_testkit::{DemoUpstream, McpClient, ServedGateway};
+
+use crate::oauth::{initialize, AuthServer};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A gateway in front of the demo upstream with `tenants` (TOML), at its public URL; `Err`
+/// holds what it said when it refused to start.
+async fn gateway(tenants: &str, env: &[(&str, &str)]) -> Result<(ServedGateway, String, DemoUpstream, tempfile::TempDir), String> {
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/mcp");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\n[store]\nbackend = \"memory\"\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n{tenants}",
+        demo.http.url
+    );
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(&file, text).unwrap();
+    let gw = if env.is_empty() {
+        ServedGateway::try_start(&file).await?
+    } else {
+        ServedGateway::start_with_env(&file, env).await
+    };
+    Ok((gw, public_url, demo, dir))
+}
+
+/// An access token of `issuer` for `audience` naming the key `kid`, signed by a key nobody
+/// published.
+fn forged_es256(issuer: &str, audience: &str, kid: &str) -> String {
+    let claims = json!({"iss": issuer, "aud": audience, "sub": "mallory", "exp": now() + 300});
+    taskgate_testkit::jwt::Es256Key::generate(kid).sign(json!({"alg": "ES256", "typ": "at+jwt", "kid": kid}), claims)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[actix_rt::test]
+async fn a_token_never_logs_in_to_a_tenant_it_was_not_issued_for() {
+    let a = AuthServer::start();
+    // Two tenants trust one issuer for one audience, one leaving it to public_url and the
+    // other writing it with a trailing slash: every token would log in to either. Refused.
+    let tenants = |second_audience: &str, claims: &str| {
+        format!(
+            "[[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{iss}\"\n{claims}\
+             [[tenant]]\nid = \"globex\"\nupstreams = []\n[[tenant.oauth]]\nissuer = \"{iss}\"\naudience = \"{second_audience}\"\n{claims}",
+            iss = a.issuer
+        )
+    };
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.path().join("taskgate.toml");
+    let write = |tenants: String| {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\n[store]\nbackend = \"memory\"\n\
+             [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n{tenants}",
+            demo.http.url
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    write(tenants(&format!("{}/", public_url.replace("http://", "HTTP://")), ""));
+    let said = ServedGateway::try_start(&file).await.err().expect("the configuration is refused");
+    assert!(said.contains("tenant_claim"), "{said}");
+    // With one tenant_claim on both, it serves; a token names its tenant.
+    write(tenants(&public_url, "tenant_claim = \"org\"\n"));
+    let gw = ServedGateway::start(&file).await;
+    let signed = |claims: Value| a.sign(json!({"alg": "ES256", "typ": "at+jwt", "kid": "k1"}), claims);
+    let claims = |aud: Value, org: Option<&str>| {
+        let mut c = json!({"iss": a.issuer, "aud": aud, "sub": "mallory", "exp": now() + 300});
+        if let Some(org) = org {
+            c["org"] = json!(org);
+        }
+        c
+    };
+    let (status, _, body) = initialize(&public_url, Some(&signed(claims(json!(public_url), Some("globex"))))).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, _) = initialize(&public_url, Some(&signed(claims(json!(public_url), None)))).await;
+    assert_eq!(status, 401, "a token naming no tenant is no tenant's");
+    gw.kill().await;
+    // Two audiences of one issuer, one a tenant: a token naming both is refused, never
+    // resolved by the order tenants are listed in.
+    let other = "https://other.example/mcp";
+    write(tenants(other, ""));
+    let gw = ServedGateway::start(&file).await;
+    let (status, _, body) = initialize(&public_url, Some(&signed(claims(json!([public_url, other]), None)))).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.to_string().contains("more than one tenant"), "{body}");
+    let (status, _, body) = initialize(&public_url, Some(&signed(claims(json!(other), None)))).await;
+    assert_eq!(status, 200, "globex's own audience: {body}");
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn an_opaque_token_reaches_its_own_authorization_server_only_and_an_api_key_none() {
+    let (a, b) = (AuthServer::with_opaque_prefix("a_at_"), AuthServer::with_opaque_prefix("b_at_"));
+    let key = "acme-api-key-never-introspected-01";
+    let tenants = format!(
+        "[[tenant]]\nid = \"acme\"\n[[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{}\"\n\
+         [[tenant.oauth]]\nissuer = \"{}\"\nintrospection_client_id = \"gateway-introspector\"\n\
+         introspection_secret_env = \"TG_SECRET\"\nopaque_token_prefix = \"a_at_\"\n\
+         [[tenant]]\nid = \"globex\"\nupstreams = []\n[[tenant.oauth]]\nissuer = \"{}\"\n\
+         introspection_client_id = \"gateway-introspector\"\nintrospection_secret_env = \"TG_SECRET\"\n\
+         opaque_token_prefix = \"b_at_\"\n",
+        taskgate_core::tenants::hash_key(key),
+        a.issuer,
+        b.issuer
+    );
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[("TG_SECRET", "secret-3")]).await.unwrap();
+    let a_token = a.token("opaque-client", "secret-4", "mcp", &public_url).await;
+    let b_token = b.token("opaque-client", "secret-4", "mcp", &public_url).await;
+    assert!(a_token.starts_with("a_at_") && b_token.starts_with("b_at_"), "{a_token} {b_token}");
+    let mut acme = McpClient::with_bearer(&public_url, &a_token);
+    acme.initialize().await;
+    assert!(acme.tool_names().await.iter().any(|t| t == "demo__echo"));
+    assert_eq!(b.counts().await.0, 0, "acme's token never reached globex's authorization server");
+    let mut globex = McpClient::with_bearer(&public_url, &b_token);
+    globex.initialize().await;
+    assert!(globex.tool_names().await.is_empty(), "globex's token is globex's");
+    let (a_asked, b_asked) = (a.counts().await.0, b.counts().await.0);
+    assert_eq!((a_asked, b_asked), (1, 1), "each token asked about once, at its own server");
+    // An unknown API key (or a revoked one) is sent nowhere.
+    for unknown in ["acme-api-key-revoked-000000001", "anything-else"] {
+        let (status, _, body) = initialize(&public_url, Some(unknown)).await;
+        assert_eq!(status, 401, "{body}");
+    }
+    assert_eq!((a.counts().await.0, b.counts().await.0), (a_asked, b_asked), "no API key was introspected");
+    let mut k = McpClient::with_bearer(&public_url, key);
+    k.initialize().await;
+    // One client sending new tokens faster than its share gets 401 for them, not 503 for
+    // everyone: 25 at once, within two seconds at most 20 are asked about.
+    let tries = (0..25).map(|n| {
+        let url = public_url.clone();
+        async move { initialize(&url, Some(&format!("a_at_made-up-token-{n:04}"))).await }
+    });
+    let answers = futures_util::future::join_all(tries).await;
+    let statuses: Vec<u16> = answers.iter().map(|(s, _, _)| *s).collect();
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    assert!(
+        answers.iter().any(|(_, _, body)| body.to_string().contains("more new tokens this second")),
+        "{answers:?}"
+    );
+    assert!(a.counts().await.0 - a_asked <= 20, "the client's share bounds what reaches the server");
+    // The real token still works: its answer is kept.
+    assert!(acme.tool_names().await.iter().any(|t| t == "demo__echo"));
+    gw.kill().await;
+}
+
+#[actix_rt::test]
+async fn a_caller_without_a_token_holds_no_scope_and_scopes_gate_resources_prompts_and_completions() {
+    let auth = AuthServer::start();
+    let tenants = format!(
+        "[[tenant]]\nid = \"acme\"\nanonymous = true\n[tenant.tools]\nallow = [\"*\"]\n\
+         scopes = {{ \"demo__echo\" = \"mcp\" }}\nupstream_scopes = {{ demo = \"mcp\" }}\n\
+         [[tenant.oauth]]\nissuer = \"{}\"\n",
+        auth.issuer
+    );
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
+    // No Authorization header: the anonymous tenant, holding no scope.
+    let mut anonymous = McpClient::new(&public_url);
+    anonymous.initialize().await;
+    let refused = anonymous.call("demo__echo", json!({"text": "x"})).await.unwrap_err();
+    assert!(refused.message.contains("scope"), "{refused:?}");
+    let narrow = auth.token("no-mcp", "secret-2", "other", &public_url).await;
+    let broad = auth.token("gateway-test", "secret-1", "mcp other", &public_url).await;
+    let mut n = McpClient::with_bearer(&public_url, &narrow);
+    let mut w = McpClient::with_bearer(&public_url, &broad);
+    n.initialize().await;
+    w.initialize().await;
+    let resources = w.request("resources/list", None).await.outcome().unwrap();
+    let uri = resources["resources"][0]["uri"].as_str().unwrap().to_owned();
+    let prompts = w.request("prompts/list", None).await.outcome().unwrap();
+    let prompt = prompts["prompts"][0]["name"].as_str().unwrap().to_owned();
+    let requests = [
+        ("resources/read", json!({"uri": uri})),
+        ("resources/subscribe", json!({"uri": uri})),
+        ("prompts/get", json!({"name": prompt, "arguments": {"name": "x"}})),
+        ("completion/complete", json!({"ref": {"type": "ref/prompt", "name": prompt}, "argument": {"name": "name", "value": "a"}})),
+    ];
+    for (method, params) in &requests {
+        for client in [&mut anonymous, &mut n] {
+            let refused = client.request(method, Some(params.clone())).await;
+            let error = refused.outcome().unwrap_err();
+            assert!(error.message.contains("scope \"mcp\""), "{method}: {error:?}");
+        }
+        let served = w.request(method, Some(params.clone())).await;
+        assert!(served.outcome().is_ok(), "{method}: {:?}", served.outcome());
+    }
+    gw.kill().await;
+}
+
+/// An authorization server (made here) whose key set is endless: served in chunks, without
+/// a length, counting what it sent.
+async fn endless_keys() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>, actix_web::dev::ServerHandle) {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (base_for, sent_for) = (base.clone(), sent.clone());
+    let server = HttpServer::new(move || {
+        let (base, sent) = (base_for.clone(), sent_for.clone());
+        App::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                web::get().to({
+                    let base = base.clone();
+                    move || {
+                        let body = json!({"issuer": base, "jwks_uri": format!("{base}/jwks")});
+                        async move { HttpResponse::Ok().json(body) }
+                    }
+                }),
+            )
+            .route(
+                "/jwks",
+                web::get().to(move || {
+                    let sent = sent.clone();
+                    // 100 MiB in 64 KiB chunks, made as they are read.
+                    let chunks = futures_util::StreamExt::map(futures_util::stream::iter(0..1600), move |_| {
+                        sent.fetch_add(64 << 10, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, actix_web::Error>(actix_web::web::Bytes::from(vec![b' '; 64 << 10]))
+                    });
+                    async move { HttpResponse::Ok().content_type("application/json").streaming(chunks) }
+                }),
+            )
+    })
+    .workers(1)
+    .listen(listener)
+    .unwrap()
+    .run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (base, sent, handle)
+}
+
+#[actix_rt::test]
+async fn a_100_mib_key_set_is_refused_unread_and_unknown_key_ids_read_the_keys_once_per_cooldown() {
+    let (endless, sent, handle) = endless_keys().await;
+    let auth = AuthServer::start();
+    let tenants = format!(
+        "[[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{endless}\"\n\
+         [[tenant]]\nid = \"globex\"\n[[tenant.oauth]]\nissuer = \"{}\"\n",
+        auth.issuer
+    );
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
+    let base = public_url.trim_end_matches("/mcp");
+    // The endless key set is given up at its bound; the gateway says why.
+    let token = forged_es256(&endless, &public_url, "k1");
+    let (status, _, _) = initialize(&public_url, Some(&token)).await;
+    assert_eq!(status, 401);
+    let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
+    let said = ready["oauth"].as_array().unwrap().iter().find(|i| i["issuer"] == endless.as_str()).unwrap().clone();
+    assert!(said["error"].as_str().is_some_and(|e| e.contains("more than 1048576 bytes")), "{ready}");
+    assert!(sent.load(std::sync::atomic::Ordering::SeqCst) < 16 << 20, "the rest of the 100 MiB was never read");
+    // A flood of tokens naming key ids the other server never published: its keys are read
+    // once for them (one cooldown), not once each.
+    let mut c = McpClient::with_bearer(&public_url, &auth.token("gateway-test", "secret-1", "mcp", &public_url).await);
+    c.initialize().await;
+    let (_, reads_before) = auth.counts().await;
+    let flood = (0..50).map(|n| {
+        let (url, token) = (public_url.clone(), forged_es256(&auth.issuer, &public_url, &format!("kid-{n}")));
+        async move { initialize(&url, Some(&token)).await.0 }
+    });
+    let statuses = futures_util::future::join_all(flood).await;
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    let (_, reads_after) = auth.counts().await;
+    assert!(reads_after - reads_before <= 1, "{reads_before} → {reads_after} key set reads");
+    // The keys held, and the tokens verified with them, still serve.
+    assert!(c.tool_names().await.iter().any(|t| t == "demo__echo"));
+    gw.kill().await;
+    handle.stop(true).await;
+}
+
+#[actix_rt::test]
+async fn the_root_form_of_the_protected_resource_metadata_names_the_one_resource() {
+    let auth = AuthServer::start();
+    let tenants = format!("[[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{}\"\n", auth.issuer);
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
+    let base = public_url.trim_end_matches("/mcp");
+    for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"] {
+        let metadata: Value = reqwest::get(format!("{base}{path}")).await.unwrap().json().await.unwrap();
+        assert_eq!(metadata["resource"], public_url.as_str(), "{path}");
+        assert_eq!(metadata["authorization_servers"], json!([auth.issuer]), "{path}");
+    }
+    let other = reqwest::get(format!("{base}/.well-known/oauth-protected-resource/other")).await.unwrap();
+    assert_eq!(other.status(), 404);
+    gw.kill().await;
+}
