@@ -183,10 +183,9 @@ async fn protected_resource_metadata_and_challenges_send_a_host_to_the_authoriza
     let auth = AuthServer::start();
     let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
     let base = public_url.trim_end_matches("/mcp");
-    // RFC 9728 section 3.1: at the path-suffixed well-known URI (the root one would name a
-    // resource at the root, section 3.3).
-    assert_eq!(reqwest::get(format!("{base}/.well-known/oauth-protected-resource")).await.unwrap().status(), 404);
-    for path in ["/.well-known/oauth-protected-resource/mcp"] {
+    // RFC 9728 section 3.1: at the path-suffixed well-known URI, and at the root one that
+    // clients of the 2025-06-18 era look at (the gateway is one resource).
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
         let metadata: Value = reqwest::get(format!("{base}{path}")).await.unwrap().json().await.unwrap();
         assert_eq!(metadata["resource"], public_url.as_str(), "{path}: {metadata}");
         assert_eq!(metadata["authorization_servers"], json!([auth.issuer]));

@@ -49,8 +49,14 @@ impl Drop for ResourceServer {
     }
 }
 
+/// Who the upstream saw: the subject and actor of the token it got.
 async fn whoami(c: &mut McpClient) -> Result<Value, taskgate_protocol::ErrorObject> {
-    c.call("rs__whoami", json!({})).await.map(|r| r["structuredContent"].clone())
+    c.call("rs__whoami", json!({})).await.map(|r| json!({"sub": r["structuredContent"]["sub"], "act": r["structuredContent"]["act"]}))
+}
+
+/// The scope of the token the upstream got.
+async fn scope_seen(c: &mut McpClient) -> Value {
+    c.call("rs__whoami", json!({})).await.unwrap()["structuredContent"]["scope"].clone()
 }
 
 fn sha256_hex(text: &str) -> String {
@@ -192,5 +198,48 @@ async fn the_test_client_finds_the_authorization_server_from_a_bare_401_and_gets
     let mut c = McpClient::with_client_credentials(&public_url, "gateway-test", "secret-1").await;
     c.initialize().await;
     assert_eq!(c.call("demo__echo", json!({"text": "found"})).await.unwrap()["content"][0]["text"], "found");
+    gw.kill().await;
+}
+
+/// A caller with a narrow and a broad token (one client asked for less): each call is
+/// exchanged from the token of its own request, never from the caller's other one, however the
+/// two clients' requests interleave; a task's from the token of the request that created it;
+/// a token that has expired is never exchanged.
+#[actix_rt::test]
+async fn each_call_is_exchanged_from_its_own_requests_token_never_from_another_of_the_same_caller() {
+    let auth = AuthServer::start();
+    let rs = ResourceServer::start(&auth.issuer);
+    // No scope asked at the exchange: the exchanged token has its subject token's.
+    let more = format!(
+        "[[upstream]]\nname = \"rs\"\ntransport = \"http\"\nurl = \"{}\"\nprotocol = \"2025-11-25\"\n\
+         share_sessions = \"always\"\n\
+         [upstream.oauth]\ngrant = \"token_exchange\"\ntoken_url = \"{}/token\"\nissuer = \"{}\"\n\
+         client_id = \"gateway-exchanger\"\nclient_secret_env = \"TG_EXCHANGE_SECRET\"\n",
+        rs.url, auth.issuer, auth.issuer
+    );
+    let Setup { gw, public_url, _dir, _demo } =
+        gateway_env(&auth.issuer, &more, &[("TG_EXCHANGE_SECRET", "secret-5")]).await;
+    let narrow = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
+    let broad = auth.token("gateway-test", "secret-1", "mcp other", &public_url).await;
+    let mut n = McpClient::with_bearer(&public_url, &narrow);
+    n.initialize().await;
+    let mut w = McpClient::with_bearer(&public_url, &broad);
+    w.initialize().await;
+    for _ in 0..20 {
+        let (from_narrow, from_broad) = futures_util::join!(scope_seen(&mut n), scope_seen(&mut w));
+        assert_eq!((from_narrow, from_broad), (json!("mcp"), json!("mcp other")));
+    }
+    // A task the narrow client creates while the broad one calls: the narrow token's.
+    let (task, _) = futures_util::join!(crate::support::create(&mut n, "rs__whoami", json!({})), scope_seen(&mut w));
+    let result = crate::support::method(&mut n, "tasks/result", &task).await.unwrap();
+    assert_eq!(result["structuredContent"]["scope"], "mcp");
+    // A token past its exp (still within the gateway's leeway for signing in) is not exchanged.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let claims = json!({"iss": auth.issuer, "aud": public_url, "client_id": "gateway-test", "scope": "mcp", "exp": now - 5});
+    let expired = auth.sign(json!({"alg": "ES256", "typ": "at+jwt", "kid": "k1"}), claims);
+    let mut e = McpClient::with_bearer(&public_url, &expired);
+    e.initialize().await;
+    let error = e.call("rs__whoami", json!({})).await.unwrap_err();
+    assert!(error.message.contains("has expired"), "{error:?}");
     gw.kill().await;
 }

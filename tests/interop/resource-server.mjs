@@ -5,8 +5,8 @@
 //
 //   node resource-server.mjs ISSUER     prints {"port": N}; the MCP endpoint is /mcp
 //
-// Tool `whoami` answers the subject (`sub`) and actor (`act.sub`) of the token its request
-// carried. `GET /seen` lists every token it accepted or refused: the SHA-256 of the token, its
+// Tool `whoami` answers the subject (`sub`), actor (`act.sub`) and scope of the token its
+// request carried. `GET /seen` lists every token it accepted or refused: the SHA-256 of the token, its
 // subject and actor, and the MCP session it came in.
 import { createHash } from 'node:crypto';
 import * as jose from 'jose';
@@ -21,8 +21,9 @@ let base;
 function buildServer() {
   const server = new McpServer({ name: 'resource-server', version: '1.0.0' });
   server.registerTool('whoami', { description: 'The subject and actor of the access token of this request', inputSchema: {} }, async (_args, extra) => {
-    const { sub, act } = extra.authInfo.extra;
-    return { content: [{ type: 'text', text: JSON.stringify({ sub, act: act ?? null }) }], structuredContent: { sub, act: act ?? null } };
+    const { sub, act, scope } = extra.authInfo.extra;
+    const me = { sub, act: act ?? null, scope: scope ?? null };
+    return { content: [{ type: 'text', text: JSON.stringify(me) }], structuredContent: me };
   });
   return server;
 }
@@ -48,7 +49,7 @@ async function authorize(req, res) {
   try {
     const { payload: claims } = await jose.jwtVerify(token, keys, { issuer, audience: `${base}/mcp`, typ: 'at+jwt' });
     seen.push({ hash, accepted: true, session, sub: claims.sub, act: claims.act?.sub ?? null });
-    req.auth = { token, clientId: claims.client_id, scopes: (claims.scope ?? '').split(' '), extra: { sub: claims.sub, act: claims.act?.sub } };
+    req.auth = { token, clientId: claims.client_id, scopes: (claims.scope ?? '').split(' '), extra: { sub: claims.sub, act: claims.act?.sub, scope: claims.scope } };
     return true;
   } catch (e) {
     seen.push({ hash, accepted: false, session, why: e.code ?? e.message });

@@ -84,6 +84,7 @@ pub async fn post(
     };
     // Only credentials that carry scopes are held to them (after the rates, in `dispatch`).
     let scoped = verified.scopes.is_some().then(|| verified.clone());
+    let subject = verified.subject;
     let identity = verified.identity;
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
     // the core).
@@ -109,7 +110,13 @@ pub async fn post(
         _ => None,
     };
     let request = Request { headers, session_id, identity, scoped, message, fields, arguments };
-    let response = match tracing::Instrument::instrument(dispatch(request, &gateway, modern), span).await {
+    let dispatched = tracing::Instrument::instrument(dispatch(request, &gateway, modern), span);
+    // An upstream that exchanges callers' tokens gets one exchanged from this request's own.
+    let dispatched = match subject {
+        Some(subject) => futures_util::future::Either::Left(taskgate_upstream::for_subject(Some(subject), dispatched)),
+        None => futures_util::future::Either::Right(dispatched),
+    };
+    let response = match dispatched.await {
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     };

@@ -126,7 +126,24 @@ impl Credentials {
     }
 
     async fn exchanged(&self, caller: &Caller) -> Result<HeaderValue, String> {
-        let Some(subject) = (caller.subject)() else {
+        // The token of the client request this is for; the caller's latest only for what the
+        // session sends on its own.
+        let subject = match crate::identity::current_subject() {
+            Some(Some(subject)) if caller.issued => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                if subject.expired(now) {
+                    return Err(format!(
+                        "upstream '{}' is called with the caller's own identity (token_exchange), and the access token \
+                         of the request this is for (of a task: of the request that created it) has expired",
+                        self.upstream
+                    ));
+                }
+                Some(subject.token.to_string())
+            }
+            Some(_) => None,
+            None => (caller.subject)(),
+        };
+        let Some(subject) = subject else {
             let from = self.config.issuer.as_deref().unwrap_or("a configured authorization server");
             return Err(format!(
                 "upstream '{}' is called with the caller's own identity (token_exchange), and this caller has no \

@@ -40,9 +40,58 @@ impl ClientIdentity {
 pub struct Caller {
     /// Who: one name per principal of any tenant (tokens exchanged for it are kept under it).
     pub key: std::sync::Arc<str>,
-    /// The caller's current OAuth access token, to exchange (`None`: it has none that is
-    /// still valid).
+    /// The caller's latest OAuth access token, to exchange for what the session sends on its
+    /// own (its GET stream, its notifications) and for a request made for no client request
+    /// (`None`: it has none that is still valid).
     pub subject: std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>,
+    /// Whether the caller's tokens are of the authorization server that exchanges them: a
+    /// request's own [`Subject`] is exchanged only then (no other server's token is sent
+    /// there).
+    pub issued: bool,
+}
+
+/// The OAuth access token of the client request an upstream request is made for (or of the
+/// request that created the task it is made for): what a token exchange starts from, never
+/// another token of the same caller. Never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// The access token.
+    pub token: std::sync::Arc<str>,
+    /// When it expires (seconds since the epoch), if it says.
+    pub expires_secs: Option<u64>,
+}
+
+impl Subject {
+    /// Whether it has expired at `now_secs`.
+    pub fn expired(&self, now_secs: u64) -> bool {
+        self.expires_secs.is_some_and(|exp| exp <= now_secs)
+    }
+}
+
+impl std::fmt::Debug for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subject").field("expires_secs", &self.expires_secs).finish_non_exhaustive()
+    }
+}
+
+tokio::task_local! {
+    /// The subject of the requests made while a future given to [`for_subject`] runs.
+    static SUBJECT: Option<Subject>;
+}
+
+/// Runs `future` with the upstream requests it makes made for `subject` (`None`: for a client
+/// request without an OAuth access token, which has nothing to exchange).
+pub fn for_subject<F: std::future::Future>(
+    subject: Option<Subject>,
+    future: F,
+) -> impl std::future::Future<Output = F::Output> {
+    SUBJECT.scope(subject, future)
+}
+
+/// The subject the running future's requests are made for: `None` outside [`for_subject`],
+/// `Some(None)` inside it for a request without a token.
+pub fn current_subject() -> Option<Option<Subject>> {
+    SUBJECT.try_with(Clone::clone).ok()
 }
 
 impl std::fmt::Debug for Caller {

@@ -25,7 +25,8 @@ impl Gateway {
     /// is counted and logged by reason, never with the credential. An access token signed by a
     /// key its authorization server has not published to the gateway yet makes the keys be
     /// read again (rate-bounded), then the token checked again. An OAuth access token is kept
-    /// as its caller's latest while an upstream exchanges callers' tokens (RFC 8693).
+    /// as its caller's latest, and carried with the request as its subject, while an upstream
+    /// exchanges callers' tokens (RFC 8693).
     ///
     /// `source` names the client (its address, or the one a trusted proxy names): an opaque
     /// token is introspected only within the client's share of its server's budget.
@@ -77,11 +78,14 @@ impl Gateway {
             }
             _ => {}
         }
-        if let Ok(verified @ Verified { scopes: Some(_), .. }) = &outcome {
+        if let Ok(verified @ Verified { scopes: Some(_), .. }) = &mut outcome {
             let subjects = &self.shared.tenancy.subjects;
             let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
             if subjects.wanted() && !token.is_empty() {
                 subjects.remember(&verified.identity, token, verified.expires_secs);
+                // The request's own token goes with it: its exchanges start from it.
+                verified.subject =
+                    Some(taskgate_upstream::Subject { token: token.into(), expires_secs: verified.expires_secs });
             }
         }
         outcome.map_err(|e| {

@@ -119,7 +119,8 @@ impl SessionHandle {
     ) -> Result<OutboundReceiver, GatewayError> {
         let (reply, rx) = self.outbound("request", Some(id.clone()))?;
         let span = tracing::Span::current();
-        self.deliver(ClientRequest { id, method, params, arguments, reply, mode, span }).await??;
+        let subject = taskgate_upstream::current_subject().flatten();
+        self.deliver(ClientRequest { id, method, params, arguments, reply, mode, span, subject }).await??;
         Ok(rx)
     }
 

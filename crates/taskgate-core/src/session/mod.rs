@@ -163,6 +163,8 @@ struct InFlight {
     progress: Option<Addr<ProgressActor>>,
     /// The client request's span.
     span: tracing::Span,
+    /// The client request's OAuth access token, while an upstream exchanges callers' tokens.
+    subject: Option<taskgate_upstream::Subject>,
 }
 
 /// A request an upstream sent that was relayed to the client.
@@ -191,6 +193,15 @@ impl SessionActor {
     /// span, which names the tenant, principal, session and method, naming the upstream (one
     /// span and field written per call, not four fields again); one naming them all when the
     /// request came with no span.
+    /// `call`, its upstream requests made for request `id`'s own access token (what an
+    /// upstream that exchanges callers' tokens exchanges), when it came with one.
+    fn for_request<F: std::future::Future>(&self, id: &RequestId, call: F) -> impl std::future::Future<Output = F::Output> {
+        match self.requests.get(id).and_then(|r| r.subject.clone()) {
+            Some(subject) => futures_util::future::Either::Left(taskgate_upstream::for_subject(Some(subject), call)),
+            None => futures_util::future::Either::Right(call),
+        }
+    }
+
     fn upstream_span(&self, id: &RequestId, method: &str, upstream: &str) -> tracing::Span {
         match self.requests.get(id).map(|r| &r.span).filter(|s| !s.is_none()) {
             Some(parent) => tracing::info_span!(parent: parent, "upstream_call", upstream = %upstream),
@@ -442,6 +453,8 @@ pub(crate) struct ClientRequest {
     /// The client request's span (the front door's `mcp_request`): what runs for the request
     /// upstream logs inside it.
     pub span: tracing::Span,
+    /// The request's OAuth access token, while an upstream exchanges callers' tokens.
+    pub subject: Option<taskgate_upstream::Subject>,
 }
 
 /// Who decides whether a `tools/call` becomes a task: part of the internal request model, set
@@ -468,7 +481,7 @@ impl Handler<ClientRequest> for SessionActor {
     type Result = Result<(), GatewayError>;
 
     fn handle(&mut self, msg: ClientRequest, ctx: &mut Context<Self>) -> Self::Result {
-        let ClientRequest { id, method, mut params, arguments, reply, mode, span } = msg;
+        let ClientRequest { id, method, mut params, arguments, reply, mode, span, subject } = msg;
         // Only a call passes its arguments on as written; any other method reads its params.
         let arguments = match arguments {
             Some(arguments) if method != methods::TOOLS_CALL => {
@@ -505,7 +518,7 @@ impl Handler<ClientRequest> for SessionActor {
             && params.as_ref().is_some_and(|p| p.get("task").is_some());
         self.requests.insert(
             id.clone(),
-            InFlight { reply, upstream: None, task, task_augmented, mode, running: None, progress: None, span },
+            InFlight { reply, upstream: None, task, task_augmented, mode, running: None, progress: None, span, subject },
         );
         self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match method.as_str() {

@@ -213,6 +213,7 @@ impl SessionActor {
             }
             Ok((json!({ listing.key(): [] }), None))
         };
+        let work = self.for_request(&id, work);
         ctx.spawn(work.into_actor(self).map(move |page: Result<(Value, Option<ListCursor>), GatewayError>, act, _| {
             let page = page.map(|(mut page, next)| {
                 if let Some(next) = next {
@@ -384,6 +385,7 @@ impl SessionActor {
             ),
             span,
         );
+        let call = self.for_request(&id, call);
         let naming = self.naming_of(&upstream);
         let finished = id.clone();
         let handle = ctx.spawn(call.into_actor(self).map(move |outcome, act, ctx| match outcome {

@@ -42,8 +42,15 @@ impl SessionActor {
         let unsent = crate::tasks::Unsent::new(upstream_params);
         let work = Work::Wrapped { upstream_id: session.next_request_id(), unsent, upstream_decides };
         let span = self.task_span(&id, &record);
-        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span };
+        let subject = self.task_subject(&id, &session);
+        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span, subject };
         self.create_task(id, start, Map::new(), ctx);
+    }
+
+    /// The access token of the request that creates a task, when the task's upstream exchanges
+    /// callers' tokens: the task's later exchanges start from it.
+    fn task_subject(&self, id: &RequestId, session: &UpstreamSession) -> Option<taskgate_upstream::Subject> {
+        session.acts_for_caller().then(|| self.requests.get(id).and_then(|r| r.subject.clone())).flatten()
     }
 
     /// The span of a new task's upstream call, when traces are exported: a child of the request
@@ -141,11 +148,11 @@ impl SessionActor {
             (session.route_progress(token, sink), notes)
         });
         let caller = session.clone();
-        let call = async move {
+        let call = self.for_request(&id, async move {
             let result = caller.request(methods::TOOLS_CALL, Some(params)).await;
             // Stored with the task, so that another gateway process can follow it again.
             (result, caller.resume_point().await)
-        };
+        });
         ctx.spawn(call.into_actor(self).map(move |(result, resume), act, ctx| match result {
             Ok(result) => act.adopt_upstream_task(id, result, resume, record, (route, progress, permit), session, ctx),
             Err(e) => {
@@ -211,7 +218,8 @@ impl SessionActor {
         let work = crate::tasks::Native::work(up.task_id, poll, route);
         let progress = progress.map(|(actor, _)| actor);
         let span = self.task_span(&id, &record);
-        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span };
+        let subject = self.task_subject(&id, &session);
+        let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span, subject };
         self.create_task(id, start, extra, ctx);
     }
 

@@ -288,7 +288,7 @@ impl SessionActor {
             };
             (outcome, resume)
         };
-        let call = tracing::Instrument::instrument(call, span);
+        let call = self.for_request(&id, tracing::Instrument::instrument(call, span));
         let finished = id.clone();
         let handle = ctx.spawn(call.into_actor(self).map(move |(outcome, resume), act, ctx| {
             let result = match outcome {
@@ -402,6 +402,7 @@ impl SessionActor {
             ),
             span,
         );
+        let call = self.for_request(&id, call);
         let finished = id.clone();
         let handle = ctx.spawn(call.into_actor(self).map(move |outcome, act, _| {
             let outcome = outcome.map_err(|e| match &unlisted {

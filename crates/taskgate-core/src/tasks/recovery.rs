@@ -134,7 +134,9 @@ fn start_following(shared: &Arc<TaskShared>, record: TaskRecord, session: Upstre
         });
     }
     let work = Native::work(upstream_task_id, poll, None);
-    let start = TaskStart { record, owner, session, work, progress: None, permit, span: None };
+    // The token of the request that created it is not kept past the process: what its upstream
+    // exchanges starts from its owner's latest (see `Subjects`).
+    let start = TaskStart { record, owner, session, work, progress: None, permit, span: None, subject: None };
     let actor = TaskActor::new(shared.clone(), start);
     let id = actor.id.clone();
     shared.tasks.register(&id, actor.start(), native);

@@ -107,6 +107,9 @@ pub(crate) struct Rare(Option<Box<RareFields>>);
 struct RareFields {
     status_message: Option<Box<str>>,
     upstream_token: Option<Value>,
+    /// The access token of the request that created the task, while its upstream exchanges
+    /// callers' tokens: what its later exchanges start from.
+    subject: Option<taskgate_upstream::Subject>,
 }
 
 impl Rare {
@@ -118,7 +121,7 @@ impl Rare {
         match (&mut self.0, message) {
             (Some(rare), message) => rare.status_message = message.map(Into::into),
             (None, Some(message)) => {
-                self.0 = Some(Box::new(RareFields { status_message: Some(message.into()), upstream_token: None }));
+                self.0 = Some(Box::new(RareFields { status_message: Some(message.into()), ..RareFields::default() }));
             }
             (None, None) => {}
         }
@@ -135,8 +138,20 @@ impl Rare {
         token
     }
 
+    pub(crate) fn subject(&self) -> Option<&taskgate_upstream::Subject> {
+        self.0.as_ref().and_then(|rare| rare.subject.as_ref())
+    }
+
+    pub(crate) fn set_subject(&mut self, subject: Option<taskgate_upstream::Subject>) {
+        if subject.is_some() {
+            self.0.get_or_insert_with(Box::default).subject = subject;
+        }
+    }
+
     fn drop_if_empty(&mut self) {
-        if self.0.as_ref().is_some_and(|rare| rare.status_message.is_none() && rare.upstream_token.is_none()) {
+        if self.0.as_ref().is_some_and(|rare| {
+            rare.status_message.is_none() && rare.upstream_token.is_none() && rare.subject.is_none()
+        }) {
             self.0 = None;
         }
     }
@@ -192,6 +207,9 @@ pub(crate) struct TaskStart {
     /// The span its upstream call runs in, when traces are exported (a child of the request
     /// that created it); the actor keeps it with its work.
     pub span: Option<tracing::Span>,
+    /// The access token of the request that created it, when its upstream exchanges callers'
+    /// tokens.
+    pub subject: Option<taskgate_upstream::Subject>,
 }
 
 /// A wrapped task's upstream call, outside the actor's context so that it survives the
@@ -224,6 +242,7 @@ pub(crate) struct Remains {
     pub progress: Option<Addr<ProgressActor>>,
     pub call: Option<Call>,
     pub inputs: Vec<Input>,
+    pub subject: Option<taskgate_upstream::Subject>,
 }
 
 /// A task actor stopped abnormally; restart its task from the store.

@@ -137,7 +137,7 @@ impl Credentials {
                 let scoped =
                     tenant.tools.as_ref().is_some_and(|t| !t.scopes.is_empty() || !t.upstream_scopes.is_empty());
                 anonymous =
-                    Some(Verified { identity, scopes: scoped.then(|| std::sync::Arc::from([])), expires_secs: None });
+                    Some(Verified { identity, scopes: scoped.then(|| std::sync::Arc::from([])), expires_secs: None, subject: None });
             }
             for key in &tenant.api_keys {
                 if let Some(hash) = decode_hex32(&key.sha256) {
@@ -602,7 +602,12 @@ impl OAuthVerifier {
             tenant: self.tenant.as_str().into(),
             principal: format!("oauth:{}|{principal}", self.issuer.url).into(),
         };
-        Ok(Verified { identity, scopes: Some(granted.into_iter().map(Box::from).collect()), expires_secs: exp })
+        Ok(Verified {
+            identity,
+            scopes: Some(granted.into_iter().map(Box::from).collect()),
+            expires_secs: exp,
+            subject: None,
+        })
     }
 }
 

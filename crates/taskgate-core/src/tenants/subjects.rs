@@ -94,7 +94,11 @@ impl Subjects {
             principal.strip_prefix("oauth:").and_then(|p| p.strip_prefix(issuer)).is_some_and(|p| p.starts_with('|'))
         });
         let (subjects, identity) = (self.clone(), identity.clone());
-        taskgate_upstream::Caller { key, subject: Arc::new(move || subjects.token(&identity).filter(|_| issued)) }
+        taskgate_upstream::Caller {
+            key,
+            subject: Arc::new(move || subjects.token(&identity).filter(|_| issued)),
+            issued,
+        }
     }
 
     /// Forgets the tokens of tenants `keep` does not name (a reload removed them).

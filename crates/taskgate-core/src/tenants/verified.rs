@@ -20,12 +20,15 @@ pub struct Verified {
     pub scopes: Option<std::sync::Arc<[Box<str>]>>,
     /// When an OAuth access token expires (seconds since the epoch), if it says.
     pub expires_secs: Option<u64>,
+    /// The access token itself, while an upstream exchanges callers' tokens (RFC 8693): what
+    /// the exchanges made for this request (and a task it creates) start from.
+    pub subject: Option<taskgate_upstream::Subject>,
 }
 
 impl Verified {
     /// An identity from credentials that grant no scopes.
     pub fn unscoped(identity: Identity) -> Verified {
-        Verified { identity, scopes: None, expires_secs: None }
+        Verified { identity, scopes: None, expires_secs: None, subject: None }
     }
 
     /// The first of `needed` the credentials do not grant (credentials without scopes are not

@@ -128,6 +128,11 @@ impl UpstreamSession {
         let _ = self.inner.caller.set(caller);
     }
 
+    /// Whether its requests are made for a caller, with a token exchanged for the caller's.
+    pub fn acts_for_caller(&self) -> bool {
+        self.inner.caller.get().is_some()
+    }
+
     /// Whether this is a lane of a session shared by client sessions.
     pub fn is_shared(&self) -> bool {
         self.lane.is_some()

@@ -95,13 +95,13 @@ impl TaskActor {
     }
 
     pub(super) fn poll(&mut self, ctx: &mut Context<Self>) {
-        let Work::Native(native) = &self.work else { return };
-        if self.status.is_terminal() {
+        if self.status.is_terminal() || self.creator_token_expired(ctx) {
             return;
         }
+        let Work::Native(native) = &self.work else { return };
         let session = self.session.clone();
         let params = json!({"taskId": native.upstream_task_id});
-        let get = async move { session.request(methods::TASKS_GET, Some(params)).await };
+        let get = self.for_creator(async move { session.request(methods::TASKS_GET, Some(params)).await });
         ctx.spawn(get.into_actor(self).map(|result, act, ctx| match result {
             Ok(task) => match taskgate_protocol::tasks::TaskView::from_value(&task) {
                 Some(up) => act.observe(up, ctx),
@@ -197,7 +197,8 @@ impl TaskActor {
         let request_id = session.next_request_id();
         self.shared.tasks.track_call(session.upstream(), request_id.clone(), &self.id);
         let key = request_id.clone();
-        let fetch = async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await };
+        let fetch =
+            self.for_creator(async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await });
         let running = ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
             act.shared.tasks.forget_call(act.session.upstream(), &key);
             let Work::Native(native) = &mut act.work else { return };

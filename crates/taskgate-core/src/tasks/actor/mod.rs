@@ -85,7 +85,32 @@ impl TaskActor {
             inputs: Vec::new(),
         };
         actor.rare.set_status_message(start.record.status_message.as_deref());
+        actor.rare.set_subject(start.subject);
         actor
+    }
+
+    /// `call`, its upstream requests made for the access token of the request that created the
+    /// task (when its upstream exchanges callers' tokens).
+    pub(super) fn for_creator<F: std::future::Future>(&self, call: F) -> impl std::future::Future<Output = F::Output> {
+        made_for(self.rare.subject().cloned(), call)
+    }
+
+    /// When the access token of the request that created the task has expired (its upstream
+    /// exchanges callers' tokens): the task fails, saying so, before anything more is asked of
+    /// the upstream for it.
+    pub(super) fn creator_token_expired(&mut self, ctx: &mut Context<Self>) -> bool {
+        let now_secs = self.shared.clock.now_ms() / 1000;
+        if !self.rare.subject().is_some_and(|s| s.expired(now_secs)) {
+            return false;
+        }
+        let why = format!(
+            "upstream '{}' is called with the caller's own identity, and the access token of the request that created the \
+             task has expired: nothing more can be asked of the upstream for it",
+            self.session.upstream()
+        );
+        let outcome = TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, why));
+        self.settle(TaskStatus::Failed, Some("The access token that created the task expired".into()), Some(outcome), ctx);
+        true
     }
 
     /// An actor for a task whose previous actor stopped abnormally: its state comes from the
@@ -105,6 +130,7 @@ impl TaskActor {
             progress: remains.progress,
             permit,
             span: None,
+            subject: remains.subject,
         };
         let mut actor = TaskActor::new(shared, start);
         actor.call = remains.call;
@@ -316,15 +342,15 @@ impl TaskActor {
         match &self.work {
             Work::Wrapped { upstream_id, .. } => {
                 let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
-                actix::spawn(async move {
+                actix::spawn(self.for_creator(async move {
                     let _ = session.notify(methods::CANCELLED, Some(params)).await;
-                });
+                }));
             }
             Work::Native(native) => {
                 let params = json!({"taskId": native.upstream_task_id});
-                actix::spawn(async move {
+                actix::spawn(self.for_creator(async move {
                     let _ = session.request(methods::TASKS_CANCEL, Some(params)).await;
-                });
+                }));
             }
         }
     }
@@ -387,8 +413,9 @@ impl Actor for TaskActor {
                 // context (a task while it is sent, then, on stdio, the waiting call the actor
                 // keeps), so a restarted actor still gets its outcome.
                 let span = span.unwrap_or_else(tracing::Span::none);
+                let creator = self.rare.subject().cloned();
                 let sending = match self.progress.clone() {
-                    Some(progress) => actix::spawn(tracing::Instrument::instrument(
+                    Some(progress) => actix::spawn(made_for(creator, tracing::Instrument::instrument(
                         async move {
                             let call = crate::relay::relay_call(
                                 session,
@@ -405,10 +432,13 @@ impl Actor for TaskActor {
                             taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
                         },
                         span,
-                    )),
-                    None => actix::spawn(tracing::Instrument::instrument(
-                        session.into_call(id, methods::TOOLS_CALL, Some(Box::new(params))),
-                        span,
+                    ))),
+                    None => actix::spawn(made_for(
+                        creator,
+                        tracing::Instrument::instrument(
+                            session.into_call(id, methods::TOOLS_CALL, Some(Box::new(params))),
+                            span,
+                        ),
                     )),
                 };
                 self.call = Some(Box::new(CallState::Sending(sending)));
@@ -561,6 +591,17 @@ impl Handler<Crash> for TaskActor {
     }
 }
 
+/// `call`, its upstream requests made for `subject`'s token when there is one.
+fn made_for<F: std::future::Future>(
+    subject: Option<taskgate_upstream::Subject>,
+    call: F,
+) -> impl std::future::Future<Output = F::Output> {
+    match subject {
+        Some(subject) => futures_util::future::Either::Left(taskgate_upstream::for_subject(Some(subject), call)),
+        None => futures_util::future::Either::Right(call),
+    }
+}
+
 impl Drop for TaskActor {
     /// An actor dropped without `stopped` has crashed (a panic unwound through it): what it
     /// held goes to the Supervisor, which restarts the task from the store.
@@ -581,6 +622,7 @@ impl Drop for TaskActor {
             progress: self.progress.take(),
             call: self.call.take(),
             inputs: std::mem::take(&mut self.inputs),
+            subject: self.rare.subject().cloned(),
         };
         // Not a path a client drives: one message per crashed actor.
         supervisor.do_send(Restart(Box::new(remains)));
