@@ -51,7 +51,9 @@ impl Drop for ResourceServer {
 
 /// Who the upstream saw: the subject and actor of the token it got.
 async fn whoami(c: &mut McpClient) -> Result<Value, taskgate_protocol::ErrorObject> {
-    c.call("rs__whoami", json!({})).await.map(|r| json!({"sub": r["structuredContent"]["sub"], "act": r["structuredContent"]["act"]}))
+    c.call("rs__whoami", json!({}))
+        .await
+        .map(|r| json!({"sub": r["structuredContent"]["sub"], "act": r["structuredContent"]["act"]}))
 }
 
 /// The scope of the token the upstream got.
@@ -235,7 +237,8 @@ async fn each_call_is_exchanged_from_its_own_requests_token_never_from_another_o
     assert_eq!(result["structuredContent"]["scope"], "mcp");
     // A token past its exp (still within the gateway's leeway for signing in) is not exchanged.
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let claims = json!({"iss": auth.issuer, "aud": public_url, "client_id": "gateway-test", "scope": "mcp", "exp": now - 5});
+    let claims =
+        json!({"iss": auth.issuer, "aud": public_url, "client_id": "gateway-test", "scope": "mcp", "exp": now - 5});
     let expired = auth.sign(json!({"alg": "ES256", "typ": "at+jwt", "kid": "k1"}), claims);
     let mut e = McpClient::with_bearer(&public_url, &expired);
     e.initialize().await;

@@ -14,7 +14,10 @@ fn free_port() -> u16 {
 
 /// A gateway in front of the demo upstream with `tenants` (TOML), at its public URL; `Err`
 /// holds what it said when it refused to start.
-async fn gateway(tenants: &str, env: &[(&str, &str)]) -> Result<(ServedGateway, String, DemoUpstream, tempfile::TempDir), String> {
+async fn gateway(
+    tenants: &str,
+    env: &[(&str, &str)],
+) -> Result<(ServedGateway, String, DemoUpstream, tempfile::TempDir), String> {
     let demo = DemoUpstream::start();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -147,10 +150,7 @@ async fn an_opaque_token_reaches_its_own_authorization_server_only_and_an_api_ke
     let answers = futures_util::future::join_all(tries).await;
     let statuses: Vec<u16> = answers.iter().map(|(s, _, _)| *s).collect();
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
-    assert!(
-        answers.iter().any(|(_, _, body)| body.to_string().contains("more new tokens this second")),
-        "{answers:?}"
-    );
+    assert!(answers.iter().any(|(_, _, body)| body.to_string().contains("more new tokens this second")), "{answers:?}");
     assert!(a.counts().await.0 - a_asked <= 20, "the client's share bounds what reaches the server");
     // The real token still works: its answer is kept.
     assert!(acme.tool_names().await.iter().any(|t| t == "demo__echo"));
@@ -186,7 +186,10 @@ async fn a_caller_without_a_token_holds_no_scope_and_scopes_gate_resources_promp
         ("resources/read", json!({"uri": uri})),
         ("resources/subscribe", json!({"uri": uri})),
         ("prompts/get", json!({"name": prompt, "arguments": {"name": "x"}})),
-        ("completion/complete", json!({"ref": {"type": "ref/prompt", "name": prompt}, "argument": {"name": "name", "value": "a"}})),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": prompt}, "argument": {"name": "name", "value": "a"}}),
+        ),
     ];
     for (method, params) in &requests {
         for client in [&mut anonymous, &mut n] {

@@ -88,6 +88,18 @@ pub fn for_subject<F: std::future::Future>(
     SUBJECT.scope(subject, future)
 }
 
+/// Runs `future` with its upstream requests made for `subject` when there is one; otherwise
+/// as its context has them made.
+pub fn made_for<F: std::future::Future>(
+    subject: Option<Subject>,
+    future: F,
+) -> futures_util::future::Either<impl std::future::Future<Output = F::Output>, F> {
+    match subject {
+        Some(subject) => futures_util::future::Either::Left(for_subject(Some(subject), future)),
+        None => futures_util::future::Either::Right(future),
+    }
+}
+
 /// The subject the running future's requests are made for: `None` outside [`for_subject`],
 /// `Some(None)` inside it for a request without a token.
 pub fn current_subject() -> Option<Option<Subject>> {

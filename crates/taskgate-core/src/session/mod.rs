@@ -189,19 +189,20 @@ enum Asker {
 }
 
 impl SessionActor {
+    /// `call`, its upstream requests made for request `id`'s own access token (what an
+    /// upstream that exchanges callers' tokens exchanges), when it came with one.
+    fn for_request<F: std::future::Future>(
+        &self,
+        id: &RequestId,
+        call: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        taskgate_upstream::made_for(self.requests.get(id).and_then(|r| r.subject.clone()), call)
+    }
+
     /// The span request `id`'s call to `upstream` runs in: a child of the client request's
     /// span, which names the tenant, principal, session and method, naming the upstream (one
     /// span and field written per call, not four fields again); one naming them all when the
     /// request came with no span.
-    /// `call`, its upstream requests made for request `id`'s own access token (what an
-    /// upstream that exchanges callers' tokens exchanges), when it came with one.
-    fn for_request<F: std::future::Future>(&self, id: &RequestId, call: F) -> impl std::future::Future<Output = F::Output> {
-        match self.requests.get(id).and_then(|r| r.subject.clone()) {
-            Some(subject) => futures_util::future::Either::Left(taskgate_upstream::for_subject(Some(subject), call)),
-            None => futures_util::future::Either::Right(call),
-        }
-    }
-
     fn upstream_span(&self, id: &RequestId, method: &str, upstream: &str) -> tracing::Span {
         match self.requests.get(id).map(|r| &r.span).filter(|s| !s.is_none()) {
             Some(parent) => tracing::info_span!(parent: parent, "upstream_call", upstream = %upstream),
@@ -518,7 +519,17 @@ impl Handler<ClientRequest> for SessionActor {
             && params.as_ref().is_some_and(|p| p.get("task").is_some());
         self.requests.insert(
             id.clone(),
-            InFlight { reply, upstream: None, task, task_augmented, mode, running: None, progress: None, span, subject },
+            InFlight {
+                reply,
+                upstream: None,
+                task,
+                task_augmented,
+                mode,
+                running: None,
+                progress: None,
+                span,
+                subject,
+            },
         );
         self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match method.as_str() {

@@ -7,82 +7,19 @@ use std::collections::HashMap;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use openssl::pkey::{Id, PKey};
 use serde_json::Value;
-use taskgate_config::{Config, JwtAlgorithm, JwtConfig, Problem};
+use taskgate_config::{Config, Problem};
 
+use super::configured::{load_key, shared_keys, JwtVerifier};
 pub use super::verified::Verified;
 use crate::identity::Identity;
 
-/// Why a request's credentials were refused. The text goes to the client in the 401 body.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AuthError {
-    /// No `Authorization` header and no anonymous tenant.
-    #[error("send Authorization: Bearer <API key or JWT>")]
-    Missing,
-    /// The header is not `Bearer <token>`.
-    #[error("the Authorization header must be \"Bearer <API key or JWT>\"")]
-    Malformed,
-    /// An API key no tenant has.
-    #[error("the API key is not valid")]
-    UnknownKey,
-    /// A JWT that does not verify or whose claims are refused.
-    #[error("the bearer token is not valid: {0}")]
-    Token(&'static str),
-    /// An access token signed by a key of its authorization server that the gateway does not
-    /// hold (yet): the keys are to be read again, then the token checked again.
-    #[error("the bearer token is not valid: its authorization server's signing key is not known")]
-    KeysNeeded(String),
-    /// An opaque token no API key matches, which an authorization server is to be asked about
-    /// (token introspection), then the token checked again.
-    #[error("the bearer token is not valid: it is to be introspected")]
-    IntrospectionNeeded,
-    /// A valid access token without a scope it needs (403 `insufficient_scope`).
-    #[error("the access token lacks the scope {0:?}")]
-    Scope(String),
-}
-
-impl AuthError {
-    /// A low-cardinality label for metrics.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            AuthError::Missing => "missing",
-            AuthError::Malformed => "malformed",
-            AuthError::UnknownKey => "unknown_key",
-            AuthError::Token("it has expired") => "token_expired",
-            AuthError::Token(_) | AuthError::KeysNeeded(_) | AuthError::IntrospectionNeeded => "invalid_token",
-            AuthError::Scope(_) => "insufficient_scope",
-        }
-    }
-}
+pub use super::refusal::AuthError;
+use super::refusal::MORE_THAN_ONE_TENANT;
 
 /// The SHA-256 of an API key, as lower-case hex (what `[[tenant.api_key]] sha256` holds).
 pub fn hash_key(key: &str) -> String {
     super::jws::sha256(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A configured verifying key, with the one algorithm it verifies (a token whose header names
-/// another is refused: no HS256 token keyed with an RSA public key).
-struct Key {
-    algorithm: super::jws::Alg,
-    key: super::jws::Key,
-    /// The SHA-256 of the secret or of the public key's DER: two entries with one key are
-    /// told apart by it.
-    fingerprint: [u8; 32],
-}
-
-struct JwtVerifier {
-    tenant: String,
-    algorithm: JwtAlgorithm,
-    key: Key,
-    audience: String,
-    issuer: Option<String>,
-    /// Where its principals come from, in their names: `jwt:<issuer>|` (or `jwt:#<n>|` for the
-    /// tenant's n-th verifier when it names no issuer).
-    source: String,
-    principal_claim: String,
-    tenant_claim: Option<String>,
-    leeway_secs: u64,
 }
 
 /// The tokens of one authorization server for one tenant.
@@ -136,8 +73,12 @@ impl Credentials {
                 // refused it (403 with the scopes to ask for), never served unchecked.
                 let scoped =
                     tenant.tools.as_ref().is_some_and(|t| !t.scopes.is_empty() || !t.upstream_scopes.is_empty());
-                anonymous =
-                    Some(Verified { identity, scopes: scoped.then(|| std::sync::Arc::from([])), expires_secs: None, subject: None });
+                anonymous = Some(Verified {
+                    identity,
+                    scopes: scoped.then(|| std::sync::Arc::from([])),
+                    expires_secs: None,
+                    subject: None,
+                });
             }
             for key in &tenant.api_keys {
                 if let Some(hash) = decode_hex32(&key.sha256) {
@@ -250,7 +191,7 @@ impl Credentials {
             if let Some(issuer) = peek.issuer().filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss)) {
                 return self.verify_access_token(token, hash, issuer, &peek, now_secs);
             }
-            return self.verify_jwt(token, &peek, now_secs).map(Verified::unscoped);
+            return JwtVerifier::verify(&self.jwts, token, &peek, now_secs).map(Verified::unscoped);
         }
         if let Some(identity) = self.api_keys.get(&hash) {
             return Ok(Verified::unscoped(identity.clone()));
@@ -308,104 +249,7 @@ impl Credentials {
         }
         all
     }
-
-    fn verify_jwt(&self, token: &str, peek: &super::jws::Peek, now_secs: u64) -> Result<Identity, AuthError> {
-        let mut parts = token.split('.');
-        let (Some(header64), Some(payload64), Some(signature64)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(AuthError::Token("it is not a JWT (three base64url parts)"));
-        };
-        let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).ok();
-        let as_object = |bytes: Option<Vec<u8>>| {
-            bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(Value::is_object)
-        };
-        let header = as_object(decode(header64)).ok_or(AuthError::Token("its header is not base64url JSON"))?;
-        decode(signature64).ok_or(AuthError::Token("its signature is not base64url"))?;
-        // RFC 7515 section 4.1.11: extensions marked critical that are not understood MUST be refused.
-        if header.get("crit").is_some() {
-            return Err(AuthError::Token("it names critical header extensions"));
-        }
-        let algorithm = match header.get("alg").and_then(Value::as_str) {
-            Some("HS256") => JwtAlgorithm::HS256,
-            Some("RS256") => JwtAlgorithm::RS256,
-            _ => return Err(AuthError::Token("its algorithm is not HS256 or RS256")),
-        };
-        // An expired token, or one no configured key is for, is refused before its claims are
-        // read whole or its signature checked (what that tells a forger is the token's own exp
-        // and iss); every other refusal of its claims comes after the signature.
-        if peek.expired(now_secs, self.jwts.iter().map(|v| v.leeway_secs)) {
-            return Err(AuthError::Token("it has expired"));
-        }
-        let issuer = peek.issuer();
-        let mut candidates = self
-            .jwts
-            .iter()
-            .filter(|v| v.algorithm == algorithm)
-            .filter(|v| v.issuer.as_deref().is_none_or(|want| issuer == Some(want)))
-            .peekable();
-        if candidates.peek().is_none() {
-            return Err(AuthError::Token("no configured issuer signed it"));
-        }
-        let claims = as_object(decode(payload64)).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
-        let candidates = candidates.filter(|v| {
-            v.tenant_claim.as_ref().is_none_or(|c| claims.get(c).and_then(Value::as_str) == Some(&v.tenant))
-        });
-        // Every key that verifies it is asked: a token two tenants would take is refused, never
-        // given to the first listed.
-        let mut taken: Option<(&JwtVerifier, Identity)> = None;
-        let mut refused = None;
-        for verifier in candidates {
-            if taken.as_ref().is_some_and(|(t, _)| t.tenant == verifier.tenant) || !verifier.key.verifies(token) {
-                continue;
-            }
-            match verifier.identity(&claims, now_secs) {
-                Ok(_) if taken.is_some() => return Err(AuthError::Token(MORE_THAN_ONE_TENANT)),
-                Ok(identity) => taken = Some((verifier, identity)),
-                Err(e) => {
-                    refused.get_or_insert(e);
-                }
-            }
-        }
-        match taken {
-            Some((_, identity)) => Ok(identity),
-            None => Err(refused.unwrap_or(AuthError::Token("no configured issuer signed it"))),
-        }
-    }
 }
-
-impl JwtVerifier {
-    /// The identity a token's claims give under this key's settings, its signature aside.
-    fn identity(&self, claims: &Value, now_secs: u64) -> Result<Identity, AuthError> {
-        let time =
-            |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
-        let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
-        if now_secs > exp.saturating_add(self.leeway_secs) {
-            return Err(AuthError::Token("it has expired"));
-        }
-        if let Some(nbf) = time("nbf") {
-            if now_secs.saturating_add(self.leeway_secs) < nbf? {
-                return Err(AuthError::Token("it is not valid yet (nbf)"));
-            }
-        }
-        let audience_ok = match claims.get("aud") {
-            Some(Value::String(aud)) => aud == &self.audience,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&self.audience)),
-            _ => false,
-        };
-        if !audience_ok {
-            return Err(AuthError::Token("its audience (aud) is not this gateway's"));
-        }
-        let principal = match claims.get(&self.principal_claim) {
-            Some(Value::String(p)) if !p.is_empty() => p.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(Value::String(_)) | None => return Err(AuthError::Token("it lacks the configured principal claim")),
-            Some(_) => return Err(AuthError::Token("its principal claim is not a string")),
-        };
-        Ok(Identity { tenant: self.tenant.as_str().into(), principal: format!("{}{principal}", self.source).into() })
-    }
-}
-
-/// Why a token more than one tenant would take is refused.
-const MORE_THAN_ONE_TENANT: &str = "more than one tenant would take it; the authorization server must name its tenant";
 
 /// The one tenant's verifier that takes a token, of the verdicts of every verifier of its
 /// issuer: a token two tenants would take is refused; with none, the last refusal says why.
@@ -423,32 +267,6 @@ fn one_tenant<'a>(
         }
     }
     taken.ok_or(refused)
-}
-
-/// Configured keys two tenants share (one secret or public key, audiences with one normal
-/// form, issuers a token could match both of) must say whose each token is, with one
-/// `tenant_claim`: otherwise one token would log in to either.
-fn shared_keys(jwts: &[JwtVerifier]) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    for (n, v) in jwts.iter().enumerate() {
-        for other in &jwts[..n] {
-            let issuers_meet = v.issuer.is_none() || other.issuer.is_none() || v.issuer == other.issuer;
-            let shared = other.tenant != v.tenant
-                && other.key.fingerprint == v.key.fingerprint
-                && issuers_meet
-                && taskgate_config::normal_audience(&other.audience) == taskgate_config::normal_audience(&v.audience);
-            if shared && (v.tenant_claim.is_none() || v.tenant_claim != other.tenant_claim) {
-                problems.push(Problem {
-                    location: format!("tenant ({:?}).jwt ({})", v.tenant, v.source.trim_end_matches('|')),
-                    message: format!(
-                        "tenant {:?} takes tokens of the same key for the same audience: both must name the same tenant_claim, which says whose each token is",
-                        other.tenant
-                    ),
-                });
-            }
-        }
-    }
-    problems
 }
 
 /// A JWT's claims, unverified.
@@ -611,51 +429,6 @@ impl OAuthVerifier {
     }
 }
 
-impl Key {
-    /// Whether the token's signature verifies with this key (its claims are checked apart).
-    fn verifies(&self, token: &str) -> bool {
-        self.key.verifies(self.algorithm, token)
-    }
-}
-
-fn load_key(jwt: &JwtConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Key, (&'static str, String)> {
-    match jwt.algorithm {
-        JwtAlgorithm::HS256 => {
-            let secret = match (&jwt.secret, &jwt.secret_env) {
-                (Some(secret), _) => secret.clone(),
-                (None, Some(var)) => {
-                    env(var).ok_or(("secret_env", format!("the environment variable {var} is not set")))?
-                }
-                (None, None) => return Err(("secret", "HS256 needs a secret".into())),
-            };
-            if secret.len() < 32 {
-                return Err(("secret", "an HS256 secret must be at least 32 bytes".into()));
-            }
-            let key = super::jws::Key::secret(secret.as_bytes())
-                .ok_or(("secret", "OpenSSL refused it as an HMAC key".to_string()))?;
-            Ok(Key { algorithm: super::jws::Alg::HS256, key, fingerprint: super::jws::sha256(secret.as_bytes()) })
-        }
-        JwtAlgorithm::RS256 => {
-            let (field, pem) = match (&jwt.public_key, &jwt.public_key_file) {
-                (Some(pem), _) => ("public_key", pem.clone()),
-                (None, Some(path)) => (
-                    "public_key_file",
-                    std::fs::read_to_string(path)
-                        .map_err(|e| ("public_key_file", format!("cannot read {path}: {e}")))?,
-                ),
-                (None, None) => return Err(("public_key", "RS256 needs a public key".into())),
-            };
-            let key = PKey::public_key_from_pem(pem.as_bytes())
-                .map_err(|_| (field, "is not a PEM public key (-----BEGIN PUBLIC KEY-----)".to_string()))?;
-            if key.id() != Id::RSA || key.bits() < 2048 {
-                return Err((field, "RS256 needs an RSA public key of at least 2048 bits".into()));
-            }
-            let fingerprint = super::jws::sha256(&key.public_key_to_der().unwrap_or_default());
-            Ok(Key { algorithm: super::jws::Alg::RS256, key: super::jws::Key::Public(key), fingerprint })
-        }
-    }
-}
-
 fn decode_hex32(hex: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
     if hex.len() != 64 {
@@ -671,10 +444,11 @@ fn decode_hex32(hex: &str) -> Option<[u8; 32]> {
 mod tests {
     use super::*;
     use openssl::hash::MessageDigest;
+    use openssl::pkey::PKey;
     use openssl::rsa::Rsa;
     use openssl::sign::Signer;
     use serde_json::json;
-    use taskgate_config::{ApiKeyConfig, TenantConfig};
+    use taskgate_config::{ApiKeyConfig, JwtAlgorithm, JwtConfig, TenantConfig};
 
     const SECRET: &str = "0123456789abcdef0123456789abcdef";
 

@@ -3,9 +3,11 @@
 //! task counts live on across reloads, so a new limit applies to the next request.
 
 pub mod auth;
+mod configured;
 mod jws;
 pub mod limits;
 pub mod oauth;
+mod refusal;
 pub mod subjects;
 mod verified;
 

@@ -98,7 +98,7 @@ mod tests {
 
     fn verified(n: u32, exp: u64) -> Verified {
         let identity = Identity { tenant: "t".into(), principal: format!("oauth:i|p{n}").into() };
-        Verified { identity, scopes: Some(Arc::from(vec![Box::from("mcp")])), expires_secs: Some(exp) }
+        Verified { identity, scopes: Some(Arc::from(vec![Box::from("mcp")])), expires_secs: Some(exp), subject: None }
     }
 
     #[test]

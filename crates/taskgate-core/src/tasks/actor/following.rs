@@ -88,6 +88,35 @@ impl TaskActor {
         }));
     }
 
+    /// `call`, its upstream requests made for the access token of the request that created the
+    /// task (when its upstream exchanges callers' tokens).
+    pub(super) fn for_creator<F: std::future::Future>(&self, call: F) -> impl std::future::Future<Output = F::Output> {
+        taskgate_upstream::made_for(self.rare.subject().cloned(), call)
+    }
+
+    /// When the access token of the request that created the task has expired (its upstream
+    /// exchanges callers' tokens): the task fails, saying so, before anything more is asked of
+    /// the upstream for it.
+    pub(super) fn creator_token_expired(&mut self, ctx: &mut Context<Self>) -> bool {
+        let now_secs = self.shared.clock.now_ms() / 1000;
+        if !self.rare.subject().is_some_and(|s| s.expired(now_secs)) {
+            return false;
+        }
+        let why = format!(
+            "upstream '{}' is called with the caller's own identity, and the access token of the request that created the \
+             task has expired: nothing more can be asked of the upstream for it",
+            self.session.upstream()
+        );
+        let outcome = TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, why));
+        self.settle(
+            TaskStatus::Failed,
+            Some("The access token that created the task expired".into()),
+            Some(outcome),
+            ctx,
+        );
+        true
+    }
+
     pub(super) fn schedule_poll(&mut self, ctx: &mut Context<Self>) {
         if let Work::Native(native) = &self.work {
             ctx.run_later(native.poll, |act, ctx| act.poll(ctx));
@@ -197,8 +226,8 @@ impl TaskActor {
         let request_id = session.next_request_id();
         self.shared.tasks.track_call(session.upstream(), request_id.clone(), &self.id);
         let key = request_id.clone();
-        let fetch =
-            self.for_creator(async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await });
+        let fetch = self
+            .for_creator(async move { session.request_with_id(request_id, methods::TASKS_RESULT, Some(params)).await });
         let running = ctx.spawn(fetch.into_actor(self).map(move |result, act, ctx| {
             act.shared.tasks.forget_call(act.session.upstream(), &key);
             let Work::Native(native) = &mut act.work else { return };

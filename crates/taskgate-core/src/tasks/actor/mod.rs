@@ -89,30 +89,6 @@ impl TaskActor {
         actor
     }
 
-    /// `call`, its upstream requests made for the access token of the request that created the
-    /// task (when its upstream exchanges callers' tokens).
-    pub(super) fn for_creator<F: std::future::Future>(&self, call: F) -> impl std::future::Future<Output = F::Output> {
-        made_for(self.rare.subject().cloned(), call)
-    }
-
-    /// When the access token of the request that created the task has expired (its upstream
-    /// exchanges callers' tokens): the task fails, saying so, before anything more is asked of
-    /// the upstream for it.
-    pub(super) fn creator_token_expired(&mut self, ctx: &mut Context<Self>) -> bool {
-        let now_secs = self.shared.clock.now_ms() / 1000;
-        if !self.rare.subject().is_some_and(|s| s.expired(now_secs)) {
-            return false;
-        }
-        let why = format!(
-            "upstream '{}' is called with the caller's own identity, and the access token of the request that created the \
-             task has expired: nothing more can be asked of the upstream for it",
-            self.session.upstream()
-        );
-        let outcome = TaskOutcome::Error(ErrorObject::new(codes::UPSTREAM_UNAVAILABLE, why));
-        self.settle(TaskStatus::Failed, Some("The access token that created the task expired".into()), Some(outcome), ctx);
-        true
-    }
-
     /// An actor for a task whose previous actor stopped abnormally: its state comes from the
     /// store, its work and permit from what the old actor left.
     pub(crate) fn restarted(shared: Arc<TaskShared>, record: &TaskRecord, remains: Remains) -> TaskActor {
@@ -414,33 +390,30 @@ impl Actor for TaskActor {
                 // keeps), so a restarted actor still gets its outcome.
                 let span = span.unwrap_or_else(tracing::Span::none);
                 let creator = self.rare.subject().cloned();
-                let sending = match self.progress.clone() {
-                    Some(progress) => actix::spawn(made_for(creator, tracing::Instrument::instrument(
-                        async move {
-                            let call = crate::relay::relay_call(
-                                session,
-                                methods::TOOLS_CALL,
-                                id,
-                                params,
-                                None,
-                                None,
-                                Some(progress),
-                                false,
-                                None,
-                                false,
-                            );
-                            taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
-                        },
-                        span,
-                    ))),
-                    None => actix::spawn(made_for(
-                        creator,
-                        tracing::Instrument::instrument(
-                            session.into_call(id, methods::TOOLS_CALL, Some(Box::new(params))),
-                            span,
-                        ),
+                let call = match self.progress.clone() {
+                    Some(progress) => futures_util::future::Either::Left(async move {
+                        let call = crate::relay::relay_call(
+                            session,
+                            methods::TOOLS_CALL,
+                            id,
+                            params,
+                            None,
+                            None,
+                            Some(progress),
+                            false,
+                            None,
+                            false,
+                        );
+                        taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
+                    }),
+                    None => futures_util::future::Either::Right(session.into_call(
+                        id,
+                        methods::TOOLS_CALL,
+                        Some(Box::new(params)),
                     )),
                 };
+                let call = tracing::Instrument::instrument(call, span);
+                let sending = actix::spawn(taskgate_upstream::made_for(creator, call));
                 self.call = Some(Box::new(CallState::Sending(sending)));
                 ctx.spawn(AwaitCall);
             }
@@ -588,17 +561,6 @@ impl Handler<Crash> for TaskActor {
 
     fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
         panic!("task actor {} crashed on request (test hook)", self.id);
-    }
-}
-
-/// `call`, its upstream requests made for `subject`'s token when there is one.
-fn made_for<F: std::future::Future>(
-    subject: Option<taskgate_upstream::Subject>,
-    call: F,
-) -> impl std::future::Future<Output = F::Output> {
-    match subject {
-        Some(subject) => futures_util::future::Either::Left(taskgate_upstream::for_subject(Some(subject), call)),
-        None => futures_util::future::Either::Right(call),
     }
 }
 
