@@ -355,44 +355,54 @@ async fn a_remote_server_never_chooses_where_the_client_secret_goes() {
 }
 
 /// --issuer names the authorization server: the one the server's metadata names is not
-/// asked, and a redirect from the server's metadata is not followed.
+/// asked; and a redirect from the server's metadata is not followed.
 #[actix_rt::test]
 async fn the_issuer_named_is_the_one_asked_and_redirects_are_not_followed() {
     use actix_web::{web, App, HttpResponse, HttpServer};
-    let auth = crate::oauth::AuthServer::start();
-    let setup = crate::oauth::gateway_env(&auth.issuer, "", &[]).await;
-    let args = |issuer: &str| {
-        vec![
-            "call".to_owned(),
-            setup.public_url.clone(),
-            "demo__echo".into(),
-            "--arg".into(),
-            "text=named".into(),
-            "--client-id".into(),
-            "gateway-test".into(),
-            "--scope".into(),
-            "mcp".into(),
-            "--issuer".into(),
-            issuer.to_owned(),
-        ]
+    let (named, other) = (crate::oauth::AuthServer::start(), crate::oauth::AuthServer::start());
+    // Through the gateway, which trusts the issuer named.
+    let setup = crate::oauth::gateway_env(&named.issuer, "", &[]).await;
+    let call = |url: &str, issuer: Option<&str>| {
+        let mut args: Vec<String> =
+            ["call", url, "demo__echo", "--arg", "text=named", "--client-id", "gateway-test", "--scope", "mcp"]
+                .map(str::to_owned)
+                .to_vec();
+        if let Some(issuer) = issuer {
+            args.extend(["--issuer".to_owned(), issuer.to_owned()]);
+        }
+        args
     };
-    let named: Vec<String> = args(&auth.issuer);
-    let named: Vec<&str> = named.iter().map(String::as_str).collect();
-    let ran = taskgate(&named, &[("TASKGATE_CLIENT_SECRET", "secret-1")]).await;
+    let run = |args: Vec<String>| async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        taskgate(&args, &[("TASKGATE_CLIENT_SECRET", "secret-1")]).await
+    };
+    let ran = run(call(&setup.public_url, Some(&named.issuer))).await;
     assert_eq!((ran.code, ran.stdout.trim()), (0, "named"), "{}", ran.stderr);
-    // A server whose metadata redirects elsewhere: the redirect is not followed.
+    // A server (on this machine) whose metadata names the other authorization server, first
+    // redirecting its metadata elsewhere, then not.
     let followed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let redirect = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let (base_for, followed_for) = (base.clone(), followed.clone());
+    let (base_for, followed_for, redirect_for, other_issuer) =
+        (base.clone(), followed.clone(), redirect.clone(), other.issuer.clone());
     let server = HttpServer::new(move || {
-        let (base, followed) = (base_for.clone(), followed_for.clone());
+        let (base, followed, redirect, other) =
+            (base_for.clone(), followed_for.clone(), redirect_for.clone(), other_issuer.clone());
+        let metadata = json!({"resource": format!("{base}/mcp"), "authorization_servers": [other]});
         App::new()
             .route(
                 "/.well-known/oauth-protected-resource/mcp",
                 web::get().to(move || {
-                    let to = format!("{base}/elsewhere");
-                    async move { HttpResponse::Found().insert_header(("location", to)).finish() }
+                    let (to, metadata) = (format!("{base}/elsewhere"), metadata.clone());
+                    let redirecting = redirect.load(std::sync::atomic::Ordering::SeqCst);
+                    async move {
+                        if redirecting {
+                            HttpResponse::Found().insert_header(("location", to)).finish()
+                        } else {
+                            HttpResponse::Ok().json(metadata)
+                        }
+                    }
                 }),
             )
             .route(
@@ -410,11 +420,18 @@ async fn the_issuer_named_is_the_one_asked_and_redirects_are_not_followed() {
     let handle = server.handle();
     actix_rt::spawn(server);
     let url = format!("{base}/mcp");
-    let ran =
-        taskgate(&["call", &url, "echo", "--client-id", "cli"], &[("TASKGATE_CLIENT_SECRET", "s3cret-value")]).await;
+    let ran = run(call(&url, None)).await;
     assert_eq!(ran.code, 1);
     assert!(ran.stderr.contains("302"), "{}", ran.stderr);
     assert_eq!(followed.load(std::sync::atomic::Ordering::SeqCst), 0, "the redirect was not followed");
+    redirect.store(false, std::sync::atomic::Ordering::SeqCst);
+    // --issuer given: the server's own choice is never asked for a token.
+    let asked = named.tokens_asked().await;
+    let _ = run(call(&url, Some(&named.issuer))).await;
+    assert_eq!((named.tokens_asked().await, other.tokens_asked().await), (asked + 1, 0));
+    // Without it, a server on this machine chooses: the other one is asked.
+    let _ = run(call(&url, None)).await;
+    assert_eq!(other.tokens_asked().await, 1, "the metadata's authorization server");
     handle.stop(true).await;
     setup.gw.kill().await;
 }

@@ -72,6 +72,12 @@ impl AuthServer {
         (counts["introspection"].as_u64().unwrap(), counts["jwks"].as_u64().unwrap())
     }
 
+    /// How many token requests the server has answered.
+    pub(crate) async fn tokens_asked(&self) -> u64 {
+        let counts: Value = reqwest::get(format!("{}/counts", self.issuer)).await.unwrap().json().await.unwrap();
+        counts["token"].as_u64().unwrap()
+    }
+
     /// A new signing key at the authorization server (the old one stays published).
     async fn rotate(&self) {
         let r = reqwest::Client::new().post(format!("{}/rotate", self.issuer)).send().await.unwrap();

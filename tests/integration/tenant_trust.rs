@@ -23,7 +23,9 @@ async fn gateway(
     let port = free_port();
     let public_url = format!("http://127.0.0.1:{port}/mcp");
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\n[store]\nbackend = \"memory\"\n\
+        // The floods below open a connection each, at once.
+        "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\nmax_connections_per_peer = 256\n\
+         [store]\nbackend = \"memory\"\n\
          [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n{tenants}",
         demo.http.url
     );
@@ -142,8 +144,9 @@ async fn an_opaque_token_reaches_its_own_authorization_server_only_and_an_api_ke
     let mut k = McpClient::with_bearer(&public_url, key);
     k.initialize().await;
     // One client sending new tokens faster than its share gets 401 for them, not 503 for
-    // everyone: 25 at once, within two seconds at most 20 are asked about.
-    let tries = (0..25).map(|n| {
+    // everyone: 40 at once; however many seconds they straddle (three at most), at most 10 of
+    // them a second are asked about.
+    let tries = (0..40).map(|n| {
         let url = public_url.clone();
         async move { initialize(&url, Some(&format!("a_at_made-up-token-{n:04}"))).await }
     });
@@ -151,7 +154,7 @@ async fn an_opaque_token_reaches_its_own_authorization_server_only_and_an_api_ke
     let statuses: Vec<u16> = answers.iter().map(|(s, _, _)| *s).collect();
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
     assert!(answers.iter().any(|(_, _, body)| body.to_string().contains("more new tokens this second")), "{answers:?}");
-    assert!(a.counts().await.0 - a_asked <= 20, "the client's share bounds what reaches the server");
+    assert!(a.counts().await.0 - a_asked <= 30, "the client's share bounds what reaches the server");
     // The real token still works: its answer is kept.
     assert!(acme.tool_names().await.iter().any(|t| t == "demo__echo"));
     gw.kill().await;
@@ -252,7 +255,7 @@ async fn a_100_mib_key_set_is_refused_unread_and_unknown_key_ids_read_the_keys_o
     let auth = AuthServer::start();
     let tenants = format!(
         "[[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{endless}\"\n\
-         [[tenant]]\nid = \"globex\"\n[[tenant.oauth]]\nissuer = \"{}\"\n",
+         [[tenant]]\nid = \"globex\"\n[[tenant.oauth]]\nissuer = \"{}\"\nrequired_scopes = [\"mcp\"]\n",
         auth.issuer
     );
     let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
@@ -266,9 +269,18 @@ async fn a_100_mib_key_set_is_refused_unread_and_unknown_key_ids_read_the_keys_o
     assert!(said["error"].as_str().is_some_and(|e| e.contains("more than 1048576 bytes")), "{ready}");
     assert!(sent.load(std::sync::atomic::Ordering::SeqCst) < 16 << 20, "the rest of the 100 MiB was never read");
     // A flood of tokens naming key ids the other server never published: its keys are read
-    // once for them (one cooldown), not once each.
-    let mut c = McpClient::with_bearer(&public_url, &auth.token("gateway-test", "secret-1", "mcp", &public_url).await);
-    c.initialize().await;
+    // once for them (one cooldown), not once each. (Its keys' first read, at start, is over
+    // before: /readyz lists them.)
+    crate::support::within(async {
+        loop {
+            let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
+            let issuers = ready["oauth"].as_array().cloned().unwrap_or_default();
+            if issuers.iter().any(|i| i["issuer"] == auth.issuer.as_str() && i["keys"].as_u64() > Some(0)) {
+                break;
+            }
+        }
+    })
+    .await;
     let (_, reads_before) = auth.counts().await;
     let flood = (0..50).map(|n| {
         let (url, token) = (public_url.clone(), forged_es256(&auth.issuer, &public_url, &format!("kid-{n}")));
@@ -277,8 +289,10 @@ async fn a_100_mib_key_set_is_refused_unread_and_unknown_key_ids_read_the_keys_o
     let statuses = futures_util::future::join_all(flood).await;
     assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
     let (_, reads_after) = auth.counts().await;
-    assert!(reads_after - reads_before <= 1, "{reads_before} → {reads_after} key set reads");
-    // The keys held, and the tokens verified with them, still serve.
+    assert_eq!(reads_after - reads_before, 1, "{reads_before} → {reads_after} key set reads");
+    // The keys held still serve a real token.
+    let mut c = McpClient::with_bearer(&public_url, &auth.token("gateway-test", "secret-1", "mcp", &public_url).await);
+    c.initialize().await;
     assert!(c.tool_names().await.iter().any(|t| t == "demo__echo"));
     gw.kill().await;
     handle.stop(true).await;

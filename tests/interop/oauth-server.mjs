@@ -19,7 +19,8 @@
 // this server is exchanged for one whose audience is the `resource` asked for, for the same
 // subject, with the exchanging client as its actor (`act`). `GET /exchanges` counts them by
 // subject. The opaque tokens begin with OPAQUE_PREFIX when one is given (as GitHub's `gho_` do).
-// `GET /counts` says how many introspection requests and key set reads it has answered.
+// `GET /counts` says how many introspection requests, key set reads and token requests it has
+// answered.
 
 import http from 'node:http';
 import fs from 'node:fs';
@@ -29,7 +30,7 @@ import * as jose from 'jose';
 
 const keysFile = process.argv[2];
 const opaquePrefix = process.argv[3] ?? '';
-const counts = { introspection: 0, jwks: 0 };
+const counts = { introspection: 0, jwks: 0, token: 0 };
 let keys = [];
 let provider;
 let issuer;
@@ -133,6 +134,7 @@ function build() {
 const server = http.createServer((req, res) => {
   if (req.url.startsWith('/token/introspection')) counts.introspection += 1;
   if (req.url.startsWith('/jwks')) counts.jwks += 1;
+  if (req.method === 'POST' && req.url === '/token') counts.token += 1;
   if (req.method === 'GET' && req.url === '/counts') {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify(counts));

@@ -86,9 +86,9 @@ pub struct ServerConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
     /// Whether the main listener serves `/metrics` and the detailed `/readyz` (otherwise its
-    /// `/readyz` says ready or not, nothing more). Unset: only when there is no admin listener
-    /// and the main one listens on a loopback address (a public listener never shows them
-    /// unless this says so).
+    /// `/readyz` says ready or not, nothing more). Unset: only when there is no admin listener,
+    /// the main one listens on a loopback address and no `trusted_proxies` forward to it (a
+    /// public listener, or one a proxy makes public, never shows them unless this says so).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_metrics: Option<bool>,
     /// A session with no request for this many seconds, and no request in flight or GET stream
@@ -108,7 +108,8 @@ impl ServerConfig {
     /// Whether the main listener, bound to `listen`, serves `/metrics` and the detailed
     /// `/readyz`.
     pub fn serves_public_metrics(&self, listen: std::net::IpAddr) -> bool {
-        self.public_metrics.unwrap_or(self.admin_listen.is_none() && listen.is_loopback())
+        self.public_metrics
+            .unwrap_or(self.admin_listen.is_none() && listen.is_loopback() && self.trusted_proxies.is_empty())
     }
 }
 
@@ -308,6 +309,9 @@ mod public_metrics_tests {
         let mut server = ServerConfig::default();
         assert!(server.serves_public_metrics(ip("127.0.0.1")) && server.serves_public_metrics(ip("::1")));
         assert!(!server.serves_public_metrics(ip("0.0.0.0")) && !server.serves_public_metrics(ip("10.0.0.5")));
+        server.trusted_proxies = vec!["127.0.0.1".into()];
+        assert!(!server.serves_public_metrics(ip("127.0.0.1")), "a proxy on this machine makes it public");
+        server.trusted_proxies.clear();
         server.admin_listen = Some("127.0.0.1:9090".into());
         assert!(!server.serves_public_metrics(ip("127.0.0.1")));
         server.public_metrics = Some(true);

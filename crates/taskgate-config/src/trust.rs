@@ -42,15 +42,17 @@ pub(crate) fn validate(tenants: &[TenantConfig], public_url: Option<&str>, bad: 
             if other.jwks_uri != oauth.jwks_uri {
                 bad(at(i, j, "jwks_uri"), format!("tenant[{k}].oauth[{l}] names another jwks_uri for this issuer"));
             }
-            let introspects = |o: &crate::OAuthConfig| o.introspection_client_id.clone();
-            if introspects(other).is_some()
-                && introspects(oauth).is_some()
-                && (introspects(other) != introspects(oauth) || other.opaque_token_prefix != oauth.opaque_token_prefix)
+            let introspects = |o: &crate::OAuthConfig| {
+                (o.introspection_client_id.clone(), o.introspection_secret_env.clone(), o.opaque_token_prefix.clone())
+            };
+            if other.introspection_client_id.is_some()
+                && oauth.introspection_client_id.is_some()
+                && introspects(other) != introspects(oauth)
             {
                 bad(
                     at(i, j, "introspection_client_id"),
                     format!(
-                        "tenant[{k}].oauth[{l}] introspects at this issuer with another client or opaque_token_prefix"
+                        "tenant[{k}].oauth[{l}] introspects at this issuer with another client, secret or opaque_token_prefix"
                     ),
                 );
             }
@@ -60,7 +62,7 @@ pub(crate) fn validate(tenants: &[TenantConfig], public_url: Option<&str>, bad: 
                 bad(
                     at(i, j, "tenant_claim"),
                     format!(
-                        "tenant[{k}] ({:?}) trusts the same issuer for the same audience: both must name the same tenant_claim, which says whose each token is",
+                        "tenant[{k}] ({:?}).oauth[{l}] trusts the same issuer for the same audience: both must name the same tenant_claim, which says whose each token is",
                         tenants[k].id
                     ),
                 );

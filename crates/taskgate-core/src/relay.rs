@@ -113,7 +113,9 @@ pub(crate) fn tag_log(upstream: &str, method: &str, params: &mut Option<Value>) 
 }
 
 /// The client's response to a request an upstream sent through the gateway.
-pub(crate) struct ClientResponse(pub RpcMessage);
+/// With the access token it came with (or its task's creator's), while an upstream exchanges
+/// callers' tokens.
+pub(crate) struct ClientResponse(pub RpcMessage, pub Option<taskgate_upstream::Subject>);
 
 impl Message for ClientResponse {
     type Result = Result<(), GatewayError>;

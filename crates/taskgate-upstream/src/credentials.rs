@@ -153,7 +153,7 @@ impl Credentials {
         };
         // Kept per principal and token: a user's narrower token never stands on what a wider
         // one of the same user was exchanged for.
-        let key: Arc<str> = format!("{}\n{:016x}", caller.key, digest(&subject)).into();
+        let key: Arc<str> = format!("{}\n{}", caller.key, digest(&subject)).into();
         if let Some(value) = self.current_exchanged(&key) {
             return Ok(value);
         }
@@ -264,11 +264,9 @@ async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String
 }
 
 /// A token's digest, to key what was exchanged for it (not a secret: the key stays here).
-fn digest(token: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    token.hash(&mut hasher);
-    hasher.finish()
+fn digest(token: &str) -> String {
+    // SHA-256: two tokens of one caller never share what was exchanged for one of them.
+    openssl::sha::sha256(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One exchange for a key at a time: the others wait for its token. The key's lock leaves

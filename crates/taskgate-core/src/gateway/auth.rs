@@ -81,7 +81,8 @@ impl Gateway {
         if let Ok(verified @ Verified { scopes: Some(_), .. }) = &mut outcome {
             let subjects = &self.shared.tenancy.subjects;
             let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());
-            if subjects.wanted() && !token.is_empty() {
+            // An access token's (a caller without one, the anonymous tenant's, holds none).
+            if subjects.wanted() && !token.is_empty() && verified.identity.principal.starts_with("oauth:") {
                 subjects.remember(&verified.identity, token, verified.expires_secs);
                 // The request's own token goes with it: its exchanges start from it.
                 verified.subject =

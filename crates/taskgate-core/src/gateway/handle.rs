@@ -131,7 +131,7 @@ impl SessionHandle {
 
     /// Delivers the client's response to a request relayed from an upstream.
     pub async fn respond(&self, response: RpcMessage) -> Result<(), GatewayError> {
-        self.deliver(ClientResponse(response)).await?
+        self.deliver(ClientResponse(response, taskgate_upstream::current_subject().flatten())).await?
     }
 
     /// Opens the session's GET stream.

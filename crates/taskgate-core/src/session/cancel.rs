@@ -71,10 +71,10 @@ impl SessionActor {
         self.shared.metrics.cancellations.with_label_values(&["forwarded", "none"]).inc();
         let session = self.upstreams.get(&upstream).cloned()?;
         notice["requestId"] = upstream_id.to_value();
-        Some(async move {
+        Some(taskgate_upstream::made_for(request.subject, async move {
             if let Err(e) = session.notify(methods::CANCELLED, Some(notice)).await {
                 tracing::info!(%upstream, error = %e, "could not forward a cancellation");
             }
-        })
+        }))
     }
 }

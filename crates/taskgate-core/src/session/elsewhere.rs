@@ -430,7 +430,7 @@ impl Handler<FromElsewhere> for SessionActor {
                     // Not relayed here either: the request was withdrawn, or is unknown.
                     if let Some(id) = response.id() {
                         if self.relayed.contains_key(id) {
-                            let _ = self.client_response(response, ctx);
+                            let _ = self.client_response(response, None, ctx);
                         }
                     }
                 }

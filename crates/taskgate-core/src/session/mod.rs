@@ -392,6 +392,7 @@ impl SessionActor {
     where
         F: std::future::Future<Output = Result<Value, GatewayError>> + 'static,
     {
+        let work = self.for_request(&id, work);
         ctx.spawn(work.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome)));
     }
 

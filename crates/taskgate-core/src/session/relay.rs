@@ -233,20 +233,25 @@ impl SessionActor {
 impl Handler<ClientResponse> for SessionActor {
     type Result = Result<(), GatewayError>;
 
-    fn handle(&mut self, ClientResponse(message): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, ClientResponse(message, subject): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
         // Relayed by another replica serving the session: it goes there.
         if message.id().is_some_and(|id| !self.relayed.contains_key(id) && super::elsewhere::relay_id(id))
             && self.client_elsewhere(&message)
         {
             return Ok(());
         }
-        self.client_response(message, ctx)
+        self.client_response(message, subject, ctx)
     }
 }
 
 impl SessionActor {
     /// The client's answer to a request relayed to it: to whoever asked.
-    pub(super) fn client_response(&mut self, message: RpcMessage, ctx: &mut Context<Self>) -> Result<(), GatewayError> {
+    pub(super) fn client_response(
+        &mut self,
+        message: RpcMessage,
+        subject: Option<taskgate_upstream::Subject>,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), GatewayError> {
         let Some(id) = message.id().cloned() else {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };
@@ -277,12 +282,13 @@ impl SessionActor {
         // extension): it must not reach a stream opened later.
         self.unqueue(|q| q.id.as_ref() == Some(&id));
         if let Some(session) = self.upstreams.get(&upstream).cloned() {
+            // Sent with the token the answer came with.
             ctx.spawn(
-                async move {
+                taskgate_upstream::made_for(subject, async move {
                     if let Err(e) = session.respond(mapped).await {
                         tracing::info!(error = %e, "could not deliver a client response upstream");
                     }
-                }
+                })
                 .into_actor(self),
             );
         }

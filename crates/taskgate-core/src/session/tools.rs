@@ -318,11 +318,12 @@ impl SessionActor {
     ) {
         let refuse = {
             let (upstream_task, session, id) = (result.pointer("/task/taskId").cloned(), session.clone(), id.clone());
+            let subject = self.requests.get(&id).and_then(|r| r.subject.clone());
             move |act: &mut Self, e: GatewayError| {
                 if let Some(task_id) = upstream_task {
-                    actix::spawn(async move {
+                    actix::spawn(taskgate_upstream::made_for(subject, async move {
                         let _ = session.request(methods::TASKS_CANCEL, Some(json!({ "taskId": task_id }))).await;
-                    });
+                    }));
                 }
                 act.finish(id, Err(e));
             }

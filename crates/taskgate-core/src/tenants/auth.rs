@@ -36,6 +36,8 @@ struct OAuthVerifier {
     /// How the opaque tokens it introspects begin (none: every opaque token no other server's
     /// prefix claims).
     opaque_prefix: Option<String>,
+    /// The issuer's key set as configured (none: its metadata's).
+    jwks_uri: Option<String>,
 }
 
 /// Every credential of every tenant, built from one configuration.
@@ -129,9 +131,16 @@ impl Credentials {
                     },
                     _ => None,
                 };
+                // One issuer per URL in a configuration (validation refuses two jwks_uri).
+                let issuer = oauth
+                    .iter()
+                    .find(|v: &&OAuthVerifier| v.issuer.url == server.issuer)
+                    .map(|v| v.issuer.clone())
+                    .unwrap_or_else(|| issuers.issuer(&server.issuer, server.jwks_uri.as_deref()));
                 oauth.push(OAuthVerifier {
                     tenant: tenant.id.clone(),
-                    issuer: issuers.issuer(&server.issuer, server.jwks_uri.as_deref()),
+                    issuer,
+                    jwks_uri: server.jwks_uri.clone(),
                     audience,
                     required_scopes: server.required_scopes.clone(),
                     principal_claim: server.principal_claim.clone(),
@@ -285,6 +294,18 @@ impl Credentials {
         scopes
     }
 
+    /// The authorization servers this configuration puts in force, each once, with the
+    /// `jwks_uri` it names ([`super::oauth::Issuers::install`]).
+    pub fn issuers_in_force(&self) -> Vec<(std::sync::Arc<super::oauth::Issuer>, Option<String>)> {
+        let mut all: Vec<(std::sync::Arc<super::oauth::Issuer>, Option<String>)> = Vec::new();
+        for v in &self.oauth {
+            if !all.iter().any(|(i, _)| i.url == v.issuer.url) {
+                all.push((v.issuer.clone(), v.jwks_uri.clone()));
+            }
+        }
+        all
+    }
+
     /// The configured authorization servers' issuer identifiers.
     pub fn oauth_issuers(&self) -> Vec<String> {
         let mut issuers: Vec<String> = self.oauth.iter().map(|v| v.issuer.url.clone()).collect();
@@ -409,6 +430,7 @@ impl OAuthVerifier {
         };
         let principal = match named {
             Some(Value::String(p)) if !p.is_empty() && client => format!("client:{p}"),
+            Some(Value::Number(n)) if client => format!("client:{n}"),
             Some(Value::String(p)) if p.starts_with("client:") || p.starts_with("sub:") => format!("sub:{p}"),
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),
@@ -623,6 +645,7 @@ mod tests {
             leeway_secs: 0,
             introspection: None,
             opaque_prefix: None,
+            jwks_uri: None,
         };
         let principal = |claims: Value| {
             let mut claims = claims;
@@ -634,6 +657,8 @@ mod tests {
         assert_eq!(principal(json!({"sub": "client:svc"})).unwrap(), "oauth:https://as|sub:client:svc");
         assert_eq!(principal(json!({"sub": "sub:x"})).unwrap(), "oauth:https://as|sub:sub:x");
         assert_eq!(principal(json!({"sub": "alice", "client_id": "svc"})).unwrap(), "oauth:https://as|alice");
+        assert_eq!(principal(json!({"client_id": 123})).unwrap(), "oauth:https://as|client:123");
+        assert_eq!(principal(json!({"sub": "123"})).unwrap(), "oauth:https://as|123");
     }
 
     #[test]

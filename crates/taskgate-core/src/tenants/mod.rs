@@ -194,6 +194,7 @@ impl Tenancy {
     pub fn new(config: &Config, clock: Arc<dyn Clock>) -> Result<Tenancy, Vec<Problem>> {
         let issuers = Arc::new(oauth::Issuers::default());
         let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &issuers)?;
+        issuers.install(&table.credentials.issuers_in_force());
         let subjects = Arc::new(subjects::Subjects::new(clock.clone()));
         subjects.set_bound(subjects_bound(config));
         Ok(Tenancy {
@@ -210,7 +211,8 @@ impl Tenancy {
     /// keeps the current ones and returns every problem.
     pub fn reload(&self, config: &Config) -> Result<(), Vec<Problem>> {
         let table = TenantTable::build(config, &|k| std::env::var(k).ok(), &self.issuers)?;
-        self.issuers.retain(&table.credentials.oauth_issuers());
+        // Only now, the configuration accepted, do its issuers (and their jwks_uri) take effect.
+        self.issuers.install(&table.credentials.issuers_in_force());
         *self.table.write() = Arc::new(table);
         self.subjects.set_bound(subjects_bound(config));
         self.subjects.retain_tenants(|t| config.tenants.iter().any(|c| c.id == t));

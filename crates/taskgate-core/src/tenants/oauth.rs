@@ -31,6 +31,8 @@ const KEEP_AT_MOST: Duration = Duration::from_secs(3_600);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest metadata or key set read.
 const MAX_DOCUMENT: usize = 1 << 20;
+/// The largest introspection answer read (each active one is kept, up to 10,000).
+const MAX_INTROSPECTION: usize = 16 << 10;
 
 /// One verifying key.
 pub(crate) struct Key {
@@ -141,7 +143,10 @@ impl Issuer {
         if !forced && self.state.read().fresh_until.is_some_and(|until| Instant::now() < until) {
             return false;
         }
-        let jwks_uri = self.state.read().jwks_uri.clone();
+        let (jwks_uri, configured) = {
+            let state = self.state.read();
+            (state.jwks_uri.clone(), state.configured.clone())
+        };
         let outcome = async {
             let jwks_uri = match jwks_uri {
                 Some(uri) => uri,
@@ -172,6 +177,10 @@ impl Issuer {
         }
         .await;
         let mut state = self.state.write();
+        if state.configured != configured {
+            // A reload named another jwks_uri meanwhile: what was read is no longer its keys.
+            return true;
+        }
         match outcome {
             Ok((jwks_uri, keys, keep, listed)) => {
                 tracing::info!(issuer = %self.url, keys = keys.len(), "read the authorization server's keys");
@@ -325,20 +334,20 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<(Vec<u8>, Duration),
             v.split(',').find_map(|d| d.trim().strip_prefix("max-age=").and_then(|s| s.trim().parse::<u64>().ok()))
         })
         .map_or(DEFAULT_KEEP, |secs| Duration::from_secs(secs).clamp(KEEP_AT_LEAST, KEEP_AT_MOST));
-    Ok((read_bounded(response, url).await?, keep))
+    Ok((read_bounded(response, url, MAX_DOCUMENT).await?, keep))
 }
 
-/// A response's body, at most [`MAX_DOCUMENT`] bytes read within [`FETCH_TIMEOUT`]: a server
-/// that sends more, or sends it slowly, is refused without its body being held.
-pub(crate) async fn read_bounded(mut response: reqwest::Response, url: &str) -> Result<Vec<u8>, String> {
-    if response.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
-        return Err(format!("{url} sends more than {MAX_DOCUMENT} bytes"));
+/// A response's body, at most `max` bytes read within [`FETCH_TIMEOUT`]: a server that sends
+/// more, or sends it slowly, is refused without its body being held.
+pub(crate) async fn read_bounded(mut response: reqwest::Response, url: &str, max: usize) -> Result<Vec<u8>, String> {
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(format!("{url} sends more than {max} bytes"));
     }
     let read = async {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| format!("{url}: {e}"))? {
-            if body.len() + chunk.len() > MAX_DOCUMENT {
-                return Err(format!("{url} sent more than {MAX_DOCUMENT} bytes"));
+            if body.len() + chunk.len() > max {
+                return Err(format!("{url} sent more than {max} bytes"));
             }
             body.extend_from_slice(&chunk);
         }
@@ -377,36 +386,37 @@ impl Default for Issuers {
 }
 
 impl Issuers {
-    /// The issuer of `url` (made once), with its configured `jwks_uri` when metadata is not read.
+    /// The issuer of `url` for a configuration being built: the one in force, or a new one (with
+    /// its configured `jwks_uri` when metadata is not read) that nothing reads until the
+    /// configuration is [`Issuers::install`]ed. Nothing in force changes here: a configuration
+    /// refused after this leaves every issuer as it was.
     pub fn issuer(&self, url: &str, jwks_uri: Option<&str>) -> Arc<Issuer> {
-        let configured = jwks_uri.map(str::to_owned);
         if let Some(issuer) = self.known.read().get(url) {
-            // A reload that names another jwks_uri: the keys are read from there, at once.
-            let mut state = issuer.state.write();
-            if state.configured != configured {
-                *state = KeyState { configured: configured.clone(), jwks_uri: configured, ..KeyState::default() };
-            }
             return issuer.clone();
         }
-        let mut known = self.known.write();
-        known
-            .entry(url.to_owned())
-            .or_insert_with(|| {
-                let state = KeyState { configured: configured.clone(), jwks_uri: configured, ..KeyState::default() };
-                Arc::new(Issuer {
-                    url: url.to_owned(),
-                    state: RwLock::new(state),
-                    reading: tokio::sync::Mutex::new(()),
-                    asked: parking_lot::Mutex::default(),
-                })
-            })
-            .clone()
+        let configured = jwks_uri.map(str::to_owned);
+        let state = KeyState { configured: configured.clone(), jwks_uri: configured, ..KeyState::default() };
+        Arc::new(Issuer {
+            url: url.to_owned(),
+            state: RwLock::new(state),
+            reading: tokio::sync::Mutex::new(()),
+            asked: parking_lot::Mutex::default(),
+        })
     }
 
-    /// Forgets the issuers `in_force` does not name (a reload removed them): their keys are
-    /// no longer read, nor shown.
-    pub fn retain(&self, in_force: &[String]) {
-        self.known.write().retain(|url, _| in_force.contains(url));
+    /// Puts in force the issuers of a configuration that was accepted, each with the `jwks_uri`
+    /// it names (one that names another than before has its keys dropped and read from there
+    /// at once), and forgets the others (their keys are no longer read, nor shown).
+    pub fn install(&self, in_force: &[(Arc<Issuer>, Option<String>)]) {
+        let mut known = self.known.write();
+        known.retain(|url, _| in_force.iter().any(|(i, _)| i.url == *url));
+        for (issuer, jwks_uri) in in_force {
+            known.insert(issuer.url.clone(), issuer.clone());
+            let mut state = issuer.state.write();
+            if state.configured != *jwks_uri {
+                *state = KeyState { configured: jwks_uri.clone(), jwks_uri: jwks_uri.clone(), ..KeyState::default() };
+            }
+        }
     }
 
     /// The issuer named `url`, if configured.
@@ -496,7 +506,8 @@ impl Issuers {
         if !response.status().is_success() {
             return Err(format!("{endpoint} answered {}", response.status()));
         }
-        let body = read_bounded(response, &endpoint).await?;
+        // An answer is a token's claims, kept while the token is: a few hundred bytes, bounded.
+        let body = read_bounded(response, &endpoint, MAX_INTROSPECTION).await?;
         let answer: Value = serde_json::from_slice(&body).map_err(|e| format!("{endpoint} answered no JSON: {e}"))?;
         let active = answer.get("active") == Some(&Value::Bool(true));
         let theirs = answer.get("iss").and_then(Value::as_str).is_none_or(|iss| iss == issuer.url);
@@ -620,7 +631,9 @@ mod tests {
         let set = serde_json::json!({"keys": [es256_jwk("k1")]}).to_string();
         let (base, asked) = key_set_server(set).await;
         let issuers = Issuers::default();
-        let issuer = issuers.issuer("https://idp.example.com", Some(&format!("{base}/one")));
+        let one = Some(format!("{base}/one"));
+        let issuer = issuers.issuer("https://idp.example.com", one.as_deref());
+        issuers.install(&[(issuer.clone(), one)]);
         let http = reqwest::Client::new();
         assert!(issuer.refresh(&http, false).await);
         let first = issuer.keys();
@@ -629,15 +642,21 @@ mod tests {
         // tokens verified with it stay verified.
         assert!(issuer.refresh(&http, true).await);
         assert!(Arc::ptr_eq(&first, &issuer.keys()), "an unchanged key set is kept as it was");
-        // A reload naming another jwks_uri: the keys held are dropped, and read from there.
-        let same = issuers.issuer("https://idp.example.com", Some(&format!("{base}/two")));
+        // A configuration naming another jwks_uri changes nothing until it is put in force...
+        let two = Some(format!("{base}/two"));
+        let same = issuers.issuer("https://idp.example.com", two.as_deref());
         assert!(Arc::ptr_eq(&same, &issuer));
+        assert!(Arc::ptr_eq(&first, &issuer.keys()), "a configuration refused leaves the keys in force");
+        let fresh = issuers.issuer("https://new.example.com", None);
+        assert!(issuers.get("https://new.example.com").is_none() && fresh.keys().is_empty());
+        // ...then the keys held are dropped, and read from there.
+        issuers.install(&[(same, two.clone())]);
         assert!(issuer.keys().is_empty(), "the old uri's keys no longer verify");
         assert!(issuer.refresh(&http, false).await, "due at once");
         assert_eq!(*asked.lock(), ["/one", "/one", "/two"]);
         // The same configuration again changes nothing.
         let kept = issuer.keys();
-        issuers.issuer("https://idp.example.com", Some(&format!("{base}/two")));
+        issuers.install(&[(issuers.issuer("https://idp.example.com", two.as_deref()), two)]);
         assert!(Arc::ptr_eq(&kept, &issuer.keys()));
     }
 
@@ -645,9 +664,9 @@ mod tests {
     fn issuers_a_reload_removed_are_no_longer_read_nor_shown() {
         let issuers = Issuers::default();
         let kept = issuers.issuer("https://a.example.com", None);
-        issuers.issuer("https://b.example.com", None);
+        issuers.install(&[(kept.clone(), None), (issuers.issuer("https://b.example.com", None), None)]);
         assert_eq!(issuers.health().len(), 2);
-        issuers.retain(&["https://a.example.com".to_owned()]);
+        issuers.install(&[(kept.clone(), None)]);
         let health = issuers.health();
         assert_eq!((health.len(), health[0].issuer.as_str()), (1, "https://a.example.com"));
         assert!(Arc::ptr_eq(&kept, &issuers.issuer("https://a.example.com", None)), "the one kept keeps its keys");

@@ -97,7 +97,7 @@ async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
 
 /// `url` parsed, when it is https, or http to this machine (a secret goes over TLS, OAuth 2.1
 /// section 1.5, but may go in clear to this machine), and carries no user or password.
-fn secure(url: &str) -> anyhow::Result<Url> {
+pub fn secure(url: &str) -> anyhow::Result<Url> {
     let parsed = Url::parse(url).with_context(|| format!("{url:?} is not a URL"))?;
     anyhow::ensure!(
         parsed.username().is_empty() && parsed.password().is_none(),

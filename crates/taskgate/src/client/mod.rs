@@ -84,6 +84,8 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
         config.headers.insert("Authorization".into(), format!("Bearer {token}"));
     }
     if let Some(client_id) = &args.client_id {
+        // The access token goes to the server: over TLS, or to this machine.
+        discover::secure(&args.url).context("the server's URL (an access token is sent there)")?;
         let secret = std::env::var(&args.client_secret_env)
             .with_context(|| format!("the client secret: set {}", args.client_secret_env))?;
         let token_url = discover::token_endpoint(&args.url, args.issuer.as_deref(), args.token_url.as_deref()).await?;

@@ -94,7 +94,11 @@ impl Handler<DeliverInputs> for TaskActor {
                 tracing::debug!(task = %self.id, "an answer to an input request not outstanding was ignored");
                 continue;
             };
-            if session.answer.upgrade().is_none_or(|answer| answer.try_send(ClientResponse(response)).is_err()) {
+            if session
+                .answer
+                .upgrade()
+                .is_none_or(|answer| answer.try_send(ClientResponse(response, self.rare.subject().cloned())).is_err())
+            {
                 tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
             }
         }

@@ -311,7 +311,7 @@ impl TaskActor {
             // The upstream may be making the call a task: its answer says, and that task is
             // cancelled; an answer slower than a task's creation is a call still running,
             // cancelled as one.
-            actix::spawn(super::work::cancel_decided_call(*call, session, upstream_id.clone()));
+            actix::spawn(self.for_creator(super::work::cancel_decided_call(*call, session, upstream_id.clone())));
             return self.drop_work(ctx);
         }
         self.drop_work(ctx);
