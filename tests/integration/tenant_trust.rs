@@ -313,3 +313,46 @@ async fn the_root_form_of_the_protected_resource_metadata_names_the_one_resource
     assert_eq!(other.status(), 404);
     gw.kill().await;
 }
+
+#[actix_rt::test]
+async fn a_reload_naming_another_jwks_uri_reads_there_at_once_and_a_refused_one_changes_nothing() {
+    let auth = AuthServer::start();
+    let demo = DemoUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let public_url = format!("http://127.0.0.1:{port}/mcp");
+    let file = dir.path().join("taskgate.toml");
+    // config_poll_ms = 0: only SIGHUP reloads.
+    let write = |jwks_uri: &str, more: &str| {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\npublic_url = \"{public_url}\"\nconfig_poll_ms = 0\n\
+             [store]\nbackend = \"memory\"\n[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+             [[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{}\"\njwks_uri = \"{jwks_uri}\"\n{more}",
+            demo.http.url, auth.issuer
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    let nowhere = format!("{}/nowhere", auth.issuer);
+    write(&nowhere, "");
+    let mut served = ServedGateway::start(&file).await;
+    let hup = |served: &ServedGateway| {
+        let pid = served.pid().to_string();
+        assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    };
+    let (status, _, _) = initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
+    assert_eq!(status, 401, "no keys where the jwks_uri points");
+    // The right jwks_uri: its keys serve at once.
+    write(&format!("{}/jwks", auth.issuer), "");
+    hup(&served);
+    served.log_line("configuration reloaded").await;
+    let (status, _, body) = initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
+    assert_eq!(status, 200, "{body}");
+    // A configuration naming the wrong one again, refused (a secret it needs is not set):
+    // the keys in force stay, and a new token is served with them.
+    write(&nowhere, "[[tenant.jwt]]\nalgorithm = \"HS256\"\nsecret_env = \"TG_NEVER_SET_ANYWHERE\"\naudience = \"x\"\n");
+    hup(&served);
+    served.log_line("configuration reload rejected").await;
+    let (status, _, body) = initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
+    assert_eq!(status, 200, "{body}");
+    served.kill().await;
+}

@@ -661,6 +661,28 @@ mod tests {
     }
 
     #[test]
+    fn each_server_has_its_own_introspection_budget_and_each_client_its_share_of_it() {
+        let issuers = Issuers::default();
+        let (a, b) = (issuers.issuer("https://a.example", None), issuers.issuer("https://b.example", None));
+        let client = |n: u8| Some(std::net::IpAddr::from([192, 0, 2, n]));
+        // One client: its share, then 401 (OverShare), whatever the server has left.
+        for _ in 0..INTROSPECTIONS_PER_SOURCE {
+            assert_eq!(a.may_introspect(client(1), 100), Ok(()));
+        }
+        assert_eq!(a.may_introspect(client(1), 100), Err(NotAsked::OverShare));
+        // Many clients: the server's budget, then 503 (Spent) for everyone at that server...
+        let mut n = 2;
+        while a.may_introspect(client(n), 100).is_ok() {
+            n += 1;
+        }
+        assert_eq!(a.may_introspect(client(200), 100), Err(NotAsked::Spent));
+        assert_eq!(a.asked.lock().1, INTROSPECTIONS_PER_SECOND);
+        // ...while the other server's budget is whole, and the next second a new one.
+        assert_eq!(b.may_introspect(client(1), 100), Ok(()));
+        assert_eq!(a.may_introspect(client(1), 101), Ok(()));
+    }
+
+    #[test]
     fn issuers_a_reload_removed_are_no_longer_read_nor_shown() {
         let issuers = Issuers::default();
         let kept = issuers.issuer("https://a.example.com", None);
