@@ -246,3 +246,83 @@ async fn each_call_is_exchanged_from_its_own_requests_token_never_from_another_o
     assert!(error.message.contains("has expired"), "{error:?}");
     gw.kill().await;
 }
+
+/// A task keeps the token of the request that created it: when that token has expired, the
+/// task fails at its next poll of the upstream, saying so (the gateway's clock moved past the
+/// token's `exp`; the upstream is another gateway, a resource server of the same authorization
+/// server that runs the call as a task of its own).
+#[actix_rt::test]
+async fn a_task_whose_creating_token_expires_fails_at_its_next_poll_saying_so() {
+    use std::sync::Arc;
+    use taskgate_config::{OAuthConfig, TenantConfig, UpstreamConfig, UpstreamGrant, UpstreamOAuth};
+    let auth = AuthServer::start();
+    // The upstream: a gateway that takes the authorization server's tokens for its own URL,
+    // polled every 100 ms.
+    let back = gateway_env(&auth.issuer, "[tasks]\npoll_interval_ms = 100\n", &[]).await;
+    let front_url = "https://front.example/mcp";
+    let mut upstream = UpstreamConfig::http("b", &back.public_url);
+    upstream.protocol = taskgate_config::UpstreamProtocol::Legacy;
+    upstream.oauth = Some(UpstreamOAuth {
+        token_url: format!("{}/token", auth.issuer),
+        client_id: "gateway-exchanger".into(),
+        client_secret_env: "TG_UNUSED".into(),
+        grant: UpstreamGrant::TokenExchange,
+        scope: Some("mcp".into()),
+        resource: None,
+        issuer: Some(auth.issuer.clone()),
+        audience: None,
+        max_cached_tokens: 100,
+        client_secret: Some("secret-5".into()),
+    });
+    let mut tenant = TenantConfig::new("acme");
+    tenant.oauth.push(OAuthConfig {
+        issuer: auth.issuer.clone(),
+        audience: Some(front_url.into()),
+        required_scopes: vec!["mcp".into()],
+        principal_claim: "sub".into(),
+        tenant_claim: None,
+        leeway_secs: 0,
+        jwks_uri: None,
+        introspection_client_id: None,
+        introspection_secret_env: None,
+        opaque_token_prefix: None,
+    });
+    let mut config = taskgate_testkit::config_with(vec![upstream]);
+    config.tenants = vec![tenant];
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let clock = Arc::new(taskgate_core::clock::ManualClock::new(now_ms));
+    let front = taskgate_testkit::TestGateway::start_with_clock(config, clock.clone());
+    // A token that expires in a minute creates the task (its call exchanged from it)...
+    let exp = now_ms / 1000 + 60;
+    let claims = json!({"iss": auth.issuer, "aud": front_url, "sub": "gateway-test", "client_id": "gateway-test", "scope": "mcp", "exp": exp});
+    let short = auth.sign(json!({"alg": "ES256", "typ": "at+jwt", "kid": "k1"}), claims);
+    let mut creator = McpClient::with_bearer(&front.url, &short);
+    creator.initialize().await;
+    let task = crate::support::create(&mut creator, "b__demo__wait", json!({"gate": "never"})).await;
+    // ...which the upstream runs as a task of its own, followed by polls.
+    let mut later = McpClient::with_bearer(&front.url, &auth.token("gateway-test", "secret-1", "mcp", front_url).await);
+    later.initialize().await;
+    async fn status(c: &mut McpClient, task: &str) -> Value {
+        c.request("tasks/get", Some(json!({ "taskId": task }))).await.outcome().unwrap()
+    }
+    assert_eq!(status(&mut later, &task).await["status"], "working");
+    // The gateway's clock passes the token's exp: the next poll fails the task, saying why.
+    clock.advance(61_000);
+    let failed = crate::support::within(async {
+        loop {
+            let got = status(&mut later, &task).await;
+            if got["status"] != "working" {
+                break got;
+            }
+        }
+    })
+    .await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["statusMessage"].as_str().is_some_and(|m| m.contains("access token that created the task expired")),
+        "{failed}"
+    );
+    let result = crate::support::method(&mut later, "tasks/result", &task).await.unwrap_err();
+    assert!(result.message.contains("has expired"), "{result:?}");
+    back.gw.kill().await;
+}

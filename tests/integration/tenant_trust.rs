@@ -339,20 +339,26 @@ async fn a_reload_naming_another_jwks_uri_reads_there_at_once_and_a_refused_one_
         let pid = served.pid().to_string();
         assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     };
-    let (status, _, _) = initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
+    let (status, _, _) =
+        initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
     assert_eq!(status, 401, "no keys where the jwks_uri points");
     // The right jwks_uri: its keys serve at once.
     write(&format!("{}/jwks", auth.issuer), "");
     hup(&served);
     served.log_line("configuration reloaded").await;
-    let (status, _, body) = initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
+    let (status, _, body) =
+        initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
     assert_eq!(status, 200, "{body}");
     // A configuration naming the wrong one again, refused (a secret it needs is not set):
     // the keys in force stay, and a new token is served with them.
-    write(&nowhere, "[[tenant.jwt]]\nalgorithm = \"HS256\"\nsecret_env = \"TG_NEVER_SET_ANYWHERE\"\naudience = \"x\"\n");
+    write(
+        &nowhere,
+        "[[tenant.jwt]]\nalgorithm = \"HS256\"\nsecret_env = \"TG_NEVER_SET_ANYWHERE\"\naudience = \"x\"\n",
+    );
     hup(&served);
     served.log_line("configuration reload rejected").await;
-    let (status, _, body) = initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
+    let (status, _, body) =
+        initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
     assert_eq!(status, 200, "{body}");
     served.kill().await;
 }
