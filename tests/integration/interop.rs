@@ -323,3 +323,18 @@ async fn the_typescript_client_sees_server_everything_through_the_gateway_as_it_
         gw.stop().await;
     }
 }
+
+/// A client that never follows `nextCursor` (the Inspector CLI, the Python SDK's
+/// `list_resources()`) sees the first resources of every upstream in the first page: the
+/// demo's and server-everything's, each listed by its own server.
+#[actix_rt::test]
+async fn the_first_listing_page_holds_every_upstreams_resources() {
+    let demo = DemoUpstream::start();
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo"), everything_over_stdio()]));
+    let mut c = taskgate_testkit::McpClient::new(&gw.url);
+    c.initialize().await;
+    let page = c.request("resources/list", None).await.outcome().unwrap();
+    let uris: Vec<&str> = page["resources"].as_array().unwrap().iter().filter_map(|r| r["uri"].as_str()).collect();
+    assert!(uris.iter().any(|u| u.starts_with("taskgate://demo/")), "the demo's: {uris:?}");
+    assert!(uris.iter().any(|u| !u.starts_with("taskgate://")), "server-everything's: {uris:?}");
+}

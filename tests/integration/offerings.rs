@@ -36,6 +36,42 @@ pub(crate) fn field(items: &[Value], key: &str) -> Vec<String> {
 }
 
 #[actix_rt::test]
+async fn a_listing_page_fills_from_every_upstream_and_ends_mid_page_with_a_cursor_that_goes_on() {
+    let (a, b) = (DemoUpstream::start(), DemoUpstream::start());
+    let mut config = config_with(vec![a.upstream("alpha"), b.upstream("beta")]);
+    config.federation.page_size = 4;
+    let gw = TestGateway::start(config);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    // The upstreams page two at a time: alpha's two pages and the first of beta's, cut after
+    // one entry; the next page goes on from there.
+    let first = c.request("resources/list", None).await.outcome().unwrap();
+    assert_eq!(
+        field(first["resources"].as_array().unwrap(), "uri"),
+        [
+            "taskgate://alpha/demo://readme",
+            "taskgate://alpha/demo://counter",
+            "taskgate://alpha/demo://colors",
+            "taskgate://beta/demo://readme"
+        ]
+    );
+    let (resources, pages) = all(&mut c, "resources/list", "resources").await;
+    assert_eq!(pages, 2);
+    assert_eq!(
+        field(&resources, "uri"),
+        [
+            "taskgate://alpha/demo://readme",
+            "taskgate://alpha/demo://counter",
+            "taskgate://alpha/demo://colors",
+            "taskgate://beta/demo://readme",
+            "taskgate://beta/demo://counter",
+            "taskgate://beta/demo://colors"
+        ],
+        "each once, in order"
+    );
+}
+
+#[actix_rt::test]
 async fn resources_prompts_and_completion_of_two_upstreams_pass_through_namespaced() {
     let (a, b) = (DemoUpstream::start(), DemoUpstream::start());
     let gw = TestGateway::start(config_with(vec![a.upstream("alpha"), b.upstream("beta")]));
@@ -46,7 +82,8 @@ async fn resources_prompts_and_completion_of_two_upstreams_pass_through_namespac
     assert_eq!(caps["prompts"], json!({"listChanged": true}));
     assert!(caps["completions"].is_object() && caps["logging"].is_object(), "{init}");
 
-    // Resources: each upstream pages two at a time; the gateway's cursors walk both, in order.
+    // Resources: each upstream pages two at a time; the gateway's page fills from both, in
+    // order, so a client that never follows a cursor sees them all.
     let (resources, pages) = all(&mut c, "resources/list", "resources").await;
     assert_eq!(
         field(&resources, "uri"),
@@ -59,7 +96,7 @@ async fn resources_prompts_and_completion_of_two_upstreams_pass_through_namespac
             "taskgate://beta/demo://colors"
         ]
     );
-    assert_eq!(pages, 4);
+    assert_eq!(pages, 1, "one page holds both upstreams' resources");
     let (templates, _) = all(&mut c, "resources/templates/list", "resourceTemplates").await;
     assert_eq!(
         field(&templates, "uriTemplate"),

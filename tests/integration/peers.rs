@@ -140,7 +140,8 @@ async fn behind_a_trusted_proxy_each_client_holds_its_share_of_unfinished_reques
     let file = config(
         &dir,
         &demo,
-        "trusted_proxies = [\"127.0.0.1\"]\nmax_unfinished_requests_per_peer = 4\nbody_timeout_ms = 60000",
+        // With a trusted proxy the main listener keeps its metrics unless told to show them.
+        "trusted_proxies = [\"127.0.0.1\"]\nmax_unfinished_requests_per_peer = 4\nbody_timeout_ms = 60000\npublic_metrics = true",
     );
     let gw = ServedGateway::start(&file).await;
     let addr = gw.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();

@@ -143,12 +143,17 @@ pub fn expose_uris_in(naming: &Naming, value: &mut Value) {
 pub struct ListCursor {
     pub upstream: String,
     pub cursor: Option<String>,
+    /// How many entries of that upstream page the client has had already.
+    pub skip: usize,
 }
 
 impl ListCursor {
     /// An opaque cursor for `kind` (`resources`, `templates`, `prompts`).
     pub fn encode(&self, kind: &str) -> String {
-        let inner = serde_json::json!([self.upstream, self.cursor]);
+        let inner = match self.skip {
+            0 => serde_json::json!([self.upstream, self.cursor]),
+            skip => serde_json::json!([self.upstream, self.cursor, skip]),
+        };
         URL_SAFE_NO_PAD.encode(format!("{kind}:{inner}"))
     }
 
@@ -171,7 +176,11 @@ impl ListCursor {
             Value::String(c) => Some(c.clone()),
             _ => return None,
         };
-        Some(CursorRef::At(ListCursor { upstream, cursor }))
+        let skip = match inner.get(2) {
+            None => 0,
+            Some(skip) => usize::try_from(skip.as_u64()?).ok()?,
+        };
+        Some(CursorRef::At(ListCursor { upstream, cursor, skip }))
     }
 }
 
@@ -286,11 +295,13 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_are_kind_bound() {
-        let c = ListCursor { upstream: "docs".into(), cursor: Some("page-2".into()) };
+        let c = ListCursor { upstream: "docs".into(), cursor: Some("page-2".into()), skip: 0 };
         assert_eq!(ListCursor::decode("resources", &c.encode("resources")), Some(CursorRef::At(c.clone())));
         assert_eq!(ListCursor::decode("prompts", &c.encode("resources")), None);
-        let start = ListCursor { upstream: "more".into(), cursor: None };
+        let start = ListCursor { upstream: "more".into(), cursor: None, skip: 0 };
         assert_eq!(ListCursor::decode("prompts", &start.encode("prompts")), Some(CursorRef::At(start)));
+        let mid = ListCursor { upstream: "docs".into(), cursor: None, skip: 40 };
+        assert_eq!(ListCursor::decode("resources", &mid.encode("resources")), Some(CursorRef::At(mid)));
         let stashed = ListCursor::encode_stashed("templates", 7);
         assert_eq!(ListCursor::decode("templates", &stashed), Some(CursorRef::Stashed(7)));
         assert_eq!(ListCursor::decode("resources", &stashed), None);

@@ -12,6 +12,8 @@ use taskgate_upstream::UpstreamError;
 /// Long listing cursors a session keeps for its client (the oldest is forgotten first; a
 /// client that sends it back then gets -32602 and lists again).
 const MAX_STASHED_CURSORS: usize = 64;
+/// Upstream listing requests made for one page of a federated listing, at most.
+const MAX_FETCHES_PER_PAGE: usize = 64;
 
 /// RFC 5424 severities, least severe first (server/utilities/logging "Log Levels").
 const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
@@ -131,7 +133,7 @@ impl SessionActor {
         self.list_offerings(id, listing, params, ctx);
     }
 
-    /// A federated listing: one upstream's page at a time, in configuration order
+    /// A federated listing: pages filled from the upstreams in configuration order
     /// (server/utilities/pagination: the cursor is opaque).
     fn list_offerings(&mut self, id: RequestId, listing: Listing, params: Option<Value>, ctx: &mut Context<Self>) {
         let cursor = match mcp::cursor(params.as_ref()) {
@@ -165,53 +167,82 @@ impl SessionActor {
             return;
         }
         let upstreams = self.offering_upstreams(listing.capability());
-        let (start, mut upstream_cursor) = match cursor {
-            None => (0, None),
+        let (start, mut upstream_cursor, mut skip) = match cursor {
+            None => (0, None, 0),
             Some(c) => match upstreams.iter().position(|n| n.upstream == c.upstream) {
-                Some(i) => (i, c.cursor),
+                Some(i) => (i, c.cursor, c.skip),
                 // The upstream went away (or out of sight) since: the listing ends.
                 None => return self.finish(id, Ok(json!({ listing.key(): [] }))),
             },
         };
         let separator = self.shared.catalog.read().separator().to_owned();
+        let page_size = self.shared.config.federation.page_size;
         let sessions: Vec<(Naming, UpstreamSession)> = upstreams[start..]
             .iter()
             .filter_map(|n| self.upstream_session(&n.upstream, ctx).map(|s| (n.clone(), s)))
             .collect();
+        // A page fills up to `federation.page_size` from every upstream in turn (following each
+        // one's own pages), so a client that never follows `nextCursor` still sees the first
+        // page of everything; it ends mid-page of an upstream with a cursor that skips what it
+        // gave. An upstream paging without end is asked at most `MAX_FETCHES_PER_PAGE` times.
         let work = async move {
-            for (i, (naming, session)) in sessions.iter().enumerate() {
-                let params = upstream_cursor.take().map(|c| json!({ "cursor": c }));
+            let mut items: Vec<Value> = Vec::new();
+            let (mut i, mut fetches) = (0, 0);
+            while let Some((naming, session)) = sessions.get(i) {
+                if fetches == MAX_FETCHES_PER_PAGE {
+                    let at = ListCursor { upstream: naming.upstream.clone(), cursor: upstream_cursor, skip };
+                    return Ok((json!({ listing.key(): items }), Some(at)));
+                }
+                fetches += 1;
+                let params = upstream_cursor.clone().map(|c| json!({ "cursor": c }));
                 let result = match session.request(listing.method(), params).await {
                     Ok(result) => result,
                     Err(error) => {
                         // Like a tool listing: an upstream that does not answer is left out.
                         tracing::warn!(upstream = %naming.upstream, %error, method = listing.method(), "upstream listing failed; left out of this page");
+                        (i, upstream_cursor, skip) = (i + 1, None, 0);
                         continue;
                     }
                 };
                 let Some(Value::Array(listed)) = result.get(listing.key()).cloned() else {
                     tracing::warn!(upstream = %naming.upstream, method = listing.method(), "upstream listing has no array; left out");
+                    (i, upstream_cursor, skip) = (i + 1, None, 0);
                     continue;
                 };
                 // Only well-formed entries (an object naming its URI, template or name) pass.
                 let listed_count = listed.len();
-                let items: Vec<Value> = listed
+                let exposed: Vec<Value> = listed
                     .into_iter()
                     .filter_map(|mut item| listing.expose(naming, &separator, &mut item).then_some(item))
                     .collect();
-                if items.len() < listed_count {
-                    tracing::warn!(upstream = %naming.upstream, method = listing.method(), dropped = listed_count - items.len(), "upstream listed malformed entries; left out");
+                if exposed.len() < listed_count {
+                    tracing::warn!(upstream = %naming.upstream, method = listing.method(), dropped = listed_count - exposed.len(), "upstream listed malformed entries; left out");
                 }
-                let next = match result.get("nextCursor").and_then(Value::as_str) {
-                    Some(c) => Some(ListCursor { upstream: naming.upstream.clone(), cursor: Some(c.to_owned()) }),
-                    None => sessions.get(i + 1).map(|(n, _)| ListCursor { upstream: n.upstream.clone(), cursor: None }),
-                };
-                if items.is_empty() && next.as_ref().is_some_and(|n| n.cursor.is_none()) {
-                    continue; // nothing here: straight on to the next upstream
+                let fresh = exposed.len().saturating_sub(skip);
+                let room = page_size - items.len();
+                if fresh > room {
+                    // Full mid-page: the next page starts with the rest of this one.
+                    items.extend(exposed.into_iter().skip(skip).take(room));
+                    let at =
+                        ListCursor { upstream: naming.upstream.clone(), cursor: upstream_cursor, skip: skip + room };
+                    return Ok((json!({ listing.key(): items }), Some(at)));
                 }
-                return Ok((json!({ listing.key(): items }), next));
+                items.extend(exposed.into_iter().skip(skip));
+                skip = 0;
+                match result.get("nextCursor").and_then(Value::as_str) {
+                    Some(c) => upstream_cursor = Some(c.to_owned()),
+                    None => (i, upstream_cursor) = (i + 1, None),
+                }
+                if items.len() == page_size {
+                    let next = sessions.get(i).map(|(n, _)| ListCursor {
+                        upstream: n.upstream.clone(),
+                        cursor: upstream_cursor.take(),
+                        skip: 0,
+                    });
+                    return Ok((json!({ listing.key(): items }), next));
+                }
             }
-            Ok((json!({ listing.key(): [] }), None))
+            Ok((json!({ listing.key(): items }), None))
         };
         let work = self.for_request(&id, work);
         ctx.spawn(work.into_actor(self).map(move |page: Result<(Value, Option<ListCursor>), GatewayError>, act, _| {
