@@ -271,11 +271,24 @@ async fn oauth_client_credentials_find_the_token_endpoint_and_call() {
     ];
     let ran = taskgate(&args, &[("TASKGATE_CLIENT_SECRET", "secret-1")]).await;
     assert_eq!((ran.code, ran.stdout.trim()), (0, "oauth"), "{}", ran.stderr);
+    // Without --scope: the scopes the server's metadata lists (it requires `mcp`).
+    let ran = taskgate(&args[..7], &[("TASKGATE_CLIENT_SECRET", "secret-1")]).await;
+    assert_eq!((ran.code, ran.stdout.trim()), (0, "oauth"), "{}", ran.stderr);
     // A wrong secret is refused by the authorization server, and said so.
     let ran = taskgate(&args, &[("TASKGATE_CLIENT_SECRET", "wrong")]).await;
     assert_eq!(ran.code, 1);
-    assert!(ran.stderr.contains("token"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("refused the client id or its secret"), "{}", ran.stderr);
     assert!(!ran.stderr.contains("wrong"), "the secret is never printed: {}", ran.stderr);
+    // A bearer token it does not take: the server's own reason, not a request for one.
+    let ran = taskgate(&["call", &setup.public_url, "demo__echo", "--bearer", "not-a-token-it-takes"], &[]).await;
+    assert_eq!(ran.code, 1);
+    assert!(
+        ran.stderr.contains("refused the credentials")
+            && ran.stderr.contains("not valid")
+            && !ran.stderr.contains("give --bearer"),
+        "{}",
+        ran.stderr
+    );
 }
 
 /// A server whose authorization server metadata names another issuer (RFC 8414 section 3.3)

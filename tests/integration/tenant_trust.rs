@@ -91,8 +91,16 @@ async fn a_token_never_logs_in_to_a_tenant_it_was_not_issued_for() {
     };
     let (status, _, body) = initialize(&public_url, Some(&signed(claims(json!(public_url), Some("globex"))))).await;
     assert_eq!(status, 200, "{body}");
-    let (status, _, _) = initialize(&public_url, Some(&signed(claims(json!(public_url), None)))).await;
+    let (status, _, body) = initialize(&public_url, Some(&signed(claims(json!(public_url), None)))).await;
     assert_eq!(status, 401, "a token naming no tenant is no tenant's");
+    assert_eq!(body["id"], 1, "the refused request's id: {body}");
+    // A gateway that takes only access tokens asks for one, never for an API key.
+    let (status, _, body) = initialize(&public_url, None).await;
+    assert_eq!(status, 401);
+    let said = body["error"]["message"].as_str().unwrap();
+    assert!(said.contains("access token") && !said.contains("API key"), "{said}");
+    let (_, _, body) = initialize(&public_url, Some("not-a-key")).await;
+    assert!(!body["error"]["message"].as_str().unwrap().contains("API key"), "{body}");
     gw.kill().await;
     // Two audiences of one issuer, one a tenant: a token naming both is refused, never
     // resolved by the order tenants are listed in.
@@ -361,4 +369,26 @@ async fn a_reload_naming_another_jwks_uri_reads_there_at_once_and_a_refused_one_
         initialize(&public_url, Some(&auth.token("gateway-test", "secret-1", "mcp", &public_url).await)).await;
     assert_eq!(status, 200, "{body}");
     served.kill().await;
+}
+
+#[actix_rt::test]
+async fn an_issuer_written_unlike_its_metadata_is_named_beside_what_the_metadata_names() {
+    let auth = AuthServer::start();
+    let tenants = format!("[[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{}/\"\n", auth.issuer);
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
+    let base = public_url.trim_end_matches("/mcp");
+    let said = crate::support::within(async {
+        loop {
+            let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
+            if let Some(error) = ready["oauth"][0]["error"].as_str() {
+                break error.to_owned();
+            }
+        }
+    })
+    .await;
+    assert!(
+        said.contains(&format!("{:?}", auth.issuer)) && said.contains(&format!("{:?}", format!("{}/", auth.issuer))),
+        "{said}"
+    );
+    gw.kill().await;
 }

@@ -60,10 +60,18 @@ pub async fn post(
         Err(e) => {
             // A small body is read and dropped, so the connection stays open for the client's
             // next request (a refusal costs no new connection); a larger one closes it unread.
+            // Its request's id, when it has one, goes back with the error (JSON-RPC 2.0: the
+            // member is required).
+            let mut id = None;
             if checks::content_length(headers).is_some_and(|length| length <= DRAINED_AT_MOST) {
-                let _ = checks::body(headers, payload, DRAINED_AT_MOST, timeout.min(DRAIN_TIME)).await;
+                if let Ok(body) = checks::body(headers, payload, DRAINED_AT_MOST, timeout.min(DRAIN_TIME)).await {
+                    id = match Message::from_slice_front(&body) {
+                        Ok(Ok((Message::Request { id, .. }, _, _))) => Some(id),
+                        _ => None,
+                    };
+                }
             }
-            return reply::error(&e, None);
+            return reply::error(&e, id);
         }
     };
     let checked = async {

@@ -102,6 +102,7 @@ impl Gateway {
     /// attribute when none were sent) with RFC 9728 section 5.1's `resource_metadata` and the
     /// scope needed (MCP authorization, "Protected Resource Metadata Discovery Requirements").
     fn refusal(&self, e: &AuthError) -> GatewayError {
+        let text = self.shared.tenancy.refusal_text(e);
         let (issuers, scopes) = self.shared.tenancy.oauth();
         let mut challenge = match (&self.shared.config.server.public_url, issuers.is_empty()) {
             (Some(url), false) => format!(r#"Bearer resource_metadata="{}""#, resource_metadata_url(url)),
@@ -115,19 +116,19 @@ impl Gateway {
             challenge.push_str(&format!(r#", scope="{scope}""#));
         }
         match e {
-            AuthError::Missing => GatewayError::Unauthorized { message: e.to_string(), challenge },
+            AuthError::Missing => GatewayError::Unauthorized { message: text, challenge },
             // RFC 6750 section 3.1: a request that is not a bearer token request is malformed.
             AuthError::Malformed => {
                 challenge.push_str(r#", error="invalid_request""#);
-                GatewayError::MalformedCredentials { message: e.to_string(), challenge }
+                GatewayError::MalformedCredentials { message: text, challenge }
             }
             AuthError::Scope(_) => {
                 challenge.push_str(r#", error="insufficient_scope""#);
-                GatewayError::Forbidden { message: e.to_string(), challenge }
+                GatewayError::Forbidden { message: text, challenge }
             }
             _ => {
                 challenge.push_str(r#", error="invalid_token""#);
-                GatewayError::Unauthorized { message: e.to_string(), challenge }
+                GatewayError::Unauthorized { message: text, challenge }
             }
         }
     }

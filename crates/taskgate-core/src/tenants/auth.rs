@@ -294,6 +294,12 @@ impl Credentials {
         scopes
     }
 
+    /// Which kinds of credentials any tenant takes: API keys, configured JWTs, OAuth access
+    /// tokens.
+    pub fn kinds(&self) -> (bool, bool, bool) {
+        (!self.api_keys.is_empty(), !self.jwts.is_empty(), !self.oauth.is_empty())
+    }
+
     /// The authorization servers this configuration puts in force, each once, with the
     /// `jwks_uri` it names ([`super::oauth::Issuers::install`]).
     pub fn issuers_in_force(&self) -> Vec<(std::sync::Arc<super::oauth::Issuer>, Option<String>)> {

@@ -232,6 +232,20 @@ impl Tenancy {
         table.credentials.authenticate(authorization, self.clock.now_ms() / 1000)
     }
 
+    /// What a refusal says, in the words of the credentials this configuration takes: a
+    /// gateway that takes only OAuth access tokens never asks for an API key.
+    pub fn refusal_text(&self, e: &AuthError) -> String {
+        let table = self.table.read();
+        let c = &table.credentials;
+        let (keys, jwts, oauth) = c.kinds();
+        match e {
+            AuthError::Missing if oauth && !keys && !jwts => "send Authorization: Bearer <access token> of an authorization server this server's protected resource metadata names".into(),
+            AuthError::Missing if keys && !jwts && !oauth => "send Authorization: Bearer <API key>".into(),
+            AuthError::UnknownKey if !keys => "the bearer token is not valid: it is no token this server takes".into(),
+            _ => e.to_string(),
+        }
+    }
+
     /// The scopes and issuers of the configured authorization servers (for the protected
     /// resource metadata and the challenges).
     pub fn oauth(&self) -> (Vec<String>, Vec<String>) {

@@ -210,8 +210,14 @@ impl Issuer {
                     let metadata: Value =
                         serde_json::from_slice(&body).map_err(|e| format!("{url} is not JSON metadata: {e}"))?;
                     // RFC 8414 section 3.3: the issuer in the metadata MUST be the one asked for.
-                    if metadata.get("issuer").and_then(Value::as_str) != Some(self.url.as_str()) {
-                        return Err(format!("{url} names another issuer than {}", self.url));
+                    let named = metadata.get("issuer").and_then(Value::as_str);
+                    if named != Some(self.url.as_str()) {
+                        // Both named: a trailing slash one side and not the other is the usual cause.
+                        let named = named.map_or_else(|| "none".to_owned(), |n| format!("{n:?}"));
+                        return Err(format!(
+                            "{url} names the issuer {named}, not {:?} as configured (they must be equal, to the last character)",
+                            self.url
+                        ));
                     }
                     let field = |name: &str| -> Result<Option<String>, String> {
                         match metadata.get(name).and_then(Value::as_str) {

@@ -301,13 +301,25 @@ impl HttpChannel {
                 credentials.of.refused(credentials.caller.as_ref());
             }
             let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let what = match (&self.credentials, challenge) {
-                (Some(a), Some(challenge)) => format!("it refused {} ({status}; it asks: {challenge})", a.whose()),
-                (Some(a), None) => format!("it refused {} ({status})", a.whose()),
-                (None, Some(challenge)) => format!(
-                    "it requires authorization ({status}; it asks: {challenge}): give the upstream [upstream.oauth] or its headers"
+            // What it says is wrong, when its body is a JSON-RPC error (bounded, one line).
+            let body = response.text(self.max_message_bytes).await.unwrap_or_default();
+            let said = rpc_error(body.as_bytes())
+                .map(|e| {
+                    format!(
+                        "; it says: {}",
+                        e.message.chars().filter(|c| !c.is_control()).take(300).collect::<String>()
+                    )
+                })
+                .unwrap_or_default();
+            let asks = challenge.map(|c| format!("; it asks: {c}")).unwrap_or_default();
+            let what = match &self.credentials {
+                Some(a) => format!("it refused {} ({status}{said}{asks})", a.whose()),
+                None if self.headers.contains_key(reqwest::header::AUTHORIZATION) => {
+                    format!("it refused the Authorization header it was sent ({status}{said}{asks})")
+                }
+                None => format!(
+                    "it requires authorization ({status}{said}{asks}): give the upstream [upstream.oauth] or its headers"
                 ),
-                (None, None) => format!("it requires authorization ({status}): give the upstream [upstream.oauth] or its headers"),
             };
             return Err(self.unavailable(what).into());
         }

@@ -34,7 +34,14 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
         // 401/403 say who may call, 408/429/5xx how the server is doing: neither says which
         // revision it speaks.
         if matches!(status, 401 | 403 | 407 | 408 | 429) || status >= 500 {
-            return Err(format!("server/discover answered HTTP {status}"));
+            // What it says is wrong (a refused credential's reason), when it says.
+            return Err(match &outcome {
+                Some(Err(e)) => format!(
+                    "server/discover answered HTTP {status}; it says: {}",
+                    e.message.chars().filter(|c| !c.is_control()).take(300).collect::<String>()
+                ),
+                _ => format!("server/discover answered HTTP {status}"),
+            });
         }
     }
     match outcome {

@@ -68,6 +68,20 @@ pub async fn token_endpoint(url: &str, issuer: Option<&str>, token_url: Option<&
     anyhow::bail!("no token endpoint in {issuer}'s metadata; give --token-url")
 }
 
+/// The scopes the protected resource metadata of the MCP endpoint `url` lists
+/// (`scopes_supported`), space-separated; none when it lists none or cannot be read.
+pub async fn scopes_supported(url: &str) -> Option<String> {
+    let server = secure(url).ok()?;
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .ok()?;
+    let metadata = get_json(&http, &metadata_url(&server)).await.ok()?;
+    let scopes: Vec<&str> = metadata.get("scopes_supported")?.as_array()?.iter().filter_map(Value::as_str).collect();
+    (!scopes.is_empty()).then(|| scopes.join(" "))
+}
+
 /// The first authorization server the protected resource metadata of `server` names.
 async fn named_issuer(http: &reqwest::Client, server: &Url) -> anyhow::Result<String> {
     let resource = metadata_url(server);

@@ -17,6 +17,8 @@ pub mod tasks;
 
 use anyhow::Context;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use taskgate_config::{UpstreamConfig, UpstreamGrant, UpstreamOAuth, UpstreamProtocol};
 use taskgate_upstream::{ClientIdentity, Connector, EventReceiver, UpstreamError, UpstreamSession};
 
@@ -80,6 +82,7 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
     config.protocol = args.revision;
     config.timeout_secs = args.timeout;
     config.prefix = false;
+    CREDENTIALS_GIVEN.store(args.bearer.is_some() || args.client_id.is_some(), Ordering::Relaxed);
     if let Some(token) = &args.bearer {
         config.headers.insert("Authorization".into(), format!("Bearer {token}"));
     }
@@ -89,12 +92,18 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
         let secret = std::env::var(&args.client_secret_env)
             .with_context(|| format!("the client secret: set {}", args.client_secret_env))?;
         let token_url = discover::token_endpoint(&args.url, args.issuer.as_deref(), args.token_url.as_deref()).await?;
+        // No --scope: the scopes the server's protected resource metadata lists (MCP
+        // authorization, "Scope Selection Strategy").
+        let scope = match &args.scope {
+            Some(scope) => Some(scope.clone()),
+            None => discover::scopes_supported(&args.url).await,
+        };
         config.oauth = Some(UpstreamOAuth {
             token_url,
             client_id: client_id.clone(),
             client_secret_env: args.client_secret_env.clone(),
             grant: UpstreamGrant::ClientCredentials,
-            scope: args.scope.clone(),
+            scope,
             resource: None,
             issuer: None,
             audience: None,
@@ -113,11 +122,40 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
     Ok(Server { session, events, json: args.json, _connector: connector })
 }
 
+/// Whether credentials were given (`--bearer`, `--client-id`): a refusal is then about them.
+static CREDENTIALS_GIVEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether an upstream error is the server refusing the request's credentials.
+fn refused(reason: &str) -> bool {
+    reason.contains("it refused the")
+        || reason.contains("requires authorization")
+        || reason.contains("HTTP 401")
+        || reason.contains("HTTP 403")
+}
+
 /// What went wrong, as the person at the terminal should read it.
 pub fn explain(e: UpstreamError) -> anyhow::Error {
     match e {
         UpstreamError::Rpc { error, .. } => {
             anyhow::anyhow!("the server answered with an error {}: {}", error.code, printable(&error.message))
+        }
+        // Credentials were given and refused: what the server says is wrong with them.
+        UpstreamError::Unavailable { reason, .. } if refused(&reason) && CREDENTIALS_GIVEN.load(Ordering::Relaxed) => {
+            match reason.split_once("; it says: ").map(|(_, said)| said.split("; it asks:").next().unwrap_or(said)) {
+                Some(said) => {
+                    anyhow::anyhow!("the server refused the credentials: {}", printable(said.trim_end_matches(')')))
+                }
+                None => anyhow::anyhow!("the server refused the credentials ({reason})"),
+            }
+        }
+        UpstreamError::Unavailable { reason, .. } if reason.contains("cannot get an access token") => {
+            if reason.contains("invalid_client") {
+                anyhow::anyhow!(
+                    "the authorization server refused the client id or its secret (invalid_client): {reason}"
+                )
+            } else {
+                anyhow::anyhow!("no access token: {reason}")
+            }
         }
         UpstreamError::Unavailable { reason, .. }
             if reason.contains("requires authorization") || reason.contains("HTTP 401") =>
