@@ -114,11 +114,24 @@ fn serve_on_a_port_in_use_says_so_and_nothing_else() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let (dir, file) = config_file("port-in-use");
-    std::fs::write(&file, format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\nbackend = \"memory\"\n")).unwrap();
+    // A stdio upstream that leaves a mark when it starts: it never does, the port being
+    // refused first.
+    let mark = dir.join("started");
+    std::fs::write(
+        &file,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n[store]\nbackend = \"memory\"\n\
+             [[upstream]]\nname = \"marker\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"touch {}; cat\"]\n",
+            mark.display()
+        ),
+    )
+    .unwrap();
     let out = std::process::Command::new(taskgate_bin()).args(["serve", "-c"]).arg(&file).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("cannot start the front door"), "{err}");
     assert!(err.contains("in use") && !err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "the address is named: {err}");
+    assert!(!mark.exists(), "no upstream process was started");
     drop(taken);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -363,4 +376,32 @@ async fn the_stdio_demo_upstream_exits_when_its_stdin_closes() {
         .expect("the stdio demo upstream did not exit after its stdin closed")
         .unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// The admin listener's announcement lists the admin view only when an operator can sign in.
+#[actix_rt::test]
+async fn the_admin_listener_announces_its_view_only_with_an_admin_key() {
+    let (dir, file) = config_file("admin-announce");
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let write = |keys: &str| {
+        std::fs::write(
+            &file,
+            format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"{admin}\"\n[store]\nbackend = \"memory\"\n{keys}"),
+        )
+        .unwrap()
+    };
+    write("");
+    let mut served = ServedGateway::start(&file).await;
+    let line = served.log_line("admin listener").await;
+    assert!(!line.contains("/admin/,") && line.contains("no /admin/"), "{line}");
+    served.kill().await;
+    write(&format!(
+        "[[admin.key]]\nname = \"ops\"\nsha256 = \"{}\"\n",
+        taskgate_core::tenants::hash_key("ops-admin-key-000000000001")
+    ));
+    let mut served = ServedGateway::start(&file).await;
+    let line = served.log_line("admin listener").await;
+    assert!(line.contains("/readyz, /admin/"), "{line}");
+    served.kill().await;
+    let _ = std::fs::remove_dir_all(dir);
 }

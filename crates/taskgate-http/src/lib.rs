@@ -28,4 +28,4 @@ pub mod sse;
 pub mod traced;
 
 pub use actix_web::dev::ServerHandle;
-pub use server::{serve, Running};
+pub use server::{serve, serve_on, Listeners, Running};

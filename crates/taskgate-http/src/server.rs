@@ -117,11 +117,39 @@ pub struct Running {
     pub admin: Option<(SocketAddr, actix_web::dev::Server)>,
 }
 
+/// The listening sockets of a gateway, bound before anything else starts (a port in use is
+/// said before any upstream process is started).
+pub struct Listeners {
+    main: std::net::TcpListener,
+    admin: Option<std::net::TcpListener>,
+}
+
+impl Listeners {
+    /// Binds `config.server.listen` (or `listen` when given) and `server.admin_listen`; an
+    /// error names the address that could not be had.
+    pub fn bind(config: &taskgate_config::Config, listen: Option<SocketAddr>) -> std::io::Result<Listeners> {
+        let addr = listen.unwrap_or_else(|| config.listen_addr());
+        let named = |addr: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
+        let main = std::net::TcpListener::bind(addr).map_err(|e| named(&addr.to_string(), e))?;
+        let admin = match &config.server.admin_listen {
+            Some(admin) => Some(std::net::TcpListener::bind(admin.as_str()).map_err(|e| named(admin, e))?),
+            None => None,
+        };
+        Ok(Listeners { main, admin })
+    }
+}
+
 /// Binds `gateway.config().server.listen` (or `listen` when given) and returns the server,
 /// not yet polled: spawn or await `server`. Call inside an actix system.
 pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Running> {
+    let listeners = Listeners::bind(gateway.config(), listen)?;
+    serve_on(gateway, listeners)
+}
+
+/// [`serve`] on listeners bound already.
+pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Running> {
     let config = gateway.config().clone();
-    let addr = listen.unwrap_or_else(|| config.listen_addr());
+    let addr = listeners.main.local_addr()?;
     let workers = match config.server.workers {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
@@ -203,12 +231,12 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
     .disable_signals()
     // The graceful drain happens before the server is stopped (see `taskgate serve`).
     .shutdown_timeout(1)
-    .bind(addr)?;
+    .listen(listeners.main)?;
     let addr = server.addrs()[0];
     let server = server.run();
     let handle = server.handle();
     tracing::info!(%addr, max_connections = connections, max_connections_per_peer = per_peer, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
-    let admin = match &config.server.admin_listen {
+    let admin = match listeners.admin {
         Some(admin) => {
             let admin_data = data.clone();
             let admin_routes = crate::admin::Shared::new().routes();
@@ -217,9 +245,13 @@ pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Ru
             })
             .workers(1)
             .disable_signals()
-            .bind(admin.as_str())?;
+            .listen(admin)?;
             let admin_addr = admin.addrs()[0];
-            tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz, /admin/");
+            if config.admin.keys.is_empty() {
+                tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz (no [[admin.key]]: no /admin/)");
+            } else {
+                tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz, /admin/");
+            }
             Some((admin_addr, admin.run()))
         }
         None => None,

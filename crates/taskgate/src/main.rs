@@ -286,6 +286,9 @@ fn run_gateway(
     tuning.log();
     actix_rt::System::new().block_on(async move {
         let poll = config.server.config_poll_ms;
+        // The listeners first: a port in use is said before any upstream process starts.
+        let listeners =
+            taskgate_http::Listeners::bind(&config, listen).context("cannot start the front door")?;
         let gateway = Gateway::start(config).map_err(problems)?;
         // Tasks the previous process left unfinished are followed again or failed before the
         // first request is served.
@@ -295,11 +298,13 @@ fn run_gateway(
         actix_rt::spawn(watch_config(path, gateway.clone(), poll, hangup));
         // Listened for before anything is announced: a signal sent once we are up is never missed.
         let mut signals = ShutdownSignals::new()?;
-        let running = front_door(&gateway, listen).await?;
+        let running = front_door(&gateway, listeners).await?;
         let handle = running.handle.clone();
         println!("taskgate listening on http://{}/mcp", running.addr);
         if let Some((addr, admin)) = running.admin {
-            println!("admin listener on http://{addr} (/metrics, /healthz, /readyz, /admin/)");
+            // The admin view only when an operator can sign in to it (it is 404 otherwise).
+            let view = if gateway.admin_config().keys.is_empty() { "" } else { ", /admin/" };
+            println!("admin listener on http://{addr} (/metrics, /healthz, /readyz{view})");
             actix_rt::spawn(admin);
         }
         let grace = std::time::Duration::from_secs(gateway.config().server.shutdown_grace_secs);
@@ -320,8 +325,11 @@ fn run_gateway(
 /// Binds the front door. When it cannot (the port is in use), the gateway is stopped inside the
 /// runtime (its stdio processes too) before the error is returned: its actors must not be left
 /// to start as the runtime is dropped.
-async fn front_door(gateway: &Gateway, listen: Option<SocketAddr>) -> anyhow::Result<taskgate_http::Running> {
-    match taskgate_http::serve(gateway.clone(), listen) {
+async fn front_door(
+    gateway: &Gateway,
+    listeners: taskgate_http::Listeners,
+) -> anyhow::Result<taskgate_http::Running> {
+    match taskgate_http::serve_on(gateway.clone(), listeners) {
         Ok(running) => Ok(running),
         Err(e) => {
             gateway.shutdown().await;
@@ -439,6 +447,7 @@ fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Re
     tuning.log();
     let exe = std::env::current_exe().context("cannot find the taskgate executable for the stdio demo upstream")?;
     actix_rt::System::new().block_on(async move {
+        let listeners = taskgate_http::Listeners::bind(&config, None).context("cannot start the front door")?;
         // 'demo' runs tasks natively; 'local' has plain tools that the gateway wraps as tasks.
         let demo = taskgate_demo::DemoServer::with_tasks();
         let upstream = taskgate_demo::http::serve(demo, "127.0.0.1:0").context("cannot start the demo upstream")?;
@@ -448,7 +457,7 @@ fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Re
         let gateway = Gateway::start(config).map_err(problems)?;
         recover(&gateway).await?;
         let mut signals = ShutdownSignals::new()?;
-        let running = front_door(&gateway, None).await?;
+        let running = front_door(&gateway, listeners).await?;
         let handle = running.handle.clone();
         let url = format!("http://{}/mcp", running.addr);
         println!("taskgate demo listening on {url}");
