@@ -29,6 +29,16 @@ fn the_example_config_is_valid() {
     assert!(!config.upstreams[1].prefix);
     assert_eq!(config.tenants.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["acme", "globex"]);
     assert!(config.tenants.iter().all(|t| !t.anonymous), "no anonymous access in production");
+    let first = std::fs::read_to_string(repo_file("config/taskgate.toml")).unwrap();
+    assert!(first.lines().next().unwrap().contains("ACME_JWT_SECRET"), "its first line says what it needs");
+    // The demo's file checks as `taskgate demo` runs it, with its built-in upstreams.
+    let out = std::process::Command::new(taskgate_bin())
+        .args(["check-config"])
+        .arg(repo_file("config/demo.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("the demo's 2 built-in upstreams"));
 }
 
 #[test]
@@ -386,7 +396,9 @@ async fn the_admin_listener_announces_its_view_only_with_an_admin_key() {
     let write = |keys: &str| {
         std::fs::write(
             &file,
-            format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"{admin}\"\n[store]\nbackend = \"memory\"\n{keys}"),
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"{admin}\"\n[store]\nbackend = \"memory\"\n{keys}"
+            ),
         )
         .unwrap()
     };

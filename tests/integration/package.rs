@@ -47,8 +47,9 @@ async fn the_debian_package_installs_runs_as_its_user_and_purges() {
         "./usr/bin/taskgate",
         "./etc/taskgate/taskgate.toml",
         "./usr/lib/systemd/system/taskgate.service",
-        "./usr/share/doc/taskgate/admin.md",
+        "./usr/share/doc/taskgate/docs/admin.md",
         "./usr/share/taskgate/dashboards/prometheus/alerts.yml",
+        "./usr/share/taskgate/dashboards/provisioning/datasources/prometheus.yaml",
     ] {
         assert!(contents.contains(path), "{path} is not in the package: {contents}");
     }
@@ -83,6 +84,24 @@ async fn the_debian_package_installs_runs_as_its_user_and_purges() {
     }
     let (checked, text) = run("/usr/bin/taskgate", &["check-config", "/etc/taskgate/taskgate.toml"]);
     assert!(checked, "the packaged configuration: {text}");
+    // Every link of the installed documentation to another of its files resolves.
+    let mut broken = Vec::new();
+    let docs = std::path::Path::new("/usr/share/doc/taskgate");
+    let mut pages = vec![docs.join("README.md")];
+    pages.extend(std::fs::read_dir(docs.join("docs")).unwrap().map(|e| e.unwrap().path()));
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        for link in text.split("](").skip(1).filter_map(|rest| rest.split(')').next()) {
+            let target = link.split('#').next().unwrap();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            if !page.parent().unwrap().join(target).exists() {
+                broken.push(format!("{}: {link}", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that do not resolve where the package installs them: {broken:?}");
 
     // The installed binary, as the package's user, with the packaged configuration (on free
     // ports): it serves, its store is in its state directory, and SIGTERM stops it cleanly.
@@ -113,6 +132,20 @@ async fn the_debian_package_installs_runs_as_its_user_and_purges() {
     unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGTERM) };
     let status = within(child.wait()).await.unwrap();
     assert!(status.success(), "{status}");
+    // A run by hand as root left the database root's: the service's user is told it is not
+    // damaged and whose it is, never to repair it.
+    assert!(run("chown", &["root:root", "/var/lib/taskgate/tasks.redb"]).0);
+    let refused = tokio::process::Command::new("setpriv")
+        .args(["--reuid=taskgate", "--regid=taskgate", "--init-groups", "/usr/bin/taskgate", "serve"])
+        .args(["--config", "/etc/taskgate/taskgate.toml", "--listen", &format!("127.0.0.1:{main}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .current_dir("/var/lib/taskgate")
+        .output();
+    let refused = within(refused).await.unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("not damaged") && said.contains("chown") && !said.contains("store repair"), "{said}");
+    assert!(run("chown", &["taskgate:taskgate", "/var/lib/taskgate/tasks.redb"]).0);
 
     // Purged: nothing is left.
     let (purged, text) = run("dpkg", &["--purge", "taskgate"]);

@@ -129,7 +129,8 @@ impl Listeners {
     /// error names the address that could not be had.
     pub fn bind(config: &taskgate_config::Config, listen: Option<SocketAddr>) -> std::io::Result<Listeners> {
         let addr = listen.unwrap_or_else(|| config.listen_addr());
-        let named = |addr: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
+        let named =
+            |addr: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
         let main = std::net::TcpListener::bind(addr).map_err(|e| named(&addr.to_string(), e))?;
         let admin = match &config.server.admin_listen {
             Some(admin) => Some(std::net::TcpListener::bind(admin.as_str()).map_err(|e| named(admin, e))?),

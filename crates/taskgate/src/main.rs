@@ -245,9 +245,20 @@ fn hash_key(key: Option<String>) -> anyhow::Result<()> {
 fn check_config(file: &std::path::Path) -> ExitCode {
     let name = file.display().to_string();
     let env = |key: &str| std::env::var(key).ok();
-    let read = std::fs::read_to_string(file)
-        .map_err(|source| ConfigError::Read { path: name.clone(), source })
-        .and_then(|text| Config::read(&text, &name, &env));
+    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read { path: name.clone(), source });
+    // The demo's own file is checked as `taskgate demo` runs it: with its two upstreams.
+    let demo = text.as_ref().is_ok_and(|text| text == DEMO_CONFIG);
+    let read = text.and_then(|text| {
+        if demo {
+            let mut config = Config::parse_unvalidated(&text, &name, &env)?;
+            let exe = std::env::current_exe().map_or_else(|_| "taskgate".into(), |e| e.display().to_string());
+            config.upstreams.extend(demo_upstreams("http://127.0.0.1:1/mcp", &exe));
+            let problems = config.validate().err().unwrap_or_default();
+            Ok((config, problems))
+        } else {
+            Config::read(&text, &name, &env)
+        }
+    });
     let (config, mut problems) = match read {
         Ok(read) => read,
         Err(e) => {
@@ -270,7 +281,12 @@ fn check_config(file: &std::path::Path) -> ExitCode {
     } else {
         format!("{} tenants", config.tenants.len())
     };
-    println!("{}: ok ({} upstreams, {tenants})", file.display(), config.upstreams.len());
+    let upstreams = if demo {
+        "the demo's 2 built-in upstreams".to_string()
+    } else {
+        format!("{} upstreams", config.upstreams.len())
+    };
+    println!("{}: ok ({upstreams}, {tenants})", file.display());
     ExitCode::SUCCESS
 }
 
@@ -287,8 +303,7 @@ fn run_gateway(
     actix_rt::System::new().block_on(async move {
         let poll = config.server.config_poll_ms;
         // The listeners first: a port in use is said before any upstream process starts.
-        let listeners =
-            taskgate_http::Listeners::bind(&config, listen).context("cannot start the front door")?;
+        let listeners = taskgate_http::Listeners::bind(&config, listen).context("cannot start the front door")?;
         let gateway = Gateway::start(config).map_err(problems)?;
         // Tasks the previous process left unfinished are followed again or failed before the
         // first request is served.
@@ -325,10 +340,7 @@ fn run_gateway(
 /// Binds the front door. When it cannot (the port is in use), the gateway is stopped inside the
 /// runtime (its stdio processes too) before the error is returned: its actors must not be left
 /// to start as the runtime is dropped.
-async fn front_door(
-    gateway: &Gateway,
-    listeners: taskgate_http::Listeners,
-) -> anyhow::Result<taskgate_http::Running> {
+async fn front_door(gateway: &Gateway, listeners: taskgate_http::Listeners) -> anyhow::Result<taskgate_http::Running> {
     match taskgate_http::serve_on(gateway.clone(), listeners) {
         Ok(running) => Ok(running),
         Err(e) => {
@@ -439,6 +451,15 @@ fn problems(problems: Vec<taskgate_config::Problem>) -> anyhow::Error {
 /// The demo's configuration: tenants and limits (its upstreams are added at start).
 const DEMO_CONFIG: &str = include_str!("../../../config/demo.toml");
 
+/// The demo's two built-in upstreams: 'demo' at `url` (native tasks) and 'local', this
+/// executable's stdio demo upstream (plain tools, wrapped as tasks by the gateway).
+fn demo_upstreams(url: &str, exe: &str) -> [UpstreamConfig; 2] {
+    [
+        UpstreamConfig::http("demo", url),
+        UpstreamConfig::stdio("local", exe, vec!["demo-upstream".into(), "--stdio".into()]),
+    ]
+}
+
 fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Result<()> {
     let mut config = Config::parse_unvalidated(DEMO_CONFIG, "config/demo.toml", &|key| std::env::var(key).ok())?;
     config.server.listen = listen.to_string();
@@ -451,8 +472,7 @@ fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Re
         // 'demo' runs tasks natively; 'local' has plain tools that the gateway wraps as tasks.
         let demo = taskgate_demo::DemoServer::with_tasks();
         let upstream = taskgate_demo::http::serve(demo, "127.0.0.1:0").context("cannot start the demo upstream")?;
-        config.upstreams.push(UpstreamConfig::http("demo", upstream.url.clone()));
-        config.upstreams.push(UpstreamConfig::stdio("local", exe.display().to_string(), vec!["demo-upstream".into(), "--stdio".into()]));
+        config.upstreams.extend(demo_upstreams(&upstream.url, &exe.display().to_string()));
         config.validate().map_err(problems)?;
         let gateway = Gateway::start(config).map_err(problems)?;
         recover(&gateway).await?;

@@ -35,7 +35,7 @@ mod open;
 mod repair;
 
 use handle::{Damage, Handle, DAMAGED, DISK_FAILED};
-use open::{check_a_copy, open_database, refuse_an_empty_file};
+use open::{check_a_copy, open_database, refuse_a_file_of_another_user, refuse_an_empty_file};
 pub use open::{DEFAULT_CACHE_BYTES, FILE_NAME};
 
 pub use repair::{check_file, repair_file, Inspection};
@@ -173,6 +173,7 @@ impl FileTaskStore {
             .map_err(|e| StoreError::Backend(format!("cannot create the data directory {shown}: {e}")))?;
         let path = dir.join(FILE_NAME);
         if refuse_an_empty_file(&path)? {
+            refuse_a_file_of_another_user(&path)?;
             check_a_copy(&path)?;
         }
         let db = open_database(&path, cache_bytes)?;

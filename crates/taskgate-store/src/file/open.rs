@@ -30,6 +30,31 @@ pub(super) fn refuse_an_empty_file(path: &Path) -> Result<bool, StoreError> {
     }
 }
 
+/// Refuses a file this process may not write, saying whose it is: a file left by a run as
+/// another user (root, by hand) is not damaged, and is not to be repaired.
+pub(super) fn refuse_a_file_of_another_user(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let owner = std::fs::metadata(path).map(|m| (m.uid(), m.gid())).unwrap_or_default();
+            // SAFETY: geteuid only reads this process's effective user id.
+            let me = unsafe { libc::geteuid() };
+            Err(StoreError::Backend(format!(
+                "cannot write the task database {}: permission denied (the file belongs to uid {}, gid {}; taskgate \
+                 runs as uid {me}). It is not damaged: give it back to the user taskgate runs as (for the package: \
+                 `chown -R taskgate:taskgate {}`), and run taskgate by hand as that user \
+                 (`sudo -u taskgate taskgate serve --config /etc/taskgate/taskgate.toml`)",
+                path.display(),
+                owner.0,
+                owner.1,
+                path.parent().map_or_else(|| path.display().to_string(), |d| d.display().to_string())
+            )))
+        }
+        Err(_) => Ok(()), // said by what opens it next
+    }
+}
+
 /// Opens (or creates) the database file; a crash's unfinished commit is rolled back here.
 pub(super) fn open_database(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
     let opened = catch_quietly(|| Database::builder().set_cache_size(cache_bytes).create(path));
