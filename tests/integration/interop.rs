@@ -338,3 +338,30 @@ async fn the_first_listing_page_holds_every_upstreams_resources() {
     assert!(uris.iter().any(|u| u.starts_with("taskgate://demo/")), "the demo's: {uris:?}");
     assert!(uris.iter().any(|u| !u.starts_with("taskgate://")), "server-everything's: {uris:?}");
 }
+
+/// One-shot clients on the default configuration (each a session that declares nothing, makes
+/// one call and goes away without DELETE, as the Inspector CLI of Node 20's `npx` does) in
+/// front of an npm stdio server: 30 in a row and 20 four at a time all get their answer, and
+/// the processes follow the work in flight, never past `max_processes` (16).
+#[actix_rt::test]
+async fn one_shot_clients_on_the_defaults_never_run_a_stdio_server_out_of_processes() {
+    let gw = TestGateway::start(config_with(vec![everything_over_stdio()]));
+    let one_shot = |url: String| async move {
+        let mut c = taskgate_testkit::McpClient::new(&url);
+        c.initialize().await;
+        c.call("echo", serde_json::json!({"message": "one shot"})).await
+        // dropped without DELETE, and without ever listening
+    };
+    for n in 0..30 {
+        let answer = one_shot(gw.url.clone()).await;
+        assert!(answer.is_ok(), "run {n}: {answer:?}");
+        assert!(gw.gateway.upstream_processes("everything").unwrap_or(0) <= 16);
+    }
+    for batch in 0..5 {
+        let runs = (0..4).map(|_| one_shot(gw.url.clone()));
+        for (n, answer) in futures_util::future::join_all(runs).await.into_iter().enumerate() {
+            assert!(answer.is_ok(), "batch {batch}, run {n}: {answer:?}");
+        }
+    }
+    assert!(gw.gateway.upstream_processes("everything").unwrap_or(0) <= 16);
+}

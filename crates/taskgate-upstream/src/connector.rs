@@ -56,9 +56,50 @@ impl Connector {
 
     fn of(endpoint: Endpoint) -> Connector {
         let endpoint = Arc::new(endpoint);
-        Connector {
+        let connector = Connector {
             inner: Arc::new(ConnectorInner { endpoint, shared: Default::default(), pooled: Default::default() }),
+        };
+        // Every process place taken: the shared and pooled sessions no client holds end first.
+        let weak = Arc::downgrade(&connector.inner);
+        connector.inner.endpoint.when_full(Arc::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                Connector { inner }.end_idle();
+            }
+        }));
+        connector
+    }
+
+    /// Adds what to call when a new stdio process finds every place under `max_processes`
+    /// (or its holder's share) taken: whoever holds sessions it is not using lets them go; the
+    /// new process waits for a place a few seconds meanwhile, and sessions no client holds end
+    /// at once rather than after `shared_idle_secs` while it does.
+    pub fn when_full(&self, reclaim: Arc<dyn Fn() + Send + Sync>) {
+        self.inner.endpoint.when_full(reclaim);
+    }
+
+    /// Ends the shared and pooled sessions no client session holds now.
+    fn end_idle(&self) {
+        let idle = |s: &Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle());
+        let ended: Vec<Arc<SessionInner>> = {
+            let mut shared = self.inner.shared.lock();
+            let keys: Vec<String> = shared.iter().filter(|(_, s)| idle(s)).map(|(k, _)| k.clone()).collect();
+            keys.iter().filter_map(|k| shared.remove(k)).collect()
+        };
+        let pooled: Vec<Arc<SessionInner>> = {
+            let mut pool = self.inner.pooled.lock();
+            let mut ended = Vec::new();
+            for sessions in pool.values_mut() {
+                let (idle_ones, kept): (Vec<_>, Vec<_>) = std::mem::take(sessions).into_iter().partition(|s| idle(s));
+                *sessions = kept;
+                ended.extend(idle_ones);
+            }
+            pool.retain(|_, sessions| !sessions.is_empty());
+            ended
+        };
+        if !ended.is_empty() || !pooled.is_empty() {
+            tracing::debug!(upstream = %self.name(), shared = ended.len(), pooled = pooled.len(), "every process place taken: idle sessions end");
         }
+        drop((ended, pooled)); // their DELETEs are spawned by their drops
     }
 
     /// Stops every stdio process of this upstream in the order basic/lifecycle "Shutdown"
@@ -227,7 +268,8 @@ impl Connector {
                 .flatten()
                 .filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle()))
                 .count();
-            let idle = match idle_now > MAX_IDLE_SHARED {
+            // A new process waiting for a place: no idle wait.
+            let idle = match idle_now > MAX_IDLE_SHARED || inner.endpoint.pressed() {
                 true => Duration::ZERO,
                 false => Duration::from_secs(inner.endpoint.config().shared_idle_secs),
             };
@@ -264,7 +306,7 @@ impl Connector {
             let crowded = pool.len() > MAX_IDLE_SHARED
                 && pool.values().filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())).count()
                     > MAX_IDLE_SHARED;
-            if crowded {
+            if crowded || self.inner.endpoint.pressed() {
                 idle = Duration::ZERO;
             }
         }

@@ -55,6 +55,14 @@ pub(crate) struct Endpoint {
     pub(crate) restart: tokio::sync::watch::Sender<u64>,
     /// Processes running now, by the holder they count against (a tenant: [`ProcessShare`]).
     held: Held,
+    /// Told when a process's place is given back.
+    freed: Arc<tokio::sync::Notify>,
+    /// New processes waiting for a place now: while any does, sessions nobody holds end at
+    /// once rather than after their idle time.
+    waiting: std::sync::atomic::AtomicUsize,
+    /// What to call when the places are all taken: whoever holds sessions it is not using
+    /// lets them go (the gateway's idle client sessions).
+    on_full: parking_lot::Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
     /// How long a new stdio process may take to answer the revision probe.
     pub(crate) probe_wait: std::time::Duration,
 }
@@ -79,7 +87,8 @@ pub struct ProcessShare {
 /// One process's place under the upstream's `max_processes` and its holder's share, given back
 /// when dropped (once the process has exited).
 pub(crate) struct ProcessPlace {
-    _permit: OwnedSemaphorePermit,
+    freed: Arc<tokio::sync::Notify>,
+    permit: Option<OwnedSemaphorePermit>,
     held: Option<(Held, Arc<str>)>,
 }
 
@@ -94,8 +103,14 @@ impl Drop for ProcessPlace {
                 }
             }
         }
+        // The place first, then the notice: a waiter woken finds it.
+        drop(self.permit.take());
+        self.freed.notify_waiters();
     }
 }
+
+/// How long a new process waits for a place while idle sessions let theirs go.
+const PLACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Endpoint {
     /// The endpoint of one upstream, its requests reported to `observer`.
@@ -124,7 +139,62 @@ impl Endpoint {
             shutdown,
             restart,
             held: Arc::default(),
+            freed: Arc::default(),
+            waiting: Default::default(),
+            on_full: Default::default(),
             probe_wait: STDIO_PROBE_WAIT,
+        }
+    }
+
+    /// Adds what to call when every process place is taken (see [`Endpoint::on_full`]).
+    pub(crate) fn when_full(&self, reclaim: Arc<dyn Fn() + Send + Sync>) {
+        self.on_full.lock().push(reclaim);
+    }
+
+    /// Whether a new process waits for a place now.
+    pub(crate) fn pressed(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    /// A place for a new process ([`Endpoint::process_place`]); when they are all taken, the
+    /// sessions nobody is using are asked to let theirs go, and the place is waited for (at
+    /// most [`PLACE_WAIT`]): processes follow the work in flight, not the sessions left open.
+    pub(crate) async fn process_place_waiting(
+        &self,
+        share: Option<&ProcessShare>,
+    ) -> Result<ProcessPlace, UpstreamError> {
+        let refused = match self.process_place(share) {
+            Ok(place) => return Ok(place),
+            Err(refused) => refused,
+        };
+        let reclaim: Vec<_> = self.on_full.lock().clone();
+        if reclaim.is_empty() {
+            return Err(refused);
+        }
+        struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _waiting = Waiting(&self.waiting);
+        for reclaim in &reclaim {
+            reclaim();
+        }
+        let deadline = tokio::time::Instant::now() + PLACE_WAIT;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match self.process_place(share) {
+                Ok(place) => return Ok(place),
+                Err(refused) if tokio::time::Instant::now() >= deadline => return Err(refused),
+                Err(_) => {}
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return self.process_place(share);
+            }
         }
     }
 
@@ -137,7 +207,7 @@ impl Endpoint {
             let permit = self.processes.clone().try_acquire_owned();
             let permit =
                 permit.map_err(|_| full(format!("it already runs its maximum of {max} processes (max_processes)")))?;
-            return Ok(ProcessPlace { _permit: permit, held: None });
+            return Ok(ProcessPlace { freed: self.freed.clone(), permit: Some(permit), held: None });
         };
         let limit = (max.saturating_mul(share.percent.min(100)) / 100).max(1);
         let mut held = self.held.lock();
@@ -152,7 +222,11 @@ impl Endpoint {
         let permit =
             permit.map_err(|_| full(format!("it already runs its maximum of {max} processes (max_processes)")))?;
         *held.entry(share.holder.clone()).or_default() += 1;
-        Ok(ProcessPlace { _permit: permit, held: Some((self.held.clone(), share.holder.clone())) })
+        Ok(ProcessPlace {
+            freed: self.freed.clone(),
+            permit: Some(permit),
+            held: Some((self.held.clone(), share.holder.clone())),
+        })
     }
 
     /// What the requests of a channel made for `caller` carry (`None`: no OAuth configured).

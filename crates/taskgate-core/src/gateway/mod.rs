@@ -131,6 +131,18 @@ impl Gateway {
         let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
         let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
         let sessions = Arc::new(Sessions::new(config.server.max_sessions, metrics.clone()));
+        // An upstream whose process places are all taken asks the client sessions holding
+        // nothing at it (a one-shot client that never ended its session) to let theirs go now,
+        // not after `server.upstream_release_secs`.
+        for connector in &connectors {
+            let (sessions, clock) = (Arc::downgrade(&sessions), clock.clone());
+            connector.when_full(Arc::new(move || {
+                if let Some(sessions) = sessions.upgrade() {
+                    let now = clock.now_ms();
+                    crate::tasks::RequestorSessions::release_idle(&*sessions, now, now);
+                }
+            }));
+        }
         let router =
             Router::new(connectors.clone(), catalog.clone(), sessions.clone(), &config.federation, metrics.clone())
                 .start();

@@ -132,7 +132,7 @@ impl UpstreamSession {
                 self.inner.endpoint.authorizer(self.inner.caller.get()),
             ))),
             Transport::Stdio => {
-                let permit = self.inner.endpoint.process_place(self.inner.process_share.get())?;
+                let permit = self.inner.endpoint.process_place_waiting(self.inner.process_share.get()).await?;
                 let stop_signals = self.inner.endpoint.stop_signals();
                 let spawned =
                     StdioChannel::spawn(config, permit, incoming_tx, self.inner.routes.clone(), stop_signals)?;
