@@ -327,12 +327,13 @@ async fn with_redis_any_replica_sees_and_acts_on_every_replica() {
 async fn the_admin_page_in_a_browser_follows_a_task_to_its_end() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-    let demo = DemoUpstream::start();
+    // Its tasks native: the page shows what the task says it is doing.
+    let demo = DemoUpstream::start_with_tasks();
     let dir = tempfile::tempdir().unwrap();
     let gateway = ServedGateway::start(&config(dir.path(), &demo, "page", "")).await;
     let mut c = McpClient::new(&gateway.url);
     c.initialize().await;
-    crate::support::create(&mut c, "demo__echo", json!({"text": "an earlier task"})).await;
+    crate::support::create(&mut c, "demo__slow", json!({"ms": 1})).await;
     let task = c
         .request(
             "tools/call",
@@ -345,6 +346,13 @@ async fn the_admin_page_in_a_browser_follows_a_task_to_its_end() {
         .unwrap()
         .to_owned();
     demo.demo.release("page-1");
+    // The native task's own status message, once a poll has brought it.
+    let said_by_task = |tasks: &Value| {
+        tasks["tasks"].as_array().is_some_and(|all| {
+            all.iter().any(|t| t["taskId"] == task.as_str() && t["statusMessage"] == "The demo tool is running.")
+        })
+    };
+    Admin::of(&gateway).until("/admin/api/tasks", said_by_task).await;
 
     let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     let shots = std::env::var_os("CARGO_TARGET_DIR").map_or(shots, |t| std::path::PathBuf::from(t).join("screenshots"));
@@ -373,6 +381,8 @@ async fn the_admin_page_in_a_browser_follows_a_task_to_its_end() {
     assert_eq!(working["seen"]["status"], "working", "{working}");
     assert_eq!((working["seen"]["value"].as_f64(), working["seen"]["max"].as_f64()), (Some(1.0), Some(3.0)));
     assert!(working["seen"]["label"].as_str().unwrap().contains("step 1 of 3"), "{working}");
+    // What the native task says it is doing, beside its progress.
+    assert_eq!(working["seen"]["message"], "The demo tool is running.", "{working}");
     assert_eq!(working["seen"]["cancel"], true, "a live task can be cancelled from the page");
     demo.demo.release("page-2");
     stdin.write_all(b"next\n").await.unwrap();

@@ -417,3 +417,18 @@ async fn the_admin_listener_announces_its_view_only_with_an_admin_key() {
     served.kill().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An OAuth issuer written with a trailing slash passes check-config with a note saying why it
+/// may not match its authorization server's metadata.
+#[test]
+fn check_config_notes_an_issuer_with_a_trailing_slash() {
+    let (dir, file) = config_file("issuer-slash");
+    let text = "[server]\npublic_url = \"https://gw.example.com/mcp\"\n[store]\nbackend = \"memory\"\n\
+                [[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"https://idp.example.com/\"\n";
+    std::fs::write(&file, text).unwrap();
+    let out = std::process::Command::new(taskgate_bin()).arg("check-config").arg(&file).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("note: tenant[0] (\"acme\").oauth[0].issuer") && said.contains("ends with '/'"), "{said}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -160,6 +160,38 @@ async fn a_task_shows_its_status_and_progress_until_it_ends_and_the_tasks_comman
     let unknown = taskgate(&["tasks", "get", &gw.url, "no-such-task", "--bearer", KEY], &[]).await;
     assert_eq!(unknown.code, 1);
     assert!(unknown.stderr.contains("-32602"), "{}", unknown.stderr);
+    // A task followed by `call --task` and cancelled elsewhere: said so, in both revisions.
+    for (n, revision) in ["2026-07-28", "2025-11-25"].into_iter().enumerate() {
+        let gate = format!("cancelled-elsewhere-{n}");
+        let args = [
+            "call",
+            &gw.url,
+            "demo__wait",
+            "--arg",
+            &format!("gate={gate}"),
+            "--task",
+            "--bearer",
+            KEY,
+            "--revision",
+            revision,
+        ]
+        .map(str::to_owned);
+        let followed = tokio::spawn(async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            taskgate(&args, &[]).await
+        });
+        within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+        let tasks = c.request("tasks/list", None).await.outcome().unwrap();
+        let working = tasks["tasks"].as_array().unwrap().iter().find(|t| t["status"] == "working").unwrap()["taskId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        c.request("tasks/cancel", Some(json!({ "taskId": working }))).await.outcome().unwrap();
+        let ran = followed.await.unwrap();
+        assert_eq!(ran.code, 1, "{revision}: {}", ran.stderr);
+        assert!(ran.stderr.contains("was cancelled") && !ran.stderr.contains("-32603"), "{revision}: {}", ran.stderr);
+        within(demo.demo.wait_in_flight(|n| *n == 0)).await;
+    }
 }
 
 /// Sends SIGINT to a running command, as Ctrl-C at a terminal does.

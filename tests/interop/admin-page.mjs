@@ -46,6 +46,7 @@ try {
         value: bar && bar.hasAttribute("value") ? Number(bar.getAttribute("value")) : null,
         max: bar && bar.hasAttribute("max") ? Number(bar.getAttribute("max")) : null,
         label: tr.querySelector(".progress-label")?.textContent ?? null,
+        message: tr.querySelector(".status-message")?.textContent ?? null,
         cancel: !!tr.querySelector("button[data-action]"),
       };
     }, task);

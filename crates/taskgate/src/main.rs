@@ -287,6 +287,15 @@ fn check_config(file: &std::path::Path) -> ExitCode {
         format!("{} upstreams", config.upstreams.len())
     };
     println!("{}: ok ({upstreams}, {tenants})", file.display());
+    // What only the authorization server can confirm: said, not refused.
+    for (i, t) in config.tenants.iter().enumerate() {
+        for (j, o) in t.oauth.iter().enumerate().filter(|(_, o)| o.issuer.ends_with('/')) {
+            println!(
+                "note: tenant[{i}] ({:?}).oauth[{j}].issuer {:?} ends with '/': it must equal the issuer its metadata names to the last character, and most authorization servers name theirs without it",
+                t.id, o.issuer
+            );
+        }
+    }
     ExitCode::SUCCESS
 }
 

@@ -307,6 +307,12 @@ fn task_row(html: &mut String, task: &Value) {
         _ if live => "<progress></progress>".to_owned(),
         _ => String::new(),
     };
+    // What the task says of itself (a native task's status message: "Gathering sources…"),
+    // beside its status.
+    let said = match task["statusMessage"].as_str() {
+        Some(m) if !m.is_empty() => format!(r#"<br><span class="muted status-message">{}</span>"#, escape(m)),
+        _ => String::new(),
+    };
     let cancel = if live {
         format!(r#"<button data-action="/admin/api/tasks/{id}/cancel" title="Cancel task {id}">Cancel</button>"#)
     } else {
@@ -314,7 +320,7 @@ fn task_row(html: &mut String, task: &Value) {
     };
     let _ = writeln!(
         html,
-        r#"<tr data-task="{id}" data-status="{status}"><td><code title="{id}">{short}</code></td><td>{tenant}</td><td>{principal}</td><td>{upstream}</td><td>{tool}</td><td class="status status-{status}">{status}</td><td class="progress">{bar}</td><td>{age} s</td><td>{cancel}</td></tr>"#,
+        r#"<tr data-task="{id}" data-status="{status}"><td><code title="{id}">{short}</code></td><td>{tenant}</td><td>{principal}</td><td>{upstream}</td><td>{tool}</td><td class="status status-{status}">{status}{said}</td><td class="progress">{bar}</td><td>{age} s</td><td>{cancel}</td></tr>"#,
         short = escape(&id.chars().take(8).collect::<String>()),
         status = escape(status),
         tenant = text(&task["tenant"]),
@@ -367,10 +373,14 @@ mod tests {
         let mut html = String::new();
         task_row(
             &mut html,
-            &serde_json::json!({"taskId": "<b>", "status": "working", "tenant": "<script>", "progress": {"progress": 1, "total": 4, "message": "<i>"}}),
+            &serde_json::json!({"taskId": "<b>", "status": "working", "tenant": "<script>", "statusMessage": "<u>Gathering sources", "progress": {"progress": 1, "total": 4, "message": "<i>"}}),
         );
-        assert!(!html.contains("<script>") && !html.contains("<i>") && !html.contains("<b>"), "{html}");
+        assert!(
+            !html.contains("<script>") && !html.contains("<i>") && !html.contains("<b>") && !html.contains("<u>"),
+            "{html}"
+        );
         assert!(html.contains(r#"<progress value="1" max="4">"#), "{html}");
+        assert!(html.contains(r#"<span class="muted status-message">&lt;u&gt;Gathering sources</span>"#), "{html}");
     }
 
     #[test]

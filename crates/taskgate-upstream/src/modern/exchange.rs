@@ -408,7 +408,13 @@ impl UpstreamSession {
                 }
                 "cancelled" => {
                     state.forget_task(task_id);
-                    return Err(state.rpc(ErrorObject::new(codes::INTERNAL_ERROR, "the upstream cancelled the task")));
+                    // Cancelled (by whoever cancelled it: the task's status message says, when
+                    // it does), not failed.
+                    let message = match task.get("statusMessage").and_then(Value::as_str) {
+                        Some(why) if !why.is_empty() => format!("the task was cancelled: {why}"),
+                        _ => "the task was cancelled".to_owned(),
+                    };
+                    return Err(state.rpc(ErrorObject::new(codes::INTERNAL_ERROR, message)));
                 }
                 "input_required" => {
                     if let Some(Value::Object(asks)) = task.get("inputRequests") {

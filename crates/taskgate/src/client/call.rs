@@ -220,7 +220,12 @@ pub async fn follow(
             print_result(&result, server.json);
             Ok(exit_of(&result))
         }
-        // A failed or cancelled task's result is the error it ended with.
+        // A cancelled task: said so (whoever cancelled it).
+        Err(UpstreamError::Rpc { error, .. }) if error.message.contains("cancelled") => {
+            eprintln!("task {task_id} was cancelled ({})", super::printable(&error.message));
+            Ok(ExitCode::FAILURE)
+        }
+        // A failed task's result is the error it ended with.
         Err(UpstreamError::Rpc { error, .. }) => {
             eprintln!("task {task_id} ended with an error {}: {}", error.code, super::printable(&error.message));
             Ok(ExitCode::FAILURE)
