@@ -365,3 +365,57 @@ async fn one_shot_clients_on_the_defaults_never_run_a_stdio_server_out_of_proces
     }
     assert!(gw.gateway.upstream_processes("everything").unwrap_or(0) <= 16);
 }
+
+/// The MCP Inspector's CLI (0.15, what Node 20's `npx @modelcontextprotocol/inspector --cli`
+/// runs: it never ends its sessions) calling an npm stdio server through the real gateway on
+/// the default configuration, 30 times in a row and 20 times four at a time: every call answered.
+#[actix_rt::test]
+async fn the_inspector_cli_in_a_loop_never_runs_a_stdio_server_out_of_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let everything = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = \"{}\"\n\
+             [[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n",
+            dir.path().join("data").display(),
+            everything.display()
+        ),
+    )
+    .unwrap();
+    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let inspector = interop_dir().join("node_modules/@modelcontextprotocol/inspector-cli/build/index.js");
+    let call = |n: usize| {
+        let (inspector, url) = (inspector.clone(), gw.url.clone());
+        async move {
+            let out = tokio::process::Command::new("node")
+                .arg(&inspector)
+                .arg(&url)
+                .args([
+                    "--method",
+                    "tools/call",
+                    "--tool-name",
+                    "everything__echo",
+                    "--tool-arg",
+                    &format!("message=run {n}"),
+                ])
+                .kill_on_drop(true)
+                .output();
+            let out = crate::support::within(out).await.unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success() && said.contains(&format!("run {n}")),
+                "run {n}: {said}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    for n in 0..30 {
+        call(n).await;
+    }
+    for batch in 0..5 {
+        futures_util::future::join_all((0..4).map(|i| call(100 + batch * 4 + i))).await;
+    }
+    gw.kill().await;
+}
