@@ -396,28 +396,15 @@ impl OAuthVerifier {
                 return Err(AuthError::Token("its tenant claim names no tenant of this issuer"));
             }
         }
-        let time =
-            |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
-        let exp = time("exp").transpose()?;
-        if exp.is_none() && exp_required {
-            return Err(AuthError::Token("it has no exp claim"));
-        }
-        if exp.is_some_and(|exp| now_secs > exp.saturating_add(self.leeway_secs)) {
-            return Err(AuthError::Token("it has expired"));
-        }
-        if let Some(nbf) = time("nbf") {
-            if now_secs.saturating_add(self.leeway_secs) < nbf? {
-                return Err(AuthError::Token("it is not valid yet (nbf)"));
-            }
-        }
-        let audience_ok = match claims.get("aud") {
-            Some(Value::String(aud)) => aud == &self.audience,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&self.audience)),
-            _ => false,
-        };
-        if !audience_ok {
-            return Err(AuthError::Token("it was issued for another resource (aud)"));
-        }
+        let elsewhere = "it was issued for another resource (aud)";
+        let exp = super::claims::times_and_audience(
+            claims,
+            now_secs,
+            self.leeway_secs,
+            &self.audience,
+            exp_required,
+            elsewhere,
+        )?;
         let granted: Vec<&str> = match (claims.get("scope"), claims.get("scp")) {
             (Some(Value::String(scope)), _) => scope.split(' ').filter(|s| !s.is_empty()).collect(),
             (_, Some(Value::Array(scopes))) => scopes.iter().filter_map(Value::as_str).collect(),

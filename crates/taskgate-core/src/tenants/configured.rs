@@ -107,25 +107,8 @@ impl JwtVerifier {
 
     /// The identity a token's claims give under this key's settings, its signature aside.
     fn identity(&self, claims: &Value, now_secs: u64) -> Result<Identity, AuthError> {
-        let time =
-            |name: &str| claims.get(name).map(|v| v.as_u64().ok_or(AuthError::Token("a time claim is not a number")));
-        let exp = time("exp").ok_or(AuthError::Token("it has no exp claim"))??;
-        if now_secs > exp.saturating_add(self.leeway_secs) {
-            return Err(AuthError::Token("it has expired"));
-        }
-        if let Some(nbf) = time("nbf") {
-            if now_secs.saturating_add(self.leeway_secs) < nbf? {
-                return Err(AuthError::Token("it is not valid yet (nbf)"));
-            }
-        }
-        let audience_ok = match claims.get("aud") {
-            Some(Value::String(aud)) => aud == &self.audience,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(&self.audience)),
-            _ => false,
-        };
-        if !audience_ok {
-            return Err(AuthError::Token("its audience (aud) is not this gateway's"));
-        }
+        let elsewhere = "its audience (aud) is not this gateway's";
+        super::claims::times_and_audience(claims, now_secs, self.leeway_secs, &self.audience, true, elsewhere)?;
         let principal = match claims.get(&self.principal_claim) {
             Some(Value::String(p)) if !p.is_empty() => p.clone(),
             Some(Value::Number(n)) => n.to_string(),

@@ -3,6 +3,7 @@
 //! task counts live on across reloads, so a new limit applies to the next request.
 
 pub mod auth;
+mod claims;
 mod configured;
 mod jws;
 pub mod limits;
