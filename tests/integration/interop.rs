@@ -326,17 +326,40 @@ async fn the_typescript_client_sees_server_everything_through_the_gateway_as_it_
 
 /// A client that never follows `nextCursor` (the Inspector CLI, the Python SDK's
 /// `list_resources()`) sees the first resources of every upstream in the first page: the
-/// demo's and server-everything's, each listed by its own server.
+/// demo's and server-everything's, each listed by its own server, through the real gateway.
 #[actix_rt::test]
 async fn the_first_listing_page_holds_every_upstreams_resources() {
     let demo = DemoUpstream::start();
-    let gw = TestGateway::start(config_with(vec![demo.upstream("demo"), everything_over_stdio()]));
-    let mut c = taskgate_testkit::McpClient::new(&gw.url);
-    c.initialize().await;
-    let page = c.request("resources/list", None).await.outcome().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let everything = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let file = dir.path().join("taskgate.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = \"{}\"\n\
+             [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
+             [[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\nprefix = false\n",
+            dir.path().join("data").display(),
+            demo.http.url,
+            everything.display()
+        ),
+    )
+    .unwrap();
+    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let inspector = interop_dir().join("node_modules/@modelcontextprotocol/inspector-cli/build/index.js");
+    let out = tokio::process::Command::new("node")
+        .arg(&inspector)
+        .arg(&gw.url)
+        .args(["--method", "resources/list"])
+        .kill_on_drop(true)
+        .output();
+    let out = crate::support::within(out).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
     let uris: Vec<&str> = page["resources"].as_array().unwrap().iter().filter_map(|r| r["uri"].as_str()).collect();
     assert!(uris.iter().any(|u| u.starts_with("taskgate://demo/")), "the demo's: {uris:?}");
     assert!(uris.iter().any(|u| !u.starts_with("taskgate://")), "server-everything's: {uris:?}");
+    gw.kill().await;
 }
 
 /// One-shot clients on the default configuration (each a session that declares nothing, makes
