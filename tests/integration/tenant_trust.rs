@@ -280,7 +280,9 @@ async fn a_100_mib_key_set_is_refused_unread_and_unknown_key_ids_read_the_keys_o
     // once for them (one cooldown), not once each. (Its keys' first read, at start, is over
     // before: /readyz lists them.)
     crate::support::within(async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
         loop {
+            tick.tick().await;
             let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
             let issuers = ready["oauth"].as_array().cloned().unwrap_or_default();
             if issuers.iter().any(|i| i["issuer"] == auth.issuer.as_str() && i["keys"].as_u64() > Some(0)) {
@@ -378,7 +380,9 @@ async fn an_issuer_written_unlike_its_metadata_is_named_beside_what_the_metadata
     let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
     let base = public_url.trim_end_matches("/mcp");
     let said = crate::support::within(async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
         loop {
+            tick.tick().await;
             let ready: Value = reqwest::get(format!("{base}/readyz")).await.unwrap().json().await.unwrap();
             if let Some(error) = ready["oauth"][0]["error"].as_str() {
                 break error.to_owned();

@@ -121,7 +121,22 @@ pub struct Running {
 /// said before any upstream process is started).
 pub struct Listeners {
     main: std::net::TcpListener,
-    admin: Option<std::net::TcpListener>,
+    /// The admin listener's sockets: one per address its host name resolves to.
+    admin: Vec<std::net::TcpListener>,
+}
+
+/// Connections a listener queues before they are accepted (actix-web's own default).
+const BACKLOG: i32 = 2048;
+
+/// `addr` bound, with [`BACKLOG`] (the standard library's own is 128).
+fn bound(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind(addr)?;
+    // SAFETY: listen on a socket this function owns; a listening socket takes a new backlog.
+    if unsafe { libc::listen(listener.as_raw_fd(), BACKLOG) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(listener)
 }
 
 impl Listeners {
@@ -131,11 +146,23 @@ impl Listeners {
         let addr = listen.unwrap_or_else(|| config.listen_addr());
         let named =
             |addr: &str, e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
-        let main = std::net::TcpListener::bind(addr).map_err(|e| named(&addr.to_string(), e))?;
-        let admin = match &config.server.admin_listen {
-            Some(admin) => Some(std::net::TcpListener::bind(admin.as_str()).map_err(|e| named(admin, e))?),
-            None => None,
-        };
+        let main = bound(addr).map_err(|e| named(&addr.to_string(), e))?;
+        let mut admin = Vec::new();
+        if let Some(at) = &config.server.admin_listen {
+            use std::net::ToSocketAddrs;
+            // Every address the name stands for (`localhost`: IPv4 and IPv6), as actix binds them.
+            // Those that can be had; an error only when none can.
+            let mut refused = None;
+            for addr in at.to_socket_addrs().map_err(|e| named(at, e))? {
+                match bound(addr) {
+                    Ok(listener) => admin.push(listener),
+                    Err(e) => refused = Some(named(at, e)),
+                }
+            }
+            if let (true, Some(e)) = (admin.is_empty(), refused) {
+                return Err(e);
+            }
+        }
         Ok(Listeners { main, admin })
     }
 }
@@ -237,16 +264,19 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
     let server = server.run();
     let handle = server.handle();
     tracing::info!(%addr, max_connections = connections, max_connections_per_peer = per_peer, "taskgate listening; MCP endpoint at http://{addr}{MCP_PATH}");
-    let admin = match listeners.admin {
-        Some(admin) => {
+    let admin = match listeners.admin.is_empty() {
+        false => {
             let admin_data = data.clone();
             let admin_routes = crate::admin::Shared::new().routes();
             let admin = HttpServer::new(move || {
                 App::new().app_data(admin_data.clone()).configure(operations::routes).configure(admin_routes.clone())
             })
             .workers(1)
-            .disable_signals()
-            .listen(admin)?;
+            .disable_signals();
+            let mut admin = admin;
+            for listener in listeners.admin {
+                admin = admin.listen(listener)?;
+            }
             let admin_addr = admin.addrs()[0];
             if config.admin.keys.is_empty() {
                 tracing::info!(addr = %admin_addr, "admin listener: /metrics, /healthz, /readyz (no [[admin.key]]: no /admin/)");
@@ -255,7 +285,7 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
             }
             Some((admin_addr, admin.run()))
         }
-        None => None,
+        true => None,
     };
     Ok(Running { addr, handle, server, admin })
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 use taskgate_config::{Transport, UpstreamConfig};
 use tokio::sync::{mpsc, watch};
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, Reclaim};
 use crate::http::HttpChannel;
 use crate::identity::{ClientIdentity, SessionResume};
 use crate::observer::RequestObserver;
@@ -61,25 +61,30 @@ impl Connector {
         };
         // Every process place taken: the shared and pooled sessions no client holds end first.
         let weak = Arc::downgrade(&connector.inner);
-        connector.inner.endpoint.when_full(Arc::new(move || {
+        connector.inner.endpoint.when_full(Arc::new(move |holder| {
             if let Some(inner) = weak.upgrade() {
-                Connector { inner }.end_idle();
+                Connector { inner }.end_idle(holder);
             }
         }));
         connector
     }
 
     /// Adds what to call when a new stdio process finds every place under `max_processes`
-    /// (or its holder's share) taken: whoever holds sessions it is not using lets them go; the
-    /// new process waits for a place a few seconds meanwhile, and sessions no client holds end
-    /// at once rather than after `shared_idle_secs` while it does.
-    pub fn when_full(&self, reclaim: Arc<dyn Fn() + Send + Sync>) {
+    /// taken (`None`), or its holder's share of them (`Some(holder)`): whoever holds sessions it
+    /// is not using lets them go; the new process waits for a place a few seconds meanwhile,
+    /// asking again each second, and sessions no client holds end at once rather than after
+    /// `shared_idle_secs` while it does.
+    pub fn when_full(&self, reclaim: Reclaim) {
         self.inner.endpoint.when_full(reclaim);
     }
 
-    /// Ends the shared and pooled sessions no client session holds now.
-    fn end_idle(&self) {
-        let idle = |s: &Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle());
+    /// Ends the shared and pooled sessions no client session holds now (of `holder` only,
+    /// when given).
+    fn end_idle(&self, holder: Option<&str>) {
+        let idle = |s: &Arc<SessionInner>| {
+            matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())
+                && holder.is_none_or(|h| s.process_share.get().is_some_and(|p| &*p.holder == h))
+        };
         let ended: Vec<Arc<SessionInner>> = {
             let mut shared = self.inner.shared.lock();
             let keys: Vec<String> = shared.iter().filter(|(_, s)| idle(s)).map(|(k, _)| k.clone()).collect();
@@ -167,15 +172,16 @@ impl Connector {
         let inner = match pool.get(key).filter(|inner| !*inner.closed.borrow()) {
             Some(inner) => inner.clone(),
             None => {
-                let lanes = Arc::new(Lanes::new(self.when_idle(key)));
+                let lanes = Arc::new_cyclic(|me: &std::sync::Weak<Lanes>| Lanes::new(self.when_idle(key, me.clone())));
                 let inner = self.new_inner(identity(), Owners::Shared(lanes));
                 pool.insert(key.to_owned(), inner.clone());
                 inner
             }
         };
-        drop(pool);
         let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session is shared") };
+        // Joined under the pool's lock: a session found is never ended as idle meanwhile.
         let lane = Arc::new(lanes.join(events));
+        drop(pool);
         UpstreamSession { inner, lane: Some(lane) }
     }
 
@@ -286,18 +292,18 @@ impl Connector {
     }
 
     /// What a shared session's lanes call when their last one leaves (the `emptied`th time).
-    fn when_idle(&self, key: &str) -> Box<dyn Fn(u64) + Send + Sync> {
+    fn when_idle(&self, key: &str, me: std::sync::Weak<Lanes>) -> Box<dyn Fn(u64) + Send + Sync> {
         let (connector, key) = (Arc::downgrade(&self.inner), key.to_owned());
         Box::new(move |emptied| {
             if let Some(inner) = connector.upgrade() {
-                Connector { inner }.shared_idle(&key, emptied);
+                Connector { inner }.shared_idle(&key, emptied, me.clone());
             }
         })
     }
 
     /// The last lane left the session shared under `key` (the `emptied`th time): it ends
     /// after `shared_idle_secs` unless a client session joins meanwhile.
-    fn shared_idle(&self, key: &str, emptied: u64) {
+    fn shared_idle(&self, key: &str, emptied: u64, me: std::sync::Weak<Lanes>) {
         let mut idle = Duration::from_secs(self.inner.endpoint.config().shared_idle_secs);
         {
             // Idle sessions kept are bounded too: clients declaring ever new identities would
@@ -316,8 +322,10 @@ impl Connector {
             move || {
                 let Some(inner) = connector.upgrade() else { return };
                 let mut pool = inner.shared.lock();
+                // The session under the key may be another by now (this one ended while a
+                // process waited for a place): only this one ends, and only if still idle.
                 let idle = pool.get(&key).is_some_and(|session| match &session.events {
-                    Owners::Shared(lanes) => lanes.idle_since(emptied),
+                    Owners::Shared(lanes) => std::ptr::eq(Arc::as_ptr(lanes), me.as_ptr()) && lanes.idle_since(emptied),
                     Owners::One(_) => true,
                 });
                 let ended = if idle { pool.remove(&key) } else { None };

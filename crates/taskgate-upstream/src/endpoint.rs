@@ -60,9 +60,10 @@ pub(crate) struct Endpoint {
     /// New processes waiting for a place now: while any does, sessions nobody holds end at
     /// once rather than after their idle time.
     waiting: std::sync::atomic::AtomicUsize,
-    /// What to call when the places are all taken: whoever holds sessions it is not using
-    /// lets them go (the gateway's idle client sessions).
-    on_full: parking_lot::Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
+    /// What to call when the places are all taken (with the holder whose share is, when only
+    /// its share is): whoever holds sessions it is not using lets them go (the gateway's idle
+    /// client sessions).
+    on_full: parking_lot::Mutex<Vec<Reclaim>>,
     /// How long a new stdio process may take to answer the revision probe.
     pub(crate) probe_wait: std::time::Duration,
 }
@@ -111,6 +112,13 @@ impl Drop for ProcessPlace {
 
 /// How long a new process waits for a place while idle sessions let theirs go.
 const PLACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a waiting process asks again (sessions that were not idle long enough may be by
+/// then).
+const RECLAIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What is called when a new process finds every place taken: `Some(holder)` when only that
+/// holder's share of them is.
+pub type Reclaim = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 impl Endpoint {
     /// The endpoint of one upstream, its requests reported to `observer`.
@@ -147,7 +155,7 @@ impl Endpoint {
     }
 
     /// Adds what to call when every process place is taken (see [`Endpoint::on_full`]).
-    pub(crate) fn when_full(&self, reclaim: Arc<dyn Fn() + Send + Sync>) {
+    pub(crate) fn when_full(&self, reclaim: Reclaim) {
         self.on_full.lock().push(reclaim);
     }
 
@@ -179,11 +187,22 @@ impl Endpoint {
         }
         self.waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _waiting = Waiting(&self.waiting);
-        for reclaim in &reclaim {
-            reclaim();
-        }
+        // The whole upstream is full, or only the holder's share of it: then only its sessions
+        // are asked to let go (one tenant never empties another's).
+        let holder = match (self.processes.available_permits(), share) {
+            (0, _) | (_, None) => None,
+            (_, Some(share)) => Some(share.holder.clone()),
+        };
         let deadline = tokio::time::Instant::now() + PLACE_WAIT;
+        let mut next_ask = tokio::time::Instant::now();
         loop {
+            let now = tokio::time::Instant::now();
+            if now >= next_ask && now < deadline {
+                for reclaim in &reclaim {
+                    reclaim(holder.as_deref());
+                }
+                next_ask = tokio::time::Instant::now() + RECLAIM_EVERY;
+            }
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
@@ -192,9 +211,7 @@ impl Endpoint {
                 Err(refused) if tokio::time::Instant::now() >= deadline => return Err(refused),
                 Err(_) => {}
             }
-            if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                return self.process_place(share);
-            }
+            let _ = tokio::time::timeout_at(deadline.min(next_ask), freed).await;
         }
     }
 
@@ -372,5 +389,57 @@ impl StopSignals {
             _ = shutdown => {}
             _ = restart => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod place_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn endpoint(asked: &Arc<AtomicUsize>) -> Arc<Endpoint> {
+        let mut config = UpstreamConfig::stdio("x", "cat", Vec::new());
+        config.max_processes = 1;
+        let endpoint = Arc::new(Endpoint::new(config, None));
+        let asked = asked.clone();
+        endpoint.when_full(Arc::new(move |_| {
+            asked.fetch_add(1, Ordering::SeqCst);
+        }));
+        endpoint
+    }
+
+    #[tokio::test]
+    async fn a_new_process_waits_for_a_place_given_back_and_asks_for_one() {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let endpoint = endpoint(&asked);
+        let held = endpoint.process_place(None).unwrap();
+        let waiter = tokio::spawn({
+            let endpoint = endpoint.clone();
+            async move { endpoint.process_place_waiting(None).await.map(drop) }
+        });
+        while !endpoint.pressed() {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "the holders were asked to let places go");
+        drop(held);
+        assert!(waiter.await.unwrap().is_ok(), "the place given back is the waiter's");
+        assert!(!endpoint.pressed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_place_never_given_back_is_refused_after_the_wait_asking_each_second() {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let endpoint = endpoint(&asked);
+        let _held = endpoint.process_place(None).unwrap();
+        let refused = endpoint.process_place_waiting(None).await.err();
+        assert!(matches!(refused, Some(UpstreamError::Overloaded { .. })), "{refused:?}");
+        assert_eq!(asked.load(Ordering::SeqCst), 5, "asked at once, then each second of the 5 s wait");
+        assert!(!endpoint.pressed());
+        // A waiter given up (its request cancelled) is no longer counted.
+        let mut waiting = Box::pin(endpoint.process_place_waiting(None));
+        assert!(futures_util::FutureExt::now_or_never(waiting.as_mut()).is_none());
+        assert!(endpoint.pressed());
+        drop(waiting);
+        assert!(!endpoint.pressed());
     }
 }

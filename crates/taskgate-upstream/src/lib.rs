@@ -80,7 +80,7 @@ where
 }
 
 pub use connector::Connector;
-pub use endpoint::ProcessShare;
+pub use endpoint::{ProcessShare, Reclaim};
 pub use events::{channel, event_channel, EventReceiver, EventSender, NotSent, Receiver, Sender, UpstreamEvent};
 pub use identity::{current_subject, for_subject, made_for, Caller, ClientIdentity, SessionResume, Subject};
 pub use observer::RequestObserver;

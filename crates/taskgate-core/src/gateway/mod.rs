@@ -114,6 +114,10 @@ pub struct Gateway {
     admin: Arc<parking_lot::RwLock<Arc<taskgate_config::AdminConfig>>>,
 }
 
+/// How long a client session has made no request before a new process of an upstream whose
+/// places are all taken may take its place there.
+const IDLE_BEFORE_RECLAIM_MS: u64 = 2_000;
+
 impl Gateway {
     /// Starts the core (the Router begins listing upstream tools). Call inside an actix system.
     /// Fails when a tenant's credentials cannot be loaded (a key file, a secret's variable).
@@ -131,15 +135,16 @@ impl Gateway {
         let naming = config.upstreams.iter().map(|u| Naming { upstream: u.name.clone(), prefix: u.prefix }).collect();
         let catalog = Arc::new(RwLock::new(Catalog::new(&config.federation.separator, naming)));
         let sessions = Arc::new(Sessions::new(config.server.max_sessions, metrics.clone()));
-        // An upstream whose process places are all taken asks the client sessions holding
-        // nothing at it (a one-shot client that never ended its session) to let theirs go now,
-        // not after `server.upstream_release_secs`.
+        // An upstream whose process places are all taken (or a tenant's share of them) asks
+        // the client sessions (of that tenant) idle for `IDLE_BEFORE_RECLAIM` and holding
+        // nothing (a one-shot client that never ended its session) to let their session of it
+        // go now, not after `server.upstream_release_secs`.
         for connector in &connectors {
-            let (sessions, clock) = (Arc::downgrade(&sessions), clock.clone());
-            connector.when_full(Arc::new(move || {
+            let (sessions, clock, upstream) = (Arc::downgrade(&sessions), clock.clone(), connector.name().to_owned());
+            connector.when_full(Arc::new(move |tenant| {
                 if let Some(sessions) = sessions.upgrade() {
-                    let now = clock.now_ms();
-                    crate::tasks::RequestorSessions::release_idle(&*sessions, now, now);
+                    let cutoff = clock.now_ms().saturating_sub(IDLE_BEFORE_RECLAIM_MS);
+                    sessions.release_for_a_process(&upstream, tenant, cutoff);
                 }
             }));
         }

@@ -155,6 +155,9 @@ impl Handler<CloseIfIdle> for SessionActor {
 pub(crate) struct ReleaseUpstreams {
     pub cutoff_ms: u64,
     pub last_seen_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Only the session of this upstream (one whose process places are all taken); `None`:
+    /// every one.
+    pub only: Option<String>,
 }
 
 impl Message for ReleaseUpstreams {
@@ -167,6 +170,14 @@ impl Handler<ReleaseUpstreams> for SessionActor {
     fn handle(&mut self, msg: ReleaseUpstreams, _: &mut Context<Self>) {
         let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
         if seen >= msg.cutoff_ms || !self.holds_nothing() || self.upstreams.is_empty() {
+            return;
+        }
+        if let Some(upstream) = &msg.only {
+            if self.upstreams.remove(upstream).is_some() {
+                tracing::debug!(session = %self.id, %upstream, "idle session lets its upstream session go for a new process");
+                self.upstream_streams.remove(upstream);
+                self.shared.metrics.upstream_sessions_released.with_label_values(&[&self.identity.tenant]).inc();
+            }
             return;
         }
         tracing::debug!(session = %self.id, upstreams = self.upstreams.len(), "idle session lets its upstream sessions go");

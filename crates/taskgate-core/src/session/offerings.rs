@@ -177,6 +177,7 @@ impl SessionActor {
         };
         let separator = self.shared.catalog.read().separator().to_owned();
         let page_size = self.shared.config.federation.page_size;
+        let list_timeout = std::time::Duration::from_secs(self.shared.config.federation.list_timeout_secs);
         let sessions: Vec<(Naming, UpstreamSession)> = upstreams[start..]
             .iter()
             .filter_map(|n| self.upstream_session(&n.upstream, ctx).map(|s| (n.clone(), s)))
@@ -195,7 +196,19 @@ impl SessionActor {
                 }
                 fetches += 1;
                 let params = upstream_cursor.clone().map(|c| json!({ "cursor": c }));
-                let result = match session.request(listing.method(), params).await {
+                // Each upstream within `federation.list_timeout_secs`: one that hangs is left
+                // out of the page, never holds it.
+                let asked = tokio::time::timeout(list_timeout, session.request(listing.method(), params)).await;
+                let asked = asked.unwrap_or_else(|_| {
+                    Err(taskgate_upstream::UpstreamError::Unavailable {
+                        upstream: naming.upstream.clone(),
+                        reason: format!(
+                            "no listing within {} s (federation.list_timeout_secs)",
+                            list_timeout.as_secs()
+                        ),
+                    })
+                });
+                let result = match asked {
                     Ok(result) => result,
                     Err(error) => {
                         // Like a tool listing: an upstream that does not answer is left out.
@@ -230,8 +243,11 @@ impl SessionActor {
                 items.extend(exposed.into_iter().skip(skip));
                 skip = 0;
                 match result.get("nextCursor").and_then(Value::as_str) {
-                    Some(c) => upstream_cursor = Some(c.to_owned()),
-                    None => (i, upstream_cursor) = (i + 1, None),
+                    // A cursor that goes nowhere (the one sent, or empty) ends its listing.
+                    Some(c) if !c.is_empty() && upstream_cursor.as_deref() != Some(c) => {
+                        upstream_cursor = Some(c.to_owned())
+                    }
+                    _ => (i, upstream_cursor) = (i + 1, None),
                 }
                 if items.len() == page_size {
                     let next = sessions.get(i).map(|(n, _)| ListCursor {

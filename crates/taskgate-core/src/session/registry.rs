@@ -209,6 +209,24 @@ impl Sessions {
     }
 }
 
+impl Sessions {
+    /// Asks the sessions (of `tenant`, when given) with no request since `cutoff_ms` to let
+    /// their session of `upstream` go if they hold nothing: a new process of it finds every
+    /// place taken. A full mailbox skips one.
+    pub(crate) fn release_for_a_process(&self, upstream: &str, tenant: Option<&str>, cutoff_ms: u64) {
+        for entry in self.map.read().values() {
+            let seen = entry.last_seen_ms.load(Ordering::Relaxed);
+            if seen < cutoff_ms && tenant.is_none_or(|t| *entry.identity.tenant == *t) {
+                let _ = entry.addr.try_send(ReleaseUpstreams {
+                    cutoff_ms,
+                    last_seen_ms: entry.last_seen_ms.clone(),
+                    only: Some(upstream.to_owned()),
+                });
+            }
+        }
+    }
+}
+
 impl SessionTable for Sessions {
     fn forget(&self, id: &str) {
         self.remove(id);
@@ -284,7 +302,11 @@ impl RequestorSessions for Sessions {
             if last_seen < cutoff_ms && entry.release_asked_ms.load(Ordering::Relaxed) < cutoff_ms {
                 entry.release_asked_ms.store(now_ms, Ordering::Relaxed);
                 // A full mailbox skips it until the next period.
-                let _ = entry.addr.try_send(ReleaseUpstreams { cutoff_ms, last_seen_ms: entry.last_seen_ms.clone() });
+                let _ = entry.addr.try_send(ReleaseUpstreams {
+                    cutoff_ms,
+                    last_seen_ms: entry.last_seen_ms.clone(),
+                    only: None,
+                });
             }
         }
     }

@@ -280,7 +280,31 @@ impl HttpChannel {
             };
         }
         let body = self.read_body(response).await.unwrap_or_default();
-        Ok((status, rpc_error(&body).map(Err)))
+        let mut error = rpc_error(&body);
+        if matches!(status.as_u16(), 401 | 403) {
+            // What it says of refused credentials, as `check_status` keeps it.
+            error = error.and_then(|mut e| {
+                e.message = self.refusal_said(&e.message)?;
+                Some(e)
+            });
+        }
+        Ok((status, error.map(Err)))
+    }
+
+    /// What an upstream says of the credentials it refused, fit to pass on: one line, bounded,
+    /// the credential it was sent cut out should it echo it; nothing when that credential is
+    /// the gateway's own token (what is said goes on to the gateway's clients).
+    fn refusal_said(&self, message: &str) -> Option<String> {
+        if self.credentials.is_some() {
+            return None;
+        }
+        let sent = self.headers.get(reqwest::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let secret = sent.map(|v| v.split_once(' ').map_or(v, |(_, t)| t).trim()).filter(|t| t.len() >= 4);
+        let mut said: String = message.chars().filter(|c| !c.is_control()).take(300).collect();
+        if let Some(secret) = secret {
+            said = said.replace(secret, "…");
+        }
+        Some(said)
     }
 
     /// Maps HTTP statuses: 404 on a known session means it expired; others are errors.
@@ -301,15 +325,11 @@ impl HttpChannel {
                 credentials.of.refused(credentials.caller.as_ref());
             }
             let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            // What it says is wrong, when its body is a JSON-RPC error (bounded, one line).
+            // What it says is wrong, when its body is a JSON-RPC error (`refusal_said`).
             let body = response.text(self.max_message_bytes).await.unwrap_or_default();
             let said = rpc_error(body.as_bytes())
-                .map(|e| {
-                    format!(
-                        "; it says: {}",
-                        e.message.chars().filter(|c| !c.is_control()).take(300).collect::<String>()
-                    )
-                })
+                .and_then(|e| self.refusal_said(&e.message))
+                .map(|said| format!("; it says: {said}"))
                 .unwrap_or_default();
             let asks = challenge.map(|c| format!("; it asks: {c}")).unwrap_or_default();
             let what = match &self.credentials {

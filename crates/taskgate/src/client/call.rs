@@ -220,8 +220,12 @@ pub async fn follow(
             print_result(&result, server.json);
             Ok(exit_of(&result))
         }
-        // A cancelled task: said so (whoever cancelled it).
-        Err(UpstreamError::Rpc { error, .. }) if error.message.contains("cancelled") => {
+        // A cancelled task: said so (whoever cancelled it). Its result is the error the server
+        // gives a cancelled task: a 2026-07-28 task's status, or taskgate's 2025-11-25 answer.
+        Err(UpstreamError::Rpc { error, .. })
+            if error.message.starts_with("the task was cancelled")
+                || error.message.starts_with("Task was cancelled before it completed") =>
+        {
             eprintln!("task {task_id} was cancelled ({})", super::printable(&error.message));
             Ok(ExitCode::FAILURE)
         }

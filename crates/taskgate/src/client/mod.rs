@@ -141,10 +141,13 @@ pub fn explain(e: UpstreamError) -> anyhow::Error {
         }
         // Credentials were given and refused: what the server says is wrong with them.
         UpstreamError::Unavailable { reason, .. } if refused(&reason) && CREDENTIALS_GIVEN.load(Ordering::Relaxed) => {
-            match reason.split_once("; it says: ").map(|(_, said)| said.split("; it asks:").next().unwrap_or(said)) {
-                Some(said) => {
-                    anyhow::anyhow!("the server refused the credentials: {}", printable(said.trim_end_matches(')')))
-                }
+            // "… (401; it says: X; it asks: Y)" or "… (401; it says: X)": X.
+            let said = reason.split_once("; it says: ").map(|(_, said)| match said.rsplit_once("; it asks: ") {
+                Some((said, _)) => said,
+                None => said.strip_suffix(')').unwrap_or(said),
+            });
+            match said {
+                Some(said) => anyhow::anyhow!("the server refused the credentials: {}", printable(said)),
                 None => anyhow::anyhow!("the server refused the credentials ({reason})"),
             }
         }
