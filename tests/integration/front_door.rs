@@ -171,7 +171,12 @@ async fn every_bad_input_gets_a_clear_error_and_the_session_keeps_working() {
     // A disallowed Origin → 403, on every method.
     let r = c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, &[("origin", "http://evil.example")]).await;
     assert_eq!(r.status, 403);
-    assert!(r.messages[0].id().is_none(), "the 403 body is an error response without id");
+    // JSON-RPC 2.0: the error carries the request's id, which could be read.
+    assert_eq!(
+        r.messages[0].id().map(|id| id.to_value()),
+        Some(serde_json::json!(1)),
+        "the 403 body answers the request"
+    );
     let allowed =
         c.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, &[("origin", "http://localhost:5173")]).await;
     assert_eq!(allowed.status, 200);
