@@ -60,12 +60,16 @@ impl Connector {
             inner: Arc::new(ConnectorInner { endpoint, shared: Default::default(), pooled: Default::default() }),
         };
         // Every process place taken: the shared and pooled sessions no client holds end first.
-        let weak = Arc::downgrade(&connector.inner);
-        connector.inner.endpoint.when_full(Arc::new(move |holder| {
-            if let Some(inner) = weak.upgrade() {
-                Connector { inner }.end_idle(holder);
-            }
-        }));
+        // (`share_sessions = "never"`: every session is its client's for its life, none is
+        // taken from it; a new process is refused at once.)
+        if connector.pools_sessions() {
+            let weak = Arc::downgrade(&connector.inner);
+            connector.inner.endpoint.when_full(Arc::new(move |holder| {
+                if let Some(inner) = weak.upgrade() {
+                    Connector { inner }.end_idle(holder);
+                }
+            }));
+        }
         connector
     }
 

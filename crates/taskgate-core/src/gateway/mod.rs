@@ -139,7 +139,8 @@ impl Gateway {
         // the client sessions (of that tenant) idle for `IDLE_BEFORE_RECLAIM` and holding
         // nothing (a one-shot client that never ended its session) to let their session of it
         // go now, not after `server.upstream_release_secs`.
-        for connector in &connectors {
+        // (Not with `share_sessions = "never"`: its sessions are their clients' for their life.)
+        for connector in connectors.iter().filter(|c| c.pools_sessions()) {
             let (sessions, clock, upstream) = (Arc::downgrade(&sessions), clock.clone(), connector.name().to_owned());
             connector.when_full(Arc::new(move |tenant| {
                 if let Some(sessions) = sessions.upgrade() {
