@@ -2,8 +2,8 @@
 //!
 //! hyper drives a connection on the runtime of the thread that opened it. A pool shared by
 //! every thread has a worker's call ride a connection another thread opened, so that thread
-//! wakes to write the request and again to read the response (BENCHMARKS.md, "What crosses
-//! threads"). Here each thread keeps its own idle connections, so a call's request and response
+//! wakes to write the request and again to read the response (BENCHMARKS.md, "Where a proxied
+//! call's time goes"). Here each thread keeps its own idle connections, so a call's request and response
 //! stay on the thread that took the client's request. The pool is hyper's HTTP/1 connection
 //! API and a list per thread: a checkout takes the most recent idle connection, a return
 //! pushes it, with no lock, no hash of the upstream's address and no task spawned per request.
