@@ -22,9 +22,19 @@ struct Phoenix {
     _dir: tempfile::TempDir,
 }
 
+/// A free port below the kernel's range of ephemeral ports (32768 and up): one the system picks
+/// is free only until the next outgoing connection of any test takes it as its source port,
+/// and Phoenix binds its ports a while after they are chosen.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    let start =
+        20_000 + (std::process::id() as u16 % 97) * 100 + NEXT.fetch_add(7, std::sync::atomic::Ordering::Relaxed) % 100;
+    (start..32_000)
+        .chain(20_000..start)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
+
+static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 impl Phoenix {
     async fn start() -> Phoenix {
