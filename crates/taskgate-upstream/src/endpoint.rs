@@ -64,6 +64,10 @@ pub(crate) struct Endpoint {
     /// its share is): whoever holds sessions it is not using lets them go (the gateway's idle
     /// client sessions).
     on_full: parking_lot::Mutex<Vec<Reclaim>>,
+    /// When (and for which holder) the hooks were last called: at most once per
+    /// [`RECLAIM_EVERY`] per holder, however many processes wait (each call sweeps the
+    /// gateway's sessions).
+    last_reclaim: parking_lot::Mutex<Option<(tokio::time::Instant, Option<Arc<str>>)>>,
     /// How long a new stdio process may take to answer the revision probe.
     pub(crate) probe_wait: std::time::Duration,
 }
@@ -150,6 +154,7 @@ impl Endpoint {
             freed: Arc::default(),
             waiting: Default::default(),
             on_full: Default::default(),
+            last_reclaim: Default::default(),
             probe_wait: STDIO_PROBE_WAIT,
         }
     }
@@ -157,6 +162,17 @@ impl Endpoint {
     /// Adds what to call when every process place is taken (see [`Endpoint::on_full`]).
     pub(crate) fn when_full(&self, reclaim: Reclaim) {
         self.on_full.lock().push(reclaim);
+    }
+
+    /// Whether the reclaim hooks may be called now for `holder`: not within [`RECLAIM_EVERY`] of
+    /// their last call for the same holder, whichever waiter made it.
+    fn may_reclaim(&self, now: tokio::time::Instant, holder: Option<&Arc<str>>) -> bool {
+        let mut last = self.last_reclaim.lock();
+        if last.as_ref().is_some_and(|(at, of)| of.as_ref() == holder && now.duration_since(*at) < RECLAIM_EVERY) {
+            return false;
+        }
+        *last = Some((now, holder.cloned()));
+        true
     }
 
     /// Whether a new process waits for a place now.
@@ -198,10 +214,12 @@ impl Endpoint {
         loop {
             let now = tokio::time::Instant::now();
             if now >= next_ask && now < deadline {
-                for reclaim in &reclaim {
-                    reclaim(holder.as_deref());
+                if self.may_reclaim(now, holder.as_ref()) {
+                    for reclaim in &reclaim {
+                        reclaim(holder.as_deref());
+                    }
                 }
-                next_ask = tokio::time::Instant::now() + RECLAIM_EVERY;
+                next_ask = now + RECLAIM_EVERY;
             }
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -424,6 +442,17 @@ mod place_tests {
         drop(held);
         assert!(waiter.await.unwrap().is_ok(), "the place given back is the waiter's");
         assert!(!endpoint.pressed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_waiters_ask_the_holders_once_a_second_between_them() {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let endpoint = endpoint(&asked);
+        let _held = endpoint.process_place(None).unwrap();
+        let waiters = (0..10).map(|_| endpoint.process_place_waiting(None));
+        let refused = futures_util::future::join_all(waiters).await;
+        assert!(refused.iter().all(Result::is_err));
+        assert_eq!(asked.load(Ordering::SeqCst), 5, "once a second, not once a waiter");
     }
 
     #[tokio::test(start_paused = true)]
