@@ -324,28 +324,30 @@ async fn the_typescript_client_sees_server_everything_through_the_gateway_as_it_
     }
 }
 
+/// `taskgate serve` on the default configuration but for its store's place, in front of the
+/// upstreams of `before` and server-everything over stdio (its entry ending with `more`).
+async fn served_before_everything(before: &str, more: &str) -> (taskgate_testkit::ServedGateway, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let everything = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let file = dir.path().join("taskgate.toml");
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = \"{}\"\n{before}\
+         [[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n{more}",
+        dir.path().join("data").display(),
+        everything.display()
+    );
+    std::fs::write(&file, text).unwrap();
+    (taskgate_testkit::ServedGateway::start(&file).await, dir)
+}
+
 /// A client that never follows `nextCursor` (the Inspector CLI, the Python SDK's
 /// `list_resources()`) sees the first resources of every upstream in the first page: the
 /// demo's and server-everything's, each listed by its own server, through the real gateway.
 #[actix_rt::test]
 async fn the_first_listing_page_holds_every_upstreams_resources() {
     let demo = DemoUpstream::start();
-    let dir = tempfile::tempdir().unwrap();
-    let everything = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let file = dir.path().join("taskgate.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = \"{}\"\n\
-             [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n\
-             [[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\nprefix = false\n",
-            dir.path().join("data").display(),
-            demo.http.url,
-            everything.display()
-        ),
-    )
-    .unwrap();
-    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let more = format!("[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n", demo.http.url);
+    let (gw, _dir) = served_before_everything(&more, "prefix = false\n").await;
     let inspector = interop_dir().join("node_modules/@modelcontextprotocol/inspector-cli/build/index.js");
     let out = tokio::process::Command::new("node")
         .arg(&inspector)
@@ -392,20 +394,7 @@ async fn one_shot_clients_on_the_defaults_never_run_a_stdio_server_out_of_proces
 /// the default configuration, 30 times in a row and 20 times four at a time: every call answered.
 #[actix_rt::test]
 async fn the_inspector_cli_in_a_loop_never_runs_a_stdio_server_out_of_processes() {
-    let dir = tempfile::tempdir().unwrap();
-    let everything = interop_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let file = dir.path().join("taskgate.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\npath = \"{}\"\n\
-             [[upstream]]\nname = \"everything\"\ntransport = \"stdio\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n",
-            dir.path().join("data").display(),
-            everything.display()
-        ),
-    )
-    .unwrap();
-    let gw = taskgate_testkit::ServedGateway::start(&file).await;
+    let (gw, _dir) = served_before_everything("", "").await;
     let inspector = interop_dir().join("node_modules/@modelcontextprotocol/inspector-cli/build/index.js");
     let call = |n: usize| {
         let (inspector, url) = (inspector.clone(), gw.url.clone());
