@@ -403,7 +403,6 @@ async fn a_remote_server_never_chooses_where_the_client_secret_goes() {
 /// asked; and a redirect from the server's metadata is not followed.
 #[actix_rt::test]
 async fn the_issuer_named_is_the_one_asked_and_redirects_are_not_followed() {
-    use actix_web::{web, App, HttpResponse, HttpServer};
     let (named, other) = (crate::oauth::AuthServer::start(), crate::oauth::AuthServer::start());
     // Through the gateway, which trusts the issuer named.
     let setup = crate::oauth::gateway_env(&named.issuer, "", &[]).await;
@@ -427,44 +426,32 @@ async fn the_issuer_named_is_the_one_asked_and_redirects_are_not_followed() {
     // redirecting its metadata elsewhere, then not.
     let followed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let redirect = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let base = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
     let (base_for, followed_for, redirect_for, other_issuer) =
         (base.clone(), followed.clone(), redirect.clone(), other.issuer.clone());
-    let server = HttpServer::new(move || {
-        let (base, followed, redirect, other) =
-            (base_for.clone(), followed_for.clone(), redirect_for.clone(), other_issuer.clone());
-        let metadata = json!({"resource": format!("{base}/mcp"), "authorization_servers": [other]});
-        App::new()
-            .route(
-                "/.well-known/oauth-protected-resource/mcp",
-                web::get().to(move || {
-                    let (to, metadata) = (format!("{base}/elsewhere"), metadata.clone());
-                    let redirecting = redirect.load(std::sync::atomic::Ordering::SeqCst);
-                    async move {
-                        if redirecting {
-                            HttpResponse::Found().insert_header(("location", to)).finish()
-                        } else {
-                            HttpResponse::Ok().json(metadata)
-                        }
-                    }
-                }),
-            )
-            .route(
-                "/elsewhere",
-                web::get().to(move || {
-                    followed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    async { HttpResponse::Ok().json(json!({"authorization_servers": ["http://127.0.0.1:9"]})) }
-                }),
-            )
+    let url = crate::support::raw_http_server(move |head, _| {
+        let base = base_for.get().cloned().unwrap_or_default();
+        let reply = |status: &str, more: &str, body: String| {
+            crate::support::Answer::Reply(format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{more}\r\n{body}",
+                body.len()
+            ))
+        };
+        if head.starts_with("get /.well-known/oauth-protected-resource/mcp ") {
+            if redirect_for.load(std::sync::atomic::Ordering::SeqCst) {
+                return reply("302 Found", &format!("location: {base}/elsewhere\r\n"), String::new());
+            }
+            let metadata = json!({"resource": format!("{base}/mcp"), "authorization_servers": [other_issuer]});
+            return reply("200 OK", "", metadata.to_string());
+        }
+        if head.starts_with("get /elsewhere ") {
+            followed_for.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return reply("200 OK", "", json!({"authorization_servers": ["http://127.0.0.1:9"]}).to_string());
+        }
+        reply("404 Not Found", "", String::new())
     })
-    .workers(1)
-    .listen(listener)
-    .unwrap()
-    .run();
-    let handle = server.handle();
-    actix_rt::spawn(server);
-    let url = format!("{base}/mcp");
+    .await;
+    base.set(url.trim_end_matches("/mcp").to_owned()).unwrap();
     let ran = run(call(&url, None)).await;
     assert_eq!(ran.code, 1);
     assert!(ran.stderr.contains("302"), "{}", ran.stderr);
@@ -477,6 +464,5 @@ async fn the_issuer_named_is_the_one_asked_and_redirects_are_not_followed() {
     // Without it, a server on this machine chooses: the other one is asked.
     let _ = run(call(&url, None)).await;
     assert_eq!(other.tokens_asked().await, 1, "the metadata's authorization server");
-    handle.stop(true).await;
     setup.gw.kill().await;
 }
