@@ -250,16 +250,7 @@ async fn dispatch(
             // requests before their result, and
             // tasks/result may wait long (keep-alives hold the stream open): stream them when the
             // client accepts SSE. Quick methods, tasks/get among them, answer with one JSON object.
-            let streams = matches!(
-                method.as_str(),
-                methods::TOOLS_CALL
-                    | methods::TASKS_RESULT
-                    | methods::RESOURCES_READ
-                    | methods::RESOURCES_SUBSCRIBE
-                    | methods::RESOURCES_UNSUBSCRIBE
-                    | methods::PROMPTS_GET
-                    | methods::COMPLETION_COMPLETE
-            );
+            let streams = taskgate_protocol::method::row(&method).is_some_and(|row| row.streams);
             let stream = accepts.sse && (!accepts.json || streams);
             let mut messages = session
                 .request_passing(id.clone(), method, params, arguments)

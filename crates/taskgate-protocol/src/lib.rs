@@ -7,6 +7,8 @@
 //! - [`codes`]: JSON-RPC and MCP error codes.
 //! - [`mcp`]: method names, protocol versions, `_meta` keys, capabilities and typed views of the
 //!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
+//! - [`method`]: the table of every method a client may send, with what the gateway needs to
+//!   know of each.
 //! - [`modern`]: MCP 2026-07-28 and the tasks extension: `_meta` fields, names, header values.
 //! - [`passing`]: upstream results passed through as the text they came as ([`passing::Payload`]).
 //! - [`sse`]: Server-Sent Events framing, both directions.
@@ -19,6 +21,7 @@ pub mod codes;
 pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod method;
 pub mod modern;
 pub mod passing;
 pub mod sse;

@@ -14,7 +14,7 @@ use prometheus::{
 };
 
 pub use process::ProcessCollector;
-pub use requests::{RequestMeter, RequestMetrics, METHODS};
+pub use requests::{RequestMeter, RequestMetrics};
 
 /// Every label name the gateway's metrics use, with its one meaning.
 pub const LABELS: &[(&str, &str)] = &[

@@ -12,39 +12,20 @@ use std::time::Instant;
 use foldhash::HashMap;
 use parking_lot::RwLock;
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
-use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::methods as modern;
+use taskgate_protocol::method::{self, Method};
 
-/// Every value of the `method` label.
-pub const METHODS: [&str; 22] = [
-    methods::INITIALIZE,
-    methods::PING,
-    methods::TOOLS_LIST,
-    methods::TOOLS_CALL,
-    methods::TASKS_GET,
-    methods::TASKS_RESULT,
-    methods::TASKS_LIST,
-    methods::TASKS_CANCEL,
-    modern::TASKS_UPDATE,
-    methods::RESOURCES_LIST,
-    methods::RESOURCES_TEMPLATES_LIST,
-    methods::RESOURCES_READ,
-    methods::RESOURCES_SUBSCRIBE,
-    methods::RESOURCES_UNSUBSCRIBE,
-    methods::PROMPTS_LIST,
-    methods::PROMPTS_GET,
-    methods::COMPLETION_COMPLETE,
-    methods::LOGGING_SET_LEVEL,
-    modern::SERVER_DISCOVER,
-    modern::SUBSCRIPTIONS_LISTEN,
-    // Methods a client answers, should one send them to the gateway.
-    methods::ROOTS_LIST,
-    "other",
-];
+/// The number of values of the `method` label: the methods of the table, then `other`, so a
+/// client cannot grow the label set.
+const LABELS: usize = method::TABLE.len() + 1;
 
-/// Where `method` is in [`METHODS`]; anything unknown is `other`.
+/// Where `method` is among the label values; anything unknown is `other`.
 fn method_index(method: &str) -> usize {
-    METHODS[..METHODS.len() - 1].iter().position(|m| *m == method).unwrap_or(METHODS.len() - 1)
+    Method::named(method).map_or(LABELS - 1, |m| m as usize)
+}
+
+/// The label value at `index`.
+fn method_label(index: usize) -> &'static str {
+    method::TABLE.get(index).map_or("other", |row| row.name)
 }
 
 /// One tenant's and method's series.
@@ -74,8 +55,7 @@ impl RequestMetrics {
             return series.clone();
         }
         let mut tenants = self.tenants.write();
-        let series =
-            tenants.entry(tenant.to_owned()).or_insert_with(|| METHODS.iter().map(|_| OnceLock::new()).collect());
+        let series = tenants.entry(tenant.to_owned()).or_insert_with(|| (0..LABELS).map(|_| OnceLock::new()).collect());
         series.clone()
     }
 
@@ -83,7 +63,7 @@ impl RequestMetrics {
     /// methods every client sends, so a fresh scrape has them (the histograms come with a
     /// tenant's first request of each method).
     pub fn initialise(&self, tenant: &str) {
-        for method in [methods::INITIALIZE, methods::TOOLS_LIST, methods::TOOLS_CALL] {
+        for method in [Method::Initialize, Method::ToolsList, Method::ToolsCall].map(Method::name) {
             self.count.with_label_values(&[tenant, method]);
             self.errors.with_label_values(&[tenant, method]);
         }
@@ -94,7 +74,7 @@ impl RequestMetrics {
         let tenant_series = self.tenant(tenant);
         let index = method_index(method);
         let series = tenant_series[index].get_or_init(|| {
-            let labels = [tenant, METHODS[index]];
+            let labels = [tenant, method_label(index)];
             Series {
                 count: self.count.with_label_values(&labels),
                 errors: self.errors.with_label_values(&labels),
@@ -139,8 +119,8 @@ mod tests {
 
     #[test]
     fn unknown_methods_share_one_label() {
-        assert_eq!(METHODS[method_index("tools/call")], "tools/call");
-        assert_eq!(METHODS[method_index("x/anything")], "other");
-        assert_eq!(METHODS[method_index("other")], "other");
+        assert_eq!(method_label(method_index("tools/call")), "tools/call");
+        assert_eq!(method_label(method_index("x/anything")), "other");
+        assert_eq!(method_label(method_index("other")), "other");
     }
 }

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::method::Method;
 use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RawArguments, RequestId};
 use taskgate_upstream::{ClientIdentity, ProcessShare, UpstreamEvent, UpstreamSession};
 
@@ -533,33 +534,38 @@ impl Handler<ClientRequest> for SessionActor {
             },
         );
         self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match method.as_str() {
-            methods::PING => self.finish(id, Ok(json!({}))),
-            methods::TOOLS_LIST => self.list_tools(id, params, ctx),
-            methods::TOOLS_CALL => self.call_tool(id, params, arguments, ctx),
-            methods::TASKS_GET => self.get_task(id, params, ctx),
-            methods::TASKS_RESULT => self.task_result(id, params, ctx),
-            methods::TASKS_LIST => self.list_tasks(id, params, ctx),
-            methods::TASKS_CANCEL => self.cancel_task(id, params, ctx),
-            methods::RESOURCES_LIST | methods::RESOURCES_TEMPLATES_LIST | methods::PROMPTS_LIST => {
+        // The table says what this revision serves (taskgate_protocol::method).
+        match Method::named(&method).filter(|m| m.row().at_2025.is_some()) {
+            Some(Method::Ping) => self.finish(id, Ok(json!({}))),
+            Some(Method::ToolsList) => self.list_tools(id, params, ctx),
+            Some(Method::ToolsCall) => self.call_tool(id, params, arguments, ctx),
+            Some(Method::TasksGet) => self.get_task(id, params, ctx),
+            Some(Method::TasksResult) => self.task_result(id, params, ctx),
+            Some(Method::TasksList) => self.list_tasks(id, params, ctx),
+            Some(Method::TasksCancel) => self.cancel_task(id, params, ctx),
+            Some(Method::ResourcesList | Method::ResourcesTemplatesList | Method::PromptsList) => {
                 self.list_offered(id, &method, params, ctx)
             }
-            methods::RESOURCES_READ => self.resource_request(id, methods::RESOURCES_READ, params, ctx),
-            methods::RESOURCES_SUBSCRIBE => self.resource_request(id, methods::RESOURCES_SUBSCRIBE, params, ctx),
-            methods::RESOURCES_UNSUBSCRIBE => self.resource_request(id, methods::RESOURCES_UNSUBSCRIBE, params, ctx),
-            methods::PROMPTS_GET => self.get_prompt(id, params, ctx),
-            methods::COMPLETION_COMPLETE => self.complete(id, params, ctx),
-            methods::LOGGING_SET_LEVEL => self.set_level(id, params, ctx),
-            methods::INITIALIZE => self.finish(
+            Some(m @ (Method::ResourcesRead | Method::ResourcesSubscribe | Method::ResourcesUnsubscribe)) => {
+                self.resource_request(id, m.name(), params, ctx)
+            }
+            Some(Method::PromptsGet) => self.get_prompt(id, params, ctx),
+            Some(Method::CompletionComplete) => self.complete(id, params, ctx),
+            Some(Method::LoggingSetLevel) => self.set_level(id, params, ctx),
+            Some(Method::Initialize) => self.finish(
                 id,
                 Err(GatewayError::InvalidRequest(
                     "this session is already initialized; send initialize without Mcp-Session-Id to start another"
                         .into(),
                 )),
             ),
-            other => {
+            Some(Method::TasksUpdate | Method::ServerDiscover | Method::SubscriptionsListen | Method::RootsList)
+            | None => {
                 let why = format!(
-                    "{other} (taskgate serves initialize, ping, tools/*, tasks/*, resources/*, prompts/*, completion/complete and logging/setLevel)"
+                    "{} (taskgate serves {} at protocol version {})",
+                    crate::logs::Untrusted(&method),
+                    taskgate_protocol::method::served_at_2025(),
+                    mcp::LATEST_PROTOCOL_VERSION
                 );
                 self.finish(id, Err(GatewayError::MethodNotFound(why)))
             }

@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 use taskgate_config::{Config, EffectiveTaskLimits, Problem, Rate, TenantConfig, TenantLimits};
-use taskgate_protocol::mcp::methods;
 
 use crate::clock::Clock;
 use crate::identity::Identity;
@@ -187,7 +186,7 @@ fn subjects_bound(config: &Config) -> usize {
 
 /// Whether a method counts in the polling buckets.
 pub fn is_poll(method: &str) -> bool {
-    method == methods::TASKS_GET || method == methods::TASKS_LIST
+    taskgate_protocol::method::row(method).is_some_and(|row| row.poll)
 }
 
 impl Tenancy {

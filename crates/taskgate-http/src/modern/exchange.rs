@@ -90,7 +90,7 @@ impl Call {
                 Some(other) => other.to_string(),
                 None => return Step::Skip,
             };
-            if !matches!(self.method.as_str(), methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ) {
+            if !taskgate_protocol::method::row(&self.method).is_some_and(|row| row.input_required) {
                 // basic/patterns/mrtr "Supported Requests": no input_required on other methods.
                 let session = self.session.clone();
                 let error = ErrorObject::new(

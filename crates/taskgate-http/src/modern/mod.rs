@@ -29,6 +29,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 use taskgate_core::{Gateway, GatewayError, Identity, TaskMode};
 use taskgate_protocol::mcp::methods;
+use taskgate_protocol::method::{self, Method};
 use taskgate_protocol::modern::{self, MetaError, PerRequest, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
@@ -53,7 +54,9 @@ pub fn is_modern(has_session: bool, headers: &HeaderMap, message: &Message, fiel
     if fields.version.is_some() {
         return true;
     }
-    if matches!(method.as_str(), modern::methods::SERVER_DISCOVER | modern::methods::SUBSCRIPTIONS_LISTEN) {
+    // The core methods only 2026-07-28 has (`tasks/update` is the tasks extension's: a
+    // 2025-11-25 session gets -32601 for it).
+    if matches!(Method::named(method), Some(Method::ServerDiscover | Method::SubscriptionsListen)) {
         return true;
     }
     !has_session && method != methods::INITIALIZE && header_version(headers) == Some(modern::PROTOCOL_VERSION)
@@ -147,35 +150,31 @@ async fn serve_request(
     gateway: &Gateway,
     state: Arc<Modern>,
 ) -> Result<HttpResponse, GatewayError> {
-    match method.as_str() {
-        modern::methods::SERVER_DISCOVER => Ok(discover(gateway, &identity, id)),
-        modern::methods::SUBSCRIPTIONS_LISTEN => {
+    // The table says what this revision serves and how (taskgate_protocol::method).
+    let served = Method::named(&method).filter(|m| m.row().at_2026.is_some());
+    match served {
+        Some(Method::ServerDiscover) => Ok(discover(gateway, &identity, id)),
+        Some(Method::SubscriptionsListen) => {
             listen::serve(gateway, identity, id.clone(), params.whole(), &request_meta, &state).await
         }
-        methods::TASKS_GET | methods::TASKS_CANCEL | modern::methods::TASKS_UPDATE => {
+        Some(Method::TasksGet | Method::TasksCancel | Method::TasksUpdate) => {
             // ext-tasks "Error Handling": -32021 for a client that did not declare the extension.
             if !request_meta.declares_tasks() {
                 return Err(missing_tasks_extension(&method));
             }
             tasks::serve(gateway, &identity, id.clone(), &method, params.whole(), &request_meta, state).await
         }
-        methods::TOOLS_LIST
-        | methods::TOOLS_CALL
-        | methods::RESOURCES_LIST
-        | methods::RESOURCES_TEMPLATES_LIST
-        | methods::RESOURCES_READ
-        | methods::PROMPTS_LIST
-        | methods::PROMPTS_GET
-        | methods::COMPLETION_COMPLETE => {
+        Some(m) if m.row().forwarded => {
             forward(gateway, identity, id.clone(), method, params, request_meta, state).await
         }
         // streamable-http "Protocol Version Header": a method not implemented MUST get 404 and
         // -32601 (ping, logging/setLevel, resources/subscribe, tasks/list and tasks/result are
         // not part of this revision).
-        other => Err(GatewayError::UnknownMethod(format!(
-            "{} is not a method of protocol version {} at taskgate",
-            taskgate_core::logs::Untrusted(other),
-            modern::PROTOCOL_VERSION
+        _ => Err(GatewayError::UnknownMethod(format!(
+            "{} is not a method of protocol version {} at taskgate, which serves {}",
+            taskgate_core::logs::Untrusted(&method),
+            modern::PROTOCOL_VERSION,
+            method::served_at_2026()
         ))),
     }
 }

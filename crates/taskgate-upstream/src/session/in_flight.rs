@@ -2,7 +2,6 @@
 //! something, kept as far as finding the sole one needs.
 
 use parking_lot::Mutex;
-use taskgate_protocol::mcp::methods;
 use taskgate_protocol::RequestId;
 
 /// The requests in flight that may have the upstream ask the client something meanwhile, kept
@@ -60,14 +59,7 @@ pub(crate) struct CallGuard<'a> {
 
 impl<'a> CallGuard<'a> {
     pub(crate) fn new(calls: &'a Mutex<InFlight>, id: &'a RequestId, method: &str) -> CallGuard<'a> {
-        let asks = matches!(
-            method,
-            methods::TOOLS_CALL
-                | methods::TASKS_RESULT
-                | methods::PROMPTS_GET
-                | methods::RESOURCES_READ
-                | methods::COMPLETION_COMPLETE
-        );
+        let asks = taskgate_protocol::method::row(method).is_some_and(|row| row.asks_client);
         if asks {
             calls.lock().add(id);
         }
