@@ -2,7 +2,9 @@
 //!
 //! - inside each crate, the imports between files run one way: no import circle (ARCHITECTURE.md,
 //!   "Layers inside a crate");
-//! - no source file is longer than [`MAX_LINES`] lines, tests aside.
+//! - no source file is longer than [`MAX_LINES`] lines, tests aside;
+//! - no file imports all of its parent (`use super::*`) outside its tests: what a file uses
+//!   of the module around it is named, so a reader sees which part of a type it touches.
 //!
 //! An import is any path in code that starts with `crate::`, `super::`, `self::`, a child module
 //! or a name the file imports (in a `use` tree or written out in an expression), resolved to the
@@ -46,6 +48,21 @@ fn no_source_file_is_longer_than_the_limit() {
     assert!(long.is_empty(), "split these by responsibility (at most {MAX_LINES} lines, tests aside): {long:?}");
 }
 
+#[test]
+fn no_file_imports_all_of_its_parent_outside_tests() {
+    let mut globbing = Vec::new();
+    for krate in crates() {
+        let graph = ImportGraph::of_crate(&krate);
+        for file in graph.files.values().filter(|f| !f.is_test && f.super_glob) {
+            globbing.push(file.path.display().to_string());
+        }
+    }
+    assert!(
+        globbing.is_empty(),
+        "name what these files use of their parent module instead of `use super::*`: {globbing:?}"
+    );
+}
+
 /// The check finds what it should: a circle through `super::`, a re-export and a path in an
 /// expression; none where a child is only declared, or where test code reaches up.
 #[test]
@@ -66,6 +83,14 @@ fn the_check_finds_circles_and_only_circles() {
     let graph = ImportGraph::of_crate(&dir);
     assert!(graph.circles().is_empty(), "{:?}", graph.edges);
     assert!(graph.edges.contains(&("a/child.rs".into(), "a/mod.rs".into(), "super::Alpha".into())));
+    assert!(!graph.files.values().any(|f| f.super_glob));
+
+    // `use super::*` is found outside tests, and only there.
+    write("src/a/child.rs", "use super::*;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n");
+    let graph = ImportGraph::of_crate(&dir);
+    assert!(graph.files["a/child.rs"].super_glob);
+    write("src/a/child.rs", "use super::Alpha;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n");
+    assert!(!ImportGraph::of_crate(&dir).files["a/child.rs"].super_glob);
 
     // b reaches a through the crate root's re-export, a reaches b in an expression: a circle.
     write("src/b.rs", "use crate::Alpha;\npub struct Beta;\n");
@@ -127,6 +152,8 @@ struct SourceFile {
     uses: HashMap<String, (Vec<String>, Vec<String>)>,
     /// Child modules it declares under `#[cfg(test)]`.
     test_children: Vec<String>,
+    /// Its code outside tests imports all of its parent module (`use super::*`).
+    super_glob: bool,
     is_test: bool,
     lines_outside_tests: usize,
 }
@@ -347,6 +374,7 @@ impl SourceFile {
             paths: Vec::new(),
             uses: HashMap::new(),
             test_children: Vec::new(),
+            super_glob: false,
             is_test: false,
             lines_outside_tests: text.lines().count(),
         };
@@ -411,6 +439,9 @@ impl SourceFile {
                     // this file's own code uses the name too (see below).
                     let re_export = i > 0 && (tokens[i - 1] == "pub" || tokens[i - 1] == ")");
                     for (path, alias) in use_tree(&tokens[i + 1..end], Vec::new()) {
+                        if alias.is_none() && path == ["super"] {
+                            file.super_glob = true;
+                        }
                         if re_export {
                             if let Some(alias) = &alias {
                                 re_exports.push((alias.clone(), names.clone(), path.clone()));

@@ -184,6 +184,42 @@ impl ListCursor {
     }
 }
 
+/// Long listing positions a session keeps, standing for them with short cursors: the most
+/// recent [`Stash::MAX`], by number (a client that sends back a cursor of one forgotten gets
+/// -32602 and lists again).
+#[derive(Debug)]
+pub struct Stash {
+    kept: std::collections::VecDeque<(u64, ListCursor)>,
+    next: u64,
+}
+
+impl Default for Stash {
+    fn default() -> Stash {
+        Stash { kept: Default::default(), next: 1 }
+    }
+}
+
+impl Stash {
+    /// Positions kept at most per session.
+    pub const MAX: usize = 64;
+
+    /// Keeps `cursor` (the oldest kept goes once there are [`Stash::MAX`]): its number.
+    pub fn keep(&mut self, cursor: ListCursor) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        if self.kept.len() >= Stash::MAX {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((n, cursor));
+        n
+    }
+
+    /// The position kept as number `n`, if still kept.
+    pub fn get(&self, n: u64) -> Option<&ListCursor> {
+        self.kept.iter().find(|(k, _)| *k == n).map(|(_, c)| c)
+    }
+}
+
 /// What a client's cursor stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CursorRef {
@@ -196,6 +232,19 @@ pub enum CursorRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stash_keeps_the_most_recent_positions() {
+        let mut stash = Stash::default();
+        let at = |n: usize| ListCursor { upstream: format!("u{n}"), cursor: None, skip: 0 };
+        let first = stash.keep(at(0));
+        assert_eq!(stash.get(first), Some(&at(0)));
+        let numbers: Vec<u64> = (1..=Stash::MAX).map(|n| stash.keep(at(n))).collect();
+        assert_eq!(stash.get(first), None, "the oldest went");
+        assert_eq!(stash.get(numbers[0]), Some(&at(1)));
+        assert_eq!(stash.get(*numbers.last().unwrap()), Some(&at(Stash::MAX)));
+        assert_eq!(stash.get(u64::MAX), None);
+    }
     use serde_json::json;
 
     fn naming() -> Vec<Naming> {

@@ -1,6 +1,12 @@
 //! `notifications/cancelled` from the client, and ending a request without a response.
 
-use super::*;
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::RequestId;
+
+use super::SessionActor;
+use crate::progress::Abandon;
 
 impl SessionActor {
     /// The request a `notifications/cancelled` names.
@@ -60,16 +66,16 @@ impl SessionActor {
         if let Some(handle) = request.running {
             ctx.cancel_future(handle);
         }
-        if let Some(progress) = request.progress {
+        if let Some(progress) = &request.progress {
             let _ = progress.try_send(Abandon);
         }
         request.reply.close();
-        let (upstream, upstream_id) = request.upstream?;
+        let (upstream, upstream_id) = request.upstream().cloned()?;
         if request.task_augmented {
             return None; // the task lives on; tasks/cancel stops it
         }
         self.shared.metrics.cancellations.with_label_values(&["forwarded", "none"]).inc();
-        let session = self.upstreams.get(&upstream).cloned()?;
+        let session = self.upstreams.session(&upstream)?;
         notice["requestId"] = upstream_id.to_value();
         Some(taskgate_upstream::made_for(request.subject, async move {
             if let Err(e) = session.notify(methods::CANCELLED, Some(notice)).await {

@@ -27,7 +27,7 @@ pub(crate) struct SessionContext {
     pub connectors: Arc<HashMap<String, Connector>>,
     /// The session table, for a session to leave it when it ends.
     pub sessions: Arc<dyn SessionTable>,
-    /// The task layer: the store, live task actors, the upstream maps, waiters (invariant 6:
+    /// The task layer: the store, live task actors, the upstream maps, waiters (invariant 8:
     /// what another replica would need lives in its store).
     pub tasks: Arc<TaskService>,
     /// This process's id among the replicas sharing the store (a v4 UUID per start): the

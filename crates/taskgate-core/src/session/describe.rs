@@ -54,11 +54,11 @@ impl Handler<Describe> for SessionActor {
         let client_info = self.client.client_info.clone();
         actix::MessageResult(Described {
             client_info,
-            get_stream: self.get_stream.is_some(),
+            get_stream: self.streams.get().is_some(),
             requests: self.requests.len(),
-            relayed: self.relayed.len(),
+            relayed: self.asked.len(),
             upstream_sessions,
-            log_level: self.log_level.clone(),
+            log_level: self.upstreams.log_level().map(str::to_owned),
         })
     }
 }

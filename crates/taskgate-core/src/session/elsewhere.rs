@@ -14,9 +14,15 @@
 //!   a copy without the stream passes its updates on, and the holder drops those of the URIs
 //!   its own subscriptions deliver).
 
-use super::*;
-use crate::offerings as names;
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::{Message as RpcMessage, RequestId};
 use taskgate_store::{SessionChange, StoreEvent};
+use taskgate_upstream::UpstreamSession;
+
+use super::SessionActor;
+use crate::offerings as names;
 
 /// Whether `id` is one the gateway gives requests it relays to clients (`SessionActor::relay_id`):
 /// an answer under another id is about no request of any replica, and is not published.
@@ -54,8 +60,7 @@ impl SessionActor {
     /// applies to the upstream sessions it opens, which are its own, and continue those the
     /// record names. Its subscriptions are taken when its client's GET stream opens here.
     pub(crate) fn restore(&mut self, record: taskgate_store::SessionRecord) {
-        self.private |= record.log_level.is_some();
-        self.log_level = record.log_level;
+        self.upstreams.set_level(record.log_level);
         // The replica holding the client's GET stream, as recorded.
         self.copies.stream_at = record.stream;
         for (name, r) in record.upstream_sessions {
@@ -252,7 +257,7 @@ impl SessionActor {
         if !self.replicated() || self.copies.upstream_refs.is_empty() {
             return;
         }
-        let kept: Vec<UpstreamSession> = self.upstreams.drain().map(|(_, s)| s).collect();
+        let kept: Vec<UpstreamSession> = self.upstreams.drain();
         let (tasks, id) = (self.shared.tasks.clone(), self.id.clone());
         actix::spawn(async move {
             if let Ok(None) = tasks.store().session(&id).await {
@@ -315,19 +320,19 @@ impl SessionActor {
             // Where the GET stream is, if this copy has not heard (a stream is cleared only by
             // what it hears: a record read may be older than that).
             let elsewhere = record.stream.filter(|at| *at != act.shared.replica);
-            if act.copies.stream_at.is_none() && act.get_stream.is_none() && elsewhere.is_some() {
+            if act.copies.stream_at.is_none() && act.streams.get().is_none() && elsewhere.is_some() {
                 act.copies.stream_at = elsewhere;
             }
-            if record.log_level.is_some() && record.log_level != act.log_level {
+            if record.log_level.is_some() && record.log_level.as_deref() != act.upstreams.log_level() {
                 act.go_private(ctx);
-                act.log_level = record.log_level;
+                act.upstreams.set_level(record.log_level);
                 let open: Vec<(String, UpstreamSession)> =
                     act.upstreams.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
                 for (name, session) in open {
                     act.apply_level(&name, &session, ctx);
                 }
             }
-            if act.get_stream.as_ref().is_some_and(|s| !s.is_closed()) {
+            if act.streams.open_get().is_some() {
                 let wanted: std::collections::BTreeSet<String> = record.subscriptions.into_iter().collect();
                 let add: Vec<String> = wanted.difference(&act.copies.held_subscriptions).cloned().collect();
                 let drop: Vec<String> = act.copies.held_subscriptions.difference(&wanted).cloned().collect();
@@ -361,7 +366,7 @@ impl SessionActor {
             super::offerings::retarget(Some(&json!({ "uri": uri })), self.candidates("resources", routes), "/uri");
         if subscribe {
             self.go_private(ctx);
-            self.subscribed = true;
+            self.upstreams.subscribe();
             self.copies.held_subscriptions.insert(uri.clone());
         } else {
             self.copies.held_subscriptions.remove(&uri);
@@ -417,7 +422,7 @@ impl Handler<FromElsewhere> for SessionActor {
                 if self.updates_held(&json) {
                     return; // this copy's own subscription delivers it
                 }
-                if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
+                if let Some(stream) = self.streams.open_get() {
                     let frame =
                         crate::outbound::Frame { json, response: false, store_unavailable: false, error: false };
                     if stream.send_frame(frame).is_err() {
@@ -429,16 +434,14 @@ impl Handler<FromElsewhere> for SessionActor {
                 Some(response @ (RpcMessage::Response { .. } | RpcMessage::Error { .. })) => {
                     // Not relayed here either: the request was withdrawn, or is unknown.
                     if let Some(id) = response.id() {
-                        if self.relayed.contains_key(id) {
+                        if self.asked.contains(id) {
                             let _ = self.client_response(response, None, ctx);
                         }
                     }
                 }
                 Some(RpcMessage::Notification { method, params })
                     if method == methods::CANCELLED
-                        && self
-                            .cancelled_request(params.as_ref())
-                            .is_some_and(|id| self.requests.contains_key(&id)) =>
+                        && self.cancelled_request(params.as_ref()).is_some_and(|id| self.requests.contains(&id)) =>
                 {
                     self.cancel(params, ctx)
                 }
@@ -451,7 +454,7 @@ impl Handler<FromElsewhere> for SessionActor {
             },
             FromElsewhere::StreamAt(replica, true) => {
                 self.copies.stream_at = Some(replica);
-                if let Some(stream) = self.get_stream.take() {
+                if let Some(stream) = self.streams.take_get() {
                     stream.close();
                 }
             }

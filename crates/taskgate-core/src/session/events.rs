@@ -1,18 +1,27 @@
 //! What an upstream sends on its own (routed to tasks, streams or the router) and the client's
 //! notifications.
 
-use super::*;
+use actix::prelude::*;
+use serde_json::Value;
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::tasks::TaskView;
+use taskgate_protocol::{mcp, Message as RpcMessage};
+use taskgate_upstream::UpstreamEvent;
+
+use super::SessionActor;
+use crate::relay::tag_log;
+use crate::router::RefreshUpstream;
+use crate::tasks::UpstreamStatus;
 
 impl SessionActor {
     /// Something an upstream sent on its own. A message naming an upstream task not known yet,
     /// while a native task creation on that upstream is in flight, is held until it settles:
     /// the upstream may speak of its task before its `CreateTaskResult` reaches us.
     pub(super) fn on_upstream_event(&mut self, upstream: String, event: UpstreamEvent, ctx: &mut Context<Self>) {
-        if self.native_creating.get(&upstream).is_some_and(|n| *n > 0) && self.names_unknown_task(&upstream, &event) {
-            if self.held.len() < MAX_HELD {
-                self.held.push((upstream, event));
-            } else {
-                tracing::warn!(session = %self.id, %upstream, "too many held upstream messages; one dropped");
+        if self.early.is_creating(&upstream) && self.names_unknown_task(&upstream, &event) {
+            let name = upstream.clone();
+            if !self.early.hold(upstream, event) {
+                tracing::warn!(session = %self.id, upstream = %name, "too many held upstream messages; one dropped");
             }
             return;
         }
@@ -81,10 +90,7 @@ impl SessionActor {
 
     /// A native task creation on `upstream` settled: replay what was held for it.
     pub(super) fn native_created(&mut self, upstream: &str, ctx: &mut Context<Self>) {
-        if let Some(n) = self.native_creating.get_mut(upstream) {
-            *n = n.saturating_sub(1);
-        }
-        for (upstream, event) in std::mem::take(&mut self.held) {
+        for (upstream, event) in self.early.created(upstream) {
             self.on_upstream_event(upstream, event, ctx);
         }
     }
@@ -108,7 +114,7 @@ impl Handler<ClientNotification> for SessionActor {
             methods::INITIALIZED => {}
             // About a request of another replica serving the session: it goes there.
             methods::CANCELLED
-                if self.cancelled_request(msg.params.as_ref()).is_some_and(|id| !self.requests.contains_key(&id))
+                if self.cancelled_request(msg.params.as_ref()).is_some_and(|id| !self.requests.contains(&id))
                     && self.client_elsewhere(&RpcMessage::notification(msg.method.clone(), msg.params.clone())) => {}
             methods::PROGRESS
                 if !self.relays_progress(msg.params.as_ref())

@@ -40,10 +40,8 @@ impl Handler<ClientStreamEnded> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: ClientStreamEnded, ctx: &mut Context<Self>) {
-        self.client_streams = self.client_streams.saturating_sub(1);
-        if self.client_streams == 0 {
+        if self.streams.ended() {
             // Nothing receives what the upstreams' GET streams carry: they may close.
-            self.upstream_streams.clear();
             self.stream_gone(ctx);
             self.release_pooled();
         }
@@ -54,21 +52,11 @@ impl Handler<OpenStream> for SessionActor {
     type Result = Result<ClientStreamGuard, GatewayError>;
 
     fn handle(&mut self, OpenStream(tx): OpenStream, ctx: &mut Context<Self>) -> Self::Result {
-        self.client_streams += 1;
-        for (name, session) in &self.upstreams {
-            self.upstream_streams.entry(name.clone()).or_insert_with(|| session.hold_stream());
-        }
         // One GET stream at a time, so no message is sent on two streams (basic/transports
         // "Multiple Connections"). A new one replaces the old at once, taking over what it had
         // not delivered: a client whose connection dropped reconnects without waiting for the
         // gateway to notice the dead one.
-        if let Some(old) = self.get_stream.take() {
-            tx.take_over(&old);
-        }
-        for queued in self.unqueue(|_| true) {
-            let _ = tx.send_frame(queued.frame);
-        }
-        self.get_stream = Some(tx);
+        self.streams.opened(tx, self.upstreams.iter());
         self.stream_here(ctx);
         Ok(ClientStreamGuard(ctx.address()))
     }
@@ -96,9 +84,9 @@ impl Handler<StreamOverflowed> for SessionActor {
             }
             Some(_) => {}
             None => {
-                if self.get_stream.as_ref().is_some_and(Outbound::overflowed) {
+                if self.streams.get().is_some_and(Outbound::overflowed) {
                     tracing::warn!(session = %self.id, %tenant, "the client read nothing of its GET stream for server.stream_stall_secs while messages for it were dropped; the stream is closed");
-                    self.get_stream = None;
+                    self.streams.take_get();
                 }
             }
         }
@@ -116,7 +104,7 @@ impl Handler<EndGetStream> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: EndGetStream, _: &mut Context<Self>) {
-        if let Some(stream) = self.get_stream.take() {
+        if let Some(stream) = self.streams.take_get() {
             stream.close();
         }
     }
@@ -138,8 +126,8 @@ impl Handler<CloseIfIdle> for SessionActor {
 
     fn handle(&mut self, msg: CloseIfIdle, ctx: &mut Context<Self>) -> bool {
         let seen = msg.last_seen_ms.load(std::sync::atomic::Ordering::Relaxed);
-        let streaming = self.get_stream.as_ref().is_some_and(|s| !s.is_closed());
-        if seen >= msg.cutoff_ms || streaming || !self.requests.is_empty() || !self.relayed.is_empty() {
+        let streaming = self.streams.open_get().is_some();
+        if seen >= msg.cutoff_ms || streaming || !self.requests.is_empty() || !self.asked.is_empty() {
             return false;
         }
         ctx.stop();
@@ -175,7 +163,7 @@ impl Handler<ReleaseUpstreams> for SessionActor {
         if let Some(upstream) = &msg.only {
             if self.upstreams.remove(upstream).is_some() {
                 tracing::debug!(session = %self.id, %upstream, "idle session lets its upstream session go for a new process");
-                self.upstream_streams.remove(upstream);
+                self.streams.let_go(upstream);
                 self.shared.metrics.upstream_sessions_released.with_label_values(&[&self.identity.tenant]).inc();
             }
             return;
@@ -186,8 +174,8 @@ impl Handler<ReleaseUpstreams> for SessionActor {
             .upstream_sessions_released
             .with_label_values(&[&self.identity.tenant])
             .inc_by(self.upstreams.len() as u64);
-        self.upstream_streams.clear();
-        self.upstreams = Default::default();
+        self.streams.let_all_go();
+        self.upstreams.clear();
     }
 }
 
@@ -204,7 +192,7 @@ impl Handler<ShutDown> for SessionActor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: ShutDown, ctx: &mut Context<Self>) -> ResponseFuture<()> {
-        let ids: Vec<RequestId> = self.requests.keys().cloned().collect();
+        let ids: Vec<RequestId> = self.requests.ids();
         let mut cancels = Vec::new();
         for id in ids {
             let Some(request) = self.requests.get(&id) else { continue };
@@ -269,7 +257,7 @@ impl Handler<ToolsChanged> for SessionActor {
         if caps != self.catalog.caps {
             return;
         }
-        if let Some(stream) = &self.get_stream {
+        if let Some(stream) = self.streams.get() {
             let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
         }
     }

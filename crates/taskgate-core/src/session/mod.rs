@@ -11,10 +11,12 @@
 //! (`events`), cancellation (`cancel`), what every session shares (`context`) and the session
 //! table (`registry`).
 
+mod asked;
 mod cancel;
 pub(crate) mod context;
 mod copies;
 pub(crate) mod describe;
+mod early;
 mod elsewhere;
 mod events;
 mod lifecycle;
@@ -22,8 +24,11 @@ mod offerings;
 mod pooled;
 pub(crate) mod registry;
 mod relay;
+mod requests;
+mod streams;
 mod task_calls;
 mod tools;
+mod upstreams;
 
 pub(crate) use elsewhere::end_at_upstreams;
 pub(crate) use events::ClientNotification;
@@ -31,40 +36,29 @@ pub(crate) use lifecycle::{
     Close, CloseIfIdle, EndGetStream, OpenStream, ShutDown, StreamOverflowed, CANCEL_AT_SHUTDOWN,
 };
 
-// foldhash: the maps of ids and names on every request's path hash in a few instructions,
-// not SipHash's hundreds; its seeds are random per map.
-use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use actix::prelude::*;
 use serde_json::{json, Value};
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::method::Method;
-use taskgate_protocol::{ErrorObject, Message as RpcMessage, Payload, RawArguments, RequestId};
+use taskgate_protocol::{Message as RpcMessage, Payload, RawArguments, RequestId};
 use taskgate_upstream::{ClientIdentity, ProcessShare, UpstreamEvent, UpstreamSession};
 
 use crate::outbound::{Frame, Outbound};
 
-use serde_json::Map;
-use taskgate_protocol::mcp::TaskSupport;
-use taskgate_protocol::tasks::{self as wire_tasks, TaskStatus, TaskView};
-use taskgate_store::{TaskOutcome, TaskRecord};
-
-use crate::catalog::{Page, ToolEntry};
 use crate::identity::Identity;
-use crate::progress::{Abandon, ProgressActor, ProgressTarget};
-use crate::relay::{relay_call, tag_log, UPSTREAM_EVENTS};
-use crate::router::{EnsureCatalog, RefreshUpstream, ToolCatalog, UpstreamFailure};
-use crate::tasks::{self, InputProvided, InputRequested, TaskService, TaskStart, UpstreamStatus, Work};
+use crate::progress::Abandon;
+use crate::relay::UPSTREAM_EVENTS;
+use crate::router::ToolCatalog;
 use crate::GatewayError;
+use asked::{Asked, Relayed};
 use context::SessionContext;
-
-/// Upstream requests relayed to the client and not yet answered, per session.
-const MAX_RELAYED: usize = 1024;
-/// Upstream messages held while a native task creation is in flight, per session.
-const MAX_HELD: usize = 256;
-/// Task-related messages queued for a client with no open stream, per session.
-const MAX_QUEUED: usize = 256;
+use early::Early;
+pub use requests::TaskMode;
+use requests::{InFlight, Requests};
+use streams::Streams;
+use upstreams::Upstreams;
 
 /// One client session.
 pub struct SessionActor {
@@ -74,48 +68,22 @@ pub struct SessionActor {
     client: ClientIdentity,
     /// The tool catalog of clients with this session's relayable capabilities.
     catalog: ToolCatalog,
-    upstreams: HashMap<String, UpstreamSession>,
-    /// The standalone GET stream, when the client has one open.
-    get_stream: Option<Outbound>,
-    /// GET streams of the client's not yet ended (a new one may replace an old one before the
-    /// old one's response ends); while there is one, each upstream session's GET stream is held
-    /// open, for what it carries to reach the client.
-    client_streams: usize,
-    upstream_streams: HashMap<String, taskgate_upstream::StreamHold>,
-    /// In-flight client requests by the client's id.
-    requests: HashMap<RequestId, InFlight>,
-    /// (upstream, upstream-local id) → the client's id, for routing what an upstream sends.
-    by_upstream: HashMap<(String, RequestId), RequestId>,
-    /// Requests an upstream sent that were relayed to the client: gateway id → (upstream, its
-    /// id, the task it is for).
-    relayed: HashMap<RequestId, Relayed>,
-    next_relay: u64,
-    /// This session's own part of every relayed id: a task's input request keys MUST be unique
-    /// over the task's lifetime (ext-tasks "Task Update Requests"), and a long task's requests may be
-    /// relayed by several sessions (a pooled session re-created, a task taken over by another
-    /// replica), each counting from 1.
-    relay_prefix: String,
+    /// The upstream sessions it holds, and the state it keeps at them.
+    upstreams: Upstreams,
+    /// The GET stream, the upstreams' held for it, and what waits for a stream.
+    streams: Streams,
+    /// The client's requests in flight and their routes from the upstreams.
+    requests: Requests,
+    /// Requests upstreams sent that were relayed to the client and wait for its answer.
+    asked: Asked,
     /// It serves 2026-07-28 requests (a pooled session): their clients list a task's input
     /// requests through `tasks/get`, from the store, so its `tasks/result` streams never relay
     /// those of tasks on other replicas.
     pub(crate) stateless: bool,
-    /// Native task creations in flight, by upstream.
-    native_creating: HashMap<String, usize>,
-    /// Upstream messages held until a native task creation settles.
-    held: Vec<(String, UpstreamEvent)>,
-    /// Task-related messages for the client while it has no stream open: delivered on the next
-    /// `tasks/result` for that task, or the next GET stream.
-    queued: Vec<Queued>,
-    /// The bytes in `queued` (bounded by `server.session_buffer_bytes`).
-    queued_bytes: usize,
-    /// The level the client set with `logging/setLevel`, for upstream sessions opened later.
-    log_level: Option<String>,
-    /// It has set a log level or subscribed to a resource (state an upstream keeps per
-    /// session): its upstream sessions are its own, never shared.
-    private: bool,
+    /// What upstreams say of tasks being created, held until the creation settles.
+    early: Early,
     /// Listing positions too long to hand the client as cursors, by number (bounded).
-    stashed_cursors: std::collections::VecDeque<(u64, crate::offerings::ListCursor)>,
-    next_stash: u64,
+    stash: crate::offerings::Stash,
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
     /// is a sender of its own to actix, made (and allocated) each time one is asked for.
     myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
@@ -124,69 +92,8 @@ pub struct SessionActor {
     /// Where the task actors whose input requests this session relays send the client's answers
     /// and their end: made with the first such request, one for all of them.
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
-    /// It subscribed to a resource: state its upstream session keeps, so it keeps that session.
-    subscribed: bool,
     /// What ties it to its copies at other replicas (`elsewhere.rs`).
     copies: copies::Copies,
-}
-
-/// Removes `key`; a table left empty gives its memory back, so that an idle session holds
-/// none for its requests (a first insert reserves room for several: about 600 bytes for
-/// `requests`, 300 for `by_upstream`, kept for the session's life though most sessions are idle
-/// most of the time). The next request allocates again: one allocation per request.
-fn remove_freeing<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, key: &K) -> Option<V> {
-    let removed = map.remove(key);
-    if map.is_empty() {
-        map.shrink_to_fit();
-    }
-    removed
-}
-
-/// A message waiting for a stream: its task, its id (a relayed request) and its text.
-struct Queued {
-    task: String,
-    id: Option<RequestId>,
-    frame: Frame,
-}
-
-struct InFlight {
-    reply: Outbound,
-    upstream: Option<(String, RequestId)>,
-    /// For `tasks/result`: the task waited on (requests for that task go on this stream).
-    task: Option<String>,
-    /// A task-augmented request: `notifications/cancelled` does not apply (tasks/cancel does).
-    task_augmented: bool,
-    /// Who decides whether a `tools/call` becomes a task.
-    mode: TaskMode,
-    /// The running upstream call, stopped on cancellation.
-    running: Option<SpawnHandle>,
-    /// The request's progress token's actor.
-    progress: Option<Addr<ProgressActor>>,
-    /// The client request's span.
-    span: tracing::Span,
-    /// The client request's OAuth access token, while an upstream exchanges callers' tokens.
-    subject: Option<taskgate_upstream::Subject>,
-}
-
-/// A request an upstream sent that was relayed to the client.
-struct Relayed {
-    /// Who asked, and takes the answer.
-    asker: Asker,
-    task: Option<String>,
-    /// The progress token in the upstream's request: client progress naming it goes back there.
-    progress_token: Option<Value>,
-    /// The stream it went on (empty while queued): its cancellation follows it there.
-    stream: Option<Outbound>,
-}
-
-/// Where the answer to a relayed request goes.
-#[derive(PartialEq)]
-enum Asker {
-    /// An upstream of this session, under its own id for the request.
-    Upstream { upstream: String, id: RequestId },
-    /// A task that runs on another replica: its input request, by its key there (read from
-    /// the shared store; the answer goes back through the store's events).
-    Replica { key: String },
 }
 
 impl SessionActor {
@@ -230,28 +137,16 @@ impl SessionActor {
             identity,
             client,
             catalog,
-            upstreams: HashMap::new(),
-            get_stream: None,
-            client_streams: 0,
-            upstream_streams: HashMap::new(),
-            requests: HashMap::new(),
-            by_upstream: HashMap::new(),
-            relayed: HashMap::new(),
-            next_relay: 1,
+            upstreams: Upstreams::new(),
+            streams: Streams::new(),
+            requests: Requests::new(),
+            asked: Asked::new(),
             stateless: false,
-            relay_prefix: format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0),
-            native_creating: HashMap::new(),
-            held: Vec::new(),
-            queued: Vec::new(),
-            queued_bytes: 0,
-            log_level: None,
-            private: false,
-            stashed_cursors: std::collections::VecDeque::new(),
-            next_stash: 1,
+            early: Early::new(),
+            stash: Default::default(),
             myself: None,
             me: None,
             input_holder: None,
-            subscribed: false,
             copies: Default::default(),
         }
     }
@@ -268,7 +163,7 @@ impl SessionActor {
         ctx.add_stream(crate::stream::event_stream(rx, move |event: Box<UpstreamEvent>| (upstream.clone(), *event)));
         let session = if self.may_share() && connector.shares_sessions(&self.client) {
             connector.open_shared(&self.share_key(), || self.client.clone(), tx)
-        } else if !self.private && self.client.answers_requests() && connector.pools_sessions() {
+        } else if !self.upstreams.is_private() && self.client.answers_requests() && connector.pools_sessions() {
             // A client that can be asked things takes a pooled session, its alone until it
             // holds nothing (`release_pooled`). One that can be asked nothing shares, or keeps
             // a session of its own, as `share_sessions` says.
@@ -291,13 +186,11 @@ impl SessionActor {
             // Its requests carry a token exchanged for this session's principal's.
             session.on_behalf_of(self.shared.tenancy.subjects.caller(&self.identity, connector.exchange_issuer()));
         }
-        if self.client_streams > 0 {
-            self.upstream_streams.insert(name.to_owned(), session.hold_stream());
-        }
+        self.streams.hold(name, &session);
         // Its stdio processes count against its tenant's share of the upstream's `max_processes`.
         let percent = self.shared.tenancy.policy(&self.identity.tenant).shares.percent;
         session.count_processes_against(ProcessShare { holder: self.identity.tenant.clone(), percent });
-        self.upstreams.insert(name.to_owned(), session.clone());
+        self.upstreams.insert(name, session.clone());
         self.apply_level(name, &session, ctx);
         Some(session)
     }
@@ -307,7 +200,7 @@ impl SessionActor {
     /// outside any request, and only this client could answer), and it keeps no state at the
     /// upstream (a log level, subscriptions).
     fn may_share(&self) -> bool {
-        !self.private && !self.client.answers_requests()
+        !self.upstreams.is_private() && !self.client.answers_requests()
     }
 
     /// Who may share an upstream session: one tenant's, one principal's client sessions,
@@ -322,31 +215,20 @@ impl SessionActor {
     /// The session is about to keep state at its upstreams: its shared upstream sessions are
     /// replaced by sessions of its own (calls in flight on the shared ones finish there).
     fn go_private(&mut self, ctx: &mut Context<Self>) {
-        if self.private {
-            return;
-        }
-        self.private = true;
-        let shared: Vec<String> =
-            self.upstreams.iter().filter(|(_, s)| s.is_shared()).map(|(name, _)| name.clone()).collect();
-        for name in shared {
-            self.upstreams.remove(&name);
+        for name in self.upstreams.go_private().unwrap_or_default() {
             self.upstream_session(&name, ctx);
         }
     }
 
     /// Forgets a request and everything keyed by it (whichever side ends it first).
     fn forget(&mut self, id: &RequestId) -> Option<InFlight> {
-        let request = remove_freeing(&mut self.requests, id)?;
+        let request = self.requests.end(id)?;
         self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(key) = &request.upstream {
-            remove_freeing(&mut self.by_upstream, key);
-        }
         // Requests of a task on another replica were relayed for this tasks/result only: once
         // no one here waits on the task, their answers have nowhere to go.
         if let Some(task) = request.task.as_deref() {
-            if !self.requests.values().any(|r| r.task.as_deref() == Some(task)) {
-                self.relayed
-                    .retain(|_, r| !(matches!(r.asker, Asker::Replica { .. }) && r.task.as_deref() == Some(task)));
+            if self.requests.waiting_on(task).is_none() {
+                self.asked.forget_replicas(task);
             }
         }
         Some(request)
@@ -397,22 +279,9 @@ impl SessionActor {
         ctx.spawn(work.into_actor(self).map(move |outcome, act, _| act.finish(id, outcome)));
     }
 
-    /// The id the next relayed request goes under.
-    fn relay_id(&self) -> RequestId {
-        RequestId::String(format!("taskgate-{}-{}", self.relay_prefix, self.next_relay))
-    }
-
-    /// Takes the queued messages that `which` selects, in order.
-    fn unqueue(&mut self, which: impl Fn(&Queued) -> bool) -> Vec<Queued> {
-        let (taken, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queued).into_iter().partition(|q| which(q));
-        self.queued = rest;
-        self.queued_bytes = self.queued.iter().map(|q| q.frame.json.len()).sum();
-        taken
-    }
-
     /// Lets go of the upstream sessions: each ends when no task still runs on it.
     fn release_upstreams(&mut self) {
-        self.upstream_streams.clear();
+        self.streams.let_all_go();
         self.upstreams.clear();
     }
 }
@@ -429,7 +298,7 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
-        let open: Vec<RequestId> = self.requests.keys().cloned().collect();
+        let open: Vec<RequestId> = self.requests.ids();
         for id in open {
             if let Some(request) = self.forget(&id) {
                 if let Some(progress) = request.progress {
@@ -460,22 +329,6 @@ pub(crate) struct ClientRequest {
     pub subject: Option<taskgate_upstream::Subject>,
 }
 
-/// Who decides whether a `tools/call` becomes a task: part of the internal request model, set
-/// by the front door from the client's revision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TaskMode {
-    /// The client: a `task` param asks for one (2025-11-25 "Tool-Level Negotiation").
-    #[default]
-    Requested,
-    /// The gateway: a tool that may run as a task does when the client can take a task
-    /// (`accepts`); a tool that must run as a task is refused (-32021) to a client that cannot.
-    /// A `task` param is ignored.
-    GatewayDecides {
-        /// The client declared it can take a task.
-        accepts: bool,
-    },
-}
-
 impl Message for ClientRequest {
     type Result = Result<(), GatewayError>;
 }
@@ -493,7 +346,7 @@ impl Handler<ClientRequest> for SessionActor {
             }
             arguments => arguments,
         };
-        if self.requests.contains_key(&id) {
+        if self.requests.contains(&id) {
             return Err(GatewayError::InvalidRequest(format!(
                 "request id {id} is already in use by a request in progress in this session"
             )));
@@ -512,27 +365,14 @@ impl Handler<ClientRequest> for SessionActor {
             .flatten();
         if let Some(task) = &task {
             // Deliver what waited for this task's requestor on this tasks/result stream.
-            for queued in self.unqueue(|q| &q.task == task) {
+            for queued in self.streams.take_waiting(|q| &q.task == task) {
                 let _ = reply.send_frame(queued.frame);
             }
         }
         let task_augmented = method == methods::TOOLS_CALL
             && mode == TaskMode::Requested
             && params.as_ref().is_some_and(|p| p.get("task").is_some());
-        self.requests.insert(
-            id.clone(),
-            InFlight {
-                reply,
-                upstream: None,
-                task,
-                task_augmented,
-                mode,
-                running: None,
-                progress: None,
-                span,
-                subject,
-            },
-        );
+        self.requests.admit(id.clone(), InFlight::new(reply, task, task_augmented, mode, span, subject));
         self.shared.live_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // The table says what this revision serves (taskgate_protocol::method).
         match Method::named(&method).filter(|m| m.row().at_2025.is_some()) {

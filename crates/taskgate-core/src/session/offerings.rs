@@ -4,14 +4,20 @@
 //! same relay as `tools/call`, so what the upstream sends before its result reaches the
 //! client on the request's stream.
 
-use super::*;
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::{mcp, ErrorObject, RequestId};
+use taskgate_upstream::{UpstreamError, UpstreamSession};
+
+use super::SessionActor;
 use crate::catalog::Naming;
 use crate::offerings::{self as names, CursorRef, ListCursor};
-use taskgate_upstream::UpstreamError;
+use crate::progress::Abandon;
+use crate::relay::relay_call;
+use crate::router::EnsureCatalog;
+use crate::GatewayError;
 
-/// Long listing cursors a session keeps for its client (the oldest is forgotten first; a
-/// client that sends it back then gets -32602 and lists again).
-const MAX_STASHED_CURSORS: usize = 64;
 /// Upstream listing requests made for one page of a federated listing, at most.
 const MAX_FETCHES_PER_PAGE: usize = 64;
 
@@ -140,8 +146,8 @@ impl SessionActor {
             Ok(None) => None,
             Ok(Some(c)) => match ListCursor::decode(listing.kind(), c) {
                 Some(CursorRef::At(c)) => Some(c),
-                Some(CursorRef::Stashed(n)) => match self.stashed_cursors.iter().find(|(k, _)| *k == n) {
-                    Some((_, c)) => Some(c.clone()),
+                Some(CursorRef::Stashed(n)) => match self.stash.get(n) {
+                    Some(c) => Some(c.clone()),
                     None => {
                         let why = "Invalid cursor: it has expired (this session keeps its most recent long cursors only); list again from the start";
                         return self.finish(id, Err(GatewayError::InvalidParams(why.into())));
@@ -163,7 +169,7 @@ impl SessionActor {
     }
 
     fn list_pages(&mut self, id: RequestId, listing: Listing, cursor: Option<ListCursor>, ctx: &mut Context<Self>) {
-        if !self.requests.contains_key(&id) {
+        if !self.requests.contains(&id) {
             return;
         }
         let upstreams = self.offering_upstreams(listing.capability());
@@ -274,19 +280,13 @@ impl SessionActor {
 
     /// The cursor a client gets for `next`: the position itself, or, when the upstream's own
     /// cursor would make it longer than a client may send (`mcp::MAX_ID_BYTES`), a number
-    /// standing for it that the session keeps (bounded by `MAX_STASHED_CURSORS`).
+    /// standing for it that the session keeps (bounded by `Stash::MAX`).
     fn cursor_text(&mut self, kind: &str, next: ListCursor) -> String {
         let inline = next.encode(kind);
         if inline.len() + 2 <= mcp::MAX_ID_BYTES {
             return inline;
         }
-        let n = self.next_stash;
-        self.next_stash += 1;
-        if self.stashed_cursors.len() >= MAX_STASHED_CURSORS {
-            self.stashed_cursors.pop_front();
-        }
-        self.stashed_cursors.push_back((n, next));
-        ListCursor::encode_stashed(kind, n)
+        ListCursor::encode_stashed(kind, self.stash.keep(next))
     }
 
     /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`: to the upstream the URI
@@ -310,7 +310,7 @@ impl SessionActor {
         if method == methods::RESOURCES_SUBSCRIBE {
             // Subscriptions are upstream-session state: this client's are its own, and kept.
             self.go_private(ctx);
-            self.subscribed = true;
+            self.upstreams.subscribe();
             if !attempts.is_empty() {
                 self.subscribed_here(&uri, ctx);
             }
@@ -404,12 +404,7 @@ impl SessionActor {
             return self.finish(id, Err(e));
         };
         let upstream_id = session.next_request_id();
-        if let Some(old) =
-            self.requests.get_mut(&id).and_then(|r| r.upstream.replace((upstream.clone(), upstream_id.clone())))
-        {
-            self.by_upstream.remove(&old);
-        }
-        self.by_upstream.insert((upstream.clone(), upstream_id.clone()), id.clone());
+        self.requests.sent(&id, &upstream, &upstream_id);
         let progress = self.request_progress(&mut params, &reply);
         if let Some(previous) =
             self.requests.get_mut(&id).and_then(|r| std::mem::replace(&mut r.progress, progress.clone()))
@@ -461,7 +456,7 @@ impl SessionActor {
         };
         // A log level is upstream-session state: this client's is its own.
         self.go_private(ctx);
-        self.log_level = Some(level.to_owned());
+        self.upstreams.set_level(Some(level.to_owned()));
         self.record_change(taskgate_store::SessionChange::Level(level.to_owned()), ctx);
         let sessions: Vec<UpstreamSession> =
             self.upstreams.iter().filter(|(name, _)| self.offers_logging(name)).map(|(_, s)| s.clone()).collect();
@@ -483,7 +478,10 @@ impl SessionActor {
 
     /// A newly opened upstream session takes the level the client set.
     pub(super) fn apply_level(&mut self, upstream: &str, session: &UpstreamSession, ctx: &mut Context<Self>) {
-        let Some(level) = self.log_level.clone().filter(|_| self.offers_logging(upstream)) else { return };
+        let Some(level) = self.upstreams.log_level().filter(|_| self.offers_logging(upstream)).map(str::to_owned)
+        else {
+            return;
+        };
         let session = session.clone();
         ctx.spawn(
             async move {

@@ -2,7 +2,9 @@
 //! upstream sessions from a pool (`SessionActor::upstream_session`) and lets them go when it
 //! holds nothing: when its client's last GET stream ends, or when it idles.
 
-use super::*;
+use actix::prelude::*;
+
+use super::SessionActor;
 
 /// The session lets its pooled upstream sessions go if it still holds nothing
 /// ([`SessionActor::release_pooled`]).
@@ -25,7 +27,7 @@ impl SessionActor {
     /// it idles for `server.upstream_release_secs`.) Done after the message being handled, when
     /// a call that just ended has let its handles go.
     pub(super) fn release_pooled(&mut self) {
-        if !self.holds_nothing() || !self.upstreams.values().any(UpstreamSession::is_pooled) {
+        if !self.holds_nothing() || !self.upstreams.holds_pooled() {
             return;
         }
         if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
@@ -36,7 +38,10 @@ impl SessionActor {
     /// Whether the session holds nothing: nothing in flight, no stream, nothing relayed, no
     /// subscription.
     pub(super) fn holds_nothing(&self) -> bool {
-        self.requests.is_empty() && self.client_streams == 0 && self.relayed.is_empty() && !self.subscribed
+        self.requests.is_empty()
+            && !self.streams.client_listens()
+            && self.asked.is_empty()
+            && !self.upstreams.subscribed()
     }
 
     /// [`SessionActor::release_pooled`], now. One still used by a call that has just ended
@@ -53,7 +58,7 @@ impl SessionActor {
             let keep = !session.is_pooled() || session.lane_held_elsewhere();
             in_use |= keep && session.is_pooled();
             if !keep {
-                self.upstream_streams.remove(name);
+                self.streams.let_go(name);
             }
             keep
         });

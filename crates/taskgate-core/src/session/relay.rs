@@ -2,9 +2,21 @@
 //! gateway id on the right stream, their answers and progress routed back. (One upstream call
 //! with everything it sends before its result is `crate::relay`.)
 
-use super::*;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::{mcp, ErrorObject, Message as RpcMessage, RequestId};
+use taskgate_upstream::UpstreamSession;
+
+use super::asked::{Asker, Relayed};
+use super::streams::Waiting;
+use super::SessionActor;
+use crate::outbound::{Frame, Outbound};
 use crate::relay::{ClientResponse, RelayFromCall};
-use crate::tasks::InputHolder;
+use crate::tasks::{InputHolder, InputProvided, InputRequested};
+use crate::GatewayError;
 
 impl SessionActor {
     /// A relayed request of a task was answered or withdrawn: the task's actor forgets it.
@@ -18,11 +30,10 @@ impl SessionActor {
     /// request's stream when it is still open, otherwise the GET stream.
     pub(super) fn stream_for(&self, upstream: &str, related: Option<&RequestId>) -> Option<Outbound> {
         related
-            .and_then(|r| self.by_upstream.get(&(upstream.to_owned(), r.clone())))
-            .and_then(|client_id| self.requests.get(client_id))
+            .and_then(|r| self.requests.for_upstream(upstream, r))
             .map(|r| r.reply.clone())
             .filter(|s| !s.is_closed())
-            .or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()))
+            .or_else(|| self.streams.open_get())
     }
 
     /// The task a message from an upstream belongs to, if any: it arrived on the stream of a
@@ -88,15 +99,10 @@ impl SessionActor {
             taskgate_protocol::modern::put_input_key(&mut params, key);
         }
         let relayed_token = mcp::progress_token(params.as_ref()).cloned();
-        let task_stream = task.as_ref().and_then(|t| {
-            self.requests
-                .values()
-                .find(|r| r.task.as_ref() == Some(t))
-                .map(|r| r.reply.clone())
-                .filter(|s| !s.is_closed())
-        });
+        let task_stream =
+            task.as_ref().and_then(|t| self.requests.waiting_on(t).map(|r| r.reply.clone()).filter(|s| !s.is_closed()));
         let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
-        let Some(session) = self.upstreams.get(&upstream).cloned() else { return };
+        let Some(session) = self.upstreams.session(&upstream) else { return };
         let refuse = |code: i64, why: String| {
             let reply = RpcMessage::error(Some(id.clone()), ErrorObject::new(code, why));
             async move {
@@ -113,11 +119,12 @@ impl SessionActor {
             }
         }
         let internal = taskgate_protocol::codes::INTERNAL_ERROR;
-        if self.relayed.len() >= MAX_RELAYED {
-            ctx.spawn(refuse(internal, format!("the client has {MAX_RELAYED} unanswered requests")).into_actor(self));
+        if !self.asked.has_room() {
+            let why = format!("the client has {} unanswered requests", super::asked::MAX_ASKED);
+            ctx.spawn(refuse(internal, why).into_actor(self));
             return;
         }
-        let gateway_id = self.relay_id();
+        let gateway_id = self.asked.next_id();
         let message = RpcMessage::request(gateway_id.clone(), method.clone(), params);
         let used = stream.clone();
         match (stream, &task) {
@@ -138,15 +145,13 @@ impl SessionActor {
             (None, Some(_)) if self.stateless => {}
             // A task's request waits for the client to look (tasks/result or a GET stream):
             // the task is input_required meanwhile.
-            (None, Some(task)) if self.queued.len() < MAX_QUEUED => {
-                let frame = Frame::new(&message);
-                if self.queued_bytes + frame.json.len() > self.shared.config.server.session_buffer_bytes {
+            (None, Some(task)) if self.streams.may_wait() => {
+                let waiting = Waiting { task: task.clone(), id: Some(gateway_id.clone()), frame: Frame::new(&message) };
+                if self.streams.wait(waiting, self.shared.config.server.session_buffer_bytes).is_err() {
                     let why = "the client has too much waiting for it (server.session_buffer_bytes)".to_owned();
                     ctx.spawn(refuse(internal, why).into_actor(self));
                     return;
                 }
-                self.queued_bytes += frame.json.len();
-                self.queued.push(Queued { task: task.clone(), id: Some(gateway_id.clone()), frame });
             }
             // The client's GET stream is at another replica: the request goes there, and the
             // answer comes back here.
@@ -157,7 +162,6 @@ impl SessionActor {
                 return;
             }
         }
-        self.next_relay += 1;
         if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
             let RpcMessage::Request { method, params, .. } = message else { unreachable!("built as a request above") };
             let request = json!({ "method": method, "params": params.unwrap_or_else(|| json!({})) });
@@ -170,24 +174,24 @@ impl SessionActor {
         }
         let progress_token = relayed_token;
         let asker = Asker::Upstream { upstream, id };
-        self.relayed.insert(gateway_id, Relayed { asker, task, progress_token, stream: used });
+        self.asked.sent(gateway_id, Relayed { asker, task, progress_token, stream: used });
     }
 
     /// Whether the client's progress names a request relayed here.
     pub(super) fn relays_progress(&self, params: Option<&Value>) -> bool {
         let token = params.and_then(|p| p.get("progressToken"));
-        token.is_some_and(|t| self.relayed.values().any(|r| r.progress_token.as_ref() == Some(t)))
+        token.is_some_and(|t| self.asked.with_progress_token(t).is_some())
     }
 
     /// Progress the client reports on a request an upstream sent it: back to that upstream.
     pub(super) fn client_progress(&mut self, params: Option<Value>, ctx: &mut Context<Self>) {
         let token = params.as_ref().and_then(|p| p.get("progressToken"));
-        let owner = token.and_then(|t| self.relayed.values().find(|r| r.progress_token.as_ref() == Some(t)));
+        let owner = token.and_then(|t| self.asked.with_progress_token(t));
         let Some(Asker::Upstream { upstream, .. }) = owner.map(|r| &r.asker) else {
             tracing::debug!(session = %self.id, "client progress for no relayed request ignored");
             return;
         };
-        if let Some(session) = self.upstreams.get(upstream).cloned() {
+        if let Some(session) = self.upstreams.session(upstream) {
             ctx.spawn(
                 async move {
                     let _ = session.notify(methods::PROGRESS, params).await;
@@ -204,24 +208,22 @@ impl SessionActor {
             return;
         };
         let asker = Asker::Upstream { upstream: upstream.to_owned(), id: upstream_id };
-        let gateway_id = self.relayed.iter().find(|(_, r)| r.asker == asker).map(|(g, _)| g.clone());
-        let Some(gateway_id) = gateway_id else {
+        let Some(gateway_id) = self.asked.id_of(&asker) else {
             tracing::debug!(session = %self.id, %upstream, "upstream cancelled a request the client never saw");
             return;
         };
-        let relayed = self.relayed.remove(&gateway_id).expect("found above");
+        let relayed = self.asked.answered(&gateway_id).expect("found above");
         self.input_settled(relayed.task.as_deref(), &gateway_id);
         let mut forwarded = params.unwrap_or_else(|| json!({}));
         forwarded["requestId"] = gateway_id.to_value();
-        let stream =
-            relayed.stream.filter(|s| !s.is_closed()).or_else(|| self.get_stream.clone().filter(|s| !s.is_closed()));
+        let stream = relayed.stream.filter(|s| !s.is_closed()).or_else(|| self.streams.open_get());
         match stream {
             Some(stream) => {
                 let _ = stream.send(&RpcMessage::notification(methods::CANCELLED, Some(forwarded)));
             }
             None => {
                 let notice = RpcMessage::notification(methods::CANCELLED, Some(forwarded));
-                if self.unqueue(|q| q.id.as_ref() == Some(&gateway_id)).is_empty() {
+                if self.streams.take_waiting(|q| q.id.as_ref() == Some(&gateway_id)).is_empty() {
                     // Sent to the GET stream at another replica, if any.
                     self.to_stream_elsewhere(&notice);
                 }
@@ -235,7 +237,7 @@ impl Handler<ClientResponse> for SessionActor {
 
     fn handle(&mut self, ClientResponse(message, subject): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
         // Relayed by another replica serving the session: it goes there.
-        if message.id().is_some_and(|id| !self.relayed.contains_key(id) && super::elsewhere::relay_id(id))
+        if message.id().is_some_and(|id| !self.asked.contains(id) && super::elsewhere::relay_id(id))
             && self.client_elsewhere(&message)
         {
             return Ok(());
@@ -255,7 +257,7 @@ impl SessionActor {
         let Some(id) = message.id().cloned() else {
             return Err(GatewayError::InvalidRequest("a response needs the id of the request it answers".into()));
         };
-        let Some(Relayed { asker, task, .. }) = self.relayed.remove(&id) else {
+        let Some(Relayed { asker, task, .. }) = self.asked.answered(&id) else {
             return Err(GatewayError::InvalidRequest(format!(
                 "no request with id {id} is waiting for a response in this session"
             )));
@@ -280,8 +282,8 @@ impl SessionActor {
         self.input_settled(task.as_deref(), &id);
         // Answered without the client reading it here (through another replica, or the tasks
         // extension): it must not reach a stream opened later.
-        self.unqueue(|q| q.id.as_ref() == Some(&id));
-        if let Some(session) = self.upstreams.get(&upstream).cloned() {
+        self.streams.take_waiting(|q| q.id.as_ref() == Some(&id));
+        if let Some(session) = self.upstreams.session(&upstream) {
             // Sent with the token the answer came with.
             ctx.spawn(
                 taskgate_upstream::made_for(subject, async move {

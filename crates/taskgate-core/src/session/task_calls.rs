@@ -1,8 +1,22 @@
 //! Task-augmented calls (wrapped or native) and the `tasks/*` methods; task progress and
 //! status notifications for this session's requestor.
 
-use super::*;
-use crate::tasks::TaskEnded;
+use actix::prelude::*;
+use serde_json::{json, Map, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::tasks::{TaskStatus, TaskView};
+use taskgate_protocol::{mcp, tasks as wire_tasks, Message as RpcMessage, RequestId};
+use taskgate_store::{TaskOutcome, TaskRecord};
+use taskgate_upstream::UpstreamSession;
+
+use super::asked::Asker;
+use super::SessionActor;
+use crate::catalog::ToolEntry;
+use crate::outbound::Outbound;
+use crate::progress::{Abandon, ProgressActor, ProgressTarget};
+use crate::relay::UPSTREAM_EVENTS;
+use crate::tasks::{TaskEnded, TaskService, TaskStart, Work};
+use crate::{tasks, GatewayError};
 
 impl SessionActor {
     /// Runs an admitted task: as a native upstream task, wrapped by the gateway, or as the
@@ -18,7 +32,7 @@ impl SessionActor {
         permit: Option<crate::tenants::TaskPermit>,
         ctx: &mut Context<Self>,
     ) {
-        if !self.requests.contains_key(&id) {
+        if !self.requests.contains(&id) {
             // Cancelled while it was being admitted: its reservation goes back.
             self.shared.tasks.release(&record);
             return;
@@ -141,7 +155,7 @@ impl SessionActor {
     ) {
         params["task"] = record.ttl_ms.map_or_else(|| json!({}), |ttl| json!({ "ttl": ttl }));
         let upstream = record.upstream.clone();
-        *self.native_creating.entry(upstream.clone()).or_default() += 1;
+        self.early.creating(&upstream);
         // The task's progress token stays valid for its whole lifetime: route it from now on.
         let route = progress.as_ref().map(|(_, token)| {
             let (sink, notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
@@ -335,11 +349,10 @@ impl Handler<TaskProgress> for SessionActor {
     fn handle(&mut self, TaskProgress { task_id, notification, requester }: TaskProgress, _: &mut Context<Self>) {
         let stream = self
             .requests
-            .values()
-            .find(|r| r.task.as_deref() == Some(task_id.as_str()))
+            .waiting_on(&task_id)
             .map(|r| r.reply.clone())
             .filter(|s| !s.is_closed())
-            .or_else(|| self.get_stream.clone().filter(|s| requester && !s.is_closed()));
+            .or_else(|| self.streams.open_get().filter(|_| requester));
         if let Some(stream) = stream {
             let _ = stream.send(&notification);
         }
@@ -358,7 +371,7 @@ impl Handler<TaskStatusChanged> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, TaskStatusChanged(task): TaskStatusChanged, _: &mut Context<Self>) {
-        if let Some(stream) = self.get_stream.as_ref().filter(|s| !s.is_closed()) {
+        if let Some(stream) = self.streams.open_get() {
             let _ = stream.send(&RpcMessage::notification(methods::TASKS_STATUS, Some(task)));
         }
     }
@@ -368,8 +381,8 @@ impl Handler<TaskEnded> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, TaskEnded(task_id): TaskEnded, _: &mut Context<Self>) {
-        self.relayed.retain(|_, r| r.task.as_deref() != Some(task_id.as_str()));
-        self.unqueue(|q| q.task == task_id);
+        self.asked.forget_task(&task_id);
+        self.streams.take_waiting(|q| q.task == task_id);
     }
 }
 
@@ -394,11 +407,7 @@ impl Handler<RemoteInputs> for SessionActor {
 impl SessionActor {
     /// This session's open `tasks/result` stream for a task.
     fn task_stream(&self, task_id: &str) -> Option<Outbound> {
-        self.requests
-            .values()
-            .find(|r| r.task.as_deref() == Some(task_id))
-            .map(|r| r.reply.clone())
-            .filter(|s| !s.is_closed())
+        self.requests.waiting_on(task_id).map(|r| r.reply.clone()).filter(|s| !s.is_closed())
     }
 
     /// Relays on the task's open `tasks/result` stream the input requests of a task running on
@@ -419,7 +428,7 @@ impl SessionActor {
             let Some(stream) = act.task_stream(&task_id) else { return };
             for (key, request) in inputs {
                 let asker = Asker::Replica { key };
-                if act.relayed.values().any(|r| r.asker == asker && r.task.as_deref() == Some(task_id.as_str())) {
+                if act.asked.has(&asker, &task_id) {
                     continue;
                 }
                 let Some(method) = request.get("method").and_then(Value::as_str) else { continue };
@@ -428,19 +437,18 @@ impl SessionActor {
                 if mcp::client_capability_for(method).is_some_and(|c| act.client.capabilities.get(c).is_none()) {
                     continue;
                 }
-                if act.relayed.len() >= super::MAX_RELAYED {
+                if !act.asked.has_room() {
                     tracing::info!(session = %act.id, "too many unanswered requests; a task's input request waits");
                     return;
                 }
-                let gateway_id = act.relay_id();
+                let gateway_id = act.asked.next_id();
                 let message = RpcMessage::request(gateway_id.clone(), method.to_owned(), request.get("params").cloned());
                 if stream.send(&message).is_err() {
                     return;
                 }
-                act.next_relay += 1;
                 let relayed =
                     super::Relayed { asker, task: Some(task_id.clone()), progress_token: None, stream: Some(stream.clone()) };
-                act.relayed.insert(gateway_id, relayed);
+                act.asked.sent(gateway_id, relayed);
             }
         }));
     }

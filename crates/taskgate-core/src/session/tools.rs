@@ -1,8 +1,23 @@
 //! `tools/list` and `tools/call`: the federated listing, tool-level task negotiation, and plain
 //! calls relayed with their progress and notifications.
 
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_protocol::mcp::{methods, TaskSupport};
+use taskgate_protocol::{mcp, RawArguments, RequestId};
+use taskgate_upstream::UpstreamSession;
+
+use super::context::SessionContext;
 use super::task_calls::TaskRun;
-use super::*;
+use super::{SessionActor, TaskMode};
+use crate::catalog::{Page, ToolEntry};
+use crate::outbound::Outbound;
+use crate::progress::{ProgressActor, ProgressTarget};
+use crate::relay::relay_call;
+use crate::router::{EnsureCatalog, ToolCatalog, UpstreamFailure};
+use crate::{tasks, GatewayError};
 
 impl SessionActor {
     pub(super) fn list_tools(&mut self, id: RequestId, params: Option<Value>, ctx: &mut Context<Self>) {
@@ -118,7 +133,7 @@ impl SessionActor {
         entry: Arc<ToolEntry>,
         ctx: &mut Context<Self>,
     ) {
-        if !self.requests.contains_key(&id) {
+        if !self.requests.contains(&id) {
             return; // cancelled while the tool was being resolved
         }
         // ext-apps, Visibility: a tool for apps only is called from an app, which only a host
@@ -256,10 +271,7 @@ impl SessionActor {
     ) {
         params["task"] = json!({});
         let upstream_id = session.next_request_id();
-        if let Some(request) = self.requests.get_mut(&id) {
-            request.upstream = Some((entry.upstream.clone(), upstream_id.clone()));
-        }
-        self.by_upstream.insert((entry.upstream.clone(), upstream_id.clone()), id.clone());
+        self.requests.sent(&id, &entry.upstream, &upstream_id);
         let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
         let progress = self.request_progress(&mut params, &reply);
         if let Some(request) = self.requests.get_mut(&id) {
@@ -338,7 +350,7 @@ impl SessionActor {
         if !self.shared.tasks.store().shared() || uncapped {
             match self.admit_task() {
                 Ok(permit) => {
-                    *self.native_creating.entry(entry.upstream.clone()).or_default() += 1;
+                    self.early.creating(&entry.upstream);
                     let admitted = (None, None, Some(permit));
                     self.adopt_upstream_task(id, result, resume, record, admitted, session, ctx)
                 }
@@ -354,7 +366,7 @@ impl SessionActor {
         let reserve = self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
         ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
             Ok(()) => {
-                *act.native_creating.entry(entry.upstream.clone()).or_default() += 1;
+                act.early.creating(&entry.upstream);
                 act.adopt_upstream_task(id, result, resume, record, (None, None, None), session, ctx)
             }
             Err(e) => {
@@ -375,11 +387,8 @@ impl SessionActor {
     ) {
         let Target { upstream, unlisted } = target;
         let upstream_id = session.next_request_id();
-        if let Some(request) = self.requests.get_mut(&id) {
-            request.upstream = Some((upstream.clone(), upstream_id.clone()));
-        }
-        let upstream_name = upstream.clone();
-        self.by_upstream.insert((upstream, upstream_id.clone()), id.clone());
+        self.requests.sent(&id, &upstream, &upstream_id);
+        let upstream_name = upstream;
         let reply = self.requests.get(&id).map(|r| r.reply.clone()).expect("checked by the caller");
         let mut params = params;
         let progress = self.request_progress(&mut params, &reply);
