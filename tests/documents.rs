@@ -1,7 +1,8 @@
 //! The documents point at what exists: every link of README.md, ARCHITECTURE.md, BENCHMARKS.md
 //! and docs/ resolves (to a file, and to a heading when it names one), every code path they
-//! name in backticks is in the repository, and every document section a source comment cites
-//! (`(BENCHMARKS.md, "Heading")`) is there.
+//! name in backticks is in the repository, every document section a source comment cites
+//! (`(BENCHMARKS.md, "Heading")`) is there, and the documents a newcomer reads once stay short
+//! enough to be read once.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -191,4 +192,21 @@ fn every_document_section_a_source_comment_cites_exists() {
         }
     }
     assert!(missing.is_empty(), "sections cited that the documents do not have: {missing:#?}");
+}
+
+/// The documents a newcomer reads first, and the most lines each may have: the details go to the
+/// `docs/` page of their topic, the history to git.
+const LENGTHS: [(&str, usize); 3] = [("ARCHITECTURE.md", 399), ("README.md", 300), ("BENCHMARKS.md", 400)];
+
+#[test]
+fn the_documents_a_newcomer_reads_first_stay_within_their_lengths() {
+    let root = root();
+    let mut long = Vec::new();
+    for (doc, most) in LENGTHS {
+        let lines = std::fs::read_to_string(root.join(doc)).unwrap().lines().count();
+        if lines > most {
+            long.push(format!("{doc}: {lines} lines, at most {most}"));
+        }
+    }
+    assert!(long.is_empty(), "documents longer than a newcomer reads at once: {long:#?}");
 }

@@ -1,5 +1,5 @@
 //! The gateway's one error type and the one place it becomes a JSON-RPC code and an HTTP
-//! status (architecture invariant 7).
+//! status (architecture invariant 4).
 
 use serde_json::{json, Value};
 use taskgate_protocol::{codes, ErrorObject};

@@ -1,5 +1,5 @@
 //! Wire types for taskgate: JSON-RPC 2.0 and the parts of MCP revision 2025-11-25 the gateway
-//! reads or writes. This crate depends on serde alone (architecture invariant 1).
+//! reads or writes. This crate does no I/O (architecture invariant 1).
 //!
 //! - [`jsonrpc`]: the envelope (requests, notifications, responses, errors) and its parser.
 //! - [`front`]: the front door's strict reading of a client's message (no key twice), with the

@@ -1,5 +1,5 @@
 //! Tasks (basic/utilities/tasks): statuses, the one function that decides which status
-//! transitions are allowed (architecture invariant 4), the `Task` wire object, and the
+//! transitions are allowed (architecture invariant 7), the `Task` wire object, and the
 //! RFC 3339 timestamps tasks carry.
 
 use serde::{Deserialize, Serialize};

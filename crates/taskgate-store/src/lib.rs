@@ -1,4 +1,4 @@
-//! Task state, behind the [`TaskStore`] interface (architecture invariant 6: anything a second
+//! Task state, behind the [`TaskStore`] interface (architecture invariant 8: anything a second
 //! replica would need lives here, not only in an actor).
 //!
 //! - [`TaskRecord`]: one task: owner, status, times, ttl, the upstream that runs it, its outcome.

@@ -7,7 +7,7 @@
 //!
 //! A record is found by the session id and answers only its owner: an id presented with other
 //! credentials is "not found", exactly as one that never existed (the id is a random v4 UUID,
-//! so none is guessed; see ARCHITECTURE.md for why ids are not sealed).
+//! so none is guessed; docs/sessions.md, "Why records and not sealed ids").
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -6,7 +6,7 @@ impl Metrics {
     /// Creates every series whose labels are known in advance at 0 (Prometheus instrumentation
     /// practice): a fresh `/metrics` already has them, so dashboards show 0 rather than "No
     /// data" and `absent()` alerts do not misfire. Called at start and on every reload (new
-    /// tenants). Series that name an id never exist (invariant 8).
+    /// tenants). Series that name an id never exist (invariant 9).
     pub fn initialise(&self, tenants: &[String], upstreams: &[String]) {
         self.ready.set(1);
         self.tool_catalog_fallbacks.with_label_values::<&str>(&[]);

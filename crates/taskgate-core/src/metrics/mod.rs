@@ -1,7 +1,7 @@
 //! The gateway's Prometheus metrics. Every name starts with `taskgate_` (but the standard
 //! `process_*`), counters end in `_total`, durations are `_seconds`, sizes `_bytes`. Each label
 //! name has one meaning across all metrics ([`LABELS`]), and its values come from the
-//! configuration or a fixed set, never from an id or a client's text (architecture invariant 8).
+//! configuration or a fixed set, never from an id or a client's text (architecture invariant 9).
 
 mod initial;
 mod process;

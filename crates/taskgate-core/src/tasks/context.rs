@@ -31,7 +31,7 @@ pub(crate) struct TaskContext<A> {
     pub replica: String,
     /// The upstreams by name.
     pub connectors: Arc<HashMap<String, Connector>>,
-    /// The task state: the store, live task actors, the upstream maps, waiters (invariant 6:
+    /// The task state: the store, live task actors, the upstream maps, waiters (invariant 8:
     /// what another replica would need lives in its store).
     pub tasks: Arc<TaskState<A>>,
     /// The client sessions of this replica (the Supervisor closes idle ones).
