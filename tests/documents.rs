@@ -139,7 +139,7 @@ fn every_code_path_the_documents_name_is_in_the_repository() {
                 continue;
             }
             // A path from the repository's root, from the document, or inside a crate's sources
-            // (ARCHITECTURE.md names `gateway/auth.rs` within its crate).
+            // (ARCHITECTURE.md names `gateway/callers.rs` within its crate).
             let mut found = [root.join(quoted), doc.parent().unwrap().join(quoted)]
                 .iter()
                 .any(|p| inside(&root, p).is_some_and(|p| p.exists()));

@@ -3,6 +3,7 @@
 //! - inside each crate, the imports between files run one way: no import circle (ARCHITECTURE.md,
 //!   "Layers inside a crate");
 //! - no source file is longer than [`MAX_LINES`] lines, tests aside;
+//! - no two files of a crate share a name (`mod.rs` aside);
 //! - no file imports all of its parent (`use super::*`) outside its tests: what a file uses
 //!   of the module around it is named, so a reader sees which part of a type it touches.
 //!
@@ -46,6 +47,22 @@ fn no_source_file_is_longer_than_the_limit() {
         }
     }
     assert!(long.is_empty(), "split these by responsibility (at most {MAX_LINES} lines, tests aside): {long:?}");
+}
+
+#[test]
+fn no_two_files_of_a_crate_share_a_name() {
+    let mut twice = Vec::new();
+    for krate in crates() {
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for path in rust_files(&krate.join("src")) {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !["mod.rs", "lib.rs", "main.rs"].contains(&name.as_str()) {
+                seen.entry(name).or_default().push(path.display().to_string());
+            }
+        }
+        twice.extend(seen.into_values().filter(|paths| paths.len() > 1));
+    }
+    assert!(twice.is_empty(), "name each file by what it holds, once per crate: {twice:?}");
 }
 
 #[test]

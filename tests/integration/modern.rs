@@ -59,7 +59,8 @@ impl Client {
             ["name", "uri", "taskId"].iter().find_map(|k| params.get(*k).and_then(Value::as_str)).map(str::to_owned);
         let body = Message::request(taskgate_protocol::RequestId::Number(id), method, Some(params)).to_json();
         let mut headers = vec![("mcp-protocol-version", V), ("mcp-method", method)];
-        if let Some(name) = name.as_deref().filter(|_| taskgate_protocol::modern::name_source(method).is_some()) {
+        if let Some(name) = name.as_deref().filter(|_| taskgate_protocol::revision_2026::name_source(method).is_some())
+        {
             headers.push(("mcp-name", name));
         }
         headers.extend_from_slice(extra);
@@ -73,7 +74,7 @@ impl Client {
         let name = ["name", "uri", "taskId"]
             .iter()
             .find_map(|k| params.get(*k).and_then(Value::as_str))
-            .filter(|_| taskgate_protocol::modern::name_source(method).is_some())
+            .filter(|_| taskgate_protocol::revision_2026::name_source(method).is_some())
             .unwrap_or_default()
             .to_owned();
         let body =

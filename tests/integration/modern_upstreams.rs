@@ -351,8 +351,8 @@ async fn the_revision_is_detected_or_pinned_per_upstream() {
         u
     };
     let gw = gateway(vec![
-        pinned(demo.upstream("legacy_as_modern"), UpstreamProtocol::Modern),
-        pinned(UpstreamConfig::http("modern_as_legacy", reference.url.clone()), UpstreamProtocol::Legacy),
+        pinned(demo.upstream("legacy_as_modern"), UpstreamProtocol::V2026),
+        pinned(UpstreamConfig::http("modern_as_legacy", reference.url.clone()), UpstreamProtocol::V2025),
         UpstreamConfig::http("modern", reference.url.clone()),
         demo.upstream("legacy"),
     ]);

@@ -261,7 +261,7 @@ async fn a_task_whose_creating_token_expires_fails_at_its_next_poll_saying_so() 
     let back = gateway_env(&auth.issuer, "[tasks]\npoll_interval_ms = 100\n", &[]).await;
     let front_url = "https://front.example/mcp";
     let mut upstream = UpstreamConfig::http("b", &back.public_url);
-    upstream.protocol = taskgate_config::UpstreamProtocol::Legacy;
+    upstream.protocol = taskgate_config::UpstreamProtocol::V2025;
     upstream.oauth = Some(UpstreamOAuth {
         token_url: format!("{}/token", auth.issuer),
         client_id: "gateway-exchanger".into(),

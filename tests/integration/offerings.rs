@@ -125,7 +125,7 @@ async fn resources_prompts_and_completion_of_two_upstreams_pass_through_namespac
     let bad = c.request("resources/list", Some(json!({"cursor": "not-ours"}))).await.outcome().unwrap_err();
     assert_eq!(bad.code, -32602);
     // A cursor standing for a long upstream cursor that this session does not keep: -32602.
-    let forgotten = taskgate_core::offerings::ListCursor::encode_stashed("resources", 999_999);
+    let forgotten = taskgate_core::offering_names::ListCursor::encode_stashed("resources", 999_999);
     let bad = c.request("resources/list", Some(json!({ "cursor": forgotten }))).await.outcome().unwrap_err();
     assert!(bad.code == -32602 && bad.message.contains("expired"), "{bad:?}");
 

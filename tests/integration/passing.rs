@@ -90,7 +90,7 @@ for line in sys.stdin:
         result = Value::from(RESULT),
     );
     let mut upstream = UpstreamConfig::stdio(name, "python3", vec!["-c".into(), script]);
-    upstream.protocol = UpstreamProtocol::Legacy;
+    upstream.protocol = UpstreamProtocol::V2025;
     upstream
 }
 
@@ -133,7 +133,7 @@ fn sent_as_written(text: &str) {
 async fn an_http_upstreams_result_reaches_the_client_as_the_upstream_wrote_it() {
     let url = canned_http_upstream().await;
     let mut upstream = UpstreamConfig::http("canned", &url);
-    upstream.protocol = UpstreamProtocol::Legacy;
+    upstream.protocol = UpstreamProtocol::V2025;
     let gw = TestGateway::start(config_with(vec![upstream]));
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
@@ -183,7 +183,7 @@ async fn call_text_2026(url: &str, arguments: &str, capabilities: Value) -> Stri
 async fn a_2026_client_gets_the_upstreams_members_as_written_with_its_revisions_fields() {
     let url = canned_http_upstream().await;
     let mut upstream = UpstreamConfig::http("canned", &url);
-    upstream.protocol = UpstreamProtocol::Legacy;
+    upstream.protocol = UpstreamProtocol::V2025;
     let gw = TestGateway::start(config_with(vec![upstream]));
     let text = call_text_2026(&gw.url, r#"{"shape":"sse"}"#, json!({})).await;
     // The 2026-07-28 result's top level is the gateway's (resultType); each member's text is
@@ -241,7 +241,7 @@ fn last_arguments(seen: &Seen) -> String {
 async fn gateway_before_a_recording_upstream() -> (TestGateway, McpClient, Seen) {
     let (url, seen) = recording_http_upstream().await;
     let mut upstream = UpstreamConfig::http("canned", &url);
-    upstream.protocol = UpstreamProtocol::Legacy;
+    upstream.protocol = UpstreamProtocol::V2025;
     let gw = TestGateway::start(config_with(vec![upstream]));
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;

@@ -136,7 +136,7 @@ async fn a_python_2026_server_serves_clients_through_the_gateway_as_it_serves_th
     // 2026-07-28 side (a 2025-11-25 client translated), which this test compares with the
     // server served directly.
     let pinned = UpstreamConfig {
-        protocol: taskgate_config::UpstreamProtocol::Modern,
+        protocol: taskgate_config::UpstreamProtocol::V2026,
         ..UpstreamConfig::http("py", server.url.clone())
     };
     let gw = gateway(vec![pinned]);
@@ -260,7 +260,7 @@ async fn a_resource_subscription_at_a_2026_upstream_brings_its_updates_over_http
     let (stdio, mut stdio_events) = stdio_upstream("stdiopy").await;
     // Pinned to 2026-07-28: the Python server's 2025-11-25 side, which would serve these
     // 2025-11-25 sessions otherwise, has no `resources/subscribe` (-32601, as directly).
-    let pin = |u: UpstreamConfig| UpstreamConfig { protocol: taskgate_config::UpstreamProtocol::Modern, ..u };
+    let pin = |u: UpstreamConfig| UpstreamConfig { protocol: taskgate_config::UpstreamProtocol::V2026, ..u };
     let gw = gateway(vec![pin(UpstreamConfig::http("py", server.url.clone())), pin(stdio)]);
     for (prefix, events) in [("py", &mut server.events), ("stdiopy", &mut stdio_events)] {
         let mut session = McpClient::new(&gw.url);
@@ -288,7 +288,7 @@ async fn the_log_level_of_either_revision_reaches_a_2026_upstream() {
     // Pinned to 2026-07-28, so that the 2025-11-25 session's level is translated (its own
     // 2025-11-25 side, which it would get otherwise, sends every level until `setLevel`).
     let upstream = UpstreamConfig {
-        protocol: taskgate_config::UpstreamProtocol::Modern,
+        protocol: taskgate_config::UpstreamProtocol::V2026,
         ..UpstreamConfig::http("py", server.url.clone())
     };
     let gw = gateway(vec![upstream]);

@@ -233,7 +233,7 @@ async fn tenants_principals_and_clients_that_can_be_asked_never_share() {
 }
 
 /// A wrapped task's call runs on its own (no client request waits on its stream): what the
-/// upstream sends about it is routed by the call, to the lane of the client that created the
+/// upstream sends about it is routed by the call, to the member of the client that created the
 /// task, never to another sharing client.
 #[actix_rt::test]
 async fn what_a_task_hears_reaches_the_client_that_created_it_only() {

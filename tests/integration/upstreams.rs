@@ -422,7 +422,7 @@ async fn a_message_the_upstream_never_accepts_is_given_up_after_the_timeout() {
     // task sending it) for ever.
     let (url, mut seen) = silent_upstream().await;
     let mut upstream = UpstreamConfig::http("silent", &url);
-    upstream.protocol = taskgate_config::UpstreamProtocol::Legacy;
+    upstream.protocol = taskgate_config::UpstreamProtocol::V2025;
     upstream.timeout_secs = 1;
     let gw = TestGateway::start(config_with(vec![upstream]));
     let mut c = McpClient::new(&gw.url);

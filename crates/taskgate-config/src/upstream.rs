@@ -38,10 +38,10 @@ pub enum UpstreamProtocol {
     Auto,
     /// 2025-11-25 (or an earlier legacy version it negotiates): sessions and `initialize`.
     #[serde(rename = "2025-11-25")]
-    Legacy,
+    V2025,
     /// 2026-07-28: stateless requests carrying their version and capabilities in `_meta`.
     #[serde(rename = "2026-07-28")]
-    Modern,
+    V2026,
 }
 
 /// `[[upstream]]`: one upstream MCP server.

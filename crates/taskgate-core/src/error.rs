@@ -136,7 +136,7 @@ pub enum GatewayError {
         required: Value,
     },
     /// 2026-07-28: the `_meta` protocol version is not one the gateway implements (-32022).
-    #[error("Unsupported protocol version {0:?}; supported: {supported}", supported = taskgate_protocol::modern::ALL_VERSIONS.join(", "))]
+    #[error("Unsupported protocol version {0:?}; supported: {supported}", supported = taskgate_protocol::revision_2026::ALL_VERSIONS.join(", "))]
     UnsupportedRevision(String),
     /// 2026-07-28: the per-request `_meta` fields are missing or malformed (-32602, HTTP 400).
     #[error("Invalid params: {0}")]
@@ -196,7 +196,7 @@ impl GatewayError {
             }
             GatewayError::UnsupportedRevision(requested) => {
                 return ErrorObject::new(codes::UNSUPPORTED_PROTOCOL_VERSION, self.to_string()).with_data(
-                    json!({ "supported": taskgate_protocol::modern::ALL_VERSIONS, "requested": requested }),
+                    json!({ "supported": taskgate_protocol::revision_2026::ALL_VERSIONS, "requested": requested }),
                 );
             }
             GatewayError::Internal(_) => codes::INTERNAL_ERROR,

@@ -15,14 +15,14 @@
 pub mod catalog;
 pub mod clock;
 pub mod error;
+mod forwarded_call;
 pub mod gateway;
 pub mod identity;
 pub mod logs;
 pub mod metrics;
-pub mod offerings;
+pub mod offering_names;
 pub mod outbound;
 pub mod progress;
-mod relay;
 pub mod router;
 pub mod session;
 mod stream;

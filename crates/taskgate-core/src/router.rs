@@ -186,7 +186,7 @@ impl Router {
                 self.failures.remove(&key);
                 let mut catalog = catalog.write();
                 if let Some(naming) = catalog.naming().iter().find(|n| n.upstream == *name).cloned() {
-                    tools.iter_mut().for_each(|tool| crate::offerings::expose_tool_ui(&naming, &mut tool.raw));
+                    tools.iter_mut().for_each(|tool| crate::offering_names::expose_tool_ui(&naming, &mut tool.raw));
                 }
                 catalog.set_capabilities(name, capabilities);
                 let before = catalog.len();

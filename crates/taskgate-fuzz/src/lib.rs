@@ -169,12 +169,12 @@ fn cursor(input: &[u8]) {
     use futures_util::FutureExt;
     let text = String::from_utf8_lossy(input);
     for kind in ["resources", "templates", "prompts"] {
-        if let Some(taskgate_core::offerings::CursorRef::At(at)) =
-            taskgate_core::offerings::ListCursor::decode(kind, &text)
+        if let Some(taskgate_core::offering_names::CursorRef::At(at)) =
+            taskgate_core::offering_names::ListCursor::decode(kind, &text)
         {
             // A cursor read back is written the same way.
-            let again = taskgate_core::offerings::ListCursor::decode(kind, &at.encode(kind));
-            assert!(matches!(again, Some(taskgate_core::offerings::CursorRef::At(ref a)) if *a == at), "{text}");
+            let again = taskgate_core::offering_names::ListCursor::decode(kind, &at.encode(kind));
+            assert!(matches!(again, Some(taskgate_core::offering_names::CursorRef::At(ref a)) if *a == at), "{text}");
         }
     }
     let catalog = taskgate_core::catalog::Catalog::new("__", Vec::new());
@@ -188,11 +188,11 @@ fn cursor(input: &[u8]) {
 
 fn meta(input: &[u8]) {
     if let Ok(value) = serde_json::from_slice::<Value>(input) {
-        let _ = taskgate_protocol::modern::RequestMeta::from_params(Some(&value));
+        let _ = taskgate_protocol::revision_2026::RequestMeta::from_params(Some(&value));
         let wrapped = json!({ "_meta": value, "name": "x" });
-        let _ = taskgate_protocol::modern::RequestMeta::from_params(Some(&wrapped));
+        let _ = taskgate_protocol::revision_2026::RequestMeta::from_params(Some(&wrapped));
         let mut taken = wrapped.clone();
-        let fields = taskgate_protocol::modern::PerRequest::take(Some(&mut taken));
+        let fields = taskgate_protocol::revision_2026::PerRequest::take(Some(&mut taken));
         // What is taken out and put back is what was there.
         let mut restored = Some(taken);
         fields.restore(&mut restored);
@@ -201,8 +201,8 @@ fn meta(input: &[u8]) {
         let _ = taskgate_protocol::mcp::ToolCallView::from_params(Some(&value));
         let _ = taskgate_protocol::mcp::requested_task(Some(&value));
     }
-    let _ = taskgate_protocol::modern::plain_header_value(input);
-    let _ = taskgate_protocol::modern::decode_header_value(input, |b| {
+    let _ = taskgate_protocol::revision_2026::plain_header_value(input);
+    let _ = taskgate_protocol::revision_2026::decode_header_value(input, |b| {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.decode(b).ok()
     });

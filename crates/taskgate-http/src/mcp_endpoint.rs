@@ -44,7 +44,7 @@ pub async fn post(
     req: HttpRequest,
     payload: web::Payload,
     gateway: web::Data<Gateway>,
-    modern: web::Data<crate::modern::Modern>,
+    front: web::Data<crate::revision_2026::Front2026>,
 ) -> HttpResponse {
     let headers = req.headers();
     let config = gateway.config();
@@ -111,14 +111,14 @@ pub async fn post(
     if taskgate_upstream::trace_context::enabled() {
         crate::traced::request_span(&span, headers, &message);
     }
-    let modern = modern.into_inner();
+    let front = front.into_inner();
     // A request is counted and timed by tenant and method until its response is sent.
     let meter = match &message {
         Message::Request { method, .. } => Some(gateway.metrics().requests.meter(&identity.tenant, method)),
         _ => None,
     };
     let request = Request { headers, session_id, identity, scoped, message, fields, arguments };
-    let dispatched = tracing::Instrument::instrument(dispatch(request, &gateway, modern), span);
+    let dispatched = tracing::Instrument::instrument(dispatch(request, &gateway, front), span);
     // An upstream that exchanges callers' tokens gets one exchanged from this request's own.
     let dispatched = match subject {
         Some(subject) => futures_util::future::Either::Left(taskgate_upstream::for_subject(Some(subject), dispatched)),
@@ -145,7 +145,7 @@ struct Request<'a> {
     /// The credentials, when they carry scopes (an OAuth access token).
     scoped: Option<taskgate_core::tenants::Verified>,
     message: Message,
-    fields: taskgate_protocol::modern::PerRequest,
+    fields: taskgate_protocol::revision_2026::PerRequest,
     /// A `tools/call`'s arguments as the client wrote them, apart from the message's params.
     arguments: Option<taskgate_protocol::RawArguments>,
 }
@@ -153,14 +153,14 @@ struct Request<'a> {
 async fn dispatch(
     request: Request<'_>,
     gateway: &Gateway,
-    modern: std::sync::Arc<crate::modern::Modern>,
+    front: std::sync::Arc<crate::revision_2026::Front2026>,
 ) -> Result<HttpResponse, Refusal> {
     let Request { headers, session_id, identity, scoped, mut message, fields, mut arguments } = request;
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
-    // basic/versioning "Backward Compatibility": a request with the modern `_meta` is served
+    // basic/versioning "Backward Compatibility": a request with the 2026-07-28 `_meta` is served
     // statelessly, beside the sessions of initialize.
-    let modern_message = crate::modern::is_modern(session_id.is_some(), headers, &message, &fields);
+    let message_2026 = crate::revision_2026::is_2026(session_id.is_some(), headers, &message, &fields);
     // A call's arguments pass on as written only in a request; a notification that names the
     // method has them back in its params.
     if let Message::Notification { params, .. } = &mut message {
@@ -170,7 +170,7 @@ async fn dispatch(
     }
     // Anything else goes on as the client sent it: a 2025-11-25 message gets back whatever
     // per-request fields of the other revision it carried.
-    let fields = if modern_message {
+    let fields = if message_2026 {
         fields
     } else {
         if let Message::Request { params, .. } | Message::Notification { params, .. } = &mut message {
@@ -200,8 +200,10 @@ async fn dispatch(
                 Some(id.clone()),
             ));
         }
-        if modern_message {
-            return Ok(crate::modern::serve(headers, identity, (message, fields, arguments), gateway, modern).await);
+        if message_2026 {
+            return Ok(
+                crate::revision_2026::serve(headers, identity, (message, fields, arguments), gateway, front).await
+            );
         }
         if method == methods::INITIALIZE {
             if session_id.is_some() {
@@ -230,8 +232,8 @@ async fn dispatch(
             };
         }
     }
-    if modern_message {
-        return Ok(crate::modern::serve(headers, identity, (message, fields, arguments), gateway, modern).await);
+    if message_2026 {
+        return Ok(crate::revision_2026::serve(headers, identity, (message, fields, arguments), gateway, front).await);
     }
     let session_id = session_id.ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.find_session(session_id, &identity).await.map_err(|e| (e, id.clone()))?;

@@ -184,7 +184,7 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
     };
     let connections = connection_cap(config.server.max_connections, raise_open_file_limit());
     let peers = crate::peers::Peers::new(&config.server, connections, gateway.shared_metrics());
-    let modern = web::Data::new(crate::modern::Modern::new(&config));
+    let front = web::Data::new(crate::revision_2026::Front2026::new(&config));
     let data = web::Data::new(gateway);
     let main_data = data.clone();
     let accepted = peers.clone();
@@ -196,7 +196,7 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
         let peers = peers.clone();
         App::new()
             .app_data(main_data.clone())
-            .app_data(modern.clone())
+            .app_data(front.clone())
             .app_data(web::Data::from(peers.clone()))
             // Every response is counted by HTTP method and status, and one to a browser of an
             // allowed origin carries the CORS headers. A client behind a trusted proxy holds at

@@ -2,8 +2,8 @@
 //! per-request fields and a `tools/call`'s arguments kept apart from the params as they are read.
 
 use crate::jsonrpc::{Message, MessageError};
-use crate::modern::PerRequest;
-use crate::passing::RawArguments;
+use crate::pass_through::RawArguments;
+use crate::revision_2026::PerRequest;
 use crate::strict;
 
 /// A message as the front door reads it ([`Message::from_slice_front`]): the message, the

@@ -278,7 +278,7 @@ pub(crate) struct RequestParts<'a> {
     pub method: &'a str,
     pub params: Option<&'a Value>,
     /// A `tools/call`'s arguments as the client wrote them, written as the last member of
-    /// `params` (see `passing::RawArguments`).
+    /// `params` (see `pass_through::RawArguments`).
     pub arguments: Option<&'a RawValue>,
 }
 
@@ -475,7 +475,7 @@ mod tests {
             assert_eq!(once.to_value(), twice.to_value(), "{number}");
         }
     }
-    use crate::modern::PerRequest;
+    use crate::revision_2026::PerRequest;
     use serde_json::json;
 
     #[test]

@@ -9,8 +9,8 @@
 //!   MCP messages the gateway inspects (`initialize`, `Tool`, `tools/call`, tasks).
 //! - [`method`]: the table of every method a client may send, with what the gateway needs to
 //!   know of each.
-//! - [`modern`]: MCP 2026-07-28 and the tasks extension: `_meta` fields, names, header values.
-//! - [`passing`]: upstream results passed through as the text they came as ([`passing::Payload`]).
+//! - [`revision_2026`]: MCP 2026-07-28 and the tasks extension: `_meta` fields, names, header values.
+//! - [`pass_through`]: upstream results passed through as the text they came as ([`pass_through::Payload`]).
 //! - [`sse`]: Server-Sent Events framing, both directions.
 //! - [`tasks`]: task statuses, the transition rule, the `Task` object, timestamps.
 //!
@@ -22,11 +22,11 @@ pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod method;
-pub mod modern;
-pub mod passing;
+pub mod pass_through;
+pub mod revision_2026;
 pub mod sse;
 mod strict;
 pub mod tasks;
 
 pub use jsonrpc::{ErrorObject, Message, MessageError, RequestId};
-pub use passing::{Payload, RawArguments, RawResult, Reply};
+pub use pass_through::{Payload, RawArguments, RawResult, Reply};

@@ -64,10 +64,10 @@ const SESSION: &str = "crates/taskgate-core/src/session/mod.rs";
 const TOOLS: &str = "crates/taskgate-core/src/session/tools.rs";
 const TASKS: &str = "crates/taskgate-core/src/session/task_calls.rs";
 const OFFERINGS: &str = "crates/taskgate-core/src/session/offerings.rs";
-const OPEN: &str = "crates/taskgate-core/src/gateway/sessions.rs";
-const FRONT_2026: &str = "crates/taskgate-http/src/modern/mod.rs";
-const TASKS_2026: &str = "crates/taskgate-http/src/modern/tasks.rs";
-const LISTEN_2026: &str = "crates/taskgate-http/src/modern/listen.rs";
+const OPEN: &str = "crates/taskgate-core/src/gateway/client_sessions.rs";
+const FRONT_2026: &str = "crates/taskgate-http/src/revision_2026/mod.rs";
+const TASKS_2026: &str = "crates/taskgate-http/src/revision_2026/tasks.rs";
+const LISTEN_2026: &str = "crates/taskgate-http/src/revision_2026/listen.rs";
 
 /// A row with every flag off.
 const fn plain(
@@ -180,7 +180,7 @@ pub fn served_at_2026() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{mcp, modern};
+    use crate::{mcp, revision_2026};
 
     #[test]
     fn each_row_is_at_its_methods_place_and_each_name_once() {
@@ -205,7 +205,7 @@ mod tests {
             m::TASKS_RESULT,
             m::TASKS_LIST,
             m::TASKS_CANCEL,
-            modern::methods::TASKS_UPDATE,
+            revision_2026::methods::TASKS_UPDATE,
             m::RESOURCES_LIST,
             m::RESOURCES_TEMPLATES_LIST,
             m::RESOURCES_READ,
@@ -215,8 +215,8 @@ mod tests {
             m::PROMPTS_GET,
             m::COMPLETION_COMPLETE,
             m::LOGGING_SET_LEVEL,
-            modern::methods::SERVER_DISCOVER,
-            modern::methods::SUBSCRIPTIONS_LISTEN,
+            revision_2026::methods::SERVER_DISCOVER,
+            revision_2026::methods::SUBSCRIPTIONS_LISTEN,
             m::ROOTS_LIST,
         ] {
             assert!(Method::named(name).is_some(), "{name} is not in the table");

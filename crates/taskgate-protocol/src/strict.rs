@@ -12,8 +12,8 @@ use serde_json::value::RawValue;
 
 use crate::jsonrpc::{Envelope, Member};
 use crate::mcp::methods;
-use crate::modern::{meta, PerRequest, PROTOCOL_VERSION};
-use crate::passing::RawArguments;
+use crate::pass_through::RawArguments;
+use crate::revision_2026::{meta, PerRequest, PROTOCOL_VERSION};
 
 pub(crate) struct Strict;
 

@@ -13,15 +13,15 @@
 //! Records are encoded as JSON (serde): readable with any tool, and new fields can be added
 //! with defaults without migrating old files.
 
-mod admin;
 #[cfg(test)]
 mod conformance;
 mod file;
 mod listing;
 mod memory;
+mod operator_view;
 mod owner;
 mod redis;
-mod sessions;
+mod session_records;
 #[doc(hidden)]
 pub mod testing;
 
@@ -316,13 +316,13 @@ use serde_json::Value;
 use taskgate_protocol::tasks::{InvalidTransition, TaskStatus, TaskView};
 use taskgate_protocol::ErrorObject;
 
-pub use admin::newest_first;
 pub use file::{check_file, repair_file, FileTaskStore, Inspection};
 pub use listing::{Leases, Page, SessionEntry, StoreInfo, TaskFilter};
 pub use memory::MemoryTaskStore;
+pub use operator_view::newest_first;
 pub use owner::{Owner, UpstreamSessionRef};
 pub use redis::{redact, RedisTaskStore};
-pub use sessions::{SessionChange, SessionRecord, MAX_SUBSCRIPTIONS};
+pub use session_records::{SessionChange, SessionRecord, MAX_SUBSCRIPTIONS};
 
 /// A boxed future, so the trait can be used as `dyn TaskStore`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use taskgate_protocol::tasks::TaskStatus;
 
-use crate::sessions::SessionRecord;
+use crate::session_records::SessionRecord;
 
 /// Which tasks to list: each field set must match.
 #[derive(Debug, Clone, Default)]

@@ -46,20 +46,20 @@ struct Stored {
     last_updated_at_ms: u64,
     ttl_ms: Option<u64>,
     poll_interval_ms: u64,
-    rare: Option<Box<Rare>>,
+    rare: Option<Box<Extras>>,
 }
 
 /// The fields a working task usually has none of.
 #[derive(Default)]
-struct Rare {
+struct Extras {
     status_message: Option<String>,
     upstream_task_id: Option<String>,
     upstream_session: Option<UpstreamSessionRef>,
     outcome: Option<TaskOutcome>,
 }
 
-impl Rare {
-    fn boxed(rare: Rare) -> Option<Box<Rare>> {
+impl Extras {
+    fn boxed(rare: Extras) -> Option<Box<Extras>> {
         let empty = rare.status_message.is_none()
             && rare.upstream_task_id.is_none()
             && rare.upstream_session.is_none()
@@ -121,7 +121,7 @@ impl Stored {
         self.status = record.status;
         self.last_updated_at_ms = record.last_updated_at_ms;
         let upstream_session = self.rare.take().and_then(|r| r.upstream_session);
-        self.rare = Rare::boxed(Rare {
+        self.rare = Extras::boxed(Extras {
             status_message: record.status_message.clone(),
             upstream_task_id: record.upstream_task_id.clone(),
             upstream_session,
@@ -169,7 +169,7 @@ impl Inner {
             last_updated_at_ms,
             ttl_ms,
             poll_interval_ms,
-            rare: Rare::boxed(Rare { status_message, upstream_task_id, upstream_session, outcome }),
+            rare: Extras::boxed(Extras { status_message, upstream_task_id, upstream_session, outcome }),
         };
         if let Some(at) = stored.expires_at_ms() {
             self.by_expiry.insert((at, id.clone()));

@@ -1,5 +1,5 @@
 //! [`Connector`]: one configured upstream as the gateway holds it. It opens sessions (one per
-//! client session, or a lane in a session shared by several, see the `shared` module), keeps the
+//! client session, or a member in a session shared by several, see the `shared` module), keeps the
 //! shared ones in a pool by sharing key, and stops the upstream's processes at shutdown.
 
 use std::sync::Arc;
@@ -14,10 +14,10 @@ use crate::http::HttpChannel;
 use crate::identity::{ClientIdentity, SessionResume};
 use crate::observer::RequestObserver;
 use crate::session::{pump, Ready, SessionInner, UpstreamSession, INCOMING_BUFFER};
-use crate::shared::{Lanes, Owners};
+use crate::shared::{Members, Owners};
 use crate::transport::Channel;
 
-/// Idle shared sessions one upstream keeps at most (beyond them, one ends with its last lane).
+/// Idle shared sessions one upstream keeps at most (beyond them, one ends with its last member).
 pub(crate) const MAX_IDLE_SHARED: usize = 64;
 
 /// One configured upstream: what its sessions share, and the pool of its shared sessions.
@@ -86,7 +86,7 @@ impl Connector {
     /// when given).
     fn end_idle(&self, holder: Option<&str>) {
         let idle = |s: &Arc<SessionInner>| {
-            matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())
+            matches!(&s.events, Owners::Shared(members) if members.is_idle())
                 && holder.is_none_or(|h| s.process_share.get().is_some_and(|p| &*p.holder == h))
         };
         let ended: Vec<Arc<SessionInner>> = {
@@ -152,8 +152,8 @@ impl Connector {
     /// Whether `client`'s sessions of this upstream speak 2026-07-28 (known once the
     /// upstream's revision is): a 2025-11-25 client's sessions of a dual-era upstream speak
     /// 2025-11-25.
-    pub fn speaks_modern_to(&self, client: &ClientIdentity) -> bool {
-        self.inner.endpoint.era_for(client) == Some(crate::modern::Era::Modern)
+    pub fn speaks_2026_to(&self, client: &ClientIdentity) -> bool {
+        self.inner.endpoint.spoken_for(client) == Some(crate::revision_2026::Spoken::V2026)
     }
 
     /// Shared sessions kept now (with client sessions, or idle).
@@ -161,7 +161,7 @@ impl Connector {
         self.inner.shared.lock().len()
     }
 
-    /// A lane in the session shared under `key`, opening it if there is none: its client
+    /// A member in the session shared under `key`, opening it if there is none: its client
     /// session receives on `events` what the upstream sends about its own requests and what
     /// every sharing client receives (see the `shared` module). The key is the caller's: it
     /// must separate everything the upstream must not mix (tenant, principal, and the
@@ -176,17 +176,18 @@ impl Connector {
         let inner = match pool.get(key).filter(|inner| !*inner.closed.borrow()) {
             Some(inner) => inner.clone(),
             None => {
-                let lanes = Arc::new_cyclic(|me: &std::sync::Weak<Lanes>| Lanes::new(self.when_idle(key, me.clone())));
-                let inner = self.new_inner(identity(), Owners::Shared(lanes));
+                let members =
+                    Arc::new_cyclic(|me: &std::sync::Weak<Members>| Members::new(self.when_idle(key, me.clone())));
+                let inner = self.new_inner(identity(), Owners::Shared(members));
                 pool.insert(key.to_owned(), inner.clone());
                 inner
             }
         };
-        let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session is shared") };
+        let Owners::Shared(members) = &inner.events else { unreachable!("a pooled session is shared") };
         // Joined under the pool's lock: a session found is never ended as idle meanwhile.
-        let lane = Arc::new(lanes.join(events));
+        let member = Arc::new(members.join(events));
         drop(pool);
-        UpstreamSession { inner, lane: Some(lane) }
+        UpstreamSession { inner, member: Some(member) }
     }
 
     /// Whether client sessions that can be asked things (roots, sampling, elicitation) reuse
@@ -198,7 +199,7 @@ impl Connector {
     /// Pooled sessions kept now: how many a client session holds, and how many wait idle.
     pub fn pooled_sessions(&self) -> (usize, usize) {
         let pool = self.inner.pooled.lock();
-        let idle = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle());
+        let idle = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(members) if members.is_idle());
         let (all, idle) = (pool.values().map(Vec::len).sum::<usize>(), pool.values().flatten().filter(idle).count());
         (all - idle, idle)
     }
@@ -220,35 +221,36 @@ impl Connector {
         let mut pool = self.inner.pooled.lock();
         let sessions = pool.entry(key.to_owned()).or_default();
         sessions.retain(|s| !*s.closed.borrow());
-        let idle = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle());
-        let held_last = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if lanes.last_holder.lock().as_deref() == Some(holder));
+        let idle = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(members) if members.is_idle());
+        let held_last = |s: &&Arc<SessionInner>| matches!(&s.events, Owners::Shared(members) if members.last_holder.lock().as_deref() == Some(holder));
         let idle = sessions.iter().filter(idle).find(held_last).or_else(|| sessions.iter().find(idle)).cloned();
         let (inner, reused) = match idle {
             Some(inner) => {
-                let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session has lanes") };
-                let another = lanes.last_holder.lock().as_deref() != Some(holder);
+                let Owners::Shared(members) = &inner.events else { unreachable!("a pooled session has members") };
+                let another = members.last_holder.lock().as_deref() != Some(holder);
                 (inner, another)
             }
             None => {
-                let lanes =
-                    Arc::new_cyclic(|me: &std::sync::Weak<Lanes>| Lanes::exclusive(self.pooled_idle(key, me.clone())));
-                let inner = self.new_inner(identity(), Owners::Shared(lanes));
+                let members = Arc::new_cyclic(|me: &std::sync::Weak<Members>| {
+                    Members::exclusive(self.pooled_idle(key, me.clone()))
+                });
+                let inner = self.new_inner(identity(), Owners::Shared(members));
                 sessions.push(inner.clone());
                 (inner, false)
             }
         };
-        let Owners::Shared(lanes) = &inner.events else { unreachable!("a pooled session has lanes") };
+        let Owners::Shared(members) = &inner.events else { unreachable!("a pooled session has members") };
         // Joined under the pool's lock: no other client session takes it meanwhile.
-        let lane = Arc::new(lanes.join(events));
-        *lanes.last_holder.lock() = Some(holder.to_owned());
+        let member = Arc::new(members.join(events));
+        *members.last_holder.lock() = Some(holder.to_owned());
         drop(pool);
-        (UpstreamSession { inner, lane: Some(lane) }, reused)
+        (UpstreamSession { inner, member: Some(member) }, reused)
     }
 
-    /// What a pooled session's lanes (`me`) call when their one lane leaves (the `emptied`th
+    /// What a pooled session's members (`me`) call when their one member leaves (the `emptied`th
     /// time): the session waits in the pool for `shared_idle_secs`, then ends unless a client
     /// session took it meanwhile. Idle sessions kept are bounded ([`MAX_IDLE_SHARED`]).
-    fn pooled_idle(&self, key: &str, me: std::sync::Weak<Lanes>) -> Box<dyn Fn(u64) + Send + Sync> {
+    fn pooled_idle(&self, key: &str, me: std::sync::Weak<Members>) -> Box<dyn Fn(u64) + Send + Sync> {
         let (connector, key) = (Arc::downgrade(&self.inner), key.to_owned());
         Box::new(move |emptied| {
             let Some(inner) = connector.upgrade() else { return };
@@ -257,11 +259,10 @@ impl Connector {
                 let Some(inner) = connector.upgrade() else { return };
                 let mut pool = inner.pooled.lock();
                 let Some(sessions) = pool.get_mut(&key) else { return };
-                let mine = |s: &Arc<SessionInner>| matches!(&s.events, Owners::Shared(lanes) if std::ptr::eq(Arc::as_ptr(lanes), me.as_ptr()));
-                let ended: Vec<_> = match sessions
-                    .iter()
-                    .position(|s| mine(s) && matches!(&s.events, Owners::Shared(lanes) if lanes.idle_since(emptied)))
-                {
+                let mine = |s: &Arc<SessionInner>| matches!(&s.events, Owners::Shared(members) if std::ptr::eq(Arc::as_ptr(members), me.as_ptr()));
+                let ended: Vec<_> = match sessions.iter().position(|s| {
+                    mine(s) && matches!(&s.events, Owners::Shared(members) if members.idle_since(emptied))
+                }) {
                     Some(at) => vec![sessions.swap_remove(at)],
                     None => Vec::new(),
                 };
@@ -276,7 +277,7 @@ impl Connector {
                 .lock()
                 .values()
                 .flatten()
-                .filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle()))
+                .filter(|s| matches!(&s.events, Owners::Shared(members) if members.is_idle()))
                 .count();
             // A new process waiting for a place: no idle wait.
             let idle = match idle_now > MAX_IDLE_SHARED || inner.endpoint.pressed() {
@@ -295,8 +296,8 @@ impl Connector {
         })
     }
 
-    /// What a shared session's lanes call when their last one leaves (the `emptied`th time).
-    fn when_idle(&self, key: &str, me: std::sync::Weak<Lanes>) -> Box<dyn Fn(u64) + Send + Sync> {
+    /// What a shared session's members call when their last one leaves (the `emptied`th time).
+    fn when_idle(&self, key: &str, me: std::sync::Weak<Members>) -> Box<dyn Fn(u64) + Send + Sync> {
         let (connector, key) = (Arc::downgrade(&self.inner), key.to_owned());
         Box::new(move |emptied| {
             if let Some(inner) = connector.upgrade() {
@@ -305,16 +306,16 @@ impl Connector {
         })
     }
 
-    /// The last lane left the session shared under `key` (the `emptied`th time): it ends
+    /// The last member left the session shared under `key` (the `emptied`th time): it ends
     /// after `shared_idle_secs` unless a client session joins meanwhile.
-    fn shared_idle(&self, key: &str, emptied: u64, me: std::sync::Weak<Lanes>) {
+    fn shared_idle(&self, key: &str, emptied: u64, me: std::sync::Weak<Members>) {
         let mut idle = Duration::from_secs(self.inner.endpoint.config().shared_idle_secs);
         {
             // Idle sessions kept are bounded too: clients declaring ever new identities would
             // otherwise leave a session each behind for the idle time.
             let pool = self.inner.shared.lock();
             let crowded = pool.len() > MAX_IDLE_SHARED
-                && pool.values().filter(|s| matches!(&s.events, Owners::Shared(lanes) if lanes.is_idle())).count()
+                && pool.values().filter(|s| matches!(&s.events, Owners::Shared(members) if members.is_idle())).count()
                     > MAX_IDLE_SHARED;
             if crowded || self.inner.endpoint.pressed() {
                 idle = Duration::ZERO;
@@ -329,7 +330,9 @@ impl Connector {
                 // The session under the key may be another by now (this one ended while a
                 // process waited for a place): only this one ends, and only if still idle.
                 let idle = pool.get(&key).is_some_and(|session| match &session.events {
-                    Owners::Shared(lanes) => std::ptr::eq(Arc::as_ptr(lanes), me.as_ptr()) && lanes.idle_since(emptied),
+                    Owners::Shared(members) => {
+                        std::ptr::eq(Arc::as_ptr(members), me.as_ptr()) && members.idle_since(emptied)
+                    }
                     Owners::One(_) => true,
                 });
                 let ended = if idle { pool.remove(&key) } else { None };
@@ -394,7 +397,7 @@ impl Connector {
         if let Some(caller) = caller {
             session.on_behalf_of(caller);
         }
-        if resume.protocol_version == taskgate_protocol::modern::PROTOCOL_VERSION {
+        if resume.protocol_version == taskgate_protocol::revision_2026::PROTOCOL_VERSION {
             // A modern upstream has no sessions: any process continues where another left off.
             return Some(session);
         }
@@ -411,8 +414,11 @@ impl Connector {
         channel.adopt(resume);
         tokio::spawn(pump(Arc::downgrade(&session.inner), incoming_rx));
         drop(channel.clone().listen(session.listening()));
-        let ready =
-            Arc::new(Ready { channel: Channel::Http(channel), server_capabilities: Arc::new(json!({})), modern: None });
+        let ready = Arc::new(Ready {
+            channel: Channel::Http(channel),
+            server_capabilities: Arc::new(json!({})),
+            state_2026: None,
+        });
         *session.inner.state.try_lock().expect("a new session's state is free") = Some(ready);
         Some(session)
     }
@@ -420,14 +426,14 @@ impl Connector {
     /// Opens a session; nothing is sent until its first request. Messages the upstream sends
     /// on its own arrive on `events`.
     pub fn open(&self, identity: ClientIdentity, events: crate::EventSender) -> UpstreamSession {
-        UpstreamSession { inner: self.new_inner(identity, Owners::One(events)), lane: None }
+        UpstreamSession { inner: self.new_inner(identity, Owners::One(events)), member: None }
     }
 
     fn new_inner(&self, identity: ClientIdentity, events: Owners) -> Arc<SessionInner> {
         let (closed, _) = watch::channel(false);
         let (holds, _) = watch::channel(0);
         if let Some(observer) = &self.inner.endpoint.observer {
-            observer.session(self.name(), matches!(&events, Owners::Shared(lanes) if !lanes.exclusive), true);
+            observer.session(self.name(), matches!(&events, Owners::Shared(members) if !members.exclusive), true);
         }
         Arc::new(SessionInner {
             endpoint: self.inner.endpoint.clone(),

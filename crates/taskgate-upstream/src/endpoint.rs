@@ -14,8 +14,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::client::HttpClient;
 use crate::http::Connections;
 use crate::identity::ClientIdentity;
-use crate::modern::{Era, ToolHeaders};
 use crate::observer::RequestObserver;
+use crate::revision_2026::{Spoken, ToolHeaders};
 use crate::UpstreamError;
 
 /// How long an idle connection to an upstream is kept for reuse: under the keep-alive of the
@@ -30,13 +30,13 @@ pub(crate) struct Endpoint {
     config: UpstreamConfig,
     /// The revision the upstream was found to speak (basic/versioning: cached for the origin,
     /// probed again when the cached assumption fails).
-    era: parking_lot::Mutex<Option<Era>>,
+    spoken: parking_lot::Mutex<Option<Spoken>>,
     /// Whether 2025-11-25 clients' sessions of an upstream found to speak 2026-07-28 speak
-    /// 2025-11-25 to it ([`Endpoint::era_for`]): yes once it answered such a session's
+    /// 2025-11-25 to it ([`Endpoint::spoken_for`]): yes once it answered such a session's
     /// `initialize` (a dual-era server); no when it did not, or when its 2026-07-28 side speaks
     /// the tasks extension (the gateway follows those tasks for 2025-11-25 clients, which its
     /// 2025-11-25 side may not offer); unknown until then. Forgotten with the revision.
-    legacy_side: parking_lot::Mutex<Option<bool>>,
+    side_2025: parking_lot::Mutex<Option<bool>>,
     /// The `x-mcp-header` annotations of a modern upstream's tools.
     pub(crate) tool_headers: ToolHeaders,
     pub(crate) http: HttpClient,
@@ -136,11 +136,11 @@ impl Endpoint {
         let connections = Connections::new(&config.name, config.max_connections, observer.clone());
         let shutdown = tokio::sync::watch::channel(false).0;
         let restart = tokio::sync::watch::channel(0).0;
-        let (era, tool_headers) = (parking_lot::Mutex::new(None), ToolHeaders::default());
+        let (spoken, tool_headers) = (parking_lot::Mutex::new(None), ToolHeaders::default());
         Endpoint {
             config,
-            era,
-            legacy_side: parking_lot::Mutex::new(None),
+            spoken,
+            side_2025: parking_lot::Mutex::new(None),
             tool_headers,
             http,
             credentials,
@@ -300,26 +300,26 @@ impl Endpoint {
         match self.config.share_sessions {
             ShareSessions::Always => true,
             ShareSessions::Never => false,
-            ShareSessions::Auto => self.era_for(client) == Some(Era::Modern),
+            ShareSessions::Auto => self.spoken_for(client) == Some(Spoken::V2026),
         }
     }
 
     /// The revision this upstream speaks, once known: pinned by `protocol`, or found by a
     /// probe. `None` until the first session has connected.
     pub(crate) fn protocol_version(&self) -> Option<&'static str> {
-        match self.era() {
-            Some(Era::Modern) => Some(taskgate_protocol::modern::PROTOCOL_VERSION),
-            Some(Era::Legacy) => Some(mcp::LATEST_PROTOCOL_VERSION),
+        match self.spoken() {
+            Some(Spoken::V2026) => Some(taskgate_protocol::revision_2026::PROTOCOL_VERSION),
+            Some(Spoken::V2025) => Some(mcp::LATEST_PROTOCOL_VERSION),
             None => None,
         }
     }
 
     /// The revision this upstream speaks: pinned, or as last found.
-    pub(crate) fn era(&self) -> Option<Era> {
+    pub(crate) fn spoken(&self) -> Option<Spoken> {
         match self.config.protocol {
-            UpstreamProtocol::Legacy => Some(Era::Legacy),
-            UpstreamProtocol::Modern => Some(Era::Modern),
-            UpstreamProtocol::Auto => *self.era.lock(),
+            UpstreamProtocol::V2025 => Some(Spoken::V2025),
+            UpstreamProtocol::V2026 => Some(Spoken::V2026),
+            UpstreamProtocol::Auto => *self.spoken.lock(),
         }
     }
 
@@ -327,39 +327,39 @@ impl Endpoint {
     /// but 2025-11-25 for a 2025-11-25 client where a 2026-07-28 upstream also answers
     /// `initialize` (or has not been tried yet: the session tries). `protocol` pinned to
     /// 2026-07-28 keeps every session in 2026-07-28.
-    pub(crate) fn era_for(&self, client: &ClientIdentity) -> Option<Era> {
-        match self.era() {
-            Some(Era::Modern) if self.tries_legacy_side(client) => Some(Era::Legacy),
+    pub(crate) fn spoken_for(&self, client: &ClientIdentity) -> Option<Spoken> {
+        match self.spoken() {
+            Some(Spoken::V2026) if self.tries_2025_side(client) => Some(Spoken::V2025),
             era => era,
         }
     }
 
     /// Whether a session for `client` of this 2026-07-28 upstream opens with `initialize`
     /// (the dual-era server's legacy side) rather than in 2026-07-28.
-    pub(crate) fn tries_legacy_side(&self, client: &ClientIdentity) -> bool {
-        client.legacy && self.config.protocol == UpstreamProtocol::Auto && *self.legacy_side.lock() != Some(false)
+    pub(crate) fn tries_2025_side(&self, client: &ClientIdentity) -> bool {
+        client.speaks_2025 && self.config.protocol == UpstreamProtocol::Auto && *self.side_2025.lock() != Some(false)
     }
 
     /// Whether this 2026-07-28 upstream is known to answer `initialize` too.
-    pub(crate) fn has_legacy_side(&self) -> bool {
-        *self.legacy_side.lock() == Some(true)
+    pub(crate) fn has_2025_side(&self) -> bool {
+        *self.side_2025.lock() == Some(true)
     }
 
     /// Remembers whether 2025-11-25 clients' sessions of this 2026-07-28 upstream speak
     /// 2025-11-25 to it.
-    pub(crate) fn learn_legacy_side(&self, answers: bool) {
-        *self.legacy_side.lock() = Some(answers);
+    pub(crate) fn learn_2025_side(&self, answers: bool) {
+        *self.side_2025.lock() = Some(answers);
     }
 
     /// Remembers what a probe found (or forgets it, `None`) for an upstream whose revision is
     /// not pinned; whether a modern upstream has a legacy side is found again with it.
-    pub(crate) fn learn(&self, era: Option<Era>) {
+    pub(crate) fn learn(&self, spoken: Option<Spoken>) {
         if self.config.protocol == UpstreamProtocol::Auto {
-            let mut known = self.era.lock();
-            if *known != era {
-                *self.legacy_side.lock() = None;
+            let mut known = self.spoken.lock();
+            if *known != spoken {
+                *self.side_2025.lock() = None;
             }
-            *known = era;
+            *known = spoken;
         }
     }
 

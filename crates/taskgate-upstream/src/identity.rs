@@ -14,7 +14,7 @@ pub struct ClientIdentity {
     /// spoken to in 2025-11-25 for it, so that nothing the client could do with the upstream
     /// directly (being asked on a call's stream, subscriptions, sessions) is lost in
     /// translation.
-    pub legacy: bool,
+    pub speaks_2025: bool,
 }
 
 impl ClientIdentity {
@@ -29,7 +29,7 @@ impl ClientIdentity {
         ClientIdentity {
             capabilities: json!({}),
             client_info: json!({"name": "taskgate", "version": env!("CARGO_PKG_VERSION")}),
-            legacy: false,
+            speaks_2025: false,
         }
     }
 }

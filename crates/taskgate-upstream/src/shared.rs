@@ -1,26 +1,26 @@
 //! Upstream sessions shared by several client sessions (`upstream[].share_sessions`).
 //!
-//! A shared session is one [`SessionInner`](crate::session::SessionInner) with one *lane* per
-//! client session using it. Each lane has its own event channel, so the client session sees
+//! A shared session is one [`SessionInner`](crate::session::SessionInner) with one *member* per
+//! client session using it. Each member has its own event channel, so the client session sees
 //! what it would see with a session of its own; what the upstream sends on its own is routed:
 //!
-//! - about a request (on its response stream): to the lane that sent that request;
+//! - about a request (on its response stream): to the member that sent that request;
 //! - `notifications/tasks/status`, `notifications/tools/list_changed`,
 //!   `notifications/progress` and `notifications/cancelled` about nothing in flight: to one
-//!   lane (what they lead to is gateway-wide: a task's actor, the router), preferring a lane
+//!   member (what they lead to is gateway-wide: a task's actor, the router), preferring a member
 //!   with a task creation in flight for a task's status (it holds a status that arrives
 //!   before the task is known);
 //! - everything else (log messages, list changes of resources and prompts, resource updates):
-//!   to every lane, as each client would have had it from a session of its own.
+//!   to every member, as each client would have had it from a session of its own.
 //!
-//! A request the upstream sends (elicitation, sampling, roots) reaches no lane: the session
+//! A request the upstream sends (elicitation, sampling, roots) reaches no member: the session
 //! refuses it (`UpstreamSession::to_owner`), since only clients that declared none of those
 //! capabilities share sessions. A *pooled* session ([`crate::Connector::open_pooled`]) has one
-//! lane at a time, which takes everything, requests included: clients that can be asked
+//! member at a time, which takes everything, requests included: clients that can be asked
 //! things reuse such sessions one after another, never at once.
 //!
 //! The sharing key (tenant, principal, the client's declared identity) is the caller's; the
-//! connector keeps one session per key, and `shared_idle_secs` after its last lane left.
+//! connector keeps one session per key, and `shared_idle_secs` after its last member left.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use taskgate_protocol::RequestId;
 
 use crate::events::{EventSender, UpstreamEvent};
 
-/// Requests whose lane is remembered after they ended: what the upstream sent about a request
+/// Requests whose member is remembered after they ended: what the upstream sent about a request
 /// is read by the session's pump, which may come to it after the response.
 const ENDED_KEPT: usize = 256;
 
@@ -39,8 +39,8 @@ const ENDED_KEPT: usize = 256;
 pub(crate) enum Owners {
     /// The one client session of a session of its own.
     One(EventSender),
-    /// The lanes of a shared session.
-    Shared(Arc<Lanes>),
+    /// The members of a shared session.
+    Shared(Arc<Members>),
 }
 
 impl Owners {
@@ -48,22 +48,22 @@ impl Owners {
     pub(crate) async fn deliver(&self, event: UpstreamEvent) -> bool {
         match self {
             Owners::One(tx) => tx.send(Box::new(event)).await.is_ok(),
-            Owners::Shared(lanes) => {
-                lanes.deliver(event).await;
+            Owners::Shared(members) => {
+                members.deliver(event).await;
                 true
             }
         }
     }
 }
 
-/// The lanes of one shared session.
-pub(crate) struct Lanes {
-    /// Told when the last lane leaves (the `emptied`th time): the connector whose pool holds
+/// The members of one shared session.
+pub(crate) struct Members {
+    /// Told when the last member leaves (the `emptied`th time): the connector whose pool holds
     /// the session ends it after its idle time.
     when_idle: Box<dyn Fn(u64) + Send + Sync>,
     table: parking_lot::Mutex<Table>,
-    /// One lane at a time (a pooled session, [`crate::Connector::open_pooled`]): what the
-    /// upstream sends on its own, its requests included, is that lane's.
+    /// One member at a time (a pooled session, [`crate::Connector::open_pooled`]): what the
+    /// upstream sends on its own, its requests included, is that member's.
     pub(crate) exclusive: bool,
     /// The client session that held a pooled session last.
     pub(crate) last_holder: parking_lot::Mutex<Option<String>>,
@@ -72,42 +72,42 @@ pub(crate) struct Lanes {
 #[derive(Default)]
 struct Table {
     senders: foldhash::HashMap<u64, EventSender>,
-    /// The lane of each request in flight and of the last [`ENDED_KEPT`] ended.
+    /// The member of each request in flight and of the last [`ENDED_KEPT`] ended.
     owners: foldhash::HashMap<RequestId, u64>,
     ended: VecDeque<RequestId>,
-    /// Task-augmented requests in flight, by lane.
+    /// Task-augmented requests in flight, by member.
     creating: foldhash::HashMap<u64, usize>,
     next: u64,
-    /// Counts the times the last lane left: an idle expiry applies only to the idle period it
+    /// Counts the times the last member left: an idle expiry applies only to the idle period it
     /// was set for.
     emptied: u64,
 }
 
-impl Lanes {
-    pub(crate) fn new(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Lanes {
-        Lanes { when_idle, table: parking_lot::Mutex::default(), exclusive: false, last_holder: Default::default() }
+impl Members {
+    pub(crate) fn new(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Members {
+        Members { when_idle, table: parking_lot::Mutex::default(), exclusive: false, last_holder: Default::default() }
     }
 
-    /// The lanes of a pooled session: one client session at a time.
-    pub(crate) fn exclusive(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Lanes {
-        Lanes { exclusive: true, ..Lanes::new(when_idle) }
+    /// The members of a pooled session: one client session at a time.
+    pub(crate) fn exclusive(when_idle: Box<dyn Fn(u64) + Send + Sync>) -> Members {
+        Members { exclusive: true, ..Members::new(when_idle) }
     }
 
-    /// A new lane, its events sent to `events`.
-    pub(crate) fn join(self: &Arc<Self>, events: EventSender) -> Lane {
+    /// A new member, its events sent to `events`.
+    pub(crate) fn join(self: &Arc<Self>, events: EventSender) -> Member {
         let mut table = self.table.lock();
         table.next += 1;
         let id = table.next;
         table.senders.insert(id, events);
-        Lane { id, lanes: self.clone() }
+        Member { id, members: self.clone() }
     }
 
-    /// Whether the session has no lane now.
+    /// Whether the session has no member now.
     pub(crate) fn is_idle(&self) -> bool {
         self.table.lock().senders.is_empty()
     }
 
-    /// Whether the session has had no lane since its last one left `emptied` times ago.
+    /// Whether the session has had no member since its last one left `emptied` times ago.
     pub(crate) fn idle_since(&self, emptied: u64) -> bool {
         let table = self.table.lock();
         table.senders.is_empty() && table.emptied == emptied
@@ -115,7 +115,7 @@ impl Lanes {
 
     async fn deliver(&self, event: UpstreamEvent) {
         let (about, one) = match &event {
-            // A pooled session's one lane takes it (a shared session's are refused before).
+            // A pooled session's one member takes it (a shared session's are refused before).
             UpstreamEvent::Request { related, .. } => (related.clone(), true),
             UpstreamEvent::Notification { method, related, .. } => (
                 related.clone(),
@@ -128,13 +128,13 @@ impl Lanes {
         let is_status = matches!(&event, UpstreamEvent::Notification { method, .. } if method == methods::TASKS_STATUS);
         let targets: Vec<EventSender> = {
             let table = self.table.lock();
-            // A lane whose client session has ended (a task still holds it) receives nothing.
+            // A member whose client session has ended (a task still holds it) receives nothing.
             let live = |sender: &&EventSender| !sender.is_closed();
-            let owner = about.as_ref().and_then(|id| table.owners.get(id)).and_then(|lane| table.senders.get(lane));
+            let owner = about.as_ref().and_then(|id| table.owners.get(id)).and_then(|member| table.senders.get(member));
             match owner {
                 Some(sender) => vec![sender.clone()],
                 None if about.is_some() && !one => {
-                    // About a request whose lane has left: no other client's business.
+                    // About a request whose member has left: no other client's business.
                     tracing::debug!("a message about a request of a client session that has ended; dropped");
                     return;
                 }
@@ -145,7 +145,7 @@ impl Lanes {
                                 .creating
                                 .iter()
                                 .filter(|(_, n)| **n > 0)
-                                .filter_map(|(lane, _)| table.senders.get(lane))
+                                .filter_map(|(member, _)| table.senders.get(member))
                                 .find(live)
                         })
                         .flatten();
@@ -171,22 +171,22 @@ impl Lanes {
         }
     }
 
-    /// Records that lane `lane` sent request `id` (until [`Lanes::ended`]).
-    fn started(&self, lane: u64, id: &RequestId, creates_task: bool) {
+    /// Records that member `member` sent request `id` (until [`Members::ended`]).
+    fn started(&self, member: u64, id: &RequestId, creates_task: bool) {
         let mut table = self.table.lock();
-        table.owners.insert(id.clone(), lane);
+        table.owners.insert(id.clone(), member);
         if creates_task {
-            *table.creating.entry(lane).or_default() += 1;
+            *table.creating.entry(member).or_default() += 1;
         }
     }
 
-    fn ended(&self, lane: u64, id: &RequestId, creates_task: bool) {
+    fn ended(&self, member: u64, id: &RequestId, creates_task: bool) {
         let mut table = self.table.lock();
         if creates_task {
-            if let Some(n) = table.creating.get_mut(&lane) {
+            if let Some(n) = table.creating.get_mut(&member) {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
-                    table.creating.remove(&lane);
+                    table.creating.remove(&member);
                 }
             }
         }
@@ -198,11 +198,11 @@ impl Lanes {
         }
     }
 
-    fn leave(&self, lane: u64) {
+    fn leave(&self, member: u64) {
         let emptied = {
             let mut table = self.table.lock();
-            crate::remove_and_shrink(&mut table.senders, &lane);
-            table.creating.remove(&lane);
+            crate::remove_and_shrink(&mut table.senders, &member);
+            table.creating.remove(&member);
             if !table.senders.is_empty() {
                 return;
             }
@@ -215,41 +215,41 @@ impl Lanes {
 
 /// One client session's place in a shared session: it leaves when the last handle holding it
 /// is dropped.
-pub(crate) struct Lane {
+pub(crate) struct Member {
     id: u64,
-    lanes: Arc<Lanes>,
+    members: Arc<Members>,
 }
 
-impl Lane {
-    /// Keeps `id` routed to this lane while the guard lives (and a while after).
-    pub(crate) fn call<'a>(&'a self, id: &'a RequestId, creates_task: bool) -> LaneCall<'a> {
-        self.lanes.started(self.id, id, creates_task);
-        LaneCall { lane: self, id, creates_task }
+impl Member {
+    /// Keeps `id` routed to this member while the guard lives (and a while after).
+    pub(crate) fn call<'a>(&'a self, id: &'a RequestId, creates_task: bool) -> MemberCall<'a> {
+        self.members.started(self.id, id, creates_task);
+        MemberCall { member: self, id, creates_task }
     }
 }
 
-impl Lane {
-    /// A call of this lane kept by a [`crate::session::WaitingCall`] ended.
+impl Member {
+    /// A call of this member kept by a [`crate::session::WaitingCall`] ended.
     pub(crate) fn ended(&self, id: &RequestId, creates_task: bool) {
-        self.lanes.ended(self.id, id, creates_task);
+        self.members.ended(self.id, id, creates_task);
     }
 }
 
-impl Drop for Lane {
+impl Drop for Member {
     fn drop(&mut self) {
-        self.lanes.leave(self.id);
+        self.members.leave(self.id);
     }
 }
 
-/// A request of a lane in flight (borrowing the id its call holds).
-pub(crate) struct LaneCall<'a> {
-    lane: &'a Lane,
+/// A request of a member in flight (borrowing the id its call holds).
+pub(crate) struct MemberCall<'a> {
+    member: &'a Member,
     id: &'a RequestId,
     creates_task: bool,
 }
 
-impl LaneCall<'_> {
-    /// Hands the call to a [`crate::session::WaitingCall`], which ends it ([`Lane::ended`]):
+impl MemberCall<'_> {
+    /// Hands the call to a [`crate::session::WaitingCall`], which ends it ([`Member::ended`]):
     /// whether it creates a task.
     pub(crate) fn keep(self) -> bool {
         let creates_task = self.creates_task;
@@ -258,9 +258,9 @@ impl LaneCall<'_> {
     }
 }
 
-impl Drop for LaneCall<'_> {
+impl Drop for MemberCall<'_> {
     fn drop(&mut self) {
-        self.lane.lanes.ended(self.lane.id, self.id, self.creates_task);
+        self.member.members.ended(self.member.id, self.id, self.creates_task);
     }
 }
 
@@ -272,7 +272,7 @@ mod tests {
     use taskgate_config::{ShareSessions, UpstreamConfig};
     use taskgate_protocol::RequestId;
 
-    use super::{Lanes, ENDED_KEPT};
+    use super::{Members, ENDED_KEPT};
     use crate::{ClientIdentity, Connector, UpstreamEvent};
 
     fn note(method: &str, related: Option<i64>) -> UpstreamEvent {
@@ -291,35 +291,35 @@ mod tests {
 
     #[tokio::test]
     async fn each_message_goes_to_the_lane_it_is_about_or_to_one_or_every_lane() {
-        let lanes = Arc::new(Lanes::new(Box::new(|_| {})));
+        let members = Arc::new(Members::new(Box::new(|_| {})));
         let ((ta, mut ra), (tb, mut rb)) = (crate::event_channel(64), crate::event_channel(64));
-        let (a, b) = (lanes.join(ta), lanes.join(tb));
+        let (a, b) = (members.join(ta), members.join(tb));
         let (five, six) = (RequestId::Number(5), RequestId::Number(6));
         let call_a = a.call(&five, false);
         let _call_b = b.call(&six, true);
-        lanes.deliver(note("notifications/message", Some(5))).await;
+        members.deliver(note("notifications/message", Some(5))).await;
         assert_eq!((received(&mut ra), received(&mut rb)), (vec!["notifications/message".into()], vec![]));
-        // Unrelated: announcements to every lane; what leads to one action, to one lane.
-        lanes.deliver(note("notifications/resources/list_changed", None)).await;
+        // Unrelated: announcements to every member; what leads to one action, to one member.
+        members.deliver(note("notifications/resources/list_changed", None)).await;
         assert_eq!(received(&mut ra).len() + received(&mut rb).len(), 2);
         for once in ["notifications/tools/list_changed", "notifications/progress", "notifications/cancelled"] {
-            lanes.deliver(note(once, None)).await;
+            members.deliver(note(once, None)).await;
             assert_eq!(received(&mut ra).len() + received(&mut rb).len(), 1, "{once}");
         }
-        // A task's status goes to the lane creating a task (b), which holds it until it knows.
-        lanes.deliver(note("notifications/tasks/status", None)).await;
+        // A task's status goes to the member creating a task (b), which holds it until it knows.
+        members.deliver(note("notifications/tasks/status", None)).await;
         assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (0, 1));
-        // An ended request's lane is kept for its late messages, a bounded number of them.
+        // An ended request's member is kept for its late messages, a bounded number of them.
         drop(call_a);
-        lanes.deliver(note("notifications/message", Some(5))).await;
+        members.deliver(note("notifications/message", Some(5))).await;
         assert_eq!(received(&mut ra).len(), 1);
         let ids: Vec<RequestId> = (100..100 + ENDED_KEPT as i64).map(RequestId::Number).collect();
         for id in &ids {
             drop(b.call(id, false));
         }
-        lanes.deliver(note("notifications/message", Some(5))).await;
+        members.deliver(note("notifications/message", Some(5))).await;
         assert_eq!((received(&mut ra).len(), received(&mut rb).len()), (0, 0), "forgotten, and no one else's");
-        assert!(lanes.table.lock().owners.len() <= ENDED_KEPT + 1);
+        assert!(members.table.lock().owners.len() <= ENDED_KEPT + 1);
     }
 
     fn connector(idle: u64) -> Connector {
@@ -358,22 +358,22 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_shared_sessions_are_bounded_in_count() {
         let connector = connector(3600);
-        let lanes: Vec<_> = (0..70)
+        let members: Vec<_> = (0..70)
             .map(|i| connector.open_shared(&format!("client {i}"), ClientIdentity::gateway, crate::event_channel(4).0))
             .collect();
-        drop(lanes);
+        drop(members);
         assert_eq!(connector.shared_sessions(), crate::connector::MAX_IDLE_SHARED);
     }
 
     #[tokio::test]
     async fn a_lane_whose_client_session_ended_is_passed_over() {
-        let lanes = Arc::new(Lanes::new(Box::new(|_| {})));
-        // Eight lanes whose sessions ended (tasks of theirs still hold them), one live.
-        let ended: Vec<_> = (0..8).map(|_| lanes.join(crate::event_channel(64).0)).collect();
+        let members = Arc::new(Members::new(Box::new(|_| {})));
+        // Eight members whose sessions ended (tasks of theirs still hold them), one live.
+        let ended: Vec<_> = (0..8).map(|_| members.join(crate::event_channel(64).0)).collect();
         let (tb, mut rb) = crate::event_channel(64);
-        let _b = lanes.join(tb);
+        let _b = members.join(tb);
         for _ in 0..10 {
-            lanes.deliver(note("notifications/tools/list_changed", None)).await;
+            members.deliver(note("notifications/tools/list_changed", None)).await;
         }
         assert_eq!(received(&mut rb).len(), 10);
         drop(ended);
@@ -382,10 +382,10 @@ mod tests {
     #[tokio::test]
     async fn with_no_idle_time_a_shared_session_ends_with_its_last_lane() {
         let connector = connector(0);
-        let lane = connector.open_shared("k", ClientIdentity::gateway, crate::event_channel(4).0);
-        let held = lane.clone();
-        drop(lane);
-        assert_eq!(connector.shared_sessions(), 1, "a clone still holds the lane");
+        let member = connector.open_shared("k", ClientIdentity::gateway, crate::event_channel(4).0);
+        let held = member.clone();
+        drop(member);
+        assert_eq!(connector.shared_sessions(), 1, "a clone still holds the member");
         drop(held);
         assert_eq!(connector.shared_sessions(), 0);
     }

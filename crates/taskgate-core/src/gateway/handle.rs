@@ -2,9 +2,9 @@
 //! the session's mailbox with a bounded wait (invariant 3), its replies and GET stream opened
 //! under the pool of client streams.
 
+use crate::forwarded_call::ClientResponse;
 use crate::metrics::Metrics;
 use crate::outbound::{Limits, Outbound, OutboundReceiver, StreamEvent};
-use crate::relay::ClientResponse;
 use crate::session::registry::SessionEntry;
 use crate::session::{ClientNotification, ClientRequest, OpenStream, SessionActor, StreamOverflowed};
 use crate::stream_pool::StreamPool;

@@ -23,25 +23,25 @@ use crate::clock::{Clock, SystemClock};
 use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::router::{Router, UpstreamHealth};
-use crate::session::context::SessionContext;
 use crate::session::registry::Sessions;
+use crate::session::session_context::SessionContext;
 use crate::tasks::{Supervisor, Sweep, TaskContext, TaskService, TaskShared};
 use crate::tenants::{self, Tenancy};
 use crate::GatewayError;
 
 mod admin;
-mod auth;
+mod callers;
+mod client_sessions;
 mod handle;
 mod health;
 mod pool;
 mod replicated;
-mod sessions;
 
-pub use auth::resource_metadata_url;
+pub use callers::resource_metadata_url;
+pub use client_sessions::server_info;
 pub use handle::SessionHandle;
 pub use health::Readiness;
 use pool::Pool;
-pub use sessions::server_info;
 
 /// Opens the configured task store; a directory that cannot be used is a problem at start.
 fn open_store(config: &Config) -> Result<Arc<dyn TaskStore>, Vec<taskgate_config::Problem>> {
@@ -478,7 +478,7 @@ impl Gateway {
 
     /// A test hook: makes a task's actor panic, as a bug would, so that tests can watch the
     /// Supervisor restart it. False when the task has no live actor.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub async fn crash_task_actor(&self, task_id: &str) -> bool {
         let actor = self.shared.tasks.actor(task_id);
         match actor {

@@ -16,8 +16,8 @@ use taskgate_protocol::mcp;
 use taskgate_store::{SessionChange, SessionRecord, StoreEvent};
 use taskgate_upstream::ClientIdentity;
 
+use super::client_sessions::Placed;
 use super::handle::SessionHandle;
-use super::sessions::Placed;
 use super::Gateway;
 use crate::identity::Identity;
 use crate::session::registry::SessionEntry;
@@ -99,7 +99,7 @@ impl Gateway {
         let client = ClientIdentity {
             capabilities: record.capabilities.clone(),
             client_info: record.client_info.clone(),
-            legacy: true,
+            speaks_2025: true,
         };
         // The revision it negotiated, as this replica knows it (the record came from one).
         let version = mcp::negotiate_version(&record.protocol_version).to_owned();
@@ -180,8 +180,11 @@ impl Gateway {
                 return Err(GatewayError::SessionNotFound);
             };
             // No copy here to end them: its own upstream sessions end from here.
-            let client =
-                ClientIdentity { capabilities: record.capabilities, client_info: record.client_info, legacy: true };
+            let client = ClientIdentity {
+                capabilities: record.capabilities,
+                client_info: record.client_info,
+                speaks_2025: true,
+            };
             let sessions = record
                 .upstream_sessions
                 .into_iter()

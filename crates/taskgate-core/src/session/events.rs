@@ -9,7 +9,7 @@ use taskgate_protocol::{mcp, Message as RpcMessage};
 use taskgate_upstream::UpstreamEvent;
 
 use super::SessionActor;
-use crate::relay::tag_log;
+use crate::forwarded_call::tag_log;
 use crate::router::RefreshUpstream;
 use crate::tasks::UpstreamStatus;
 
@@ -58,7 +58,7 @@ impl SessionActor {
                     // The URI the client subscribed to is the exposed one.
                     let naming = self.naming_of(&upstream);
                     if let Some(Value::String(uri)) = params.as_mut().and_then(|p| p.get_mut("uri")) {
-                        *uri = crate::offerings::expose_uri(&naming, uri);
+                        *uri = crate::offering_names::expose_uri(&naming, uri);
                     }
                 }
                 tag_log(&upstream, &method, &mut params);

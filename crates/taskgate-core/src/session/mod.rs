@@ -11,26 +11,26 @@
 //! (`events`), cancellation (`cancel`), what every session shares (`context`) and the session
 //! table (`registry`).
 
+mod across_replicas;
 mod asked;
 mod cancel;
-pub(crate) mod context;
-mod copies;
 pub(crate) mod describe;
 mod early;
-mod elsewhere;
 mod events;
+mod in_flight;
 mod lifecycle;
 mod offerings;
 mod pooled;
 pub(crate) mod registry;
-mod relay;
-mod requests;
+mod relayed_requests;
+mod replica_ties;
+pub(crate) mod session_context;
 mod streams;
 mod task_calls;
 mod tools;
 mod upstreams;
 
-pub(crate) use elsewhere::end_at_upstreams;
+pub(crate) use across_replicas::end_at_upstreams;
 pub(crate) use events::ClientNotification;
 pub(crate) use lifecycle::{
     Close, CloseIfIdle, EndGetStream, OpenStream, ShutDown, StreamOverflowed, CANCEL_AT_SHUTDOWN,
@@ -47,16 +47,16 @@ use taskgate_upstream::{ClientIdentity, ProcessShare, UpstreamEvent, UpstreamSes
 
 use crate::outbound::{Frame, Outbound};
 
+use crate::forwarded_call::UPSTREAM_EVENTS;
 use crate::identity::Identity;
 use crate::progress::Abandon;
-use crate::relay::UPSTREAM_EVENTS;
 use crate::router::ToolCatalog;
 use crate::GatewayError;
 use asked::{Asked, Relayed};
-use context::SessionContext;
 use early::Early;
-pub use requests::TaskMode;
-use requests::{InFlight, Requests};
+pub use in_flight::TaskMode;
+use in_flight::{InFlight, Requests};
+use session_context::SessionContext;
 use streams::Streams;
 use upstreams::Upstreams;
 
@@ -83,17 +83,17 @@ pub struct SessionActor {
     /// What upstreams say of tasks being created, held until the creation settles.
     early: Early,
     /// Listing positions too long to hand the client as cursors, by number (bounded).
-    stash: crate::offerings::Stash,
+    stash: crate::offering_names::Stash,
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
     /// is a sender of its own to actix, made (and allocated) each time one is asked for.
-    myself: Option<Arc<actix::WeakRecipient<crate::relay::RelayFromCall>>>,
+    myself: Option<Arc<actix::WeakRecipient<crate::forwarded_call::RelayFromCall>>>,
     /// This actor, for what it tells itself after the message it handles (`ReleasePooled`).
     me: Option<actix::WeakAddr<SessionActor>>,
     /// Where the task actors whose input requests this session relays send the client's answers
     /// and their end: made with the first such request, one for all of them.
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
-    /// What ties it to its copies at other replicas (`elsewhere.rs`).
-    copies: copies::Copies,
+    /// What ties it to its copies at other replicas (`across_replicas.rs`).
+    ties: replica_ties::ReplicaTies,
 }
 
 impl SessionActor {
@@ -147,7 +147,7 @@ impl SessionActor {
             myself: None,
             me: None,
             input_holder: None,
-            copies: Default::default(),
+            ties: Default::default(),
         }
     }
 
@@ -207,9 +207,9 @@ impl SessionActor {
     /// declaring the same client to it (capabilities and `clientInfo`, as it sees them).
     fn share_key(&self) -> String {
         let Identity { tenant, principal } = &self.identity;
-        let ClientIdentity { capabilities, client_info, legacy } = &self.client;
+        let ClientIdentity { capabilities, client_info, speaks_2025 } = &self.client;
         // Lengths first: no choice of names makes two identities one key.
-        format!("{}:{tenant}{}:{principal}{legacy}{capabilities}\n{client_info}", tenant.len(), principal.len())
+        format!("{}:{tenant}{}:{principal}{speaks_2025}{capabilities}\n{client_info}", tenant.len(), principal.len())
     }
 
     /// The session is about to keep state at its upstreams: its shared upstream sessions are

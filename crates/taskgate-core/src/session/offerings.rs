@@ -1,6 +1,6 @@
 //! What upstreams offer besides tools: `resources/*`, `prompts/*`, `completion/complete` and
 //! `logging/setLevel`. Listings are federated one upstream page at a time; every other method
-//! goes to the one upstream its name or URI belongs to (see [`crate::offerings`]), through the
+//! goes to the one upstream its name or URI belongs to (see [`crate::offering_names`]), through the
 //! same relay as `tools/call`, so what the upstream sends before its result reaches the
 //! client on the request's stream.
 
@@ -12,9 +12,9 @@ use taskgate_upstream::{UpstreamError, UpstreamSession};
 
 use super::SessionActor;
 use crate::catalog::Naming;
-use crate::offerings::{self as names, CursorRef, ListCursor};
+use crate::forwarded_call::relay_call;
+use crate::offering_names::{self as names, CursorRef, ListCursor};
 use crate::progress::Abandon;
-use crate::relay::relay_call;
 use crate::router::EnsureCatalog;
 use crate::GatewayError;
 

@@ -55,7 +55,7 @@ impl SessionActor {
         self.upstreams.retain(|name, session| {
             // A task or a call still using it keeps it this session's: what the upstream asks
             // for them is answered through it.
-            let keep = !session.is_pooled() || session.lane_held_elsewhere();
+            let keep = !session.is_pooled() || session.member_held_elsewhere();
             in_use |= keep && session.is_pooled();
             if !keep {
                 self.streams.let_go(name);

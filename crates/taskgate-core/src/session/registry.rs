@@ -13,9 +13,9 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use taskgate_protocol::Message as RpcMessage;
 
-use super::context::SessionTable;
-use super::elsewhere::FromElsewhere;
+use super::across_replicas::FromElsewhere;
 use super::lifecycle::{Close, CloseIfIdle, ReleaseUpstreams, ToolsChanged};
+use super::session_context::SessionTable;
 use super::task_calls::{RemoteInputs, TaskProgress, TaskStatusChanged};
 use super::SessionActor;
 use crate::identity::Identity;

@@ -12,9 +12,9 @@ use taskgate_upstream::UpstreamSession;
 use super::asked::Asker;
 use super::SessionActor;
 use crate::catalog::ToolEntry;
+use crate::forwarded_call::UPSTREAM_EVENTS;
 use crate::outbound::Outbound;
 use crate::progress::{Abandon, ProgressActor, ProgressTarget};
-use crate::relay::UPSTREAM_EVENTS;
 use crate::tasks::{TaskEnded, TaskService, TaskStart, Work};
 use crate::{tasks, GatewayError};
 

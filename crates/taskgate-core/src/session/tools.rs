@@ -9,13 +9,13 @@ use taskgate_protocol::mcp::{methods, TaskSupport};
 use taskgate_protocol::{mcp, RawArguments, RequestId};
 use taskgate_upstream::UpstreamSession;
 
-use super::context::SessionContext;
+use super::session_context::SessionContext;
 use super::task_calls::TaskRun;
 use super::{SessionActor, TaskMode};
 use crate::catalog::{Page, ToolEntry};
+use crate::forwarded_call::relay_call;
 use crate::outbound::Outbound;
 use crate::progress::{ProgressActor, ProgressTarget};
-use crate::relay::relay_call;
 use crate::router::{EnsureCatalog, ToolCatalog, UpstreamFailure};
 use crate::{tasks, GatewayError};
 
@@ -138,7 +138,7 @@ impl SessionActor {
         }
         // ext-apps, Visibility: a tool for apps only is called from an app, which only a host
         // declaring MCP Apps runs.
-        if crate::offerings::app_only(&entry.tool.raw) && !mcp::declares_ui(&self.client.capabilities) {
+        if crate::offering_names::app_only(&entry.tool.raw) && !mcp::declares_ui(&self.client.capabilities) {
             let message = format!(
                 "tool {} is for MCP Apps only (_meta.ui.visibility has no \"model\"); a client that declares the {} extension calls it from an app",
                 view.name,
@@ -247,14 +247,14 @@ impl SessionActor {
     /// Whether an upstream speaks the tasks extension (its capabilities as listed) to this
     /// session: a 2025-11-25 client's sessions of a dual-era upstream speak 2025-11-25.
     fn speaks_tasks_extension(&self, upstream: &str) -> bool {
-        if !self.shared.connectors.get(upstream).is_some_and(|c| c.speaks_modern_to(&self.client)) {
+        if !self.shared.connectors.get(upstream).is_some_and(|c| c.speaks_2026_to(&self.client)) {
             return false;
         }
         let catalog = self.shared.catalog.read();
         catalog
             .capabilities(upstream)
             .and_then(|c| c.get("extensions"))
-            .is_some_and(|e| e.get(taskgate_protocol::modern::TASKS_EXTENSION).is_some())
+            .is_some_and(|e| e.get(taskgate_protocol::revision_2026::TASKS_EXTENSION).is_some())
     }
 
     /// A call the upstream decides about, for a client that can take a task: sent declaring
@@ -524,7 +524,7 @@ impl Refusal {
             // task, from a client that did not declare the extension, MUST get -32021.
             Refusal::NeedsTasksExtension => GatewayError::MissingClientCapability {
                 message: format!("tool {name} runs only as a task; declare the tasks extension"),
-                required: json!({ "extensions": { taskgate_protocol::modern::TASKS_EXTENSION: {} } }),
+                required: json!({ "extensions": { taskgate_protocol::revision_2026::TASKS_EXTENSION: {} } }),
             },
             // basic/utilities/tasks "Tool-Level Negotiation": "forbidden" (or absent): the tool
             // MUST NOT be invoked as a task; -32601.

@@ -10,7 +10,7 @@ use taskgate_protocol::tasks::UpstreamTask;
 use taskgate_protocol::Message as RpcMessage;
 use taskgate_store::TaskRecord;
 
-use super::sessions::InputHolder;
+use super::requestor_sessions::InputHolder;
 use crate::GatewayError;
 
 /// `tasks/cancel`: the task is `cancelled` before the answer is sent.
@@ -92,9 +92,10 @@ impl Message for StoppedElsewhere {
 }
 
 /// A test hook: makes the actor panic, as a bug would, to exercise its restart.
-#[doc(hidden)]
+#[cfg(any(test, feature = "test-hooks"))]
 pub struct Crash;
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl Message for Crash {
     type Result = ();
 }

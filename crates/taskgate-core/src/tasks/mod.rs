@@ -3,19 +3,19 @@
 //! as a task, the ttl granted, and how a tool call's outcome becomes a task status.
 
 mod actor;
-mod board;
-mod context;
 mod expiries;
 mod holdings;
 mod messages;
 mod observed;
+mod progress_board;
 mod publisher;
 mod recovery;
 mod replicas;
+mod requestor_sessions;
 mod service;
-mod sessions;
 mod state;
 mod supervisor;
+mod task_context;
 mod unwritten;
 mod work;
 
@@ -29,18 +29,19 @@ use taskgate_upstream::UpstreamError;
 
 pub use actor::TaskActor;
 pub(crate) use actor::TaskShared;
-pub use board::{LiveProgress, ProgressBoard};
-pub(crate) use context::TaskContext;
 pub use holdings::{Held, Holdings, TooLarge};
+#[cfg(any(test, feature = "test-hooks"))]
 pub use messages::Crash;
 pub(crate) use messages::{InputProvided, InputRequested, UpstreamStatus};
 pub(crate) use observed::ObservedStore;
+pub use progress_board::{LiveProgress, ProgressBoard};
 pub(crate) use publisher::Publisher;
 pub use recovery::Recovered;
 pub(crate) use replicas::{keep_leases, listen, publish_loop};
+pub(crate) use requestor_sessions::{InputHolder, RequestorSessions, TaskEnded};
 pub use service::TaskService;
-pub(crate) use sessions::{InputHolder, RequestorSessions, TaskEnded};
 pub use supervisor::{ExpireSessions, Supervisor, Sweep};
+pub(crate) use task_context::TaskContext;
 pub use unwritten::Unwritten;
 pub(crate) use work::{Native, TaskStart, Unsent, Work};
 

@@ -25,7 +25,7 @@ use taskgate_store::{StoreError, StoreEvent, TaskOutcome, TaskRecord, TaskStore,
 use tokio::sync::watch;
 
 use super::publisher::Publisher;
-use super::sessions::RequestorSessions;
+use super::requestor_sessions::RequestorSessions;
 use super::{cancelled_outcome, not_found, owner, store_error};
 use crate::identity::Identity;
 use crate::metrics::Metrics;

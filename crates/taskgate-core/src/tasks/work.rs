@@ -12,7 +12,7 @@ use taskgate_protocol::RequestId;
 use taskgate_store::{TaskOutcome, TaskRecord};
 use taskgate_upstream::{UpstreamSession, WaitingCall};
 
-use super::sessions::InputHolder;
+use super::requestor_sessions::InputHolder;
 use crate::identity::Identity;
 use crate::progress::ProgressActor;
 use crate::tenants::TaskPermit;
@@ -101,10 +101,10 @@ impl Native {
 /// call a task of its own, whose progress then comes under the same token). A word less in the
 /// actor keeps its cell a size class (128 bytes) smaller.
 #[derive(Default)]
-pub(crate) struct Rare(Option<Box<RareFields>>);
+pub(crate) struct Extras(Option<Box<ExtraFields>>);
 
 #[derive(Default)]
-struct RareFields {
+struct ExtraFields {
     status_message: Option<Box<str>>,
     upstream_token: Option<Value>,
     /// The access token of the request that created the task, while its upstream exchanges
@@ -112,16 +112,16 @@ struct RareFields {
     subject: Option<taskgate_upstream::Subject>,
 }
 
-impl Rare {
+impl Extras {
     pub(crate) fn status_message(&self) -> Option<&str> {
-        self.0.as_ref().and_then(|rare| rare.status_message.as_deref())
+        self.0.as_ref().and_then(|extras| extras.status_message.as_deref())
     }
 
     pub(crate) fn set_status_message(&mut self, message: Option<&str>) {
         match (&mut self.0, message) {
-            (Some(rare), message) => rare.status_message = message.map(Into::into),
+            (Some(extras), message) => extras.status_message = message.map(Into::into),
             (None, Some(message)) => {
-                self.0 = Some(Box::new(RareFields { status_message: Some(message.into()), ..RareFields::default() }));
+                self.0 = Some(Box::new(ExtraFields { status_message: Some(message.into()), ..ExtraFields::default() }));
             }
             (None, None) => {}
         }
@@ -139,7 +139,7 @@ impl Rare {
     }
 
     pub(crate) fn subject(&self) -> Option<&taskgate_upstream::Subject> {
-        self.0.as_ref().and_then(|rare| rare.subject.as_ref())
+        self.0.as_ref().and_then(|extras| extras.subject.as_ref())
     }
 
     pub(crate) fn set_subject(&mut self, subject: Option<taskgate_upstream::Subject>) {
@@ -149,8 +149,8 @@ impl Rare {
     }
 
     fn drop_if_empty(&mut self) {
-        if self.0.as_ref().is_some_and(|rare| {
-            rare.status_message.is_none() && rare.upstream_token.is_none() && rare.subject.is_none()
+        if self.0.as_ref().is_some_and(|extras| {
+            extras.status_message.is_none() && extras.upstream_token.is_none() && extras.subject.is_none()
         }) {
             self.0 = None;
         }
@@ -226,7 +226,7 @@ pub(crate) enum CallState {
 }
 
 /// Stops a call: its task is aborted, or its waiting state dropped (which gives back its
-/// pending entry, its place in flight and its lane's).
+/// pending entry, its place in flight and its member's).
 pub(crate) fn abort_call(call: CallState) {
     if let CallState::Sending(handle) = call {
         handle.abort();
@@ -305,21 +305,21 @@ pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSessio
 
 #[cfg(test)]
 mod tests {
-    use super::Rare;
+    use super::Extras;
     use serde_json::json;
 
     #[test]
     fn a_task_s_rare_fields_are_boxed_only_while_one_is_there() {
-        let mut rare = Rare::default();
-        rare.set_status_message(None);
-        assert!(rare.0.is_none(), "nothing to hold, no box");
-        rare.set_status_message(Some("working"));
-        rare.set_upstream_token(json!("t-1"));
-        assert_eq!(rare.status_message(), Some("working"));
-        rare.set_status_message(None);
-        assert!(rare.0.is_some(), "the token is still held");
-        assert_eq!(rare.take_upstream_token(), Some(json!("t-1")));
-        assert_eq!(rare.take_upstream_token(), None);
-        assert!(rare.0.is_none(), "both gone, the box too");
+        let mut extras = Extras::default();
+        extras.set_status_message(None);
+        assert!(extras.0.is_none(), "nothing to hold, no box");
+        extras.set_status_message(Some("working"));
+        extras.set_upstream_token(json!("t-1"));
+        assert_eq!(extras.status_message(), Some("working"));
+        extras.set_status_message(None);
+        assert!(extras.0.is_some(), "the token is still held");
+        assert_eq!(extras.take_upstream_token(), Some(json!("t-1")));
+        assert_eq!(extras.take_upstream_token(), None);
+        assert!(extras.0.is_none(), "both gone, the box too");
     }
 }

@@ -2,9 +2,9 @@
 //! for them ([`limits`]). The tenant table is swapped whole on a reload; the rate buckets and
 //! task counts live on across reloads, so a new limit applies to the next request.
 
-pub mod auth;
 mod claims;
 mod configured;
+pub mod credentials;
 mod jws;
 pub mod limits;
 pub mod oauth;
@@ -23,8 +23,8 @@ use taskgate_config::{Config, EffectiveTaskLimits, Problem, Rate, TenantConfig, 
 use crate::clock::Clock;
 use crate::identity::Identity;
 use crate::GatewayError;
-use auth::Credentials;
-pub use auth::{hash_key, AuthError, Verified};
+use credentials::Credentials;
+pub use credentials::{hash_key, AuthError, Verified};
 pub use limits::{Bucket, Cap, Concurrency, RateLimiter, Rates, Refused, TaskPermit};
 
 pub use crate::identity::IMPLICIT_TENANT;

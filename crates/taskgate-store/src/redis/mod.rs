@@ -14,7 +14,7 @@
 //! - `P inputs:{id}`: a hash of the task's input requests not answered yet, by key (the
 //!   replica running the task writes them; any replica lists them); `PEXPIRE`d, and deleted
 //!   with the task;
-//! - `P session:{id}`: a client session's record (`sessions.rs`), expiring when no replica
+//! - `P session:{id}`: a client session's record (`session_hashes.rs`), expiring when no replica
 //!   has served it for its idle timeout;
 //! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
 //!
@@ -38,11 +38,11 @@ use crate::{
     Update,
 };
 
-mod admin;
+mod admin_scan;
 mod codec;
 mod records;
 mod scripts;
-mod sessions;
+mod session_hashes;
 
 use codec::hex_parts;
 use scripts::{Scripts, CLAIM, CREATE, DELETE, RATES, RENEW, REPLACE, RESERVE};

@@ -4,7 +4,7 @@
 
 use super::{content_type, is_media, HttpChannel};
 use crate::client::Reply;
-use crate::modern::METHOD_HEADER;
+use crate::revision_2026::METHOD_HEADER;
 use crate::wire::ChannelError;
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT};
@@ -168,7 +168,7 @@ impl HttpChannel {
         tokio::spawn(async move {
             let mut closed = self.closed.clone();
             let mut backoff = Duration::from_millis(250);
-            let listen = HeaderValue::from_static(taskgate_protocol::modern::methods::SUBSCRIPTIONS_LISTEN);
+            let listen = HeaderValue::from_static(taskgate_protocol::revision_2026::methods::SUBSCRIPTIONS_LISTEN);
             loop {
                 if *closed.borrow() {
                     return;
@@ -268,7 +268,7 @@ impl HttpChannel {
                     }
                     Message::Notification { .. } => {
                         received = true;
-                        let Some(message) = crate::modern::from_listen(message) else { continue };
+                        let Some(message) = crate::revision_2026::from_listen(message) else { continue };
                         if !self.routes.deliver(message, &self.incoming).await {
                             return received;
                         }

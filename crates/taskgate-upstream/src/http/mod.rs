@@ -18,7 +18,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use taskgate_config::UpstreamConfig;
-use taskgate_protocol::passing::Reply as Received;
+use taskgate_protocol::pass_through::Reply as Received;
 use taskgate_protocol::{Message, Payload, RequestId};
 use tokio::sync::{mpsc, watch};
 
@@ -58,7 +58,7 @@ pub(crate) struct HttpChannel {
     built_headers: Mutex<Option<Built>>,
     expired: AtomicBool,
     /// Speaking 2026-07-28: no session, and an error status carries a JSON-RPC error.
-    modern: AtomicBool,
+    speaks_2026: AtomicBool,
     /// A modern request was refused as a legacy server refuses one (a 4xx without a recognized
     /// modern error): the upstream may have gone back to 2025-11-25 (see [`Self::take_doubt`]).
     doubt: AtomicBool,
@@ -107,7 +107,7 @@ impl HttpChannel {
             built_headers: Mutex::new(None),
             expired: AtomicBool::new(false),
             doubt: AtomicBool::new(false),
-            modern: AtomicBool::new(false),
+            speaks_2026: AtomicBool::new(false),
             incoming,
             routes,
             closed,
@@ -129,13 +129,13 @@ impl HttpChannel {
 
     /// From now on the channel speaks 2026-07-28: every POST carries that version's header and
     /// no session; an error status's JSON-RPC error body is the request's outcome.
-    pub(crate) fn set_modern(&self) {
-        self.set_protocol_version(taskgate_protocol::modern::PROTOCOL_VERSION);
-        self.modern.store(true, Ordering::Relaxed);
+    pub(crate) fn set_2026(&self) {
+        self.set_protocol_version(taskgate_protocol::revision_2026::PROTOCOL_VERSION);
+        self.speaks_2026.store(true, Ordering::Relaxed);
     }
 
-    fn is_modern(&self) -> bool {
-        self.modern.load(Ordering::Relaxed)
+    fn is_2026(&self) -> bool {
+        self.speaks_2026.load(Ordering::Relaxed)
     }
 
     /// Continues a session the upstream gave an earlier process of the gateway.
@@ -345,11 +345,11 @@ impl HttpChannel {
         }
         let body = response.text(self.max_message_bytes).await.unwrap_or_default();
         let error = rpc_error(body.as_bytes());
-        if self.is_modern() {
+        if self.is_2026() {
             // basic/versioning "Backward Compatibility": a 4xx without a recognized modern error
             // is how a legacy server refuses a modern request. Which statuses say nothing of
-            // the revision is as for the probe (`modern::classify`), and 413 is the size.
-            let recognized = error.as_ref().is_some_and(|e| crate::modern::is_modern_error(e.code));
+            // the revision is as for the probe (`revision_2026::classify`), and 413 is the size.
+            let recognized = error.as_ref().is_some_and(|e| crate::revision_2026::is_2026_error(e.code));
             if status.is_client_error() && !recognized && !matches!(status.as_u16(), 401 | 403 | 407 | 408 | 413 | 429)
             {
                 self.doubt.store(true, Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //! message a line; the awaited response ends the reading, and what else the upstream sends
 //! goes on toward the client.
 
-use taskgate_protocol::passing::Reply as Received;
+use taskgate_protocol::pass_through::Reply as Received;
 use taskgate_protocol::sse::Decoder;
 use taskgate_protocol::{Message, Payload, RequestId};
 
@@ -109,7 +109,7 @@ impl HttpChannel {
         // go, so that it is mapped to the id the client knows.
         // Requests on a request's stream go with its notifications, in order, so that
         // they reach the client before the response does.
-        if self.is_modern() && matches!(message, Message::Request { .. }) {
+        if self.is_2026() && matches!(message, Message::Request { .. }) {
             // streamable-http "Receiving Messages": a modern server MUST NOT send requests on a
             // response stream (MRTR replaces them). A server in transition still does: the
             // request is relayed like a legacy server's, for a client that can answer it.
@@ -210,7 +210,7 @@ mod tests {
         // server must not do: the request goes on toward the client all the same.
         let body = "{\"jsonrpc\":\"2.0\",\"id\":\"e1\",\"method\":\"elicitation/create\",\"params\":{\"message\":\"?\"}}\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}";
         let (channel, _incoming) = answering(body).await;
-        channel.set_modern();
+        channel.set_2026();
         let (sink, mut asked) = crate::events::channel(8);
         let outcome = channel.request(&call(), Some(&sink), &[]).await.map_err(|_| "failed").unwrap();
         assert_eq!(outcome.into_value(), serde_json::json!({"content": []}));

@@ -9,12 +9,14 @@ use serde_json::Value;
 use taskgate_protocol::{Message, Payload, RawArguments, RequestId};
 
 use super::in_flight::CallGuard;
-use super::{Ready, UpstreamSession, GET_STREAM_WAIT};
-use crate::modern::ModernState;
+use super::revision_2025::Revision2025;
+use super::{Ready, UpstreamSession};
+use crate::revision::Revision;
+use crate::revision_2026::Revision2026;
 use crate::routes::TokenRoute;
-use crate::shared::LaneCall;
+use crate::shared::MemberCall;
 use crate::transport::Channel;
-use crate::wire::{ChannelError, Encoded};
+use crate::wire::Encoded;
 use crate::UpstreamError;
 use std::sync::Arc;
 
@@ -95,7 +97,7 @@ pub enum CallState {
 
 /// A call written to a stdio upstream and waiting for its answer, holding what its call held
 /// while it waits: the pending entry, its deadline, its progress route, its place among the
-/// calls in flight and its lane's, and what the metrics need at the end. Dropped unanswered
+/// calls in flight and its member's, and what the metrics need at the end. Dropped unanswered
 /// (a cancelled task), it gives all of them back. A few words, not the state of the layers
 /// that sent the request: a wrapped task's call waits in it for the task's life.
 pub struct WaitingCall<'m> {
@@ -107,8 +109,8 @@ pub struct WaitingCall<'m> {
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     route: Option<String>,
     asks: bool,
-    /// In a shared session: the lane's call, and whether it creates a task.
-    lane: Option<bool>,
+    /// In a shared session: the member's call, and whether it creates a task.
+    member: Option<bool>,
 }
 
 impl std::future::Future for WaitingCall<'_> {
@@ -137,8 +139,8 @@ impl Drop for WaitingCall<'_> {
         if self.asks {
             inner.calls.lock().remove(&self.id);
         }
-        if let (Some(creates_task), Some(lane)) = (self.lane, &self.session.lane) {
-            lane.ended(&self.id, creates_task);
+        if let (Some(creates_task), Some(member)) = (self.member, &self.session.member) {
+            member.ended(&self.id, creates_task);
         }
     }
 }
@@ -276,9 +278,9 @@ impl UpstreamSession {
     ) -> Started<'m> {
         let route = TokenRoute::new(&self.inner.routes, params.value(), related);
         let call = CallGuard::new(&self.inner.calls, id, method);
-        // In a shared session, what the upstream sends about this request reaches this lane.
-        let lane =
-            self.lane.as_ref().map(|lane| lane.call(id, params.value().is_some_and(|p| p.get("task").is_some())));
+        // In a shared session, what the upstream sends about this request reaches this member.
+        let member =
+            self.member.as_ref().map(|member| member.call(id, params.value().is_some_and(|p| p.get("task").is_some())));
         let started = std::time::Instant::now();
         let deadline = tokio::time::sleep(self.timeout());
         tokio::pin!(deadline);
@@ -301,7 +303,7 @@ impl UpstreamSession {
                 deadline: Box::pin(tokio::time::sleep_until(deadline.deadline())),
                 route: route.keep(),
                 asks: call.keep(),
-                lane: lane.map(LaneCall::keep),
+                member: member.map(MemberCall::keep),
             }),
         }
     }
@@ -354,8 +356,8 @@ impl UpstreamSession {
             Ok(ready) => ready,
             Err(e) => return Sent::Done(Err(e)),
         };
-        if ready.modern.is_some() {
-            return Sent::Done(Box::pin(self.modern_attempt(ready, id, method, params.take_value(), related)).await);
+        if ready.state_2026.is_some() {
+            return Sent::Done(Box::pin(self.attempt_2026(ready, id, method, params.take_value(), related)).await);
         }
         let mut request = params.encode(id, method);
         request.pass = pass;
@@ -371,7 +373,7 @@ impl UpstreamSession {
         }
         // The outcome is taken apart before the retry's wait, so that it takes no room in the
         // state the call waits in.
-        let error = match self.dispatch(&ready, &request, related).await {
+        let error = match (Revision2025 { session: self, ready: &ready }).send(&request, related).await {
             Err(e) => e,
             outcome => return Sent::Done(outcome),
         };
@@ -381,7 +383,7 @@ impl UpstreamSession {
     /// A request in a 2026-07-28 session. Its params stay for one retry in another revision,
     /// should the upstream have moved. (A future of its own, boxed by its caller: a legacy
     /// call's waiting state takes no room for it.)
-    async fn modern_attempt(
+    async fn attempt_2026(
         &self,
         ready: Arc<Ready>,
         id: &RequestId,
@@ -390,8 +392,9 @@ impl UpstreamSession {
         related: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
         let outcome = {
-            let state = ready.modern.as_ref().expect("a modern session");
-            self.modern_request(&ready, state, id.clone(), method, params.clone(), related.cloned()).await
+            let state = ready.state_2026.as_ref().expect("a 2026-07-28 session");
+            let revision = Revision2026 { session: self, ready: &ready, state };
+            revision.request(id.clone(), method, params.clone(), related.cloned()).await
         };
         match outcome {
             Err(e) => {
@@ -401,25 +404,6 @@ impl UpstreamSession {
             }
             outcome => outcome.map(Payload::Value),
         }
-    }
-
-    /// `request`, written for a legacy session, sent again in a 2026-07-28 one (the upstream
-    /// moved): read back and rewritten as that revision sends it.
-    async fn modern_again(
-        &self,
-        ready: &Ready,
-        state: &Arc<ModernState>,
-        request: &Encoded,
-        related: Option<&crate::Sender<Message>>,
-    ) -> Result<Value, UpstreamError> {
-        let Ok(Ok(Message::Request { id, method, params })) = Message::from_slice(&request.json) else {
-            // The gateway's own text always reads back; should it not, the call fails plainly.
-            return Err(UpstreamError::Unavailable {
-                upstream: self.upstream().into(),
-                reason: "the request could not be sent again in the upstream's new revision".into(),
-            });
-        };
-        self.modern_request(ready, state, id, &method, params, related.cloned()).await
     }
 
     /// A request that failed: when the upstream refused it unprocessed because it no longer
@@ -437,50 +421,64 @@ impl UpstreamSession {
         }
         drop(ready);
         let ready = self.ready().await?;
-        if let Some(state) = &ready.modern {
-            return Box::pin(self.modern_again(&ready, state, request, related)).await.map(Payload::Value);
-        }
-        self.dispatch(&ready, request, related).await
-    }
-
-    /// Sends `request` in the session's legacy revision and waits for its outcome.
-    async fn dispatch(
-        &self,
-        ready: &Ready,
-        request: &Encoded,
-        related: Option<&crate::Sender<Message>>,
-    ) -> Result<Payload, UpstreamError> {
-        if let (Channel::Http(http), true) = (&ready.channel, request.on_stream) {
-            // What follows it comes on the GET stream (a subscription's updates, a new task's
-            // progress, sent by the upstream as soon as it starts the task): when something
-            // receives it, the stream is open before the request goes, so that none of it is
-            // sent to no stream. (Boxed: rare, and a wrapped call's future stays small without
-            // it.)
-            if self.listening().wanted() {
-                Box::pin(http.stream_opened(GET_STREAM_WAIT)).await;
-            }
-        }
-        match ready.channel.request_payload(request, related, &[]).await {
-            // basic/transports "Session Management": on 404 start a new session (boxed: rare,
-            // and kept out of the state a call waits in, as the outcome it replaces is).
-            Err(ChannelError::Expired) => {}
-            other => return other.map_err(|e| self.expired_twice(e)),
-        }
-        Box::pin(self.renewed(request, related)).await
+        speaking(self, &ready).send(request, related).await
     }
 
     /// A request the upstream answered with 404 (it expired the session), sent again once in a
     /// new session.
-    async fn renewed(
+    pub(super) async fn renewed(
         &self,
         request: &Encoded,
         related: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, UpstreamError> {
         tracing::info!(upstream = self.upstream(), "upstream expired the session; initializing again");
         let ready = self.ready().await?;
-        if let Some(state) = &ready.modern {
-            return Box::pin(self.modern_again(&ready, state, request, related)).await.map(Payload::Value);
+        match speaking(self, &ready) {
+            // Once only: a session expired again at once is the upstream's failure.
+            Speaking::V2025(_) => {
+                ready.channel.request_payload(request, related, &[]).await.map_err(|e| self.expired_twice(e))
+            }
+            Speaking::V2026(revision) => Box::pin(revision.send(request, related)).await,
         }
-        ready.channel.request_payload(request, related, &[]).await.map_err(|e| self.expired_twice(e))
+    }
+
+    /// Sends a notification (initializing first if needed).
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+        let ready = self.ready().await?;
+        speaking(self, &ready).notify(method, params).await
+    }
+}
+
+/// The revision a session speaks, as its type.
+enum Speaking<'a> {
+    V2025(Revision2025<'a>),
+    V2026(Revision2026<'a>),
+}
+
+fn speaking<'a>(session: &'a UpstreamSession, ready: &'a Ready) -> Speaking<'a> {
+    match &ready.state_2026 {
+        Some(state) => Speaking::V2026(Revision2026 { session, ready, state }),
+        None => Speaking::V2025(Revision2025 { session, ready }),
+    }
+}
+
+impl Revision for Speaking<'_> {
+    async fn send(
+        &self,
+        request: &Encoded,
+        related: Option<&crate::Sender<Message>>,
+    ) -> Result<Payload, UpstreamError> {
+        match self {
+            Speaking::V2025(revision) => revision.send(request, related).await,
+            // Boxed: rare (a retry after the upstream moved), and kept out of a call's state.
+            Speaking::V2026(revision) => Box::pin(revision.send(request, related)).await,
+        }
+    }
+
+    async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+        match self {
+            Speaking::V2025(revision) => revision.notify(method, params).await,
+            Speaking::V2026(revision) => revision.notify(method, params).await,
+        }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use super::{pump, Ready, UpstreamSession, GET_STREAM_WAIT, INCOMING_BUFFER};
 use crate::http::HttpChannel;
-use crate::modern::{Era, ModernState, ToolHeaders, Verdict, NO_ANSWER};
+use crate::revision_2026::{Spoken, State2026, ToolHeaders, Verdict, NO_ANSWER};
 use crate::stdio::StdioChannel;
 use crate::transport::Channel;
 use crate::wire::{ChannelError, Encoded};
@@ -24,7 +24,9 @@ impl UpstreamSession {
     /// the cached assumption later fails).
     pub(super) async fn connect_probing(&self) -> Result<Arc<Ready>, UpstreamError> {
         match Box::pin(self.connect()).await {
-            Err(e) if is_revision_refusal(&e) && self.inner.endpoint.era().is_none() => Box::pin(self.connect()).await,
+            Err(e) if is_revision_refusal(&e) && self.inner.endpoint.spoken().is_none() => {
+                Box::pin(self.connect()).await
+            }
             other => other,
         }
     }
@@ -41,19 +43,19 @@ impl UpstreamSession {
         let Channel::Http(http) = &ready.channel else {
             // A process keeps its revision for life; the next one is probed unless it was
             // learnt legacy, and a refused `initialize` forgets that (`initialize`).
-            if ready.modern.is_some() && is_revision_refusal(error) {
+            if ready.state_2026.is_some() && is_revision_refusal(error) {
                 endpoint.learn(None);
             }
             return false;
         };
-        let moved = match &ready.modern {
+        let moved = match &ready.state_2026 {
             // A 2026-only server refusing a legacy request: `UnsupportedProtocolVersionError`.
             None => is_revision_refusal(error),
             // A modern upstream refusing 2026-07-28 itself: the probe says what it speaks now.
             Some(_) if is_revision_refusal(error) => true,
             // A modern request refused as a legacy server refuses one: ask the upstream.
             Some(_) if http.take_doubt() => match self.probe(&ready.channel, self.inner.endpoint.probe_wait).await {
-                Ok(Verdict::Legacy(why)) => {
+                Ok(Verdict::V2025(why)) => {
                     tracing::info!(upstream = self.upstream(), %why, "upstream answers as a legacy server now");
                     true
                 }
@@ -147,13 +149,13 @@ impl UpstreamSession {
         let mut unanswered = false;
         // A 2026-07-28 upstream's legacy side tried for a 2025-11-25 client: what the probe
         // found, to go on in 2026-07-28 on this connection if `initialize` is refused.
-        let mut modern_side: Option<Value> = None;
+        let mut side_2026: Option<Value> = None;
         // A dual-era upstream, known: a 2025-11-25 client's session opens with `initialize`
         // (basic/versioning: "An `initialize` request selects legacy semantics").
-        let known_dual = endpoint.era() == Some(Era::Modern)
-            && endpoint.has_legacy_side()
-            && endpoint.tries_legacy_side(&self.inner.identity);
-        if endpoint.era() != Some(Era::Legacy) && !known_dual {
+        let known_dual = endpoint.spoken() == Some(Spoken::V2026)
+            && endpoint.has_2025_side()
+            && endpoint.tries_2025_side(&self.inner.identity);
+        if endpoint.spoken() != Some(Spoken::V2025) && !known_dual {
             let verdict = match self.probe(&channel, endpoint.probe_wait).await {
                 Ok(verdict) => verdict,
                 Err(e) => {
@@ -162,20 +164,20 @@ impl UpstreamSession {
                 }
             };
             match verdict {
-                Verdict::Modern(discovered) => {
-                    endpoint.learn(Some(Era::Modern));
-                    if crate::modern::declares_tasks_extension(&discovered) {
-                        endpoint.learn_legacy_side(false);
+                Verdict::V2026(discovered) => {
+                    endpoint.learn(Some(Spoken::V2026));
+                    if crate::revision_2026::declares_tasks_extension(&discovered) {
+                        endpoint.learn_2025_side(false);
                     }
-                    if !endpoint.tries_legacy_side(&self.inner.identity) {
-                        return Ok(self.modern_ready(channel, &discovered, state));
+                    if !endpoint.tries_2025_side(&self.inner.identity) {
+                        return Ok(self.ready_2026(channel, &discovered, state));
                     }
-                    modern_side = Some(discovered);
+                    side_2026 = Some(discovered);
                     if let Channel::Http(http) = &channel {
                         http.clear_protocol_version();
                     }
                 }
-                Verdict::Legacy(why) if config.protocol == UpstreamProtocol::Modern => {
+                Verdict::V2025(why) if config.protocol == UpstreamProtocol::V2026 => {
                     channel.shutdown().await;
                     return Err(UpstreamError::Protocol {
                         upstream: name,
@@ -184,12 +186,12 @@ impl UpstreamSession {
                         ),
                     });
                 }
-                Verdict::Legacy(why) => {
+                Verdict::V2025(why) => {
                     unanswered = why == NO_ANSWER;
                     tracing::info!(upstream = %name, %why, "upstream speaks a legacy revision; initializing");
                     // Silence is learnt only once `initialize` is answered.
                     if !unanswered {
-                        endpoint.learn(Some(Era::Legacy));
+                        endpoint.learn(Some(Spoken::V2025));
                     }
                     if let Channel::Http(http) = &channel {
                         http.clear_protocol_version();
@@ -209,7 +211,7 @@ impl UpstreamSession {
         );
         let init = Encoded::of(&init);
         let sent = channel.request(&init, None, &[]);
-        let answered = match (&modern_side, &channel) {
+        let answered = match (&side_2026, &channel) {
             // A modern-only stdio server may not answer `initialize` at all.
             (Some(_), Channel::Stdio(_)) => {
                 tokio::time::timeout(endpoint.probe_wait, sent).await.unwrap_or(Err(ChannelError::Expired))
@@ -223,21 +225,21 @@ impl UpstreamSession {
             Err(
                 refused @ (ChannelError::Expired
                 | ChannelError::Failed(UpstreamError::Rpc { .. } | UpstreamError::Protocol { .. })),
-            ) if modern_side.is_some() => {
+            ) if side_2026.is_some() => {
                 let why = match &refused {
                     ChannelError::Failed(e) => e.to_string(),
                     ChannelError::Expired => "no answer in time".into(),
                 };
                 tracing::info!(upstream = %name, %why, "upstream speaks 2026-07-28 only; translating for 2025-11-25 clients");
-                endpoint.learn_legacy_side(false);
+                endpoint.learn_2025_side(false);
                 if matches!((&refused, &channel), (ChannelError::Expired, Channel::Stdio(_))) {
                     // An `initialize` answered late would make this process a 2025-11-25 one
                     // (basic/versioning: "scoped to the stdio process"): a new process serves.
                     channel.shutdown().await;
                     return Box::pin(self.initialize(state)).await;
                 }
-                let discovered = modern_side.unwrap_or_default();
-                return Ok(self.modern_ready(channel, &discovered, state));
+                let discovered = side_2026.unwrap_or_default();
+                return Ok(self.ready_2026(channel, &discovered, state));
             }
             // The server refuses `initialize` for its revision: it took the late probe as the
             // revision of this connection (a modern server that was slow to start). Asked
@@ -246,9 +248,9 @@ impl UpstreamSession {
                 tracing::info!(upstream = %name, "upstream answered the probe late; it speaks 2026-07-28");
                 let wait = Duration::from_secs(config.timeout_secs.max(1));
                 match self.probe(&channel, wait).await {
-                    Ok(Verdict::Modern(discovered)) => {
-                        endpoint.learn(Some(Era::Modern));
-                        return Ok(self.modern_ready(channel, &discovered, state));
+                    Ok(Verdict::V2026(discovered)) => {
+                        endpoint.learn(Some(Spoken::V2026));
+                        return Ok(self.ready_2026(channel, &discovered, state));
                     }
                     _ => {
                         channel.shutdown().await;
@@ -268,22 +270,22 @@ impl UpstreamSession {
                 return Err(e);
             }
         };
-        if let (Some(discovered), Channel::Http(http)) = (&modern_side, &channel) {
+        if let (Some(discovered), Channel::Http(http)) = (&side_2026, &channel) {
             if !http.has_session() {
                 // A stateless 2025-11-25 side (each request served by a fresh instance) cannot
                 // take an answer to what it asks its client: its 2026-07-28 side serves these
                 // clients better, translated (input requests ask within the request).
                 tracing::info!(upstream = %name, "upstream's 2025-11-25 side keeps no sessions; translating for 2025-11-25 clients");
-                endpoint.learn_legacy_side(false);
-                return Ok(self.modern_ready(channel, discovered, state));
+                endpoint.learn_2025_side(false);
+                return Ok(self.ready_2026(channel, discovered, state));
             }
         }
         let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default().to_owned();
-        if modern_side.is_some() && !mcp::is_supported_version(&version) {
+        if side_2026.is_some() && !mcp::is_supported_version(&version) {
             // A 2025-11-25 side in a version the gateway does not speak: its session ends, and
             // a new connection serves these clients translated.
             tracing::info!(upstream = %name, %version, "upstream's 2025-11-25 side negotiates a version taskgate does not speak; translating");
-            endpoint.learn_legacy_side(false);
+            endpoint.learn_2025_side(false);
             channel.shutdown().await;
             return Box::pin(self.initialize(state)).await;
         }
@@ -298,11 +300,11 @@ impl UpstreamSession {
             http.set_protocol_version(&version);
         }
         if unanswered {
-            endpoint.learn(Some(Era::Legacy));
+            endpoint.learn(Some(Spoken::V2025));
         }
-        if modern_side.is_some() {
+        if side_2026.is_some() {
             tracing::info!(upstream = %name, %version, "upstream speaks 2026-07-28 and 2025-11-25; 2025-11-25 clients use the latter");
-            endpoint.learn_legacy_side(true);
+            endpoint.learn_2025_side(true);
         }
         channel.send(&Message::notification(methods::INITIALIZED, None)).await.map_err(|e| self.expired_twice(e))?;
         if let Channel::Http(http) = &channel {
@@ -318,7 +320,7 @@ impl UpstreamSession {
         let server_capabilities =
             endpoint.shared_capabilities(result.get_mut("capabilities").map_or_else(|| json!({}), Value::take));
         tracing::debug!(upstream = %name, %version, "upstream session initialized");
-        let ready = Arc::new(Ready { channel, server_capabilities, modern: None });
+        let ready = Arc::new(Ready { channel, server_capabilities, state_2026: None });
         *state = Some(ready.clone());
         Ok(ready)
     }
@@ -329,17 +331,22 @@ impl UpstreamSession {
         let name = self.upstream().to_owned();
         let identity = &self.inner.identity;
         let mut params = json!({});
-        let meta = ModernState::new(&name, false, identity, &json!({}), ToolHeaders::default());
+        let meta = State2026::new(&name, false, identity, &json!({}), ToolHeaders::default());
         meta.stamp(&mut params, false);
-        let discover =
-            Message::request(self.next_request_id(), taskgate_protocol::modern::methods::SERVER_DISCOVER, Some(params));
+        let discover = Message::request(
+            self.next_request_id(),
+            taskgate_protocol::revision_2026::methods::SERVER_DISCOVER,
+            Some(params),
+        );
         let (status, outcome) = match channel {
             Channel::Http(http) => {
                 let headers = [(
-                    crate::modern::METHOD_HEADER,
-                    reqwest::header::HeaderValue::from_static(taskgate_protocol::modern::methods::SERVER_DISCOVER),
+                    crate::revision_2026::METHOD_HEADER,
+                    reqwest::header::HeaderValue::from_static(
+                        taskgate_protocol::revision_2026::methods::SERVER_DISCOVER,
+                    ),
                 )];
-                http.set_protocol_version(taskgate_protocol::modern::PROTOCOL_VERSION);
+                http.set_protocol_version(taskgate_protocol::revision_2026::PROTOCOL_VERSION);
                 let (status, outcome) = http.probe(&discover, &headers).await?;
                 (Some(status.as_u16()), outcome)
             }
@@ -350,22 +357,23 @@ impl UpstreamSession {
                 Ok(Err(ChannelError::Expired)) | Err(_) => (None, None),
             },
         };
-        crate::modern::classify(status, outcome).map_err(|reason| UpstreamError::Unavailable { upstream: name, reason })
+        crate::revision_2026::classify(status, outcome)
+            .map_err(|reason| UpstreamError::Unavailable { upstream: name, reason })
     }
 
     /// A modern upstream's session: nothing to initialize; the listen stream opens for what
     /// the upstream announces.
-    fn modern_ready(&self, channel: Channel, discovered: &Value, state: &mut Option<Arc<Ready>>) -> Arc<Ready> {
+    fn ready_2026(&self, channel: Channel, discovered: &Value, state: &mut Option<Arc<Ready>>) -> Arc<Ready> {
         let http = matches!(channel, Channel::Http(_));
         if let Channel::Http(c) = &channel {
-            c.set_modern();
+            c.set_2026();
         }
         let tool_headers = self.inner.endpoint.tool_headers.clone();
-        let modern = Arc::new(ModernState::new(self.upstream(), http, &self.inner.identity, discovered, tool_headers));
+        let modern = Arc::new(State2026::new(self.upstream(), http, &self.inner.identity, discovered, tool_headers));
         channel.subscribe(self, &modern);
         tracing::debug!(upstream = self.upstream(), "upstream speaks 2026-07-28");
         let server_capabilities = self.inner.endpoint.shared_capabilities(modern.capabilities.clone());
-        let ready = Arc::new(Ready { channel, server_capabilities, modern: Some(modern) });
+        let ready = Arc::new(Ready { channel, server_capabilities, state_2026: Some(modern) });
         *state = Some(ready.clone());
         ready
     }
@@ -385,7 +393,7 @@ mod tests {
     /// A 2026-07-28 stdio server slow to start: it answers `server/discover` only once the next
     /// request arrives, and then, its connection pinned to 2026-07-28 by that first request,
     /// refuses `initialize` (-32022) as such a server does.
-    const SLOW_MODERN: &str = r#"
+    const SLOW_2026: &str = r#"
 import json, sys
 held = None
 def send(m): sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
@@ -409,7 +417,7 @@ for line in sys.stdin:
 
     #[tokio::test]
     async fn a_modern_stdio_server_that_answers_the_probe_late_is_taken_for_modern() {
-        let config = UpstreamConfig::stdio("slow", "python3", vec!["-c".into(), SLOW_MODERN.into()]);
+        let config = UpstreamConfig::stdio("slow", "python3", vec!["-c".into(), SLOW_2026.into()]);
         // The probe's wait passes before the server answers, whatever the machine's speed.
         let connector = Connector::with_probe_wait(config, Duration::from_millis(1));
         let session = connector.open(ClientIdentity::gateway(), crate::event_channel(8).0);
@@ -417,6 +425,6 @@ for line in sys.stdin:
         assert!(capabilities.get("tools").is_some(), "{capabilities}");
         let listed = session.request(methods::TOOLS_LIST, None).await.unwrap();
         assert_eq!(listed["tools"][0]["name"], "t");
-        assert_eq!(session.inner.endpoint.era(), Some(Era::Modern), "learnt for the upstream's next sessions");
+        assert_eq!(session.inner.endpoint.spoken(), Some(Spoken::V2026), "learnt for the upstream's next sessions");
     }
 }

@@ -11,6 +11,7 @@
 mod calls;
 mod connect;
 mod in_flight;
+mod revision_2025;
 
 pub use calls::{CallState, WaitingCall};
 
@@ -26,9 +27,9 @@ use tokio::sync::{mpsc, watch};
 use crate::endpoint::{Endpoint, ProcessShare};
 use crate::events::UpstreamEvent;
 use crate::identity::{ClientIdentity, SessionResume};
-use crate::modern::ModernState;
+use crate::revision_2026::State2026;
 use crate::routes::{Incoming, Listening, ProgressRoute, Routes, StreamHold};
-use crate::shared::{Lane, Owners};
+use crate::shared::{Member, Owners};
 use crate::transport::Channel;
 use crate::wire::ChannelError;
 use crate::UpstreamError;
@@ -45,12 +46,12 @@ static NEXT_REQUEST_ID: AtomicI64 = AtomicI64::new(1);
 
 /// One MCP session with an upstream. Cheap to clone; all clones are the same session, which
 /// ends (DELETE, or the process is stopped) when the last clone is dropped or on [`Self::close`].
-/// A handle from [`Connector::open_shared`](crate::Connector::open_shared) is one client session's lane in a shared session:
-/// the lane leaves when its last clone is dropped, and the session ends after it is idle.
+/// A handle from [`Connector::open_shared`](crate::Connector::open_shared) is one client session's member in a shared session:
+/// the member leaves when its last clone is dropped, and the session ends after it is idle.
 #[derive(Clone)]
 pub struct UpstreamSession {
     pub(crate) inner: Arc<SessionInner>,
-    pub(crate) lane: Option<Arc<Lane>>,
+    pub(crate) member: Option<Arc<Member>>,
 }
 
 pub(crate) struct SessionInner {
@@ -61,7 +62,7 @@ pub(crate) struct SessionInner {
     pub(crate) listen_always: bool,
     /// How many [`StreamHold`]s keep the GET stream open.
     pub(crate) holds: Arc<watch::Sender<usize>>,
-    /// Who receives what the upstream sends on its own: one client session, or the lanes of a
+    /// Who receives what the upstream sends on its own: one client session, or the members of a
     /// shared session. (Events are boxed: a channel allocates its first block of 32 slots at
     /// once, and an event is 144 bytes; most sessions never get one.)
     pub(crate) events: Owners,
@@ -87,31 +88,31 @@ pub(crate) struct Ready {
     /// Shared by the sessions of a connector while the upstream declares the same (see
     /// [`Endpoint::shared_capabilities`]).
     pub(crate) server_capabilities: Arc<Value>,
-    pub(crate) modern: Option<Arc<ModernState>>,
+    pub(crate) state_2026: Option<Arc<State2026>>,
 }
 
 /// A hold on an [`UpstreamSession`] that does not keep it open.
 #[derive(Clone)]
 pub struct WeakUpstreamSession {
     inner: Weak<SessionInner>,
-    lane: Option<Weak<Lane>>,
+    member: Option<Weak<Member>>,
 }
 
 impl WeakUpstreamSession {
-    /// The session, while something else holds it (a lane: while something holds the lane).
+    /// The session, while something else holds it (a member: while something holds the member).
     pub fn upgrade(&self) -> Option<UpstreamSession> {
-        let lane = match &self.lane {
-            Some(lane) => Some(lane.upgrade()?),
+        let member = match &self.member {
+            Some(member) => Some(member.upgrade()?),
             None => None,
         };
-        self.inner.upgrade().map(|inner| UpstreamSession { inner, lane })
+        self.inner.upgrade().map(|inner| UpstreamSession { inner, member })
     }
 }
 
 impl UpstreamSession {
     /// A hold that does not keep the session open.
     pub fn downgrade(&self) -> WeakUpstreamSession {
-        WeakUpstreamSession { inner: Arc::downgrade(&self.inner), lane: self.lane.as_ref().map(Arc::downgrade) }
+        WeakUpstreamSession { inner: Arc::downgrade(&self.inner), member: self.member.as_ref().map(Arc::downgrade) }
     }
 
     /// Counts the stdio processes this session starts against `share` (its holder's part of the
@@ -133,20 +134,20 @@ impl UpstreamSession {
         self.inner.caller.get().is_some()
     }
 
-    /// Whether this is a lane of a session shared by client sessions.
+    /// Whether this is a member of a session shared by client sessions.
     pub fn is_shared(&self) -> bool {
-        self.lane.is_some()
+        self.member.is_some()
     }
 
     /// Whether this is a pooled session ([`crate::Connector::open_pooled`]): this client
     /// session's alone until it lets it go.
     pub fn is_pooled(&self) -> bool {
-        matches!(&self.inner.events, Owners::Shared(lanes) if lanes.exclusive)
+        matches!(&self.inner.events, Owners::Shared(members) if members.exclusive)
     }
 
-    /// Whether another handle than this one holds this session's lane (a task's, a call's).
-    pub fn lane_held_elsewhere(&self) -> bool {
-        self.lane.as_ref().is_some_and(|lane| Arc::strong_count(lane) > 1)
+    /// Whether another handle than this one holds this session's member (a task's, a call's).
+    pub fn member_held_elsewhere(&self) -> bool {
+        self.member.as_ref().is_some_and(|member| Arc::strong_count(member) > 1)
     }
 
     /// The upstream's name.
@@ -195,15 +196,6 @@ impl UpstreamSession {
         Listening { always: self.inner.listen_always, holds: self.inner.holds.subscribe() }
     }
 
-    /// Sends a notification (initializing first if needed).
-    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
-        let ready = self.ready().await?;
-        if let Some(state) = &ready.modern {
-            return self.modern_notify(&ready, state, method, params).await;
-        }
-        ready.channel.send(&Message::notification(method, params)).await.map_err(|e| self.expired_twice(e))
-    }
-
     /// Hands a request the upstream sent on a request's own stream (it arrived with that
     /// request's notifications, see [`Self::request_routed`]) to the session's owner as an
     /// [`UpstreamEvent::Request`] related to `related`, as if it had come on its own.
@@ -220,12 +212,12 @@ impl UpstreamSession {
     /// meant for one client must not reach another. A pooled session's request goes to the
     /// one client session holding it; with none, it is refused.
     pub(crate) async fn to_owner(&self, event: UpstreamEvent) {
-        if let (Owners::Shared(lanes), UpstreamEvent::Request { id, method, .. }) = (&self.inner.events, &event) {
-            if lanes.exclusive && !lanes.is_idle() {
+        if let (Owners::Shared(members), UpstreamEvent::Request { id, method, .. }) = (&self.inner.events, &event) {
+            if members.exclusive && !members.is_idle() {
                 self.inner.events.deliver(event).await;
                 return;
             }
-            let why = match lanes.exclusive {
+            let why = match members.exclusive {
                 true => format!("{method} was not relayed: no client session holds this upstream session now"),
                 false => format!(
                     "{method} was not relayed: the client shares this session with others and declared no capability to answer requests"
@@ -247,7 +239,7 @@ impl UpstreamSession {
             upstream: self.upstream().into(),
             reason: "the session that sent the request has ended".into(),
         })?;
-        if let Some(state) = &ready.modern {
+        if let Some(state) = &ready.state_2026 {
             // The answer to an input request of a modern upstream's: it goes into the retry.
             if response.id().is_some_and(|id| state.is_asking(id)) {
                 return match state.answer(response) {
@@ -276,9 +268,9 @@ impl UpstreamSession {
     pub async fn resume_point(&self) -> Option<SessionResume> {
         let ready = self.current().await?;
         match &ready.channel {
-            Channel::Http(_) if ready.modern.is_some() => Some(SessionResume {
+            Channel::Http(_) if ready.state_2026.is_some() => Some(SessionResume {
                 session_id: String::new(),
-                protocol_version: taskgate_protocol::modern::PROTOCOL_VERSION.into(),
+                protocol_version: taskgate_protocol::revision_2026::PROTOCOL_VERSION.into(),
             }),
             Channel::Http(http) => http.resume_point(),
             Channel::Stdio(_) => None,
@@ -291,9 +283,9 @@ impl UpstreamSession {
     }
 
     /// Ends the session: HTTP DELETE, or closing the process's stdin and then killing it. (A
-    /// lane of a shared session only leaves it, when dropped.)
+    /// member of a shared session only leaves it, when dropped.)
     pub async fn close(&self) {
-        if self.lane.is_some() {
+        if self.member.is_some() {
             return;
         }
         self.inner.closed.send_replace(true);
@@ -339,7 +331,7 @@ impl Drop for SessionInner {
         if let Some(observer) = &self.endpoint.observer {
             observer.session(
                 self.endpoint.name(),
-                matches!(&self.events, Owners::Shared(lanes) if !lanes.exclusive),
+                matches!(&self.events, Owners::Shared(members) if !members.exclusive),
                 false,
             );
         }
@@ -359,7 +351,7 @@ pub(crate) async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiv
         let Some(inner) = session.upgrade() else { return };
         let event = match message {
             Message::Request { id, method, .. } if method == methods::PING => {
-                let session = UpstreamSession { inner, lane: None };
+                let session = UpstreamSession { inner, member: None };
                 // Boxed: this task lives as long as its session, and its state is as large as
                 // the largest future it awaits; pings are rare.
                 if let Err(e) = Box::pin(session.respond(Message::response(id, json!({})))).await {
@@ -368,7 +360,7 @@ pub(crate) async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiv
                 continue;
             }
             Message::Request { id, method, params } => UpstreamEvent::Request { id, method, params, related },
-            Message::Notification { .. } => match crate::modern::from_listen(message) {
+            Message::Notification { .. } => match crate::revision_2026::from_listen(message) {
                 Some(Message::Notification { method, params }) => {
                     UpstreamEvent::Notification { method, params, related }
                 }
@@ -381,7 +373,7 @@ pub(crate) async fn pump(session: Weak<SessionInner>, mut incoming: mpsc::Receiv
         };
         if matches!((&event, &inner.events), (UpstreamEvent::Request { .. }, Owners::Shared(_))) {
             // Boxed, as the ping's answer: rare, and this task lives as long as its session.
-            Box::pin(UpstreamSession { inner, lane: None }.to_owner(event)).await;
+            Box::pin(UpstreamSession { inner, member: None }.to_owner(event)).await;
             continue;
         }
         let events = inner.events.clone();

@@ -61,8 +61,8 @@ pub struct ServerArgs {
 fn revision(text: &str) -> Result<UpstreamProtocol, String> {
     match text {
         "auto" => Ok(UpstreamProtocol::Auto),
-        "2025-11-25" => Ok(UpstreamProtocol::Legacy),
-        "2026-07-28" => Ok(UpstreamProtocol::Modern),
+        "2025-11-25" => Ok(UpstreamProtocol::V2025),
+        "2026-07-28" => Ok(UpstreamProtocol::V2026),
         other => Err(format!("{other:?}: auto, 2025-11-25 or 2026-07-28")),
     }
 }
@@ -116,7 +116,7 @@ pub async fn connect(args: &ServerArgs) -> anyhow::Result<Server> {
     let identity = ClientIdentity {
         capabilities: json!({}),
         client_info: json!({"name": "taskgate-cli", "version": env!("CARGO_PKG_VERSION")}),
-        legacy: false,
+        speaks_2025: false,
     };
     let session = connector.open(identity, events_tx);
     Ok(Server { session, events, json: args.json, _connector: connector })

@@ -44,7 +44,7 @@ pub async fn run(command: TasksCommand) -> anyhow::Result<ExitCode> {
     match command {
         TasksCommand::List { mut server } => {
             if server.revision == taskgate_config::UpstreamProtocol::Auto {
-                server.revision = taskgate_config::UpstreamProtocol::Legacy;
+                server.revision = taskgate_config::UpstreamProtocol::V2025;
             }
             let server = connect(&server).await?;
             let mut tasks = Vec::new();

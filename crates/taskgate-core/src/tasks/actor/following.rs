@@ -52,7 +52,7 @@ impl TaskActor {
             self.shared.tasks.forget_call(&upstream, upstream_id);
         }
         let poll = up.poll_interval_ms.map_or(MIN_POLL, Duration::from_millis).clamp(MIN_POLL, MAX_POLL);
-        let route = self.rare.take_upstream_token().filter(|_| self.progress.is_some()).map(|token| {
+        let route = self.extras.take_upstream_token().filter(|_| self.progress.is_some()).map(|token| {
             let (sink, notes) = taskgate_upstream::channel(PROGRESS_BUFFER);
             (self.session.route_progress(&token, sink), notes)
         });
@@ -62,7 +62,7 @@ impl TaskActor {
         let store = self.shared.tasks.store().clone();
         let mut update = Update {
             status: self.status,
-            status_message: up.status_message.clone().or_else(|| self.rare.status_message().map(str::to_owned)),
+            status_message: up.status_message.clone().or_else(|| self.extras.status_message().map(str::to_owned)),
             outcome: None,
             upstream_task_id: Some(up.task_id.clone()),
             upstream_session: None,
@@ -91,7 +91,7 @@ impl TaskActor {
     /// `call`, its upstream requests made for the access token of the request that created the
     /// task (when its upstream exchanges callers' tokens).
     pub(super) fn for_creator<F: std::future::Future>(&self, call: F) -> impl std::future::Future<Output = F::Output> {
-        taskgate_upstream::made_for(self.rare.subject().cloned(), call)
+        taskgate_upstream::made_for(self.extras.subject().cloned(), call)
     }
 
     /// When the access token of the request that created the task has expired (its upstream
@@ -99,7 +99,7 @@ impl TaskActor {
     /// the upstream for it.
     pub(super) fn creator_token_expired(&mut self, ctx: &mut Context<Self>) -> bool {
         let now_secs = self.shared.clock.now_ms() / 1000;
-        if !self.rare.subject().is_some_and(|s| s.expired(now_secs)) {
+        if !self.extras.subject().is_some_and(|s| s.expired(now_secs)) {
             return false;
         }
         let why = format!(
@@ -200,7 +200,7 @@ impl TaskActor {
         // status follows when the first of them is here (`wait_for_input`).
         let before_its_requests = up.status == TaskStatus::InputRequired && self.inputs.is_empty();
         if !before_its_requests
-            && (up.status != self.status || up.status_message.as_deref() != self.rare.status_message())
+            && (up.status != self.status || up.status_message.as_deref() != self.extras.status_message())
         {
             self.settle(up.status, up.status_message, None, ctx);
         }

@@ -2,7 +2,7 @@
 //! kept with the session holding each, in the store when replicas share it, answered through
 //! the task, and let go when the task ends.
 
-use crate::relay::ClientResponse;
+use crate::forwarded_call::ClientResponse;
 use crate::tasks::messages::{DeliverInputs, InputProvided, InputRequested, ListInputs};
 use crate::tasks::work::{Input, Work};
 use actix::prelude::*;
@@ -97,7 +97,7 @@ impl Handler<DeliverInputs> for TaskActor {
             if session
                 .answer
                 .upgrade()
-                .is_none_or(|answer| answer.try_send(ClientResponse(response, self.rare.subject().cloned())).is_err())
+                .is_none_or(|answer| answer.try_send(ClientResponse(response, self.extras.subject().cloned())).is_err())
             {
                 tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
             }

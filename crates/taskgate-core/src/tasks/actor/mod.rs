@@ -8,10 +8,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::context::TaskContext;
-use super::messages::{Cancel, Crash, Expire, StoppedElsewhere};
-use super::sessions::{InputHolder, TaskEnded};
-use super::work::{abort_call, Call, CallState, Input, Owner, Rare, Remains, Restart, TaskStart, Unsent, Work};
+#[cfg(any(test, feature = "test-hooks"))]
+use super::messages::Crash;
+use super::messages::{Cancel, Expire, StoppedElsewhere};
+use super::requestor_sessions::{InputHolder, TaskEnded};
+use super::task_context::TaskContext;
+use super::work::{abort_call, Call, CallState, Extras, Input, Owner, Remains, Restart, TaskStart, Unsent, Work};
 use super::{not_found, settle_call, store_error};
 use crate::progress::{Abandon, Finish, ProgressActor};
 use crate::GatewayError;
@@ -42,7 +44,7 @@ pub struct TaskActor {
     owner: Owner,
     status: TaskStatus,
     /// Its status message and a wrapped call's progress token at the upstream.
-    rare: Rare,
+    extras: Extras,
     /// When the task expires, in ms since the epoch (never: `None`; 0 is kept as 1, an
     /// instant as long past).
     expires_at: Option<std::num::NonZeroU64>,
@@ -74,7 +76,7 @@ impl TaskActor {
             shared,
             owner: Owner::new(start.owner, start.permit),
             status: start.record.status,
-            rare: Rare::default(),
+            extras: Extras::default(),
             expires_at: start.record.expires_at_ms().map(|at| std::num::NonZeroU64::new(at.max(1)).expect("not 0")),
             session: start.session,
             work,
@@ -84,8 +86,8 @@ impl TaskActor {
             stopped_cleanly: false,
             inputs: Vec::new(),
         };
-        actor.rare.set_status_message(start.record.status_message.as_deref());
-        actor.rare.set_subject(start.subject);
+        actor.extras.set_status_message(start.record.status_message.as_deref());
+        actor.extras.set_subject(start.subject);
         actor
     }
 
@@ -229,7 +231,7 @@ impl TaskActor {
                     m.task_duration.with_label_values(&labels).observe(took);
                 }
                 self.status = record.status;
-                self.rare.set_status_message(record.status_message.as_deref());
+                self.extras.set_status_message(record.status_message.as_deref());
                 if !record.status.is_terminal() {
                     self.announce(&record);
                     return;
@@ -381,7 +383,7 @@ impl Actor for TaskActor {
                 if self.progress.is_some() && params.get("task").is_some() {
                     // (Only a call the upstream decides about keeps its `task`.)
                     if let Some(token) = params.pointer("/_meta/progressToken").cloned() {
-                        self.rare.set_upstream_token(token);
+                        self.extras.set_upstream_token(token);
                     }
                 }
                 // Only a task with a progress token needs a channel for its call's notifications
@@ -389,10 +391,10 @@ impl Actor for TaskActor {
                 // context (a task while it is sent, then, on stdio, the waiting call the actor
                 // keeps), so a restarted actor still gets its outcome.
                 let span = span.unwrap_or_else(tracing::Span::none);
-                let creator = self.rare.subject().cloned();
+                let creator = self.extras.subject().cloned();
                 let call = match self.progress.clone() {
                     Some(progress) => futures_util::future::Either::Left(async move {
-                        let call = crate::relay::relay_call(
+                        let call = crate::forwarded_call::relay_call(
                             session,
                             methods::TOOLS_CALL,
                             id,
@@ -556,6 +558,7 @@ impl Handler<StoppedElsewhere> for TaskActor {
     }
 }
 
+#[cfg(any(test, feature = "test-hooks"))]
 impl Handler<Crash> for TaskActor {
     type Result = ();
 
@@ -584,7 +587,7 @@ impl Drop for TaskActor {
             progress: self.progress.take(),
             call: self.call.take(),
             inputs: std::mem::take(&mut self.inputs),
-            subject: self.rare.subject().cloned(),
+            subject: self.extras.subject().cloned(),
         };
         // Not a path a client drives: one message per crashed actor.
         supervisor.do_send(Restart(Box::new(remains)));

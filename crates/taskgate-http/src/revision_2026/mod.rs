@@ -17,7 +17,7 @@ mod results;
 pub mod state;
 mod tasks;
 
-pub use exchange::Modern;
+pub use exchange::Front2026;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use taskgate_core::{Gateway, GatewayError, Identity, TaskMode};
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::method::{self, Method};
-use taskgate_protocol::modern::{self, MetaError, PerRequest, RequestMeta};
+use taskgate_protocol::revision_2026::{self, MetaError, PerRequest, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
 use crate::checks::VERSION_NAME;
@@ -46,10 +46,10 @@ const NAME_NAME: actix_web::http::header::HeaderName = actix_web::http::header::
 /// Whether a message is to be served as 2026-07-28: its `_meta` says so, or it names a method
 /// only that revision has, or it carries that revision's header and no session.
 /// (`has_session`: it carries an `Mcp-Session-Id`.)
-pub fn is_modern(has_session: bool, headers: &HeaderMap, message: &Message, fields: &PerRequest) -> bool {
+pub fn is_2026(has_session: bool, headers: &HeaderMap, message: &Message, fields: &PerRequest) -> bool {
     let method = match message {
         Message::Request { method, .. } | Message::Notification { method, .. } => method,
-        _ => return !has_session && header_version(headers) == Some(modern::PROTOCOL_VERSION),
+        _ => return !has_session && header_version(headers) == Some(revision_2026::PROTOCOL_VERSION),
     };
     if fields.version.is_some() {
         return true;
@@ -59,7 +59,7 @@ pub fn is_modern(has_session: bool, headers: &HeaderMap, message: &Message, fiel
     if matches!(Method::named(method), Some(Method::ServerDiscover | Method::SubscriptionsListen)) {
         return true;
     }
-    !has_session && method != methods::INITIALIZE && header_version(headers) == Some(modern::PROTOCOL_VERSION)
+    !has_session && method != methods::INITIALIZE && header_version(headers) == Some(revision_2026::PROTOCOL_VERSION)
 }
 
 fn header_version(headers: &HeaderMap) -> Option<&str> {
@@ -72,7 +72,7 @@ pub async fn serve(
     identity: Identity,
     (message, fields, arguments): taskgate_protocol::front::Front,
     gateway: &Gateway,
-    state: Arc<Modern>,
+    state: Arc<Front2026>,
 ) -> HttpResponse {
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, Params { tree: params, arguments }),
@@ -148,7 +148,7 @@ async fn serve_request(
     params: Params,
     request_meta: RequestMeta,
     gateway: &Gateway,
-    state: Arc<Modern>,
+    state: Arc<Front2026>,
 ) -> Result<HttpResponse, GatewayError> {
     // The table says what this revision serves and how (taskgate_protocol::method).
     let served = Method::named(&method).filter(|m| m.row().at_2026.is_some());
@@ -173,7 +173,7 @@ async fn serve_request(
         _ => Err(GatewayError::UnknownMethod(format!(
             "{} is not a method of protocol version {} at taskgate, which serves {}",
             taskgate_core::logs::Untrusted(&method),
-            modern::PROTOCOL_VERSION,
+            revision_2026::PROTOCOL_VERSION,
             method::served_at_2026()
         ))),
     }
@@ -181,8 +181,11 @@ async fn serve_request(
 
 fn missing_tasks_extension(method: &str) -> GatewayError {
     GatewayError::MissingClientCapability {
-        message: format!("{method} needs the tasks extension ({}) declared on the request", modern::TASKS_EXTENSION),
-        required: json!({ "extensions": { modern::TASKS_EXTENSION: {} } }),
+        message: format!(
+            "{method} needs the tasks extension ({}) declared on the request",
+            revision_2026::TASKS_EXTENSION
+        ),
+        required: json!({ "extensions": { revision_2026::TASKS_EXTENSION: {} } }),
     }
 }
 
@@ -203,12 +206,14 @@ fn standard_headers(
             return Err(GatewayError::HeaderMismatch(format!("the {name} header is sent more than once")));
         }
         // The common case, a plain value, is compared where it lies.
-        if let Some(plain) = modern::plain_header_value(first.as_bytes()) {
+        if let Some(plain) = revision_2026::plain_header_value(first.as_bytes()) {
             return Ok(Some(Cow::Borrowed(plain)));
         }
-        modern::decode_header_value(first.as_bytes(), |b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-            .map(|v| Some(Cow::Owned(v)))
-            .map_err(|why| GatewayError::HeaderMismatch(format!("{name}: {why}")))
+        revision_2026::decode_header_value(first.as_bytes(), |b| {
+            base64::engine::general_purpose::STANDARD.decode(b).ok()
+        })
+        .map(|v| Some(Cow::Owned(v)))
+        .map_err(|why| GatewayError::HeaderMismatch(format!("{name}: {why}")))
     };
     match get(&VERSION_NAME)? {
         None => return Err(GatewayError::HeaderMismatch("the MCP-Protocol-Version header is required".into())),
@@ -231,7 +236,7 @@ fn standard_headers(
         }
         Some(_) => {}
     }
-    if let Some(source) = modern::name_source(method) {
+    if let Some(source) = revision_2026::name_source(method) {
         let body = params.and_then(|p| p.get(source)).and_then(Value::as_str);
         match (get(&NAME_NAME)?, body) {
             (None, _) => {
@@ -258,13 +263,13 @@ fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId) -> HttpRespo
     if !capabilities.get("extensions").is_some_and(Value::is_object) {
         capabilities["extensions"] = json!({});
     }
-    capabilities["extensions"][modern::TASKS_EXTENSION] = json!({});
+    capabilities["extensions"][revision_2026::TASKS_EXTENSION] = json!({});
     let mut result = json!({
-        "supportedVersions": modern::ALL_VERSIONS,
+        "supportedVersions": revision_2026::ALL_VERSIONS,
         "capabilities": capabilities,
     });
     if let Some(result) = result.as_object_mut() {
-        results::finish_result(modern::methods::SERVER_DISCOVER, result);
+        results::finish_result(revision_2026::methods::SERVER_DISCOVER, result);
     }
     crate::reply::json(&Message::response(id.clone(), result))
 }
@@ -277,7 +282,7 @@ async fn forward(
     method: String,
     params: Params,
     request_meta: RequestMeta,
-    state: Arc<Modern>,
+    state: Arc<Front2026>,
 ) -> Result<HttpResponse, GatewayError> {
     // The digest binds a requestState to this request; a client that declared none of the
     // capabilities input requests need is never sent one (basic/patterns/mrtr: inputRequests
@@ -327,7 +332,7 @@ async fn forward(
         internal_id: internal_id.clone(),
         method: method.clone(),
         client_token,
-        log_rank: request_meta.log_level.and_then(modern::log_rank),
+        log_rank: request_meta.log_level.and_then(revision_2026::log_rank),
         session,
         identity,
         digest,

@@ -22,7 +22,7 @@ use taskgate_store::{SessionChange, StoreEvent};
 use taskgate_upstream::UpstreamSession;
 
 use super::SessionActor;
-use crate::offerings as names;
+use crate::offering_names as names;
 
 /// Whether `id` is one the gateway gives requests it relays to clients (`SessionActor::relay_id`):
 /// an answer under another id is about no request of any replica, and is not published.
@@ -62,11 +62,11 @@ impl SessionActor {
     pub(crate) fn restore(&mut self, record: taskgate_store::SessionRecord) {
         self.upstreams.set_level(record.log_level);
         // The replica holding the client's GET stream, as recorded.
-        self.copies.stream_at = record.stream;
+        self.ties.stream_at = record.stream;
         for (name, r) in record.upstream_sessions {
             let resume =
                 taskgate_upstream::SessionResume { session_id: r.session_id, protocol_version: r.protocol_version };
-            self.copies.upstream_refs.insert(name, resume);
+            self.ties.upstream_refs.insert(name, resume);
         }
     }
 
@@ -105,7 +105,7 @@ impl SessionActor {
     /// A message for the client's GET stream, which is not open here: to the replica holding
     /// it. Whether it went (false: no other replica holds the stream).
     pub(super) fn to_stream_elsewhere(&self, message: &RpcMessage) -> bool {
-        if !self.replicated() || self.copies.stream_at.is_none() {
+        if !self.replicated() || self.ties.stream_at.is_none() {
             return false;
         }
         let message = crate::outbound::Frame::new(message).json;
@@ -128,7 +128,7 @@ impl SessionActor {
     /// bounds: at most `MAX_SUBSCRIPTIONS`, each URI at most 2 KiB; beyond, it is this copy's
     /// alone).
     pub(super) fn subscribed_here(&mut self, uri: &str, ctx: &mut Context<Self>) {
-        let held = &mut self.copies.held_subscriptions;
+        let held = &mut self.ties.held_subscriptions;
         if uri.len() > MAX_RECORDED_URI || (held.len() >= taskgate_store::MAX_SUBSCRIPTIONS && !held.contains(uri)) {
             return;
         }
@@ -138,8 +138,8 @@ impl SessionActor {
 
     /// The client unsubscribed from `uri` through this copy.
     pub(super) fn unsubscribed_here(&mut self, uri: &str, ctx: &mut Context<Self>) {
-        if self.copies.held_subscriptions.remove(uri) {
-            self.copies.confirmed.remove(uri);
+        if self.ties.held_subscriptions.remove(uri) {
+            self.ties.confirmed.remove(uri);
             self.record_change(SessionChange::Unsubscribe(uri.to_owned()), ctx);
         }
     }
@@ -182,7 +182,7 @@ impl SessionActor {
             .acts_for_callers()
             .then(|| self.shared.tenancy.subjects.caller(&self.identity, connector.exchange_issuer()));
         let resumed = self
-            .copies
+            .ties
             .upstream_refs
             .get(&name)
             .and_then(|resume| connector.resume(self.client.clone(), events.clone(), resume, caller));
@@ -225,7 +225,7 @@ impl SessionActor {
                         session_id: winner.session_id,
                         protocol_version: winner.protocol_version,
                     };
-                    act.copies.upstream_refs.insert(name, resume);
+                    act.ties.upstream_refs.insert(name, resume);
                 }));
                 session
             }
@@ -241,7 +241,7 @@ impl SessionActor {
             session.keep_at_upstream(false);
         }
         let recorded: Vec<(String, taskgate_upstream::SessionResume)> = self
-            .copies
+            .ties
             .upstream_refs
             .iter()
             .filter(|(name, _)| !self.upstreams.get(*name).is_some_and(|s| !s.is_shared() && !s.is_pooled()))
@@ -254,7 +254,7 @@ impl SessionActor {
     /// replicas (it idled out here, or this replica shuts down) end there too when no replica
     /// serves the session any more (its record is gone).
     pub(super) fn leave_upstreams(&mut self) {
-        if !self.replicated() || self.copies.upstream_refs.is_empty() {
+        if !self.replicated() || self.ties.upstream_refs.is_empty() {
             return;
         }
         let kept: Vec<UpstreamSession> = self.upstreams.drain();
@@ -273,7 +273,7 @@ impl SessionActor {
     /// the recorded subscriptions.
     pub(super) fn stream_here(&mut self, ctx: &mut Context<Self>) {
         if self.replicated() {
-            self.copies.stream_at = None;
+            self.ties.stream_at = None;
             self.announce_stream(true, ctx);
             self.read_record(ctx);
         }
@@ -300,7 +300,7 @@ impl SessionActor {
     /// The client's last GET stream here ended: the other copies learn no replica holds one
     /// (unless another has opened one since, which they heard of first).
     pub(super) fn stream_gone(&mut self, ctx: &mut Context<Self>) {
-        if self.replicated() && self.copies.stream_at.is_none() {
+        if self.replicated() && self.ties.stream_at.is_none() {
             self.announce_stream(false, ctx);
         }
     }
@@ -320,8 +320,8 @@ impl SessionActor {
             // Where the GET stream is, if this copy has not heard (a stream is cleared only by
             // what it hears: a record read may be older than that).
             let elsewhere = record.stream.filter(|at| *at != act.shared.replica);
-            if act.copies.stream_at.is_none() && act.streams.get().is_none() && elsewhere.is_some() {
-                act.copies.stream_at = elsewhere;
+            if act.ties.stream_at.is_none() && act.streams.get().is_none() && elsewhere.is_some() {
+                act.ties.stream_at = elsewhere;
             }
             if record.log_level.is_some() && record.log_level.as_deref() != act.upstreams.log_level() {
                 act.go_private(ctx);
@@ -334,8 +334,8 @@ impl SessionActor {
             }
             if act.streams.open_get().is_some() {
                 let wanted: std::collections::BTreeSet<String> = record.subscriptions.into_iter().collect();
-                let add: Vec<String> = wanted.difference(&act.copies.held_subscriptions).cloned().collect();
-                let drop: Vec<String> = act.copies.held_subscriptions.difference(&wanted).cloned().collect();
+                let add: Vec<String> = wanted.difference(&act.ties.held_subscriptions).cloned().collect();
+                let drop: Vec<String> = act.ties.held_subscriptions.difference(&wanted).cloned().collect();
                 for uri in add {
                     act.hold_subscription(uri, true, ctx);
                 }
@@ -349,12 +349,12 @@ impl SessionActor {
     /// Whether a message from another copy is a resource update this copy's own subscription
     /// delivers.
     fn updates_held(&self, json: &str) -> bool {
-        if self.copies.confirmed.is_empty() || !json.contains(methods::RESOURCES_UPDATED) {
+        if self.ties.confirmed.is_empty() || !json.contains(methods::RESOURCES_UPDATED) {
             return false;
         }
         let Ok(message) = serde_json::from_str::<Value>(json) else { return false };
         let uri = message.pointer("/params/uri").and_then(Value::as_str);
-        uri.is_some_and(|uri| self.copies.confirmed.contains(uri))
+        uri.is_some_and(|uri| self.ties.confirmed.contains(uri))
     }
 
     /// Subscribes (or unsubscribes) this copy's upstream session to a resource the client
@@ -367,9 +367,9 @@ impl SessionActor {
         if subscribe {
             self.go_private(ctx);
             self.upstreams.subscribe();
-            self.copies.held_subscriptions.insert(uri.clone());
+            self.ties.held_subscriptions.insert(uri.clone());
         } else {
-            self.copies.held_subscriptions.remove(&uri);
+            self.ties.held_subscriptions.remove(&uri);
         }
         let sessions: Vec<(UpstreamSession, Value)> = attempts
             .into_iter()
@@ -387,10 +387,10 @@ impl SessionActor {
             false
         };
         ctx.spawn(taking.into_actor(self).map(move |taken, act, _| {
-            if subscribe && taken && act.copies.held_subscriptions.contains(&uri) {
-                act.copies.confirmed.insert(uri);
+            if subscribe && taken && act.ties.held_subscriptions.contains(&uri) {
+                act.ties.confirmed.insert(uri);
             } else if !subscribe {
-                act.copies.confirmed.remove(&uri);
+                act.ties.confirmed.remove(&uri);
             }
         }));
     }
@@ -453,14 +453,14 @@ impl Handler<FromElsewhere> for SessionActor {
                 _ => {}
             },
             FromElsewhere::StreamAt(replica, true) => {
-                self.copies.stream_at = Some(replica);
+                self.ties.stream_at = Some(replica);
                 if let Some(stream) = self.streams.take_get() {
                     stream.close();
                 }
             }
             FromElsewhere::StreamAt(replica, false) => {
-                if self.copies.stream_at.as_ref().is_some_and(|at| *at == replica) {
-                    self.copies.stream_at = None;
+                if self.ties.stream_at.as_ref().is_some_and(|at| *at == replica) {
+                    self.ties.stream_at = None;
                 }
             }
             FromElsewhere::Changed => self.read_record(ctx),

@@ -1,6 +1,6 @@
 //! Requests an upstream sends to the client (elicitation, sampling, roots): relayed with a
 //! gateway id on the right stream, their answers and progress routed back. (One upstream call
-//! with everything it sends before its result is `crate::relay`.)
+//! with everything it sends before its result is `crate::forwarded_call`.)
 
 use std::sync::Arc;
 
@@ -13,8 +13,8 @@ use taskgate_upstream::UpstreamSession;
 use super::asked::{Asker, Relayed};
 use super::streams::Waiting;
 use super::SessionActor;
+use crate::forwarded_call::{ClientResponse, RelayFromCall};
 use crate::outbound::{Frame, Outbound};
-use crate::relay::{ClientResponse, RelayFromCall};
 use crate::tasks::{InputHolder, InputProvided, InputRequested};
 use crate::GatewayError;
 
@@ -91,12 +91,12 @@ impl SessionActor {
             None if !names_task => self.upstreams.get(&upstream).and_then(UpstreamSession::sole_call_in_flight),
             related => related,
         };
-        let input_key = taskgate_protocol::modern::take_input_key(&mut params);
+        let input_key = taskgate_protocol::revision_2026::take_input_key(&mut params);
         let task = self.task_of(&upstream, related.as_ref(), &mut params);
         if let (true, None, Some(key)) = (self.stateless, &task, input_key) {
             // A 2026-07-28 client's call is asked under the upstream's key (its front door
             // takes it out again).
-            taskgate_protocol::modern::put_input_key(&mut params, key);
+            taskgate_protocol::revision_2026::put_input_key(&mut params, key);
         }
         let relayed_token = mcp::progress_token(params.as_ref()).cloned();
         let task_stream =
@@ -237,7 +237,7 @@ impl Handler<ClientResponse> for SessionActor {
 
     fn handle(&mut self, ClientResponse(message, subject): ClientResponse, ctx: &mut Context<Self>) -> Self::Result {
         // Relayed by another replica serving the session: it goes there.
-        if message.id().is_some_and(|id| !self.asked.contains(id) && super::elsewhere::relay_id(id))
+        if message.id().is_some_and(|id| !self.asked.contains(id) && super::across_replicas::relay_id(id))
             && self.client_elsewhere(&message)
         {
             return Ok(());

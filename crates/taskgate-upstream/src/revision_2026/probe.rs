@@ -3,23 +3,23 @@
 
 use serde_json::{Map, Value};
 use taskgate_protocol::mcp::{self};
-use taskgate_protocol::modern::{meta as wmeta, methods as wmethods, PROTOCOL_VERSION};
+use taskgate_protocol::revision_2026::{meta as wmeta, methods as wmethods, PROTOCOL_VERSION};
 use taskgate_protocol::{codes, ErrorObject, Message};
 
 /// Which revision an upstream speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Era {
-    Legacy,
-    Modern,
+pub(crate) enum Spoken {
+    V2025,
+    V2026,
 }
 
 /// What a `server/discover` probe says about an upstream.
 #[derive(Debug)]
 pub(crate) enum Verdict {
     /// It speaks 2026-07-28: its `DiscoverResult`.
-    Modern(Value),
+    V2026(Value),
     /// It answered as a legacy server would: why we think so.
-    Legacy(String),
+    V2025(String),
 }
 
 /// Why a stdio upstream is taken for a legacy server when its probe got no answer in time.
@@ -52,9 +52,9 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
                 .map(|v| v.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             if versions.contains(&PROTOCOL_VERSION) {
-                Ok(Verdict::Modern(result))
+                Ok(Verdict::V2026(result))
             } else if versions.iter().any(|v| mcp::is_supported_version(v)) {
-                Ok(Verdict::Legacy(format!("server/discover lists only {versions:?}")))
+                Ok(Verdict::V2025(format!("server/discover lists only {versions:?}")))
             } else {
                 Err(format!("server/discover lists {versions:?}: no version taskgate speaks"))
             }
@@ -68,13 +68,13 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
         Some(Err(e)) if e.code == codes::HEADER_MISMATCH || e.code == codes::MISSING_REQUIRED_CLIENT_CAPABILITY => {
             Err(format!("it refused server/discover: {} ({})", e.message, e.code))
         }
-        Some(Err(e)) => Ok(Verdict::Legacy(format!("server/discover answered {} {:?}", e.code, e.message))),
+        Some(Err(e)) => Ok(Verdict::V2025(format!("server/discover answered {} {:?}", e.code, e.message))),
         None => match status {
             Some(status) if status == 200 || (400..500).contains(&status) => {
-                Ok(Verdict::Legacy(format!("server/discover answered HTTP {status} without a modern error")))
+                Ok(Verdict::V2025(format!("server/discover answered HTTP {status} without a modern error")))
             }
             Some(status) => Err(format!("server/discover answered HTTP {status}")),
-            None => Ok(Verdict::Legacy(NO_ANSWER.into())),
+            None => Ok(Verdict::V2025(NO_ANSWER.into())),
         },
     }
 }
@@ -83,13 +83,13 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
 pub(crate) fn declares_tasks_extension(discovered: &Value) -> bool {
     discovered
         .pointer("/capabilities/extensions")
-        .and_then(|e| e.get(taskgate_protocol::modern::TASKS_EXTENSION))
+        .and_then(|e| e.get(taskgate_protocol::revision_2026::TASKS_EXTENSION))
         .is_some()
 }
 
 /// The JSON-RPC errors only a modern server sends (basic/versioning "Backward Compatibility": a
 /// recognized modern error identifies a modern server).
-pub(crate) fn is_modern_error(code: i64) -> bool {
+pub(crate) fn is_2026_error(code: i64) -> bool {
     matches!(
         code,
         codes::UNSUPPORTED_PROTOCOL_VERSION | codes::HEADER_MISMATCH | codes::MISSING_REQUIRED_CLIENT_CAPABILITY
@@ -115,7 +115,7 @@ pub(crate) fn from_listen(message: Message) -> Option<Message> {
 /// A modern task's fields as a 2025-11-25 `Task` (basic/utilities/tasks): `ttlMs` is `ttl`,
 /// `pollIntervalMs` is `pollInterval`; the inlined `result`, `error` and `inputRequests` stay
 /// behind.
-pub(crate) fn legacy_task(task: &Value) -> Value {
+pub(crate) fn task_2025(task: &Value) -> Value {
     let mut out = Map::new();
     for (from, to) in [
         ("taskId", "taskId"),

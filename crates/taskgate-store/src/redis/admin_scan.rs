@@ -97,7 +97,7 @@ impl RedisTaskStore {
             let hashes: Vec<Vec<(String, String)>> = self.run(pipe.query_async(&mut c)).await?;
             for (key, fields) in keys.iter().zip(hashes) {
                 // Gone between the scan and the read: left out.
-                if let Some(record) = super::sessions::session_of(fields)? {
+                if let Some(record) = super::session_hashes::session_of(fields)? {
                     items.push((key[skip..].to_owned(), record));
                 }
             }

@@ -34,7 +34,7 @@ const CATALOG_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum SessionKind {
     /// A 2025-11-25 client's session.
-    Legacy,
+    V2025,
     /// 2026-07-28 requests (their clients read a task's input requests with `tasks/get`, never
     /// from a `tasks/result` stream).
     Stateless,
@@ -53,7 +53,7 @@ impl Gateway {
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
     ) -> Result<(String, Value), GatewayError> {
-        self.start_session(identity, params, catalog, SessionKind::Legacy).await
+        self.start_session(identity, params, catalog, SessionKind::V2025).await
     }
 
     /// The session behind a 2026-07-28 client's `subscriptions/listen`: as
@@ -93,7 +93,7 @@ impl Gateway {
         let client = ClientIdentity {
             capabilities: mcp::relayable_client_capabilities(&view.capabilities),
             client_info: view.client_info,
-            legacy: kind == SessionKind::Legacy,
+            speaks_2025: kind == SessionKind::V2025,
         };
         let replicated = !stateless && self.shared.tasks.store().shared();
         // Kept where every replica reads it before the client learns the id: a request of the

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self as wire};
+use taskgate_protocol::revision_2026::{self as wire};
 
 /// The method of a 2026-07-28 request, as a header.
 pub(crate) const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
@@ -101,9 +101,9 @@ pub(crate) fn header_value(text: &str) -> HeaderValue {
 /// The headers of a modern POST (streamable-http "Standard Request Headers", "Client Behavior";
 /// ext-tasks "Routing Headers").
 pub(super) fn request_headers(method: &str, params: &Value, tools: &ToolHeaders) -> Vec<(HeaderName, HeaderValue)> {
-    let mut headers = vec![(crate::modern::METHOD_HEADER, header_value(method))];
+    let mut headers = vec![(crate::revision_2026::METHOD_HEADER, header_value(method))];
     if let Some(name) = wire::name_source(method).and_then(|field| params.get(field)).and_then(Value::as_str) {
-        headers.push((crate::modern::NAME_HEADER, header_value(name)));
+        headers.push((crate::revision_2026::NAME_HEADER, header_value(name)));
         if method == methods::TOOLS_CALL {
             let specs = tools.lock().get(name).cloned().unwrap_or_default();
             for spec in specs {

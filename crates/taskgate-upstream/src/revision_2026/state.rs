@@ -1,4 +1,4 @@
-//! [`ModernState`]: what a session with a 2026-07-28 upstream keeps: the `_meta` of every
+//! [`State2026`]: what a session with a 2026-07-28 upstream keeps: the `_meta` of every
 //! request, the requests in flight, input requests awaiting the client's answers, the upstream's
 //! at-once answers to task-augmented calls, the listen stream's filter.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use taskgate_protocol::mcp;
-use taskgate_protocol::modern::{meta as wmeta, methods as wmethods, PROTOCOL_VERSION, TASKS_EXTENSION};
+use taskgate_protocol::revision_2026::{meta as wmeta, methods as wmethods, PROTOCOL_VERSION, TASKS_EXTENSION};
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 use tokio::sync::{oneshot, watch, Notify};
 
@@ -26,7 +26,7 @@ pub(super) const MIN_POLL: Duration = Duration::from_millis(50);
 
 /// A client's capabilities as a modern request declares them: the legacy `tasks` capability
 /// has no meaning there (the tasks extension replaces it).
-fn modern_capabilities(capabilities: &Value) -> Value {
+fn capabilities_2026(capabilities: &Value) -> Value {
     let mut caps = match capabilities {
         Value::Object(m) => m.clone(),
         _ => Map::new(),
@@ -37,7 +37,7 @@ fn modern_capabilities(capabilities: &Value) -> Value {
 
 /// A modern upstream's capabilities as the rest of the gateway reads them: the tasks
 /// extension is 2025-11-25's `tasks.requests.tools.call`.
-fn legacy_capabilities(discovered: &Value, tasks_ext: bool) -> Value {
+fn capabilities_2025(discovered: &Value, tasks_ext: bool) -> Value {
     let mut caps = discovered.get("capabilities").cloned().unwrap_or_else(|| json!({}));
     if tasks_ext {
         caps["tasks"] = json!({"cancel": {}, "requests": {"tools": {"call": {}}}});
@@ -56,7 +56,7 @@ pub(super) struct InFlight {
 }
 
 /// What a session with a modern upstream keeps.
-pub(crate) struct ModernState {
+pub(crate) struct State2026 {
     pub(super) upstream: String,
     pub(super) http: bool,
     /// `_meta` of every request: version, the capabilities relayed for this client, its info.
@@ -79,21 +79,21 @@ pub(crate) struct ModernState {
     pub(super) tool_headers: ToolHeaders,
 }
 
-impl ModernState {
+impl State2026 {
     pub(crate) fn new(
         upstream: &str,
         http: bool,
         identity: &crate::ClientIdentity,
         discovered: &Value,
         tool_headers: ToolHeaders,
-    ) -> ModernState {
+    ) -> State2026 {
         let tasks_ext = super::declares_tasks_extension(discovered);
         let mut meta = Map::new();
         meta.insert(wmeta::PROTOCOL_VERSION.into(), Value::from(PROTOCOL_VERSION));
-        meta.insert(wmeta::CLIENT_CAPABILITIES.into(), modern_capabilities(&identity.capabilities));
+        meta.insert(wmeta::CLIENT_CAPABILITIES.into(), capabilities_2026(&identity.capabilities));
         meta.insert(wmeta::CLIENT_INFO.into(), identity.client_info.clone());
-        let capabilities = legacy_capabilities(discovered, tasks_ext);
-        let state = ModernState {
+        let capabilities = capabilities_2025(discovered, tasks_ext);
+        let state = State2026 {
             upstream: upstream.to_owned(),
             http,
             meta,

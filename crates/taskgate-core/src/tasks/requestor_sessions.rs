@@ -14,8 +14,8 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use taskgate_protocol::Message as RpcMessage;
 
+use crate::forwarded_call::ClientResponse;
 use crate::identity::Identity;
-use crate::relay::ClientResponse;
 
 /// The client sessions of this replica, as the task layer reaches them.
 pub(crate) trait RequestorSessions: Send + Sync {

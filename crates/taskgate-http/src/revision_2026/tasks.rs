@@ -10,17 +10,17 @@ use actix_web::HttpResponse;
 use serde_json::{json, Map, Value};
 use taskgate_core::{Gateway, GatewayError, Identity, SessionHandle};
 use taskgate_protocol::mcp::{self, methods};
-use taskgate_protocol::modern::{self, RequestMeta};
+use taskgate_protocol::revision_2026::{self, RequestMeta};
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 
-use super::exchange::Modern;
+use super::exchange::Front2026;
 use super::results::{finish_result, flat_task};
 
 /// What the session answered: a result, or a JSON-RPC error.
 type Answer = Result<Value, ErrorObject>;
 
 /// Sends a request to the session and waits for its answer.
-async fn ask(state: &Modern, session: &SessionHandle, method: &str, params: Value) -> Result<Answer, GatewayError> {
+async fn ask(state: &Front2026, session: &SessionHandle, method: &str, params: Value) -> Result<Answer, GatewayError> {
     let mut messages = session.request(state.internal_id(), method.into(), Some(params)).await?;
     while let Some(frame) = messages.recv().await {
         let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&frame.json) else { continue };
@@ -54,7 +54,7 @@ pub(super) async fn serve(
     method: &str,
     params: Option<Value>,
     request_meta: &RequestMeta,
-    state: Arc<Modern>,
+    state: Arc<Front2026>,
 ) -> Result<HttpResponse, GatewayError> {
     let task_id =
         mcp::required_string(params.as_ref(), method, "taskId").map_err(GatewayError::InvalidParams)?.to_owned();
@@ -87,7 +87,7 @@ pub(super) async fn serve(
             }
             Ok(reply(id, Ok(json!({})), method))
         }
-        modern::methods::TASKS_UPDATE => {
+        revision_2026::methods::TASKS_UPDATE => {
             let Some(Value::Object(responses)) = params.as_ref().and_then(|p| p.get("inputResponses")) else {
                 return Err(GatewayError::InvalidParams("tasks/update needs an object \"inputResponses\"".into()));
             };
@@ -118,7 +118,7 @@ fn is_terminal(status: &str) -> bool {
 async fn detailed(
     gateway: &Gateway,
     identity: &Identity,
-    state: &Modern,
+    state: &Front2026,
     session: &SessionHandle,
     task_id: &str,
     task: Map<String, Value>,

@@ -182,16 +182,16 @@ impl Gateway {
                     let (naming, separator) = (catalog.naming(), catalog.separator());
                     match (method, CompletionRef::from_params(params)) {
                         (methods::PROMPTS_GET, _) => {
-                            text("name").map(|n| crate::offerings::route_name(naming, separator, n))
+                            text("name").map(|n| crate::offering_names::route_name(naming, separator, n))
                         }
                         (methods::COMPLETION_COMPLETE, Ok(CompletionRef::Prompt(n))) => {
-                            Some(crate::offerings::route_name(naming, separator, n))
+                            Some(crate::offering_names::route_name(naming, separator, n))
                         }
                         (methods::COMPLETION_COMPLETE, Ok(CompletionRef::Resource(uri))) => {
-                            Some(crate::offerings::route_uri(naming, uri))
+                            Some(crate::offering_names::route_uri(naming, uri))
                         }
                         (methods::COMPLETION_COMPLETE, Err(_)) => None,
-                        _ => text("uri").map(|uri| crate::offerings::route_uri(naming, uri)),
+                        _ => text("uri").map(|uri| crate::offering_names::route_uri(naming, uri)),
                     }
                 };
                 let Some(routes) = routes else {

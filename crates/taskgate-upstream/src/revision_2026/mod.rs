@@ -24,12 +24,13 @@
 mod exchange;
 mod headers;
 mod input;
-mod revision;
+mod probe;
 mod state;
 
+pub(crate) use exchange::Revision2026;
 pub(crate) use headers::{ToolHeaders, METHOD_HEADER, NAME_HEADER};
-pub(crate) use revision::{classify, declares_tasks_extension, from_listen, is_modern_error, Era, Verdict, NO_ANSWER};
-pub(crate) use state::ModernState;
+pub(crate) use probe::{classify, declares_tasks_extension, from_listen, is_2026_error, Spoken, Verdict, NO_ANSWER};
+pub(crate) use state::State2026;
 
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,10 @@
-//! [`Copies`]: what ties one replica's copy of a client session to the others' (the data;
-//! what is done with it is `elsewhere.rs`).
+//! [`ReplicaTies`]: what ties one replica's copy of a client session to the others' (the data;
+//! what is done with it is `across_replicas.rs`).
 
 use foldhash::{HashMap, HashMapExt};
 
 /// What ties a copy of the session to the others.
-pub(crate) struct Copies {
+pub(crate) struct ReplicaTies {
     /// The resources (as the client names them) its upstream sessions are subscribed to.
     pub held_subscriptions: std::collections::BTreeSet<String>,
     /// Of those, the ones it subscribed to for the GET stream it holds, once the upstream took
@@ -18,9 +18,9 @@ pub(crate) struct Copies {
     pub stream_at: Option<String>,
 }
 
-impl Default for Copies {
-    fn default() -> Copies {
-        Copies {
+impl Default for ReplicaTies {
+    fn default() -> ReplicaTies {
+        ReplicaTies {
             held_subscriptions: Default::default(),
             confirmed: Default::default(),
             upstream_refs: HashMap::new(),

@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self, meta};
+use taskgate_protocol::revision_2026::{self, meta};
 use taskgate_protocol::RequestId;
 
 /// The common answer, a result that is not a task, as [`finish_result`] makes it, without
@@ -159,7 +159,7 @@ pub(super) fn caching_hints(method: &str) -> bool {
             | methods::RESOURCES_LIST
             | methods::RESOURCES_TEMPLATES_LIST
             | methods::RESOURCES_READ
-            | modern::methods::SERVER_DISCOVER
+            | revision_2026::methods::SERVER_DISCOVER
     )
 }
 

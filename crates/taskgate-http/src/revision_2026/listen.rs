@@ -14,10 +14,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use taskgate_core::{Gateway, GatewayError, Identity};
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self, meta, RequestMeta};
+use taskgate_protocol::revision_2026::{self, meta, RequestMeta};
 use taskgate_protocol::{Message, RequestId};
 
-use super::exchange::Modern;
+use super::exchange::Front2026;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Resources one listen may subscribe to.
@@ -68,7 +68,7 @@ fn filter(params: Option<&Value>, declares_tasks: bool) -> Result<Filter, Gatewa
     if n.contains_key("taskIds") && !declares_tasks {
         return Err(GatewayError::MissingClientCapability {
             message: "task status notifications need the tasks extension".into(),
-            required: json!({ "extensions": { modern::TASKS_EXTENSION: {} } }),
+            required: json!({ "extensions": { revision_2026::TASKS_EXTENSION: {} } }),
         });
     }
     Ok(f)
@@ -100,7 +100,7 @@ pub(super) async fn serve(
     id: RequestId,
     params: Option<Value>,
     request_meta: &RequestMeta,
-    state: &Arc<Modern>,
+    state: &Arc<Front2026>,
 ) -> Result<HttpResponse, GatewayError> {
     let wanted = filter(params.as_ref(), request_meta.declares_tasks())?;
     // The session declares no client capabilities: nothing on it can ask the client anything.
@@ -149,7 +149,7 @@ pub(super) async fn serve(
     let subscription = id.to_value();
     let ack = json!({
         "jsonrpc": "2.0",
-        "method": modern::methods::SUBSCRIPTIONS_ACKNOWLEDGED,
+        "method": revision_2026::methods::SUBSCRIPTIONS_ACKNOWLEDGED,
         "params": { "_meta": { meta::SUBSCRIPTION_ID: subscription }, "notifications": accepted },
     });
     let mut pending = vec![event(&ack)];

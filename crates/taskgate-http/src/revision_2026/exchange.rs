@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use taskgate_core::outbound::{Frame, OutboundReceiver};
 use taskgate_core::{GatewayError, Identity, SessionHandle};
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self, meta};
+use taskgate_protocol::revision_2026::{self, meta};
 use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
 
 use std::collections::HashMap;
@@ -106,8 +106,8 @@ impl Call {
             let mut params = object.remove("params");
             // The upstream's own key of it, when it came as an input request of a 2026-07-28
             // upstream: the client is asked under that key.
-            let (shown, of) = match modern::take_input_key(&mut params) {
-                Some(modern::InputKey { key, of }) => (key, of),
+            let (shown, of) = match revision_2026::take_input_key(&mut params) {
+                Some(revision_2026::InputKey { key, of }) => (key, of),
                 None => (key.clone(), 1),
             };
             let mut request = Map::new();
@@ -131,7 +131,7 @@ impl Call {
                 // server/utilities/logging: none for a request without a level, and none below it.
                 methods::LOG_MESSAGE => {
                     let level = object.get("params").and_then(|p| p.get("level")).and_then(Value::as_str);
-                    match (self.log_rank, level.and_then(modern::log_rank)) {
+                    match (self.log_rank, level.and_then(revision_2026::log_rank)) {
                         (Some(min), Some(rank)) if rank >= min => Step::Send(to_json(&value)),
                         _ => Step::Skip,
                     }
@@ -203,7 +203,7 @@ fn cancel(call: &Call, reason: &str) {
 /// result, an early error or an `input_required` goes out as one JSON object with its own HTTP
 /// status.
 pub(crate) async fn respond(
-    modern: Arc<Modern>,
+    front: Arc<Front2026>,
     call: Call,
     mut messages: OutboundReceiver,
     first_wait: Duration,
@@ -227,13 +227,13 @@ pub(crate) async fn respond(
             if let Some((json, status, error)) = ended {
                 return json_response(json, status, error);
             }
-            let (json, status) = park(&modern, call, messages, inputs, &mut None);
+            let (json, status) = park(&front, call, messages, inputs, &mut None);
             return json_response(json, status, false);
         }
         Some(Step::Send(json)) => pending.push_back(sse_event(&json)),
         Some(Step::Skip) | None => {}
     }
-    stream(modern, call, messages, pending)
+    stream(front, call, messages, pending)
 }
 
 /// The input requests an upstream asked together with `first`: they reach the session one by
@@ -286,7 +286,7 @@ impl Drop for Guard {
     }
 }
 
-fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: VecDeque<Bytes>) -> HttpResponse {
+fn stream(front: Arc<Front2026>, call: Call, messages: OutboundReceiver, pending: VecDeque<Bytes>) -> HttpResponse {
     let mut guard = Guard { call, armed: true };
     let mut messages = Some(messages);
     let mut pending = pending;
@@ -314,7 +314,7 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
                     guard.armed = false;
                     let rx = messages.take().expect("present");
                     let mut notes = Some(Vec::new());
-                    let (json, _) = park(&modern, guard.call.clone(), rx, vec![input], &mut notes);
+                    let (json, _) = park(&front, guard.call.clone(), rx, vec![input], &mut notes);
                     pending.extend(notes.unwrap_or_default().iter().map(|n| sse_event(n)));
                     pending.push_back(sse_event(&json));
                 }
@@ -346,17 +346,17 @@ fn stream(modern: Arc<Modern>, call: Call, messages: OutboundReceiver, pending: 
 
 /// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the
 /// `requestState` key.
-pub struct Modern {
+pub struct Front2026 {
     pub(super) key: super::state::StateKey,
     pub(super) parked: Mutex<HashMap<String, Parked>>,
     pub(super) next: AtomicU64,
     pub(super) input_wait: Duration,
 }
 
-impl Modern {
+impl Front2026 {
     /// The front door's state for a configuration.
-    pub fn new(config: &Config) -> Modern {
-        Modern {
+    pub fn new(config: &Config) -> Front2026 {
+        Front2026 {
             key: super::state::StateKey::random(),
             parked: Mutex::default(),
             next: AtomicU64::new(1),
@@ -402,7 +402,7 @@ pub(crate) struct Input {
 /// (with every input request already queued), or the final message if the call ended in the
 /// meantime. Notifications drained on the way go to `notes` when the answer is a stream.
 fn park(
-    modern: &Arc<Modern>,
+    front: &Arc<Front2026>,
     call: Call,
     mut messages: OutboundReceiver,
     mut inputs: Vec<Input>,
@@ -434,7 +434,7 @@ fn park(
         }
         input_requests.insert(input.shown.clone(), input.request.clone());
     }
-    let state = modern.hold(Parked { call, messages, inputs });
+    let state = front.hold(Parked { call, messages, inputs });
     let result = json!({
         "resultType": "input_required",
         "inputRequests": input_requests,
@@ -447,7 +447,7 @@ fn park(
 /// A retry carrying `requestState`: verified, its exchange taken (once), the answers in
 /// `inputResponses` delivered to the waiting upstream requests, and the call served on.
 pub(crate) async fn resume(
-    modern: Arc<Modern>,
+    front: Arc<Front2026>,
     client_id: RequestId,
     identity: &Identity,
     method: &str,
@@ -457,7 +457,7 @@ pub(crate) async fn resume(
 ) -> HttpResponse {
     let state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
     let digest = super::state::digest(method, Some(params));
-    let mut parked = match modern.take(state, identity, method, &digest) {
+    let mut parked = match front.take(state, identity, method, &digest) {
         Ok(parked) => parked,
         Err(why) => return error_response(&client_id, &GatewayError::InvalidParams(why)),
     };
@@ -483,16 +483,16 @@ pub(crate) async fn resume(
     let Parked { call, messages, .. } = parked;
     if !unanswered.is_empty() {
         // basic/patterns/mrtr "Error Handling": missing answers are asked for again.
-        let (json, status) = park(&modern, call, messages, unanswered, &mut None);
+        let (json, status) = park(&front, call, messages, unanswered, &mut None);
         return json_response(json, status, false);
     }
-    respond(modern, call, messages, first_wait).await
+    respond(front, call, messages, first_wait).await
 }
 
-impl Modern {
+impl Front2026 {
     /// Holds an exchange and returns its `requestState`; released with an error to the
     /// upstream when no retry takes it within `server.input_wait_secs`.
-    pub(crate) fn hold(self: &Arc<Modern>, parked: Parked) -> String {
+    pub(crate) fn hold(self: &Arc<Front2026>, parked: Parked) -> String {
         let exchange = format!("x{}", self.next.fetch_add(1, Ordering::Relaxed));
         let now = self.clock_ms();
         let state = self.key.issue(
@@ -503,11 +503,11 @@ impl Modern {
             now + self.input_wait.as_millis() as u64,
         );
         self.parked.lock().insert(exchange.clone(), parked);
-        let modern = self.clone();
+        let front = self.clone();
         let wait = self.input_wait;
         actix_web::rt::spawn(async move {
             tokio::time::sleep(wait).await;
-            modern.release(&exchange).await;
+            front.release(&exchange).await;
         });
         state
     }

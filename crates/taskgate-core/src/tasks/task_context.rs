@@ -11,7 +11,7 @@ use foldhash::HashMap;
 use taskgate_config::Config;
 use taskgate_upstream::Connector;
 
-use super::sessions::RequestorSessions;
+use super::requestor_sessions::RequestorSessions;
 use super::state::TaskState;
 use super::work::Restart;
 use crate::clock::Clock;

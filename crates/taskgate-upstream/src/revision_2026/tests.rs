@@ -1,21 +1,21 @@
 use serde_json::{json, Value};
-use taskgate_protocol::modern::{meta as wmeta, methods as wmethods};
+use taskgate_protocol::revision_2026::{meta as wmeta, methods as wmethods};
 use taskgate_protocol::{ErrorObject, Message};
 
 use super::headers::*;
-use super::revision::*;
+use super::probe::*;
 use std::sync::Arc;
 
 #[test]
 fn the_probe_tells_modern_from_legacy_and_concludes_nothing_from_auth_or_server_errors() {
     let discover = json!({"supportedVersions": ["2026-07-28", "2025-11-25"], "capabilities": {}});
-    assert!(matches!(classify(Some(200), Some(Ok(discover))), Ok(Verdict::Modern(_))));
+    assert!(matches!(classify(Some(200), Some(Ok(discover))), Ok(Verdict::V2026(_))));
     let legacy = ErrorObject::new(-32000, "Bad Request: Server not initialized");
-    assert!(matches!(classify(Some(400), Some(Err(legacy.clone()))), Ok(Verdict::Legacy(_))));
-    assert!(matches!(classify(Some(404), None), Ok(Verdict::Legacy(_))));
-    assert!(matches!(classify(Some(405), None), Ok(Verdict::Legacy(_))));
-    assert!(matches!(classify(None, Some(Err(ErrorObject::new(-32601, "no")))), Ok(Verdict::Legacy(_))));
-    assert!(matches!(classify(None, None), Ok(Verdict::Legacy(_))));
+    assert!(matches!(classify(Some(400), Some(Err(legacy.clone()))), Ok(Verdict::V2025(_))));
+    assert!(matches!(classify(Some(404), None), Ok(Verdict::V2025(_))));
+    assert!(matches!(classify(Some(405), None), Ok(Verdict::V2025(_))));
+    assert!(matches!(classify(None, Some(Err(ErrorObject::new(-32601, "no")))), Ok(Verdict::V2025(_))));
+    assert!(matches!(classify(None, None), Ok(Verdict::V2025(_))));
     for status in [401, 403, 429, 500, 502, 503] {
         assert!(classify(Some(status), Some(Err(legacy.clone()))).is_err(), "{status}");
         assert!(classify(Some(status), None).is_err(), "{status}");
@@ -72,10 +72,10 @@ fn modern_tasks_read_as_legacy_tasks() {
     let task = json!({"taskId": "t", "status": "completed", "createdAt": "a", "lastUpdatedAt": "b",
         "ttlMs": 60000, "pollIntervalMs": 500, "result": {"content": []}, "resultType": "complete"});
     assert_eq!(
-        legacy_task(&task),
+        task_2025(&task),
         json!({"taskId": "t", "status": "completed", "createdAt": "a", "lastUpdatedAt": "b", "ttl": 60000, "pollInterval": 500})
     );
-    assert_eq!(legacy_task(&json!({"taskId": "t", "status": "working", "ttlMs": null}))["ttl"], Value::Null);
+    assert_eq!(task_2025(&json!({"taskId": "t", "status": "working", "ttlMs": null}))["ttl"], Value::Null);
 }
 
 #[test]

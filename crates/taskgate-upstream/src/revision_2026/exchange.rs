@@ -8,16 +8,17 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 use taskgate_protocol::mcp::methods;
-use taskgate_protocol::modern::{self as wire, methods as wmethods, TASKS_EXTENSION};
-use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
+use taskgate_protocol::revision_2026::{self as wire, methods as wmethods, TASKS_EXTENSION};
+use taskgate_protocol::{codes, ErrorObject, Message, Payload, RequestId};
 use tokio::sync::oneshot;
 
 use super::headers::{param_headers, request_headers};
-use super::revision::legacy_task;
-use super::state::{InFlight, ModernState, MAX_INPUT_REQUESTS, MIN_POLL};
+use super::probe::task_2025;
+use super::state::{InFlight, State2026, MAX_INPUT_REQUESTS, MIN_POLL};
+use crate::revision::Revision;
 use crate::session::{Ready, UpstreamSession};
 use crate::transport::Channel;
-use crate::wire::ChannelError;
+use crate::wire::{ChannelError, Encoded};
 use crate::UpstreamError;
 
 /// Most `input_required` rounds one request may take before the gateway gives up on it.
@@ -59,14 +60,21 @@ fn wants_tasks_extension(e: &UpstreamError) -> bool {
     }
 }
 
-/// One request of the core's at a modern upstream: where it goes, its id, and the id of its
-/// current round there (a retry has a new one).
+/// One request of the core's at a 2026-07-28 upstream: its id, and the id of its current round
+/// there (a retry has a new one).
 #[derive(Clone, Copy)]
 struct Call<'a> {
-    ready: &'a Ready,
-    state: &'a Arc<ModernState>,
     id: &'a RequestId,
     round: &'a Arc<Mutex<RequestId>>,
+}
+
+/// A session with a 2026-07-28 upstream, speaking to it: the session, its connection and what
+/// it keeps. The rest of the gateway asks in the 2025-11-25 model; this type translates.
+#[derive(Clone, Copy)]
+pub(crate) struct Revision2026<'a> {
+    pub(crate) session: &'a UpstreamSession,
+    pub(crate) ready: &'a Ready,
+    pub(crate) state: &'a Arc<State2026>,
 }
 
 /// Removes a request from the in-flight table whichever way its future ends. Over stdio, a
@@ -75,7 +83,7 @@ struct Call<'a> {
 /// `notifications/cancelled` naming the request's current round; over HTTP dropping the
 /// future closes the request's stream, which is the cancellation.
 struct InFlightGuard<'a> {
-    state: &'a ModernState,
+    state: &'a State2026,
     id: RequestId,
     channel: &'a Channel,
     round: &'a Arc<Mutex<RequestId>>,
@@ -106,7 +114,7 @@ impl Drop for InFlightGuard<'_> {
             return;
         }
         if self.ended || self.state.http || removed.is_none() {
-            // Ended with an outcome, or cancelled by `modern_notify`, which told the process.
+            // Ended with an outcome, or cancelled by `notify_2026`, which told the process.
             return;
         }
         let channel = self.channel.clone();
@@ -120,24 +128,23 @@ impl Drop for InFlightGuard<'_> {
     }
 }
 
-impl UpstreamSession {
-    /// One request to a modern upstream, as the rest of the gateway asked it in the 2025-11-25
-    /// model.
-    pub(crate) async fn modern_request(
+impl Revision2026<'_> {
+    /// One request to a 2026-07-28 upstream, as the rest of the gateway asked it in the
+    /// 2025-11-25 model.
+    pub(crate) async fn request(
         &self,
-        ready: &Ready,
-        state: &Arc<ModernState>,
         id: RequestId,
         method: &str,
         params: Option<Value>,
         related: Option<crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
+        let (ready, state) = (self.ready, self.state);
         let (cancel, cancelled) = oneshot::channel();
         let round = Arc::new(Mutex::new(id.clone()));
         state.in_flight.lock().insert(id.clone(), InFlight { cancel, round: round.clone(), following: Arc::default() });
         let mut guard = InFlightGuard { state, id: id.clone(), channel: &ready.channel, round: &round, ended: false };
-        let call = Call { ready, state, id: &id, round: &round };
-        let work = self.modern_dispatch(call, method, params, related);
+        let call = Call { id: &id, round: &round };
+        let work = self.dispatch(call, method, params, related);
         let outcome = tokio::select! {
             outcome = work => outcome,
             // basic/patterns/cancellation: the request's stream is closed (the future above is
@@ -148,14 +155,14 @@ impl UpstreamSession {
         outcome
     }
 
-    async fn modern_dispatch(
+    async fn dispatch(
         &self,
         call: Call<'_>,
         method: &str,
         params: Option<Value>,
         related: Option<crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
-        let Call { ready, state, id, .. } = call;
+        let (state, id) = (self.state, call.id);
         let task_id = || {
             params
                 .as_ref()
@@ -167,21 +174,21 @@ impl UpstreamSession {
         match method {
             methods::TASKS_GET => {
                 let task_id = task_id()?;
-                let task = self.task_get(ready, state, id.clone(), &task_id).await?;
-                Ok(legacy_task(&task))
+                let task = self.task_get(id.clone(), &task_id).await?;
+                Ok(task_2025(&task))
             }
             methods::TASKS_RESULT => {
                 let task_id = task_id()?;
-                self.follow_task(ready, state, id, &task_id, related.as_ref()).await
+                self.follow_task(id, &task_id, related.as_ref()).await
             }
             methods::TASKS_CANCEL => {
                 let task_id = task_id()?;
                 let mut p = json!({ "taskId": task_id });
                 state.stamp(&mut p, true);
-                self.exchange(&ready.channel, state, id.clone(), methods::TASKS_CANCEL, p, None).await?;
+                self.exchange(id.clone(), methods::TASKS_CANCEL, p, None).await?;
                 state.forget_task(&task_id);
-                match self.task_get(ready, state, self.next_request_id(), &task_id).await {
-                    Ok(task) => Ok(legacy_task(&task)),
+                match self.task_get(self.session.next_request_id(), &task_id).await {
+                    Ok(task) => Ok(task_2025(&task)),
                     Err(_) => Ok(json!({ "taskId": task_id, "status": "cancelled", "ttl": null })),
                 }
             }
@@ -227,9 +234,7 @@ impl UpstreamSession {
             methods::PING => {
                 let mut p = json!({});
                 state.stamp(&mut p, false);
-                self.exchange(&ready.channel, state, id.clone(), wmethods::SERVER_DISCOVER, p, None)
-                    .await
-                    .map(|_| json!({}))
+                self.exchange(id.clone(), wmethods::SERVER_DISCOVER, p, None).await.map(|_| json!({}))
             }
             _ => self.mrtr_call(call, method, params, related.as_ref()).await,
         }
@@ -245,7 +250,7 @@ impl UpstreamSession {
         params: Option<Value>,
         related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
-        let Call { ready, state, id, round } = call;
+        let (state, Call { id, round }) = (self.state, call);
         let mut params = params.unwrap_or_else(|| json!({}));
         // A legacy task augmentation becomes the extension, declared on this request only
         // (ext-tasks: the server decides; it MUST NOT return a task to a request without it):
@@ -258,7 +263,7 @@ impl UpstreamSession {
         let mut responses: Option<Value> = None;
         let mut request_state: Option<Value> = None;
         for n in 0..MAX_ROUNDS {
-            let round_id = if n == 0 { id.clone() } else { self.next_request_id() };
+            let round_id = if n == 0 { id.clone() } else { self.session.next_request_id() };
             *round.lock() = round_id.clone();
             let mut p = params.clone();
             if let Some(r) = &responses {
@@ -269,7 +274,7 @@ impl UpstreamSession {
                 p["requestState"] = s.clone();
             }
             state.stamp(&mut p, declare);
-            let result = match self.exchange(&ready.channel, state, round_id, method, p, related).await {
+            let result = match self.exchange(round_id, method, p, related).await {
                 Err(e) if !declare && state.tasks_ext && wants_tasks_extension(&e) => {
                     // The tool runs only as a task: run it as one and wait for its outcome,
                     // as ext-tasks "Backwards Compatibility" describes for a legacy caller.
@@ -288,7 +293,7 @@ impl UpstreamSession {
                         );
                     }
                     responses = match asks {
-                        Some(asks) => Some(self.ask_client(state, &asks, id, related).await?),
+                        Some(asks) => Some(self.ask_client(&asks, id, related).await?),
                         None => None,
                     };
                 }
@@ -303,7 +308,7 @@ impl UpstreamSession {
                     }
                     if augmented {
                         let mut out = Map::new();
-                        out.insert("task".into(), legacy_task(&result));
+                        out.insert("task".into(), task_2025(&result));
                         if let Some(m) = result.get("_meta") {
                             out.insert("_meta".into(), m.clone());
                         }
@@ -313,13 +318,13 @@ impl UpstreamSession {
                     if let Some(in_flight) = state.in_flight.lock().get(id) {
                         *in_flight.following.lock() = Some(task_id.to_owned());
                     }
-                    return self.follow_task(ready, state, id, task_id, related).await;
+                    return self.follow_task(id, task_id, related).await;
                 }
                 _ => {
                     // ext-tasks: the server decides; an answer at once is the call's answer,
                     // even to a request that declared the extension.
                     let result = plain(result);
-                    return Ok(if method == methods::TOOLS_LIST { self.tools_listed(state, result) } else { result });
+                    return Ok(if method == methods::TOOLS_LIST { self.tools_listed(result) } else { result });
                 }
             }
         }
@@ -330,7 +335,8 @@ impl UpstreamSession {
     /// invalid are left out (streamable-http "Schema Extension": clients MUST exclude them), the
     /// valid annotations are kept for calls, and with the tasks extension every tool may run
     /// as a task.
-    fn tools_listed(&self, state: &ModernState, mut result: Value) -> Value {
+    fn tools_listed(&self, mut result: Value) -> Value {
+        let state = self.state;
         let Some(Value::Array(tools)) = result.get_mut("tools") else { return result };
         let mut headers = state.tool_headers.lock();
         tools.retain_mut(|tool| {
@@ -349,7 +355,7 @@ impl UpstreamSession {
                         headers.insert(name.clone(), specs);
                     }
                     Err(why) => {
-                        tracing::warn!(upstream = self.upstream(), tool = %name, %why, "tool definition rejected (x-mcp-header)");
+                        tracing::warn!(upstream = self.session.upstream(), tool = %name, %why, "tool definition rejected (x-mcp-header)");
                         return false;
                     }
                 }
@@ -363,16 +369,11 @@ impl UpstreamSession {
     }
 
     /// `tasks/get` at the upstream (ext-tasks "Task Polling"), the task as it answered.
-    async fn task_get(
-        &self,
-        ready: &Ready,
-        state: &ModernState,
-        id: RequestId,
-        task_id: &str,
-    ) -> Result<Value, UpstreamError> {
+    async fn task_get(&self, id: RequestId, task_id: &str) -> Result<Value, UpstreamError> {
+        let state = self.state;
         let mut p = json!({ "taskId": task_id });
         state.stamp(&mut p, true);
-        let task = self.exchange(&ready.channel, state, id, methods::TASKS_GET, p, None).await?;
+        let task = self.exchange(id, methods::TASKS_GET, p, None).await?;
         if task.get("status").and_then(Value::as_str).is_none() {
             return Err(state.protocol("tasks/get answered without a status"));
         }
@@ -384,14 +385,13 @@ impl UpstreamSession {
     /// with `tasks/update`), and returns the inlined result or error.
     async fn follow_task(
         &self,
-        ready: &Ready,
-        state: &Arc<ModernState>,
         related_id: &RequestId,
         task_id: &str,
         related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
+        let state = self.state;
         loop {
-            let task = self.task_get(ready, state, self.next_request_id(), task_id).await?;
+            let task = self.task_get(self.session.next_request_id(), task_id).await?;
             let status = task.get("status").and_then(Value::as_str).unwrap_or_default();
             match status {
                 "completed" => {
@@ -423,9 +423,9 @@ impl UpstreamSession {
                             if !state.first_ask(task_id, key) {
                                 continue;
                             }
-                            let input = taskgate_protocol::modern::InputKey { key: key.clone(), of };
-                            let asked = self.ask_one(state, input, ask, related_id, related).await?;
-                            self.forward_answer(ready, state, task_id, key, asked);
+                            let input = taskgate_protocol::revision_2026::InputKey { key: key.clone(), of };
+                            let asked = self.ask_one(input, ask, related_id, related).await?;
+                            self.forward_answer(task_id, key, asked);
                         }
                     }
                 }
@@ -443,36 +443,20 @@ impl UpstreamSession {
         }
     }
 
-    /// One request and its outcome at a modern upstream, with the request headers over HTTP.
-    pub(crate) async fn exchange(
+    /// One request and its outcome at the upstream ([`exchange`]).
+    async fn exchange(
         &self,
-        channel: &Channel,
-        state: &ModernState,
         id: RequestId,
         method: &str,
         params: Value,
         related: Option<&crate::Sender<Message>>,
     ) -> Result<Value, UpstreamError> {
-        let headers = if state.http { request_headers(method, &params, &state.tool_headers) } else { Vec::new() };
-        let request = crate::wire::Encoded::request(id, method, Some(&params));
-        drop(params);
-        match channel.request(&request, related, &headers).await {
-            Ok(result) if result.is_object() => Ok(result),
-            Ok(result) => Err(state
-                .protocol(format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result)))),
-            Err(ChannelError::Failed(e)) => Err(e),
-            Err(ChannelError::Expired) => Err(state.protocol("it answered 404 to a request of no session")),
-        }
+        exchange(&self.ready.channel, self.state, id, method, params, related).await
     }
 
-    /// A notification the rest of the gateway sends, as the modern upstream takes it.
-    pub(crate) async fn modern_notify(
-        &self,
-        ready: &Ready,
-        state: &ModernState,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<(), UpstreamError> {
+    /// A notification the rest of the gateway sends, as the upstream takes it.
+    pub(crate) async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+        let (ready, state) = (self.ready, self.state);
         match method {
             methods::CANCELLED => {
                 let Some(id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
@@ -488,9 +472,9 @@ impl UpstreamSession {
                     let mut p = json!({ "taskId": task_id });
                     state.stamp(&mut p, true);
                     let cancel =
-                        self.exchange(&ready.channel, state, self.next_request_id(), methods::TASKS_CANCEL, p, None);
+                        exchange(&ready.channel, state, self.session.next_request_id(), methods::TASKS_CANCEL, p, None);
                     if let Err(e) = cancel.await {
-                        tracing::info!(upstream = self.upstream(), task = %task_id, error = %e, "could not cancel the upstream task");
+                        tracing::info!(upstream = self.session.upstream(), task = %task_id, error = %e, "could not cancel the upstream task");
                     }
                     state.forget_task(&task_id);
                     return Ok(());
@@ -511,10 +495,56 @@ impl UpstreamSession {
     }
 }
 
+impl Revision for Revision2026<'_> {
+    /// `request`, written for a 2025-11-25 session, read back and sent as 2026-07-28 sends it
+    /// (a request tried again after the upstream moved to this revision).
+    async fn send(
+        &self,
+        request: &Encoded,
+        related: Option<&crate::Sender<Message>>,
+    ) -> Result<Payload, UpstreamError> {
+        let Ok(Ok(Message::Request { id, method, params })) = Message::from_slice(&request.json) else {
+            // The gateway's own text always reads back; should it not, the call fails plainly.
+            return Err(UpstreamError::Unavailable {
+                upstream: self.session.upstream().into(),
+                reason: "the request could not be sent again in the upstream's new revision".into(),
+            });
+        };
+        self.request(id, &method, params, related.cloned()).await.map(Payload::Value)
+    }
+
+    async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), UpstreamError> {
+        Revision2026::notify(self, method, params).await
+    }
+}
+
+/// One request and its outcome at a 2026-07-28 upstream, with the request headers over HTTP.
+pub(super) async fn exchange(
+    channel: &Channel,
+    state: &State2026,
+    id: RequestId,
+    method: &str,
+    params: Value,
+    related: Option<&crate::Sender<Message>>,
+) -> Result<Value, UpstreamError> {
+    let headers = if state.http { request_headers(method, &params, &state.tool_headers) } else { Vec::new() };
+    let request = crate::wire::Encoded::request(id, method, Some(&params));
+    drop(params);
+    match channel.request(&request, related, &headers).await {
+        Ok(result) if result.is_object() => Ok(result),
+        Ok(result) => {
+            Err(state
+                .protocol(format!("its result is {}, not an object", taskgate_protocol::jsonrpc::json_kind(&result))))
+        }
+        Err(ChannelError::Failed(e)) => Err(e),
+        Err(ChannelError::Expired) => Err(state.protocol("it answered 404 to a request of no session")),
+    }
+}
+
 impl Channel {
     /// Keeps the listen stream of a modern session open as its filter says (HTTP); over stdio
     /// the stream is one long request whose notifications arrive like any other.
-    pub(crate) fn subscribe(&self, session: &UpstreamSession, state: &Arc<ModernState>) {
+    pub(crate) fn subscribe(&self, session: &UpstreamSession, state: &Arc<State2026>) {
         let weak = session.downgrade();
         let for_request = state.clone();
         let request: Box<dyn Fn(Value) -> Message + Send> = Box::new(move |filter| {
