@@ -20,24 +20,62 @@ use crate::GatewayError;
 /// Messages buffered from an upstream about one call before its forwarding waits.
 pub(crate) const UPSTREAM_EVENTS: usize = 256;
 
-/// Runs an upstream request (`tools/call`, `resources/read`, `prompts/get`…), forwarding the notifications that belong to it, all before
-/// the result: progress to its [`ProgressActor`] (awaited, so order holds), anything else to
-/// the client's stream for the request. With `finish`, the progress actor delivers what it has
-/// pending and stops before the result is returned. With `pass`, the result may come as the
-/// upstream's text ([`Payload::Raw`], see [`UpstreamSession::request_payload`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn relay_call(
-    session: UpstreamSession,
-    method: &'static str,
-    upstream_id: RequestId,
-    params: Value,
-    arguments: Option<RawArguments>,
-    reply: Option<Outbound>,
-    progress: Option<Addr<ProgressActor>>,
-    finish: bool,
-    relay: Option<Arc<WeakRecipient<RelayFromCall>>>,
-    pass: bool,
-) -> Result<Payload, taskgate_upstream::UpstreamError> {
+/// One upstream request to forward, and where what the upstream sends before its result goes.
+pub(crate) struct ForwardedCall {
+    pub session: UpstreamSession,
+    pub method: &'static str,
+    /// Its id at the upstream.
+    pub upstream_id: RequestId,
+    pub params: Value,
+    /// A `tools/call`'s arguments as the client wrote them, apart from `params`.
+    pub arguments: Option<RawArguments>,
+    /// The client's stream for the request: notifications other than progress go there.
+    pub reply: Option<Outbound>,
+    /// The actor of the request's progress token.
+    pub progress: Option<Addr<ProgressActor>>,
+    pub progress_ends: ProgressEnds,
+    /// The client session that relays the requests the upstream sends on the call's stream;
+    /// without one, they go to the upstream session's owner.
+    pub relay: Option<Arc<WeakRecipient<RelayFromCall>>>,
+    pub result: ResultAs,
+}
+
+/// When the call's progress actor delivers what it has pending and stops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProgressEnds {
+    /// Before the call's result is returned.
+    WithTheCall,
+    /// When its owner says (a task's, at the task's end).
+    Later,
+}
+
+/// How the result comes back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResultAs {
+    /// Read into a tree.
+    Read,
+    /// As the upstream wrote it, when it can be ([`Payload::Raw`], see
+    /// [`UpstreamSession::request_payload`]): a result the client gets as it came.
+    Passed,
+}
+
+/// Runs an upstream request (`tools/call`, `resources/read`, `prompts/get`…), forwarding the
+/// notifications that belong to it, all before the result: progress to its [`ProgressActor`]
+/// (awaited, so order holds), anything else to the client's stream for the request.
+pub(crate) async fn relay_call(call: ForwardedCall) -> Result<Payload, taskgate_upstream::UpstreamError> {
+    let ForwardedCall {
+        session,
+        method,
+        upstream_id,
+        params,
+        arguments,
+        reply,
+        progress,
+        progress_ends,
+        relay,
+        result,
+    } = call;
+    let pass = result == ResultAs::Passed;
     let (related, mut notes) = taskgate_upstream::channel(UPSTREAM_EVENTS);
     let call = session.request_payload(upstream_id.clone(), method, Some(params), arguments, Some(related), pass);
     tokio::pin!(call);
@@ -91,7 +129,7 @@ pub(crate) async fn relay_call(
             Some(note) = notes.recv() => forward(note).await,
         }
     };
-    if let (true, Some(actor)) = (finish, &progress) {
+    if let (ProgressEnds::WithTheCall, Some(actor)) = (progress_ends, &progress) {
         let _ = actor.send(Finish).await;
     }
     outcome

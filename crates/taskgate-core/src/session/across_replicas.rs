@@ -244,7 +244,7 @@ impl SessionActor {
             .ties
             .upstream_refs
             .iter()
-            .filter(|(name, _)| !self.upstreams.get(*name).is_some_and(|s| !s.is_shared() && !s.is_pooled()))
+            .filter(|(name, _)| !self.upstreams.get(name).is_some_and(|s| !s.is_shared() && !s.is_pooled()))
             .map(|(n, r)| (n.clone(), r.clone()))
             .collect();
         end_at_upstreams(&self.shared.connectors, &self.client, recorded);

@@ -12,7 +12,7 @@ use taskgate_upstream::{UpstreamError, UpstreamSession};
 
 use super::SessionActor;
 use crate::catalog::Naming;
-use crate::forwarded_call::relay_call;
+use crate::forwarded_call::{relay_call, ForwardedCall, ProgressEnds, ResultAs};
 use crate::offering_names::{self as names, CursorRef, ListCursor};
 use crate::progress::Abandon;
 use crate::router::EnsureCatalog;
@@ -413,18 +413,18 @@ impl SessionActor {
         }
         let span = self.upstream_span(&id, method, &upstream);
         let call = tracing::Instrument::instrument(
-            relay_call(
+            relay_call(ForwardedCall {
                 session,
                 method,
                 upstream_id,
                 params,
-                None,
-                Some(reply),
+                arguments: None,
+                reply: Some(reply),
                 progress,
-                true,
-                self.myself.clone(),
-                false,
-            ),
+                progress_ends: ProgressEnds::WithTheCall,
+                relay: self.myself.clone(),
+                result: ResultAs::Read,
+            }),
             span,
         );
         let call = self.for_request(&id, call);

@@ -73,7 +73,6 @@ impl SessionActor {
     /// Relays a request an upstream sent (elicitation, sampling, roots) to the client with a
     /// gateway-issued id: on the stream of the request it belongs to, or of a `tasks/result`
     /// waiting on its task, or else the GET stream.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn relay_request(
         &mut self,
         upstream: String,

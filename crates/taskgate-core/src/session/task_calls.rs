@@ -21,17 +21,15 @@ use crate::{tasks, GatewayError};
 impl SessionActor {
     /// Runs an admitted task: as a native upstream task, wrapped by the gateway, or as the
     /// gateway's task following what an upstream that speaks the tasks extension decides.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn start_task(
         &mut self,
         id: RequestId,
         mut upstream_params: Value,
-        record: TaskRecord,
-        run: TaskRun,
+        admitted: Admitted,
         session: UpstreamSession,
-        permit: Option<crate::tenants::TaskPermit>,
         ctx: &mut Context<Self>,
     ) {
+        let Admitted { record, run, permit } = admitted;
         if !self.requests.contains(&id) {
             // Cancelled while it was being admitted: its reservation goes back.
             self.shared.tasks.release(&record);
@@ -168,7 +166,10 @@ impl SessionActor {
             (result, caller.resume_point().await)
         });
         ctx.spawn(call.into_actor(self).map(move |(result, resume), act, ctx| match result {
-            Ok(result) => act.adopt_upstream_task(id, result, resume, record, (route, progress, permit), session, ctx),
+            Ok(result) => {
+                let adopted = Adopted { result, resume, route, progress, permit };
+                act.adopt_upstream_task(id, record, adopted, session, ctx)
+            }
             Err(e) => {
                 if let Some((actor, _)) = &progress {
                     let _ = actor.try_send(Abandon);
@@ -183,18 +184,16 @@ impl SessionActor {
 
     /// The upstream answered a call with a task of its own (`result` holds its
     /// `CreateTaskResult`): the gateway's task `record` follows it under the gateway's id, and
-    /// the client gets that task. A creation counted in `native_creating` ends here.
-    #[allow(clippy::too_many_arguments)]
+    /// the client gets that task. A creation counted in `early` ends here.
     pub(super) fn adopt_upstream_task(
         &mut self,
         id: RequestId,
-        result: Value,
-        resume: Option<taskgate_upstream::SessionResume>,
         record: TaskRecord,
-        (route, progress, permit): Adopted,
+        adopted: Adopted,
         session: UpstreamSession,
         ctx: &mut Context<Self>,
     ) {
+        let Adopted { result, resume, route, progress, permit } = adopted;
         let Some(up) = result.get("task").and_then(TaskView::from_value) else {
             if let Some((actor, _)) = &progress {
                 let _ = actor.try_send(Abandon);
@@ -309,10 +308,24 @@ pub(super) enum TaskRun {
     UpstreamDecides,
 }
 
-/// What a task adopted from its upstream takes along: its progress route, its progress actor
-/// (with the upstream's token) and its place under the caps.
-pub(super) type Adopted =
-    (Option<ProgressRouting>, Option<(Addr<ProgressActor>, Value)>, Option<crate::tenants::TaskPermit>);
+/// A task admitted under the caps, to start: its record, how it runs, its place under the caps
+/// (none when a place was reserved in the store).
+pub(super) struct Admitted {
+    pub record: TaskRecord,
+    pub run: TaskRun,
+    pub permit: Option<crate::tenants::TaskPermit>,
+}
+
+/// A task the upstream made, for the gateway's task to follow: its `CreateTaskResult`, where its
+/// session resumes, its progress route, its progress actor (with the upstream's token) and its
+/// place under the caps.
+pub(super) struct Adopted {
+    pub result: Value,
+    pub resume: Option<taskgate_upstream::SessionResume>,
+    pub route: Option<ProgressRouting>,
+    pub progress: Option<(Addr<ProgressActor>, Value)>,
+    pub permit: Option<crate::tenants::TaskPermit>,
+}
 
 /// A native task's progress, routed by its token at the upstream session, until the task's
 /// actor forwards it.

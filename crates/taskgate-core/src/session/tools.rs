@@ -10,10 +10,10 @@ use taskgate_protocol::{mcp, RawArguments, RequestId};
 use taskgate_upstream::UpstreamSession;
 
 use super::session_context::SessionContext;
-use super::task_calls::TaskRun;
+use super::task_calls::{Admitted, Adopted, TaskRun};
 use super::{SessionActor, TaskMode};
 use crate::catalog::{Page, ToolEntry};
-use crate::forwarded_call::relay_call;
+use crate::forwarded_call::{relay_call, ForwardedCall, ProgressEnds, ResultAs};
 use crate::outbound::Outbound;
 use crate::progress::{ProgressActor, ProgressTarget};
 use crate::router::{EnsureCatalog, ToolCatalog, UpstreamFailure};
@@ -215,7 +215,10 @@ impl SessionActor {
                     // The Supervisor's caps: over one, a clear error and no task (nothing
                     // reaches the upstream).
                     match self.admit_task() {
-                        Ok(permit) => self.start_task(id, upstream_params, record, run, session, Some(permit), ctx),
+                        Ok(permit) => {
+                            let admitted = Admitted { record, run, permit: Some(permit) };
+                            self.start_task(id, upstream_params, admitted, session, ctx)
+                        }
                         Err(e) => {
                             self.shared.tasks.holdings.release(&record.id);
                             self.finish(id, Err(e))
@@ -229,7 +232,7 @@ impl SessionActor {
                 let reserve =
                     self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
                 ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
-                    Ok(()) => act.start_task(id, upstream_params, record, run, session, None, ctx),
+                    Ok(()) => act.start_task(id, upstream_params, Admitted { record, run, permit: None }, session, ctx),
                     Err(e) => {
                         act.shared.tasks.holdings.release(&record.id);
                         act.finish(id, Err(e))
@@ -281,18 +284,18 @@ impl SessionActor {
         let caller = session.clone();
         let relay = self.myself.clone();
         let call = async move {
-            let outcome = relay_call(
-                caller.clone(),
-                methods::TOOLS_CALL,
+            let outcome = relay_call(ForwardedCall {
+                session: caller.clone(),
+                method: methods::TOOLS_CALL,
                 upstream_id,
                 params,
-                None,
-                Some(reply),
+                arguments: None,
+                reply: Some(reply),
                 progress,
-                true,
+                progress_ends: ProgressEnds::WithTheCall,
                 relay,
-                false,
-            )
+                result: ResultAs::Read,
+            })
             .await;
             let resume = match &outcome {
                 Ok(_) => caller.resume_point().await,
@@ -351,8 +354,8 @@ impl SessionActor {
             match self.admit_task() {
                 Ok(permit) => {
                     self.early.creating(&entry.upstream);
-                    let admitted = (None, None, Some(permit));
-                    self.adopt_upstream_task(id, result, resume, record, admitted, session, ctx)
+                    let adopted = Adopted { result, resume, route: None, progress: None, permit: Some(permit) };
+                    self.adopt_upstream_task(id, record, adopted, session, ctx)
                 }
                 Err(e) => {
                     self.shared.tasks.holdings.release(&record.id);
@@ -367,7 +370,8 @@ impl SessionActor {
         ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
             Ok(()) => {
                 act.early.creating(&entry.upstream);
-                act.adopt_upstream_task(id, result, resume, record, (None, None, None), session, ctx)
+                let adopted = Adopted { result, resume, route: None, progress: None, permit: None };
+                act.adopt_upstream_task(id, record, adopted, session, ctx)
             }
             Err(e) => {
                 act.shared.tasks.holdings.release(&record.id);
@@ -397,19 +401,19 @@ impl SessionActor {
         }
         let span = self.upstream_span(&id, methods::TOOLS_CALL, &upstream_name);
         let call = tracing::Instrument::instrument(
-            relay_call(
+            relay_call(ForwardedCall {
                 session,
-                methods::TOOLS_CALL,
+                method: methods::TOOLS_CALL,
                 upstream_id,
                 params,
                 arguments,
-                Some(reply),
+                reply: Some(reply),
                 progress,
-                true,
-                self.myself.clone(),
+                progress_ends: ProgressEnds::WithTheCall,
+                relay: self.myself.clone(),
                 // The result is the upstream's to shape: it goes to the client as it came.
-                true,
-            ),
+                result: ResultAs::Passed,
+            }),
             span,
         );
         let call = self.for_request(&id, call);

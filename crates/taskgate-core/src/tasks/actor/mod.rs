@@ -394,18 +394,19 @@ impl Actor for TaskActor {
                 let creator = self.extras.subject().cloned();
                 let call = match self.progress.clone() {
                     Some(progress) => futures_util::future::Either::Left(async move {
-                        let call = crate::forwarded_call::relay_call(
+                        use crate::forwarded_call::{relay_call, ForwardedCall, ProgressEnds, ResultAs};
+                        let call = relay_call(ForwardedCall {
                             session,
-                            methods::TOOLS_CALL,
-                            id,
+                            method: methods::TOOLS_CALL,
+                            upstream_id: id,
                             params,
-                            None,
-                            None,
-                            Some(progress),
-                            false,
-                            None,
-                            false,
-                        );
+                            arguments: None,
+                            reply: None,
+                            progress: Some(progress),
+                            progress_ends: ProgressEnds::Later,
+                            relay: None,
+                            result: ResultAs::Read,
+                        });
                         taskgate_upstream::CallState::Done(call.await.map(taskgate_protocol::Payload::into_value))
                     }),
                     None => futures_util::future::Either::Right(session.into_call(
