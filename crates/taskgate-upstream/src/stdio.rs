@@ -66,16 +66,18 @@ impl StdioChannel {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // The gateway's own pid, read before the fork: in a container the gateway may be pid 1.
+        let gateway = std::process::id() as libc::pid_t;
         // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, _exit).
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 // No process outlives the gateway, even one killed with SIGKILL: the child gets
                 // SIGTERM when the gateway's thread that started it ends (the arbiter threads
                 // that start them live as long as the process).
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if libc::getppid() == 1 {
+                if libc::getppid() != gateway {
                     libc::_exit(1); // the gateway died before the prctl took effect
                 }
                 Ok(())
