@@ -15,6 +15,7 @@ mod front_door;
 mod hostile;
 mod interop;
 mod interop_modern;
+mod kubernetes;
 mod methods;
 mod modern;
 mod modern_upstreams;
