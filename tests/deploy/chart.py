@@ -3,8 +3,9 @@ the Kubernetes schemas of kubernetes-validate: no helm binary, no cluster.
 
     chart.py CHART OUT [VALUES.yaml ...] [--set-json JSON]
 
-Writes the rendered manifests to OUT (one YAML stream) and the configuration the chart rendered
-(taskgate.toml) beside it as OUT.toml; prints one line per manifest kind and name. Exits 1 with
+Writes the rendered manifests to OUT (one YAML stream), the configuration the chart rendered
+(taskgate.toml) beside it as OUT.toml and a PrometheusRule's rules as OUT.rules.yml (for
+`promtool check rules`); prints one line per manifest kind and name. Exits 1 with
 the reason when rendering, linting or validation fails.
 """
 
@@ -51,8 +52,12 @@ def main() -> int:
     for document in documents:
         kind, name = document["kind"], document["metadata"]["name"]
         if document["apiVersion"].startswith("monitoring.coreos.com/"):
-            # The Prometheus Operator's kinds: not in Kubernetes' schemas.
-            print(f"{kind} {name} (not validated: a custom resource)")
+            # The Prometheus Operator's kinds: not in Kubernetes' schemas (the rules are checked
+            # by promtool).
+            print(f"{kind} {name} (a custom resource)")
+            if kind == "PrometheusRule":
+                with open(out + ".rules.yml", "w") as f:
+                    yaml.safe_dump(document["spec"], f, sort_keys=False)
             continue
         try:
             kubernetes_validate.validate(document, KUBERNETES, strict=True)

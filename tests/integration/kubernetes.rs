@@ -109,6 +109,10 @@ fn the_chart_renders_lints_and_validates_and_refuses_replicas_without_redis() {
     let first_alert = alerts.lines().find_map(|l| l.trim().strip_prefix("- alert: ")).unwrap();
     assert!(manifests.contains(&format!("alert: {first_alert}")), "{first_alert} missing from the PrometheusRule");
     assert!(manifests.contains("grafana_dashboard: '1'"), "the dashboards carry the sidecar's label");
+    let rules =
+        Command::new("promtool").arg("check").arg("rules").arg(replicas.with_extension("yaml.rules.yml")).output();
+    let rules = rules.expect("promtool runs (.ci/run installs prometheus)");
+    assert!(rules.status.success(), "the PrometheusRule's rules: {}", text(&rules));
 
     // More than one replica on the file store: refused, saying why.
     let refused = render(&dir.path().join("refused.yaml"), &[], json!({"replicas": 3})).expect_err("refused");
