@@ -41,6 +41,7 @@ mod support;
 mod tasks;
 mod tenant_trust;
 mod tenants;
+mod tool_rates;
 mod traces;
 mod upstream_decides;
 mod upstreams;

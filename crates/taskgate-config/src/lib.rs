@@ -29,8 +29,8 @@ pub use problem::{ConfigError, Problem};
 pub use server::{FederationConfig, ForwardedHeader, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
 pub use tenants::{
-    glob, secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, SessionCapPolicy,
-    TenantConfig, TenantLimits, ToolRules,
+    glob, secure_url, ApiKeyConfig, EffectiveTaskLimits, JwtAlgorithm, JwtConfig, OAuthConfig, Rate, RatePer,
+    SessionCapPolicy, TenantConfig, TenantLimits, ToolRate, ToolRules,
 };
 pub use traces::TracesConfig;
 pub use trust::normal_audience;
@@ -145,6 +145,44 @@ mod tests {
             assert!(locations.contains(&expected), "{expected}: {locations:?}");
         }
         assert!(!locations.iter().any(|l| l.starts_with("tenant[1]") && l.ends_with(".scopes")), "{locations:?}");
+    }
+
+    #[test]
+    fn tool_rates_are_read_with_their_scope_and_checked() {
+        let text = r#"
+            [[upstream]]
+            name = "search"
+            transport = "http"
+            url = "http://127.0.0.1:1/mcp"
+            [[tenant]]
+            id = "acme"
+            anonymous = true
+            [tenant.tools]
+            rates = { "search__*" = { per_second = 2.0, burst = 5 }, "*__query" = { per_second = 1.0, burst = 1, per = "principal" } }
+            upstream_rates = { search = { per_second = 10.0, burst = 20 } }
+        "#;
+        let config = Config::from_toml(text, "t.toml", &|_| None).expect("valid");
+        let rules = config.tenants[0].tools.as_ref().unwrap();
+        assert_eq!(rules.rates["search__*"], ToolRate { per_second: 2.0, burst: 5, per: RatePer::Tenant });
+        assert_eq!(rules.rates["*__query"].per, RatePer::Principal);
+        assert_eq!(rules.upstream_rates["search"].burst, 20);
+        let bad = text
+            .replace("burst = 5", "burst = 0")
+            .replace("per_second = 10.0", "per_second = -1.0")
+            .replace("upstream_rates = { search", "upstream_rates = { serch");
+        let Err(ConfigError::Invalid { problems, .. }) = Config::from_toml(&bad, "t.toml", &|_| None) else {
+            panic!("expected invalid")
+        };
+        let messages: Vec<String> = problems.iter().map(|p| format!("{}: {}", p.location, p.message)).collect();
+        for expected in [
+            "tenant[0] (\"acme\").tools.rates.\"search__*\": burst must be at least 1",
+            "tenant[0] (\"acme\").tools.upstream_rates: \"serch\" is no configured upstream",
+            "tenant[0] (\"acme\").tools.upstream_rates.\"serch\": per_second must be a positive number",
+        ] {
+            assert!(messages.iter().any(|m| m == expected), "{expected}: {messages:?}");
+        }
+        let unknown = text.replace("per = \"principal\"", "per = \"session\"");
+        assert!(Config::from_toml(&unknown, "t.toml", &|_| None).is_err(), "per is tenant or principal");
     }
 
     #[test]

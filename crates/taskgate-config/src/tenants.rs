@@ -56,8 +56,8 @@ impl TenantConfig {
     }
 }
 
-/// `[tenant.tools]`: which tools a tenant may list and call.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `[tenant.tools]`: which tools a tenant may list and call, and how often.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolRules {
     /// When not empty, a tool must match one of these.
@@ -77,6 +77,44 @@ pub struct ToolRules {
     /// → space-separated scopes), as for `scopes`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upstream_scopes: BTreeMap<String, String>,
+    /// Calls of the tools a glob matches (glob → rate), tenant-wide or per principal: each
+    /// glob is one bucket, shared by every tool it matches. A call over it gets 429 with
+    /// `Retry-After`, naming the tool and the glob.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rates: BTreeMap<String, ToolRate>,
+    /// Calls of any tool of an upstream (upstream name → rate), as for `rates`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_rates: BTreeMap<String, ToolRate>,
+}
+
+/// A rate of tool calls (`[tenant.tools] rates`, `upstream_rates`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRate {
+    /// Calls per second, sustained.
+    pub per_second: f64,
+    /// Calls allowed at once after a quiet period (at least 1).
+    pub burst: u32,
+    /// Whose calls share the bucket: the whole tenant's (`"tenant"`, the default) or each
+    /// principal's (`"principal"`).
+    #[serde(default)]
+    pub per: RatePer,
+}
+
+/// Whose calls one rate bucket counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RatePer {
+    #[default]
+    Tenant,
+    Principal,
+}
+
+impl ToolRate {
+    /// The rate, as the limits' buckets take it.
+    pub fn rate(&self) -> Rate {
+        Rate { per_second: self.per_second, burst: self.burst }
+    }
 }
 
 impl ToolRules {

@@ -116,6 +116,21 @@ impl Config {
                     bad(at("upstream_scopes"), format!("{upstream:?} is no configured upstream"));
                 }
             }
+            for upstream in rules.upstream_rates.keys() {
+                if !self.upstreams.iter().any(|u| &u.name == upstream) {
+                    bad(at("upstream_rates"), format!("{upstream:?} is no configured upstream"));
+                }
+            }
+            let rates = rules.rates.iter().map(|(g, r)| (format!("rates.{g:?}"), r));
+            let upstream_rates = rules.upstream_rates.iter().map(|(u, r)| (format!("upstream_rates.{u:?}"), r));
+            for (key, rate) in rates.chain(upstream_rates) {
+                if !(rate.per_second.is_finite() && rate.per_second > 0.0) {
+                    bad(at(&key), "per_second must be a positive number".into());
+                }
+                if rate.burst == 0 {
+                    bad(at(&key), "burst must be at least 1".into());
+                }
+            }
             let scoped = !rules.scopes.is_empty() || !rules.upstream_scopes.is_empty();
             if scoped && tenant.oauth.is_empty() {
                 bad(

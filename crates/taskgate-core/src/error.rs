@@ -98,6 +98,18 @@ pub enum GatewayError {
         /// When a request will be admitted again.
         retry_after_ms: u64,
     },
+    /// A call of a tool over a rate of `[tenant.tools]` (`rates`, `upstream_rates`).
+    #[error("Too Many Requests: {what}; retry after {retry_after_ms} ms")]
+    ToolRateLimited {
+        /// The tool called (the gateway's name).
+        tool: String,
+        /// The glob (or `upstream:<name>`) whose rate it is over.
+        pattern: String,
+        /// Which rate, e.g. `calls of tools matching "search__*" by tenant "acme" (2/s, burst 5)`.
+        what: String,
+        /// When a call would be admitted again.
+        retry_after_ms: u64,
+    },
     /// A tenant's cap (concurrent tasks, sessions) is reached; nothing was created.
     #[error("Limit exceeded: {0}")]
     LimitExceeded(String),
@@ -170,7 +182,10 @@ impl GatewayError {
             GatewayError::BodyTimeout { .. } => 408,
             GatewayError::PayloadTooLarge { .. } => 413,
             GatewayError::UnsupportedMediaType(_) => 415,
-            GatewayError::RateLimited { .. } | GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => 429,
+            GatewayError::RateLimited { .. }
+            | GatewayError::ToolRateLimited { .. }
+            | GatewayError::LimitExceeded(_)
+            | GatewayError::SessionCap { .. } => 429,
             GatewayError::Overloaded(_)
             | GatewayError::StoreUnavailable(_)
             | GatewayError::StoreFailed(_)
@@ -221,6 +236,10 @@ impl GatewayError {
                 return ErrorObject::new(codes::RATE_LIMITED, self.to_string())
                     .with_data(json!({"retryAfterMs": retry_after_ms}));
             }
+            GatewayError::ToolRateLimited { tool, pattern, retry_after_ms, .. } => {
+                return ErrorObject::new(codes::RATE_LIMITED, self.to_string())
+                    .with_data(json!({"retryAfterMs": retry_after_ms, "tool": tool, "pattern": pattern}));
+            }
             GatewayError::Rpc(error) => return (**error).clone(),
             GatewayError::Upstream(e) => {
                 return match e {
@@ -267,7 +286,7 @@ impl GatewayError {
             GatewayError::Unauthorized { .. } => "unauthorized",
             GatewayError::MalformedCredentials { .. } => "malformed_credentials",
             GatewayError::Forbidden { .. } => "forbidden",
-            GatewayError::RateLimited { .. } => "rate_limited",
+            GatewayError::RateLimited { .. } | GatewayError::ToolRateLimited { .. } => "rate_limited",
             GatewayError::LimitExceeded(_) | GatewayError::SessionCap { .. } => "limit_exceeded",
             GatewayError::HeaderMismatch(_) => "header_mismatch",
             GatewayError::MissingClientCapability { .. } => "missing_client_capability",
@@ -317,6 +336,16 @@ mod tests {
             (GatewayError::Forbidden { message: "x".into(), challenge: "Bearer".into() }, 403, -32004),
             (GatewayError::MalformedCredentials { message: "x".into(), challenge: "Bearer".into() }, 400, -32004),
             (GatewayError::RateLimited { what: "x".into(), retry_after_ms: 5 }, 429, -32005),
+            (
+                GatewayError::ToolRateLimited {
+                    tool: "t".into(),
+                    pattern: "*".into(),
+                    what: "x".into(),
+                    retry_after_ms: 5,
+                },
+                429,
+                -32005,
+            ),
             (GatewayError::LimitExceeded("x".into()), 429, -32006),
             (GatewayError::HeaderMismatch("x".into()), 400, -32020),
             (GatewayError::MissingClientCapability { message: "x".into(), required: json!({}) }, 400, -32021),

@@ -193,6 +193,8 @@ async fn dispatch(
         if let Some(verified) = &scoped {
             gateway.check_scopes(verified, method, params.as_ref()).await.map_err(|e| (e, Some(id.clone())))?;
         }
+        // A call over a rate of its tool or upstream: 429 with Retry-After, naming both.
+        gateway.admit_tool(&identity, method, params.as_ref()).await.map_err(|e| (e, Some(id.clone())))?;
         // The client MUST accept both JSON and SSE; a gateway can answer with either one it accepts.
         if !accepts.json && !accepts.sse {
             return Err((

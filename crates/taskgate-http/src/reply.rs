@@ -26,7 +26,9 @@ pub fn error(e: &GatewayError, id: Option<RequestId>) -> HttpResponse {
             response.insert_header(("Retry-After", "1"));
         }
         // RFC 9110 "Retry-After": whole seconds, rounded up so a client that obeys it is admitted.
-        GatewayError::RateLimited { retry_after_ms, .. } | GatewayError::SessionCap { retry_after_ms, .. } => {
+        GatewayError::RateLimited { retry_after_ms, .. }
+        | GatewayError::ToolRateLimited { retry_after_ms, .. }
+        | GatewayError::SessionCap { retry_after_ms, .. } => {
             response.insert_header(("Retry-After", retry_after_ms.div_ceil(1000).max(1).to_string()));
         }
         // RFC 6750 section 3: a 401 or 403 to a bearer-token request names the scheme, and the

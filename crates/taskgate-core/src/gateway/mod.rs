@@ -36,6 +36,7 @@ mod handle;
 mod health;
 mod pool;
 mod replicated;
+mod tool_admission;
 
 pub use callers::resource_metadata_url;
 pub use client_sessions::server_info;
@@ -81,6 +82,18 @@ fn tenant_ids(config: &Config) -> Vec<String> {
         return vec![tenants::IMPLICIT_TENANT.to_owned()];
     }
     config.tenants.iter().map(|t| t.id.clone()).collect()
+}
+
+/// Each tenant with each rate of its `[tenant.tools]`, as the metric labels them.
+fn tool_rate_patterns(config: &Config) -> Vec<(String, String)> {
+    let rules = config.tenants.iter().filter_map(|t| t.tools.as_ref().map(|r| (t, r)));
+    rules
+        .flat_map(|(t, r)| {
+            let globs = r.rates.keys().cloned();
+            let upstreams = r.upstream_rates.keys().map(|u| format!("upstream:{u}"));
+            globs.chain(upstreams).map(|p| (t.id.clone(), p))
+        })
+        .collect()
 }
 
 fn upstream_names(config: &Config) -> Vec<String> {
@@ -200,6 +213,7 @@ impl Gateway {
             streams: Arc::default(),
         });
         shared.metrics.initialise(&tenant_ids(&shared.config), &upstream_names(&shared.config));
+        shared.metrics.initialise_tool_rates(&tool_rate_patterns(&shared.config));
         shared.metrics.tenant_upstreams(&tenant_upstreams(&shared.config));
         let supervisor = Supervisor::new(task_context.clone()).start();
         let _ = task_context.supervisor.set(supervisor.clone().recipient());
@@ -289,6 +303,7 @@ impl Gateway {
             Ok(()) => {
                 m.config_reloads.with_label_values(&["applied"]).inc();
                 m.initialise(&tenant_ids(&checked), &upstream_names(&checked));
+                m.initialise_tool_rates(&tool_rate_patterns(&checked));
                 m.tenant_upstreams(&tenant_upstreams(&checked));
                 let listeners_moved = checked.admin.on_main_listener != self.admin_config().on_main_listener;
                 *self.admin.write() = Arc::new(checked.admin.clone());

@@ -3,6 +3,14 @@
 use super::Metrics;
 
 impl Metrics {
+    /// [`Metrics::initialise`]'s part for the configuration's own names: each tenant's
+    /// `[tenant.tools]` rates, by the glob or `upstream:<name>` written.
+    pub fn initialise_tool_rates(&self, patterns: &[(String, String)]) {
+        for (tenant, pattern) in patterns {
+            self.tool_rate_limited.with_label_values(&[tenant, pattern]);
+        }
+    }
+
     /// Creates every series whose labels are known in advance at 0 (Prometheus instrumentation
     /// practice): a fresh `/metrics` already has them, so dashboards show 0 rather than "No
     /// data" and `absent()` alerts do not misfire. Called at start and on every reload (new

@@ -126,6 +126,9 @@ pub struct Metrics {
     pub auth_failures: IntCounterVec,
     /// Requests refused by a rate limit (HTTP 429), by tenant and reason (the bucket).
     pub rate_limited: IntCounterVec,
+    /// Tool calls refused by a `[tenant.tools]` rate, by tenant and the glob (or upstream)
+    /// configured.
+    pub tool_rate_limited: IntCounterVec,
     /// tasks/get, tasks/result and tasks/cancel naming a task the requestor cannot see, by tenant.
     pub task_lookup_failures: IntCounterVec,
     /// Configuration reloads by status (applied, rejected).
@@ -353,6 +356,11 @@ impl Metrics {
                 "taskgate_rate_limited_total",
                 "Requests refused by a rate limit (HTTP 429)",
                 &["tenant", "reason"],
+            ),
+            tool_rate_limited: counter(
+                "taskgate_tool_rate_limited_total",
+                "Tool calls refused by a rate of [tenant.tools] (HTTP 429), by the glob or upstream:<name> configured",
+                &["tenant", "pattern"],
             ),
             task_lookup_failures: counter(
                 "taskgate_task_lookup_failures_total",

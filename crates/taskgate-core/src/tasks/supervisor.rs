@@ -112,6 +112,7 @@ impl Actor for Supervisor {
             act.trim_after_bursts();
             ctx.spawn(act.expire_sessions().into_actor(act));
             act.shared.tenancy.rates.prune(act.shared.clock.now_ms());
+            act.shared.tenancy.tool_rates.prune(act.shared.clock.now_ms());
             act.shared.tasks.prune_polls();
         });
     }

@@ -52,7 +52,7 @@ impl Bucket {
 /// GCRA with the arrival time in milliseconds: the bucket admits a request at `now` when its
 /// theoretical arrival time is at most `tau` ahead of `now`, and each admission moves it one
 /// emission interval on.
-fn gcra(tat: f64, now: f64, rate: Rate) -> Result<f64, u64> {
+pub(super) fn gcra(tat: f64, now: f64, rate: Rate) -> Result<f64, u64> {
     let interval = 1000.0 / rate.per_second;
     let tau = interval * f64::from(rate.burst.saturating_sub(1));
     let tat = tat.max(now);

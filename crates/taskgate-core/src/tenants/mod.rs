@@ -10,6 +10,7 @@ pub mod limits;
 pub mod oauth;
 mod refusal;
 pub mod subjects;
+pub mod tool_rates;
 mod verified;
 
 use std::collections::BTreeSet;
@@ -167,6 +168,8 @@ pub struct Tenancy {
     table: RwLock<Arc<TenantTable>>,
     /// Request rates.
     pub rates: RateLimiter,
+    /// Tool calls' rates, where no shared store keeps them.
+    pub tool_rates: tool_rates::ToolRateLimiter,
     /// Concurrent tasks.
     pub concurrency: Concurrency,
     /// The authorization servers' keys, kept across reloads.
@@ -200,6 +203,7 @@ impl Tenancy {
         Ok(Tenancy {
             table: RwLock::new(Arc::new(table)),
             rates: RateLimiter::default(),
+            tool_rates: Default::default(),
             concurrency: Concurrency::default(),
             issuers,
             subjects,
