@@ -721,3 +721,41 @@ async fn tools_a_tenant_may_not_call_are_unknown_to_it() {
     let listed = globex.tool_names().await;
     assert!(listed.iter().any(|t| t == "demo__slow") && listed.iter().any(|t| t.starts_with("local__")), "{listed:?}");
 }
+
+#[actix_rt::test]
+async fn a_client_that_had_its_share_of_tokens_refused_gets_the_rest_refused_unchecked() {
+    let (a, b) = (DemoUpstream::start(), DemoUpstream::start());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let gw = TestGateway::start_with_clock(two_tenants(&a, &b), clock.clone());
+    let claims = |who: &str| json!({"iss": "https://idp.globex.example", "aud": "taskgate", "email": format!("{who}@globex"), "exp": now_secs() + 600});
+    // A valid token not yet seen. (Only OAuth access tokens verified lately, which the gateway
+    // keeps, pass without a check; a configured JWT is checked each time.)
+    let fresh = hs256(&claims("fresh"));
+    let forged = |n: usize| {
+        sign(
+            r#"{"alg":"HS256"}"#,
+            &claims(&format!("forger{n}")),
+            &PKey::hmac(b"not-the-secret-not-the-secret-not").unwrap(),
+        )
+    };
+    let message = |reply: &taskgate_testkit::Reply| reply.outcome().unwrap_err().message;
+    // Each of the client's first ten forged tokens is checked, and refused for its signature.
+    for n in 0..taskgate_core::tenants::refused_tokens::PER_SOURCE as usize {
+        let reply = McpClient::with_bearer(&gw.url, &forged(n)).try_initialize().await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+        assert!(message(&reply).contains("no configured issuer signed it"), "{}", message(&reply));
+    }
+    // The rest of this second: refused unchecked, saying why.
+    let reply = McpClient::with_bearer(&gw.url, &forged(99)).try_initialize().await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert!(message(&reply).contains("more tokens refused this second"), "{}", message(&reply));
+    assert!(reply.headers.get("www-authenticate").is_some());
+    let unchecked = McpClient::with_bearer(&gw.url, &fresh).try_initialize().await;
+    assert!(message(&unchecked).contains("more tokens refused this second"), "a new token waits for the next second");
+    // API keys are not JWTs: never held back by it.
+    let mut alice = McpClient::with_bearer(&gw.url, "acme-alice-key-0001");
+    alice.initialize().await;
+    // The next second, the new token is checked, and passes.
+    clock.advance(1000);
+    assert_eq!(McpClient::with_bearer(&gw.url, &fresh).try_initialize().await.status, StatusCode::OK);
+}

@@ -29,13 +29,27 @@ impl Gateway {
     /// exchanges callers' tokens (RFC 8693).
     ///
     /// `source` names the client (its address, or the one a trusted proxy names): an opaque
-    /// token is introspected only within the client's share of its server's budget.
+    /// token is introspected only within the client's share of its server's budget, and a
+    /// client that had [`crate::tenants::refused_tokens::PER_SOURCE`] tokens refused this second
+    /// has its further JWTs refused without a signature check.
     pub async fn authenticate(
         &self,
         authorization: Option<&str>,
         source: &dyn Fn() -> Option<std::net::IpAddr>,
     ) -> Result<Verified, GatewayError> {
-        let mut outcome = self.shared.tenancy.authenticate(authorization);
+        let tenancy = &self.shared.tenancy;
+        // A JWT's signature is costly to check: a client that had its share of tokens refused
+        // this second gets the rest refused unchecked (a token verified lately still passes).
+        let jwt = authorization.is_some_and(|h| h.bytes().filter(|b| *b == b'.').count() == 2);
+        let jwt_source = if jwt { source() } else { None };
+        if let Some(ip) = jwt_source {
+            if tenancy.refused_tokens.spent(ip, tenancy.now_secs()) && !tenancy.verified_lately(authorization) {
+                let e = AuthError::Token("this client had more tokens refused this second than are checked for it");
+                self.shared.metrics.auth_failures.with_label_values(&[e.reason()]).inc();
+                return Err(self.refusal(&e));
+            }
+        }
+        let mut outcome = tenancy.authenticate(authorization);
         match &outcome {
             Err(AuthError::KeysNeeded(issuer)) => {
                 // The keys are read again (at most once per cooldown), or another request's read
@@ -87,6 +101,11 @@ impl Gateway {
                 // The request's own token goes with it: its exchanges start from it.
                 verified.subject =
                     Some(taskgate_upstream::Subject { token: token.into(), expires_secs: verified.expires_secs });
+            }
+        }
+        if let (Some(ip), Err(e)) = (jwt_source, &outcome) {
+            if !matches!(e, AuthError::Scope(_)) {
+                tenancy.refused_tokens.refused(ip, tenancy.now_secs());
             }
         }
         outcome.map_err(|e| {

@@ -165,6 +165,11 @@ impl Credentials {
         }
     }
 
+    /// Whether `token` is a JWT verified lately.
+    pub fn verified_lately(&self, token: &str, now_secs: u64) -> bool {
+        self.verified.get(&super::jws::sha256(token.as_bytes()), now_secs).is_some()
+    }
+
     /// The identity an `Authorization` header value (or its absence) authenticates.
     pub fn authenticate(&self, authorization: Option<&str>, now_secs: u64) -> Result<Verified, AuthError> {
         let Some(header) = authorization else {

@@ -9,6 +9,7 @@ mod jws;
 pub mod limits;
 pub mod oauth;
 mod refusal;
+pub mod refused_tokens;
 pub mod subjects;
 pub mod tool_rates;
 mod verified;
@@ -168,6 +169,8 @@ pub struct Tenancy {
     table: RwLock<Arc<TenantTable>>,
     /// Request rates.
     pub rates: RateLimiter,
+    /// Tokens refused per client source this second.
+    pub refused_tokens: refused_tokens::RefusedTokens,
     /// Tool calls' rates, where no shared store keeps them.
     pub tool_rates: tool_rates::ToolRateLimiter,
     /// Concurrent tasks.
@@ -204,6 +207,7 @@ impl Tenancy {
             table: RwLock::new(Arc::new(table)),
             rates: RateLimiter::default(),
             tool_rates: Default::default(),
+            refused_tokens: Default::default(),
             concurrency: Concurrency::default(),
             issuers,
             subjects,
@@ -234,6 +238,18 @@ impl Tenancy {
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Verified, AuthError> {
         let table = self.table.read().clone();
         table.credentials.authenticate(authorization, self.clock.now_ms() / 1000)
+    }
+
+    /// Whether `authorization` holds a JWT verified lately (still passing without a check).
+    pub fn verified_lately(&self, authorization: Option<&str>) -> bool {
+        let token = authorization.and_then(|h| h.trim().split_once(' ')).map_or("", |(_, t)| t.trim());
+        let table = self.table.read();
+        table.credentials.verified_lately(token, self.clock.now_ms() / 1000)
+    }
+
+    /// The current second.
+    pub fn now_secs(&self) -> u64 {
+        self.clock.now_ms() / 1000
     }
 
     /// What a refusal says, in the words of the credentials this configuration takes: a
