@@ -745,13 +745,14 @@ async fn a_client_that_had_its_share_of_tokens_refused_gets_the_rest_refused_unc
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
         assert!(message(&reply).contains("no configured issuer signed it"), "{}", message(&reply));
     }
-    // The rest of this second: refused unchecked, saying why.
+    // The rest of this second: 429 until the next second, unchecked, saying why.
     let reply = McpClient::with_bearer(&gw.url, &forged(99)).try_initialize().await;
-    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
-    assert!(message(&reply).contains("more tokens refused this second"), "{}", message(&reply));
-    assert!(reply.headers.get("www-authenticate").is_some());
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(reply.headers.get("retry-after").unwrap(), "1");
+    assert!(message(&reply).contains("tokens refused this second"), "{}", message(&reply));
     let unchecked = McpClient::with_bearer(&gw.url, &fresh).try_initialize().await;
-    assert!(message(&unchecked).contains("more tokens refused this second"), "a new token waits for the next second");
+    assert_eq!(unchecked.status, StatusCode::TOO_MANY_REQUESTS, "a new token waits for the next second");
+    assert_eq!(metric(&gw, "taskgate_auth_failures_total{reason=\"refused_tokens\"}").await, 2.0);
     // API keys are not JWTs: never held back by it.
     let mut alice = McpClient::with_bearer(&gw.url, "acme-alice-key-0001");
     alice.initialize().await;

@@ -100,6 +100,9 @@ async fn replicas_sharing_redis_share_the_tool_rates() {
     let a = DemoUpstream::start();
     let redis = taskgate_store::testing::RedisServer::start();
     let mut config = rated(&a);
+    // A bucket that refills in minutes: the three calls meet the burst, however slow the machine.
+    let rules = config.tenants[0].tools.as_mut().unwrap();
+    rules.rates.get_mut("a__echo").unwrap().per_second = 0.01;
     config.store.backend = StoreBackend::Redis;
     config.store.url = Some(redis.url.clone());
     let (one, two) = (TestGateway::start(config.clone()), TestGateway::start(config));

@@ -141,7 +141,8 @@ fn paths(issuer: &str, signers: &Signers) -> Paths {
 fn gateway_config(demo_url: &str, issuer: &str, rs256_public: &str) -> String {
     let hash: String = openssl::sha::sha256(API_KEY.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
     format!(
-        "[[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n\
+        "trusted_proxies = [\"127.0.0.1\"]\nforwarded_header = \"x-forwarded-for\"\n\
+         [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{demo_url}\"\n\
          [[tenant]]\nid = \"bench\"\n[tenant.limits]\nrate = {{ per_second = 1000000.0, burst = 1000000 }}\n\
          [[tenant.api_key]]\nprincipal = \"ci\"\nsha256 = \"{hash}\"\n\
          [[tenant.oauth]]\nissuer = \"{issuer}\"\naudience = \"{AUDIENCE}\"\njwks_uri = \"{issuer}/jwks\"\n\
@@ -156,16 +157,25 @@ struct Target {
     sessions: Vec<Option<String>>,
 }
 
-/// A `ping` (or `body`) POST with `authorization` in `session`.
+/// The client a request stands for: each request its own (10.x.y.z, named by the trusted
+/// loopback proxy), so that every refusal is a checked one, as a first refusal of each client is
+/// (a client that had its share refused this second is answered 429 unchecked).
+fn source(n: u64) -> String {
+    format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
+}
+
+/// A `ping` (or `body`) POST with `authorization` in `session`, for client `n`.
 fn post(
     http: &reqwest::Client,
     url: &str,
     authorization: Option<String>,
     session: Option<&str>,
     body: String,
+    n: u64,
 ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> {
     let mut request = http
         .post(url)
+        .header("x-forwarded-for", source(n))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-11-25")
@@ -200,12 +210,12 @@ async fn prepare(
         }
         let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}});
-        let answer = post(http, &url, credential(0), None, initialize.to_string()).await?;
+        let answer = post(http, &url, credential(0), None, initialize.to_string(), 0).await?;
         let Some(id) = answer.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned) else {
             bail!("{}: initialize answered {} with no session", paths.names[i], answer.status());
         };
         let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
-        post(http, &url, credential(0), Some(&id), initialized).await?;
+        post(http, &url, credential(0), Some(&id), initialized, 0).await?;
         sessions.push(Some(id));
     }
     let target = Target { gateway, url, sessions };
@@ -224,7 +234,8 @@ async fn prepare(
 /// Path `i`'s `n`th ping at `target`, read to its end.
 async fn send(http: &reqwest::Client, target: &Target, paths: &Paths, i: usize, n: u64) -> Result<reqwest::StatusCode> {
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
-    let answer = post(http, &target.url, paths.credentials[i](n), target.sessions[i].as_deref(), ping).await?;
+    let client = n * 16 + i as u64;
+    let answer = post(http, &target.url, paths.credentials[i](n), target.sessions[i].as_deref(), ping, client).await?;
     let status = answer.status();
     answer.bytes().await?;
     Ok(status)

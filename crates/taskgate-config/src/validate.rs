@@ -121,6 +121,12 @@ impl Config {
                     bad(at("upstream_rates"), format!("{upstream:?} is no configured upstream"));
                 }
             }
+            for glob in rules.rates.keys().filter(|g| g.starts_with("upstream:")) {
+                bad(
+                    at(&format!("rates.{glob:?}")),
+                    "a glob may not start with \"upstream:\" (upstream_rates names upstreams)".into(),
+                );
+            }
             let rates = rules.rates.iter().map(|(g, r)| (format!("rates.{g:?}"), r));
             let upstream_rates = rules.upstream_rates.iter().map(|(u, r)| (format!("upstream_rates.{u:?}"), r));
             for (key, rate) in rates.chain(upstream_rates) {

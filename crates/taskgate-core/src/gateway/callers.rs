@@ -31,7 +31,7 @@ impl Gateway {
     /// `source` names the client (its address, or the one a trusted proxy names): an opaque
     /// token is introspected only within the client's share of its server's budget, and a
     /// client that had [`crate::tenants::refused_tokens::PER_SOURCE`] tokens refused this second
-    /// has its further JWTs refused without a signature check.
+    /// has its further JWTs answered 429 until the next second, without a check.
     pub async fn authenticate(
         &self,
         authorization: Option<&str>,
@@ -44,9 +44,15 @@ impl Gateway {
         let jwt_source = if jwt { source() } else { None };
         if let Some(ip) = jwt_source {
             if tenancy.refused_tokens.spent(ip, tenancy.now_secs()) && !tenancy.verified_lately(authorization) {
-                let e = AuthError::Token("this client had more tokens refused this second than are checked for it");
-                self.shared.metrics.auth_failures.with_label_values(&[e.reason()]).inc();
-                return Err(self.refusal(&e));
+                self.shared.metrics.auth_failures.with_label_values(&["refused_tokens"]).inc();
+                let retry_after_ms = 1000 - self.shared.clock.now_ms() % 1000;
+                return Err(GatewayError::RateLimited {
+                    what: format!(
+                        "this client had {} tokens refused this second; its further tokens are checked from the next second",
+                        crate::tenants::refused_tokens::PER_SOURCE
+                    ),
+                    retry_after_ms,
+                });
             }
         }
         let mut outcome = tenancy.authenticate(authorization);

@@ -32,6 +32,11 @@ impl Gateway {
         let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
             return Ok(()); // refused as invalid params by the session
         };
+        // A tool the tenant may not call is answered by the session as an unknown one; a
+        // 2026-07-28 retry carrying the client's answers continues a call already admitted.
+        if !rules.permits(tool) || params.is_some_and(|p| p.get("inputResponses").is_some()) {
+            return Ok(());
+        }
         let mut upstreams = Vec::new();
         if !rules.upstream_rates.is_empty() {
             if self.shared.catalog.read().resolve(tool).is_none() {

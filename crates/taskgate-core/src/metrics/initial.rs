@@ -90,7 +90,7 @@ impl Metrics {
         for reason in ["session_mailbox", "session_notification", "task_mailbox"] {
             self.mailbox_full.with_label_values(&[reason]);
         }
-        for reason in ["missing", "malformed", "unknown_key", "token_expired", "invalid_token"] {
+        for reason in ["missing", "malformed", "unknown_key", "token_expired", "invalid_token", "refused_tokens"] {
             self.auth_failures.with_label_values(&[reason]);
         }
         for status in ["applied", "rejected"] {
