@@ -59,6 +59,13 @@ async fn prometheus_scraping_a_gateway_under_load_answers_every_panel_and_evalua
     let mut config = config_with(vec![demo.upstream("demo"), UpstreamConfig::http("dead", "http://127.0.0.1:1/mcp")]);
     config.server.admin_listen = Some("127.0.0.1:0".into());
     config.progress.min_interval_ms = 0;
+    // The anonymous tenant, with a tool rate that refuses nothing: its series is charted.
+    let mut anonymous = taskgate_config::TenantConfig::new("anonymous");
+    anonymous.anonymous = true;
+    let rate = taskgate_config::ToolRate { per_second: 1e6, burst: 1_000_000, per: taskgate_config::RatePer::Tenant };
+    anonymous.tools =
+        Some(taskgate_config::ToolRules { rates: [("demo__*".to_owned(), rate)].into(), ..Default::default() });
+    config.tenants = vec![anonymous];
     let gw = TestGateway::start(config);
     let admin = gw.admin.expect("the admin listener").to_string();
     let prometheus =
