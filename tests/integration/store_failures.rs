@@ -25,6 +25,23 @@ async fn metric(gw: &ServedGateway, line_start: &str) -> f64 {
     text.lines().filter(|l| l.starts_with(line_start)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
+/// Creates echo tasks until one is refused: the refusal. Each task taken is kept in `echoed`
+/// with the text it must end with.
+async fn echo_tasks_until_refused(
+    c: &mut McpClient,
+    label: &str,
+    echoed: &mut Vec<(String, String)>,
+) -> taskgate_protocol::ErrorObject {
+    loop {
+        let text = format!("{label}-{}", echoed.len());
+        let params = json!({"name": "demo__echo", "arguments": {"text": text}, "task": {"ttl": 600_000}});
+        match c.request("tools/call", Some(params)).await.outcome() {
+            Ok(created) => echoed.push((created["task"]["taskId"].as_str().unwrap().to_owned(), text)),
+            Err(e) => return e,
+        }
+    }
+}
+
 #[actix_rt::test]
 async fn a_full_disk_holds_finished_tasks_until_space_returns_and_refuses_new_ones_clearly() {
     let disk = SmallDisk::mount(16);
@@ -73,17 +90,7 @@ async fn a_full_disk_holds_finished_tasks_until_space_returns_and_refuses_new_on
     disk.fill();
     // The file may still have room inside it: new tasks take it until the disk refuses.
     let mut echoed = Vec::new();
-    let refused = within(async {
-        loop {
-            let text = format!("during-{}", echoed.len());
-            let params = json!({"name": "demo__echo", "arguments": {"text": text}, "task": {"ttl": 600_000}});
-            match c.request("tools/call", Some(params)).await.outcome() {
-                Ok(created) => echoed.push((created["task"]["taskId"].as_str().unwrap().to_owned(), text)),
-                Err(e) => return e,
-            }
-        }
-    })
-    .await;
+    let refused = within(echo_tasks_until_refused(&mut c, "during", &mut echoed)).await;
     assert_eq!(refused.code, -32002, "{refused:?}");
     assert!(refused.message.contains("No space left on device"), "{}", refused.message);
     for i in 0..5 {
@@ -105,17 +112,7 @@ async fn a_full_disk_holds_finished_tasks_until_space_returns_and_refuses_new_on
     assert!(refused.code == -32002 && why, "{refused:?}");
     // New work is refused, saying why. (A small record may still fit in a page the database
     // freed meanwhile: each task taken is acknowledged, and checked once the disk has room.)
-    let error = within(async {
-        loop {
-            let text = format!("later-{}", echoed.len());
-            let params = json!({"name": "demo__echo", "arguments": {"text": text}, "task": {"ttl": 600_000}});
-            match c.request("tools/call", Some(params)).await.outcome() {
-                Ok(created) => echoed.push((created["task"]["taskId"].as_str().unwrap().to_owned(), text)),
-                Err(e) => return e,
-            }
-        }
-    })
-    .await;
+    let error = within(echo_tasks_until_refused(&mut c, "later", &mut echoed)).await;
     assert_eq!(error.code, -32002, "{error:?}");
     assert!(error.message.contains("cannot be written") || error.message.contains("No space"), "{}", error.message);
     // Reads answer while the database is open; while the disk refuses even to open it again,
