@@ -8,6 +8,7 @@ use taskgate_store::testing::RedisServer;
 use taskgate_testkit::{interop_dir, DemoUpstream, McpClient, Nginx, ServedGateway};
 
 use crate::interop::run_client;
+use crate::modern::Client;
 use crate::support::within;
 
 const KEY: &str = "acme-any-replica-key-0001";
@@ -24,11 +25,11 @@ struct Cluster {
 /// Three replicas of one configuration (Redis, the demo upstream over HTTP with the
 /// conformance fixtures, one tenant with two principals) behind round-robin nginx.
 async fn cluster() -> Cluster {
-    cluster_with("").await
+    cluster_with("", "").await
 }
 
-/// [`cluster`], with more settings for the demo upstream.
-async fn cluster_with(upstream: &str) -> Cluster {
+/// [`cluster`], with more settings for the server and for the demo upstream.
+async fn cluster_with(server: &str, upstream: &str) -> Cluster {
     let redis = RedisServer::start();
     let demo = DemoUpstream::start_conformance();
     let dir = tempfile::tempdir().unwrap();
@@ -37,7 +38,7 @@ async fn cluster_with(upstream: &str) -> Cluster {
     std::fs::write(
         &file,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[logging]\nlevel = \"info\"\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\n{server}\n[logging]\nlevel = \"info\"\n\
              [store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"any:\"\nlease_ms = 600\n\
              [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n{upstream}\n\
              [[tenant]]\nid = \"acme\"\n\
@@ -403,7 +404,7 @@ async fn bound_session(cl: &Cluster) -> (McpClient, usize, String) {
 
 #[actix_rt::test]
 async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the_others_and_ended_once() {
-    let cl = cluster_with("share_sessions = \"never\"").await;
+    let cl = cluster_with("", "share_sessions = \"never\"").await;
     let (c, before, bound) = bound_session(&cl).await;
     let id = c.session.clone().unwrap();
     let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
@@ -429,7 +430,7 @@ async fn a_sessions_own_upstream_session_made_at_one_replica_is_continued_at_the
 
 #[actix_rt::test]
 async fn a_session_ended_through_a_replica_that_never_served_it_ends_its_upstream_session_there() {
-    let mut cl = cluster_with("share_sessions = \"never\"").await;
+    let mut cl = cluster_with("", "share_sessions = \"never\"").await;
     let (c, before, _) = bound_session(&cl).await;
     let id = c.session.clone().unwrap();
     // The replica holding the session dies (its upstream session stays at the upstream); the
@@ -446,4 +447,89 @@ async fn a_session_ended_through_a_replica_that_never_served_it_ends_its_upstrea
         .unwrap();
     assert_eq!(ended.status().as_u16(), 200);
     within(cl.demo.http.wait_sessions(|n| *n == before)).await;
+}
+
+/// A stateless (2026-07-28) client's retry of an `input_required` goes wherever the balancer
+/// sends it: the replica that gets it passes it on to the replica holding the exchange (the
+/// upstream request waiting for the answer), which serves it and sends its answer back.
+#[actix_rt::test]
+async fn a_2026_retry_reaches_the_replica_holding_its_exchange_wherever_the_balancer_sends_it() {
+    // No first wait: an answer not there at once is streamed (SSE).
+    let mut cl = cluster_with("first_message_wait_ms = 0", "").await;
+    let ask =
+        |n: &str| json!({"name": "demo__test_elicitation", "arguments": {"message": format!("Who are you, {n}?")}});
+    let answer = |first: &Value, n: &str| {
+        let key = first["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+        let mut retry = ask(n);
+        retry["requestState"] = first["requestState"].clone();
+        retry["inputResponses"] = json!({ key: {"action": "accept", "content": {"username": n, "email": "x@y"}} });
+        retry
+    };
+    // Round robin over three replicas: each retry reaches another replica than its request.
+    let client = asking(McpClient::with_bearer(&cl.nginx.url, KEY));
+    for n in ["ada", "eve", "kim"] {
+        let first = client.ok("tools/call", ask(n)).await;
+        assert_eq!(first["resultType"], "input_required", "{first}");
+        let done = client.ok("tools/call", answer(&first, n)).await;
+        assert_eq!(done["resultType"], "complete", "{done}");
+        let text = done["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("action=accept") && text.contains(&format!("\"username\":\"{n}\"")), "{text}");
+    }
+    let mut passed_on = 0.0;
+    for replica in &cl.replicas {
+        let name = "taskgate_store_events_total{direction=\"published\",kind=\"retry_forwarded\"}";
+        passed_on += metric(replica, name).await;
+    }
+    assert_eq!(passed_on, 3.0, "every retry was passed on once");
+    // At the replica holding the exchange, another principal's retry is refused as it is there,
+    // and the exchange waits on for its own client's.
+    let (ada, bob) = (
+        asking(McpClient::with_bearer(&cl.replicas[0].url, KEY)),
+        asking(McpClient::with_bearer(&cl.replicas[1].url, OTHER_KEY)),
+    );
+    let first = ada.ok("tools/call", ask("ada")).await;
+    let refused = bob.send("tools/call", answer(&first, "bob")).await;
+    let error = refused.outcome().unwrap_err();
+    assert_eq!((refused.status.as_u16(), error.code), (200, -32602), "{error:?}");
+    assert!(error.message.contains("another principal"), "{error:?}");
+    let ada_at_another = asking(McpClient::with_bearer(&cl.replicas[1].url, KEY));
+    let done = ada_at_another.ok("tools/call", answer(&first, "ada")).await;
+    assert_eq!(done["resultType"], "complete", "{done}");
+    // An answer that takes a while comes as a stream from the holder, relayed as it comes; and
+    // a client that closes the relayed stream cancels the request at the holder.
+    let gated = |gate: &str| json!({"name": "demo__ask", "arguments": {"question": "Name?", "then_gate": gate}});
+    for (gate, close) in [("relayed-read", false), ("relayed-closed", true)] {
+        let first = ada.ok("tools/call", gated(gate)).await;
+        assert_eq!(first["resultType"], "input_required", "{first}");
+        let key = first["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+        let mut retry = gated(gate);
+        retry["requestState"] = first["requestState"].clone();
+        retry["inputResponses"] = json!({ key: {"action": "accept", "content": {"answer": "Ada"}} });
+        let mut stream = ada_at_another.stream("tools/call", retry).await;
+        assert!(stream.is_sse(), "the holder's stream is relayed as a stream");
+        if close {
+            let (demo, before) = (cl.demo.demo.clone(), cl.demo.demo.stats().cancelled);
+            drop(stream);
+            within(cl.demo.demo.wait_in_flight(|_| demo.stats().cancelled > before)).await;
+            continue;
+        }
+        cl.demo.demo.release(gate);
+        let done = within(stream.next()).await.expect("the result");
+        assert_eq!(done.to_value()["result"]["content"][0]["text"], "answer: Ada", "{done:?}");
+    }
+    // The replica holding an exchange stops: a retry elsewhere is told at once to start over.
+    let first = asking(McpClient::with_bearer(&cl.replicas[2].url, KEY)).ok("tools/call", ask("ada")).await;
+    cl.replicas.pop().unwrap().kill().await;
+    let orphaned = ada.send("tools/call", answer(&first, "ada")).await;
+    let error = orphaned.outcome().unwrap_err();
+    assert_eq!(error.code, -32602, "{error:?}");
+    assert!(error.message.contains("send the request again without it"), "{error:?}");
+    // And the request again, without it, is served.
+    let again = ada.ok("tools/call", ask("ada")).await;
+    assert_eq!(again["resultType"], "input_required", "{again}");
+}
+
+/// A stateless client that declares elicitation (and no tasks: the gateway answers at once).
+fn asking(http: McpClient) -> Client {
+    Client::declaring(http, json!({"elicitation": {"form": {}}}))
 }

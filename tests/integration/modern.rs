@@ -35,7 +35,11 @@ impl Client {
 
     /// A client declaring elicitation and the tasks extension, over `http` (its credentials).
     pub(crate) fn over(http: McpClient) -> Client {
-        let capabilities = json!({"elicitation": {"form": {}}, "extensions": {TASKS: {}}});
+        Client::declaring(http, json!({"elicitation": {"form": {}}, "extensions": {TASKS: {}}}))
+    }
+
+    /// A client declaring `capabilities`, over `http` (its credentials).
+    pub(crate) fn declaring(http: McpClient, capabilities: Value) -> Client {
         Client { http, capabilities, next: AtomicI64::new(1) }
     }
 
@@ -84,6 +88,9 @@ impl Client {
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", V);
+        if let Some(token) = &self.http.bearer {
+            request = request.bearer_auth(token);
+        }
         if !name.is_empty() {
             request = request.header("mcp-name", name);
         }

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod offering_names;
 pub mod outbound;
 pub mod progress;
+pub mod retry_relay;
 pub mod router;
 pub mod session;
 mod stream;

@@ -339,6 +339,10 @@ impl DemoServer {
                 };
                 self.untrack(connection, id, false);
                 let answer = answer.map_err(|_| ErrorObject::new(-32603, "the elicitation was never answered"))??;
+                // Answered, it may go on working until a gate opens.
+                if let Some(gate_name) = args.get("then_gate").and_then(Value::as_str) {
+                    self.wait_gate(connection, id, gate_name).await?;
+                }
                 let text = match answer.get("action").and_then(Value::as_str) {
                     Some("accept") => format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default()),
                     other => format!("no answer ({})", other.unwrap_or("?")),

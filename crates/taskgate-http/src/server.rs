@@ -1,6 +1,9 @@
 //! Binds the listener and wires the routes.
 
 use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use actix_web::dev::{ServerHandle, Service};
 use std::rc::Rc;
@@ -184,7 +187,13 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
     };
     let connections = connection_cap(config.server.max_connections, raise_open_file_limit());
     let peers = crate::peers::Peers::new(&config.server, connections, gateway.shared_metrics());
-    let front = web::Data::new(crate::revision_2026::Front2026::new(&config));
+    let front = web::Data::new(crate::revision_2026::Front2026::new(&config, gateway.replica()));
+    // 2026-07-28 retries other replicas pass on to this one, for the exchanges it holds.
+    let (relayed, first_wait) =
+        (front.clone().into_inner(), Duration::from_millis(config.server.first_message_wait_ms));
+    gateway.serve_forwarded_retries(Arc::new(move |identity, request| {
+        crate::revision_2026::serve_relayed(relayed.clone(), identity, request, first_wait).boxed_local()
+    }));
     let data = web::Data::new(gateway);
     let main_data = data.clone();
     let accepted = peers.clone();

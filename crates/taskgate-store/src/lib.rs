@@ -509,11 +509,64 @@ pub enum StoreEvent {
         #[serde(default = "opened")]
         open: bool,
     },
+    /// A 2026-07-28 client's retry of a request that got `input_required` at `replica`, sent
+    /// to another replica: `replica` holds the exchange, serves the retry and sends its answer
+    /// back in [`StoreEvent::RetryReply`] events.
+    RetryForwarded {
+        /// The replica holding the exchange.
+        replica: String,
+        /// Names the waiting client at the sending replica.
+        relay: String,
+        /// Who retries, as the sending replica authenticated them.
+        tenant: String,
+        /// Who retries.
+        principal: String,
+        /// The client's request (JSON text), its per-request `_meta` fields taken out.
+        request: String,
+    },
+    /// Part of the answer to a forwarded retry, for the replica where its client waits.
+    RetryReply {
+        /// The replica where the client waits.
+        replica: String,
+        /// The waiting client there.
+        relay: String,
+        /// Counts the parts of one answer from 0: a gap means a part was lost.
+        seq: u64,
+        /// What the part is.
+        part: RetryPart,
+    },
+    /// The client of a forwarded retry went away: the replica serving it drops the answer (as
+    /// closing the response stream there would: the request is cancelled).
+    RetryClosed {
+        /// The replica serving the retry.
+        replica: String,
+        /// The waiting client that went away.
+        relay: String,
+    },
     /// An operator restarted an upstream's processes: every replica stops those it runs.
     UpstreamRestart {
         /// The upstream.
         upstream: String,
     },
+}
+
+/// One part of the answer to a forwarded retry ([`StoreEvent::RetryReply`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RetryPart {
+    /// The replica holding the exchange took the retry.
+    Accepted,
+    /// The answer's HTTP status and content type.
+    Head {
+        /// HTTP status.
+        status: u16,
+        /// `Content-Type`.
+        content_type: String,
+    },
+    /// Bytes of the answer's body.
+    Body(String),
+    /// The answer is whole.
+    End,
 }
 
 fn opened() -> bool {

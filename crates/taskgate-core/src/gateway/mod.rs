@@ -32,6 +32,7 @@ use crate::GatewayError;
 mod admin;
 mod callers;
 mod client_sessions;
+mod forwarded_retries;
 mod handle;
 mod health;
 mod pool;
@@ -193,6 +194,7 @@ impl Gateway {
             tasks: tasks.clone(),
             sessions: sessions.clone(),
             supervisor: std::sync::OnceLock::new(),
+            retries: Arc::default(),
             stopping: Default::default(),
         });
         let shared = Arc::new(SessionContext {

@@ -58,7 +58,7 @@ impl Metrics {
             "scan_sessions",
             "describe",
         ];
-        const EVENT_KINDS: [&str; 12] = [
+        const EVENT_KINDS: [&str; 15] = [
             "finished",
             "cancelled",
             "status",
@@ -71,6 +71,9 @@ impl Metrics {
             "session_changed",
             "session_stream",
             "upstream_restart",
+            "retry_forwarded",
+            "retry_reply",
+            "retry_closed",
         ];
         for (status, reason) in [
             ("received", "none"),

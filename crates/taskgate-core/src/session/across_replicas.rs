@@ -154,7 +154,9 @@ impl SessionActor {
         ctx.spawn(
             async move {
                 match tasks.store().change_session(&id, change, keep_ms).await {
-                    Ok(true) => tasks.publish(StoreEvent::SessionChanged { session: id }),
+                    Ok(true) => {
+                        tasks.publish(StoreEvent::SessionChanged { session: id });
+                    }
                     Ok(false) => tracing::debug!(session = %id, "a change to a session no longer recorded"),
                     Err(e) => tracing::warn!(session = %id, error = %e, "a session change was not recorded"),
                 }

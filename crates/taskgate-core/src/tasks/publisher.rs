@@ -42,9 +42,15 @@ pub(crate) fn weight(event: &StoreEvent) -> Weight {
         StoreEvent::SessionMessage { message, .. } | StoreEvent::SessionClient { message, .. } => {
             Weight { bytes: message.len(), session: true }
         }
-        StoreEvent::SessionEnded { .. } | StoreEvent::SessionChanged { .. } | StoreEvent::SessionStream { .. } => {
-            Weight { bytes: 0, session: true }
+        StoreEvent::RetryForwarded { request: message, .. }
+        | StoreEvent::RetryReply { part: taskgate_store::RetryPart::Body(message), .. } => {
+            Weight { bytes: message.len(), session: true }
         }
+        StoreEvent::SessionEnded { .. }
+        | StoreEvent::SessionChanged { .. }
+        | StoreEvent::SessionStream { .. }
+        | StoreEvent::RetryReply { .. }
+        | StoreEvent::RetryClosed { .. } => Weight { bytes: 0, session: true },
         _ => Weight { bytes: 0, session: false },
     }
 }

@@ -53,6 +53,9 @@ fn kind(event: &StoreEvent) -> &'static str {
         StoreEvent::SessionEnded { .. } => "session_ended",
         StoreEvent::SessionChanged { .. } => "session_changed",
         StoreEvent::SessionStream { .. } => "session_stream",
+        StoreEvent::RetryForwarded { .. } => "retry_forwarded",
+        StoreEvent::RetryReply { .. } => "retry_reply",
+        StoreEvent::RetryClosed { .. } => "retry_closed",
     }
 }
 
@@ -102,6 +105,18 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
             StoreEvent::SessionEnded { session } => shared.sessions.ended(&session),
             StoreEvent::SessionChanged { session } => shared.sessions.changed(&session),
             StoreEvent::SessionStream { session, open } => shared.sessions.stream_at(&session, from, open),
+            // A 2026-07-28 retry of an exchange held here, its answer, its client gone.
+            StoreEvent::RetryForwarded { replica, relay, tenant, principal, request } if replica == shared.replica => {
+                let identity = Identity { tenant: tenant.into(), principal: principal.into() };
+                shared.retries.serve(publisher(&shared), from, relay, identity, request);
+            }
+            StoreEvent::RetryReply { replica, relay, seq, part } if replica == shared.replica => {
+                shared.retries.deliver(&relay, seq, part);
+            }
+            StoreEvent::RetryClosed { replica, relay } if replica == shared.replica => {
+                shared.retries.closed(&from, &relay);
+            }
+            StoreEvent::RetryForwarded { .. } | StoreEvent::RetryReply { .. } | StoreEvent::RetryClosed { .. } => {}
             StoreEvent::UpstreamRestart { upstream } => {
                 if let Some(connector) = shared.connectors.get(&upstream) {
                     let stopping = connector.restart_processes();
@@ -110,6 +125,12 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
             }
         }
     }
+}
+
+/// Publishing through this replica's queue, for what is not the task layer's own.
+fn publisher(shared: &Arc<TaskShared>) -> crate::retry_relay::Publish {
+    let shared = shared.clone();
+    Arc::new(move |event| shared.tasks.publish(event))
 }
 
 /// Renews this replica's leases about three times per lease period, and takes over orphans.

@@ -264,10 +264,12 @@ impl<A: Clone> TaskState<A> {
     }
 
     /// Tells the other replicas (a shared store); a full queue drops the event, counted.
-    pub(crate) fn publish(&self, event: StoreEvent) {
-        if !self.publisher.publish(event) {
+    pub(crate) fn publish(&self, event: StoreEvent) -> bool {
+        let queued = self.publisher.publish(event);
+        if !queued {
             self.metrics.store_events.with_label_values(&["dropped", "queue_full"]).inc();
         }
+        queued
     }
 
     /// The publishing loop is done with an event.

@@ -38,6 +38,8 @@ pub(crate) struct TaskContext<A> {
     pub sessions: Arc<dyn RequestorSessions>,
     /// The Supervisor, for actors that crashed.
     pub supervisor: OnceLock<Recipient<Restart>>,
+    /// 2026-07-28 retries passed between replicas (the replicas' loops deliver their events).
+    pub retries: Arc<crate::retry_relay::RetryRelay>,
     /// Set as the gateway shuts down, before it stops the upstreams: what the tasks running here
     /// lose then (a wrapped call, a stdio process) ends with the gateway, not by the upstream's
     /// doing.

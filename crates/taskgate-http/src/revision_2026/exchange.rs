@@ -354,10 +354,10 @@ pub struct Front2026 {
 }
 
 impl Front2026 {
-    /// The front door's state for a configuration.
-    pub fn new(config: &Config) -> Front2026 {
+    /// The front door's state for a configuration, at the replica `replica`.
+    pub fn new(config: &Config, replica: &str) -> Front2026 {
         Front2026 {
-            key: super::state::StateKey::random(),
+            key: super::state::StateKey::random(replica),
             parked: Mutex::default(),
             next: AtomicU64::new(1),
             input_wait: Duration::from_secs(config.server.input_wait_secs),

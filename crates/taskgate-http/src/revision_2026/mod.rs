@@ -13,11 +13,13 @@
 
 mod exchange;
 mod listen;
+mod relayed;
 mod results;
 pub mod state;
 mod tasks;
 
 pub use exchange::Front2026;
+pub use relayed::serve as serve_relayed;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -297,8 +299,17 @@ async fn forward(
     let mut params = params.unwrap_or_else(|| json!({}));
     let first_wait = Duration::from_millis(gateway.config().server.first_message_wait_ms);
     let client_token = params.get("_meta").and_then(|m| m.get(taskgate_protocol::mcp::meta::PROGRESS_TOKEN)).cloned();
-    // A retry (basic/patterns/mrtr): it resumes the exchange its requestState names.
+    // A retry (basic/patterns/mrtr): it resumes the exchange its requestState names, held
+    // here or at the replica the state names (a balancer may send a retry anywhere).
     if retry {
+        let request_state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
+        if let Some(holder) = state.key.holder_elsewhere(request_state) {
+            let request =
+                json!({"jsonrpc": "2.0", "id": client_id.to_value(), "method": &method, "params": &params}).to_string();
+            if let Some(forwarded) = gateway.forward_retry(&holder, &identity, request)? {
+                return Ok(relayed::relay(forwarded, client_id, first_wait).await);
+            }
+        }
         return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token, first_wait).await);
     }
     let digest = if may_be_asked { state::digest(&method, Some(&params)) } else { String::new() };

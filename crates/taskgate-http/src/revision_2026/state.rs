@@ -5,7 +5,9 @@
 //! issued to, the request it belongs to (method and a digest of the salient params) and an
 //! expiry: state presented by another principal, on another request or after it lapsed is
 //! refused. Single use is enforced here too: the held exchange is taken out when a retry
-//! resumes it.
+//! resumes it. It names the replica holding the exchange (`r`), so that a retry reaching
+//! another replica is passed on to it (`taskgate_core::retry_relay`); only that replica's key
+//! verifies it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -19,6 +21,8 @@ use taskgate_core::Identity;
 /// held in this process's memory, so no other process needs to verify it).
 pub struct StateKey {
     key: [u8; 32],
+    /// This replica's id.
+    replica: String,
 }
 
 /// What a `requestState` names, once verified.
@@ -29,11 +33,23 @@ pub struct Claims {
 }
 
 impl StateKey {
-    /// A fresh random key.
-    pub fn random() -> StateKey {
+    /// A fresh random key of the replica `replica`.
+    pub fn random(replica: &str) -> StateKey {
         let mut key = [0u8; 32];
         openssl::rand::rand_bytes(&mut key).expect("the OS random source works");
-        StateKey { key }
+        StateKey { key, replica: replica.to_owned() }
+    }
+
+    /// The replica a `requestState` says holds its exchange, when it is another than this one
+    /// (read before verification: only that replica can verify it).
+    pub fn holder_elsewhere(&self, state: &str) -> Option<String> {
+        let payload = URL_SAFE_NO_PAD.decode(state.split_once('.')?.0).ok()?;
+        #[derive(serde::Deserialize)]
+        struct Holder {
+            r: String,
+        }
+        let Holder { r } = serde_json::from_slice(&payload).ok()?;
+        (r != self.replica).then_some(r)
     }
 
     fn mac(&self, payload: &[u8]) -> Vec<u8> {
@@ -47,7 +63,7 @@ impl StateKey {
     /// params whose digest is `digest`.
     pub fn issue(&self, exchange: &str, identity: &Identity, method: &str, digest: &str, expires_ms: u64) -> String {
         let payload = json!({
-            "x": exchange, "t": &*identity.tenant, "p": &*identity.principal, "m": method, "d": digest, "e": expires_ms,
+            "x": exchange, "r": &self.replica, "t": &*identity.tenant, "p": &*identity.principal, "m": method, "d": digest, "e": expires_ms,
         })
         .to_string();
         format!("{}.{}", URL_SAFE_NO_PAD.encode(&payload), URL_SAFE_NO_PAD.encode(self.mac(payload.as_bytes())))
@@ -110,7 +126,7 @@ mod tests {
 
     #[test]
     fn state_is_bound_to_identity_request_and_time_and_cannot_be_forged() {
-        let key = StateKey::random();
+        let key = StateKey::random("one");
         let params = json!({"name": "ask", "arguments": {"q": 1}});
         let d = digest("tools/call", Some(&params));
         let state = key.issue("x1", &who("alice"), "tools/call", &d, 1_000);
@@ -121,12 +137,18 @@ mod tests {
         assert!(key.verify(&state, &who("alice"), "tools/call", &other, 999).is_err());
         assert!(key.verify(&state, &who("alice"), "tools/call", &d, 1_000).is_err());
         // Another process's key, a changed payload, garbage.
-        assert!(StateKey::random().verify(&state, &who("alice"), "tools/call", &d, 999).is_err());
+        assert!(StateKey::random("one").verify(&state, &who("alice"), "tools/call", &d, 999).is_err());
         let (payload, mac) = state.split_once('.').unwrap();
         let mut tampered = URL_SAFE_NO_PAD.decode(payload).unwrap();
         tampered[3] ^= 1;
         let tampered = format!("{}.{mac}", URL_SAFE_NO_PAD.encode(tampered));
         assert!(key.verify(&tampered, &who("alice"), "tools/call", &d, 999).is_err());
+        // Another replica reads which one holds the exchange; the one holding it reads none.
+        assert_eq!(StateKey::random("two").holder_elsewhere(&state).as_deref(), Some("one"));
+        assert_eq!(key.holder_elsewhere(&state), None);
+        for junk in ["", ".", "abc.", "e30.x"] {
+            assert_eq!(StateKey::random("two").holder_elsewhere(junk), None, "{junk}");
+        }
         for junk in ["", ".", "abc", "a.b.c", "!!.??"] {
             assert!(key.verify(junk, &who("alice"), "tools/call", &d, 999).is_err(), "{junk}");
         }
