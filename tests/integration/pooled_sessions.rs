@@ -175,3 +175,38 @@ async fn one_shot_clients(gw: &TestGateway, http: &McpClient, batch: usize, at_o
     .await;
     processes
 }
+
+/// One-shot clients that can be asked things but never listen (no GET stream) and never send
+/// DELETE (scripts, some agent frameworks), one after another against a stdio upstream with
+/// `max_processes = 16`: each gives its pooled upstream session back once its call is over, so
+/// the next takes it: all 60 run on one process beside the catalogs'. (Each holding its own
+/// until it idled, they took all 16, and from then on each waited for one to be reclaimed.)
+#[actix_rt::test]
+async fn one_shot_clients_that_never_listen_give_their_upstream_session_back_after_their_call() {
+    const CLIENTS: usize = 60;
+    let mut local = stdio_demo_upstream("local");
+    local.max_processes = 16;
+    let gw = TestGateway::start(config_with(vec![local]));
+    let http = McpClient::new(&gw.url);
+    let mut most = 0;
+    for i in 0..CLIENTS {
+        let mut c = McpClient::sharing_connections(&http);
+        c.initialize_with("2025-11-25", askable()).await;
+        let text = format!("client {i}");
+        let echoed = c.call("local__echo", json!({"text": text})).await;
+        assert_eq!(echoed.unwrap_or_else(|e| panic!("{text}: {e:?}"))["content"][0]["text"], text);
+        most = most.max(gw.gateway.upstream_processes("local").unwrap_or_default());
+        // Gone: no DELETE, and it never listened.
+    }
+    // The catalogs' two, and the pooled ones the calls took (one, but for a release still
+    // waiting on a call's last handle as the next client came).
+    assert!(most < 16, "{most} processes for one call at a time");
+    within(async {
+        while gw.gateway.pooled_upstream_sessions("local").is_some_and(|(held, _)| held > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let sessions = gw.gateway.render_metrics().await;
+    assert!(sessions.contains(&format!("taskgate_sessions_active{{tenant=\"anonymous\"}} {CLIENTS}")), "{sessions}");
+}

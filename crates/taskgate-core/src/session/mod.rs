@@ -224,6 +224,12 @@ impl SessionActor {
     fn forget(&mut self, id: &RequestId) -> Option<InFlight> {
         let request = self.requests.end(id)?;
         self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        // A client that never listens has nothing to hold a pooled upstream session for between
+        // its calls. (A stateless front door's pooled session serves every call of an identity:
+        // its upstream sessions stay until it idles.)
+        if self.requests.is_empty() && !self.stateless {
+            self.release_pooled();
+        }
         // Requests of a task on another replica were relayed for this tasks/result only: once
         // no one here waits on the task, their answers have nowhere to go.
         if let Some(task) = request.task.as_deref() {
