@@ -62,6 +62,9 @@ impl SessionActor {
     pub(crate) fn restore(&mut self, record: taskgate_store::SessionRecord) {
         self.upstreams.set_level(record.log_level);
         // The replica holding the client's GET stream, as recorded.
+        if record.stream.is_some() {
+            self.streams.listens_elsewhere();
+        }
         self.ties.stream_at = record.stream;
         for (name, r) in record.upstream_sessions {
             let resume =
@@ -323,6 +326,7 @@ impl SessionActor {
             // what it hears: a record read may be older than that).
             let elsewhere = record.stream.filter(|at| *at != act.shared.replica);
             if act.ties.stream_at.is_none() && act.streams.get().is_none() && elsewhere.is_some() {
+                act.streams.listens_elsewhere();
                 act.ties.stream_at = elsewhere;
             }
             if record.log_level.is_some() && record.log_level.as_deref() != act.upstreams.log_level() {
@@ -456,6 +460,7 @@ impl Handler<FromElsewhere> for SessionActor {
             },
             FromElsewhere::StreamAt(replica, true) => {
                 self.ties.stream_at = Some(replica);
+                self.streams.listens_elsewhere();
                 if let Some(stream) = self.streams.take_get() {
                     stream.close();
                 }

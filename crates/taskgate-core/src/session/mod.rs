@@ -224,10 +224,13 @@ impl SessionActor {
     fn forget(&mut self, id: &RequestId) -> Option<InFlight> {
         let request = self.requests.end(id)?;
         self.shared.live_requests.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        // A client that never listens has nothing to hold a pooled upstream session for between
-        // its calls. (A stateless front door's pooled session serves every call of an identity:
-        // its upstream sessions stay until it idles.)
-        if self.requests.is_empty() && !self.stateless {
+        // A client that never listens (at any replica) has nothing to hold a pooled upstream
+        // session for between its calls: what the upstream sends outside a call has nowhere to
+        // go. (One that listens keeps it until its last GET stream ends: a question the upstream
+        // asks on its own stream after a call returned reaches it. A stateless front door's
+        // pooled session serves every call of an identity: its upstream sessions stay until it
+        // idles.)
+        if self.requests.is_empty() && !self.stateless && !self.streams.ever_listened() {
             self.release_pooled();
         }
         // Requests of a task on another replica were relayed for this tasks/result only: once

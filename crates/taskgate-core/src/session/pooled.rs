@@ -23,7 +23,7 @@ impl SessionActor {
     /// Lets the pooled upstream sessions go when the session holds nothing (nothing in flight,
     /// no stream, nothing relayed, no subscription) and its client listens at no replica: its
     /// last GET stream ended (a client gone, or no longer listening), or a call ended and its
-    /// client never listens (a script, a one-shot CLI that sends no DELETE: what an upstream
+    /// client never listened (a script, a one-shot CLI that sends no DELETE: what an upstream
     /// sends it outside a call has nowhere to go). The next client session of the same identity
     /// takes them, and this one takes one again for its next request (the one it held, if still
     /// free). Done after the message being handled, when a call that just ended has let its

@@ -40,6 +40,8 @@ pub(super) struct Streams {
     waiting: Vec<Waiting>,
     /// The bytes in `waiting` (bounded by `server.session_buffer_bytes`).
     waiting_bytes: usize,
+    /// The client has had a GET stream open, here or at another replica.
+    listened: bool,
 }
 
 impl Streams {
@@ -62,10 +64,21 @@ impl Streams {
         self.clients > 0
     }
 
+    /// Whether the client has ever had a GET stream open, here or (as heard) at another replica.
+    pub fn ever_listened(&self) -> bool {
+        self.listened
+    }
+
+    /// The client has a GET stream open at another replica.
+    pub fn listens_elsewhere(&mut self) {
+        self.listened = true;
+    }
+
     /// The client opened a GET stream: it replaces the one before at once, taking over what
     /// that one had not delivered, gets what waited, and holds each upstream's GET stream open.
     pub fn opened<'a>(&mut self, stream: Outbound, upstreams: impl Iterator<Item = (&'a String, &'a UpstreamSession)>) {
         self.clients += 1;
+        self.listened = true;
         for (name, session) in upstreams {
             self.upstreams.entry(name.clone()).or_insert_with(|| session.hold_stream());
         }
