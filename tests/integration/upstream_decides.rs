@@ -144,3 +144,41 @@ async fn a_call_the_upstream_answers_at_once_is_cancelled_like_any_call() {
     drop(stream);
     within(rt.observed.abandoned(1)).await;
 }
+
+/// `tasks/cancel` of a task whose call the upstream has not answered yet reaches the upstream
+/// at once: an answer already on its way (a task it made) is waited for a moment, then the
+/// call's stream closes, not after the seconds an upstream may take to say what it decided.
+#[actix_rt::test]
+async fn cancelling_a_task_whose_call_is_still_out_reaches_the_upstream_at_once() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let mut events = c.open_stream().await.expect("the GET stream opens");
+    // `slow` runs inline at the upstream until its gate opens: the task's call is still out.
+    let created = c
+        .request(
+            "tools/call",
+            Some(json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": "c1"}})),
+        )
+        .await
+        .outcome()
+        .unwrap();
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    // Its first progress says the upstream has the call.
+    within(async {
+        loop {
+            if let Message::Notification { method, .. } = events.next().await.expect("the GET stream ended") {
+                if method == "notifications/progress" {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(support::method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
+    // Told at once: well within the 10 s the gateway gives a told upstream to end the call.
+    let told = tokio::time::timeout(std::time::Duration::from_secs(3), rt.observed.abandoned(1)).await;
+    assert!(told.is_ok(), "the upstream was not told of the cancellation within 3 s");
+    assert_eq!(rt.observed.ids.lock().len(), 0, "the upstream made no task");
+}

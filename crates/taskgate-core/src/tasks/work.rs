@@ -262,12 +262,18 @@ pub(crate) struct Input {
     pub(crate) session: Arc<InputHolder>,
 }
 
-/// How long a cancelled call the upstream decides about may take to say whether it made a task.
+/// How long a cancelled call the upstream decides about may take to end once told.
 const DECIDED_CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// How long an answer already on its way (the task the upstream made) is waited for before the
+/// upstream is told: over HTTP telling it closes the call's stream, and an answer not read by
+/// then is lost with it.
+const ANSWER_ON_ITS_WAY: Duration = Duration::from_millis(50);
 
-/// Cancels a call whose upstream decides whether it is a task: waits (a bounded time) for its
-/// answer; a task it made is cancelled with `tasks/cancel`; a call still running then is
-/// dropped (over HTTP its stream closes) and `notifications/cancelled` names it.
+/// Cancels a call whose upstream decides whether it is a task (it speaks the tasks extension).
+/// An answer already on its way is waited for [`ANSWER_ON_ITS_WAY`]; then the upstream is told
+/// (2026-07-28 over HTTP: the call's stream closes, what has come read first; over stdio:
+/// `notifications/cancelled` names it). A task the answer says the upstream made is cancelled
+/// with `tasks/cancel`; a call with no end [`DECIDED_CANCEL_WAIT`] after it was told is dropped.
 pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSession, upstream_id: RequestId) {
     let abort = match &call {
         CallState::Sending(handle) => Some(handle.abort_handle()),
@@ -285,21 +291,26 @@ pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSessio
             CallState::Waiting(waiting) => waiting.await.ok().map(taskgate_protocol::Payload::into_value),
         }
     };
-    match tokio::time::timeout(DECIDED_CANCEL_WAIT, outcome).await {
-        Ok(Some(result)) => {
-            let made = result.get("content").is_none().then(|| result.get("task")).flatten();
-            if let Some(up) = made.and_then(taskgate_protocol::tasks::TaskView::from_value) {
-                let _ = session.request(methods::TASKS_CANCEL, Some(json!({ "taskId": up.task_id }))).await;
-            }
-        }
-        Ok(None) => {}
+    tokio::pin!(outcome);
+    let answered = match tokio::time::timeout(ANSWER_ON_ITS_WAY, &mut outcome).await {
+        Ok(answered) => answered,
         Err(_) => {
-            if let Some(abort) = abort {
-                abort.abort();
-            }
             let params = json!({"requestId": upstream_id.to_value(), "reason": "The task was cancelled"});
             let _ = session.notify(methods::CANCELLED, Some(params)).await;
+            match tokio::time::timeout(DECIDED_CANCEL_WAIT, &mut outcome).await {
+                Ok(answered) => answered,
+                Err(_) => {
+                    if let Some(abort) = abort {
+                        abort.abort();
+                    }
+                    None
+                }
+            }
         }
+    };
+    let made = answered.as_ref().and_then(|r| r.get("content").is_none().then(|| r.get("task")).flatten());
+    if let Some(up) = made.and_then(taskgate_protocol::tasks::TaskView::from_value) {
+        let _ = session.request(methods::TASKS_CANCEL, Some(json!({ "taskId": up.task_id }))).await;
     }
 }
 

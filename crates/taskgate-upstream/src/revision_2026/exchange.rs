@@ -145,11 +145,16 @@ impl Revision2026<'_> {
         let mut guard = InFlightGuard { state, id: id.clone(), channel: &ready.channel, round: &round, ended: false };
         let call = Call { id: &id, round: &round };
         let work = self.dispatch(call, method, params, related);
+        tokio::pin!(work);
         let outcome = tokio::select! {
-            outcome = work => outcome,
+            outcome = &mut work => outcome,
             // basic/patterns/cancellation: the request's stream is closed (the future above is
-            // dropped with it); nothing more is read for it.
-            _ = cancelled => Err(state.rpc(ErrorObject::new(codes::INTERNAL_ERROR, "the request was cancelled"))),
+            // dropped with it). What has already come is read first: an answer there (a task
+            // the upstream made) is not lost with the stream.
+            _ = cancelled => match futures_util::FutureExt::now_or_never(&mut work) {
+                Some(outcome) => outcome,
+                None => Err(state.rpc(ErrorObject::new(codes::INTERNAL_ERROR, "the request was cancelled"))),
+            },
         };
         guard.ended = true;
         outcome
