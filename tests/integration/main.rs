@@ -16,6 +16,7 @@ mod hostile;
 mod interop;
 mod interop_modern;
 mod kubernetes;
+mod large_catalogs;
 mod methods;
 mod modern;
 mod modern_upstreams;

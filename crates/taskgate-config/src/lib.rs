@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 mod admin;
 pub mod defaults;
 mod problem;
+pub mod profiles;
 mod read;
 mod server;
 mod tasks;
@@ -26,6 +27,7 @@ mod validate;
 
 pub use admin::{AdminConfig, AdminKey};
 pub use problem::{ConfigError, Problem};
+pub use profiles::ProfileConfig;
 pub use server::{FederationConfig, ForwardedHeader, LogFormat, LoggingConfig, Network, ProgressConfig, ServerConfig};
 pub use tasks::{StoreBackend, StoreConfig, TasksConfig};
 pub use tenants::{

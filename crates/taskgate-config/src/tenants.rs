@@ -38,6 +38,9 @@ pub struct TenantConfig {
     /// Limits (each absent one falls back to the gateway-wide setting or is unlimited).
     #[serde(default)]
     pub limits: TenantLimits,
+    /// Virtual servers: named sets of the tenant's tools, each at its own endpoint.
+    #[serde(default, rename = "profile", skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<crate::ProfileConfig>,
 }
 
 impl TenantConfig {
@@ -52,6 +55,7 @@ impl TenantConfig {
             jwts: Vec::new(),
             oauth: Vec::new(),
             limits: TenantLimits::default(),
+            profiles: Vec::new(),
         }
     }
 }
@@ -85,6 +89,10 @@ pub struct ToolRules {
     /// Calls of any tool of an upstream (upstream name → rate), as for `rates`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub upstream_rates: BTreeMap<String, ToolRate>,
+    /// Search mode at the tenant's own endpoint (`/mcp`): `tools/list` holds the tool-search
+    /// meta-tools and the tools a session activated (profiles say so for theirs).
+    #[serde(default)]
+    pub search: bool,
 }
 
 /// A rate of tool calls (`[tenant.tools] rates`, `upstream_rates`).

@@ -109,6 +109,9 @@ impl Config {
             }
         }
         for (i, tenant) in self.tenants.iter().enumerate() {
+            for (key, message) in crate::profiles::problems(&tenant.profiles) {
+                bad(format!("tenant[{i}] ({:?}).{key}", tenant.id), message);
+            }
             let Some(rules) = &tenant.tools else { continue };
             let at = |key: &str| format!("tenant[{i}] ({:?}).tools.{key}", tenant.id);
             for upstream in rules.upstream_scopes.keys() {

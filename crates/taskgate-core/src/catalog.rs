@@ -66,6 +66,8 @@ pub struct Catalog {
     collisions: Vec<Collision>,
     /// Each upstream's server capabilities, as declared when it was last listed.
     capabilities: BTreeMap<String, Value>,
+    /// Counts the rebuilds: what is derived from the entries (the search index) follows it.
+    generation: u64,
 }
 
 /// A page of `tools/list`.
@@ -134,6 +136,7 @@ impl Catalog {
 
     fn rebuild(&mut self) -> Vec<Collision> {
         let before = std::mem::take(&mut self.collisions);
+        self.generation += 1;
         self.entries.clear();
         for naming in &self.naming {
             let Some((tools, native)) = self.tools.get(&naming.upstream) else { continue };
@@ -155,6 +158,16 @@ impl Catalog {
             }
         }
         self.collisions.iter().filter(|c| !before.contains(c)).cloned().collect()
+    }
+
+    /// Which rebuild of the entries this is.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Every entry by its client-visible name, in listing order.
+    pub fn entries(&self) -> impl Iterator<Item = (&String, &Arc<ToolEntry>)> {
+        self.entries.iter()
     }
 
     /// Current name collisions.

@@ -156,6 +156,9 @@ pub enum GatewayError {
     /// 2026-07-28: the method is not implemented (-32601, HTTP 404).
     #[error("Method not found: {0}")]
     UnknownMethod(String),
+    /// `/mcp/<profile>` names no profile of the caller's tenant (HTTP 404).
+    #[error("Not Found: the tenant has no profile named {0:?} (its endpoints are /mcp and /mcp/<profile> of its [[tenant.profile]] entries)")]
+    UnknownProfile(String),
 }
 
 impl GatewayError {
@@ -176,7 +179,7 @@ impl GatewayError {
             GatewayError::MalformedCredentials { .. } => 400,
             GatewayError::Forbidden { .. } => 403,
             GatewayError::OriginNotAllowed(_) => 403,
-            GatewayError::SessionNotFound => 404,
+            GatewayError::SessionNotFound | GatewayError::UnknownProfile(_) => 404,
             GatewayError::HttpMethodNotAllowed(_) => 405,
             GatewayError::NotAcceptable(_) => 406,
             GatewayError::BodyTimeout { .. } => 408,
@@ -267,6 +270,7 @@ impl GatewayError {
             GatewayError::InvalidRequest(_) => "invalid_request",
             GatewayError::MissingSession => "missing_session",
             GatewayError::SessionNotFound => "session_not_found",
+            GatewayError::UnknownProfile(_) => "unknown_profile",
             GatewayError::OriginNotAllowed(_) => "origin_not_allowed",
             GatewayError::NotAcceptable(_) => "not_acceptable",
             GatewayError::UnsupportedMediaType(_) => "unsupported_media_type",
@@ -322,6 +326,7 @@ mod tests {
             (GatewayError::Parse("x".into()), 400, -32700),
             (GatewayError::InvalidRequest("x".into()), 400, -32600),
             (GatewayError::SessionNotFound, 404, -32600),
+            (GatewayError::UnknownProfile("x".into()), 404, -32600),
             (GatewayError::OriginNotAllowed("http://evil".into()), 403, -32600),
             (GatewayError::PayloadTooLarge { limit: 10 }, 413, -32600),
             (GatewayError::BodyTimeout { ms: 10 }, 408, -32600),

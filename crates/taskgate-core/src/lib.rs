@@ -30,6 +30,7 @@ mod stream;
 mod stream_pool;
 pub mod tasks;
 pub mod tenants;
+pub mod tool_search;
 
 pub use error::GatewayError;
 pub use gateway::{resource_metadata_url, server_info, Gateway, SessionHandle};

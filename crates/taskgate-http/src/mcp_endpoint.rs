@@ -2,6 +2,7 @@
 
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
+use taskgate_config::profiles::FIND_TOOLS;
 use taskgate_core::logs::Untrusted;
 use taskgate_core::{Gateway, GatewayError, Identity};
 use taskgate_protocol::mcp::methods;
@@ -31,6 +32,20 @@ async fn verified(req: &HttpRequest, gateway: &Gateway) -> Result<taskgate_core:
         })
     };
     gateway.authenticate(authorization, &source).await
+}
+
+/// The profile a request's path names (`/mcp/<profile>`; `None` at `/mcp`).
+fn path_profile(req: &HttpRequest) -> Option<&str> {
+    req.match_info().get("profile")
+}
+
+/// A session is served at the endpoint it was opened at: at another, it does not exist.
+fn same_endpoint(session: &taskgate_core::SessionHandle, profile: Option<&str>) -> Result<(), GatewayError> {
+    if session.profile() == profile {
+        Ok(())
+    } else {
+        Err(GatewayError::SessionNotFound)
+    }
 }
 
 /// The largest body of a refused request that is read (and dropped) to keep its connection.
@@ -92,6 +107,11 @@ pub async fn post(
     };
     // Only credentials that carry scopes are held to them (after the rates, in `dispatch`).
     let scoped = verified.scopes.is_some().then(|| verified.clone());
+    // The endpoint: the tenant's own, or one of its profiles (404 for another name).
+    let endpoint = match gateway.endpoint(&verified.identity, path_profile(&req)) {
+        Ok(endpoint) => endpoint,
+        Err(e) => return reply::error(&e, message.id().cloned()),
+    };
     let subject = verified.subject;
     let identity = verified.identity;
     // A span per request: tenant, principal, session, JSON-RPC method (upstream spans nest in
@@ -117,7 +137,7 @@ pub async fn post(
         Message::Request { method, .. } => Some(gateway.metrics().requests.meter(&identity.tenant, method)),
         _ => None,
     };
-    let request = Request { headers, session_id, identity, scoped, message, fields, arguments };
+    let request = Request { headers, session_id, identity, scoped, endpoint, message, fields, arguments };
     let dispatched = tracing::Instrument::instrument(dispatch(request, &gateway, front), span);
     // An upstream that exchanges callers' tokens gets one exchanged from this request's own.
     let dispatched = match subject {
@@ -144,6 +164,8 @@ struct Request<'a> {
     identity: Identity,
     /// The credentials, when they carry scopes (an OAuth access token).
     scoped: Option<taskgate_core::tenants::Verified>,
+    /// The endpoint it came to.
+    endpoint: taskgate_core::tenants::profiles::Endpoint,
     message: Message,
     fields: taskgate_protocol::revision_2026::PerRequest,
     /// A `tools/call`'s arguments as the client wrote them, apart from the message's params.
@@ -155,7 +177,7 @@ async fn dispatch(
     gateway: &Gateway,
     front: std::sync::Arc<crate::revision_2026::Front2026>,
 ) -> Result<HttpResponse, Refusal> {
-    let Request { headers, session_id, identity, scoped, mut message, fields, mut arguments } = request;
+    let Request { headers, session_id, identity, scoped, endpoint, mut message, fields, mut arguments } = request;
     let accepts = checks::accepts(headers);
     checks::identifiers(&message)?;
     // basic/versioning "Backward Compatibility": a request with the 2026-07-28 `_meta` is served
@@ -186,6 +208,16 @@ async fn dispatch(
             return Err((shutting_down(), Some(id.clone())));
         }
     }
+    // A profile shows some tools under other names: a call names the tool as the gateway does
+    // from here on (its scopes, its rates, its session).
+    if let Message::Request { method, params: Some(params), .. } = &mut message {
+        if method == methods::TOOLS_CALL {
+            let shown = params.get("name").and_then(serde_json::Value::as_str);
+            if let Some(name) = shown.map(|n| endpoint.gateway_name(n)).filter(|n| Some(*n) != shown) {
+                params["name"] = serde_json::Value::from(name.to_owned());
+            }
+        }
+    }
     if let Message::Request { id, method, params } = &message {
         // Rates per tenant and principal (polling in its own bucket): 429 with Retry-After.
         gateway.admit(&identity, method).await.map_err(|e| (e, Some(id.clone())))?;
@@ -202,10 +234,36 @@ async fn dispatch(
                 Some(id.clone()),
             ));
         }
+        // Search mode's find_tools is the gateway's own tool, answered here (it reads the
+        // caller's scopes): a 2026-07-28 client's in its revision's shape.
+        if method == methods::TOOLS_CALL
+            && endpoint.is_meta_tool(FIND_TOOLS)
+            && called(params.as_ref()) == Some(FIND_TOOLS)
+        {
+            let scopes = scoped.as_ref().and_then(|v| v.scopes.as_deref());
+            let written = arguments.as_ref().map(taskgate_protocol::RawArguments::to_value);
+            let called_with = written.as_ref().or_else(|| params.as_ref().and_then(|p| p.get("arguments")));
+            let mut result = gateway.find_tools(&identity, scopes, &endpoint, called_with).await;
+            if message_2026 {
+                if let Ok(serde_json::Value::Object(r)) = &mut result {
+                    crate::revision_2026::finish_result(methods::TOOLS_CALL, r);
+                }
+            }
+            return match result {
+                Ok(result) => Ok(reply::json(&Message::response(id.clone(), result))),
+                Err(e) => Err((e, Some(id.clone()))),
+            };
+        }
         if message_2026 {
-            return Ok(
-                crate::revision_2026::serve(headers, identity, (message, fields, arguments), gateway, front).await
-            );
+            return Ok(crate::revision_2026::serve(
+                headers,
+                identity,
+                (message, fields, arguments),
+                gateway,
+                front,
+                endpoint,
+            )
+            .await);
         }
         if method == methods::INITIALIZE {
             if session_id.is_some() {
@@ -217,7 +275,7 @@ async fn dispatch(
                 ));
             }
             let catalog = gateway.catalog_ready(params.as_ref()).await;
-            return match gateway.initialize(identity, params.as_ref(), catalog).await {
+            return match gateway.initialize_at(identity, params.as_ref(), catalog, endpoint).await {
                 Ok((session, result)) => {
                     let mut response = reply::json(&Message::response(id.clone(), result));
                     let value = actix_web::http::header::HeaderValue::from_str(&session)
@@ -235,10 +293,19 @@ async fn dispatch(
         }
     }
     if message_2026 {
-        return Ok(crate::revision_2026::serve(headers, identity, (message, fields, arguments), gateway, front).await);
+        return Ok(crate::revision_2026::serve(
+            headers,
+            identity,
+            (message, fields, arguments),
+            gateway,
+            front,
+            endpoint,
+        )
+        .await);
     }
     let session_id = session_id.ok_or((GatewayError::MissingSession, id.clone()))?;
     let session = gateway.find_session(session_id, &identity).await.map_err(|e| (e, id.clone()))?;
+    same_endpoint(&session, endpoint.profile_name()).map_err(|e| (e, id.clone()))?;
     checks::protocol_version(headers, session.protocol_version()).map_err(|e| (e, id.clone()))?;
     match message {
         Message::Notification { method, params } => {
@@ -306,6 +373,7 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
         }
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         let session = gateway.find_session(session_id, &identity).await?;
+        same_endpoint(&session, path_profile(&req))?;
         checks::protocol_version(headers, session.protocol_version())?;
         session.open_stream().await
     };
@@ -328,6 +396,7 @@ pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespon
         checks::origin(headers, &gateway.config().server.allowed_origins)?;
         let identity = identity(&req, &gateway).await?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
+        same_endpoint(&gateway.find_session(session_id, &identity).await?, path_profile(&req))?;
         gateway.end_session(session_id, &identity).await
     };
     match ended.await {
@@ -346,4 +415,9 @@ pub async fn other(req: HttpRequest) -> HttpResponse {
         )),
         None,
     )
+}
+
+/// The tool a `tools/call` names.
+fn called(params: Option<&serde_json::Value>) -> Option<&str> {
+    params?.get("name")?.as_str()
 }

@@ -107,6 +107,8 @@ pub fn connection_cap(configured: usize, open_files: u64) -> usize {
 
 /// The MCP endpoint's path.
 pub const MCP_PATH: &str = "/mcp";
+/// A profile's endpoint (a virtual server of a tenant: `[[tenant.profile]]`).
+pub const PROFILE_PATH: &str = "/mcp/{profile}";
 
 /// A running front door.
 pub struct Running {
@@ -234,8 +236,9 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
                     Ok(response)
                 })
             })
+            // The tenant's own endpoint, and its profiles' (virtual servers).
             .service(
-                web::resource(MCP_PATH)
+                web::resource([MCP_PATH, PROFILE_PATH])
                     .route(web::post().to(mcp_endpoint::post))
                     .route(web::get().to(mcp_endpoint::get))
                     .route(web::delete().to(mcp_endpoint::delete))

@@ -126,6 +126,7 @@ pub(crate) fn session_record(principal: &str) -> crate::SessionRecord {
         subscriptions: Vec::new(),
         upstream_sessions: Default::default(),
         stream: None,
+        profile: None,
     }
 }
 

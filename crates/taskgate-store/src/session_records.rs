@@ -45,6 +45,9 @@ pub struct SessionRecord {
     /// The replica holding the client's GET stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<String>,
+    /// The profile whose endpoint (`/mcp/<profile>`) it was opened at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 /// A change to a session's record.

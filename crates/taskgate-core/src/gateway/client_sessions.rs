@@ -7,6 +7,7 @@ use crate::outbound::Limits;
 use crate::router::ToolCatalog;
 use crate::session::registry::{Full, SessionEntry};
 use crate::session::{Close, CloseIfIdle, SessionActor};
+use crate::tenants::profiles::Endpoint;
 use crate::GatewayError;
 use actix::prelude::*;
 use serde_json::{json, Value};
@@ -53,7 +54,20 @@ impl Gateway {
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
     ) -> Result<(String, Value), GatewayError> {
-        self.start_session(identity, params, catalog, SessionKind::V2025).await
+        let endpoint = self.endpoint(&identity, None)?;
+        self.initialize_at(identity, params, catalog, endpoint).await
+    }
+
+    /// [`Gateway::initialize`] at an endpoint of the tenant ([`Gateway::endpoint`]): the
+    /// session serves what it serves, and `initialize` names it.
+    pub async fn initialize_at(
+        &self,
+        identity: Identity,
+        params: Option<&Value>,
+        catalog: Option<ToolCatalog>,
+        endpoint: Endpoint,
+    ) -> Result<(String, Value), GatewayError> {
+        self.start_session(identity, params, catalog, SessionKind::V2025, endpoint).await
     }
 
     /// The session behind a 2026-07-28 client's `subscriptions/listen`: as
@@ -65,7 +79,8 @@ impl Gateway {
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
     ) -> Result<(String, Value), GatewayError> {
-        self.start_session(identity, params, catalog, SessionKind::Listener).await
+        let endpoint = self.endpoint(&identity, None)?;
+        self.start_session(identity, params, catalog, SessionKind::Listener, endpoint).await
     }
 
     /// [`Gateway::initialize`], for a session of `kind`.
@@ -75,6 +90,7 @@ impl Gateway {
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
         kind: SessionKind,
+        endpoint: Endpoint,
     ) -> Result<(String, Value), GatewayError> {
         let stateless = kind == SessionKind::Stateless;
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
@@ -98,8 +114,13 @@ impl Gateway {
         let replicated = !stateless && self.shared.tasks.store().shared();
         // Kept where every replica reads it before the client learns the id: a request of the
         // session may reach any of them.
-        let record = replicated.then(|| self.session_record(&identity, version, &client));
-        let session = Placed { id: id.clone(), identity: identity.clone(), version: version.to_owned(), client };
+        let mut record = replicated.then(|| self.session_record(&identity, version, &client));
+        if let Some(record) = &mut record {
+            record.profile = endpoint.profile_name().map(str::to_owned);
+        }
+        let shown = endpoint.clone();
+        let session =
+            Placed { id: id.clone(), identity: identity.clone(), version: version.to_owned(), client, endpoint };
         self.place_session(session, catalog, stateless, None).await?;
         if let Some(record) = record {
             self.record_new_session(&id, record).await?;
@@ -112,11 +133,14 @@ impl Gateway {
         if let (Value::Object(c), Value::Object(more)) = (&mut capabilities, self.server_capabilities(&tenant)) {
             c.extend(more);
         }
-        let result = json!({
+        let mut result = json!({
             "protocolVersion": version,
             "capabilities": capabilities,
-            "serverInfo": server_info(),
+            "serverInfo": server_info_at(&shown),
         });
+        if let Some(instructions) = shown.profile.as_ref().and_then(|p| p.config.instructions.as_deref()) {
+            result["instructions"] = Value::from(instructions);
+        }
         Ok((id, result))
     }
 
@@ -131,13 +155,15 @@ impl Gateway {
         stateless: bool,
         restored: Option<taskgate_store::SessionRecord>,
     ) -> Result<(), GatewayError> {
-        let Placed { id, identity, version, client } = session;
+        let Placed { id, identity, version, client, endpoint } = session;
         // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
         let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
         let catalog =
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
         let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
         actor.stateless = stateless;
+        let profile: Option<Arc<str>> = endpoint.profile_name().map(Arc::from);
+        actor.shown = crate::session::shown::Shown::new(endpoint);
         let loaded = restored.is_some();
         let now_ms = self.shared.clock.now_ms();
         let created_ms = restored.as_ref().map_or(now_ms, |r| r.created_ms);
@@ -157,6 +183,7 @@ impl Gateway {
             last_seen_ms: last_seen_ms.clone(),
             budget: budget.clone(),
             release_asked_ms: Default::default(),
+            profile: profile.clone(),
             record: replicated.then(|| crate::session::registry::Recorded {
                 // A loaded copy looks at its record at its first request (an end it has not
                 // heard of yet is found then).
@@ -243,13 +270,19 @@ impl Gateway {
         identity: &Identity,
         capabilities: &Value,
         client_info: Option<&Value>,
+        endpoint: &Endpoint,
     ) -> Result<SessionHandle, GatewayError> {
         // The common case, a client that can be asked nothing, needs no key built.
         let relays_any =
             ["roots", "sampling", "elicitation"].iter().any(|c| capabilities.get(c).is_some_and(Value::is_object))
                 || mcp::declares_ui(capabilities);
         let relayable = if relays_any { mcp::relayable_client_capabilities(capabilities) } else { json!({}) };
-        let caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
+        let mut caps = if relays_any { crate::router::capability_key(&relayable) } else { crate::router::Caps::new() };
+        // One pool entry per endpoint too: a profile's session serves what the profile serves.
+        if let Some(profile) = endpoint.profile_name() {
+            caps.push_str("\n@");
+            caps.push_str(profile);
+        }
         let (tenant, principal) = (&*identity.tenant, &*identity.principal);
         let pooled = self.pool.lock().get(tenant, principal, &caps).and_then(|id| self.session(id, identity).ok());
         if let Some(handle) = pooled {
@@ -275,7 +308,9 @@ impl Gateway {
             pool.retain(|id| self.sessions.contains(id));
         }
         // Started without the pool's lock held (a start may wait for a session to make room).
-        let (id, _) = self.start_session(identity.clone(), Some(&params), catalog, SessionKind::Stateless).await?;
+        let (id, _) = self
+            .start_session(identity.clone(), Some(&params), catalog, SessionKind::Stateless, endpoint.clone())
+            .await?;
         let mut pool = self.pool.lock();
         let started_meanwhile =
             pool.get(tenant, principal, &caps).filter(|other| self.sessions.contains(other)).cloned();
@@ -391,6 +426,19 @@ pub(super) struct Placed {
     pub identity: Identity,
     pub version: String,
     pub client: ClientIdentity,
+    /// The endpoint it was opened at.
+    pub endpoint: Endpoint,
+}
+
+/// The identity an endpoint gives itself: the gateway's, or for a profile its name (and its
+/// title) with the gateway's version.
+pub fn server_info_at(endpoint: &Endpoint) -> Value {
+    let Some(profile) = &endpoint.profile else { return server_info() };
+    let mut info = server_info();
+    info["name"] = Value::from(format!("taskgate/{}", profile.name()));
+    info["title"] =
+        Value::from(profile.config.title.clone().unwrap_or_else(|| format!("taskgate: {}", profile.name())));
+    info
 }
 
 /// The gateway's name and version, as `initialize` and stateless results carry them.

@@ -35,6 +35,12 @@ impl SessionHandle {
         &self.entry.protocol_version
     }
 
+    /// The profile whose endpoint it was opened at (`None`: the tenant's own, `/mcp`): a
+    /// request for it at another endpoint is told it does not exist.
+    pub fn profile(&self) -> Option<&str> {
+        self.entry.profile.as_deref()
+    }
+
     async fn deliver<M>(&self, message: M) -> Result<M::Result, GatewayError>
     where
         M: Message + Send + 'static,

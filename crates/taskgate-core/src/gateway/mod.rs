@@ -32,6 +32,7 @@ use crate::GatewayError;
 mod admin;
 mod callers;
 mod client_sessions;
+mod endpoints;
 mod forwarded_retries;
 mod handle;
 mod health;
@@ -40,7 +41,7 @@ mod replicated;
 mod tool_admission;
 
 pub use callers::resource_metadata_url;
-pub use client_sessions::server_info;
+pub use client_sessions::{server_info, server_info_at};
 pub use handle::SessionHandle;
 pub use health::Readiness;
 use pool::Pool;
@@ -93,6 +94,17 @@ fn tool_rate_patterns(config: &Config) -> Vec<(String, String)> {
             let globs = r.rates.keys().cloned();
             let upstreams = r.upstream_rates.keys().map(|u| format!("upstream:{u}"));
             globs.chain(upstreams).map(|p| (t.id.clone(), p))
+        })
+        .collect()
+}
+
+/// Each tenant with each of its profiles ("" for its own endpoint), as the metrics label them.
+fn profile_labels(config: &Config) -> Vec<(String, String)> {
+    config
+        .tenants
+        .iter()
+        .flat_map(|t| {
+            std::iter::once(String::new()).chain(t.profiles.iter().map(|p| p.name.clone())).map(|p| (t.id.clone(), p))
         })
         .collect()
 }
@@ -213,9 +225,11 @@ impl Gateway {
             task_context: task_context.clone(),
             draining: Default::default(),
             streams: Arc::default(),
+            search: Default::default(),
         });
         shared.metrics.initialise(&tenant_ids(&shared.config), &upstream_names(&shared.config));
         shared.metrics.initialise_tool_rates(&tool_rate_patterns(&shared.config));
+        shared.metrics.initialise_profiles(&profile_labels(&shared.config));
         shared.metrics.tenant_upstreams(&tenant_upstreams(&shared.config));
         let supervisor = Supervisor::new(task_context.clone()).start();
         let _ = task_context.supervisor.set(supervisor.clone().recipient());
@@ -306,6 +320,7 @@ impl Gateway {
                 m.config_reloads.with_label_values(&["applied"]).inc();
                 m.initialise(&tenant_ids(&checked), &upstream_names(&checked));
                 m.initialise_tool_rates(&tool_rate_patterns(&checked));
+                m.initialise_profiles(&profile_labels(&checked));
                 m.tenant_upstreams(&tenant_upstreams(&checked));
                 let listeners_moved = checked.admin.on_main_listener != self.admin_config().on_main_listener;
                 *self.admin.write() = Arc::new(checked.admin.clone());

@@ -11,6 +11,16 @@ impl Metrics {
         }
     }
 
+    /// The series of each tenant's endpoints ("": its own), at 0.
+    pub fn initialise_profiles(&self, endpoints: &[(String, String)]) {
+        for (tenant, profile) in endpoints {
+            self.tool_searches.with_label_values(&[tenant, profile]);
+            if !profile.is_empty() {
+                self.profile_requests.with_label_values(&[tenant, profile]);
+            }
+        }
+    }
+
     /// Creates every series whose labels are known in advance at 0 (Prometheus instrumentation
     /// practice): a fresh `/metrics` already has them, so dashboards show 0 rather than "No
     /// data" and `absent()` alerts do not misfire. Called at start and on every reload (new

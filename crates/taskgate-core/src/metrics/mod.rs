@@ -129,6 +129,12 @@ pub struct Metrics {
     /// Tool calls refused by a `[tenant.tools]` rate, by tenant and the glob (or upstream)
     /// configured.
     pub tool_rate_limited: IntCounterVec,
+    /// Requests at a profile's endpoint (`/mcp/<profile>`), by tenant and profile.
+    pub profile_requests: IntCounterVec,
+    /// `find_tools` searches, by tenant and profile ("" at the tenant's own endpoint).
+    pub tool_searches: IntCounterVec,
+    /// How long a `find_tools` search takes in the gateway (the index built anew included).
+    pub tool_search_seconds: prometheus::Histogram,
     /// tasks/get, tasks/result and tasks/cancel naming a task the requestor cannot see, by tenant.
     pub task_lookup_failures: IntCounterVec,
     /// Configuration reloads by status (applied, rejected).
@@ -362,6 +368,23 @@ impl Metrics {
                 "Tool calls refused by a rate of [tenant.tools] (HTTP 429), by the glob or upstream:<name> configured",
                 &["tenant", "pattern"],
             ),
+            profile_requests: counter(
+                "taskgate_profile_requests_total",
+                "Requests at a profile's endpoint (/mcp/<profile>), by tenant and profile",
+                &["tenant", "profile"],
+            ),
+            tool_searches: counter(
+                "taskgate_tool_searches_total",
+                "find_tools searches (search mode), by tenant and profile (\"\" at the tenant's own endpoint)",
+                &["tenant", "profile"],
+            ),
+            tool_search_seconds: histogram(
+                "taskgate_tool_search_seconds",
+                "Time a find_tools search takes in the gateway",
+                &[],
+                &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25],
+            )
+            .with_label_values::<&str>(&[]),
             task_lookup_failures: counter(
                 "taskgate_task_lookup_failures_total",
                 "Task look-ups naming a task that is unknown, expired or another requestor's",

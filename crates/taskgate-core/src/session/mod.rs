@@ -19,12 +19,14 @@ mod early;
 mod events;
 mod in_flight;
 mod lifecycle;
+mod meta_tools;
 mod offerings;
 mod pooled;
 pub(crate) mod registry;
 mod relayed_requests;
 mod replica_ties;
 pub(crate) mod session_context;
+pub(crate) mod shown;
 mod streams;
 mod task_calls;
 mod tools;
@@ -94,6 +96,8 @@ pub struct SessionActor {
     input_holder: Option<Arc<crate::tasks::InputHolder>>,
     /// What ties it to its copies at other replicas (`across_replicas.rs`).
     ties: replica_ties::ReplicaTies,
+    /// The endpoint it was opened at and the tools its client activated there.
+    pub(crate) shown: shown::Shown,
 }
 
 impl SessionActor {
@@ -148,6 +152,7 @@ impl SessionActor {
             me: None,
             input_holder: None,
             ties: Default::default(),
+            shown: Default::default(),
         }
     }
 

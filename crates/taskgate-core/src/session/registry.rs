@@ -38,6 +38,8 @@ pub(crate) struct SessionEntry {
     pub release_asked_ms: AtomicU64,
     /// A session every replica serves (a shared store): its record as this replica keeps it.
     pub record: Option<Recorded>,
+    /// The profile whose endpoint it was opened at (`None`: the tenant's own).
+    pub profile: Option<Arc<str>>,
 }
 
 /// A session's record, as the replica serving it keeps it.

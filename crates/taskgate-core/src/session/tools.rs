@@ -29,14 +29,31 @@ impl SessionActor {
         let shared = self.shared.clone();
         let ToolCatalog { caps, catalog } = self.catalog.clone();
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let endpoint = self.shown.endpoint.clone();
+        // In search mode: the meta-tools, then the tools the client activated (one page).
+        let activated: Option<std::collections::BTreeSet<String>> =
+            endpoint.search.then(|| self.shown.names().cloned().collect());
         let listing = async move {
             let _ = router.send(EnsureCatalog(caps)).await;
             let support =
                 |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));
-            let visible = |name: &str, e: &ToolEntry| policy.may_call(&e.upstream, name);
-            let size = shared.config.federation.page_size;
-            let page = catalog.read().page(cursor.as_deref(), size, visible, support);
-            page.map_err(GatewayError::InvalidParams)
+            let serves = |name: &str, e: &ToolEntry| policy.serves_at(&endpoint, &e.upstream, name);
+            let mut page = match &activated {
+                Some(activated) => {
+                    let visible = |name: &str, e: &ToolEntry| activated.contains(name) && serves(name, e);
+                    let mut page = catalog.read().page(None, super::shown::MAX_ACTIVATED, visible, support);
+                    if let Ok(page) = &mut page {
+                        page.tools.splice(0..0, crate::tenants::profiles::meta_tools());
+                    }
+                    page
+                }
+                None => catalog.read().page(cursor.as_deref(), shared.config.federation.page_size, serves, support),
+            }
+            .map_err(GatewayError::InvalidParams)?;
+            for tool in &mut page.tools {
+                endpoint.show(tool);
+            }
+            Ok(page)
         };
         ctx.spawn(listing.into_actor(self).map(move |page, act, _| {
             act.finish(
@@ -68,9 +85,18 @@ impl SessionActor {
         let name = view.name.clone();
         // A tool of an upstream the tenant does not see, or one its tool rules leave out, is
         // unknown to it, exactly like one that does not exist.
+        if self.shown.endpoint.is_meta_tool(&name) {
+            return self.meta_tool(id, params, view, ctx);
+        }
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
-        let resolved =
-            self.catalog.catalog.read().resolve(&name).filter(|e| policy.may_call(&e.upstream, &name)).cloned();
+        let endpoint = self.shown.endpoint.clone();
+        let resolved = self
+            .catalog
+            .catalog
+            .read()
+            .resolve(&name)
+            .filter(|e| policy.serves_at(&endpoint, &e.upstream, &name))
+            .cloned();
         match resolved {
             Some(entry) => self.dispatch_call(id, params, view, entry, ctx),
             None => {
@@ -82,14 +108,17 @@ impl SessionActor {
                     let _ = router.send(EnsureCatalog(caps)).await;
                     let owner = {
                         let catalog = catalog.read();
-                        if let Some(entry) = catalog.resolve(&name).filter(|e| policy.may_call(&e.upstream, &name)) {
+                        if let Some(entry) =
+                            catalog.resolve(&name).filter(|e| policy.serves_at(&endpoint, &e.upstream, &name))
+                        {
                             return Ok(entry.clone());
                         }
                         // An MCP App's View calls its server's tools by the names the server
                         // gave them: one that a single prefixed upstream has is that one.
                         if apps {
-                            let mut found =
-                                catalog.by_original_name(&name, |exposed, e| policy.may_call(&e.upstream, exposed));
+                            let mut found = catalog.by_original_name(&name, |exposed, e| {
+                                policy.serves_at(&endpoint, &e.upstream, exposed)
+                            });
                             match found.len() {
                                 0 => {}
                                 1 => return Ok(found.remove(0).1),
@@ -102,7 +131,7 @@ impl SessionActor {
                                 }
                             }
                         }
-                        catalog.owner_of_unlisted(&name, |u| policy.may_call(u, &name))
+                        catalog.owner_of_unlisted(&name, |u| policy.serves_at(&endpoint, u, &name))
                     };
                     let Some((upstream, own)) = owner else {
                         return Err(GatewayError::InvalidParams(format!("Unknown tool: {name}")));

@@ -8,6 +8,7 @@ pub mod credentials;
 mod jws;
 pub mod limits;
 pub mod oauth;
+pub mod profiles;
 mod refusal;
 pub mod refused_tokens;
 pub mod subjects;
@@ -48,6 +49,8 @@ pub struct TenantPolicy {
     pub max_body_bytes: usize,
     /// What of each gateway-wide pool the tenant may take.
     pub shares: Shares,
+    /// Its virtual servers, by name.
+    pub profiles: HashMap<String, Arc<profiles::Profile>>,
 }
 
 /// One tenant's share of the gateway-wide pools (issue: one tenant must not drain what all
@@ -97,7 +100,30 @@ impl TenantPolicy {
             tasks: tenant.limits.tasks(&config.tasks),
             max_body_bytes: tenant.limits.max_body_bytes.unwrap_or(usize::MAX).min(config.server.max_body_bytes),
             shares: Shares::new(tenant, config),
+            profiles: tenant
+                .profiles
+                .iter()
+                .map(|p| (p.name.clone(), Arc::new(profiles::Profile::new(p.clone()))))
+                .collect(),
         }
+    }
+
+    /// What the endpoint of profile `name` serves (the tenant's own, `/mcp`, for `None`);
+    /// `None` for a profile the tenant does not have.
+    pub fn endpoint(&self, name: Option<&str>) -> Option<profiles::Endpoint> {
+        match name {
+            None => Some(profiles::Endpoint { profile: None, search: self.tools.as_ref().is_some_and(|t| t.search) }),
+            Some(name) => {
+                let profile = self.profiles.get(name)?.clone();
+                Some(profiles::Endpoint { search: profile.config.search, profile: Some(profile) })
+            }
+        }
+    }
+
+    /// Whether the tool the gateway names `name`, of `upstream`, is listed and called at
+    /// `endpoint` (the tenant's rules, then the endpoint's).
+    pub fn serves_at(&self, endpoint: &profiles::Endpoint, upstream: &str, name: &str) -> bool {
+        self.may_call(upstream, name) && endpoint.serves(name)
     }
 
     /// A tenant no longer configured (removed by a reload while its session was open): it

@@ -20,6 +20,9 @@ mod tasks;
 
 pub use exchange::Front2026;
 pub use relayed::serve as serve_relayed;
+pub(crate) use results::finish_result;
+
+use taskgate_core::tenants::profiles::Endpoint;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -75,6 +78,7 @@ pub async fn serve(
     (message, fields, arguments): taskgate_protocol::front::Front,
     gateway: &Gateway,
     state: Arc<Front2026>,
+    endpoint: Endpoint,
 ) -> HttpResponse {
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, Params { tree: params, arguments }),
@@ -119,7 +123,7 @@ pub async fn serve(
         Ok(request_meta) => request_meta,
         Err(e) => return crate::reply::error(&e, Some(id)),
     };
-    match serve_request(identity, &id, method, params, request_meta, gateway, state).await {
+    match serve_request(identity, &id, method, params, request_meta, gateway, Arrival { state, endpoint }).await {
         Ok(response) => response,
         Err(e) => crate::reply::error(&e, Some(id)),
     }
@@ -143,6 +147,13 @@ impl Params {
     }
 }
 
+/// Where a request came in: the front door's state, and the endpoint (the tenant's own or a
+/// profile's).
+struct Arrival {
+    state: Arc<Front2026>,
+    endpoint: Endpoint,
+}
+
 async fn serve_request(
     identity: Identity,
     id: &RequestId,
@@ -150,12 +161,13 @@ async fn serve_request(
     params: Params,
     request_meta: RequestMeta,
     gateway: &Gateway,
-    state: Arc<Front2026>,
+    at: Arrival,
 ) -> Result<HttpResponse, GatewayError> {
+    let Arrival { state, endpoint } = at;
     // The table says what this revision serves and how (taskgate_protocol::method).
     let served = Method::named(&method).filter(|m| m.row().at_2026.is_some());
     match served {
-        Some(Method::ServerDiscover) => Ok(discover(gateway, &identity, id)),
+        Some(Method::ServerDiscover) => Ok(discover(gateway, &identity, id, &endpoint)),
         Some(Method::SubscriptionsListen) => {
             listen::serve(gateway, identity, id.clone(), params.whole(), &request_meta, &state).await
         }
@@ -167,7 +179,7 @@ async fn serve_request(
             tasks::serve(gateway, &identity, id.clone(), &method, params.whole(), &request_meta, state).await
         }
         Some(m) if m.row().forwarded => {
-            forward(gateway, identity, id.clone(), method, params, request_meta, state).await
+            forward(gateway, identity, id.clone(), method, params, request_meta, Arrival { state, endpoint }).await
         }
         // streamable-http "Protocol Version Header": a method not implemented MUST get 404 and
         // -32601 (ping, logging/setLevel, resources/subscribe, tasks/list and tasks/result are
@@ -260,7 +272,7 @@ fn standard_headers(
 
 /// `server/discover` (server/discover "Response"): the versions, what the tenant's upstreams
 /// offer through the gateway with the tasks extension, and the gateway's identity.
-fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId) -> HttpResponse {
+fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId, endpoint: &Endpoint) -> HttpResponse {
     let mut capabilities = gateway.server_capabilities(&identity.tenant);
     if !capabilities.get("extensions").is_some_and(Value::is_object) {
         capabilities["extensions"] = json!({});
@@ -270,8 +282,14 @@ fn discover(gateway: &Gateway, identity: &Identity, id: &RequestId) -> HttpRespo
         "supportedVersions": revision_2026::ALL_VERSIONS,
         "capabilities": capabilities,
     });
+    if let Some(instructions) = endpoint.profile.as_ref().and_then(|p| p.config.instructions.as_deref()) {
+        result["instructions"] = Value::from(instructions);
+    }
     if let Some(result) = result.as_object_mut() {
         results::finish_result(revision_2026::methods::SERVER_DISCOVER, result);
+    }
+    if endpoint.profile.is_some() {
+        result["_meta"][revision_2026::meta::SERVER_INFO] = taskgate_core::gateway::server_info_at(endpoint);
     }
     crate::reply::json(&Message::response(id.clone(), result))
 }
@@ -284,8 +302,9 @@ async fn forward(
     method: String,
     params: Params,
     request_meta: RequestMeta,
-    state: Arc<Front2026>,
+    at: Arrival,
 ) -> Result<HttpResponse, GatewayError> {
+    let Arrival { state, endpoint } = at;
     // The digest binds a requestState to this request; a client that declared none of the
     // capabilities input requests need is never sent one (basic/patterns/mrtr: inputRequests
     // only for declared capabilities), so it has none to bind. Were one issued all the same,
@@ -313,8 +332,9 @@ async fn forward(
         return Ok(exchange::resume(state, client_id, &identity, &method, &params, client_token, first_wait).await);
     }
     let digest = if may_be_asked { state::digest(&method, Some(&params)) } else { String::new() };
-    let session =
-        gateway.pooled_session(&identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
+    let session = gateway
+        .pooled_session(&identity, &request_meta.capabilities, request_meta.client_info.as_ref(), &endpoint)
+        .await?;
     let internal_id = state.internal_id();
     // Client ids and tokens are unique per client only: in a shared session they are the
     // gateway's own, mapped back on the way out.

@@ -170,7 +170,7 @@ pub(super) fn to_json(value: &Value) -> String {
 
 /// A result as the 2026-07-28 client sees it: `resultType`, the server's identity, caching
 /// hints on what server/utilities/caching names, and a task as the flat `CreateTaskResult`.
-pub(super) fn finish_result(method: &str, result: &mut Map<String, Value>) {
+pub(crate) fn finish_result(method: &str, result: &mut Map<String, Value>) {
     if method == methods::TOOLS_CALL {
         if let Some(Value::Object(task)) = result.get("task").cloned() {
             if task.contains_key("taskId") {

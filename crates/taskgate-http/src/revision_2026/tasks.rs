@@ -58,8 +58,10 @@ pub(super) async fn serve(
 ) -> Result<HttpResponse, GatewayError> {
     let task_id =
         mcp::required_string(params.as_ref(), method, "taskId").map_err(GatewayError::InvalidParams)?.to_owned();
-    let session =
-        gateway.pooled_session(identity, &request_meta.capabilities, request_meta.client_info.as_ref()).await?;
+    let endpoint = gateway.endpoint(identity, None)?;
+    let session = gateway
+        .pooled_session(identity, &request_meta.capabilities, request_meta.client_info.as_ref(), &endpoint)
+        .await?;
     let answer = ask(&state, &session, methods::TASKS_GET, json!({ "taskId": task_id })).await?;
     let task = match answer {
         Ok(Value::Object(task)) => task,

@@ -1,0 +1,101 @@
+//! The tenant's endpoints: its own (`/mcp`) and its profiles' (`/mcp/<profile>`), and the
+//! search mode's `find_tools`, answered here where the caller's scopes are known.
+
+use serde_json::{json, Value};
+use taskgate_config::profiles::FIND_TOOLS;
+
+use super::Gateway;
+use crate::tenants::profiles::Endpoint;
+use crate::tool_search::{MAX_QUERY_BYTES, MAX_RESULTS};
+use crate::{GatewayError, Identity};
+
+/// Matches `find_tools` returns unless asked for another number.
+const DEFAULT_RESULTS: usize = 5;
+
+impl Gateway {
+    /// What the endpoint of `profile` serves the caller's tenant (`None`: its own endpoint).
+    pub fn endpoint(&self, identity: &Identity, profile: Option<&str>) -> Result<Endpoint, GatewayError> {
+        let policy = self.shared.tenancy.policy(&identity.tenant);
+        let endpoint = policy.endpoint(profile).ok_or_else(|| {
+            GatewayError::UnknownProfile(crate::logs::Untrusted(profile.unwrap_or_default()).to_string())
+        })?;
+        if let Some(name) = endpoint.profile_name() {
+            self.shared.metrics.profile_requests.with_label_values(&[&identity.tenant, name]).inc();
+        }
+        Ok(endpoint)
+    }
+
+    /// `find_tools` (search mode), called with `arguments`: the catalog's best matches for the
+    /// caller's need, among the
+    /// tools it may call here: the tenant's rules, the endpoint's tools and, for an OAuth access
+    /// token, the scopes the tool needs (a search never shows a tool its caller cannot call).
+    pub async fn find_tools(
+        &self,
+        identity: &Identity,
+        scopes: Option<&[Box<str>]>,
+        endpoint: &Endpoint,
+        arguments: Option<&Value>,
+    ) -> Result<Value, GatewayError> {
+        let query = arguments.and_then(|a| a.get("query")).and_then(Value::as_str).ok_or_else(|| {
+            GatewayError::InvalidParams(format!("{FIND_TOOLS} needs \"query\": what you need to do, in plain words"))
+        })?;
+        let limit = match arguments.and_then(|a| a.get("limit")) {
+            None | Some(Value::Null) => DEFAULT_RESULTS,
+            Some(n) => n.as_u64().filter(|n| (1..=MAX_RESULTS as u64).contains(n)).ok_or_else(|| {
+                GatewayError::InvalidParams(format!("\"limit\" must be a whole number from 1 to {MAX_RESULTS}"))
+            })? as usize,
+        };
+        let policy = self.shared.tenancy.policy(&identity.tenant);
+        let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
+        let rules = policy.tools.as_ref().filter(|r| !r.scopes.is_empty() || !r.upstream_scopes.is_empty());
+        let granted = scopes;
+        let may_call = |upstream: &str, name: &str| {
+            let (Some(rules), Some(granted)) = (rules, granted) else { return true };
+            rules.scopes_for(upstream, name).iter().all(|s| granted.iter().any(|g| &**g == *s))
+        };
+        let started = std::time::Instant::now();
+        let catalog = self.shared.catalog.read();
+        let index = self.shared.search.for_generation(catalog.generation(), || {
+            catalog.entries().map(|(name, entry)| (name.as_str(), &entry.tool))
+        });
+        let found = index.search(query, limit, |name| {
+            catalog
+                .resolve(name)
+                .is_some_and(|e| policy.serves_at(endpoint, &e.upstream, name) && may_call(&e.upstream, name))
+        });
+        let mut tools = Vec::with_capacity(found.len());
+        for (name, _score) in &found {
+            let Some(entry) = catalog.resolve(name) else { continue };
+            let mut tool = json!({
+                "name": name,
+                "description": entry.tool.raw.get("description").cloned().unwrap_or(Value::Null),
+                "inputSchema": entry.tool.raw.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                "upstream": entry.upstream,
+            });
+            if let Some(title) = entry.tool.raw.get("title") {
+                tool["title"] = title.clone();
+            }
+            endpoint.show(&mut tool);
+            tools.push(tool);
+        }
+        drop(catalog);
+        let profile = endpoint.profile_name().unwrap_or("");
+        self.shared.metrics.tool_searches.with_label_values(&[&identity.tenant, profile]).inc();
+        self.shared.metrics.tool_search_seconds.observe(started.elapsed().as_secs_f64());
+        let cut = if query.len() > MAX_QUERY_BYTES { " (the query was cut to its first 1,024 bytes)" } else { "" };
+        let text = if tools.is_empty() {
+            format!("No tool matches that need{cut}. Try other words.")
+        } else {
+            format!(
+                "{} matching tools{cut}, best first (call one by its name, or activate it with use_tools):\n{}",
+                tools.len(),
+                serde_json::to_string_pretty(&tools).unwrap_or_default()
+            )
+        };
+        Ok(json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {"tools": tools},
+            "isError": false,
+        }))
+    }
+}

@@ -1,0 +1,93 @@
+//! The search mode's `use_tools`: the client activates tools for its session, which then lists
+//! them and tells it the list changed. (`find_tools` is answered at the front door, which holds
+//! the caller's scopes: [`crate::Gateway::find_tools`].)
+
+use actix::prelude::*;
+use serde_json::{json, Value};
+use taskgate_config::profiles::USE_TOOLS;
+use taskgate_protocol::mcp::{methods, ToolCallView};
+use taskgate_protocol::{Message as RpcMessage, RequestId};
+
+use super::shown::MAX_ACTIVATED;
+use super::SessionActor;
+use crate::GatewayError;
+
+/// Names one `use_tools` may activate, at most.
+const MAX_NAMES: usize = 64;
+
+impl SessionActor {
+    /// A call of one of the search mode's meta-tools.
+    pub(super) fn meta_tool(
+        &mut self,
+        id: RequestId,
+        params: Option<Value>,
+        view: ToolCallView,
+        _: &mut Context<Self>,
+    ) {
+        let arguments = match &view.arguments {
+            Some(raw) => raw.to_value(),
+            None => params.as_ref().and_then(|p| p.get("arguments")).cloned().unwrap_or_else(|| json!({})),
+        };
+        let outcome = match view.name.as_str() {
+            USE_TOOLS => self.use_tools(&arguments),
+            other => Err(GatewayError::InvalidParams(format!("Unknown tool: {other}"))),
+        };
+        self.finish(id, outcome);
+    }
+
+    fn use_tools(&mut self, arguments: &Value) -> Result<Value, GatewayError> {
+        let names = arguments
+            .get("names")
+            .and_then(Value::as_array)
+            .filter(|n| (1..=MAX_NAMES).contains(&n.len()))
+            .and_then(|n| n.iter().map(Value::as_str).collect::<Option<Vec<&str>>>())
+            .filter(|n| n.iter().all(|name| name.len() <= 128))
+            .ok_or_else(|| {
+                GatewayError::InvalidParams(format!(
+                    "{USE_TOOLS} needs \"names\": 1 to {MAX_NAMES} tool names of at most 128 bytes"
+                ))
+            })?;
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let endpoint = self.shown.endpoint.clone();
+        let (mut found, mut unknown) = (Vec::new(), Vec::new());
+        {
+            let catalog = self.catalog.catalog.read();
+            for shown in names {
+                let name = endpoint.gateway_name(shown);
+                match catalog.resolve(name).filter(|e| policy.serves_at(&endpoint, &e.upstream, name)) {
+                    Some(_) => found.push((shown, name.to_owned())),
+                    None => unknown.push(shown),
+                }
+            }
+        }
+        let added = self.shown.activate(found.iter().map(|(_, name)| name.as_str()));
+        let full = added.is_err();
+        if added.unwrap_or_else(|n| n) > 0 {
+            // basic/server/tools "List Changed Notification".
+            let changed = RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None);
+            match self.streams.get() {
+                Some(stream) => {
+                    let _ = stream.send(&changed);
+                }
+                None => {
+                    self.to_stream_elsewhere(&changed);
+                }
+            }
+        }
+        let activated: Vec<&str> =
+            found.iter().filter(|(_, name)| self.shown.is_activated(name)).map(|(shown, _)| *shown).collect();
+        let mut text =
+            format!("Activated: {}.", if activated.is_empty() { "none".into() } else { activated.join(", ") });
+        if !unknown.is_empty() {
+            text.push_str(&format!(" Not found here: {}.", unknown.join(", ")));
+        }
+        if full {
+            text.push_str(&format!(" A session activates at most {MAX_ACTIVATED} tools."));
+        }
+        Ok(json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {"activated": activated, "unknown": unknown},
+            "isError": activated.is_empty(),
+        }))
+    }
+}

@@ -1,0 +1,250 @@
+//! Tool search: a BM25 index over the catalog's tools, queried with a need in plain words.
+//!
+//! Each tool is one document: its name and title (twice: a name says most), its description
+//! and its parameters' names. [`ToolWords`] splits them into words as tool names are written
+//! (`create_issue`, `createIssue`, `github__create-issue` → `github create issue`), drops
+//! English stop words and stems the rest (Snowball, `rust-stemmers`); the `bm25` crate weighs
+//! and scores with an inverted index, so a query only scores the documents sharing a word with
+//! it. The index is built once per catalog generation. What a caller may not call is skipped
+//! as results are read, so a search never shows it.
+
+use std::sync::Arc;
+
+use bm25::{Embedder, EmbedderBuilder, Scorer};
+use parking_lot::Mutex;
+use serde_json::Value;
+use taskgate_protocol::mcp::ToolView;
+
+/// The most results one search returns.
+pub const MAX_RESULTS: usize = 20;
+/// The longest query read (longer ones are cut).
+pub const MAX_QUERY_BYTES: usize = 1024;
+
+/// The index of one catalog generation.
+pub struct ToolIndex {
+    embedder: Embedder<u32, ToolWords>,
+    scorer: Scorer<u32>,
+    /// The gateway's names, by document id.
+    names: Vec<String>,
+    generation: u64,
+}
+
+impl ToolIndex {
+    /// The index of `tools` (the gateway's name and the tool), for catalog `generation`.
+    pub fn build<'a>(tools: impl Iterator<Item = (&'a str, &'a ToolView)>, generation: u64) -> ToolIndex {
+        let (names, documents): (Vec<String>, Vec<String>) =
+            tools.map(|(name, tool)| (name.to_owned(), document(name, tool))).unzip();
+        let corpus: Vec<&str> = documents.iter().map(String::as_str).collect();
+        let embedder = EmbedderBuilder::with_tokenizer_and_fit_to_corpus(ToolWords::new(), &corpus).build();
+        let mut scorer = Scorer::new();
+        for (id, text) in documents.iter().enumerate() {
+            scorer.upsert(&(id as u32), embedder.embed(text));
+        }
+        ToolIndex { embedder, scorer, names, generation }
+    }
+
+    /// The catalog generation it was built from.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Tools indexed.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether it holds no tool.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The best `limit` matches for `query` among the tools `keep` lets through, best first,
+    /// with their scores.
+    pub fn search(&self, query: &str, limit: usize, mut keep: impl FnMut(&str) -> bool) -> Vec<(&str, f32)> {
+        let mut end = query.len().min(MAX_QUERY_BYTES);
+        while !query.is_char_boundary(end) {
+            end -= 1;
+        }
+        let query = self.embedder.embed(&query[..end]);
+        let mut found = Vec::with_capacity(limit);
+        for scored in self.scorer.matches(&query) {
+            if found.len() >= limit {
+                break;
+            }
+            let name = self.names[scored.id as usize].as_str();
+            if keep(name) {
+                found.push((name, scored.score));
+            }
+        }
+        found
+    }
+}
+
+/// The index of the current catalog generation, built when first asked for after a change.
+#[derive(Default)]
+pub struct SearchIndex {
+    current: Mutex<Option<Arc<ToolIndex>>>,
+}
+
+impl SearchIndex {
+    /// The index for `generation`, built from `tools` (called under the catalog's read lock)
+    /// when the one held is older.
+    pub fn for_generation<'a, I>(&self, generation: u64, tools: impl FnOnce() -> I) -> Arc<ToolIndex>
+    where
+        I: Iterator<Item = (&'a str, &'a ToolView)>,
+    {
+        let mut current = self.current.lock();
+        match current.as_ref() {
+            Some(index) if index.generation == generation => index.clone(),
+            _ => {
+                let index = Arc::new(ToolIndex::build(tools(), generation));
+                *current = Some(index.clone());
+                index
+            }
+        }
+    }
+}
+
+/// A tool's document: its name and title twice, its description, its parameters' names.
+pub fn document(name: &str, tool: &ToolView) -> String {
+    let text = |key: &str| tool.raw.get(key).and_then(Value::as_str).unwrap_or_default();
+    let title = text("title");
+    let mut doc = format!("{name} {title} {name} {title} {}", text("description"));
+    if let Some(properties) = tool.raw.get("inputSchema").and_then(|s| s.get("properties")).and_then(Value::as_object) {
+        for parameter in properties.keys() {
+            doc.push(' ');
+            doc.push_str(parameter);
+        }
+    }
+    doc
+}
+
+/// Words as tools are named and described: split at anything not a letter or digit and where
+/// a lower-case letter or digit meets an upper-case one (`createIssue`), lower-cased, English
+/// stop words dropped, the rest stemmed.
+pub struct ToolWords {
+    stemmer: rust_stemmers::Stemmer,
+}
+
+impl ToolWords {
+    pub fn new() -> ToolWords {
+        ToolWords { stemmer: rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English) }
+    }
+}
+
+impl Default for ToolWords {
+    fn default() -> ToolWords {
+        ToolWords::new()
+    }
+}
+
+impl bm25::Tokenizer for ToolWords {
+    fn tokenize(&self, text: &str) -> Vec<String> {
+        split(text)
+            .into_iter()
+            .filter(|w| STOP_WORDS.binary_search(&w.as_str()).is_err())
+            .map(|w| self.stemmer.stem(&w).into_owned())
+            .collect()
+    }
+}
+
+/// `text` split into lower-case words (see [`ToolWords`]).
+pub fn split(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut previous: Option<char> = None;
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+        } else {
+            if c.is_uppercase() && previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit()) && !word.is_empty()
+            {
+                out.push(std::mem::take(&mut word));
+            }
+            word.extend(c.to_lowercase());
+        }
+        previous = Some(c);
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// English words that say nothing of what a tool does (sorted: binary search).
+const STOP_WORDS: [&str; 64] = [
+    "a", "about", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "does", "for", "from",
+    "get", "give", "have", "how", "i", "if", "in", "into", "is", "it", "its", "let", "me", "my", "need", "of", "on",
+    "or", "our", "please", "should", "so", "some", "that", "the", "their", "them", "then", "there", "these", "this",
+    "to", "up", "us", "use", "want", "was", "we", "what", "when", "which", "who", "will", "with", "would", "you",
+    "your", "yours",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(value: Value) -> ToolView {
+        ToolView::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn identifiers_are_split_into_words_and_stop_words_sorted() {
+        assert_eq!(split("github__createIssue"), ["github", "create", "issue"]);
+        assert_eq!(split("read-file.v2/x:y"), ["read", "file", "v2", "x", "y"]);
+        assert_eq!(split("HTTPServer"), ["httpserver"]);
+        assert_eq!(split("Élan_über"), ["élan", "über"]);
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
+        let words = ToolWords::new();
+        assert_eq!(bm25::Tokenizer::tokenize(&words, "Searching the files"), ["search", "file"]);
+    }
+
+    #[test]
+    fn a_need_finds_its_tool_and_what_a_caller_may_not_call_is_never_shown() {
+        let tools = [
+            (
+                "fs__read_text_file",
+                tool(
+                    json!({"name": "read_text_file", "description": "Read the complete contents of a file as text", "inputSchema": {"properties": {"path": {}}}}),
+                ),
+            ),
+            (
+                "gh__create_issue",
+                tool(
+                    json!({"name": "create_issue", "description": "Create a new issue in a GitHub repository", "inputSchema": {"properties": {"owner": {}, "repo": {}, "title": {}}}}),
+                ),
+            ),
+            (
+                "time__get_current_time",
+                tool(
+                    json!({"name": "get_current_time", "description": "Get current time in a specific timezone", "inputSchema": {"properties": {"timezone": {}}}}),
+                ),
+            ),
+            (
+                "secret__create_issue_internal",
+                tool(
+                    json!({"name": "create_issue_internal", "description": "Create an issue in the internal tracker"}),
+                ),
+            ),
+        ];
+        let index = ToolIndex::build(tools.iter().map(|(n, t)| (*n, t)), 7);
+        assert_eq!((index.generation(), index.len()), (7, 4));
+        let best = |q: &str| index.search(q, 5, |n| !n.starts_with("secret__")).first().map(|(n, _)| n.to_string());
+        assert_eq!(best("open an issue on my repository").as_deref(), Some("gh__create_issue"));
+        assert_eq!(best("what time is it in Tokyo timezone").as_deref(), Some("time__get_current_time"));
+        assert_eq!(best("show me what's in the file notes.txt").as_deref(), Some("fs__read_text_file"));
+        let all = index.search("create issue internal tracker", 5, |n| !n.starts_with("secret__"));
+        assert!(all.iter().all(|(n, _)| !n.starts_with("secret__")), "{all:?}");
+        assert!(index.search("", 5, |_| true).is_empty());
+        assert!(index.search(&"é".repeat(2000), 5, |_| true).is_empty());
+        // Built once per generation.
+        let held = SearchIndex::default();
+        let first = held.for_generation(1, || tools.iter().map(|(n, t)| (*n, t)));
+        let again = held.for_generation(1, || -> std::iter::Empty<(&str, &ToolView)> { panic!("built twice") });
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(held.for_generation(2, || tools[..1].iter().map(|(n, t)| (*n, t))).len(), 1);
+    }
+}

@@ -1,0 +1,157 @@
+//! Large catalogs: virtual servers (`[[tenant.profile]]`, each at `/mcp/<profile>` with its own
+//! identity and tool set, renames and descriptions) and search mode (`find_tools`, `use_tools`),
+//! over real sockets, for clients of both revisions.
+
+use serde_json::{json, Value};
+use taskgate_config::{ProfileConfig, TenantConfig, ToolRules};
+use taskgate_protocol::Message;
+use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
+
+use crate::modern::Client as ModernClient;
+use crate::support::within;
+
+fn names(listed: &Value) -> Vec<&str> {
+    listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect()
+}
+
+/// The demo upstream behind a tenant (anonymous, `demo__fail` denied) with profiles: `math`
+/// (`demo__add` shown as `sum`), `talk` (`demo__echo`, `demo__ask`) and `finder` (search mode,
+/// every tool).
+fn gateway(demo: &DemoUpstream) -> TestGateway {
+    let mut config = config_with(vec![demo.upstream("demo")]);
+    let mut tenant = TenantConfig::new("acme");
+    tenant.anonymous = true;
+    tenant.tools = Some(ToolRules { deny: vec!["demo__fail".into()], ..ToolRules::default() });
+    tenant.profiles = vec![
+        ProfileConfig {
+            name: "math".into(),
+            title: Some("Arithmetic".into()),
+            instructions: Some("Adds numbers.".into()),
+            tools: vec!["demo__add".into()],
+            rename: [("demo__add".to_string(), "sum".to_string())].into(),
+            describe: [("demo__add".to_string(), "The sum of a and b.".to_string())].into(),
+            ..ProfileConfig::default()
+        },
+        ProfileConfig {
+            name: "talk".into(),
+            tools: vec!["demo__echo".into(), "demo__ask".into(), "demo__fail".into()],
+            ..ProfileConfig::default()
+        },
+        ProfileConfig { name: "finder".into(), search: true, ..ProfileConfig::default() },
+    ];
+    config.tenants = vec![tenant];
+    TestGateway::start(config)
+}
+
+#[actix_rt::test]
+async fn two_hosts_see_different_small_catalogs_drawn_from_the_same_upstreams() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo);
+    let at = |profile: &str| format!("{}/{profile}", gw.url);
+    // A 2025-11-25 host at /mcp/math: the profile's identity, its one tool under its name.
+    let mut math = McpClient::new(&at("math"));
+    let init = math.initialize().await;
+    assert_eq!(init["serverInfo"]["name"], "taskgate/math", "{init}");
+    assert_eq!(init["serverInfo"]["title"], "Arithmetic");
+    assert_eq!(init["instructions"], "Adds numbers.");
+    let listed = math.request("tools/list", None).await.outcome().unwrap();
+    assert_eq!(names(&listed), ["sum"]);
+    assert_eq!(listed["tools"][0]["description"], "The sum of a and b.");
+    assert_eq!(math.call("sum", json!({"a": 1, "b": 2})).await.unwrap()["content"][0]["text"], "3");
+    // Another profile's tool is unknown here, as is the renamed tool under another name.
+    for other in ["demo__echo", "add"] {
+        let refused = math.call(other, json!({"text": "x", "a": 1, "b": 1})).await.unwrap_err();
+        assert_eq!(refused.code, -32602, "{other}: {refused:?}");
+    }
+    // Its session exists at its own endpoint only.
+    let session = math.session.clone().unwrap();
+    for elsewhere in [gw.url.clone(), at("talk")] {
+        let mut stray = McpClient::new(&elsewhere);
+        stray.session = Some(session.clone());
+        stray.protocol_version = math.protocol_version.clone();
+        let reply = stray.request("tools/list", None).await;
+        assert_eq!(reply.status, 404, "{elsewhere}: {reply:?}");
+    }
+    // A 2026-07-28 host at /mcp/talk: its identity, its tools (the tenant's deny still holds).
+    let talk = ModernClient::new(&at("talk"), json!({}));
+    let discovered = talk.ok("server/discover", json!({})).await;
+    assert_eq!(discovered["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "taskgate/talk", "{discovered}");
+    let listed = talk.ok("tools/list", json!({})).await;
+    assert_eq!(names(&listed), ["demo__ask", "demo__echo"]);
+    let echoed = talk.ok("tools/call", json!({"name": "demo__echo", "arguments": {"text": "hi"}})).await;
+    assert_eq!(echoed["content"][0]["text"], "hi");
+    let refused = talk.send("tools/call", json!({"name": "demo__add", "arguments": {"a": 1, "b": 1}})).await;
+    assert_eq!(refused.outcome().unwrap_err().code, -32602);
+    // The tenant's own endpoint lists every tool it may call; an unknown profile is 404.
+    let mut own = McpClient::new(&gw.url);
+    own.initialize().await;
+    let all = own.request("tools/list", None).await.outcome().unwrap();
+    assert!(names(&all).contains(&"demo__add") && names(&all).contains(&"demo__echo") && !names(&all).contains(&"sum"));
+    let mut nowhere = McpClient::new(&at("nope"));
+    assert_eq!(nowhere.try_initialize().await.status, 404);
+    // Requests are counted by profile.
+    let metrics = gw.gateway.render_metrics().await;
+    for line in [
+        r#"taskgate_profile_requests_total{profile="math",tenant="acme"}"#,
+        r#"taskgate_profile_requests_total{profile="talk",tenant="acme"}"#,
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(line) && !l.ends_with(" 0")), "{line}: {metrics}");
+    }
+}
+
+#[actix_rt::test]
+async fn search_mode_finds_and_activates_tools_and_any_of_them_is_called_by_name() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo);
+    let url = format!("{}/finder", gw.url);
+    let mut c = McpClient::new(&url);
+    c.initialize().await;
+    let mut events = c.open_stream().await.expect("the GET stream opens");
+    let listed = c.request("tools/list", None).await.outcome().unwrap();
+    assert_eq!(names(&listed), ["find_tools", "use_tools"]);
+    // A need in plain words finds its tool, with what calling it takes.
+    let found = c.call("find_tools", json!({"query": "add two numbers together", "limit": 3})).await.unwrap();
+    let tools = found["structuredContent"]["tools"].as_array().unwrap();
+    assert_eq!(tools[0]["name"], "demo__add", "{found}");
+    assert_eq!(tools[0]["upstream"], "demo");
+    assert_eq!(tools[0]["inputSchema"]["properties"]["a"]["type"], "number");
+    assert!(tools.len() <= 3);
+    // A tool the tenant may not call is never found.
+    let failing = c.call("find_tools", json!({"query": "return a tool error", "limit": 20})).await.unwrap();
+    let failing = failing["structuredContent"]["tools"].as_array().unwrap();
+    assert!(failing.iter().all(|t| t["name"] != "demo__fail"), "{failing:?}");
+    // Bad arguments are the caller's error.
+    for bad in [json!({}), json!({"query": 1}), json!({"query": "x", "limit": 0}), json!({"query": "x", "limit": 99})] {
+        assert_eq!(c.call("find_tools", bad.clone()).await.unwrap_err().code, -32602, "{bad}");
+    }
+    // Any tool of the catalog is called by name without activation.
+    assert_eq!(c.call("demo__echo", json!({"text": "direct"})).await.unwrap()["content"][0]["text"], "direct");
+    // Activated, a tool is listed, and the client is told the list changed.
+    let used = c.call("use_tools", json!({"names": ["demo__add", "demo__nothing", "demo__fail"]})).await.unwrap();
+    assert_eq!(
+        used["structuredContent"],
+        json!({"activated": ["demo__add"], "unknown": ["demo__nothing", "demo__fail"]})
+    );
+    within(async {
+        loop {
+            match events.next().await.expect("the GET stream ended") {
+                Message::Notification { method, .. } if method == "notifications/tools/list_changed" => return,
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    let listed = c.request("tools/list", None).await.outcome().unwrap();
+    assert_eq!(names(&listed), ["find_tools", "use_tools", "demo__add"]);
+    assert_eq!(c.call("demo__add", json!({"a": 2, "b": 2})).await.unwrap()["content"][0]["text"], "4");
+    assert_eq!(c.call("use_tools", json!({"names": []})).await.unwrap_err().code, -32602);
+    // A 2026-07-28 client searches too, its answer in its revision's shape.
+    let modern = ModernClient::new(&url, json!({}));
+    let found =
+        modern.ok("tools/call", json!({"name": "find_tools", "arguments": {"query": "echo my text back"}})).await;
+    assert_eq!(found["resultType"], "complete", "{found}");
+    assert_eq!(found["structuredContent"]["tools"][0]["name"], "demo__echo", "{found}");
+    let metrics = gw.gateway.render_metrics().await;
+    let searches = r#"taskgate_tool_searches_total{profile="finder",tenant="acme"} "#;
+    assert!(metrics.lines().any(|l| l.starts_with(searches) && !l.ends_with(" 0")), "{metrics}");
+}
