@@ -398,3 +398,42 @@ async fn an_issuer_written_unlike_its_metadata_is_named_beside_what_the_metadata
     );
     gw.kill().await;
 }
+
+/// Search mode never shows a tool its caller cannot call: `find_tools` leaves out what the
+/// caller's access token lacks the scopes for (and, without a token, what needs any scope).
+#[actix_rt::test]
+async fn a_search_never_shows_a_tool_the_callers_scopes_do_not_reach() {
+    let auth = AuthServer::start();
+    let tenants = format!(
+        "[[tenant]]\nid = \"acme\"\nanonymous = true\n[tenant.tools]\nsearch = true\n\
+         scopes = {{ \"demo__echo\" = \"mcp\" }}\n\
+         [[tenant.oauth]]\nissuer = \"{}\"\n",
+        auth.issuer
+    );
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
+    let narrow = auth.token("no-mcp", "secret-2", "other", &public_url).await;
+    let broad = auth.token("gateway-test", "secret-1", "mcp other", &public_url).await;
+    let found = |token: Option<String>| {
+        let url = public_url.clone();
+        async move {
+            let mut c = match token {
+                Some(token) => McpClient::with_bearer(&url, &token),
+                None => McpClient::new(&url),
+            };
+            c.initialize().await;
+            let listed = c.request("tools/list", None).await.outcome().unwrap();
+            assert_eq!(listed["tools"].as_array().unwrap().len(), 2, "search mode lists its two meta-tools");
+            let found = c.call("find_tools", json!({"query": "echo back the text it is given", "limit": 20})).await;
+            let found = found.unwrap()["structuredContent"]["tools"].clone();
+            found.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+        }
+    };
+    for (who, token) in [("anonymous", None), ("a token without mcp", Some(narrow))] {
+        let names = found(token).await;
+        assert!(!names.contains(&"demo__echo".to_owned()), "{who}: {names:?}");
+        assert!(!names.is_empty(), "{who}: other tools are found");
+    }
+    let names = found(Some(broad)).await;
+    assert_eq!(names.first().map(String::as_str), Some("demo__echo"), "{names:?}");
+    gw.kill().await;
+}

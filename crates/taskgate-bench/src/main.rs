@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod bare;
+mod catalog;
 mod credentials;
 mod floor;
 mod harness;
@@ -137,6 +138,9 @@ async fn run(plan: Plan, bin: PathBuf) -> Result<()> {
     }
     if run("spread") {
         spread::spread(&plan, &bin).await?;
+    }
+    if run("catalog") {
+        catalog::catalog_search(&plan)?;
     }
     println!();
     println!("total benchmark time: {:.1} s", started.elapsed().as_secs_f64());

@@ -43,7 +43,7 @@ impl Plan {
 }
 
 /// The sections, in the order a full run takes them.
-pub(crate) const SECTIONS: [&str; 15] = [
+pub(crate) const SECTIONS: [&str; 16] = [
     "proxy",
     "polling",
     "tasks",
@@ -59,6 +59,7 @@ pub(crate) const SECTIONS: [&str; 15] = [
     "refusals",
     "replicas",
     "spread",
+    "catalog",
 ];
 
 pub(crate) const USAGE: &str = "usage: taskgate-bench [--quick] [--only SECTION] [--tasks N]
@@ -70,7 +71,7 @@ first: cargo build --release --workspace) and prints the report as Markdown.
                    the figures mean nothing
   --only SECTION   one section: proxy, polling, tasks, progress, cancellation, stores, soak,
                    revisions, instructions, sessions, one-shot, credentials, refusals, replicas,
-                   spread
+                   spread, catalog
   --tasks N        the number of live tasks of the task-scale section (default 100000)
   --help           this text
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 mod admin;
 pub mod defaults;
+mod patterns;
 mod problem;
 pub mod profiles;
 mod read;

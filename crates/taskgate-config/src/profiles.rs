@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::tenants::glob;
+use crate::patterns::glob;
 
 /// The meta-tool that searches the catalog (search mode).
 pub const FIND_TOOLS: &str = "find_tools";

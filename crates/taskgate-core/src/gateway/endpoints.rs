@@ -58,25 +58,11 @@ impl Gateway {
         let index = self.shared.search.for_generation(catalog.generation(), || {
             catalog.entries().map(|(name, entry)| (name.as_str(), &entry.tool))
         });
-        let found = index.search(query, limit, |name| {
-            catalog
-                .resolve(name)
-                .is_some_and(|e| policy.serves_at(endpoint, &e.upstream, name) && may_call(&e.upstream, name))
+        let mut tools = crate::tool_search::matches(&catalog, &index, query, limit, |name, e| {
+            policy.serves_at(endpoint, &e.upstream, name) && may_call(&e.upstream, name)
         });
-        let mut tools = Vec::with_capacity(found.len());
-        for (name, _score) in &found {
-            let Some(entry) = catalog.resolve(name) else { continue };
-            let mut tool = json!({
-                "name": name,
-                "description": entry.tool.raw.get("description").cloned().unwrap_or(Value::Null),
-                "inputSchema": entry.tool.raw.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"})),
-                "upstream": entry.upstream,
-            });
-            if let Some(title) = entry.tool.raw.get("title") {
-                tool["title"] = title.clone();
-            }
-            endpoint.show(&mut tool);
-            tools.push(tool);
+        for tool in &mut tools {
+            endpoint.show(tool);
         }
         drop(catalog);
         let profile = endpoint.profile_name().unwrap_or("");

@@ -19,6 +19,7 @@ mod early;
 mod events;
 mod in_flight;
 mod lifecycle;
+mod listing;
 mod meta_tools;
 mod offerings;
 mod pooled;
