@@ -92,8 +92,9 @@ async fn two_hosts_see_different_small_catalogs_drawn_from_the_same_upstreams() 
     // Requests are counted by profile.
     let metrics = gw.gateway.render_metrics().await;
     for line in [
-        r#"taskgate_profile_requests_total{profile="math",tenant="acme"}"#,
-        r#"taskgate_profile_requests_total{profile="talk",tenant="acme"}"#,
+        r#"taskgate_profile_requests_total{outcome="served",profile="math",tenant="acme"}"#,
+        r#"taskgate_profile_requests_total{outcome="refused",profile="math",tenant="acme"}"#,
+        r#"taskgate_profile_requests_total{outcome="served",profile="talk",tenant="acme"}"#,
     ] {
         assert!(metrics.lines().any(|l| l.starts_with(line) && !l.ends_with(" 0")), "{line}: {metrics}");
     }

@@ -65,6 +65,8 @@ async fn prometheus_scraping_a_gateway_under_load_answers_every_panel_and_evalua
     let rate = taskgate_config::ToolRate { per_second: 1e6, burst: 1_000_000, per: taskgate_config::RatePer::Tenant };
     anonymous.tools =
         Some(taskgate_config::ToolRules { rates: [("demo__*".to_owned(), rate)].into(), ..Default::default() });
+    // A profile: its series are charted.
+    anonymous.profiles = vec![taskgate_config::ProfileConfig { name: "all".into(), ..Default::default() }];
     config.tenants = vec![anonymous];
     let gw = TestGateway::start(config);
     let admin = gw.admin.expect("the admin listener").to_string();

@@ -137,6 +137,9 @@ pub async fn post(
         Message::Request { method, .. } => Some(gateway.metrics().requests.meter(&identity.tenant, method)),
         _ => None,
     };
+    // Counted by profile once answered: served, or refused (an HTTP error, or a JSON-RPC error
+    // answered at once).
+    let counted = endpoint.profile.clone().map(|p| (identity.tenant.clone(), p));
     let request = Request { headers, session_id, identity, scoped, endpoint, message, fields, arguments };
     let dispatched = tracing::Instrument::instrument(dispatch(request, &gateway, front), span);
     // An upstream that exchanges callers' tokens gets one exchanged from this request's own.
@@ -148,6 +151,13 @@ pub async fn post(
         Ok(response) => response,
         Err((e, id)) => reply::error(&e, id),
     };
+    if let Some((tenant, profile)) = counted {
+        let refused = response.status().is_client_error()
+            || response.status().is_server_error()
+            || response.extensions().contains::<crate::metered::RpcError>();
+        let outcome = if refused { "refused" } else { "served" };
+        gateway.metrics().profile_requests.with_label_values(&[&tenant, profile.name(), outcome]).inc();
+    }
     match meter {
         Some(meter) => crate::metered::metered(response, meter),
         None => response,

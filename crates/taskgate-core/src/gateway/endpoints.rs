@@ -19,9 +19,6 @@ impl Gateway {
         let endpoint = policy.endpoint(profile).ok_or_else(|| {
             GatewayError::UnknownProfile(crate::logs::Untrusted(profile.unwrap_or_default()).to_string())
         })?;
-        if let Some(name) = endpoint.profile_name() {
-            self.shared.metrics.profile_requests.with_label_values(&[&identity.tenant, name]).inc();
-        }
         Ok(endpoint)
     }
 

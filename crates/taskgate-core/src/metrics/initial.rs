@@ -16,7 +16,9 @@ impl Metrics {
         for (tenant, profile) in endpoints {
             self.tool_searches.with_label_values(&[tenant, profile]);
             if !profile.is_empty() {
-                self.profile_requests.with_label_values(&[tenant, profile]);
+                for outcome in ["served", "refused"] {
+                    self.profile_requests.with_label_values(&[tenant, profile, outcome]);
+                }
             }
         }
     }

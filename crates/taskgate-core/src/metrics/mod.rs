@@ -129,7 +129,8 @@ pub struct Metrics {
     /// Tool calls refused by a `[tenant.tools]` rate, by tenant and the glob (or upstream)
     /// configured.
     pub tool_rate_limited: IntCounterVec,
-    /// Requests at a profile's endpoint (`/mcp/<profile>`), by tenant and profile.
+    /// Requests at a profile's endpoint (`/mcp/<profile>`), by tenant, profile and outcome
+    /// (served, refused).
     pub profile_requests: IntCounterVec,
     /// `find_tools` searches, by tenant and profile ("" at the tenant's own endpoint).
     pub tool_searches: IntCounterVec,
@@ -370,8 +371,8 @@ impl Metrics {
             ),
             profile_requests: counter(
                 "taskgate_profile_requests_total",
-                "Requests at a profile's endpoint (/mcp/<profile>), by tenant and profile",
-                &["tenant", "profile"],
+                "Requests at a profile's endpoint (/mcp/<profile>), by tenant, profile and outcome (served, refused)",
+                &["tenant", "profile", "outcome"],
             ),
             tool_searches: counter(
                 "taskgate_tool_searches_total",
