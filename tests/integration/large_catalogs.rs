@@ -82,6 +82,10 @@ async fn two_hosts_see_different_small_catalogs_drawn_from_the_same_upstreams() 
     assert_eq!(echoed["content"][0]["text"], "hi");
     let refused = talk.send("tools/call", json!({"name": "demo__add", "arguments": {"a": 1, "b": 1}})).await;
     assert_eq!(refused.outcome().unwrap_err().code, -32602);
+    // A renamed tool is called by its shown name at 2026-07-28 too (the Mcp-Name header names it).
+    let math_2026 = ModernClient::new(&at("math"), json!({}));
+    let summed = math_2026.ok("tools/call", json!({"name": "sum", "arguments": {"a": 2, "b": 5}})).await;
+    assert_eq!(summed["content"][0]["text"], "7", "{summed}");
     // The tenant's own endpoint lists every tool it may call; an unknown profile is 404.
     let mut own = McpClient::new(&gw.url);
     own.initialize().await;

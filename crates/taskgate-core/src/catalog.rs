@@ -98,6 +98,10 @@ impl Catalog {
 
     /// Replaces one upstream's tools and rebuilds the merged view. Returns new collisions.
     pub fn set_tools(&mut self, upstream: &str, tools: Vec<ToolView>, native: bool) -> Vec<Collision> {
+        // Listed again as it was: nothing changes (what follows the generation stays).
+        if self.tools.get(upstream).is_some_and(|(held, n)| *n == native && *held == tools) {
+            return Vec::new();
+        }
         self.tools.insert(upstream.to_owned(), (tools, native));
         self.rebuild()
     }

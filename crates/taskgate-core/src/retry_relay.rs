@@ -115,7 +115,8 @@ impl RetryRelay {
         let _ = self.handler.set(handler);
     }
 
-    /// Passes a retry on to `holder`; `None` when too many wait here already.
+    /// Passes a retry on to `holder`; `None` when too many wait here already or the event could
+    /// not be queued for the store.
     pub(crate) fn forward(
         self: &Arc<Self>,
         publish: Publish,
@@ -132,13 +133,17 @@ impl RetryRelay {
             }
             waiting.insert(relay.clone(), tx);
         }
-        publish(StoreEvent::RetryForwarded {
+        let sent = publish(StoreEvent::RetryForwarded {
             replica: holder.to_owned(),
             relay: relay.clone(),
             tenant: identity.tenant.to_string(),
             principal: identity.principal.to_string(),
             request,
         });
+        if !sent {
+            self.waiting.lock().remove(&relay);
+            return None;
+        }
         let (relays, holder) = (self.clone(), holder.to_owned());
         let close = Box::new(move |ended: bool| {
             relays.waiting.lock().remove(&relay);
@@ -172,6 +177,17 @@ impl RetryRelay {
         let mut serving = self.serving.lock();
         if serving.len() >= MAX_SERVING || serving.contains_key(&key) {
             tracing::warn!(from = %from, "a retry forwarded by another replica is refused: too many are served here");
+            // Told at once, as an overloaded gateway tells its own clients.
+            let error = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32002,
+                "message": format!("Overloaded: the replica holding the exchange serves {MAX_SERVING} retries for others already; retry")}});
+            let parts = [
+                RetryPart::Head { status: 503, content_type: "application/json".into() },
+                RetryPart::Body(error.to_string()),
+                RetryPart::End,
+            ];
+            for (seq, part) in parts.into_iter().enumerate() {
+                publish(StoreEvent::RetryReply { replica: from.clone(), relay: relay.clone(), seq: seq as u64, part });
+            }
             return;
         }
         let relays = self.clone();

@@ -173,28 +173,52 @@ pub fn matches(
     tools
 }
 
-/// The index of the current catalog generation, built when first asked for after a change.
+/// The index of the latest catalog generation it was asked for, built the first time after a
+/// change, on a thread of the blocking pool and outside every lock: searches meanwhile read the
+/// index before (or, when there is none yet, wait for the one being built).
 #[derive(Default)]
 pub struct SearchIndex {
     current: Mutex<Option<Arc<ToolIndex>>>,
+    /// An index is being built (one at a time).
+    building: std::sync::atomic::AtomicBool,
 }
 
 impl SearchIndex {
-    /// The index for `generation`, built from `tools` (called under the catalog's read lock)
-    /// when the one held is older.
-    pub fn for_generation<'a, I>(&self, generation: u64, tools: impl FnOnce() -> I) -> Arc<ToolIndex>
-    where
-        I: Iterator<Item = (&'a str, &'a ToolView)>,
-    {
-        let mut current = self.current.lock();
-        match current.as_ref() {
-            Some(index) if index.generation == generation => index.clone(),
-            _ => {
-                let index = Arc::new(ToolIndex::build(tools(), generation));
-                *current = Some(index.clone());
-                index
+    /// The index held, if it is of `generation`.
+    pub fn of(&self, generation: u64) -> Option<Arc<ToolIndex>> {
+        self.current.lock().clone().filter(|index| index.generation == generation)
+    }
+
+    /// The index held, whatever its generation.
+    pub fn latest(&self) -> Option<Arc<ToolIndex>> {
+        self.current.lock().clone()
+    }
+
+    /// The index for `generation`, built from `tools` (a copy of the catalog's entries: the
+    /// gateway's name and the tool) when the one held is older. While another build runs, the
+    /// index held serves, if there is one.
+    pub async fn for_generation(&self, generation: u64, tools: Vec<(String, ToolView)>) -> Arc<ToolIndex> {
+        use std::sync::atomic::Ordering;
+        if let Some(index) = self.of(generation) {
+            return index;
+        }
+        let held = self.current.lock().clone();
+        if self.building.swap(true, Ordering::AcqRel) {
+            if let Some(held) = held {
+                return held;
             }
         }
+        let built = tokio::task::spawn_blocking(move || {
+            Arc::new(ToolIndex::build(tools.iter().map(|(name, tool)| (name.as_str(), tool)), generation))
+        })
+        .await;
+        self.building.store(false, Ordering::Release);
+        let index = built.expect("building the index does not panic");
+        let mut current = self.current.lock();
+        if current.as_ref().is_none_or(|held| held.generation < generation) {
+            *current = Some(index.clone());
+        }
+        index
     }
 }
 
@@ -446,9 +470,12 @@ mod tests {
         assert!(index.search(&"é".repeat(2000), 5, |_| true).is_empty());
         // Built once per generation.
         let held = SearchIndex::default();
-        let first = held.for_generation(1, || tools.iter().map(|(n, t)| (*n, t)));
-        let again = held.for_generation(1, || -> std::iter::Empty<(&str, &ToolView)> { panic!("built twice") });
+        let copy = |n: usize| tools[..n].iter().map(|(name, t)| (name.to_string(), t.clone())).collect::<Vec<_>>();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let first = runtime.block_on(held.for_generation(1, copy(4)));
+        let again = runtime.block_on(held.for_generation(1, Vec::new()));
         assert!(Arc::ptr_eq(&first, &again));
-        assert_eq!(held.for_generation(2, || tools[..1].iter().map(|(n, t)| (*n, t))).len(), 1);
+        assert_eq!(runtime.block_on(held.for_generation(2, copy(1))).len(), 1);
+        assert!(held.of(1).is_none() && held.of(2).is_some());
     }
 }

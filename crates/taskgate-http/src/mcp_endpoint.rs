@@ -2,7 +2,6 @@
 
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
-use taskgate_config::profiles::FIND_TOOLS;
 use taskgate_core::logs::Untrusted;
 use taskgate_core::{Gateway, GatewayError, Identity};
 use taskgate_protocol::mcp::methods;
@@ -244,34 +243,15 @@ async fn dispatch(
                 Some(id.clone()),
             ));
         }
-        // Search mode's find_tools is the gateway's own tool, answered here (it reads the
-        // caller's scopes): a 2026-07-28 client's in its revision's shape.
-        if method == methods::TOOLS_CALL
-            && endpoint.is_meta_tool(FIND_TOOLS)
-            && called(params.as_ref()) == Some(FIND_TOOLS)
-        {
-            let scopes = scoped.as_ref().and_then(|v| v.scopes.as_deref());
-            let written = arguments.as_ref().map(taskgate_protocol::RawArguments::to_value);
-            let called_with = written.as_ref().or_else(|| params.as_ref().and_then(|p| p.get("arguments")));
-            let mut result = gateway.find_tools(&identity, scopes, &endpoint, called_with).await;
-            if message_2026 {
-                if let Ok(serde_json::Value::Object(r)) = &mut result {
-                    crate::revision_2026::finish_result(methods::TOOLS_CALL, r);
-                }
-            }
-            return match result {
-                Ok(result) => Ok(reply::json(&Message::response(id.clone(), result))),
-                Err(e) => Err((e, Some(id.clone()))),
-            };
-        }
         if message_2026 {
+            let scopes = scoped.as_ref().and_then(|v| v.scopes.clone());
             return Ok(crate::revision_2026::serve(
                 headers,
                 identity,
                 (message, fields, arguments),
                 gateway,
                 front,
-                endpoint,
+                (endpoint, scopes),
             )
             .await);
         }
@@ -303,13 +283,14 @@ async fn dispatch(
         }
     }
     if message_2026 {
+        let scopes = scoped.as_ref().and_then(|v| v.scopes.clone());
         return Ok(crate::revision_2026::serve(
             headers,
             identity,
             (message, fields, arguments),
             gateway,
             front,
-            endpoint,
+            (endpoint, scopes),
         )
         .await);
     }
@@ -325,6 +306,17 @@ async fn dispatch(
         response @ (Message::Response { .. } | Message::Error { .. }) => {
             session.respond(response).await.map_err(|e| (e, None))?;
             Ok(HttpResponse::Accepted().finish())
+        }
+        // Search mode's find_tools is the gateway's own tool, answered here (it reads the
+        // caller's scopes).
+        Message::Request { id, method, params } if endpoint.finds_tools(&method, params.as_ref()) => {
+            let scopes = scoped.as_ref().and_then(|v| v.scopes.as_deref());
+            let written = arguments.as_ref().map(taskgate_protocol::RawArguments::to_value);
+            let called_with = written.as_ref().or_else(|| params.as_ref().and_then(|p| p.get("arguments")));
+            match gateway.find_tools(&identity, scopes, &endpoint, called_with).await {
+                Ok(result) => Ok(reply::json(&Message::response(id, result))),
+                Err(e) => Err((e, Some(id))),
+            }
         }
         Message::Request { id, method, params } => {
             // Calls and every method relayed to one upstream may produce progress and upstream
@@ -425,9 +417,4 @@ pub async fn other(req: HttpRequest) -> HttpResponse {
         )),
         None,
     )
-}
-
-/// The tool a `tools/call` names.
-fn called(params: Option<&serde_json::Value>) -> Option<&str> {
-    params?.get("name")?.as_str()
 }

@@ -172,6 +172,16 @@ impl Listeners {
     }
 }
 
+/// The MCP endpoint's methods at `path`.
+fn mcp_resource(path: &str) -> actix_web::Resource {
+    web::resource(path)
+        .route(web::post().to(mcp_endpoint::post))
+        .route(web::get().to(mcp_endpoint::get))
+        .route(web::delete().to(mcp_endpoint::delete))
+        .route(web::method(actix_web::http::Method::OPTIONS).to(crate::cors::preflight))
+        .default_service(web::to(mcp_endpoint::other))
+}
+
 /// Binds `gateway.config().server.listen` (or `listen` when given) and returns the server,
 /// not yet polled: spawn or await `server`. Call inside an actix system.
 pub fn serve(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Running> {
@@ -236,15 +246,10 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
                     Ok(response)
                 })
             })
-            // The tenant's own endpoint, and its profiles' (virtual servers).
-            .service(
-                web::resource([MCP_PATH, PROFILE_PATH])
-                    .route(web::post().to(mcp_endpoint::post))
-                    .route(web::get().to(mcp_endpoint::get))
-                    .route(web::delete().to(mcp_endpoint::delete))
-                    .route(web::method(actix_web::http::Method::OPTIONS).to(crate::cors::preflight))
-                    .default_service(web::to(mcp_endpoint::other)),
-            )
+            // The tenant's own endpoint, and its profiles' (virtual servers): two resources,
+            // so that the common one is matched as a static path.
+            .service(mcp_resource(MCP_PATH))
+            .service(mcp_resource(PROFILE_PATH))
             .configure(public_operations.clone())
             .configure(|routes| {
                 if let Some(admin) = &admin_on_main {

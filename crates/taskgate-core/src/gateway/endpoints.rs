@@ -51,12 +51,29 @@ impl Gateway {
             rules.scopes_for(upstream, name).iter().all(|s| granted.iter().any(|g| &**g == *s))
         };
         let started = std::time::Instant::now();
+        // The index of the catalog as it is now: built (outside the catalog's lock) when the
+        // catalog changed since the last one.
+        let (generation, copy) = {
+            let catalog = self.shared.catalog.read();
+            let generation = catalog.generation();
+            let stale = self.shared.search.of(generation).is_none();
+            let copy = stale.then(|| catalog.entries().map(|(n, e)| (n.clone(), e.tool.clone())).collect::<Vec<_>>());
+            (generation, copy)
+        };
+        let index = match copy {
+            Some(tools) => self.shared.search.for_generation(generation, tools).await,
+            // (Replaced meanwhile by a newer one: that one.)
+            None => match self.shared.search.of(generation).or_else(|| self.shared.search.latest()) {
+                Some(index) => index,
+                None => self.shared.search.for_generation(generation, Vec::new()).await,
+            },
+        };
         let catalog = self.shared.catalog.read();
-        let index = self.shared.search.for_generation(catalog.generation(), || {
-            catalog.entries().map(|(name, entry)| (name.as_str(), &entry.tool))
-        });
+        // App-only tools (MCP Apps) are for the host's views, never the model's choice.
         let mut tools = crate::tool_search::matches(&catalog, &index, query, limit, |name, e| {
-            policy.serves_at(endpoint, &e.upstream, name) && may_call(&e.upstream, name)
+            policy.serves_at(endpoint, &e.upstream, name)
+                && may_call(&e.upstream, name)
+                && !crate::offering_names::app_only(&e.tool.raw)
         });
         for tool in &mut tools {
             endpoint.show(tool);

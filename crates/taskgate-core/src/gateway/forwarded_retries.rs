@@ -22,7 +22,8 @@ impl Gateway {
         let publish: crate::retry_relay::Publish = std::sync::Arc::new(move |event| context.tasks.publish(event));
         retries.forward(publish, holder, identity, request).map(Some).ok_or_else(|| {
             GatewayError::Overloaded(format!(
-                "{} retries already wait for other replicas here",
+                "the retry could not be passed to the replica holding its exchange (at most {} wait here, and the \
+                 store's event queue must have room); retry",
                 crate::retry_relay::MAX_WAITING
             ))
         })

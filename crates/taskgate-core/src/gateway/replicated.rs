@@ -104,13 +104,11 @@ impl Gateway {
         };
         // The revision it negotiated, as this replica knows it (the record came from one).
         let version = mcp::negotiate_version(&record.protocol_version).to_owned();
-        // At the endpoint it was opened at (a profile the tenant no longer has: its own).
-        let endpoint = self
-            .shared
-            .tenancy
-            .policy(&identity.tenant)
-            .endpoint(record.profile.as_deref())
-            .unwrap_or_else(|| self.shared.tenancy.policy(&identity.tenant).endpoint(None).unwrap_or_default());
+        // At the endpoint it was opened at: a session of a profile the tenant no longer has is
+        // over.
+        let Some(endpoint) = self.shared.tenancy.policy(&identity.tenant).endpoint(record.profile.as_deref()) else {
+            return Err(GatewayError::SessionNotFound);
+        };
         let placed = Placed { id: id.to_owned(), identity: identity.clone(), version, client, endpoint };
         let stream_known = record.stream.is_some();
         self.place_session(placed, catalog, false, Some(record)).await?;

@@ -34,6 +34,8 @@ pub const LABELS: &[(&str, &str)] = &[
     ("kind", "the kind of an event between replicas"),
     ("issuer", "a configured authorization server's issuer"),
     ("version", "the gateway's version"),
+    ("pattern", "a configured tool glob of [tenant.tools] rates, or upstream:<name>"),
+    ("profile", "a configured profile's name (\"\": the tenant's own endpoint)"),
 ];
 
 /// Buckets for upstream request and task durations, in seconds.

@@ -271,9 +271,10 @@ const ANSWER_ON_ITS_WAY: Duration = Duration::from_millis(50);
 
 /// Cancels a call whose upstream decides whether it is a task (it speaks the tasks extension).
 /// An answer already on its way is waited for [`ANSWER_ON_ITS_WAY`]; then the upstream is told
-/// (2026-07-28 over HTTP: the call's stream closes, what has come read first; over stdio:
-/// `notifications/cancelled` names it). A task the answer says the upstream made is cancelled
-/// with `tasks/cancel`; a call with no end [`DECIDED_CANCEL_WAIT`] after it was told is dropped.
+/// (2026-07-28 over HTTP: the call's stream closes; over stdio: `notifications/cancelled` names
+/// it) and the call ends with what has already come. A task the answer says the upstream made
+/// is cancelled with `tasks/cancel`; a call with no end [`DECIDED_CANCEL_WAIT`] after it was
+/// told is dropped.
 pub(crate) async fn cancel_decided_call(call: CallState, session: UpstreamSession, upstream_id: RequestId) {
     let abort = match &call {
         CallState::Sending(handle) => Some(handle.abort_handle()),

@@ -74,6 +74,13 @@ impl Endpoint {
         }
     }
 
+    /// Whether a request is search mode's `find_tools` here (the front door answers it).
+    pub fn finds_tools(&self, method: &str, params: Option<&Value>) -> bool {
+        self.search
+            && method == taskgate_protocol::mcp::methods::TOOLS_CALL
+            && params.and_then(|p| p.get("name")).and_then(Value::as_str) == Some(FIND_TOOLS)
+    }
+
     /// Whether `name` is one of the search meta-tools here.
     pub fn is_meta_tool(&self, name: &str) -> bool {
         self.search && (name == FIND_TOOLS || name == USE_TOOLS)

@@ -20,7 +20,6 @@ mod tasks;
 
 pub use exchange::Front2026;
 pub use relayed::serve as serve_relayed;
-pub(crate) use results::finish_result;
 
 use taskgate_core::tenants::profiles::Endpoint;
 
@@ -78,7 +77,7 @@ pub async fn serve(
     (message, fields, arguments): taskgate_protocol::front::Front,
     gateway: &Gateway,
     state: Arc<Front2026>,
-    endpoint: Endpoint,
+    (endpoint, scopes): (Endpoint, Option<Arc<[Box<str>]>>),
 ) -> HttpResponse {
     let (id, method, params) = match message {
         Message::Request { id, method, params } => (id, method, Params { tree: params, arguments }),
@@ -116,14 +115,15 @@ pub async fn serve(
             MetaError::Invalid(why) => GatewayError::InvalidMeta(why),
         })
         .and_then(|request_meta| {
-            standard_headers(headers, &method, params.tree.as_ref(), request_meta.version)?;
+            standard_headers(headers, &method, params.tree.as_ref(), request_meta.version, &endpoint)?;
             Ok(request_meta)
         });
     let request_meta = match checked {
         Ok(request_meta) => request_meta,
         Err(e) => return crate::reply::error(&e, Some(id)),
     };
-    match serve_request(identity, &id, method, params, request_meta, gateway, Arrival { state, endpoint }).await {
+    match serve_request(identity, &id, method, params, request_meta, gateway, Arrival { state, endpoint, scopes }).await
+    {
         Ok(response) => response,
         Err(e) => crate::reply::error(&e, Some(id)),
     }
@@ -152,6 +152,8 @@ impl Params {
 struct Arrival {
     state: Arc<Front2026>,
     endpoint: Endpoint,
+    /// The scopes of the caller's access token, if it has any (search mode's `find_tools`).
+    scopes: Option<Arc<[Box<str>]>>,
 }
 
 async fn serve_request(
@@ -163,7 +165,7 @@ async fn serve_request(
     gateway: &Gateway,
     at: Arrival,
 ) -> Result<HttpResponse, GatewayError> {
-    let Arrival { state, endpoint } = at;
+    let Arrival { state, endpoint, scopes } = at;
     // The table says what this revision serves and how (taskgate_protocol::method).
     let served = Method::named(&method).filter(|m| m.row().at_2026.is_some());
     match served {
@@ -179,7 +181,8 @@ async fn serve_request(
             tasks::serve(gateway, &identity, id.clone(), &method, params.whole(), &request_meta, state).await
         }
         Some(m) if m.row().forwarded => {
-            forward(gateway, identity, id.clone(), method, params, request_meta, Arrival { state, endpoint }).await
+            forward(gateway, identity, id.clone(), method, params, request_meta, Arrival { state, endpoint, scopes })
+                .await
         }
         // streamable-http "Protocol Version Header": a method not implemented MUST get 404 and
         // -32601 (ping, logging/setLevel, resources/subscribe, tasks/list and tasks/result are
@@ -212,6 +215,7 @@ fn standard_headers(
     method: &str,
     params: Option<&Value>,
     version: &str,
+    endpoint: &Endpoint,
 ) -> Result<(), GatewayError> {
     let get = |name: &actix_web::http::header::HeaderName| -> Result<Option<Cow<'_, str>>, GatewayError> {
         let mut values = headers.get_all(name);
@@ -258,7 +262,9 @@ fn standard_headers(
                     "the Mcp-Name header is required for {method} (the value of params.{source})"
                 )))
             }
-            (Some(name), Some(body)) if name.as_ref() == body => {}
+            // A profile's renamed tool: the front door has put the gateway's name in the body,
+            // the client named it as shown.
+            (Some(name), Some(body)) if name.as_ref() == body || name.as_ref() == endpoint.shown_name(body) => {}
             (Some(name), _) => {
                 return Err(GatewayError::HeaderMismatch(format!(
                     "Mcp-Name header value {} does not match body value params.{source}",
@@ -304,7 +310,16 @@ async fn forward(
     request_meta: RequestMeta,
     at: Arrival,
 ) -> Result<HttpResponse, GatewayError> {
-    let Arrival { state, endpoint } = at;
+    let Arrival { state, endpoint, scopes } = at;
+    // Search mode's find_tools is the gateway's own tool, answered here.
+    if endpoint.finds_tools(&method, params.tree.as_ref()) {
+        let arguments = params.whole().and_then(|mut p| p.get_mut("arguments").map(Value::take));
+        let mut result = gateway.find_tools(&identity, scopes.as_deref(), &endpoint, arguments.as_ref()).await?;
+        if let Value::Object(r) = &mut result {
+            results::finish_result(methods::TOOLS_CALL, r);
+        }
+        return Ok(crate::reply::json(&Message::response(client_id, result)));
+    }
     // The digest binds a requestState to this request; a client that declared none of the
     // capabilities input requests need is never sent one (basic/patterns/mrtr: inputRequests
     // only for declared capabilities), so it has none to bind. Were one issued all the same,

@@ -36,19 +36,21 @@ const IDLE_WAIT: Duration = Duration::from_secs(10);
 /// Passes the retry to the replica holding its exchange and answers the client with what it
 /// sends back.
 pub(crate) async fn relay(mut forwarded: Forwarded, client_id: RequestId, first_wait: Duration) -> HttpResponse {
-    match tokio::time::timeout(ACCEPT_WAIT, forwarded.part()).await {
-        Ok(Ok(RetryPart::Accepted)) => {}
+    // Taken (then answered), or refused at once with an answer of its own.
+    let head = match tokio::time::timeout(ACCEPT_WAIT, forwarded.part()).await {
+        Ok(Ok(RetryPart::Accepted)) => match tokio::time::timeout(first_wait + ANSWER_WAIT, forwarded.part()).await {
+            Ok(Ok(RetryPart::Head { status, content_type })) => (status, content_type),
+            _ => return lost(&client_id),
+        },
+        Ok(Ok(RetryPart::Head { status, content_type })) => (status, content_type),
         _ => {
             let e = GatewayError::InvalidParams(
                 "Invalid requestState: the replica holding the exchange it names did not take the retry (it may have stopped); send the request again without it".into(),
             );
             return crate::reply::error(&e, Some(client_id));
         }
-    }
-    let (status, content_type) = match tokio::time::timeout(first_wait + ANSWER_WAIT, forwarded.part()).await {
-        Ok(Ok(RetryPart::Head { status, content_type })) => (status, content_type),
-        _ => return lost(&client_id),
     };
+    let (status, content_type) = head;
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = HttpResponse::build(status);
     if status == StatusCode::SERVICE_UNAVAILABLE {
