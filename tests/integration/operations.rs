@@ -114,6 +114,7 @@ fn label_names() -> BTreeMap<String, BTreeSet<String>> {
     m.initialise(&["acme".into()], &["files".into()]);
     m.tenant_upstreams(&[("acme".into(), "files".into())]);
     m.initialise_tool_rates(&[("acme".into(), "files__*".into())]);
+    m.initialise_profiles(&[("acme".into(), String::new()), ("acme".into(), "research".into())]);
     drop(m.requests.meter("acme", "tools/call"));
     m.upstream_request("files", "tools/call", std::time::Duration::from_millis(1), None);
     m.store_duration.with_label_values(&["get"]).observe(0.001);

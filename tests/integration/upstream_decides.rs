@@ -26,27 +26,13 @@ fn text_of(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
-#[actix_rt::test]
-async fn a_2025_client_asking_for_a_task_has_it_at_once_whatever_the_upstream_decides() {
-    let rt = RmcpTaskServer::start().await;
-    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
-    let mut c = McpClient::new(&gw.url);
-    c.initialize().await;
-    let mut events = c.open_stream().await.expect("the GET stream opens");
-
-    // `slow` answers only once its gate opens, and never as a task: the client's task is
-    // there before (the gate is still closed when it is).
-    let created = c
-        .request(
-            "tools/call",
-            Some(json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": "s1"}})),
-        )
-        .await
-        .outcome()
-        .unwrap();
-    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+/// A 2025-11-25 client's task of `rt__slow` with progress token `token`, working, and the
+/// first progress the upstream reports for it (it has the call).
+async fn slow_task(c: &mut McpClient, events: &mut taskgate_testkit::SseReader, token: &str) -> (String, Value) {
+    let params = json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": token}});
+    let created = c.request("tools/call", Some(params)).await.outcome().unwrap();
     assert_eq!(created["task"]["status"], "working");
-    // Its progress reaches the session that asked, naming the client's token and the task.
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
     let progress = within(async {
         loop {
             match events.next().await.expect("the GET stream ended") {
@@ -56,6 +42,21 @@ async fn a_2025_client_asking_for_a_task_has_it_at_once_whatever_the_upstream_de
         }
     })
     .await;
+    (id, progress)
+}
+
+#[actix_rt::test]
+async fn a_2025_client_asking_for_a_task_has_it_at_once_whatever_the_upstream_decides() {
+    let rt = RmcpTaskServer::start().await;
+    let gw = gateway(vec![UpstreamConfig::http("rt", rt.url.clone())]);
+    let mut c = McpClient::new(&gw.url);
+    c.initialize().await;
+    let mut events = c.open_stream().await.expect("the GET stream opens");
+
+    // `slow` answers only once its gate opens, and never as a task: the client's task is
+    // there before (the gate is still closed when it is). Its progress reaches the session that
+    // asked, naming the client's token and the task.
+    let (id, progress) = slow_task(&mut c, &mut events, "s1").await;
     assert_eq!((&progress["progressToken"], progress["progress"].as_f64()), (&json!("s1"), Some(1.0)));
     assert_eq!(progress["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
     assert_eq!(support::method(&mut c, "tasks/get", &id).await.unwrap()["status"], "working");
@@ -155,27 +156,9 @@ async fn cancelling_a_task_whose_call_is_still_out_reaches_the_upstream_at_once(
     let mut c = McpClient::new(&gw.url);
     c.initialize().await;
     let mut events = c.open_stream().await.expect("the GET stream opens");
-    // `slow` runs inline at the upstream until its gate opens: the task's call is still out.
-    let created = c
-        .request(
-            "tools/call",
-            Some(json!({"name": "rt__slow", "arguments": {}, "task": {}, "_meta": {"progressToken": "c1"}})),
-        )
-        .await
-        .outcome()
-        .unwrap();
-    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
-    // Its first progress says the upstream has the call.
-    within(async {
-        loop {
-            if let Message::Notification { method, .. } = events.next().await.expect("the GET stream ended") {
-                if method == "notifications/progress" {
-                    return;
-                }
-            }
-        }
-    })
-    .await;
+    // `slow` runs inline at the upstream until its gate opens: the task's call is still out
+    // (its first progress says the upstream has it).
+    let (id, _) = slow_task(&mut c, &mut events, "c1").await;
     assert_eq!(support::method(&mut c, "tasks/cancel", &id).await.unwrap()["status"], "cancelled");
     // Told at once: well within the 10 s the gateway gives a told upstream to end the call.
     let told = tokio::time::timeout(std::time::Duration::from_secs(3), rt.observed.abandoned(1)).await;

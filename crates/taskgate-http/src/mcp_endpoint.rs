@@ -243,19 +243,8 @@ async fn dispatch(
                 Some(id.clone()),
             ));
         }
-        if message_2026 {
-            let scopes = scoped.as_ref().and_then(|v| v.scopes.clone());
-            return Ok(crate::revision_2026::serve(
-                headers,
-                identity,
-                (message, fields, arguments),
-                gateway,
-                front,
-                (endpoint, scopes),
-            )
-            .await);
-        }
-        if method == methods::INITIALIZE {
+        // (A 2026-07-28 message is served below, `initialize` included: that revision has none.)
+        if method == methods::INITIALIZE && !message_2026 {
             if session_id.is_some() {
                 return Err((
                     GatewayError::InvalidRequest(
