@@ -8,9 +8,10 @@
 //! there as closing its stream would.
 //!
 //! Bounds: at most [`MAX_WAITING`] forwarded retries wait at a replica and [`MAX_SERVING`] are
-//! served for others; the parts of one answer wait in a queue of [`PARTS`]. A part lost on the
-//! way (a full queue, an event the store did not take) shows as a gap in the sequence and the
-//! answer ends there; how long each step may take is the front door's to bound.
+//! served for others; the parts of one answer wait in a queue of [`PARTS`], and the parts of
+//! every answer waiting to be read hold at most [`MAX_QUEUED_BYTES`] together. A part lost on the
+//! way (a full queue, the bytes' bound, an event the store did not take) shows as a gap in the
+//! sequence and the answer ends there; how long each step may take is the front door's to bound.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,8 @@ pub const MAX_WAITING: usize = 1024;
 pub const MAX_SERVING: usize = 1024;
 /// Parts of one answer waiting to be read, at most.
 const PARTS: usize = 256;
+/// Bytes of the parts of every forwarded answer waiting to be read here, at most.
+pub const MAX_QUEUED_BYTES: usize = 64 << 20;
 
 /// An answer the front door made for a forwarded retry: its HTTP status, content type and body.
 pub struct Served {
@@ -58,6 +61,8 @@ pub struct RetryRelay {
     serving: Mutex<HashMap<(String, String), tokio::task::JoinHandle<()>>>,
     handler: OnceLock<RetryHandler>,
     next: AtomicU64,
+    /// Bytes of body parts delivered here and not read yet.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Why a forwarded retry's answer stopped.
@@ -73,6 +78,8 @@ pub enum Lost {
 /// Dropped before the end, it tells that replica the client went away.
 pub struct Forwarded {
     parts: mpsc::Receiver<(u64, RetryPart)>,
+    /// The relay's count of bytes waiting to be read (a part read is taken off it).
+    queued: Arc<std::sync::atomic::AtomicUsize>,
     expected: u64,
     ended: bool,
     close: Option<Box<dyn FnOnce(bool) + Send>>,
@@ -84,8 +91,11 @@ impl Forwarded {
         match self.parts.poll_recv(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => Poll::Ready(Err(Lost::Gone)),
-            Poll::Ready(Some((seq, _))) if seq != self.expected => Poll::Ready(Err(Lost::Part)),
-            Poll::Ready(Some((_, part))) => {
+            Poll::Ready(Some((seq, part))) => {
+                self.queued.fetch_sub(weight(&part), Ordering::Relaxed);
+                if seq != self.expected {
+                    return Poll::Ready(Err(Lost::Part));
+                }
                 self.expected += 1;
                 if part == RetryPart::End {
                     self.ended = true;
@@ -103,9 +113,22 @@ impl Forwarded {
 
 impl Drop for Forwarded {
     fn drop(&mut self) {
+        // What was delivered and never read leaves the count.
+        self.parts.close();
+        while let Ok((_, part)) = self.parts.try_recv() {
+            self.queued.fetch_sub(weight(&part), Ordering::Relaxed);
+        }
         if let Some(close) = self.close.take() {
             close(self.ended);
         }
+    }
+}
+
+/// The bytes a part holds while it waits to be read.
+fn weight(part: &RetryPart) -> usize {
+    match part {
+        RetryPart::Body(text) => text.len(),
+        _ => 0,
     }
 }
 
@@ -151,15 +174,21 @@ impl RetryRelay {
                 publish(StoreEvent::RetryClosed { replica: holder, relay });
             }
         });
-        Some(Forwarded { parts: rx, expected: 0, ended: false, close: Some(close) })
+        Some(Forwarded { parts: rx, queued: self.queued.clone(), expected: 0, ended: false, close: Some(close) })
     }
 
     /// A part of the answer to a retry forwarded from here.
     pub(crate) fn deliver(&self, relay: &str, seq: u64, part: RetryPart) {
         let waiting = self.waiting.lock();
-        // A full queue loses the part: the reader sees the gap.
-        if let Some(tx) = waiting.get(relay) {
-            let _ = tx.try_send((seq, part));
+        // A full queue, or the bytes' bound, loses the part: the reader sees the gap.
+        let Some(tx) = waiting.get(relay) else { return };
+        let bytes = weight(&part);
+        if self.queued.fetch_add(bytes, Ordering::Relaxed) + bytes > MAX_QUEUED_BYTES {
+            self.queued.fetch_sub(bytes, Ordering::Relaxed);
+            return;
+        }
+        if tx.try_send((seq, part)).is_err() {
+            self.queued.fetch_sub(bytes, Ordering::Relaxed);
         }
     }
 
@@ -228,5 +257,40 @@ impl RetryRelay {
     /// Forwarded retries waiting here, and served here for others.
     pub fn counts(&self) -> (usize, usize) {
         (self.waiting.lock().len(), self.serving.lock().len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay() -> (Arc<RetryRelay>, Forwarded, String) {
+        let relays = Arc::new(RetryRelay::default());
+        let publish: Publish = Arc::new(|_| true);
+        let who = Identity { tenant: "acme".into(), principal: "ada".into() };
+        let forwarded = relays.forward(publish, "other", &who, "{}".into()).expect("room");
+        let relay = relays.waiting.lock().keys().next().unwrap().clone();
+        (relays, forwarded, relay)
+    }
+
+    #[tokio::test]
+    async fn parts_come_in_order_a_gap_ends_the_answer_and_bytes_are_bounded() {
+        let (relays, mut forwarded, relay) = relay();
+        relays.deliver(&relay, 0, RetryPart::Accepted);
+        relays.deliver(&relay, 1, RetryPart::Body("abc".into()));
+        assert_eq!(relays.queued.load(Ordering::Relaxed), 3);
+        assert_eq!(forwarded.part().await, Ok(RetryPart::Accepted));
+        assert_eq!(forwarded.part().await, Ok(RetryPart::Body("abc".into())));
+        assert_eq!(relays.queued.load(Ordering::Relaxed), 0);
+        // Past the bytes' bound a part is lost, and the reader sees the gap.
+        relays.deliver(&relay, 2, RetryPart::Body("x".repeat(MAX_QUEUED_BYTES + 1)));
+        relays.deliver(&relay, 3, RetryPart::End);
+        assert_eq!(relays.queued.load(Ordering::Relaxed), 0);
+        assert_eq!(forwarded.part().await, Err(Lost::Part));
+        // Dropped, what it never read leaves the count and the relay is let go.
+        relays.deliver(&relay, 4, RetryPart::Body("unread".into()));
+        drop(forwarded);
+        assert_eq!(relays.queued.load(Ordering::Relaxed), 0);
+        assert_eq!(relays.counts(), (0, 0));
     }
 }
