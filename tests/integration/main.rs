@@ -33,6 +33,7 @@ mod prometheus;
 mod python_upstream;
 mod replicas;
 mod restart;
+mod resumable_streams;
 mod rmcp_client;
 mod rmcp_server;
 mod served;

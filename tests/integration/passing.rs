@@ -114,7 +114,8 @@ async fn call_text_written(c: &McpClient, accept: &str, arguments: &str) -> Stri
     if !sse {
         return text;
     }
-    let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    // (The stream's priming event has empty data.)
+    let lines: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|l| !l.is_empty()).collect();
     for line in &lines {
         assert!(Message::from_slice(line.as_bytes()).unwrap().is_ok(), "each event is one message: {line}");
     }

@@ -25,6 +25,8 @@ pub const SESSION_BUFFER_BYTES: usize = 8 * 1024 * 1024;
 /// Longest time a client may take to send a request body, in milliseconds.
 pub const BODY_TIMEOUT_MS: u64 = 10_000;
 pub const FIRST_MESSAGE_WAIT_MS: u64 = 1_000;
+/// How long a client's reply stream is held for it to resume, in seconds.
+pub const STREAM_RESUME_SECS: u64 = 60;
 /// The keep-alive cadence of SSE replies: waiting longer would leave a connection silent
 /// for longer than an idle stream ever is.
 pub const MAX_FIRST_MESSAGE_WAIT_MS: u64 = 15_000;
@@ -71,6 +73,8 @@ pub const MAX_PROCESSES: usize = 16;
 pub const MAX_UPSTREAM_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// Seconds an upstream GET stream stays open once nothing needs it.
 pub const STREAM_IDLE_SECS: u64 = 30;
+/// Longest wait before resuming a call's stream an upstream closed early (its `retry`, at most).
+pub const RESUME_WAIT_MAX_MS: u64 = 30_000;
 /// Connections to one HTTP upstream at once.
 pub const MAX_UPSTREAM_CONNECTIONS: usize = 256;
 /// Seconds a shared upstream session outlives its last client session.

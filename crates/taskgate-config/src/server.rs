@@ -41,6 +41,10 @@ pub struct ServerConfig {
     /// first within it is one JSON object; anything else, or nothing by then, starts the SSE
     /// stream. 0 starts the stream at once unless the response is already there.
     pub first_message_wait_ms: u64,
+    /// How long a 2025-11-25 client's SSE reply stream that its connection left before the
+    /// response (or that closed as its upstream's did) is held for the client to resume with
+    /// `GET` and `Last-Event-ID`, in seconds; 0: replies carry no event ids and are not resumed.
+    pub stream_resume_secs: u64,
     /// How long an upstream request that asked a 2026-07-28 client for input (an
     /// `input_required` result) waits for the client's retry before it is answered with an
     /// error and cancelled, in seconds.
@@ -127,6 +131,7 @@ impl Default for ServerConfig {
             session_buffer_bytes: defaults::SESSION_BUFFER_BYTES,
             body_timeout_ms: defaults::BODY_TIMEOUT_MS,
             first_message_wait_ms: defaults::FIRST_MESSAGE_WAIT_MS,
+            stream_resume_secs: defaults::STREAM_RESUME_SECS,
             input_wait_secs: defaults::INPUT_WAIT_SECS,
             max_connections: 0,
             shutdown_grace_secs: defaults::SHUTDOWN_GRACE_SECS,

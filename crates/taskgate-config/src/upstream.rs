@@ -97,6 +97,11 @@ pub struct UpstreamConfig {
     /// reports progress, or it is the gateway's catalog session.
     #[serde(default = "default_stream_idle")]
     pub stream_idle_secs: u64,
+    /// Longest wait, in milliseconds, before resuming a call's stream the upstream closed
+    /// before its response (HTTP): the wait is the `retry` the upstream asked for, at most
+    /// this. Lower it for servers that keep a closed stream's messages only briefly.
+    #[serde(default = "default_resume_wait_max")]
+    pub resume_wait_max_ms: u64,
     /// Most connections in use to this upstream at once (HTTP), all its sessions together:
     /// requests in flight and long-lived streams; a request waits for one (within
     /// `timeout_secs`), and streams leave a quarter of them to requests. At most as many again
@@ -167,6 +172,10 @@ fn default_stream_idle() -> u64 {
     defaults::STREAM_IDLE_SECS
 }
 
+fn default_resume_wait_max() -> u64 {
+    defaults::RESUME_WAIT_MAX_MS
+}
+
 fn default_max_connections() -> usize {
     defaults::MAX_UPSTREAM_CONNECTIONS
 }
@@ -198,6 +207,7 @@ impl UpstreamConfig {
             timeout_secs: defaults::UPSTREAM_TIMEOUT_SECS,
             max_message_bytes: defaults::MAX_UPSTREAM_MESSAGE_BYTES,
             stream_idle_secs: defaults::STREAM_IDLE_SECS,
+            resume_wait_max_ms: defaults::RESUME_WAIT_MAX_MS,
             max_connections: defaults::MAX_UPSTREAM_CONNECTIONS,
             task_support: TaskSupportSetting::Optional,
             required: false,

@@ -190,6 +190,12 @@ impl Config {
                 ),
             );
         }
+        if self.server.stream_resume_secs > 3_600 {
+            bad(
+                "server.stream_resume_secs".into(),
+                format!("{} holds a left stream too long; use 0 to 3600", self.server.stream_resume_secs),
+            );
+        }
         if self.server.tenant_share_percent > 100 {
             bad(
                 "server.tenant_share_percent".into(),
@@ -304,6 +310,9 @@ impl Config {
             }
             if up.max_message_bytes < 1024 {
                 bad(at("max_message_bytes"), "must be at least 1024".into());
+            }
+            if up.resume_wait_max_ms > 300_000 {
+                bad(at("resume_wait_max_ms"), "must be at most 300000 (five minutes)".into());
             }
             if up.stream_idle_secs > 86_400 {
                 bad(at("stream_idle_secs"), "must be at most 86400 (a day)".into());

@@ -100,6 +100,14 @@ pub(crate) async fn relay_call(call: ForwardedCall) -> Result<Payload, taskgate_
                     let _ = actor.send(Progress(params)).await;
                 }
                 (RpcMessage::Notification { method, .. }, _) if method == methods::PROGRESS => {}
+                // The upstream closed the call's stream early and resumes it: the client's
+                // stream of this call may close the same way (never a message to it).
+                (RpcMessage::Notification { method, params }, _) if method == taskgate_protocol::sse::PAUSED => {
+                    let retry = params.as_ref().and_then(|p| p.get("retryMs")).and_then(Value::as_u64);
+                    if let Some(reply) = &reply {
+                        let _ = reply.send_frame(crate::outbound::Frame::paused(retry.unwrap_or(1_000)));
+                    }
+                }
                 (mut note, _) => {
                     if let RpcMessage::Notification { method, params } = &mut note {
                         tag_log(session.upstream(), method, params);

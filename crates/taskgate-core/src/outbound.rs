@@ -38,6 +38,10 @@ pub struct Frame {
     pub store_unavailable: bool,
     /// It is a JSON-RPC error.
     pub error: bool,
+    /// Not a message: the upstream closed the call's stream before its response and resumes
+    /// it after this many milliseconds, so a resumable client stream may close the same way
+    /// (only a receiver that [`OutboundReceiver::take_pauses`] sees it).
+    pub pause: Option<u64>,
 }
 
 impl Frame {
@@ -46,7 +50,12 @@ impl Frame {
         let store_unavailable =
             matches!(message, Message::Error { error, .. } if crate::error::is_store_unavailable(error));
         let error = matches!(message, Message::Error { .. });
-        Frame { json: message.to_json(), response: message.is_response(), store_unavailable, error }
+        Frame { json: message.to_json(), response: message.is_response(), store_unavailable, error, pause: None }
+    }
+
+    /// The upstream paused the call's stream for `retry_ms` (see [`Frame::pause`]).
+    pub fn paused(retry_ms: u64) -> Frame {
+        Frame { json: String::new(), response: false, store_unavailable: false, error: false, pause: Some(retry_ms) }
     }
 }
 
@@ -151,6 +160,8 @@ pub struct OutboundReceiver {
     /// Released with the receiver (the stream's place in the gateway's pool of streams; what
     /// a GET stream keeps open upstream).
     guards: Vec<Box<dyn Send + Sync>>,
+    /// Whether pause frames are handed out (else they are skipped).
+    pauses: bool,
 }
 
 /// A new stream under `limits` and the session's budget. `on_event` runs outside any lock:
@@ -162,7 +173,7 @@ pub fn channel(
 ) -> (Outbound, OutboundReceiver) {
     let state = State { senders: 1, ..State::default() };
     let queue = Arc::new(Queue { state: Mutex::new(state), limits, session, on_event });
-    (Outbound { queue: queue.clone() }, OutboundReceiver { queue, guards: Vec::new() })
+    (Outbound { queue: queue.clone() }, OutboundReceiver { queue, guards: Vec::new(), pauses: false })
 }
 
 impl Outbound {
@@ -318,13 +329,22 @@ impl OutboundReceiver {
         self.guards.push(guard);
     }
 
+    /// Hands out pause frames too ([`Frame::pause`]): for a stream that can close and be
+    /// resumed.
+    pub fn take_pauses(&mut self) {
+        self.pauses = true;
+    }
+
     /// The next message, or `None` when the stream has ended.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
         let mut state = self.queue.state.lock();
-        if let Some(frame) = state.frames.pop_front() {
+        while let Some(frame) = state.frames.pop_front() {
             state.bytes -= frame.json.len();
             state.reads += 1;
             self.queue.session.used.fetch_sub(frame.json.len(), Ordering::Relaxed);
+            if frame.pause.is_some() && !self.pauses {
+                continue;
+            }
             return Poll::Ready(Some(frame));
         }
         if state.ended() {

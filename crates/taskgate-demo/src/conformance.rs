@@ -6,8 +6,8 @@
 //! Tools `test_*` and `json_schema_2020_12_tool`; resources `test://static-text`,
 //! `test://static-binary`, `test://watched-resource` and the template
 //! `test://template/{id}/data`; prompts `test_*`; completion of `test_prompt_with_arguments`.
-//! Each returns exactly what its scenario's description asks for. (`test_reconnection`, of the
-//! pending scenario `server-sse-polling`, is left out: the demo does not close streams early.)
+//! Each returns exactly what its scenario's description asks for; `test_reconnection` (scenario
+//! `server-sse-polling`) closes its stream early over HTTP (see `http.rs`).
 
 use std::time::Duration;
 
@@ -52,6 +52,10 @@ pub(crate) fn tools() -> Vec<Value> {
         plain("test_tool_with_logging", "Sends three log messages while it runs."),
         plain("test_error_handling", "Always fails (isError: true)."),
         plain("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100."),
+        plain(
+            "test_reconnection",
+            "Over HTTP, closes the call's stream at once and answers on its resumption (GET with Last-Event-ID).",
+        ),
         one_string("test_sampling", "Asks the client's LLM (sampling/createMessage).", "prompt", "The prompt to send"),
         one_string(
             "test_elicitation",

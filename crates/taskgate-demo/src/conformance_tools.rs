@@ -104,6 +104,9 @@ impl DemoServer {
                 self.elicit(connection, message, schema, "Elicitation completed", related).await
             }
             "json_schema_2020_12_tool" => Ok(text(format!("Received: {args}"))),
+            "test_reconnection" => Ok(text(
+                "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.",
+            )),
             "test_trigger_tool_change" => {
                 self.announce(Message::notification(methods::TOOLS_LIST_CHANGED, None));
                 Ok(text("tool list changed"))

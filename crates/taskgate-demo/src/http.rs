@@ -33,7 +33,12 @@ struct State {
     sessions: Mutex<HashMap<String, u64>>,
     /// The number of sessions, for tests to wait on without sleeping.
     session_count: watch::Sender<usize>,
+    /// `test_reconnection` streams closed early, by stream id.
+    closed_early: Mutex<HashMap<String, ClosedEarly>>,
 }
+
+/// A stream closed early: its session, and its response once made.
+type ClosedEarly = (String, watch::Receiver<Option<Message>>);
 
 impl State {
     fn update(&self, change: impl FnOnce(&mut HashMap<String, u64>)) {
@@ -68,7 +73,12 @@ impl DemoHttp {
 
 /// Serves `demo` on `addr` (use `127.0.0.1:0` for any free port). Call inside an actix system.
 pub fn serve(demo: DemoServer, addr: &str) -> std::io::Result<DemoHttp> {
-    let state = Arc::new(State { demo, sessions: Mutex::new(HashMap::new()), session_count: watch::channel(0).0 });
+    let state = Arc::new(State {
+        demo,
+        sessions: Mutex::new(HashMap::new()),
+        session_count: watch::channel(0).0,
+        closed_early: Mutex::new(HashMap::new()),
+    });
     let shared = web::Data::from(state.clone());
     let server = HttpServer::new(move || {
         App::new().app_data(shared.clone()).service(
@@ -174,7 +184,7 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         });
         return HttpResponse::Ok().insert_header(("mcp-session-id", sid)).json(reply.to_value());
     }
-    let (_, conn) = match session(req.headers(), &state) {
+    let (sid, conn) = match session(req.headers(), &state) {
         Ok(s) => s,
         Err(response) => return response,
     };
@@ -197,6 +207,11 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         }
         _ => false,
     };
+    let reconnection = message.method() == Some(methods::TOOLS_CALL)
+        && matches!(&message, Message::Request { params: Some(p), .. } if p["name"] == "test_reconnection");
+    if wants_sse && reconnection && demo.inner.conformance {
+        return close_early(&state, sid, conn, message);
+    }
     if wants_sse && (message.method() == Some(methods::TOOLS_CALL) || asks(&message)) {
         let (tx, rx) = mpsc::channel(64);
         actix_rt::spawn(async move {
@@ -211,11 +226,74 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
     HttpResponse::Ok().json(reply.to_value())
 }
 
+/// The `retry` a stream closed early asks for, in milliseconds.
+const RECONNECTION_RETRY_MS: u64 = 200;
+/// Streams closed early kept for their resumption, at most.
+const MAX_CLOSED_EARLY: usize = 64;
+
+/// `test_reconnection` of the suite's `server-sse-polling` (SEP-1699): the call's stream is
+/// primed, asks for a `retry`, and closes before the response; the response is kept for a
+/// `GET` with `Last-Event-ID` (basic/transports "Resumability and Redelivery"), whenever it
+/// comes.
+fn close_early(state: &Arc<State>, sid: String, conn: u64, message: Message) -> HttpResponse {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let stream = format!("r{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let (answered, answer) = watch::channel(None);
+    {
+        let mut closed = state.closed_early.lock();
+        if closed.len() >= MAX_CLOSED_EARLY {
+            let oldest = closed.keys().next().cloned();
+            closed.remove(&oldest.unwrap_or_default());
+        }
+        closed.insert(stream.clone(), (sid, answer));
+    }
+    let demo = state.demo.clone();
+    actix_rt::spawn(async move {
+        let (related, _) = mpsc::channel(64);
+        if let Some(reply) = demo.handle(conn, message, &related).await {
+            answered.send_replace(Some(reply));
+        }
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(format!("id: {stream}-0\nretry: {RECONNECTION_RETRY_MS}\ndata: \n\n"))
+}
+
+/// A `GET` with `Last-Event-ID` naming a stream closed early: its response, then the end.
+fn resume(state: &State, sid: &str, last: &str) -> HttpResponse {
+    let stream = last.strip_suffix("-0").unwrap_or_default();
+    let mut answer = match state.closed_early.lock().get(stream) {
+        Some((owner, answer)) if owner == sid => answer.clone(),
+        _ => return HttpResponse::BadRequest().body(format!("no stream to resume after {last:?}")),
+    };
+    let stream = stream.to_owned();
+    let body = async_stream_once(async move {
+        let reply = answer.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
+        let json = reply.map(|r| r.to_json()).unwrap_or_default();
+        Bytes::from(encode_event(Some(&format!("{stream}-1")), &json))
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .streaming(body)
+}
+
+/// A body of the one chunk `make` gives.
+fn async_stream_once(
+    make: impl std::future::Future<Output = Bytes> + 'static,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures_util::stream::once(async move { Ok(make.await) })
+}
+
 async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
-    let connection = match session(req.headers(), &state) {
-        Ok((_, connection)) => connection,
+    let (sid, connection) = match session(req.headers(), &state) {
+        Ok(s) => s,
         Err(response) => return response,
     };
+    if let Some(last) = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()) {
+        return resume(&state, &sid, last);
+    }
     let (tx, rx) = mpsc::channel(64);
     state.demo.add_listener(connection, tx);
     sse(rx)

@@ -10,6 +10,7 @@
 //! - [`operations`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`admin`]: the operator's view, an API and a live page, on the admin listener.
 //! - [`sse`]: outbound SSE bodies with keep-alives.
+//! - [`resumable`]: 2025-11-25 reply streams a client can resume with `Last-Event-ID`.
 //! - [`metered`]: client requests counted and timed by tenant and method.
 //! - [`traced`]: a request's span, its parent the client's (W3C Trace Context).
 //! - [`reply`]: turns [`taskgate_core::GatewayError`] into HTTP responses.
@@ -22,6 +23,7 @@ pub mod metered;
 pub mod operations;
 pub mod peers;
 pub mod reply;
+pub mod resumable;
 pub mod revision_2026;
 pub mod server;
 pub mod sse;

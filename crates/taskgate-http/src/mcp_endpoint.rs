@@ -3,6 +3,7 @@
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use taskgate_core::logs::Untrusted;
+use taskgate_core::outbound::Frame;
 use taskgate_core::{Gateway, GatewayError, Identity};
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::{Message, MessageError};
@@ -318,8 +319,23 @@ async fn dispatch(
                 .request_passing(id.clone(), method, params, arguments)
                 .await
                 .map_err(|e| (e, Some(id.clone())))?;
+            // basic/transports "Resumability and Redelivery": at 2025-11-25 a reply stream
+            // can be resumed, and closes as its upstream's does (a pause) to be resumed.
+            let resume_secs = gateway.config().server.stream_resume_secs;
+            let resumable = stream && crate::resumable::offered(session.protocol_version(), resume_secs);
+            let reply_stream = |first: Option<Frame>, messages| match resumable {
+                true => crate::resumable::response(session_id, first, messages, resume_secs),
+                false => sse::response_after(first, messages),
+            };
+            // An upstream's early close is passed on only where the client's resumption comes
+            // back here: with replicas (Redis) it may reach another, so the stream stays open
+            // and the gateway's own resumption of the upstream brings the response onto it.
+            let replicas = gateway.config().store.backend == taskgate_config::StoreBackend::Redis;
+            if resumable && !replicas {
+                messages.take_pauses();
+            }
             if stream && !accepts.json {
-                return Ok(sse::response(messages));
+                return Ok(reply_stream(None, messages));
             }
             if stream {
                 // A client that accepts both gets one JSON object when the response is the
@@ -331,11 +347,11 @@ async fn dispatch(
                 let wait = std::time::Duration::from_millis(gateway.config().server.first_message_wait_ms);
                 match tokio::time::timeout(wait, messages.recv()).await {
                     Ok(Some(frame)) if frame.response => return Ok(reply::frame(frame)),
-                    Ok(Some(frame)) => return Ok(sse::response_after(Some(frame), messages)),
+                    Ok(Some(frame)) => return Ok(reply_stream(Some(frame), messages)),
                     // Cancelled (or its session closed): no response (basic/utilities/
                     // cancellation), a stream that ends, as before it started.
                     Ok(None) => return Ok(sse::response(messages)),
-                    Err(_) => return Ok(sse::response(messages)),
+                    Err(_) => return Ok(reply_stream(None, messages)),
                 }
             }
             while let Some(frame) = messages.recv().await {
@@ -366,13 +382,43 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
         let session = gateway.find_session(session_id, &identity).await?;
         same_endpoint(&session, path_profile(&req))?;
         checks::protocol_version(headers, session.protocol_version())?;
-        session.open_stream().await
+        // basic/transports "Resumability and Redelivery": "Resumption is always via HTTP GET
+        // with Last-Event-ID", and the server "MUST NOT replay messages that would have been
+        // delivered on a different stream": an id names one reply stream of this session.
+        if let Some(last) = headers.get("last-event-id") {
+            let last = last.to_str().unwrap_or_default();
+            return match crate::resumable::resume_waiting(session_id, last).await {
+                Ok(resumed) => Ok(Resumed(resumed)),
+                Err(crate::resumable::NotResumed::Malformed) => Err(GatewayError::InvalidRequest(format!(
+                    "Last-Event-ID \"{}\" is not an event id of this gateway's reply streams",
+                    Untrusted(last)
+                ))),
+                Err(crate::resumable::NotResumed::NotHeld) => Err(GatewayError::InvalidRequest(format!(
+                    "no reply stream of this session to resume after \"{}\": it ended, was held longer than server.stream_resume_secs ({} s), or another replica holds it",
+                    Untrusted(last),
+                    gateway.config().server.stream_resume_secs
+                ))),
+                Err(crate::resumable::NotResumed::Attached) => Err(GatewayError::InvalidRequest(format!(
+                    "the reply stream of \"{}\" still has a connection: close it first",
+                    Untrusted(last)
+                ))),
+            };
+        }
+        session.open_stream().await.map(Opened)
     };
     match opened.await {
-        Ok(messages) => sse::response(messages),
+        Ok(Opened(messages)) => sse::response(messages),
+        Ok(Resumed(response)) => response,
         Err(e) => reply::error(&e, None),
     }
 }
+
+/// What a `GET` opens: the session's own stream, or a reply stream taken back.
+enum GetStream {
+    Opened(taskgate_core::outbound::OutboundReceiver),
+    Resumed(HttpResponse),
+}
+use GetStream::{Opened, Resumed};
 
 fn shutting_down() -> GatewayError {
     GatewayError::Overloaded(

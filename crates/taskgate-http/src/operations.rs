@@ -9,6 +9,7 @@ use taskgate_core::Gateway;
 
 /// `GET /metrics`.
 pub async fn metrics(gateway: web::Data<Gateway>) -> HttpResponse {
+    gateway.metrics().reply_streams_held.set(crate::resumable::held() as i64);
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(gateway.render_metrics().await)
 }
 

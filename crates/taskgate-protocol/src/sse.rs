@@ -3,6 +3,11 @@
 
 use bytes::Bytes;
 
+/// A gateway-private notification method, never sent to a client: an upstream closed a call's
+/// stream before its response (`params.retryMs`: the wait it asked for before resuming), so the
+/// client's own stream of that call may close the same way and be resumed.
+pub const PAUSED: &str = "taskgate/streamPaused";
+
 /// Encodes one SSE event carrying `data` (one JSON message, so it has no newlines) and an id.
 pub fn encode_event(id: Option<&str>, data: &str) -> String {
     let mut out = String::with_capacity(data.len() + 32);
@@ -52,6 +57,10 @@ pub struct Decoder {
     /// lines as they came): with the line being read, what the bound applies to.
     held: usize,
     max_event_bytes: usize,
+    /// The id of the last event dispatched with one (the stream's `Last-Event-ID`).
+    last_id: Option<String>,
+    /// The reconnection time the stream asked for last (`retry:`), in milliseconds.
+    retry: Option<u64>,
 }
 
 /// A piece of the line being read: a large chunk's part kept as it came (no copy), or small
@@ -83,6 +92,17 @@ impl Decoder {
     /// A decoder refusing events larger than `max_event_bytes`.
     pub fn new(max_event_bytes: usize) -> Decoder {
         Decoder { max_event_bytes, ..Decoder::default() }
+    }
+
+    /// The id of the last event that carried one, data or not: what a client resuming the
+    /// stream sends as `Last-Event-ID` (a blank `id:` clears it, as in the SSE standard).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// The reconnection time the stream asked for last (`retry:`), in milliseconds.
+    pub fn retry_ms(&self) -> Option<u64> {
+        self.retry
     }
 
     /// Feeds bytes; returns the events they complete.
@@ -153,10 +173,16 @@ impl Decoder {
             Err(_) => String::from_utf8_lossy(line),
         };
         match take_line(&mut self.current, &mut self.has_data, &line) {
-            Taken::Dispatched(event) => {
-                events.extend(event);
+            Taken::Dispatched { event, has_data } => {
+                if let Some(id) = &event.id {
+                    self.last_id = (!id.is_empty()).then(|| id.clone());
+                }
+                if has_data {
+                    events.push(event);
+                }
                 self.held = 0;
             }
+            Taken::Retry(ms) => self.retry = ms.or(self.retry),
             Taken::Stored => self.held += raw,
             Taken::Ignored => {}
         }
@@ -166,8 +192,10 @@ impl Decoder {
 
 /// What a line did to the event being read.
 enum Taken {
-    /// A blank line ended the event (`None`: it had no data, and is not one).
-    Dispatched(Option<Event>),
+    /// A blank line ended the event (without data it is not one, but its id counts).
+    Dispatched { event: Event, has_data: bool },
+    /// A `retry:` field (its value, if a number).
+    Retry(Option<u64>),
     /// The line is kept in the event.
     Stored,
     /// A comment, or a field that is not kept.
@@ -179,7 +207,7 @@ fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Taken {
     if line.is_empty() {
         let done = std::mem::take(current);
         let had = std::mem::replace(has_data, false);
-        return Taken::Dispatched(had.then_some(done));
+        return Taken::Dispatched { event: done, has_data: had };
     }
     if line.starts_with(':') {
         return Taken::Ignored;
@@ -200,7 +228,7 @@ fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Taken {
         "id" => current.id = Some(value.to_owned()),
         "retry" => {
             current.retry = value.parse().ok();
-            return Taken::Ignored;
+            return Taken::Retry(current.retry);
         }
         _ => return Taken::Ignored,
     }
@@ -210,6 +238,18 @@ fn take_line(current: &mut Event, has_data: &mut bool, line: &str) -> Taken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_event_id_and_retry_count_even_from_blocks_without_data() {
+        let mut d = Decoder::new(1024);
+        assert_eq!(d.feed(b"id: s.0\nretry: 5000\n\n").unwrap(), vec![]);
+        assert_eq!((d.last_event_id(), d.retry_ms()), (Some("s.0"), Some(5000)));
+        let events = d.feed(b"id: s.1\ndata: {}\n\nretry: x\n\n").unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!((d.last_event_id(), d.retry_ms()), (Some("s.1"), Some(5000)));
+        d.feed(b"id:\ndata: {}\n\n").unwrap();
+        assert_eq!(d.last_event_id(), None);
+    }
 
     #[test]
     fn decodes_across_chunk_boundaries() {

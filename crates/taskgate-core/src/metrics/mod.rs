@@ -64,6 +64,8 @@ pub struct Metrics {
     pub requests_in_progress: IntGauge,
     /// Progress actors alive (live progress tokens).
     pub progress_actors: IntGauge,
+    /// Client reply streams held for their clients to resume (`Last-Event-ID`).
+    pub reply_streams_held: IntGauge,
     /// `tasks/get` requests, by tenant.
     pub task_polls: IntCounterVec,
     /// `tasks/get` requests arriving sooner than the task's suggested pollInterval, by tenant.
@@ -241,6 +243,10 @@ impl Metrics {
             task_actors: single("taskgate_task_actors", "Task actors alive"),
             requests_in_progress: single("taskgate_requests_in_progress", "Client requests in progress"),
             progress_actors: single("taskgate_progress_actors", "Progress actors alive (live progress tokens)"),
+            reply_streams_held: single(
+                "taskgate_reply_streams_held",
+                "Client reply streams their connection left, held for the client to resume (Last-Event-ID)",
+            ),
             task_polls: counter("taskgate_task_polls_total", "tasks/get requests", &["tenant"]),
             task_polls_early: counter(
                 "taskgate_task_polls_early_total",

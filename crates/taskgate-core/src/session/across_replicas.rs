@@ -429,8 +429,13 @@ impl Handler<FromElsewhere> for SessionActor {
                     return; // this copy's own subscription delivers it
                 }
                 if let Some(stream) = self.streams.open_get() {
-                    let frame =
-                        crate::outbound::Frame { json, response: false, store_unavailable: false, error: false };
+                    let frame = crate::outbound::Frame {
+                        json,
+                        response: false,
+                        store_unavailable: false,
+                        error: false,
+                        pause: None,
+                    };
                     if stream.send_frame(frame).is_err() {
                         tracing::debug!(session = %self.id, "client stream full; a message from another replica dropped");
                     }

@@ -277,6 +277,7 @@ impl SessionActor {
                     response: true,
                     store_unavailable: false,
                     error: false,
+                    pause: None,
                 };
                 let _ = request.reply.send_final_frame(frame);
             }

@@ -155,7 +155,8 @@ mod tests {
     use super::*;
 
     fn waiting(task: &str, bytes: usize) -> Waiting {
-        let frame = Frame { json: "x".repeat(bytes), response: false, store_unavailable: false, error: false };
+        let frame =
+            Frame { json: "x".repeat(bytes), response: false, store_unavailable: false, error: false, pause: None };
         Waiting { task: task.into(), id: None, frame }
     }
 

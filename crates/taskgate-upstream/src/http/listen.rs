@@ -115,8 +115,9 @@ impl HttpChannel {
                             settle(&mut settled);
                             self.stream.send_replace(Some(true));
                             let _counted = Counted::new(&self);
+                            let mut cursor = super::stream::Cursor::default();
                             let unneeded = tokio::select! {
-                                _ = self.read_stream(r, None, None) => false,
+                                _ = self.read_stream(r, None, None, &mut cursor) => false,
                                 _ = closed.changed() => return,
                                 _ = unwanted(&mut listening, self.stream_idle) => true,
                             };

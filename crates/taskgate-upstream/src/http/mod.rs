@@ -51,6 +51,8 @@ pub(crate) struct HttpChannel {
     stream_idle: Duration,
     /// How long a notification or a response may take to be accepted (`timeout_secs`).
     send_timeout: Duration,
+    /// The longest wait before resuming a call's stream the upstream closed early.
+    resume_wait_max: Duration,
     session_id: Mutex<Option<String>>,
     protocol_version: Mutex<Option<String>>,
     /// The session's id and version as header values, as last built: the same for every
@@ -102,6 +104,7 @@ impl HttpChannel {
             max_message_bytes: config.max_message_bytes,
             stream_idle: Duration::from_secs(config.stream_idle_secs),
             send_timeout: Duration::from_secs(config.timeout_secs),
+            resume_wait_max: Duration::from_millis(config.resume_wait_max_ms),
             session_id: Mutex::new(None),
             protocol_version: Mutex::new(None),
             built_headers: Mutex::new(None),
@@ -402,9 +405,7 @@ impl HttpChannel {
             (is_media(content_type, "text/event-stream"), is_media(content_type, "application/json"))
         };
         if sse {
-            self.read_stream(response, Some((&id, pass)), sink)
-                .await?
-                .ok_or_else(|| self.unavailable("the response stream ended before the response arrived").into())
+            self.read_resuming(response, &id, pass, sink).await
         } else if json {
             let body = self.read_body(response).await?;
             let passing = pass.then(|| id.clone());

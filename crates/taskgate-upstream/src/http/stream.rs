@@ -2,6 +2,8 @@
 //! message a line; the awaited response ends the reading, and what else the upstream sends
 //! goes on toward the client.
 
+use std::time::Duration;
+
 use taskgate_protocol::pass_through::Reply as Received;
 use taskgate_protocol::sse::Decoder;
 use taskgate_protocol::{Message, Payload, RequestId};
@@ -11,15 +13,31 @@ use crate::client::Reply;
 use crate::routes::Incoming;
 use crate::wire::ChannelError;
 
+/// Where a stream stood when it ended without the awaited response: what resuming it needs
+/// (basic/transports "Resumability and Redelivery").
+#[derive(Debug, Default)]
+pub(super) struct Cursor {
+    /// The id of the last event that carried one: the `Last-Event-ID` to resume with.
+    pub last_id: Option<String>,
+    /// The reconnection time the upstream asked for last, in milliseconds.
+    pub retry_ms: Option<u64>,
+    /// Messages read from the stream (and its resumptions) so far.
+    pub messages: usize,
+    /// Why the connection broke, when it did not end cleanly.
+    pub broken: Option<String>,
+}
+
 impl HttpChannel {
     /// Reads SSE events: messages other than the awaited response go to the session's owner.
     /// Returns the awaited response's outcome (its result kept as text when the request's
-    /// result is passed through), or `None` when the stream ends without it.
+    /// result is passed through), or `None` when the stream ends without it; `cursor` then
+    /// says where it stood (a broken connection is such an end, its reason kept there).
     pub(super) async fn read_stream(
         &self,
         mut response: Reply,
         awaiting: Option<(&RequestId, bool)>,
         sink: Option<&crate::Sender<Message>>,
+        cursor: &mut Cursor,
     ) -> Result<Option<Payload>, ChannelError> {
         let passing = awaiting.and_then(|(id, pass)| pass.then(|| id.clone()));
         let awaiting = awaiting.map(|(id, _)| id);
@@ -27,8 +45,14 @@ impl HttpChannel {
         loop {
             let chunk = match response.chunk().await {
                 Ok(Some(chunk)) => chunk,
-                Ok(None) => return Ok(None),
-                Err(e) => return Err(self.unavailable(e.0).into()),
+                ended => {
+                    cursor.broken = ended.err().map(|e| e.0);
+                    if let Some(id) = decoder.last_event_id() {
+                        cursor.last_id = Some(id.to_owned());
+                    }
+                    cursor.retry_ms = decoder.retry_ms().or(cursor.retry_ms);
+                    return Ok(None);
+                }
             };
             let events = decoder.feed_chunk(chunk).map_err(|_| {
                 self.protocol(format!("an SSE event exceeds max_message_bytes ({})", self.max_message_bytes))
@@ -37,6 +61,7 @@ impl HttpChannel {
                 if event.data.trim().is_empty() {
                     continue; // priming event or keep-alive
                 }
+                cursor.messages += 1;
                 let passing = passing.clone();
                 let reply = crate::decode_text(event.data, move |got| passing.as_ref() == Some(got));
                 let message = match reply.await {
@@ -56,6 +81,72 @@ impl HttpChannel {
                 }
             }
         }
+    }
+
+    /// Reads the SSE stream answering request `id`, resuming it when the upstream closes it
+    /// before the response (basic/transports "Sending Messages to the Server" 6: a server MAY
+    /// close the connection without ending the stream, and "The client MUST respect the `retry`
+    /// field, waiting the given number of milliseconds before attempting to reconnect";
+    /// "Resumability and Redelivery": resumption is always via HTTP GET with `Last-Event-ID`).
+    /// The wait is the upstream's `retry` (1 s if it gave none), at most `resume_wait_max_ms`;
+    /// the call's stream toward the client is told, so that it may close the same way. A stream
+    /// that ends with no event id cannot be resumed: the call fails as before.
+    pub(super) async fn read_resuming(
+        &self,
+        mut response: Reply,
+        id: &RequestId,
+        pass: bool,
+        sink: Option<&crate::Sender<Message>>,
+    ) -> Result<Payload, ChannelError> {
+        let mut cursor = Cursor::default();
+        // Consecutive resumptions that brought nothing back off, so a server closing at once
+        // each time is not asked again and again.
+        let mut idle_backoff = Duration::ZERO;
+        let mut resumed = false;
+        loop {
+            let before = cursor.messages;
+            if let Some(outcome) = self.read_stream(response, Some((id, pass)), sink, &mut cursor).await? {
+                return Ok(outcome);
+            }
+            let Some(last) = cursor.last_id.clone() else {
+                return Err(match cursor.broken.take() {
+                    Some(why) => self.unavailable(why).into(),
+                    None => self.unavailable("the response stream ended before the response arrived").into(),
+                });
+            };
+            idle_backoff = match resumed && cursor.messages == before {
+                true => (idle_backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5)),
+                false => Duration::ZERO,
+            };
+            resumed = true;
+            let asked = Duration::from_millis(cursor.retry_ms.unwrap_or(1_000));
+            let wait = asked.min(self.resume_wait_max).max(idle_backoff);
+            if let Some(sink) = sink.filter(|_| cursor.broken.is_none()) {
+                let paused = serde_json::json!({ "retryMs": wait.as_millis() as u64 });
+                let _ = sink.send(Message::notification(taskgate_protocol::sse::PAUSED, Some(paused))).await;
+            }
+            tracing::debug!(upstream = %self.name, last_event_id = %last, wait_ms = wait.as_millis() as u64, "the upstream closed a call's stream before its response; resuming it");
+            tokio::time::sleep(wait).await;
+            response = self.resume(&last).await?;
+        }
+    }
+
+    /// `GET` with `Last-Event-ID`: the rest of a stream the upstream closed early.
+    async fn resume(&self, last_event_id: &str) -> Result<Reply, ChannelError> {
+        let mut headers = self.headers();
+        headers.insert(reqwest::header::ACCEPT, reqwest::header::HeaderValue::from_static("text/event-stream"));
+        let last = reqwest::header::HeaderValue::from_str(last_event_id)
+            .map_err(|_| self.protocol("its SSE event id is not a valid header value"))?;
+        headers.insert(reqwest::header::HeaderName::from_static("last-event-id"), last);
+        let response = self.send_request(reqwest::Method::GET, headers, bytes::Bytes::new()).await?;
+        let status = response.status();
+        let response = self.check_status(response).await?;
+        if !super::is_media(super::content_type(&response), "text/event-stream") {
+            return Err(self
+                .unavailable(format!("it closed the call's stream and refused to resume it (HTTP {status})"))
+                .into());
+        }
+        Ok(response)
     }
 
     /// A JSON body of several messages, one a line (what some servers in transition write for
