@@ -437,3 +437,45 @@ async fn a_search_never_shows_a_tool_the_callers_scopes_do_not_reach() {
     assert_eq!(names.first().map(String::as_str), Some("demo__echo"), "{names:?}");
     gw.kill().await;
 }
+
+/// `initialize` with `token` through `http` (one client: building one per request costs more
+/// than a second's budget of requests): its status.
+async fn initialize_status(http: &reqwest::Client, url: &str, token: &str) -> u16 {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    request.bearer_auth(token).body(body).send().await.unwrap().status().as_u16()
+}
+
+#[actix_rt::test]
+async fn a_token_verified_lately_still_passes_while_its_source_has_forged_ones_refused_unchecked() {
+    let a = AuthServer::start();
+    let tenants = format!("[[tenant]]\nid = \"acme\"\n[[tenant.oauth]]\nissuer = \"{}\"\n", a.issuer);
+    let (gw, public_url, _demo, _dir) = gateway(&tenants, &[]).await.unwrap();
+    let http = reqwest::Client::new();
+    let claims = json!({"iss": a.issuer, "aud": public_url, "sub": "alice", "exp": now() + 300});
+    let valid = a.sign(json!({"alg": "ES256", "typ": "at+jwt", "kid": "k1"}), claims);
+    assert_eq!(initialize_status(&http, &public_url, &valid).await, 200, "verified, and kept");
+    let forged: Vec<String> = (0..20).map(|_| forged_es256(&a.issuer, &public_url, "k1")).collect();
+    // This source spends its refusals at once; then, within one second (a 429 on each side
+    // proves it), the token verified lately is told apart without a signature check, and passes.
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let burst = forged[..=taskgate_core::tenants::refused_tokens::PER_SOURCE as usize]
+            .iter()
+            .map(|t| initialize_status(&http, &public_url, t));
+        let statuses = futures_util::future::join_all(burst).await;
+        let before = initialize_status(&http, &public_url, &forged[19]).await;
+        let passes = initialize_status(&http, &public_url, &valid).await;
+        let after = initialize_status(&http, &public_url, &forged[18]).await;
+        seen.push((statuses.iter().filter(|s| **s == 401).count(), before, passes, after));
+        if (before, after) == (429, 429) {
+            assert_eq!(passes, 200, "{seen:?}");
+            gw.kill().await;
+            return;
+        }
+    }
+    panic!("no second held a refused-unchecked state on both sides: {seen:?}");
+}

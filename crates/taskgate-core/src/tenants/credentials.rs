@@ -167,7 +167,10 @@ impl Credentials {
 
     /// Whether `token` is a JWT verified lately.
     pub fn verified_lately(&self, token: &str, now_secs: u64) -> bool {
-        self.verified.get(&super::jws::sha256(token.as_bytes()), now_secs).is_some()
+        // The SHA-256 only for a token that may be one: a flood of forged tokens costs a
+        // keyed hash each.
+        self.verified.may_hold(self.verified.quick(token.as_bytes()))
+            && self.verified.get(&super::jws::sha256(token.as_bytes()), now_secs).is_some()
     }
 
     /// The identity an `Authorization` header value (or its absence) authenticates.
@@ -386,7 +389,8 @@ impl Credentials {
             .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
         let (verifier, verified) =
             one_tenant(verifiers.iter().map(|v| v.check(&claims, now_secs, true).map(|verified| (*v, verified))))?;
-        self.verified.keep(hash, &verified, keys, verifier.issuer.clone(), now_secs);
+        let quick = self.verified.quick(token.as_bytes());
+        self.verified.keep((hash, quick), &verified, keys, verifier.issuer.clone(), now_secs);
         Ok(verified)
     }
 }
