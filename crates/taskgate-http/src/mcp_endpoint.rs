@@ -434,7 +434,9 @@ pub async fn delete(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpRespon
         let identity = identity(&req, &gateway).await?;
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;
         same_endpoint(&gateway.find_session(session_id, &identity).await?, path_profile(&req))?;
-        gateway.end_session(session_id, &identity).await
+        gateway.end_session(session_id, &identity).await?;
+        crate::resumable::forget(session_id);
+        Ok(())
     };
     match ended.await {
         Ok(()) => HttpResponse::Ok().finish(),

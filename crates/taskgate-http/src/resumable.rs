@@ -17,7 +17,7 @@
 //! A stream is held by the replica that served it: a resumption that reaches another replica
 //! is refused with 400, saying so.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -49,7 +49,7 @@ struct Held {
     streams: Mutex<HashMap<u64, Parked>>,
     /// Streams with a connection now (a resumption may come before the server sees the old
     /// connection go: it waits a little for the stream to be held).
-    attached: Mutex<HashSet<u64>>,
+    attached: Mutex<HashMap<u64, Arc<str>>>,
     /// Told whenever a stream is held.
     changed: tokio::sync::Notify,
     per_session: Mutex<HashMap<Arc<str>, usize>>,
@@ -59,7 +59,7 @@ struct Held {
 
 static HELD: LazyLock<Held> = LazyLock::new(|| Held {
     streams: Mutex::new(HashMap::new()),
-    attached: Mutex::new(HashSet::new()),
+    attached: Mutex::new(HashMap::new()),
     changed: tokio::sync::Notify::const_new(),
     per_session: Mutex::new(HashMap::new()),
     bytes: AtomicUsize::new(0),
@@ -172,7 +172,7 @@ pub fn resume(session: &str, last_event_id: &str) -> Result<HttpResponse, NotRes
     let mut streams = HELD.streams.lock();
     if streams.get(&id).is_none_or(|p| &*p.stream.session != session) {
         drop(streams);
-        return Err(match HELD.attached.lock().contains(&id) {
+        return Err(match HELD.attached.lock().get(&id).is_some_and(|s| &**s == session) {
             true => NotResumed::Attached,
             false => NotResumed::NotHeld,
         });
@@ -187,6 +187,21 @@ pub fn resume(session: &str, last_event_id: &str) -> Result<HttpResponse, NotRes
     }
     let again: VecDeque<Bytes> = stream.kept.iter().map(|(_, e)| e.clone()).collect();
     Ok(body(stream, again, None))
+}
+
+/// Drops the streams `session` left: it ended (DELETE), so nobody resumes them.
+pub fn forget(session: &str) {
+    if held_by(session) == 0 {
+        return;
+    }
+    let gone: Vec<Parked> = {
+        let mut streams = HELD.streams.lock();
+        let ids: Vec<u64> = streams.iter().filter(|(_, p)| &*p.stream.session == session).map(|(id, _)| *id).collect();
+        ids.iter().filter_map(|id| streams.remove(id)).collect()
+    };
+    for parked in gone {
+        unhold(&parked.stream);
+    }
 }
 
 /// Streams held now.
@@ -320,7 +335,7 @@ impl Connection {
 }
 
 fn body(stream: Stream, again: VecDeque<Bytes>, first: Option<Frame>) -> HttpResponse {
-    HELD.attached.lock().insert(stream.id);
+    HELD.attached.lock().insert(stream.id, stream.session.clone());
     let failed = crate::metered::StreamFailed::default();
     let mut connection = Connection {
         id: stream.id,
@@ -393,6 +408,10 @@ mod tests {
         // Its new connection left too: held again, for the client to come back once more.
         drop(resumed);
         assert_eq!(held_by("bounded"), MAX_HELD_PER_SESSION);
+        // The session ended: nothing of it is held.
+        forget("bounded");
+        assert_eq!(held_by("bounded"), 0);
+        assert!(resume("bounded", &format!("{:x}-0", ids[1])).is_err());
     }
 
     #[test]
