@@ -199,17 +199,22 @@ impl Credentials {
                 }
             }
         };
-        let hash = super::jws::sha256(token.as_bytes());
         if token.split('.').count() == 3 {
-            if let Some(verified) = self.verified.get(&hash, now_secs) {
-                return Ok(verified);
+            // A JWT not verified lately is told so by a keyed quick hash: its SHA-256 is
+            // computed only for a token that may be one, and to keep one verified now.
+            let quick = self.verified.quick(token.as_bytes());
+            if self.verified.may_hold(quick) {
+                if let Some(verified) = self.verified.get(&super::jws::sha256(token.as_bytes()), now_secs) {
+                    return Ok(verified);
+                }
             }
             let peek = super::jws::Peek::of(token).ok_or(AuthError::Token("its payload is not base64url JSON"))?;
             if let Some(issuer) = peek.issuer().filter(|iss| self.oauth.iter().any(|v| v.issuer.url == *iss)) {
-                return self.verify_access_token(token, hash, issuer, &peek, now_secs);
+                return self.verify_access_token(token, quick, issuer, &peek, now_secs);
             }
             return JwtVerifier::verify(&self.jwts, token, &peek, now_secs).map(Verified::unscoped);
         }
+        let hash = super::jws::sha256(token.as_bytes());
         if let Some(identity) = self.api_keys.get(&hash) {
             return Ok(Verified::unscoped(identity.clone()));
         }
@@ -333,7 +338,7 @@ impl Credentials {
     fn verify_access_token(
         &self,
         token: &str,
-        hash: [u8; 32],
+        quick: u64,
         issuer: &str,
         peek: &super::jws::Peek,
         now_secs: u64,
@@ -389,7 +394,7 @@ impl Credentials {
             .ok_or(AuthError::Token("its payload is not base64url JSON"))?;
         let (verifier, verified) =
             one_tenant(verifiers.iter().map(|v| v.check(&claims, now_secs, true).map(|verified| (*v, verified))))?;
-        let quick = self.verified.quick(token.as_bytes());
+        let hash = super::jws::sha256(token.as_bytes());
         self.verified.keep((hash, quick), &verified, keys, verifier.issuer.clone(), now_secs);
         Ok(verified)
     }
