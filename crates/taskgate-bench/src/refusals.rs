@@ -5,7 +5,8 @@
 //! gateway's answers it, and each request comes from a client of its own, so each refusal is
 //! checked, except in the two floods: forged tokens from one client, past its share of checked
 //! refusals a second answered 429 unchecked (their CPU is the flood's at the bench's rate, its
-//! checked refusals included; their instructions are the unchecked refusal's). A stand-in
+//! checked refusals included; their instructions are the unchecked refusal's, each request
+//! measured alone and only the 429s kept). A stand-in
 //! authorization server publishes one ES256 key; a tenant also trusts a configured RS256 public
 //! key.
 //!
@@ -90,9 +91,9 @@ type Credential = Box<dyn Fn(u64) -> Option<String>>;
 struct Paths {
     names: Vec<&'static str>,
     credentials: Vec<Credential>,
-    /// For a flood (one client's requests one after another), the path whose checked refusal
-    /// it repeats: past a client's share of checked refusals in a second, the rest are answered
-    /// 429 unchecked.
+    /// Which paths are floods (one client's requests one after another: past its share of
+    /// checked refusals in a second, the rest are answered 429 unchecked), each with the path
+    /// whose checked refusal it repeats.
     floods: Vec<Option<usize>>,
 }
 
@@ -307,7 +308,16 @@ async fn measure(http: &reqwest::Client, targets: &[Target], paths: &Paths, plan
 /// Instructions the gateway runs per request of each path (callgrind, zeroed and dumped
 /// around each path's requests in one run): figures that do not move with the machine's noise,
 /// though they leave out the kernel's work.
-async fn instructions(http: &reqwest::Client, bin: &Path, config: &str, paths: &Paths, n: u64) -> Result<Vec<u64>> {
+///
+/// A flood's count is 0 where no group came out clean: an older build whose checked refusals
+/// take the whole of a second under callgrind (`strict` makes that an error instead).
+async fn instructions(
+    http: &reqwest::Client,
+    bin: &Path,
+    config: &str,
+    paths: &Paths,
+    (n, strict): (u64, bool),
+) -> Result<Vec<u64>> {
     let out = std::env::temp_dir().join(format!("taskgate-bench-refusals-{}-{}", std::process::id(), paths_seq()));
     let wrap =
         ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
@@ -316,39 +326,65 @@ async fn instructions(http: &reqwest::Client, bin: &Path, config: &str, paths: &
     let pid = target.gateway.pid().to_string();
     let control = |what: &str| std::process::Command::new("callgrind_control").args([what, &pid]).output();
     let mut counts = Vec::new();
-    for i in 0..paths.credentials.len() {
-        control("-z")?;
-        let mut unchecked = 0;
-        for k in 0..n {
-            if send(http, &target, paths, i, 1_000_000 + k).await? == reqwest::StatusCode::TOO_MANY_REQUESTS {
-                unchecked += 1;
-            }
-        }
+    let mut dumps = 0;
+    // The instructions since the last dump (a dump zeroes the counters).
+    let mut dumped = || -> Result<u64> {
         control("-d")?;
-        let dump = std::path::PathBuf::from(format!("{}.{}", out.display(), i + 1));
+        dumps += 1;
+        let dump = std::path::PathBuf::from(format!("{}.{dumps}", out.display()));
         let profile =
             std::fs::read_to_string(&dump).with_context(|| format!("no callgrind dump at {}", dump.display()))?;
         let _ = std::fs::remove_file(&dump);
-        let total: u64 = profile
+        profile
             .lines()
             .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
             .and_then(|t| t.trim().parse().ok())
-            .context("no totals in the callgrind dump")?;
-        // A flood under callgrind spans seconds, each with its share of checked refusals: the
-        // unchecked ones' count is what is left once the checked ones (at the cost of the path
-        // they repeat) are taken out.
-        let checked = n - unchecked;
-        match paths.floods[i] {
-            Some(repeats) if unchecked > 0 => {
-                counts.push(total.saturating_sub(checked * counts[repeats]) / unchecked);
+            .context("no totals in the callgrind dump")
+    };
+    for i in 0..paths.credentials.len() {
+        control("-z")?;
+        if paths.floods[i].is_none() {
+            for k in 0..n {
+                send(http, &target, paths, i, 1_000_000 + k).await?;
             }
-            _ => counts.push(total / n),
+            counts.push(dumped()? / n);
+            continue;
         }
+        // A flood under callgrind spans seconds, each with its share of checked refusals. The
+        // client's share is spent at once (that many requests together, left out), then a
+        // group of requests is measured between a zeroing and a dump: a group all answered 429
+        // (unchecked, within that second) is kept, any other left out.
+        let share = u64::from(taskgate_core::tenants::refused_tokens::PER_SOURCE);
+        let (mut unchecked, mut instructions, mut k) = (0, 0, 0);
+        for _ in 0..40 {
+            if unchecked >= n.min(50) {
+                break;
+            }
+            let spend = (k..k + share).map(|m| send(http, &target, paths, i, 1_000_000 + m));
+            futures_util::future::try_join_all(spend).await?;
+            k += share;
+            control("-z")?;
+            let mut all_unchecked = true;
+            for _ in 0..GROUP {
+                let status = send(http, &target, paths, i, 1_000_000 + k).await?;
+                all_unchecked &= status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+                k += 1;
+            }
+            let cost = dumped()?;
+            if all_unchecked {
+                (unchecked, instructions) = (unchecked + GROUP, instructions + cost);
+            }
+        }
+        anyhow::ensure!(unchecked > 0 || !strict, "no group of {} was refused unchecked", paths.names[i]);
+        counts.push(instructions.checked_div(unchecked).unwrap_or(0));
     }
     target.gateway.terminate().await;
     let _ = std::fs::remove_file(&out);
     Ok(counts)
 }
+
+/// Requests measured together in a flood, between a zeroing and a dump.
+const GROUP: u64 = 5;
 
 /// A number for each instruction run of this process.
 fn paths_seq() -> u64 {
@@ -384,9 +420,9 @@ pub async fn refusals(plan: &Plan, bin: &Path) -> Result<()> {
     }
     let counted = if crate::instructions::valgrind_installed() {
         let n = if plan.quick { 5 } else { 200 };
-        let now = instructions(&http, bin, &config, &paths, n).await?;
+        let now = instructions(&http, bin, &config, &paths, (n, true)).await?;
         let previous = match std::env::var_os("TASKGATE_BENCH_PREVIOUS") {
-            Some(old) => Some(instructions(&http, Path::new(&old), &config, &paths, n).await?),
+            Some(old) => Some(instructions(&http, Path::new(&old), &config, &paths, (n, false)).await?),
             None => None,
         };
         Some((now, previous))
@@ -426,8 +462,10 @@ pub async fn refusals(plan: &Plan, bin: &Path) -> Result<()> {
         if let Some((counts, old)) = &counted {
             count = ratio(counts[i] as f64, counts[0] as f64);
             row.extend([counts[i].to_string(), format!("{count:.2}")]);
-            if let Some(old) = old {
-                row.extend([old[i].to_string(), format!("{:.2}", ratio(counts[i] as f64, old[i] as f64))]);
+            match old {
+                Some(old) if old[i] == 0 => row.extend(["not measured (no clean group)".into(), "–".into()]),
+                Some(old) => row.extend([old[i].to_string(), format!("{:.2}", ratio(counts[i] as f64, old[i] as f64))]),
+                None => {}
             }
         }
         if i >= ACCEPTED {
