@@ -123,6 +123,9 @@ struct State {
     /// Since when messages have been dropped with the client reading nothing: the time of the
     /// first such drop, and how many frames it had read then.
     stalled_since: Option<(Instant, u64)>,
+    /// Held for its client to come back (its connection left): what does not fit is dropped,
+    /// but it never overflows (leaving is not cancelling).
+    held: bool,
     senders: usize,
     waker: Option<Waker>,
 }
@@ -227,7 +230,7 @@ impl Outbound {
                         now
                     }
                 };
-                if now.duration_since(since) >= queue.limits.stall {
+                if now.duration_since(since) >= queue.limits.stall && !state.held {
                     // Nothing read for the whole stall time while messages were dropped: the
                     // client has stopped reading.
                     queue.drain(&mut state);
@@ -335,6 +338,14 @@ impl OutboundReceiver {
         self.pauses = true;
     }
 
+    /// Marks the stream held for its client to come back (`true`) or read again (`false`): a
+    /// held stream drops what does not fit, and never overflows.
+    pub fn set_held(&self, held: bool) {
+        let mut state = self.queue.state.lock();
+        state.held = held;
+        state.stalled_since = None;
+    }
+
     /// The next message, or `None` when the stream has ended.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
         let mut state = self.queue.state.lock();
@@ -342,7 +353,8 @@ impl OutboundReceiver {
             state.bytes -= frame.json.len();
             state.reads += 1;
             self.queue.session.used.fetch_sub(frame.json.len(), Ordering::Relaxed);
-            if frame.pause.is_some() && !self.pauses {
+            // A pause with more behind it is stale: what follows is here already.
+            if frame.pause.is_some() && (!self.pauses || !state.frames.is_empty()) {
                 continue;
             }
             return Poll::Ready(Some(frame));
@@ -423,6 +435,29 @@ mod tests {
         assert!(tx.is_closed() && tx.overflowed());
         assert!(rx.recv().await.is_none(), "the stream ends");
         assert_eq!(tx.send(&note(1)), Err(Refused::Closed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_stream_drops_what_does_not_fit_but_never_overflows_and_its_response_fits() {
+        let session = SessionBudget::new(1 << 20);
+        let (tx, mut rx, overflowed, _) = stream(limits(2, 10_000), &session);
+        rx.set_held(true);
+        while tx.send(&note(10)).is_ok() {}
+        tokio::time::advance(STALL * 3).await;
+        assert_eq!(tx.send(&note(10)), Err(Refused::Full), "held: dropped, not overflowed");
+        assert!(!overflowed.load(Ordering::SeqCst));
+        let response = Message::response(RequestId::Number(1), serde_json::json!({}));
+        assert_eq!(tx.send_final(&response), Ok(()));
+        // Read again: its client came back.
+        rx.set_held(false);
+        let mut frames = 0;
+        while let Some(frame) = rx.recv().await {
+            frames += 1;
+            if frame.response {
+                break;
+            }
+        }
+        assert_eq!(frames, 3, "the two that fit, then the response");
     }
 
     #[tokio::test(start_paused = true)]

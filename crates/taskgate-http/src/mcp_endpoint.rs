@@ -375,7 +375,10 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
             ));
         }
         let identity = identity(&req, &gateway).await?;
-        if gateway.draining() {
+        // While draining, a reply stream is still taken back (its call runs on), but no new
+        // stream is opened.
+        let resuming = headers.contains_key("last-event-id");
+        if gateway.draining() && !resuming {
             return Err(shutting_down());
         }
         let session_id = checks::session_id(headers).ok_or(GatewayError::MissingSession)?;

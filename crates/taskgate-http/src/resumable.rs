@@ -3,75 +3,86 @@
 //!
 //! A reply stream starts with a priming event (an id and empty data, and the `retry` a client
 //! waits before reconnecting), and every message carries an id `<stream>-<n>`: the stream is a
-//! number unique to this process (random high bits), `n` counts its events. What was written
-//! is kept (the last [`KEPT_BYTES`], the final message always) until the stream ends. When the
+//! number unique to this process and not sequential (a keyed permutation of a counter), `n`
+//! counts its events. What was written is kept (the last [`KEPT_BYTES`] of a stream, the latest
+//! event always, [`MAX_KEPT_BYTES`] of all streams together) until the stream ends. When the
 //! client's connection leaves before the stream ends, or the stream closes because its
-//! upstream closed the call's own (a pause, [`Frame::pause`]), the stream is *held* for
-//! `server.stream_resume_secs`: a `GET` of the same session with `Last-Event-ID` takes it
-//! back, gets what followed that event again, then the rest as it comes. An id names one
-//! stream of one session: nothing of another stream or session is ever replayed. Held streams
-//! are bounded: [`MAX_HELD`] in all, [`MAX_HELD_PER_SESSION`] per session, [`MAX_HELD_BYTES`]
-//! of kept events; past a bound a left stream is dropped, as it was before streams resumed
-//! (its call runs on; its messages are lost).
+//! upstream closed the call's own (a pause, [`Frame::pause`], honoured only while the stream
+//! can be held), the stream is *held* for `server.stream_resume_secs`: a `GET` of the same
+//! session with `Last-Event-ID` takes it back, gets what followed that event again, then the
+//! rest as it comes. A held stream's queue drops what does not fit but never overflows: leaving
+//! is not cancelling. An id names one stream of one session: nothing of another stream or
+//! session is ever replayed. Held streams are bounded: [`MAX_HELD`] in all,
+//! [`MAX_HELD_PER_SESSION`] per session; past a bound a left stream is dropped (its call runs on;
+//! its messages are lost), and a pause is not passed on.
 //!
 //! A stream is held by the replica that served it: a resumption that reaches another replica
 //! is refused with 400, saying so.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use taskgate_core::outbound::{Frame, OutboundReceiver};
 
-/// Events kept per stream for a resumption to replay (the final message is kept whatever its
-/// size).
-pub const KEPT_BYTES: usize = 1 << 20;
+/// Events kept per stream for a resumption to replay (the latest is kept whatever its size).
+pub const KEPT_BYTES: usize = 256 << 10;
+/// Events kept by all streams together (past it, a stream keeps its latest event only).
+pub const MAX_KEPT_BYTES: usize = 64 << 20;
 /// Streams held at once, all sessions together.
 pub const MAX_HELD: usize = 1024;
 /// Streams held at once per session.
 pub const MAX_HELD_PER_SESSION: usize = 32;
-/// Bytes of kept events in all held streams together.
-pub const MAX_HELD_BYTES: usize = 64 << 20;
 /// The reconnection time the priming event asks for, in milliseconds.
 const RETRY_MS: u64 = 1_000;
 /// How often an idle stream carries a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// The streams left by their clients, waiting to be resumed.
+/// The streams left by their clients, waiting to be resumed, and those with a connection.
 struct Held {
     streams: Mutex<HashMap<u64, Parked>>,
-    /// Streams with a connection now (a resumption may come before the server sees the old
-    /// connection go: it waits a little for the stream to be held).
-    attached: Mutex<HashMap<u64, Arc<str>>>,
-    /// Told whenever a stream is held.
-    changed: tokio::sync::Notify,
     per_session: Mutex<HashMap<Arc<str>, usize>>,
-    bytes: AtomicUsize,
-    next_stream: AtomicU64,
+    /// Streams with a connection now, with their session and the connection's serial (a
+    /// resumption may come before the server sees the old connection go: it waits a little).
+    attached: Mutex<HashMap<u64, (Arc<str>, u64)>>,
+    /// Told whenever a stream is held, or a connection ends.
+    changed: tokio::sync::Notify,
+    /// Bytes kept by all streams.
+    kept: AtomicUsize,
+    next: AtomicU64,
+    /// The key of the permutation that makes stream numbers.
+    key: std::collections::hash_map::RandomState,
 }
 
 static HELD: LazyLock<Held> = LazyLock::new(|| Held {
     streams: Mutex::new(HashMap::new()),
+    per_session: Mutex::new(HashMap::new()),
     attached: Mutex::new(HashMap::new()),
     changed: tokio::sync::Notify::const_new(),
-    per_session: Mutex::new(HashMap::new()),
-    bytes: AtomicUsize::new(0),
-    next_stream: AtomicU64::new(random_high_bits()),
+    kept: AtomicUsize::new(0),
+    next: AtomicU64::new(0),
+    key: std::collections::hash_map::RandomState::new(),
 });
 
-/// A process's stream numbers start at random high bits: a number another process gave
-/// (another replica, or this one before a restart) names no stream here.
-fn random_high_bits() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-    (random >> 32) << 32
+/// A serial for each holding and each connection.
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// A new stream number: a keyed hash of a counter (not sequential, so a client learns nothing of
+/// the gateway's traffic from its own), unused by any stream here.
+fn stream_number() -> u64 {
+    loop {
+        let n = HELD.key.hash_one(HELD.next.fetch_add(1, Ordering::Relaxed));
+        if !HELD.attached.lock().contains_key(&n) && !HELD.streams.lock().contains_key(&n) {
+            return n;
+        }
+    }
 }
 
 /// A stream's state that outlives one connection.
@@ -96,12 +107,26 @@ struct Parked {
 impl Stream {
     fn keep(&mut self, n: u64, event: Bytes) {
         self.kept_bytes += event.len();
+        HELD.kept.fetch_add(event.len(), Ordering::Relaxed);
         self.kept.push_back((n, event));
-        while self.kept_bytes > KEPT_BYTES && self.kept.len() > 1 {
-            if let Some((_, dropped)) = self.kept.pop_front() {
-                self.kept_bytes -= dropped.len();
-            }
+        while self.kept.len() > 1
+            && (self.kept_bytes > KEPT_BYTES || HELD.kept.load(Ordering::Relaxed) > MAX_KEPT_BYTES)
+        {
+            self.forget_first();
         }
+    }
+
+    fn forget_first(&mut self) {
+        if let Some((_, dropped)) = self.kept.pop_front() {
+            self.kept_bytes -= dropped.len();
+            HELD.kept.fetch_sub(dropped.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        HELD.kept.fetch_sub(self.kept_bytes, Ordering::Relaxed);
     }
 }
 
@@ -115,7 +140,7 @@ pub fn offered(protocol_version: &str, resume_secs: u64) -> bool {
 /// already taken from `messages`), then `messages` until they end. The stream closes on a
 /// pause only if `messages` hands pauses out ([`OutboundReceiver::take_pauses`]).
 pub fn response(session: &str, first: Option<Frame>, messages: OutboundReceiver, resume_secs: u64) -> HttpResponse {
-    let id = HELD.next_stream.fetch_add(1, Ordering::Relaxed);
+    let id = stream_number();
     let stream = Stream {
         id,
         session: Arc::from(session),
@@ -155,7 +180,7 @@ pub async fn resume_waiting(session: &str, last_event_id: &str) -> Result<HttpRe
         match resume(session, last_event_id) {
             Err(NotResumed::Attached) => {
                 if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                    return Err(NotResumed::Attached);
+                    return resume(session, last_event_id);
                 }
             }
             other => return other,
@@ -172,7 +197,7 @@ pub fn resume(session: &str, last_event_id: &str) -> Result<HttpResponse, NotRes
     let mut streams = HELD.streams.lock();
     if streams.get(&id).is_none_or(|p| &*p.stream.session != session) {
         drop(streams);
-        return Err(match HELD.attached.lock().get(&id).is_some_and(|s| &**s == session) {
+        return Err(match HELD.attached.lock().get(&id).is_some_and(|(s, _)| &**s == session) {
             true => NotResumed::Attached,
             false => NotResumed::NotHeld,
         });
@@ -181,9 +206,7 @@ pub fn resume(session: &str, last_event_id: &str) -> Result<HttpResponse, NotRes
     drop(streams);
     unhold(&stream);
     while stream.kept.front().is_some_and(|(k, _)| *k <= seen) {
-        if let Some((_, event)) = stream.kept.pop_front() {
-            stream.kept_bytes -= event.len();
-        }
+        stream.forget_first();
     }
     let again: VecDeque<Bytes> = stream.kept.iter().map(|(_, e)| e.clone()).collect();
     Ok(body(stream, again, None))
@@ -215,7 +238,7 @@ pub fn held_by(session: &str) -> usize {
 }
 
 fn unhold(stream: &Stream) {
-    HELD.bytes.fetch_sub(stream.kept_bytes, Ordering::Relaxed);
+    stream.messages.set_held(false);
     let mut per_session = HELD.per_session.lock();
     if let Some(n) = per_session.get_mut(&stream.session) {
         *n -= 1;
@@ -225,17 +248,19 @@ fn unhold(stream: &Stream) {
     }
 }
 
+/// Whether a stream of `session` could be held now.
+fn room_for(session: &str) -> bool {
+    let count = HELD.per_session.lock().get(session).copied().unwrap_or(0);
+    count < MAX_HELD_PER_SESSION && HELD.streams.lock().len() < MAX_HELD
+}
+
 /// Holds a stream its client left, within the bounds; else drops it.
 fn hold(stream: Stream) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     {
         let mut per_session = HELD.per_session.lock();
         let count = per_session.entry(stream.session.clone()).or_insert(0);
-        let total = HELD.streams.lock().len();
-        if *count >= MAX_HELD_PER_SESSION
-            || total >= MAX_HELD
-            || HELD.bytes.load(Ordering::Relaxed) + stream.kept_bytes > MAX_HELD_BYTES
-        {
+        if *count >= MAX_HELD_PER_SESSION || HELD.streams.lock().len() >= MAX_HELD {
             if *count == 0 {
                 per_session.remove(&stream.session);
             }
@@ -244,12 +269,10 @@ fn hold(stream: Stream) {
         }
         *count += 1;
     }
-    HELD.bytes.fetch_add(stream.kept_bytes, Ordering::Relaxed);
-    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    stream.messages.set_held(true);
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     let (id, window) = (stream.id, stream.window);
     HELD.streams.lock().insert(id, Parked { stream, serial });
-    HELD.changed.notify_waiters();
     runtime.spawn(async move {
         tokio::time::sleep(window).await;
         let mut streams = HELD.streams.lock();
@@ -262,14 +285,15 @@ fn hold(stream: Stream) {
     });
 }
 
-/// The body of one connection of a stream: `again` (events to write first), `first`, then the
-/// stream's messages. A connection that leaves before the stream ends holds the stream.
+/// The body of one connection of a stream: `again` (events to write first), then the stream's
+/// messages. A connection that leaves before the stream ends holds the stream.
 struct Connection {
     /// The stream's number.
     id: u64,
+    /// This connection's serial (the stream's entry in `attached` is this connection's).
+    serial: u64,
     stream: Option<Stream>,
     again: VecDeque<Bytes>,
-    first: Option<Frame>,
     keep_alive: tokio::time::Interval,
     failed: crate::metered::StreamFailed,
     /// The stream paused: after the `retry` written, the connection ends and the stream is held.
@@ -278,19 +302,32 @@ struct Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        HELD.attached.lock().remove(&self.id);
+        // Held before it is no longer attached: a resumption never finds it in neither.
         if let Some(stream) = self.stream.take() {
             hold(stream);
         }
+        let mut attached = HELD.attached.lock();
+        if attached.get(&self.id).is_some_and(|(_, serial)| *serial == self.serial) {
+            attached.remove(&self.id);
+        }
+        drop(attached);
+        HELD.changed.notify_waiters();
     }
 }
 
 impl Connection {
-    fn event(&mut self, frame: Frame) -> Bytes {
-        let Some(stream) = self.stream.as_mut() else { return Bytes::new() };
+    /// The bytes `frame` is written as, if any (a pause not passed on is nothing).
+    fn event(&mut self, frame: Frame) -> Option<Bytes> {
+        let stream = self.stream.as_mut()?;
         if let Some(retry) = frame.pause {
+            // Passed on only if the stream can be held, and within its window: else the
+            // connection stays open and the response comes on it.
+            if !room_for(&stream.session) {
+                return None;
+            }
             self.pausing = true;
-            return Bytes::from(format!("retry: {retry}\n\n"));
+            let retry = retry.min(stream.window.as_millis() as u64 / 2);
+            return Some(Bytes::from(format!("retry: {retry}\n\n")));
         }
         if frame.error && frame.response {
             self.failed.set();
@@ -303,7 +340,7 @@ impl Connection {
         out.push_str("\n\n");
         let event = Bytes::from(out);
         stream.keep(n, event.clone());
-        event
+        Some(event)
     }
 
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Infallible>>> {
@@ -314,18 +351,20 @@ impl Connection {
             // Held until resumed (Drop), as when a client leaves.
             return Poll::Ready(None);
         }
-        if let Some(frame) = self.first.take() {
-            return Poll::Ready(Some(Ok(self.event(frame))));
-        }
-        let Some(stream) = self.stream.as_mut() else { return Poll::Ready(None) };
-        match stream.messages.poll_recv(cx) {
-            Poll::Ready(Some(frame)) => return Poll::Ready(Some(Ok(self.event(frame)))),
-            Poll::Ready(None) => {
-                // Ended: nothing to resume.
-                self.stream = None;
-                return Poll::Ready(None);
+        loop {
+            let Some(stream) = self.stream.as_mut() else { return Poll::Ready(None) };
+            match stream.messages.poll_recv(cx) {
+                Poll::Ready(Some(frame)) => match self.event(frame) {
+                    Some(event) => return Poll::Ready(Some(Ok(event))),
+                    None => continue,
+                },
+                Poll::Ready(None) => {
+                    // Ended: nothing to resume.
+                    self.stream = None;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => break,
             }
-            Poll::Pending => {}
         }
         if self.keep_alive.poll_tick(cx).is_ready() {
             return Poll::Ready(Some(Ok(Bytes::from_static(b": keep-alive\n\n"))));
@@ -335,25 +374,24 @@ impl Connection {
 }
 
 fn body(stream: Stream, again: VecDeque<Bytes>, first: Option<Frame>) -> HttpResponse {
-    HELD.attached.lock().insert(stream.id, stream.session.clone());
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    HELD.attached.lock().insert(stream.id, (stream.session.clone(), serial));
     let failed = crate::metered::StreamFailed::default();
     let mut connection = Connection {
         id: stream.id,
+        serial,
         stream: Some(stream),
         again,
-        first,
         keep_alive: tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE),
         failed: failed.clone(),
         pausing: false,
     };
+    // Numbered and kept now: a connection that leaves before writing it does not lose it.
+    if let Some(event) = first.and_then(|frame| connection.event(frame)) {
+        connection.again.push_back(event);
+    }
     let body = futures_util::stream::poll_fn(move |cx| connection.poll_next(cx));
-    let mut response = HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body);
-    response.extensions_mut().insert(failed);
-    response
+    crate::sse::streaming(body, failed)
 }
 
 #[cfg(test)]
@@ -380,7 +418,7 @@ mod tests {
         let limits = Limits { messages: 8, bytes: 1 << 20, stall: Duration::from_secs(1) };
         let (_, messages) = channel(limits, SessionBudget::new(1 << 20), Box::new(|_| {}));
         Stream {
-            id: HELD.next_stream.fetch_add(1, Ordering::Relaxed),
+            id: stream_number(),
             session: Arc::from(session),
             messages,
             next: 1,

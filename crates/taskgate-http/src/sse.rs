@@ -56,6 +56,15 @@ pub fn response_after(first: Option<Frame>, mut messages: OutboundReceiver) -> H
         }
         Poll::Pending
     });
+    streaming(body, failed)
+}
+
+/// A `text/event-stream` response of `body` (no caching, no proxy buffering), marked failed when
+/// `failed` is set.
+pub(crate) fn streaming(
+    body: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + 'static,
+    failed: crate::metered::StreamFailed,
+) -> HttpResponse {
     let mut response = HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))

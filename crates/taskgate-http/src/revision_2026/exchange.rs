@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -335,13 +334,7 @@ fn stream(front: Arc<Front2026>, call: Call, messages: OutboundReceiver, pending
             }
         }
     });
-    let mut response = HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body);
-    response.extensions_mut().insert(failed);
-    response
+    crate::sse::streaming(body, failed)
 }
 
 /// The state of the 2026-07-28 front door: exchanges waiting for a client's retry and the

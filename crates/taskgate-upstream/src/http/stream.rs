@@ -13,6 +13,11 @@ use crate::client::Reply;
 use crate::routes::Incoming;
 use crate::wire::ChannelError;
 
+/// Resumptions of one call's stream at most.
+const MAX_RESUMPTIONS: u32 = 1_000;
+/// The shortest wait before a resumption (a `retry: 0` is not a tight loop).
+const MIN_RESUME_WAIT: Duration = Duration::from_millis(10);
+
 /// Where a stream stood when it ended without the awaited response: what resuming it needs
 /// (basic/transports "Resumability and Redelivery").
 #[derive(Debug, Default)]
@@ -61,11 +66,13 @@ impl HttpChannel {
                 if event.data.trim().is_empty() {
                     continue; // priming event or keep-alive
                 }
-                cursor.messages += 1;
                 let passing = passing.clone();
                 let reply = crate::decode_text(event.data, move |got| passing.as_ref() == Some(got));
                 let message = match reply.await {
-                    Ok(Ok(m)) => m,
+                    Ok(Ok(m)) => {
+                        cursor.messages += 1;
+                        m
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(upstream = %self.name, error = %e, "upstream sent an invalid JSON-RPC message; dropped");
                         continue;
@@ -100,27 +107,32 @@ impl HttpChannel {
     ) -> Result<Payload, ChannelError> {
         let mut cursor = Cursor::default();
         // Consecutive resumptions that brought nothing back off, so a server closing at once
-        // each time is not asked again and again.
+        // each time is not asked again and again; and there are at most MAX_RESUMPTIONS.
         let mut idle_backoff = Duration::ZERO;
-        let mut resumed = false;
+        let mut resumptions = 0;
         loop {
             let before = cursor.messages;
             if let Some(outcome) = self.read_stream(response, Some((id, pass)), sink, &mut cursor).await? {
                 return Ok(outcome);
             }
-            let Some(last) = cursor.last_id.clone() else {
+            // streamable-http (2026-07-28): a stream is not resumed; the request is sent again.
+            let last = cursor.last_id.clone().filter(|_| !self.is_2026() && resumptions < MAX_RESUMPTIONS);
+            let Some(last) = last else {
                 return Err(match cursor.broken.take() {
                     Some(why) => self.unavailable(why).into(),
+                    None if resumptions > 0 => {
+                        self.unavailable(format!("its stream closed {resumptions} times without the response")).into()
+                    }
                     None => self.unavailable("the response stream ended before the response arrived").into(),
                 });
             };
-            idle_backoff = match resumed && cursor.messages == before {
+            idle_backoff = match resumptions > 0 && cursor.messages == before {
                 true => (idle_backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5)),
                 false => Duration::ZERO,
             };
-            resumed = true;
+            resumptions += 1;
             let asked = Duration::from_millis(cursor.retry_ms.unwrap_or(1_000));
-            let wait = asked.min(self.resume_wait_max).max(idle_backoff);
+            let wait = asked.min(self.resume_wait_max).max(idle_backoff).max(MIN_RESUME_WAIT);
             if let Some(sink) = sink.filter(|_| cursor.broken.is_none()) {
                 let paused = serde_json::json!({ "retryMs": wait.as_millis() as u64 });
                 let _ = sink.send(Message::notification(taskgate_protocol::sse::PAUSED, Some(paused))).await;
@@ -194,6 +206,10 @@ impl HttpChannel {
             }
         }
         let message = message.into_message();
+        if message.method() == Some(taskgate_protocol::sse::PAUSED) {
+            // The gateway's own signal: an upstream never sends it (one that does is ignored).
+            return Streamed::Next;
+        }
         // Notifications on a request's own stream belong to it and reach its caller in
         // order, before its response. Requests go to the session's owner to be relayed.
         // A cancellation names one of the upstream's own requests: it goes the way requests
@@ -310,6 +326,16 @@ mod tests {
             (request.method(), request.id()),
             (Some("elicitation/create"), Some(&RequestId::String("e1".into())))
         );
+    }
+
+    #[tokio::test]
+    async fn an_upstream_sending_the_gateways_own_pause_signal_is_ignored() {
+        let body = "{\"jsonrpc\":\"2.0\",\"method\":\"taskgate/streamPaused\",\"params\":{\"retryMs\":999999999}}\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}";
+        let (channel, _incoming) = answering(body).await;
+        let (sink, mut notes) = crate::events::channel(8);
+        let outcome = channel.request(&call(), Some(&sink), &[]).await.map_err(|_| "failed").unwrap();
+        assert_eq!(outcome.into_value(), serde_json::json!({"content": []}));
+        assert!(notes.try_recv().is_none(), "nothing reached the call's sink");
     }
 
     #[tokio::test]
