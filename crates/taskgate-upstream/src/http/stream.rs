@@ -100,21 +100,33 @@ impl HttpChannel {
     /// that ends with no event id cannot be resumed: the call fails as before.
     pub(super) async fn read_resuming(
         &self,
-        mut response: Reply,
+        response: Reply,
         id: &RequestId,
         pass: bool,
         sink: Option<&crate::Sender<Message>>,
     ) -> Result<Payload, ChannelError> {
         let mut cursor = Cursor::default();
+        match self.read_stream(response, Some((id, pass)), sink, &mut cursor).await? {
+            Some(outcome) => Ok(outcome),
+            // Boxed: rare, and the common call's future stays as small as it was.
+            None => Box::pin(self.resumed(cursor, id, pass, sink)).await,
+        }
+    }
+
+    /// The resumptions of a stream that ended where `cursor` says, until the response.
+    async fn resumed(
+        &self,
+        mut cursor: Cursor,
+        id: &RequestId,
+        pass: bool,
+        sink: Option<&crate::Sender<Message>>,
+    ) -> Result<Payload, ChannelError> {
         // Consecutive resumptions that brought nothing back off, so a server closing at once
         // each time is not asked again and again; and there are at most MAX_RESUMPTIONS.
         let mut idle_backoff = Duration::ZERO;
         let mut resumptions = 0;
+        let mut before = cursor.messages;
         loop {
-            let before = cursor.messages;
-            if let Some(outcome) = self.read_stream(response, Some((id, pass)), sink, &mut cursor).await? {
-                return Ok(outcome);
-            }
             // streamable-http (2026-07-28): a stream is not resumed; the request is sent again.
             let last = cursor.last_id.clone().filter(|_| !self.is_2026() && resumptions < MAX_RESUMPTIONS);
             let Some(last) = last else {
@@ -139,7 +151,11 @@ impl HttpChannel {
             }
             tracing::debug!(upstream = %self.name, last_event_id = %last, wait_ms = wait.as_millis() as u64, "the upstream closed a call's stream before its response; resuming it");
             tokio::time::sleep(wait).await;
-            response = self.resume(&last).await?;
+            let response = self.resume(&last).await?;
+            before = cursor.messages;
+            if let Some(outcome) = self.read_stream(response, Some((id, pass)), sink, &mut cursor).await? {
+                return Ok(outcome);
+            }
         }
     }
 
