@@ -402,7 +402,7 @@ pub async fn get(req: HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse 
                     gateway.config().server.stream_resume_secs
                 ))),
                 Err(crate::resumable::NotResumed::Attached) => Err(GatewayError::InvalidRequest(format!(
-                    "the reply stream of \"{}\" still has a connection: close it first",
+                    "the reply stream of \"{}\" still has a connection after 2 s: resume it once that connection is closed",
                     Untrusted(last)
                 ))),
             };

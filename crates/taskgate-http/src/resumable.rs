@@ -102,6 +102,9 @@ struct Parked {
     stream: Stream,
     /// Which holding this is: a timer expires only the holding it was set for.
     serial: u64,
+    /// The timer of this holding, stopped when the stream is taken back or forgotten first (a
+    /// client leaving and resuming again and again leaves no timers behind).
+    timer: tokio::task::AbortHandle,
 }
 
 impl Stream {
@@ -202,8 +205,10 @@ pub fn resume(session: &str, last_event_id: &str) -> Result<HttpResponse, NotRes
             false => NotResumed::NotHeld,
         });
     }
-    let Some(Parked { mut stream, .. }) = streams.remove(&id) else { return Err(NotResumed::NotHeld) };
+    let Some(parked) = streams.remove(&id) else { return Err(NotResumed::NotHeld) };
     drop(streams);
+    parked.timer.abort();
+    let mut stream = parked.stream;
     unhold(&stream);
     while stream.kept.front().is_some_and(|(k, _)| *k <= seen) {
         stream.forget_first();
@@ -223,6 +228,7 @@ pub fn forget(session: &str) {
         ids.iter().filter_map(|id| streams.remove(id)).collect()
     };
     for parked in gone {
+        parked.timer.abort();
         unhold(&parked.stream);
     }
 }
@@ -272,8 +278,7 @@ fn hold(stream: Stream) {
     stream.messages.set_held(true);
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     let (id, window) = (stream.id, stream.window);
-    HELD.streams.lock().insert(id, Parked { stream, serial });
-    runtime.spawn(async move {
+    let timer = runtime.spawn(async move {
         tokio::time::sleep(window).await;
         let mut streams = HELD.streams.lock();
         if streams.get(&id).is_some_and(|p| p.serial == serial) {
@@ -283,6 +288,7 @@ fn hold(stream: Stream) {
             }
         }
     });
+    HELD.streams.lock().insert(id, Parked { stream, serial, timer: timer.abort_handle() });
 }
 
 /// The body of one connection of a stream: `again` (events to write first), then the stream's
@@ -446,9 +452,18 @@ mod tests {
         // Its new connection left too: held again, for the client to come back once more.
         drop(resumed);
         assert_eq!(held_by("bounded"), MAX_HELD_PER_SESSION);
-        // The session ended: nothing of it is held.
+        // One timer a holding: the one of the holding taken back was stopped.
+        let alive = || async {
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            tokio::runtime::Handle::current().metrics().num_alive_tasks()
+        };
+        assert_eq!(alive().await, MAX_HELD_PER_SESSION);
+        // The session ended: nothing of it is held, and no timer is left.
         forget("bounded");
         assert_eq!(held_by("bounded"), 0);
+        assert_eq!(alive().await, 0);
         assert!(resume("bounded", &format!("{:x}-0", ids[1])).is_err());
     }
 
