@@ -97,7 +97,7 @@ impl HttpChannel {
     /// "Resumability and Redelivery": resumption is always via HTTP GET with `Last-Event-ID`).
     /// The wait is the upstream's `retry` (1 s if it gave none), at most `resume_wait_max_ms`;
     /// the call's stream toward the client is told, so that it may close the same way. A stream
-    /// that ends with no event id cannot be resumed: the call fails as before.
+    /// that ends with no event id cannot be resumed: the call fails, saying the stream ended.
     pub(super) async fn read_resuming(
         &self,
         response: Reply,
