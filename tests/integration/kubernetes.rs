@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use taskgate_testkit::{interop_dir, taskgate_bin, McpClient};
 
-use crate::support::within;
+use crate::support::free_port;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -20,10 +20,6 @@ fn root() -> PathBuf {
 
 fn chart() -> PathBuf {
     root().join("deploy/helm/taskgate")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn text(out: &Output) -> String {
@@ -164,6 +160,20 @@ impl Podman {
     }
 }
 
+impl Podman {
+    /// Every container's name and state, and the end of its log.
+    fn containers(&self) -> String {
+        let out = self.command().args(["ps", "-a", "--format", "{{.Names}} {{.Status}}"]).output().unwrap();
+        let mut shown = text(&out);
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            let logs = self.command().args(["logs", "--tail", "40", name]).output().unwrap();
+            shown += &format!("--- {name}\n{}", text(&logs));
+        }
+        shown
+    }
+}
+
 impl Drop for Podman {
     fn drop(&mut self) {
         let _ = self.command().args(["pod", "rm", "-af"]).output();
@@ -171,10 +181,12 @@ impl Drop for Podman {
     }
 }
 
-/// Waits until the operators' listener at `admin` says ready.
-async fn ready(admin: &str) -> Value {
+/// Waits until the operators' listener at `admin` says ready; past the bound, fails showing
+/// every container's state and the end of its log. (A container starts on a machine busy
+/// with the rest of the suite: the bound is wider than the other tests' 30 s.)
+async fn ready(podman: &Podman, admin: &str) -> Value {
     let client = reqwest::Client::new();
-    within(async {
+    let report = async {
         loop {
             if let Ok(response) = client.get(format!("{admin}/readyz")).send().await {
                 if let Ok(report) = response.json::<Value>().await {
@@ -185,8 +197,11 @@ async fn ready(admin: &str) -> Value {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    })
-    .await
+    };
+    match tokio::time::timeout(Duration::from_secs(90), report).await {
+        Ok(report) => report,
+        Err(_) => panic!("{admin} was not ready within 90 s:\n{}", podman.containers()),
+    }
 }
 
 #[actix_rt::test]
@@ -272,7 +287,7 @@ async fn the_image_runs_alone_and_the_chart_runs_three_replicas_under_podman() {
         &format!("TASKGATE_ADMIN_LISTEN=127.0.0.1:{admin}"),
         "localhost/taskgate:test",
     ]);
-    ready(&format!("http://127.0.0.1:{admin}")).await;
+    ready(&podman, &format!("http://127.0.0.1:{admin}")).await;
     let mut client = McpClient::new(&format!("http://127.0.0.1:{mcp}/mcp"));
     client.initialize().await;
     let echoed = client.call("demo__echo", json!({"text": "from a container"})).await.unwrap();
@@ -300,7 +315,7 @@ async fn the_image_runs_alone_and_the_chart_runs_three_replicas_under_podman() {
     podman.run(&["kube", "play", "--network", "host", &played]);
     let urls: Vec<String> = (0..3).map(|i| format!("http://127.0.0.1:{}/mcp", ports[2 * i])).collect();
     for i in 0..3 {
-        let report = ready(&format!("http://127.0.0.1:{}", ports[2 * i + 1])).await;
+        let report = ready(&podman, &format!("http://127.0.0.1:{}", ports[2 * i + 1])).await;
         assert_eq!(report["store"]["reachable"], true, "replica {i}: {report}");
         let mut client = McpClient::new(&urls[i]);
         client.initialize().await;

@@ -11,7 +11,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 use taskgate_testkit::{interop_dir, DemoUpstream, McpClient, ServedGateway};
 
-use crate::support::{create, within};
+use crate::support::{create, free_port, within};
 
 /// The authorization server: oidc-provider under Node 22, its stdin held (it exits when the
 /// test drops it).
@@ -109,10 +109,6 @@ fn form(pairs: &[(&str, &str)]) -> String {
             .collect::<String>()
     };
     pairs.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))).collect::<Vec<_>>().join("&")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A served gateway whose one tenant trusts `issuer` (scope `mcp` required), at its public URL.

@@ -5,7 +5,7 @@
 
 use std::process::{Command, Stdio};
 
-use crate::support::within;
+use crate::support::{free_port, within};
 
 fn run(program: &str, args: &[&str]) -> (bool, String) {
     let out = Command::new(program)
@@ -15,10 +15,6 @@ fn run(program: &str, args: &[&str]) -> (bool, String) {
         .unwrap_or_else(|e| panic!("{program} runs ({e}); .ci/run installs what the package test needs"));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Purges the package when the test ends, however it ends.

@@ -7,6 +7,22 @@ use serde_json::{json, Value};
 use taskgate_protocol::ErrorObject;
 use taskgate_testkit::McpClient;
 
+/// A loopback port free now, below the kernel's range of ephemeral ports (32768 and up): a port
+/// the system picks is free only until the next outgoing connection of any test takes it as its
+/// source port, and the processes these ports are for (a gateway, an authorization server, a
+/// container) bind them a while after they are chosen. Each call in this process gets another
+/// port.
+pub fn free_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    const LOW: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    let base = (std::process::id() % 120) as u16 * 100;
+    (0..SPAN)
+        .map(|_| LOW + (base + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SPAN) % SPAN)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 /// Bounds a wait on an event so that a bug fails the test instead of hanging it.
 pub async fn within<F: std::future::Future>(event: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")

@@ -7,10 +7,7 @@ use serde_json::{json, Value};
 use taskgate_testkit::{DemoUpstream, McpClient, ServedGateway};
 
 use crate::oauth::{initialize, AuthServer};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use crate::support::free_port;
 
 /// A gateway in front of the demo upstream with `tenants` (TOML), at its public URL; `Err`
 /// holds what it said when it refused to start.

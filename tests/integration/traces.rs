@@ -12,7 +12,7 @@ use taskgate_testkit::{
     config_with, interop_dir, stdio_demo_upstream, taskgate_bin, DemoUpstream, McpClient, ServedGateway, TestGateway,
 };
 
-use crate::support::within;
+use crate::support::{free_port, within};
 
 /// Arize Phoenix serving OTLP/HTTP and its REST API on a free loopback port, its data in a
 /// directory of its own; stopped when dropped.
@@ -21,20 +21,6 @@ struct Phoenix {
     url: String,
     _dir: tempfile::TempDir,
 }
-
-/// A free port below the kernel's range of ephemeral ports (32768 and up): one the system picks
-/// is free only until the next outgoing connection of any test takes it as its source port,
-/// and Phoenix binds its ports a while after they are chosen.
-fn free_port() -> u16 {
-    let start =
-        20_000 + (std::process::id() as u16 % 97) * 100 + NEXT.fetch_add(7, std::sync::atomic::Ordering::Relaxed) % 100;
-    (start..32_000)
-        .chain(20_000..start)
-        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        .expect("a free port below the ephemeral range")
-}
-
-static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 impl Phoenix {
     async fn start() -> Phoenix {
