@@ -171,6 +171,12 @@ impl SessionActor {
         };
         let mut upstream_params = params.unwrap_or_else(|| json!({}));
         upstream_params["name"] = Value::from(entry.tool.name.clone());
+        if upstream_decides && mode == (TaskMode::GatewayDecides { accepts: false }) {
+            // A 2026-07-28 client that declares no tasks extension gets the upstream's own
+            // answer: a tool that must be a task is refused -32021 (ext-tasks "Required
+            // Capabilities"), not run as a task the gateway waits on for it.
+            upstream_params["task"] = Value::Bool(false);
+        }
         // A client that asked for a task has the gateway's at once; at an upstream that speaks
         // the extension, the call declares it, and the gateway's task follows whatever the
         // upstream makes of it.
@@ -181,7 +187,7 @@ impl SessionActor {
         };
         match path {
             CallPath::Refused(refusal) => self.finish(id, Err(refusal.error(&name))),
-            CallPath::Decided => self.forward_decided_call(id, upstream_params, entry, session, ctx),
+            CallPath::Decided => self.forward_decided_call(id, (upstream_params, arguments), entry, session, ctx),
             CallPath::Task(ttl) => {
                 let record = self.new_task(&entry, ttl);
                 // The tenant's share of the tasks held, before anything reaches the upstream.
@@ -247,7 +253,7 @@ impl SessionActor {
     fn forward_decided_call(
         &mut self,
         id: RequestId,
-        mut params: Value,
+        (mut params, arguments): (Value, Option<RawArguments>),
         entry: Arc<ToolEntry>,
         session: UpstreamSession,
         ctx: &mut Context<Self>,
@@ -269,7 +275,7 @@ impl SessionActor {
                 method: methods::TOOLS_CALL,
                 upstream_id,
                 params,
-                arguments: None,
+                arguments,
                 reply: Some(reply),
                 progress,
                 progress_ends: ProgressEnds::WithTheCall,

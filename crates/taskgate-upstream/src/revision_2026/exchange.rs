@@ -261,9 +261,12 @@ impl Revision2026<'_> {
         // (ext-tasks: the server decides; it MUST NOT return a task to a request without it):
         // a task it makes comes back as the legacy `CreateTaskResult`, an answer at once as
         // itself.
-        let augmented = method == methods::TOOLS_CALL
-            && params.as_object_mut().and_then(|p| p.remove("task")).is_some()
-            && state.tasks_ext;
+        // `"task": false` (the core's own mark): the caller is a 2026-07-28 client that declares
+        // no tasks extension, and a refusal asking for it is its answer, passed on.
+        let task = (method == methods::TOOLS_CALL).then(|| params.as_object_mut().and_then(|p| p.remove("task")));
+        let task = task.flatten();
+        let bridge = task != Some(Value::Bool(false));
+        let augmented = task.is_some_and(|t| t != Value::Bool(false)) && state.tasks_ext;
         let mut declare = augmented;
         let mut responses: Option<Value> = None;
         let mut request_state: Option<Value> = None;
@@ -280,7 +283,7 @@ impl Revision2026<'_> {
             }
             state.stamp(&mut p, declare);
             let result = match self.exchange(round_id, method, p, related).await {
-                Err(e) if !declare && state.tasks_ext && wants_tasks_extension(&e) => {
+                Err(e) if !declare && bridge && state.tasks_ext && wants_tasks_extension(&e) => {
                     // The tool runs only as a task: run it as one and wait for its outcome,
                     // as ext-tasks "Backwards Compatibility" describes for a legacy caller.
                     declare = true;
