@@ -65,6 +65,17 @@ impl Handler<InputProvided> for TaskActor {
     type Result = ();
 
     fn handle(&mut self, InputProvided { key }: InputProvided, ctx: &mut Context<Self>) {
+        self.input_answered(key, ctx);
+    }
+}
+
+impl TaskActor {
+    /// An input request is answered (or withdrawn): no longer listed, and a wrapped task
+    /// waiting on it alone is working again.
+    fn input_answered(&mut self, key: String, ctx: &mut Context<Self>) {
+        if !self.inputs.iter().any(|i| i.key == key) {
+            return;
+        }
         self.inputs.retain(|i| i.key != key);
         let store = self.shared.tasks.store().clone();
         if store.shared() {
@@ -87,7 +98,7 @@ impl Handler<InputProvided> for TaskActor {
 impl Handler<DeliverInputs> for TaskActor {
     type Result = ();
 
-    fn handle(&mut self, DeliverInputs(responses): DeliverInputs, _: &mut Context<Self>) {
+    fn handle(&mut self, DeliverInputs(responses): DeliverInputs, ctx: &mut Context<Self>) {
         for response in responses {
             let Some(RequestId::String(key)) = response.id().cloned() else { continue };
             let Some(Input { session, .. }) = self.inputs.iter().find(|i| i.key == key) else {
@@ -100,7 +111,11 @@ impl Handler<DeliverInputs> for TaskActor {
                 .is_none_or(|answer| answer.try_send(ClientResponse(response, self.extras.subject().cloned())).is_err())
             {
                 tracing::info!(task = %self.id, "the session holding an input request is gone; its answer was dropped");
+                continue;
             }
+            // ext-tasks "Task Update Requests": an answered request is no longer listed from
+            // the acknowledgment on (a tasks/get after it is handled after this).
+            self.input_answered(key, ctx);
         }
     }
 }
