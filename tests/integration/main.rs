@@ -41,6 +41,7 @@ mod shared_sessions;
 mod store_failures;
 mod support;
 mod tasks;
+mod tasks_extension;
 mod tenant_trust;
 mod tenants;
 mod tool_rates;

@@ -119,6 +119,14 @@ pub struct UpstreamConfig {
     /// Per-tool overrides of `task_support`, by the upstream's own tool name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tool_task_support: BTreeMap<String, TaskSupportSetting>,
+    /// Per tool the gateway runs as a task (by the upstream's own tool name): how long, in
+    /// milliseconds, a 2026-07-28 client's call waits before it is shown the task, for the
+    /// tool to ask its first questions in the call (`input_required`, answered by the call's
+    /// retry), as a server that asks before it makes a task does. The task is shown once that
+    /// long has passed with no question outstanding. Tools not named are shown their task at
+    /// once, and ask through it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_first_input_wait_ms: BTreeMap<String, u64>,
     /// The MCP revision spoken to it: `auto` (detected and cached), `2025-11-25` or
     /// `2026-07-28`.
     #[serde(default)]
@@ -212,6 +220,7 @@ impl UpstreamConfig {
             task_support: TaskSupportSetting::Optional,
             required: false,
             tool_task_support: BTreeMap::new(),
+            tool_first_input_wait_ms: BTreeMap::new(),
             protocol: UpstreamProtocol::Auto,
             share_sessions: ShareSessions::Auto,
             shared_idle_secs: defaults::SHARED_IDLE_SECS,

@@ -314,6 +314,11 @@ impl Config {
             if up.resume_wait_max_ms > 300_000 {
                 bad(at("resume_wait_max_ms"), "must be at most 300000 (five minutes)".into());
             }
+            for (tool, wait) in &up.tool_first_input_wait_ms {
+                if *wait > 60_000 {
+                    bad(at(&format!("tool_first_input_wait_ms.{tool}")), "must be at most 60000 (a minute)".into());
+                }
+            }
             if up.stream_idle_secs > 86_400 {
                 bad(at("stream_idle_secs"), "must be at most 86400 (a day)".into());
             }

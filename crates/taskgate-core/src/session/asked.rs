@@ -91,6 +91,11 @@ impl Asked {
         self.by_id.values().any(|r| r.asker == *asker && r.task.as_deref() == Some(task))
     }
 
+    /// Whether a request of `task` waits for the client's answer.
+    pub fn for_task(&self, task: &str) -> bool {
+        self.by_id.values().any(|r| r.task.as_deref() == Some(task))
+    }
+
     /// The request whose progress token is `token`.
     pub fn with_progress_token(&self, token: &Value) -> Option<&Relayed> {
         self.by_id.values().find(|r| r.progress_token.as_ref() == Some(token))

@@ -34,6 +34,10 @@ impl SessionActor {
                 return;
             }
             Some(request) if request.task_augmented => {
+                // A call not yet shown its task: the task is the call's, cancelled with it.
+                if self.abandon_first(&id, ctx) {
+                    return;
+                }
                 // basic/utilities/cancellation: task-augmented requests use tasks/cancel.
                 tracing::info!(session = %self.id, request = %crate::logs::Untrusted(&id.to_string()), "ignored notifications/cancelled for a task-augmented request; use tasks/cancel");
                 ignored("task_augmented");

@@ -44,7 +44,7 @@ impl SessionActor {
                 }
             }
             UpstreamEvent::Notification { method, params, .. } if method == methods::CANCELLED => {
-                self.upstream_cancelled(&upstream, params);
+                self.upstream_cancelled(&upstream, params, ctx);
             }
             UpstreamEvent::Notification { method, .. } if method == methods::PROGRESS => {
                 // Progress of live requests reaches them through their own call; this names

@@ -13,6 +13,7 @@
 
 mod across_replicas;
 mod asked;
+mod asking_first;
 mod cancel;
 pub(crate) mod describe;
 mod early;
@@ -85,6 +86,8 @@ pub struct SessionActor {
     pub(crate) stateless: bool,
     /// What upstreams say of tasks being created, held until the creation settles.
     early: Early,
+    /// The calls whose tasks wait for their first questions before they are shown.
+    asking: asking_first::AskingFirst,
     /// Listing positions too long to hand the client as cursors, by number (bounded).
     stash: crate::offering_names::Stash,
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
@@ -148,6 +151,7 @@ impl SessionActor {
             asked: Asked::new(),
             stateless: false,
             early: Early::new(),
+            asking: asking_first::AskingFirst::default(),
             stash: Default::default(),
             myself: None,
             me: None,
@@ -314,6 +318,7 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        self.abandon_all_first();
         let open: Vec<RequestId> = self.requests.ids();
         for id in open {
             if let Some(request) = self.forget(&id) {

@@ -92,7 +92,15 @@ impl SessionActor {
         };
         let input_key = taskgate_protocol::revision_2026::take_input_key(&mut params);
         let task = self.task_of(&upstream, related.as_ref(), &mut params);
-        if let (true, None, Some(key)) = (self.stateless, &task, input_key) {
+        // A task asking in the call that makes it is unknown to the client yet: its questions
+        // are the call's own.
+        let in_its_call = task.as_deref().is_some_and(|t| self.asking.holds_task(t));
+        if in_its_call {
+            if let Some(Value::Object(meta)) = params.as_mut().and_then(|p| p.get_mut("_meta")) {
+                meta.remove(mcp::meta::RELATED_TASK);
+            }
+        }
+        if let (true, true, Some(key)) = (self.stateless, task.is_none() || in_its_call, input_key) {
             // A 2026-07-28 client's call is asked under the upstream's key (its front door
             // takes it out again).
             taskgate_protocol::revision_2026::put_input_key(&mut params, key);
@@ -202,7 +210,7 @@ impl SessionActor {
 
     /// An upstream cancelled a request it had sent through the gateway: tell the client, with
     /// the id the client knows.
-    pub(super) fn upstream_cancelled(&mut self, upstream: &str, params: Option<Value>) {
+    pub(super) fn upstream_cancelled(&mut self, upstream: &str, params: Option<Value>, ctx: &mut Context<Self>) {
         let Some(upstream_id) = params.as_ref().and_then(|p| p.get("requestId")).and_then(RequestId::from_value) else {
             return;
         };
@@ -213,6 +221,9 @@ impl SessionActor {
         };
         let relayed = self.asked.answered(&gateway_id).expect("found above");
         self.input_settled(relayed.task.as_deref(), &gateway_id);
+        if let Some(task) = relayed.task.as_deref() {
+            self.answered_first(task, ctx);
+        }
         let mut forwarded = params.unwrap_or_else(|| json!({}));
         forwarded["requestId"] = gateway_id.to_value();
         let stream = relayed.stream.filter(|s| !s.is_closed()).or_else(|| self.streams.open_get());
@@ -279,6 +290,9 @@ impl SessionActor {
             }
         };
         self.input_settled(task.as_deref(), &id);
+        if let Some(task) = task.as_deref() {
+            self.answered_first(task, ctx);
+        }
         // Answered without the client reading it here (through another replica, or the tasks
         // extension): it must not reach a stream opened later.
         self.streams.take_waiting(|q| q.id.as_ref() == Some(&id));

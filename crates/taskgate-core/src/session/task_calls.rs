@@ -29,7 +29,7 @@ impl SessionActor {
         session: UpstreamSession,
         ctx: &mut Context<Self>,
     ) {
-        let Admitted { record, run, permit } = admitted;
+        let Admitted { record, run, permit, ask_first } = admitted;
         if !self.requests.contains(&id) {
             // Cancelled while it was being admitted: its reservation goes back.
             self.shared.tasks.release(&record);
@@ -55,8 +55,11 @@ impl SessionActor {
         let work = Work::Wrapped { upstream_id: session.next_request_id(), unsent, upstream_decides };
         let span = self.task_span(&id, &record);
         let subject = self.task_subject(&id, &session);
+        if ask_first.is_some() {
+            self.ask_first(&id, &record.id);
+        }
         let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span, subject };
-        self.create_task(id, start, Map::new(), ctx);
+        self.create_task(id, start, (Map::new(), ask_first), ctx);
     }
 
     /// The access token of the request that creates a task, when the task's upstream exchanges
@@ -111,12 +114,13 @@ impl SessionActor {
     }
 
     /// Stores the task durably, starts its actor, and answers `CreateTaskResult` (before the
-    /// upstream work finishes).
+    /// upstream work finishes), with `extra` beside the task; a task that may ask first is
+    /// shown after its wait (`asking_first.rs`).
     pub(super) fn create_task(
         &mut self,
         id: RequestId,
         start: TaskStart,
-        extra: Map<String, Value>,
+        (extra, ask_first): (Map<String, Value>, Option<std::time::Duration>),
         ctx: &mut Context<Self>,
     ) {
         let native_upstream = matches!(start.work, Work::Native(_)).then(|| start.record.upstream.clone());
@@ -136,7 +140,10 @@ impl SessionActor {
                     let _ = progress.try_send(Abandon);
                 }
             }
-            act.finish(id, created);
+            match (created, ask_first) {
+                (Ok(result), Some(wait)) => act.hold_task(id, result, wait, ctx),
+                (created, _) => act.finish(id, created),
+            }
         }));
     }
 
@@ -233,7 +240,7 @@ impl SessionActor {
         let span = self.task_span(&id, &record);
         let subject = self.task_subject(&id, &session);
         let start = TaskStart { record, owner: self.identity.clone(), session, work, progress, permit, span, subject };
-        self.create_task(id, start, extra, ctx);
+        self.create_task(id, start, (extra, None), ctx);
     }
 
     /// A progress actor for a task's token (valid for the task's lifetime), and the upstream
@@ -314,6 +321,9 @@ pub(super) struct Admitted {
     pub record: TaskRecord,
     pub run: TaskRun,
     pub permit: Option<crate::tenants::TaskPermit>,
+    /// A wrapped task that may ask first in the call that makes it: how long the call waits
+    /// before it is shown the task (`asking_first.rs`).
+    pub ask_first: Option<std::time::Duration>,
 }
 
 /// A task the upstream made, for the gateway's task to follow: its `CreateTaskResult`, where its

@@ -135,6 +135,10 @@ impl SessionActor {
         }
         let upstream_config = self.shared.connectors.get(&entry.upstream).map(|c| c.config());
         let support = tasks::task_support(&entry, upstream_config);
+        let first_input_wait = upstream_config
+            .and_then(|c| c.tool_first_input_wait_ms.get(&entry.tool.name))
+            .filter(|ms| **ms > 0)
+            .map(|ms| std::time::Duration::from_millis(*ms));
         let mcp::ToolCallView { name, task: requested, arguments } = view;
         let mode = self.requests.get(&id).map(|r| r.mode).unwrap_or_default();
         // ext-tasks: "the server decides". For an upstream that speaks the extension, that is the
@@ -185,6 +189,12 @@ impl SessionActor {
             (false, true) => TaskRun::Native,
             (false, false) => TaskRun::Wrapped,
         };
+        // A tool the gateway wraps may ask first, in the call that makes its task, a client
+        // that takes its task from the call's answer (asking_first.rs).
+        let ask_first = match (run, mode) {
+            (TaskRun::Wrapped, TaskMode::GatewayDecides { accepts: true }) => first_input_wait,
+            _ => None,
+        };
         match path {
             CallPath::Refused(refusal) => self.finish(id, Err(refusal.error(&name))),
             CallPath::Decided => self.forward_decided_call(id, (upstream_params, arguments), entry, session, ctx),
@@ -202,7 +212,7 @@ impl SessionActor {
                     // reaches the upstream).
                     match self.admit_task() {
                         Ok(permit) => {
-                            let admitted = Admitted { record, run, permit: Some(permit) };
+                            let admitted = Admitted { record, run, permit: Some(permit), ask_first };
                             self.start_task(id, upstream_params, admitted, session, ctx)
                         }
                         Err(e) => {
@@ -218,7 +228,13 @@ impl SessionActor {
                 let reserve =
                     self.shared.tasks.clone().reserve(self.identity.clone(), record.id.clone(), caps, hold_ms);
                 ctx.spawn(reserve.into_actor(self).map(move |admitted, act, ctx| match admitted {
-                    Ok(()) => act.start_task(id, upstream_params, Admitted { record, run, permit: None }, session, ctx),
+                    Ok(()) => act.start_task(
+                        id,
+                        upstream_params,
+                        Admitted { record, run, permit: None, ask_first },
+                        session,
+                        ctx,
+                    ),
                     Err(e) => {
                         act.shared.tasks.holdings.release(&record.id);
                         act.finish(id, Err(e))

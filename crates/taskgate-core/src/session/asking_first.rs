@@ -1,0 +1,152 @@
+//! A wrapped task's first questions, asked in the call that makes it. A server that speaks the
+//! tasks extension may ask for input before it decides on a task (ext-tasks with
+//! basic/patterns/mrtr: `input_required` first, `CreateTaskResult` on the retry); a tool the
+//! gateway wraps does the same when its upstream's `tool_first_input_wait_ms` names it. For
+//! that long after a 2026-07-28 client's call makes the task, the task's requests go on the
+//! call's own stream (its front door answers them as `input_required`, and the call's retry
+//! answers them); the task is shown once that long has passed with no question outstanding.
+//! A call its client gives up on before that has its task cancelled: no one else knows of it.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use foldhash::{HashMap, HashMapExt};
+use serde_json::Value;
+use taskgate_protocol::RequestId;
+
+use super::SessionActor;
+
+/// The calls whose tasks wait to be shown: none in most sessions, so one word until then.
+#[derive(Default)]
+pub(super) struct AskingFirst(Option<Box<HashMap<RequestId, Pending>>>);
+
+/// A call's task, made and not yet shown.
+struct Pending {
+    task: String,
+    /// The `CreateTaskResult` the call is answered with.
+    result: Value,
+    /// How long the call waits once no question is outstanding.
+    wait: Duration,
+    /// Shows the task when the wait is over.
+    timer: Option<SpawnHandle>,
+}
+
+impl AskingFirst {
+    fn get_mut(&mut self, id: &RequestId) -> Option<&mut Pending> {
+        self.0.as_mut()?.get_mut(id)
+    }
+
+    fn take(&mut self, id: &RequestId) -> Option<Pending> {
+        let calls = self.0.as_mut()?;
+        let pending = calls.remove(id);
+        if calls.is_empty() {
+            self.0 = None;
+        }
+        pending
+    }
+
+    /// Whether `task` is one a call waits to show (its questions go on that call's stream).
+    pub(super) fn holds_task(&self, task: &str) -> bool {
+        self.call_of(task).is_some()
+    }
+
+    fn call_of(&self, task: &str) -> Option<RequestId> {
+        self.0.as_ref()?.iter().find(|(_, p)| p.task == task).map(|(id, _)| id.clone())
+    }
+}
+
+impl SessionActor {
+    /// Request `id`'s task `task` exists and may ask first: its questions come on the
+    /// request's stream from now on (it is a request waiting on the task).
+    pub(super) fn ask_first(&mut self, id: &RequestId, task: &str) {
+        if let Some(request) = self.requests.get_mut(id) {
+            request.task = Some(task.to_owned());
+        }
+    }
+
+    /// The task made for request `id` is stored: the call is answered `result` once `wait` has
+    /// passed with none of the task's questions outstanding.
+    pub(super) fn hold_task(&mut self, id: RequestId, result: Value, wait: Duration, ctx: &mut Context<Self>) {
+        let Some(task) = self.requests.get(&id).and_then(|r| r.task.clone()) else {
+            return self.finish(id, Ok(result));
+        };
+        let timer = Some(self.show_after(&id, wait, ctx));
+        let pending = Pending { task, result, wait, timer };
+        self.asking.0.get_or_insert_with(|| Box::new(HashMap::new())).insert(id, pending);
+    }
+
+    fn show_after(&self, id: &RequestId, wait: Duration, ctx: &mut Context<Self>) -> SpawnHandle {
+        let id = id.clone();
+        ctx.run_later(wait, move |act, ctx| act.waited(id, ctx))
+    }
+
+    fn waited(&mut self, id: RequestId, ctx: &mut Context<Self>) {
+        let Some(pending) = self.asking.get_mut(&id) else { return };
+        pending.timer = None;
+        // A question still open: the wait starts again once it is answered.
+        if self.asked.for_task(&pending.task) {
+            return;
+        }
+        self.show_task(id, ctx);
+    }
+
+    /// Answers the call with its task; a call its client has left has its task cancelled.
+    fn show_task(&mut self, id: RequestId, ctx: &mut Context<Self>) {
+        let Some(pending) = self.asking.take(&id) else { return };
+        if let Some(timer) = pending.timer {
+            ctx.cancel_future(timer);
+        }
+        match self.requests.get(&id) {
+            Some(request) if !request.reply.is_closed() => self.finish(id, Ok(pending.result)),
+            _ => {
+                if let Some(request) = self.forget(&id) {
+                    request.reply.close();
+                }
+                self.cancel_unshown(pending.task);
+            }
+        }
+    }
+
+    /// One of `task`'s questions was answered or withdrawn: a call waiting to show it waits
+    /// again from now.
+    pub(super) fn answered_first(&mut self, task: &str, ctx: &mut Context<Self>) {
+        let Some(id) = self.asking.call_of(task) else { return };
+        let Some(wait) = self.asking.get_mut(&id).map(|p| p.wait) else { return };
+        let timer = self.show_after(&id, wait, ctx);
+        if let Some(old) = self.asking.get_mut(&id).and_then(|p| p.timer.replace(timer)) {
+            ctx.cancel_future(old);
+        }
+    }
+
+    /// The client cancelled request `id` before it was shown its task: the task is cancelled.
+    /// False when the request holds no task unshown.
+    pub(super) fn abandon_first(&mut self, id: &RequestId, ctx: &mut Context<Self>) -> bool {
+        let Some(pending) = self.asking.take(id) else { return false };
+        if let Some(timer) = pending.timer {
+            ctx.cancel_future(timer);
+        }
+        if let Some(request) = self.forget(id) {
+            request.reply.close();
+        }
+        self.cancel_unshown(pending.task);
+        true
+    }
+
+    /// Cancels the tasks of the calls still waiting to show them (the session is ending).
+    pub(super) fn abandon_all_first(&mut self) {
+        let Some(calls) = self.asking.0.take() else { return };
+        for (_, pending) in *calls {
+            self.cancel_unshown(pending.task);
+        }
+    }
+
+    fn cancel_unshown(&self, task: String) {
+        let (tasks, identity) = (self.shared.tasks.clone(), self.identity.clone());
+        tracing::info!(session = %self.id, %task, "a task its client left before it was shown is cancelled");
+        actix::spawn(async move {
+            if let Err(e) = tasks.cancel(identity, task).await {
+                tracing::debug!(error = %e, "an unshown task could not be cancelled");
+            }
+        });
+    }
+}
