@@ -10,50 +10,11 @@
 use std::time::Duration;
 
 use actix::prelude::*;
-use foldhash::{HashMap, HashMapExt};
 use serde_json::Value;
 use taskgate_protocol::RequestId;
 
+use super::unshown::Pending;
 use super::SessionActor;
-
-/// The calls whose tasks wait to be shown: none in most sessions, so one word until then.
-#[derive(Default)]
-pub(super) struct AskingFirst(Option<Box<HashMap<RequestId, Pending>>>);
-
-/// A call's task, made and not yet shown.
-struct Pending {
-    task: String,
-    /// The `CreateTaskResult` the call is answered with.
-    result: Value,
-    /// How long the call waits once no question is outstanding.
-    wait: Duration,
-    /// Shows the task when the wait is over.
-    timer: Option<SpawnHandle>,
-}
-
-impl AskingFirst {
-    fn get_mut(&mut self, id: &RequestId) -> Option<&mut Pending> {
-        self.0.as_mut()?.get_mut(id)
-    }
-
-    fn take(&mut self, id: &RequestId) -> Option<Pending> {
-        let calls = self.0.as_mut()?;
-        let pending = calls.remove(id);
-        if calls.is_empty() {
-            self.0 = None;
-        }
-        pending
-    }
-
-    /// Whether `task` is one a call waits to show (its questions go on that call's stream).
-    pub(super) fn holds_task(&self, task: &str) -> bool {
-        self.call_of(task).is_some()
-    }
-
-    fn call_of(&self, task: &str) -> Option<RequestId> {
-        self.0.as_ref()?.iter().find(|(_, p)| p.task == task).map(|(id, _)| id.clone())
-    }
-}
 
 impl SessionActor {
     /// Request `id`'s task `task` exists and may ask first: its questions come on the
@@ -71,8 +32,7 @@ impl SessionActor {
             return self.finish(id, Ok(result));
         };
         let timer = Some(self.show_after(&id, wait, ctx));
-        let pending = Pending { task, result, wait, timer };
-        self.asking.0.get_or_insert_with(|| Box::new(HashMap::new())).insert(id, pending);
+        self.asking.insert(id, Pending { task, result, wait, timer });
     }
 
     fn show_after(&self, id: &RequestId, wait: Duration, ctx: &mut Context<Self>) -> SpawnHandle {
@@ -134,8 +94,7 @@ impl SessionActor {
 
     /// Cancels the tasks of the calls still waiting to show them (the session is ending).
     pub(super) fn abandon_all_first(&mut self) {
-        let Some(calls) = self.asking.0.take() else { return };
-        for (_, pending) in *calls {
+        for pending in self.asking.take_all() {
             self.cancel_unshown(pending.task);
         }
     }

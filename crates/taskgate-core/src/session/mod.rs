@@ -32,6 +32,7 @@ pub(crate) mod shown;
 mod streams;
 mod task_calls;
 mod tools;
+mod unshown;
 mod upstreams;
 
 pub(crate) use across_replicas::end_at_upstreams;
@@ -87,7 +88,7 @@ pub struct SessionActor {
     /// What upstreams say of tasks being created, held until the creation settles.
     early: Early,
     /// The calls whose tasks wait for their first questions before they are shown.
-    asking: asking_first::AskingFirst,
+    asking: unshown::Unshown,
     /// Listing positions too long to hand the client as cursors, by number (bounded).
     stash: crate::offering_names::Stash,
     /// Its own address, held weakly, for the calls it runs to relay through: a strong address
@@ -151,7 +152,7 @@ impl SessionActor {
             asked: Asked::new(),
             stateless: false,
             early: Early::new(),
-            asking: asking_first::AskingFirst::default(),
+            asking: unshown::Unshown::default(),
             stash: Default::default(),
             myself: None,
             me: None,
