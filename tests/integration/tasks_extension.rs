@@ -317,14 +317,30 @@ async fn the_tasks_extensions_scenarios_pass_through_the_gateway_following_and_w
     }
 }
 
+/// Waits until the gateway runs `count` tasks.
+async fn running(gw: &TestGateway, count: usize) {
+    within(async {
+        while gw.gateway.live_tasks() != count {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
 /// A tool the gateway wraps that asks before its task exists (`tool_first_input_wait_ms`): a
 /// 2026-07-28 client is asked in its call, under the upstream's key and naming no task; its
-/// retry is answered with the task, which carries the answer. A client that never retries
-/// leaves no task behind once the gateway gives its question up (`server.input_wait_secs`).
+/// retry is answered with the task, which carries the answer. A call whose client leaves
+/// during the wait has its task cancelled; one whose question is never answered (past
+/// `server.input_wait_secs`) leaves no task running either.
 #[actix_rt::test]
 async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswered_leaves_no_task() {
-    let mut config = config_with(vec![wrapping(serve(false).await)]);
+    let mut upstream = wrapping(serve(false).await);
+    // slow_compute asks nothing: named with a long wait, its call is still waiting when its
+    // client leaves.
+    upstream.tool_first_input_wait_ms.insert("slow_compute".into(), 60_000);
+    let mut config = config_with(vec![upstream]);
     config.server.input_wait_secs = 1;
+    config.server.first_message_wait_ms = 0;
     let gw = TestGateway::start(config);
     let c = ModernClient::over(McpClient::new(&gw.url));
 
@@ -343,22 +359,25 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     let task = created["taskId"].as_str().unwrap().to_owned();
     let done = c.poll(&task, |t| t["status"] == "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada: the work is done", "{done}");
-    within(async {
-        while gw.gateway.live_tasks() > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    running(&gw, 0).await;
 
-    // Asked, and never answered: the task made for the call is cancelled with it.
+    // The client leaves while its call waits to show a task that would compute for a minute:
+    // the task is cancelled (a 2025-11-25 session of the same principal lists it).
+    let waiting = c.stream("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 60}})).await;
+    running(&gw, 1).await;
+    drop(waiting);
+    running(&gw, 0).await;
+    let mut legacy = McpClient::new(&gw.url);
+    legacy.initialize().await;
+    let listed = legacy.request("tasks/list", None).await.outcome().unwrap();
+    let statuses: Vec<&Value> = listed["tasks"].as_array().unwrap().iter().map(|t| &t["status"]).collect();
+    assert_eq!(statuses, [&json!("completed"), &json!("cancelled")], "{listed}");
+
+    // Asked, and never answered: the question gets an error once the gateway gives the
+    // exchange up, and no task is left running.
     let asked = c.call("test_tool_with_task", json!({})).await;
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     assert_eq!(gw.gateway.live_tasks(), 1, "the call's task runs, not yet shown");
-    within(async {
-        while gw.gateway.live_tasks() > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    running(&gw, 0).await;
     gw.stop().await;
 }

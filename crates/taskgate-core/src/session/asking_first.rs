@@ -28,9 +28,16 @@ impl SessionActor {
     /// The task made for request `id` is stored: the call is answered `result` once `wait` has
     /// passed with none of the task's questions outstanding.
     pub(super) fn hold_task(&mut self, id: RequestId, result: Value, wait: Duration, ctx: &mut Context<Self>) {
-        let Some(task) = self.requests.get(&id).and_then(|r| r.task.clone()) else {
+        let Some(task) = result.pointer("/task/taskId").and_then(Value::as_str).map(str::to_owned) else {
             return self.finish(id, Ok(result));
         };
+        // Its client left while the task was being made: no one will ever know of it.
+        if self.requests.get(&id).is_none_or(|r| r.reply.is_closed()) {
+            if let Some(request) = self.forget(&id) {
+                request.reply.close();
+            }
+            return self.cancel_unshown(task);
+        }
         let timer = Some(self.show_after(&id, wait, ctx));
         self.asking.insert(id, Pending { task, result, wait, timer });
     }
@@ -43,11 +50,28 @@ impl SessionActor {
     fn waited(&mut self, id: RequestId, ctx: &mut Context<Self>) {
         let Some(pending) = self.asking.get_mut(&id) else { return };
         pending.timer = None;
-        // A question still open: the wait starts again once it is answered.
-        if self.asked.for_task(&pending.task) {
+        // A question still open while the call's client can still answer it: the wait
+        // starts again once it is answered (or its task ends).
+        let open = self.requests.get(&id).is_some_and(|r| !r.reply.is_closed());
+        if open && self.asked.for_task(&pending.task) {
             return;
         }
         self.show_task(id, ctx);
+    }
+
+    /// `task` ended: a call waiting to show it shows it now (or, left by its client, is over).
+    pub(super) fn unshown_task_ended(&mut self, task: &str, ctx: &mut Context<Self>) {
+        if let Some(id) = self.asking.call_of(task) {
+            self.show_task(id, ctx);
+        }
+    }
+
+    /// A question of a task waiting to be shown has no call stream to go on (its client left
+    /// before the question came): the call and its task are over.
+    pub(super) fn question_without_its_call(&mut self, task: &str, ctx: &mut Context<Self>) {
+        if let Some(id) = self.asking.call_of(task) {
+            self.abandon_first(&id, ctx);
+        }
     }
 
     /// Answers the call with its task; a call its client has left has its task cancelled.

@@ -196,7 +196,10 @@ impl Handler<ShutDown> for SessionActor {
         let mut cancels = Vec::new();
         for id in ids {
             let Some(request) = self.requests.get(&id) else { continue };
-            let why = match &request.task {
+            // A call whose task was never shown is cancelled like a plain request (its task
+            // with it): the client knows no task to ask for.
+            let task = request.task.as_ref().filter(|t| !self.asking.holds_task(t));
+            let why = match task {
                 Some(task) => format!(
                     "the gateway is shutting down before task {task} finished; ask tasks/get or tasks/result for it \
                      again once the gateway is back (or from another replica): a task whose upstream call ran in \

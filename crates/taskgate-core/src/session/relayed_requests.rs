@@ -108,6 +108,7 @@ impl SessionActor {
         let relayed_token = mcp::progress_token(params.as_ref()).cloned();
         let task_stream =
             task.as_ref().and_then(|t| self.requests.waiting_on(t).map(|r| r.reply.clone()).filter(|s| !s.is_closed()));
+        let call_gone = in_its_call && task_stream.is_none();
         let stream = task_stream.or_else(|| self.stream_for(&upstream, related.as_ref()));
         let Some(session) = self.upstreams.session(&upstream) else { return };
         let refuse = |code: i64, why: String| {
@@ -116,6 +117,14 @@ impl SessionActor {
                 let _ = session.respond(reply).await;
             }
         };
+        if call_gone {
+            // Its call's client left before the question came: nothing can answer it, and the
+            // call and its task, never shown, are over.
+            self.question_without_its_call(task.as_deref().unwrap_or_default(), ctx);
+            let why = "the call that asked has ended (its client left)".to_owned();
+            ctx.spawn(refuse(taskgate_protocol::codes::INTERNAL_ERROR, why).into_actor(self));
+            return;
+        }
         // A request for a capability the client did not declare is answered on its behalf
         // (basic/lifecycle "Capability Negotiation": both parties respect what was negotiated).
         if let Some(capability) = mcp::client_capability_for(&method) {
@@ -169,7 +178,9 @@ impl SessionActor {
                 return;
             }
         }
-        if let Some(actor) = task.as_ref().and_then(|t| self.shared.tasks.actor(t)) {
+        // A question asked in its task's call is the call's own: the task, not shown yet, does
+        // not list it (nor announce input_required, nor store it for other replicas).
+        if let Some(actor) = task.as_ref().filter(|_| !in_its_call).and_then(|t| self.shared.tasks.actor(t)) {
             let RpcMessage::Request { method, params, .. } = message else { unreachable!("built as a request above") };
             let request = json!({ "method": method, "params": params.unwrap_or_else(|| json!({})) });
             let key = gateway_id.to_value().as_str().unwrap_or_default().to_owned();

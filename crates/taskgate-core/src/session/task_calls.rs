@@ -403,9 +403,10 @@ impl Handler<TaskStatusChanged> for SessionActor {
 impl Handler<TaskEnded> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, TaskEnded(task_id): TaskEnded, _: &mut Context<Self>) {
+    fn handle(&mut self, TaskEnded(task_id): TaskEnded, ctx: &mut Context<Self>) {
         self.asked.forget_task(&task_id);
         self.streams.take_waiting(|q| q.task == task_id);
+        self.unshown_task_ended(&task_id, ctx);
     }
 }
 

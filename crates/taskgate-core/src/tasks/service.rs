@@ -111,10 +111,24 @@ impl TaskState<Addr<TaskActor>> {
         if responses.is_empty() {
             return;
         }
+        let keys: Vec<String> = responses
+            .iter()
+            .filter_map(|r| r.id())
+            .filter_map(|id| id.to_value().as_str().map(str::to_owned))
+            .collect();
         if let Some(actor) = self.actor(task_id) {
+            // ext-tasks "Task Update Requests": answered requests are no longer listed once
+            // this returns: the actor drops them as it handles this (before a later ListInputs),
+            // and the shared store's copies go first.
             if actor.try_send(DeliverInputs(responses)).is_err() {
                 self.metrics.mailbox_full.with_label_values(&["task_mailbox"]).inc();
                 tracing::info!(task = %task_id, "the task's queue is full; answers to its input requests were dropped");
+                return;
+            }
+            if self.store.shared() {
+                if let Err(e) = self.store.remove_inputs(task_id, &keys).await {
+                    tracing::debug!(task = %task_id, error = %e, "answered input requests stay listed until the task ends");
+                }
             }
             return;
         }
@@ -122,11 +136,6 @@ impl TaskState<Addr<TaskActor>> {
             tracing::debug!(task = %task_id, "answers to the input requests of a task no longer running were ignored");
             return;
         }
-        let keys: Vec<String> = responses
-            .iter()
-            .filter_map(|r| r.id())
-            .filter_map(|id| id.to_value().as_str().map(str::to_owned))
-            .collect();
         if let Err(e) = self.store.remove_inputs(task_id, &keys).await {
             tracing::debug!(task = %task_id, error = %e, "answered input requests stay listed until the task ends");
         }

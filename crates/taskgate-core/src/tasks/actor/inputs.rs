@@ -114,7 +114,8 @@ impl Handler<DeliverInputs> for TaskActor {
                 continue;
             }
             // ext-tasks "Task Update Requests": an answered request is no longer listed from
-            // the acknowledgment on (a tasks/get after it is handled after this).
+            // the acknowledgment on (a tasks/get after it is handled after this; the shared
+            // store's copy is removed before the acknowledgment, in `deliver_inputs`).
             self.input_answered(key, ctx);
         }
     }
