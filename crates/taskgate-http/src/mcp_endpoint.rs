@@ -274,14 +274,16 @@ async fn dispatch(
     }
     if message_2026 {
         let scopes = scoped.as_ref().and_then(|v| v.scopes.clone());
-        return Ok(crate::revision_2026::serve(
+        // Boxed: its states are the largest of this future's, which actix moves whole for
+        // every request; a session's call then moves only what its own path holds.
+        return Ok(Box::pin(crate::revision_2026::serve(
             headers,
             identity,
             (message, fields, arguments),
             gateway,
             front,
             (endpoint, scopes),
-        )
+        ))
         .await);
     }
     let session_id = session_id.ok_or((GatewayError::MissingSession, id.clone()))?;
