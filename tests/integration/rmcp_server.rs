@@ -11,14 +11,12 @@
 //! - `confirm`: asks for the user's name before anything else (`input_required`), then, with
 //!   the answer, runs as a task when the request declares the extension.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, InputRequest, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult,
+    InputRequest, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
@@ -84,17 +82,47 @@ impl Observed {
     }
 }
 
+/// The tasks extension's methods of a handler whose `tasks` field is its `TaskManager`.
+macro_rules! task_methods {
+    () => {
+        async fn get_task(
+            &self,
+            request: rmcp::model::GetTaskParams,
+            _: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        ) -> Result<rmcp::model::GetTaskResult, rmcp::ErrorData> {
+            Ok(rmcp::model::GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
+        }
+
+        async fn update_task(
+            &self,
+            request: rmcp::model::UpdateTaskParams,
+            _: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        ) -> Result<(), rmcp::ErrorData> {
+            self.tasks.update_task(&request.task_id, request.input_responses)
+        }
+
+        async fn cancel_task(
+            &self,
+            request: rmcp::model::CancelTaskParams,
+            _: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+        ) -> Result<(), rmcp::ErrorData> {
+            self.tasks.cancel_task(&request.task_id)
+        }
+    };
+}
+pub(crate) use task_methods;
+
 #[derive(Clone)]
 struct TaskServer {
     tasks: TaskManager,
     observed: Arc<Observed>,
 }
 
-fn text(t: impl Into<String>) -> CallToolResult {
+pub(crate) fn text(t: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(t.into())])
 }
 
-fn tool(name: &str, description: &str, properties: Value) -> Tool {
+pub(crate) fn tool(name: &str, description: &str, properties: Value) -> Tool {
     serde_json::from_value(json!({
         "name": name,
         "description": description,
@@ -236,18 +264,7 @@ impl ServerHandler for TaskServer {
         }
     }
 
-    async fn get_task(&self, request: GetTaskParams, _: RequestContext<RoleServer>) -> Result<GetTaskResult, McpError> {
-        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
-    }
-
-    async fn update_task(&self, request: UpdateTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        let responses: BTreeMap<String, Value> = request.input_responses;
-        self.tasks.update_task(&request.task_id, responses)
-    }
-
-    async fn cancel_task(&self, request: CancelTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        self.tasks.cancel_task(&request.task_id)
-    }
+    task_methods!();
 
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
@@ -265,23 +282,26 @@ impl RmcpTaskServer {
         let observed = Arc::new(Observed::default());
         let tasks = TaskManager::new();
         let shared = observed.clone();
-        let config = StreamableHttpServerConfig::default().with_legacy_session_mode(false);
-        let service = StreamableHttpService::new(
-            move || Ok(TaskServer { tasks: tasks.clone(), observed: shared.clone() }),
-            Arc::new(NeverSessionManager::default()),
-            config,
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let service = hyper_util::service::TowerToHyperService::new(service.clone());
-                tokio::spawn(async move {
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
-                });
-            }
-        });
+        let url = serve(move || TaskServer { tasks: tasks.clone(), observed: shared.clone() }).await;
         RmcpTaskServer { url, observed }
     }
+}
+
+/// Serves the handlers `make` makes by rmcp's own Streamable HTTP service, 2026-07-28 only
+/// (no sessions), on 127.0.0.1:0 for the test's runtime: its URL.
+pub async fn serve<H: ServerHandler>(make: impl Fn() -> H + Send + Sync + 'static) -> String {
+    let config = StreamableHttpServerConfig::default().with_legacy_session_mode(false);
+    let service = StreamableHttpService::new(move || Ok(make()), Arc::new(NeverSessionManager::default()), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+            });
+        }
+    });
+    url
 }

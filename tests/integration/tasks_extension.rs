@@ -17,20 +17,14 @@
 //! Served plain (no extension, for the gateway to wrap) the same tools answer in the call, and
 //! the questions come as `input_required` results, answered by the call's retry.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, InputRequest, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock, CreateTaskResult,
+    InputRequest, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
-use rmcp::transport::streamable_http_server::{
-    session::never::NeverSessionManager, StreamableHttpServerConfig, StreamableHttpService,
-};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{json, Value};
 use taskgate_config::{TaskSupportSetting, UpstreamConfig};
@@ -38,6 +32,7 @@ use taskgate_testkit::{config_with, McpClient, TestGateway};
 
 use crate::conformance::{lost, passed, run, Suite};
 use crate::modern::Client as ModernClient;
+use crate::rmcp_server::{text, tool};
 use crate::support::within;
 
 /// The scenarios, each run on its own.
@@ -61,19 +56,6 @@ struct Scenarios {
     tasks: TaskManager,
     /// Speaks the tasks extension; else every tool answers in its call.
     extension: bool,
-}
-
-fn text(t: impl Into<String>) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(t.into())])
-}
-
-fn tool(name: &str, description: &str, properties: Value) -> Tool {
-    serde_json::from_value(json!({
-        "name": name,
-        "description": description,
-        "inputSchema": {"type": "object", "properties": properties},
-    }))
-    .expect("a valid tool")
 }
 
 /// A form elicitation asking for the boolean or string `field`.
@@ -234,18 +216,7 @@ impl ServerHandler for Scenarios {
         }
     }
 
-    async fn get_task(&self, request: GetTaskParams, _: RequestContext<RoleServer>) -> Result<GetTaskResult, McpError> {
-        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
-    }
-
-    async fn update_task(&self, request: UpdateTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        let responses: BTreeMap<String, Value> = request.input_responses;
-        self.tasks.update_task(&request.task_id, responses)
-    }
-
-    async fn cancel_task(&self, request: CancelTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
-        self.tasks.cancel_task(&request.task_id)
-    }
+    crate::rmcp_server::task_methods!();
 
     fn get_info(&self) -> ServerConfig {
         let capabilities = match self.extension {
@@ -259,24 +230,7 @@ impl ServerHandler for Scenarios {
 /// The scenarios' server on 127.0.0.1:0, speaking the extension or not: its URL.
 async fn serve(extension: bool) -> String {
     let tasks = TaskManager::new();
-    let config = StreamableHttpServerConfig::default().with_legacy_session_mode(false);
-    let service = StreamableHttpService::new(
-        move || Ok(Scenarios { tasks: tasks.clone(), extension }),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let service = hyper_util::service::TowerToHyperService::new(service.clone());
-            tokio::spawn(async move {
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
-            });
-        }
-    });
-    url
+    crate::rmcp_server::serve(move || Scenarios { tasks: tasks.clone(), extension }).await
 }
 
 /// The gateway wrapping the plain server's tools: those the scenarios expect to be tasks may
