@@ -283,7 +283,8 @@ async fn running(gw: &TestGateway, count: usize) {
 
 /// A tool the gateway wraps that asks before its task exists (`tool_first_input_wait_ms`): a
 /// 2026-07-28 client is asked in its call, under the upstream's key and naming no task; its
-/// retry is answered with the task, which carries the answer. A call whose client leaves
+/// retry is answered with the task (at once when it has ended), which carries the answer. A
+/// call whose client leaves
 /// during the wait has its task cancelled; one whose question is never answered (past
 /// `server.input_wait_secs`) leaves no task running either.
 #[actix_rt::test]
@@ -292,6 +293,8 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     // slow_compute asks nothing: named with a long wait, its call is still waiting when its
     // client leaves.
     upstream.tool_first_input_wait_ms.insert("slow_compute".into(), 60_000);
+    // A wait far longer than the test's bound: a task that ends is shown at once, not after it.
+    upstream.tool_first_input_wait_ms.insert("test_tool_with_task".into(), 60_000);
     let mut config = config_with(vec![upstream]);
     config.server.input_wait_secs = 1;
     config.server.first_message_wait_ms = 0;
@@ -307,7 +310,7 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     let answers = json!({"user_name": {"action": "accept", "content": {"name": "Ada"}}});
     let retry = json!({"name": "test_tool_with_task", "arguments": {}, "inputResponses": answers,
         "requestState": asked["requestState"]});
-    let created = c.ok("tools/call", retry).await;
+    let created = within(c.ok("tools/call", retry)).await;
     assert_eq!(created["resultType"], "task", "{created}");
     assert!(created.get("requestState").is_none() && created.get("inputRequests").is_none(), "{created}");
     let task = created["taskId"].as_str().unwrap().to_owned();

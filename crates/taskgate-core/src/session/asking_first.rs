@@ -4,7 +4,8 @@
 //! gateway wraps does the same when its upstream's `tool_first_input_wait_ms` names it. For
 //! that long after a 2026-07-28 client's call makes the task, the task's requests go on the
 //! call's own stream (its front door answers them as `input_required`, and the call's retry
-//! answers them); the task is shown once that long has passed with no question outstanding.
+//! answers them); the task is shown once that long has passed with no question outstanding, or
+//! as soon as it ends.
 //! A call its client gives up on before that has its task cancelled: no one else knows of it.
 
 use std::time::Duration;
@@ -39,7 +40,11 @@ impl SessionActor {
             return self.cancel_unshown(task);
         }
         let timer = Some(self.show_after(&id, wait, ctx));
-        self.asking.insert(id, Pending { task, result, wait, timer });
+        // A task that ends within the wait is shown at once.
+        let ending = self.shared.tasks.clone().ended(task.clone());
+        let of = task.clone();
+        let ended = Some(ctx.spawn(ending.into_actor(self).map(move |(), act, ctx| act.unshown_task_ended(&of, ctx))));
+        self.asking.insert(id, Pending { task, result, wait, timer, ended });
     }
 
     fn show_after(&self, id: &RequestId, wait: Duration, ctx: &mut Context<Self>) -> SpawnHandle {
@@ -77,8 +82,8 @@ impl SessionActor {
     /// Answers the call with its task; a call its client has left has its task cancelled.
     fn show_task(&mut self, id: RequestId, ctx: &mut Context<Self>) {
         let Some(pending) = self.asking.take(&id) else { return };
-        if let Some(timer) = pending.timer {
-            ctx.cancel_future(timer);
+        for handle in [pending.timer, pending.ended].into_iter().flatten() {
+            ctx.cancel_future(handle);
         }
         match self.requests.get(&id) {
             Some(request) if !request.reply.is_closed() => self.finish(id, Ok(pending.result)),
@@ -106,8 +111,8 @@ impl SessionActor {
     /// False when the request holds no task unshown.
     pub(super) fn abandon_first(&mut self, id: &RequestId, ctx: &mut Context<Self>) -> bool {
         let Some(pending) = self.asking.take(id) else { return false };
-        if let Some(timer) = pending.timer {
-            ctx.cancel_future(timer);
+        for handle in [pending.timer, pending.ended].into_iter().flatten() {
+            ctx.cancel_future(handle);
         }
         if let Some(request) = self.forget(id) {
             request.reply.close();

@@ -21,6 +21,8 @@ pub(super) struct Pending {
     pub wait: Duration,
     /// Shows the task when the wait is over.
     pub timer: Option<SpawnHandle>,
+    /// Shows the task when it ends.
+    pub ended: Option<SpawnHandle>,
 }
 
 impl Unshown {
@@ -61,7 +63,7 @@ mod tests {
     use super::*;
 
     fn pending(task: &str) -> Pending {
-        Pending { task: task.into(), result: Value::Null, wait: Duration::from_millis(1), timer: None }
+        Pending { task: task.into(), result: Value::Null, wait: Duration::from_millis(1), timer: None, ended: None }
     }
 
     #[test]

@@ -408,6 +408,26 @@ impl<A: Clone> TaskState<A> {
         Ok(record.outcome.unwrap_or_else(cancelled_outcome))
     }
 
+    /// Resolves once the task is terminal or gone, here or at another replica (or when its
+    /// store cannot say).
+    pub(crate) async fn ended(self: Arc<Self>, task_id: String) {
+        let mut waiter = self.subscribe(&task_id);
+        let recheck = self.store.lease_ms().map(Duration::from_millis);
+        loop {
+            // Read again after subscribing: the task may have ended in between.
+            if !matches!(self.store.get(&task_id).await, Ok(Some(now)) if !now.status.is_terminal()) {
+                return;
+            }
+            let changed = match recheck {
+                Some(every) => tokio::time::timeout(every, waiter.rx.changed()).await.unwrap_or(Ok(())),
+                None => waiter.rx.changed().await,
+            };
+            if changed.is_err() {
+                return;
+            }
+        }
+    }
+
     /// `tasks/list`: the requestor's tasks, oldest first, a page at a time.
     pub(crate) async fn list(
         self: Arc<Self>,
