@@ -248,6 +248,21 @@ mod tests {
     }
 
     #[test]
+    fn a_tools_first_input_wait_is_read_by_tool_name_and_at_most_a_minute() {
+        let parse = |ms: u64| {
+            let body = format!(
+                "[[upstream]]\nname = \"a\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:1/mcp\"\ntool_first_input_wait_ms = {{ confirm = {ms} }}\n"
+            );
+            Config::from_toml(&body, "t.toml", &no_env)
+        };
+        assert_eq!(parse(60_000).unwrap().upstreams[0].tool_first_input_wait_ms["confirm"], 60_000);
+        assert!(UpstreamConfig::http("a", "http://h/mcp").tool_first_input_wait_ms.is_empty(), "none by default");
+        let Err(ConfigError::Invalid { problems, .. }) = parse(60_001) else { panic!("expected invalid") };
+        assert_eq!(problems[0].location, "upstream[0] (\"a\").tool_first_input_wait_ms.confirm");
+        assert!(problems[0].message.contains("at most 60000"), "{}", problems[0].message);
+    }
+
+    #[test]
     fn session_sharing_is_auto_by_default_and_its_idle_time_at_most_a_day() {
         let parse = |extra: &str| {
             let body = format!(

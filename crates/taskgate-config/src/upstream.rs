@@ -124,7 +124,8 @@ pub struct UpstreamConfig {
     /// tool to ask its first questions in the call (`input_required`, answered by the call's
     /// retry), as a server that asks before it makes a task does. The task is shown once that
     /// long has passed with no question outstanding, or as soon as it ends. Tools not named are
-    /// shown their task at once, and ask through it.
+    /// shown their task at once, and ask through it. Tools the gateway does not wrap (native
+    /// tasks, an upstream that speaks the tasks extension) are not affected.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tool_first_input_wait_ms: BTreeMap<String, u64>,
     /// The MCP revision spoken to it: `auto` (detected and cached), `2025-11-25` or
