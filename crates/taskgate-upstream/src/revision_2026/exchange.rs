@@ -108,9 +108,13 @@ impl Drop for InFlightGuard<'_> {
             };
             self.state.forget_task(&task_id);
             let channel = self.channel.clone();
-            tokio::spawn(async move {
-                let _ = channel.request(&request, None, &headers).await;
-            });
+            // Dropped as the runtime shuts down, nothing can be sent any more: the upstream's
+            // process or connection ends with it.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = channel.request(&request, None, &headers).await;
+                });
+            }
             return;
         }
         if self.ended || self.state.http || removed.is_none() {
@@ -122,9 +126,11 @@ impl Drop for InFlightGuard<'_> {
             methods::CANCELLED,
             Some(json!({ "requestId": self.round.lock().to_value(), "reason": "the request was abandoned" })),
         );
-        tokio::spawn(async move {
-            let _ = channel.send(&notice).await;
-        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = channel.send(&notice).await;
+            });
+        }
     }
 }
 
