@@ -22,6 +22,7 @@ pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod method;
+pub mod param_headers;
 pub mod pass_through;
 pub mod revision_2026;
 pub mod sse;

@@ -201,6 +201,9 @@ pub struct ToolView {
     pub task_support: TaskSupport,
     /// The whole tool object as the upstream sent it.
     pub raw: Map<String, Value>,
+    /// The parameters its `inputSchema` annotates with `x-mcp-header` (none when the
+    /// annotations are invalid: a 2026-07-28 upstream's such tool is not listed at all).
+    pub param_headers: Vec<crate::param_headers::ParamHeader>,
 }
 
 impl ToolView {
@@ -213,7 +216,8 @@ impl ToolView {
             .and_then(|e| e.get("taskSupport"))
             .and_then(|t| serde_json::from_value(t.clone()).ok())
             .unwrap_or_default();
-        Some(ToolView { name, task_support, raw })
+        let param_headers = crate::param_headers::param_headers(raw.get("inputSchema")).unwrap_or_default();
+        Some(ToolView { name, task_support, raw, param_headers })
     }
 
     /// The tool object with its name replaced, every other field untouched.

@@ -1,9 +1,11 @@
 //! Tool calls admitted by the rates of `[tenant.tools]` (`rates`, `upstream_rates`), at the
-//! front door before a call reaches a session, for clients of both revisions.
+//! front door before a call reaches a session, for clients of both revisions; and what a
+//! 2026-07-28 call's `Mcp-Param-*` headers are checked against there.
 
 use serde_json::Value;
 use taskgate_config::RatePer;
 use taskgate_protocol::mcp::{self, methods};
+use taskgate_protocol::param_headers::ParamHeader;
 
 use super::Gateway;
 use crate::identity::Identity;
@@ -97,5 +99,24 @@ impl Gateway {
             pattern: bucket.pattern.clone(),
             retry_after_ms,
         })
+    }
+
+    /// The `x-mcp-header` annotations of the tool `name` as the tenant sees it (none for a
+    /// tool it cannot see, or that no upstream lists). A catalog never built is built first,
+    /// so a call made before any listing is checked too.
+    pub async fn tool_param_headers(&self, tenant: &str, name: &str) -> Vec<ParamHeader> {
+        let policy = self.shared.tenancy.policy(tenant);
+        let find = || {
+            let catalog = self.shared.catalog.read();
+            catalog.resolve(name).filter(|e| policy.sees(&e.upstream)).map(|e| e.tool.param_headers.clone())
+        };
+        if let Some(found) = find() {
+            return found;
+        }
+        if self.shared.catalog.read().generation() == 0 {
+            let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
+            return find().unwrap_or_default();
+        }
+        Vec::new()
     }
 }

@@ -122,6 +122,11 @@ pub async fn serve(
         Ok(request_meta) => request_meta,
         Err(e) => return crate::reply::error(&e, Some(id)),
     };
+    if method == methods::TOOLS_CALL {
+        if let Err(e) = custom_headers(gateway, &identity, headers, &params).await {
+            return crate::reply::error(&e, Some(id));
+        }
+    }
     match serve_request(identity, &id, method, params, request_meta, gateway, Arrival { state, endpoint, scopes }).await
     {
         Ok(response) => response,
@@ -274,6 +279,42 @@ fn standard_headers(
         }
     }
     Ok(())
+}
+
+/// streamable-http "Server Behavior for Custom Headers": a call's `Mcp-Param-*` headers MUST
+/// match, decoded, the arguments its tool annotates with `x-mcp-header`, and MUST be sent for
+/// each such argument that has a value; otherwise 400 and -32020. The arguments are read only
+/// for a tool that has such annotations.
+async fn custom_headers(
+    gateway: &Gateway,
+    identity: &Identity,
+    headers: &HeaderMap,
+    params: &Params,
+) -> Result<(), GatewayError> {
+    let Some(name) = params.tree.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str) else { return Ok(()) };
+    let specs = gateway.tool_param_headers(&identity.tenant, name).await;
+    if specs.is_empty() {
+        return Ok(());
+    }
+    let parsed: Option<Value>;
+    let arguments = match &params.arguments {
+        Some(raw) => {
+            parsed = serde_json::from_str(raw.get()).ok();
+            parsed.as_ref()
+        }
+        None => params.tree.as_ref().and_then(|p| p.get("arguments")),
+    };
+    let header = |name: &str| {
+        let mut values = headers.get_all(name);
+        let first = values.next()?;
+        if values.next().is_some() {
+            return Some(Err("the header is sent more than once".to_owned()));
+        }
+        Some(revision_2026::decode_header_value(first.as_bytes(), |b| {
+            base64::engine::general_purpose::STANDARD.decode(b).ok()
+        }))
+    };
+    taskgate_protocol::param_headers::check_params(&specs, arguments, header).map_err(GatewayError::HeaderMismatch)
 }
 
 /// `server/discover` (server/discover "Response"): the versions, what the tenant's upstreams

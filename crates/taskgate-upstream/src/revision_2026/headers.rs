@@ -16,70 +16,7 @@ pub(crate) const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method
 /// The tool, prompt or resource a 2026-07-28 request names, as a header.
 pub(crate) const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 
-/// An `x-mcp-header` annotation of a tool's parameter: the header's name part and the
-/// parameter's path from the arguments' root.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ParamHeader {
-    name: HeaderName,
-    path: Vec<String>,
-}
-
-/// The `x-mcp-header` annotations of a tool's input schema (streamable-http "Schema
-/// Extension"), or why the tool definition is invalid and MUST be left out of the listing.
-pub(crate) fn param_headers(schema: Option<&Value>) -> Result<Vec<ParamHeader>, String> {
-    fn walk(node: &Value, path: &mut Vec<String>, out: &mut Vec<ParamHeader>, reachable: bool) -> Result<(), String> {
-        let Value::Object(map) = node else { return Ok(()) };
-        if let Some(header) = map.get("x-mcp-header") {
-            let name = header.as_str().ok_or("an x-mcp-header value is not a string")?;
-            if !reachable || path.is_empty() {
-                return Err(format!("x-mcp-header {name:?} is not on a property reachable through properties alone"));
-            }
-            let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-            if name.is_empty() || !name.chars().all(tchar) {
-                return Err(format!("x-mcp-header {name:?} is not an HTTP field-name token"));
-            }
-            match map.get("type").and_then(Value::as_str) {
-                Some("string" | "integer" | "boolean") => {}
-                other => return Err(format!("x-mcp-header {name:?} is on a parameter of type {other:?}")),
-            }
-            if out.iter().any(|h| h.name.as_str().eq_ignore_ascii_case(&format!("mcp-param-{name}"))) {
-                return Err(format!("x-mcp-header {name:?} is used twice"));
-            }
-            let name = HeaderName::try_from(format!("mcp-param-{name}")).map_err(|e| e.to_string())?;
-            out.push(ParamHeader { name, path: path.clone() });
-        }
-        for (key, child) in map {
-            match key.as_str() {
-                "properties" => {
-                    if let Value::Object(props) = child {
-                        for (prop, schema) in props {
-                            path.push(prop.clone());
-                            walk(schema, path, out, reachable)?;
-                            path.pop();
-                        }
-                    }
-                }
-                "x-mcp-header" | "type" | "required" | "description" | "title" | "enum" | "const" | "default" => {}
-                // Anything under another keyword (items, oneOf, $ref, if…) is not statically
-                // reachable: an annotation there makes the definition invalid.
-                _ => match child {
-                    Value::Array(items) => {
-                        for item in items {
-                            walk(item, path, out, false)?;
-                        }
-                    }
-                    other => walk(other, path, out, false)?,
-                },
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    if let Some(schema) = schema {
-        walk(schema, &mut Vec::new(), &mut out, true)?;
-    }
-    Ok(out)
-}
+pub(crate) use taskgate_protocol::param_headers::{param_headers, ParamHeader};
 
 /// A header value as streamable-http "Value Encoding" requires: as it is when it is plain
 /// visible ASCII without surrounding whitespace, else in the `=?base64?…?=` sentinel.
@@ -107,17 +44,11 @@ pub(super) fn request_headers(method: &str, params: &Value, tools: &ToolHeaders)
         if method == methods::TOOLS_CALL {
             let specs = tools.lock().get(name).cloned().unwrap_or_default();
             for spec in specs {
-                let mut value = params.get("arguments");
-                for step in &spec.path {
-                    value = value.and_then(|v| v.get(step));
+                // Absent or null: the header is omitted.
+                let Some(text) = spec.value_in(params.get("arguments")) else { continue };
+                if let Ok(name) = HeaderName::try_from(spec.header_name()) {
+                    headers.push((name, header_value(&text)));
                 }
-                let text = match value {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Bool(b)) => b.to_string(),
-                    Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
-                    _ => continue, // absent or null: the header is omitted
-                };
-                headers.push((spec.name.clone(), header_value(&text)));
             }
         }
     }
