@@ -66,7 +66,7 @@ impl DemoServer {
                 let prompt = string_arg("prompt")?;
                 self.client_declares(connection, "sampling")?;
                 let request = json!({"messages": [{"role": "user", "content": {"type": "text", "text": prompt}}], "maxTokens": 100});
-                let answer = self.ask_client(methods::SAMPLING_CREATE_MESSAGE, request, related).await?;
+                let answer = self.ask_client(connection, methods::SAMPLING_CREATE_MESSAGE, request, related).await?;
                 let reply = answer.pointer("/content/text").and_then(Value::as_str).unwrap_or_default();
                 Ok(text(format!("LLM response: {reply}")))
             }
@@ -129,7 +129,7 @@ impl DemoServer {
     ) -> Result<Value, ErrorObject> {
         self.client_declares(connection, "elicitation")?;
         let request = json!({"mode": "form", "message": message, "requestedSchema": schema});
-        let answer = self.ask_client(methods::ELICITATION_CREATE, request, related).await?;
+        let answer = self.ask_client(connection, methods::ELICITATION_CREATE, request, related).await?;
         let action = answer.get("action").and_then(Value::as_str).unwrap_or("?");
         let content = answer.get("content").cloned().unwrap_or_else(|| json!({}));
         Ok(text(format!("{label}: action={action}, content={content}")))

@@ -134,7 +134,7 @@ fn session(headers: &HeaderMap, state: &State) -> Result<(String, u64), HttpResp
 /// flush while they serialise send it, so a reader sees it arrive in pieces.
 const SSE_PIECE: usize = 8 << 10;
 
-fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
+pub(crate) fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
     let mut pending = Bytes::new();
     let body = futures_util::stream::poll_fn(move |cx| {
         if pending.is_empty() {
@@ -169,6 +169,10 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         }
     };
     let demo = state.demo.clone();
+    let version = req.headers().get("mcp-protocol-version").and_then(|v| v.to_str().ok());
+    if demo.speaks_modern(&message, version, req.headers().contains_key("mcp-session-id")) {
+        return crate::modern_http::post(&req, message, demo).await;
+    }
     if message.method() == Some(methods::TOOLS_CALL) {
         if let Some(trace) = req.headers().get("traceparent").and_then(|v| v.to_str().ok()) {
             demo.record_header_traceparent(trace);
@@ -286,7 +290,17 @@ fn async_stream_once(
     futures_util::stream::once(async move { Ok(make.await) })
 }
 
+/// A modern-only demo has no GET stream and no sessions (2026-07-28: `subscriptions/listen`
+/// replaces the GET stream).
+fn modern_only(state: &State) -> Option<HttpResponse> {
+    (state.demo.revisions() == crate::Revisions::Modern)
+        .then(|| HttpResponse::MethodNotAllowed().insert_header((header::ALLOW, "POST")).finish())
+}
+
 async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    if let Some(refused) = modern_only(&state) {
+        return refused;
+    }
     let (sid, connection) = match session(req.headers(), &state) {
         Ok(s) => s,
         Err(response) => return response,
@@ -300,6 +314,9 @@ async fn get(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
 }
 
 async fn delete(req: HttpRequest, state: web::Data<State>) -> HttpResponse {
+    if let Some(refused) = modern_only(&state) {
+        return refused;
+    }
     match session(req.headers(), &state) {
         Ok((sid, connection)) => {
             state.update(|s| {

@@ -12,10 +12,15 @@
 mod conformance;
 mod conformance_tools;
 pub mod http;
+mod modern;
+mod modern_fixtures;
+mod modern_http;
+mod modern_input;
 mod offerings;
 mod server;
 pub mod stdio;
 mod tasks;
 mod tools;
 
+pub use modern::Revisions;
 pub use server::{DemoServer, DemoStats};

@@ -238,6 +238,13 @@ impl Offerings {
         Ok(json!({}))
     }
 
+    /// Sets a modern request's minimum level from its `_meta`: without one it gets no log
+    /// messages (server/utilities/logging at 2026-07-28).
+    pub(crate) fn set_minimum(&self, connection: u64, level: Option<&str>) {
+        let rank = level.and_then(|l| LEVELS.iter().position(|known| *known == l)).unwrap_or(LEVELS.len());
+        self.levels.lock().insert(connection, rank);
+    }
+
     /// Forgets an ended connection's subscriptions and log level.
     pub(crate) fn forget(&self, connection: u64) {
         self.subscriptions.lock().retain(|(c, _)| *c != connection);

@@ -81,8 +81,19 @@ pub(crate) struct Inner {
     pub(crate) offerings: Option<crate::offerings::Offerings>,
     /// Whether it also serves the conformance suite's fixtures ([`crate::conformance`]).
     pub(crate) conformance: bool,
-    /// The capabilities each connection's client declared in `initialize`.
+    /// The capabilities each connection's client declared (in `initialize`, or on a modern
+    /// request, whose connection is its own).
     pub(crate) client_capabilities: Mutex<HashMap<u64, Value>>,
+    /// Which protocol revisions it serves.
+    pub(crate) revisions: crate::modern::Revisions,
+    /// Open `subscriptions/listen` streams.
+    pub(crate) listens: Mutex<Vec<crate::modern::Listen>>,
+    /// Modern requests running, by (transport connection, request id): their own connection.
+    pub(crate) modern_calls: Mutex<HashMap<(u64, RequestId), u64>>,
+    /// The questions and answers of each modern request running, by its connection.
+    pub(crate) rounds: Mutex<HashMap<u64, crate::modern_input::Round>>,
+    /// The key that seals `input_required` states.
+    pub(crate) state_key: [u8; 32],
 }
 
 impl Default for Inner {
@@ -103,6 +114,11 @@ impl Default for Inner {
             offerings: Some(crate::offerings::Offerings::default()),
             conformance: false,
             client_capabilities: Mutex::default(),
+            revisions: crate::modern::Revisions::Legacy,
+            listens: Mutex::default(),
+            modern_calls: Mutex::default(),
+            rounds: Mutex::default(),
+            state_key: crate::modern_input::state_key(),
         }
     }
 }
@@ -135,6 +151,12 @@ impl DemoServer {
     pub fn conformance() -> DemoServer {
         let offerings = Some(crate::offerings::Offerings::with_conformance());
         DemoServer { inner: Arc::new(Inner { conformance: true, offerings, ..Inner::default() }) }
+    }
+
+    /// The same server serving `revisions` (call before it is shared or served).
+    pub fn serving(mut self, revisions: crate::modern::Revisions) -> DemoServer {
+        Arc::get_mut(&mut self.inner).expect("a server not yet shared").revisions = revisions;
+        self
     }
 
     /// A snapshot of what the server has seen.
@@ -194,8 +216,10 @@ impl DemoServer {
         listeners.push((connection, tx));
     }
 
-    /// Sends to every connection's stream (list changes, task statuses).
+    /// Sends to every connection's stream (list changes, task statuses), and to the
+    /// `subscriptions/listen` streams that asked for it.
     pub(crate) fn announce(&self, message: Message) {
+        self.notify_listens(&message);
         let listeners = self.inner.listeners.lock().clone();
         for (_, l) in listeners {
             let _ = l.try_send(message.clone());
@@ -266,7 +290,7 @@ impl DemoServer {
         }
     }
 
-    async fn request(
+    pub(crate) async fn request(
         &self,
         connection: u64,
         id: &RequestId,
@@ -317,7 +341,7 @@ impl DemoServer {
                     && params.as_ref().and_then(|p| p.pointer("/argument/value")) == Some(&json!("?ask")) =>
             {
                 let question = json!({"mode": "form", "message": "Complete what?", "requestedSchema": {"type": "object", "properties": {}}});
-                let outcome = match self.ask_client("elicitation/create", question, related).await {
+                let outcome = match self.ask_client(connection, methods::ELICITATION_CREATE, question, related).await {
                     Ok(answer) => format!("answered {}", answer["action"].as_str().unwrap_or("?")),
                     Err(error) => format!("refused {}", error.code),
                 };
@@ -358,20 +382,6 @@ impl DemoServer {
                 None => Err(ErrorObject::method_not_found(other)),
             },
         }
-    }
-
-    /// Sends `method` to the client on the call's stream and waits for its answer.
-    pub(crate) async fn ask_client(
-        &self,
-        method: &str,
-        params: Value,
-        related: &mpsc::Sender<Message>,
-    ) -> Result<Value, ErrorObject> {
-        let ask_id = RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.inner.asked.lock().insert(ask_id.clone(), tx);
-        let _ = related.send(Message::request(ask_id, method, Some(params))).await;
-        rx.await.map_err(|_| ErrorObject::new(-32603, format!("the client never answered {method}")))?
     }
 
     /// Refuses a request the client did not declare the capability for (basic/lifecycle

@@ -19,6 +19,9 @@ impl DemoServer {
             tools.push(json!({"name": "list_roots", "description": "Asks the client for its roots (roots/list) and returns them; offered only to clients that declare roots.",
                 "inputSchema": {"type": "object", "properties": {}}}));
         }
+        if self.inner.conformance && self.inner.rounds.lock().contains_key(&connection) {
+            tools.extend(crate::modern_fixtures::tools());
+        }
         tools
     }
 
@@ -222,7 +225,10 @@ impl DemoServer {
             "add" => {
                 let (Some(a), Some(b)) = (args.get("a").and_then(Value::as_f64), args.get("b").and_then(Value::as_f64))
                 else {
-                    return Err(ErrorObject::invalid_params("add needs numbers \"a\" and \"b\""));
+                    // server/tools "Error Handling": invalid input is a tool execution error.
+                    let mut refused = text("add needs numbers \"a\" and \"b\"".into());
+                    refused["isError"] = json!(true);
+                    return Ok(refused);
                 };
                 let sum = a + b;
                 let mut result = text(sum.to_string());
@@ -420,10 +426,11 @@ impl DemoServer {
                     return Err(ErrorObject::invalid_params("this server has no resources"));
                 };
                 let (now, subscribed) = offerings.touch();
+                let updated = Message::notification(methods::RESOURCES_UPDATED, Some(json!({"uri": "demo://counter"})));
                 for subscriber in subscribed {
-                    let updated = json!({"uri": "demo://counter"});
-                    self.announce_to(subscriber, Message::notification(methods::RESOURCES_UPDATED, Some(updated)));
+                    self.announce_to(subscriber, updated.clone());
                 }
+                self.notify_listens(&updated);
                 Ok(text(format!("counter is {now}")))
             }
             "blob" => {
@@ -440,7 +447,7 @@ impl DemoServer {
             }
             "extra" if self.inner.extra_tool.load(Ordering::SeqCst) => Ok(text("extra".into())),
             "list_roots" if self.client_declares(connection, "roots").is_ok() => {
-                let answer = self.ask_client(methods::ROOTS_LIST, json!({}), related).await?;
+                let answer = self.ask_client(connection, methods::ROOTS_LIST, json!({}), related).await?;
                 let roots = answer.get("roots").cloned().unwrap_or_else(|| json!([]));
                 let uris: Vec<&str> =
                     roots.as_array().into_iter().flatten().filter_map(|r| r["uri"].as_str()).collect();

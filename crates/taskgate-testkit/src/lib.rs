@@ -117,6 +117,11 @@ impl DemoUpstream {
         DemoUpstream::serve(DemoServer::conformance())
     }
 
+    /// Starts it with the conformance suite's fixtures, serving `revisions`.
+    pub fn start_conformance_at(revisions: taskgate_demo::Revisions) -> DemoUpstream {
+        DemoUpstream::serve(DemoServer::conformance().serving(revisions))
+    }
+
     fn serve(demo: DemoServer) -> DemoUpstream {
         let http = taskgate_demo::http::serve(demo.clone(), "127.0.0.1:0").expect("bind 127.0.0.1:0");
         DemoUpstream { demo, http }

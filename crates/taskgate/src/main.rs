@@ -94,6 +94,10 @@ enum Command {
         /// resources and prompts named test_*, test://...).
         #[arg(long)]
         conformance: bool,
+        /// The protocol revisions it serves: 2025-11-25 (sessions through initialize),
+        /// 2026-07-28 (stateless requests) or both (a dual-era server).
+        #[arg(long, default_value = "2025-11-25", value_parser = |s: &str| s.parse::<taskgate_demo::Revisions>())]
+        revision: taskgate_demo::Revisions,
     },
 }
 
@@ -140,7 +144,9 @@ fn main() -> ExitCode {
             let tuning = malloc::tune();
             demo(listen, data, tuning)
         }
-        Command::DemoUpstream { stdio, listen, conformance } => demo_upstream(stdio, listen, conformance),
+        Command::DemoUpstream { stdio, listen, conformance, revision } => {
+            demo_upstream(stdio, listen, conformance, revision)
+        }
     };
     // The spans not sent yet go now (when traces are exported).
     traces::flush();
@@ -509,8 +515,14 @@ fn demo(listen: SocketAddr, data: PathBuf, tuning: malloc::Tuning) -> anyhow::Re
     })
 }
 
-fn demo_upstream(stdio: bool, listen: Option<SocketAddr>, conformance: bool) -> anyhow::Result<()> {
+fn demo_upstream(
+    stdio: bool,
+    listen: Option<SocketAddr>,
+    conformance: bool,
+    revision: taskgate_demo::Revisions,
+) -> anyhow::Result<()> {
     let demo = if conformance { taskgate_demo::DemoServer::conformance() } else { taskgate_demo::DemoServer::new() };
+    let demo = demo.serving(revision);
     if stdio {
         // stdout carries MCP messages only; nothing else may be printed there.
         return actix_rt::System::new()

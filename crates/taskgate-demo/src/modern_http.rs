@@ -1,0 +1,118 @@
+//! Modern (2026-07-28) requests over Streamable HTTP: no session; a request is answered with
+//! one JSON object, or with an SSE stream once something about it (progress, a log message, a
+//! dual-era demo's question) comes before its answer; `subscriptions/listen` is a stream of
+//! its own. A client that closes a request's stream, or leaves before its answer, cancels it
+//! (basic/patterns/cancellation at 2026-07-28).
+
+use actix_web::http::header::HeaderMap;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse};
+use taskgate_protocol::{ErrorObject, Message, RequestId};
+use tokio::sync::mpsc;
+
+use crate::http::sse;
+use crate::modern::{Checked, Headers};
+use crate::DemoServer;
+
+/// The standard headers (names arrive lowercased).
+fn headers(map: &HeaderMap) -> Headers {
+    let text = |name: &str| map.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    Headers {
+        version: text("mcp-protocol-version"),
+        method: text("mcp-method"),
+        name: map.get("mcp-name").map(|v| v.as_bytes().to_vec()),
+        params: map
+            .iter()
+            .filter_map(|(n, v)| n.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), v.as_bytes().to_vec())))
+            .collect(),
+    }
+}
+
+fn json(status: u16, message: &Message) -> HttpResponse {
+    HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::OK))
+        .content_type("application/json")
+        .body(message.to_json())
+}
+
+/// Cancels a request whose client left before its answer (dropped with the response).
+struct CancelOnDrop {
+    demo: DemoServer,
+    origin: u64,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.demo.cancel_modern(self.origin, &self.id);
+        }
+    }
+}
+
+/// A POST served at 2026-07-28.
+pub(crate) async fn post(req: &HttpRequest, message: Message, demo: DemoServer) -> HttpResponse {
+    // Each request is its own transport connection: nothing is shared between requests.
+    let origin = demo.connection();
+    match demo.check_modern(message, Some(&headers(req.headers()))) {
+        Checked::Refused(status, error) => json(status, &error),
+        Checked::Notification(message) => {
+            // A response to a question a dual-era demo asked on a call's stream.
+            let (tx, _rx) = mpsc::channel(1);
+            demo.handle(origin, message, &tx).await;
+            HttpResponse::Accepted().finish()
+        }
+        Checked::Listen(id, filter) => {
+            let (tx, rx) = mpsc::channel(64);
+            demo.listen(origin, id, filter, tx);
+            sse(rx)
+        }
+        Checked::Request(id, method, params, meta) => {
+            let (related, mut about) = mpsc::channel(64);
+            let mut run = {
+                let (demo, id) = (demo.clone(), id.clone());
+                actix_rt::spawn(async move { demo.run_modern(origin, id, &method, params, meta, &related).await })
+            };
+            let mut guard = CancelOnDrop { demo, origin, id: id.clone(), armed: true };
+            let failed =
+                |id: RequestId| (500, Message::error(Some(id), ErrorObject::new(-32603, "the request failed")));
+            tokio::select! {
+                biased;
+                answered = &mut run => {
+                    guard.armed = false;
+                    let (status, reply) = answered.unwrap_or_else(|_| failed(id));
+                    json(status, &reply)
+                }
+                Some(first) = about.recv() => {
+                    let (out, streamed) = mpsc::channel(64);
+                    let _ = out.try_send(first);
+                    actix_rt::spawn(async move {
+                        // The whole guard moves here: the stream's end cancels, not the handler's.
+                        let mut guard = guard;
+                        loop {
+                            tokio::select! {
+                                biased;
+                                Some(message) = about.recv() => {
+                                    if out.send(message).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                answered = &mut run => {
+                                    while let Ok(message) = about.try_recv() {
+                                        let _ = out.send(message).await;
+                                    }
+                                    let (_, reply) = answered.unwrap_or_else(|_| failed(id));
+                                    guard.armed = false;
+                                    let _ = out.send(reply).await;
+                                    return;
+                                }
+                                () = out.closed() => return,
+                            }
+                        }
+                    });
+                    sse(streamed)
+                }
+            }
+        }
+    }
+}

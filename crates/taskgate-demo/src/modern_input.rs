@@ -1,0 +1,284 @@
+//! What a modern request asks its client (basic/patterns/mrtr): a tool that needs an answer
+//! ends its run with the question; the request answers `input_required` with every question
+//! the run asked and a `requestState` holding the answers it already had; the client's retry
+//! brings the new answers (`inputResponses`) and the state back, and the tool runs again from
+//! the start with all of them.
+//!
+//! The state is sealed with HMAC-SHA-256 under a key of this process, and names the method,
+//! what it is about (the tool, prompt or URI) and when it expires: a state altered, made for
+//! another request, or too old is refused (basic/patterns/mrtr "Server Requirements": servers
+//! MUST treat `requestState` as attacker-controlled and reject state that fails verification).
+//! The demo authenticates nobody, so no principal is bound into it.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde_json::{json, Map, Value};
+use taskgate_protocol::mcp::methods;
+use taskgate_protocol::{codes, ErrorObject, Message};
+use tokio::sync::mpsc;
+
+use crate::DemoServer;
+
+/// How long an `input_required` answer's state may be brought back.
+const STATE_TTL: Duration = Duration::from_secs(600);
+
+/// The questions of one run of a modern request, and the answers it has.
+pub(crate) struct Round {
+    /// Answers the request carries: from its state and its `inputResponses`.
+    answers: Map<String, Value>,
+    /// The answers the run used, which the next state carries.
+    used: Map<String, Value>,
+    /// The questions the run needs answered: key → the request (`method`, `params`).
+    asked: Map<String, Value>,
+    /// How many questions each method asked in this run (the legacy fixtures' keys).
+    counts: HashMap<String, usize>,
+    /// Whether the legacy fixtures ask on the call's stream instead (a dual-era demo).
+    on_stream: bool,
+    /// Whether the request may answer `input_required` (tools/call, prompts/get, resources/read).
+    may_ask: bool,
+}
+
+impl Round {
+    pub(crate) fn new(answers: Map<String, Value>, on_stream: bool, method: &str) -> Round {
+        let may_ask = [methods::TOOLS_CALL, methods::PROMPTS_GET, methods::RESOURCES_READ].contains(&method);
+        Round { answers, used: Map::new(), asked: Map::new(), counts: HashMap::new(), on_stream, may_ask }
+    }
+}
+
+/// The params member a request is about: the URI of a read, else the name.
+pub(crate) fn subject(method: &str) -> &'static str {
+    if method == methods::RESOURCES_READ {
+        "uri"
+    } else {
+        "name"
+    }
+}
+
+/// The client capability a question needs.
+fn capability_for(method: &str) -> &'static str {
+    match method {
+        methods::ELICITATION_CREATE => "elicitation",
+        methods::SAMPLING_CREATE_MESSAGE => "sampling",
+        _ => "roots",
+    }
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let key = openssl::pkey::PKey::hmac(key).expect("an HMAC key");
+    let mut signer =
+        openssl::sign::Signer::new(openssl::hash::MessageDigest::sha256(), &key).expect("HMAC-SHA-256 is available");
+    signer.sign_oneshot_to_vec(data).expect("HMAC-SHA-256 signs")
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A fresh key for sealing request states.
+pub(crate) fn state_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    openssl::rand::rand_bytes(&mut key).expect("the system's random numbers");
+    key
+}
+
+impl DemoServer {
+    /// The answers a request carries, taken out of its params: its `requestState` opened and
+    /// checked, and its `inputResponses` (each the client's result, an object; unknown keys
+    /// are kept but never used).
+    pub(crate) fn round_of(&self, method: &str, params: Option<&mut Value>) -> Result<Map<String, Value>, ErrorObject> {
+        let Some(Value::Object(params)) = params else { return Ok(Map::new()) };
+        let state = params.remove("requestState");
+        let responses = params.remove("inputResponses");
+        let subject = params.get(subject(method)).cloned();
+        let mut answers = match state {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::String(state)) => self.open_state(&state, method, subject.as_ref())?,
+            Some(_) => return Err(ErrorObject::invalid_params("requestState must be a string")),
+        };
+        match responses {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(responses)) => {
+                for (key, response) in responses {
+                    if !response.is_object() {
+                        let why = format!("inputResponses[{key:?}] must be the client's result (an object)");
+                        return Err(ErrorObject::invalid_params(why));
+                    }
+                    answers.insert(key, response);
+                }
+            }
+            Some(_) => return Err(ErrorObject::invalid_params("inputResponses must be an object")),
+        }
+        Ok(answers)
+    }
+
+    /// The outcome of a run: a run that stopped for questions answers `input_required` with
+    /// them and the state of the answers it used (basic/patterns/mrtr "InputRequiredResult").
+    pub(crate) fn finish_round(
+        &self,
+        connection: u64,
+        method: &str,
+        subject: Option<&Value>,
+        outcome: Result<Value, ErrorObject>,
+    ) -> Result<Value, ErrorObject> {
+        let round = self.inner.rounds.lock().remove(&connection);
+        match (outcome, round) {
+            (Err(_), Some(round)) if !round.asked.is_empty() => Ok(json!({
+                "resultType": "input_required",
+                "inputRequests": round.asked,
+                "requestState": self.seal_state(method, subject, &round.used),
+            })),
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// Asks `questions` (key, method, params) together: their answers when the request carries
+    /// them all; otherwise the missing ones are the run's questions and the run stops (`Err`).
+    /// A question the client has not declared the capability for is -32021 (basic/patterns/mrtr:
+    /// servers MUST NOT ask what the client has not declared).
+    pub(crate) fn ask_input(
+        &self,
+        connection: u64,
+        questions: Vec<(&str, &str, Value)>,
+    ) -> Result<Vec<Value>, ErrorObject> {
+        for (_, method, _) in &questions {
+            let capability = capability_for(method);
+            if self.client_declares(connection, capability).is_err() {
+                return Err(ErrorObject::new(
+                    codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    format!("this request needs the client capability {capability}"),
+                )
+                .with_data(json!({"requiredCapabilities": {capability: {}}})));
+            }
+        }
+        let mut rounds = self.inner.rounds.lock();
+        let Some(round) = rounds.get_mut(&connection) else {
+            return Err(ErrorObject::new(codes::INTERNAL_ERROR, "no modern request runs on this connection"));
+        };
+        if !round.may_ask {
+            return Err(ErrorObject::new(codes::INTERNAL_ERROR, "this request cannot ask the client anything"));
+        }
+        let mut answers = Vec::new();
+        let mut missing = false;
+        for (key, method, params) in questions {
+            match round.answers.get(key) {
+                Some(answer) => {
+                    if method == methods::ELICITATION_CREATE && !answer.get("action").is_some_and(Value::is_string) {
+                        let why =
+                            format!("inputResponses[{key:?}] is not an elicitation result (it has no \"action\")");
+                        return Err(ErrorObject::invalid_params(why));
+                    }
+                    round.used.insert(key.to_owned(), answer.clone());
+                    answers.push(answer.clone());
+                }
+                None => {
+                    missing = true;
+                    round.asked.insert(key.to_owned(), json!({"method": method, "params": params}));
+                }
+            }
+        }
+        if missing {
+            return Err(ErrorObject::new(codes::INTERNAL_ERROR, "the client's answers are needed first"));
+        }
+        Ok(answers)
+    }
+
+    /// Sends `method` to the client and waits for its answer: on the call's stream for a
+    /// legacy session (and a dual-era demo's modern side), as an input request for a modern one.
+    pub(crate) async fn ask_client(
+        &self,
+        connection: u64,
+        method: &str,
+        params: Value,
+        related: &mpsc::Sender<Message>,
+    ) -> Result<Value, ErrorObject> {
+        let modern_key = {
+            let mut rounds = self.inner.rounds.lock();
+            rounds.get_mut(&connection).filter(|r| !r.on_stream).map(|round| {
+                let count = round.counts.entry(method.to_owned()).or_default();
+                *count += 1;
+                format!("{}-{count}", capability_for(method))
+            })
+        };
+        if let Some(key) = modern_key {
+            return self.ask_input(connection, vec![(&key, method, params)]).map(|mut a| a.remove(0));
+        }
+        let ask_id = taskgate_protocol::RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner.asked.lock().insert(ask_id.clone(), tx);
+        let _ = related.send(Message::request(ask_id, method, Some(params))).await;
+        rx.await.map_err(|_| ErrorObject::new(codes::INTERNAL_ERROR, format!("the client never answered {method}")))?
+    }
+
+    fn seal_state(&self, method: &str, subject: Option<&Value>, answers: &Map<String, Value>) -> String {
+        let expires = now() + STATE_TTL.as_secs();
+        let payload = json!({"method": method, "subject": subject, "answers": answers, "expires": expires});
+        let body = URL_SAFE_NO_PAD.encode(payload.to_string());
+        let mac = URL_SAFE_NO_PAD.encode(hmac(&self.inner.state_key, body.as_bytes()));
+        format!("{body}.{mac}")
+    }
+
+    fn open_state(
+        &self,
+        state: &str,
+        method: &str,
+        subject: Option<&Value>,
+    ) -> Result<Map<String, Value>, ErrorObject> {
+        let refused = || ErrorObject::invalid_params("requestState integrity check failed");
+        let (body, mac) = state.split_once('.').ok_or_else(refused)?;
+        let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| refused())?;
+        let expected = hmac(&self.inner.state_key, body.as_bytes());
+        if mac.len() != expected.len() || !openssl::memcmp::eq(&mac, &expected) {
+            return Err(refused());
+        }
+        let payload: Value = URL_SAFE_NO_PAD
+            .decode(body)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .ok_or_else(refused)?;
+        if payload["expires"].as_u64().is_none_or(|at| at < now()) {
+            return Err(ErrorObject::invalid_params("requestState has expired; send the request again without it"));
+        }
+        if payload["method"] != method || payload["subject"] != subject.cloned().unwrap_or(Value::Null) {
+            return Err(ErrorObject::invalid_params("requestState belongs to another request"));
+        }
+        Ok(payload["answers"].as_object().cloned().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_opens_only_unaltered_for_its_own_request_before_it_expires() {
+        let demo = DemoServer::conformance();
+        let tool = json!("test_input_required_result_multi_round");
+        let answers: Map<String, Value> = [("step1".to_owned(), json!({"action": "accept"}))].into_iter().collect();
+        let state = demo.seal_state(methods::TOOLS_CALL, Some(&tool), &answers);
+        assert_eq!(demo.open_state(&state, methods::TOOLS_CALL, Some(&tool)), Ok(answers.clone()));
+        // Altered anywhere, or made by another process (another key): refused.
+        let (body, mac) = state.split_once('.').unwrap();
+        for altered in [format!("{state}-TAMPERED"), format!("{body}x.{mac}"), body.to_owned(), String::new()] {
+            let refused = demo.open_state(&altered, methods::TOOLS_CALL, Some(&tool)).unwrap_err();
+            assert_eq!(refused.message, "requestState integrity check failed", "{altered}");
+        }
+        let other = DemoServer::conformance();
+        assert!(other.open_state(&state, methods::TOOLS_CALL, Some(&tool)).is_err());
+        // Brought to another tool or method: refused.
+        let elsewhere = json!("test_input_required_result_elicitation");
+        assert!(demo
+            .open_state(&state, methods::TOOLS_CALL, Some(&elsewhere))
+            .unwrap_err()
+            .message
+            .contains("another request"));
+        assert!(demo.open_state(&state, methods::PROMPTS_GET, Some(&tool)).is_err());
+        // Too old: refused, saying so.
+        let payload = json!({"method": methods::TOOLS_CALL, "subject": tool, "answers": answers, "expires": now() - 1});
+        let body = URL_SAFE_NO_PAD.encode(payload.to_string());
+        let old = format!("{body}.{}", URL_SAFE_NO_PAD.encode(hmac(&demo.inner.state_key, body.as_bytes())));
+        assert!(demo.open_state(&old, methods::TOOLS_CALL, Some(&tool)).unwrap_err().message.contains("expired"));
+    }
+}
