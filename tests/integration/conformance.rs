@@ -7,16 +7,20 @@
 //!   and server-sse-polling among them), and the gateway passes exactly the same checks (over
 //!   stdio, but for those of a stream closed early, which a stdio upstream has not).
 //! - 0.2.0-alpha.12 (`conformance-next`), exactly what each revision requires
-//!   (`--requirements 2025-11-25`, `--requirements 2026-07-28`): every check the demo passes
-//!   directly passes through the gateway too. At 2026-07-28 the gateway speaks the revision the
-//!   2025-11-25 demo does not, so through it every check passes but those that need a fixture
-//!   only a 2026-07-28 server has (listed, each with what it needs).
+//!   (`--requirements 2025-11-25`, `--requirements 2026-07-28`), in front of the demo in each
+//!   of its revision modes: 2025-11-25 only, 2026-07-28 only, and both (dual-era, its modern
+//!   side asking the legacy fixtures' questions on the call's stream). The demo passes every
+//!   check of each revision it serves, and every check it passes directly passes through the
+//!   gateway too. Through the gateway a client of either revision passes every check, but, in
+//!   front of the 2025-11-25 demo, those that need a fixture only a 2026-07-28 server has
+//!   (listed, each with what it needs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::Value;
 use taskgate_config::UpstreamConfig;
+use taskgate_demo::Revisions;
 use taskgate_testkit::{config_with, interop_dir, taskgate_bin, DemoUpstream, TestGateway};
 
 /// Check statuses per scenario: scenario → (check id → status).
@@ -244,41 +248,87 @@ pub(crate) fn lost(direct: &Report, through: &Report, stdio: bool) -> Vec<String
         .collect()
 }
 
-#[actix_rt::test]
-async fn the_current_suite_loses_no_check_through_the_gateway_at_either_revision() {
-    let demo = DemoUpstream::start_conformance();
+/// The checks that did not pass in `report`, but those that say they do not apply (SKIPPED,
+/// INFO) and the tasks extension's (extension scenarios, compared in tasks_extension.rs).
+fn failing(report: &Report) -> Vec<String> {
+    not_passed(report)
+        .into_iter()
+        .filter(|c| !c.starts_with("tasks-") && !c.contains(": SKIPPED") && !c.contains(": INFO"))
+        .collect()
+}
+
+/// The current suite at both revisions, directly and through the gateway over HTTP and stdio,
+/// in front of the demo serving `revisions`: through the gateway no check is lost.
+async fn compare_at_both_revisions(revisions: Revisions) {
+    let demo = DemoUpstream::start_conformance_at(revisions);
     let http = UpstreamConfig { prefix: false, ..demo.upstream("demo") };
+    let mode = match revisions {
+        Revisions::Legacy => "2025-11-25",
+        Revisions::Modern => "2026-07-28",
+        Revisions::Both => "both",
+    };
     let stdio = UpstreamConfig {
         prefix: false,
         ..UpstreamConfig::stdio(
             "demo",
             taskgate_bin().display().to_string(),
-            vec!["demo-upstream".into(), "--stdio".into(), "--conformance".into()],
+            ["demo-upstream", "--stdio", "--conformance", "--revision", mode].map(String::from).to_vec(),
         )
     };
     for revision in ["2025-11-25", "2026-07-28"] {
         let direct = run(&demo.http.url, Suite::Requirements(revision)).await;
-        assert!(passed(&direct).len() >= 40, "{revision}: {} checks passed directly", passed(&direct).len());
+        // The demo passes every check of each revision it serves.
+        let serves = match revisions {
+            Revisions::Legacy => revision == "2025-11-25",
+            Revisions::Modern => revision == "2026-07-28",
+            Revisions::Both => true,
+        };
+        if serves {
+            assert_eq!(failing(&direct), Vec::<String>::new(), "{revision}: the demo ({mode}) fails checks directly");
+            assert!(passed(&direct).len() >= 40, "{revision}: {} checks passed directly", passed(&direct).len());
+        }
         for (transport, upstream) in [("http", http.clone()), ("stdio", stdio.clone())] {
             let gw = TestGateway::start(config_with(vec![upstream]));
             let through = run(&gw.url, Suite::Requirements(revision)).await;
             gw.stop().await;
             let lost = lost(&direct, &through, transport == "stdio");
-            assert_eq!(lost, Vec::<String>::new(), "{revision}, through the gateway ({transport})");
+            assert_eq!(
+                lost,
+                Vec::<String>::new(),
+                "{revision}, through the gateway ({transport}) to the demo ({mode})"
+            );
+            // Through the gateway a client of either revision gets what the demo offers: every
+            // check passes, but those that need what a 2025-11-25 server does not have.
+            let per_process =
+                |check: &String| transport == "stdio" && PER_PROCESS_OVER_STDIO.iter().any(|c| check.starts_with(c));
+            let needs = |check: &String| {
+                revisions == Revisions::Legacy
+                    && (NEEDS_A_2026_SERVER.iter().any(|(prefix, _)| check.starts_with(prefix)) || per_process(check))
+            };
+            let failing: Vec<String> = failing(&through).into_iter().filter(|c| !needs(c)).collect();
+            assert_eq!(
+                failing,
+                Vec::<String>::new(),
+                "{revision}, through the gateway ({transport}) to the demo ({mode})"
+            );
             if revision == "2026-07-28" {
-                let per_process = |check: &String| {
-                    transport == "stdio" && PER_PROCESS_OVER_STDIO.iter().any(|c| check.starts_with(c))
-                };
-                let needs = |check: &String| {
-                    NEEDS_A_2026_SERVER.iter().any(|(prefix, _)| check.starts_with(prefix)) || per_process(check)
-                };
-                let failing: Vec<String> = not_passed(&through)
-                    .into_iter()
-                    .filter(|c| !needs(c) && !c.contains(": SKIPPED") && !c.contains(": INFO"))
-                    .collect();
-                assert_eq!(failing, Vec::<String>::new(), "{revision}, through the gateway ({transport})");
                 assert!(passed(&through).len() >= 110, "{} checks passed", passed(&through).len());
             }
         }
     }
+}
+
+#[actix_rt::test]
+async fn the_current_suite_loses_no_check_through_the_gateway_to_a_2025_11_25_server() {
+    compare_at_both_revisions(Revisions::Legacy).await;
+}
+
+#[actix_rt::test]
+async fn the_current_suite_loses_no_check_through_the_gateway_to_a_2026_07_28_server() {
+    compare_at_both_revisions(Revisions::Modern).await;
+}
+
+#[actix_rt::test]
+async fn the_current_suite_loses_no_check_through_the_gateway_to_a_dual_era_server() {
+    compare_at_both_revisions(Revisions::Both).await;
 }
