@@ -15,6 +15,7 @@ use taskgate_protocol::sse::encode_event;
 use taskgate_protocol::{ErrorObject, Message};
 use tokio::sync::{mpsc, watch};
 
+use crate::sse_body::sse;
 use crate::DemoServer;
 
 /// A running demo HTTP server.
@@ -128,29 +129,6 @@ fn session(headers: &HeaderMap, state: &State) -> Result<(String, u64), HttpResp
         Some(conn) => Ok((id.to_owned(), *conn)),
         None => Err(HttpResponse::NotFound().body("unknown session")),
     }
-}
-
-/// The most an SSE write carries: a large event goes out as many HTTP chunks, as servers that
-/// flush while they serialise send it, so a reader sees it arrive in pieces.
-const SSE_PIECE: usize = 8 << 10;
-
-pub(crate) fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
-    let mut pending = Bytes::new();
-    let body = futures_util::stream::poll_fn(move |cx| {
-        if pending.is_empty() {
-            match rx.poll_recv(cx) {
-                std::task::Poll::Ready(Some(m)) => pending = Bytes::from(encode_event(None, &m.to_json())),
-                std::task::Poll::Ready(None) => return std::task::Poll::Ready(None),
-                std::task::Poll::Pending => return std::task::Poll::Pending,
-            }
-        }
-        let piece = pending.split_to(pending.len().min(SSE_PIECE));
-        std::task::Poll::Ready(Some(Ok::<_, std::convert::Infallible>(piece)))
-    });
-    HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .streaming(body)
 }
 
 async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpResponse {

@@ -16,11 +16,13 @@ mod modern;
 mod modern_fixtures;
 mod modern_http;
 mod modern_input;
+mod modern_state;
 mod offerings;
 mod server;
+mod sse_body;
 pub mod stdio;
 mod tasks;
 mod tools;
 
-pub use modern::Revisions;
+pub use modern_state::Revisions;
 pub use server::{DemoServer, DemoStats};

@@ -23,32 +23,8 @@ use taskgate_protocol::revision_2026::{self as wire, meta, methods as modern_met
 use taskgate_protocol::{codes, ErrorObject, Message, RequestId};
 use tokio::sync::mpsc;
 
+use crate::modern_state::{Listen, Revisions};
 use crate::DemoServer;
-
-/// Which protocol revisions a demo serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Revisions {
-    /// 2025-11-25 (and earlier) only: `initialize` and sessions.
-    #[default]
-    Legacy,
-    /// 2026-07-28 only: stateless requests.
-    Modern,
-    /// Both, chosen by how the client opens (a dual-era server).
-    Both,
-}
-
-impl std::str::FromStr for Revisions {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Revisions, String> {
-        match s {
-            "2025-11-25" => Ok(Revisions::Legacy),
-            "2026-07-28" => Ok(Revisions::Modern),
-            "both" => Ok(Revisions::Both),
-            other => Err(format!("unknown revision mode {other:?}: use 2025-11-25, 2026-07-28 or both")),
-        }
-    }
-}
 
 /// The legacy versions, negotiated by `initialize`.
 const LEGACY: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -89,15 +65,6 @@ pub(crate) enum Checked {
     Listen(RequestId, Value),
     /// A request to run.
     Request(RequestId, String, Option<Value>, RequestMeta),
-}
-
-/// An open `subscriptions/listen` stream.
-pub(crate) struct Listen {
-    /// The transport connection it came on (a stdio process, or its own HTTP request).
-    pub(crate) origin: u64,
-    pub(crate) id: RequestId,
-    pub(crate) filter: Value,
-    pub(crate) tx: mpsc::Sender<Message>,
 }
 
 /// Optional whitespace around a header value (RFC 9110 "OWS").
@@ -410,7 +377,7 @@ impl DemoServer {
         }
         let round = self.round_of(method, params.as_mut())?;
         let on_stream = self.inner.revisions == Revisions::Both;
-        self.inner.rounds.lock().insert(connection, crate::modern_input::Round::new(round, on_stream, method));
+        self.inner.rounds.lock().insert(connection, crate::modern_state::Round::new(round, on_stream, method));
         let name = params.as_ref().and_then(|p| p.get(crate::modern_input::subject(method))).cloned();
         let outcome = match (method, name.as_ref().and_then(Value::as_str)) {
             (methods::TOOLS_CALL, Some(tool)) if self.inner.conformance && crate::modern_fixtures::is_tool(tool) => {

@@ -10,8 +10,8 @@ use actix_web::{HttpRequest, HttpResponse};
 use taskgate_protocol::{ErrorObject, Message, RequestId};
 use tokio::sync::mpsc;
 
-use crate::http::sse;
 use crate::modern::{Checked, Headers};
+use crate::sse_body::sse;
 use crate::DemoServer;
 
 /// The standard headers (names arrive lowercased).

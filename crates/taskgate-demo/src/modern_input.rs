@@ -10,7 +10,6 @@
 //! MUST treat `requestState` as attacker-controlled and reject state that fails verification).
 //! The demo authenticates nobody, so no principal is bound into it.
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -24,29 +23,6 @@ use crate::DemoServer;
 
 /// How long an `input_required` answer's state may be brought back.
 const STATE_TTL: Duration = Duration::from_secs(600);
-
-/// The questions of one run of a modern request, and the answers it has.
-pub(crate) struct Round {
-    /// Answers the request carries: from its state and its `inputResponses`.
-    answers: Map<String, Value>,
-    /// The answers the run used, which the next state carries.
-    used: Map<String, Value>,
-    /// The questions the run needs answered: key → the request (`method`, `params`).
-    asked: Map<String, Value>,
-    /// How many questions each method asked in this run (the legacy fixtures' keys).
-    counts: HashMap<String, usize>,
-    /// Whether the legacy fixtures ask on the call's stream instead (a dual-era demo).
-    on_stream: bool,
-    /// Whether the request may answer `input_required` (tools/call, prompts/get, resources/read).
-    may_ask: bool,
-}
-
-impl Round {
-    pub(crate) fn new(answers: Map<String, Value>, on_stream: bool, method: &str) -> Round {
-        let may_ask = [methods::TOOLS_CALL, methods::PROMPTS_GET, methods::RESOURCES_READ].contains(&method);
-        Round { answers, used: Map::new(), asked: Map::new(), counts: HashMap::new(), on_stream, may_ask }
-    }
-}
 
 /// The params member a request is about: the URI of a read, else the name.
 pub(crate) fn subject(method: &str) -> &'static str {
@@ -75,13 +51,6 @@ fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// A fresh key for sealing request states.
-pub(crate) fn state_key() -> [u8; 32] {
-    let mut key = [0u8; 32];
-    openssl::rand::rand_bytes(&mut key).expect("the system's random numbers");
-    key
 }
 
 impl DemoServer {

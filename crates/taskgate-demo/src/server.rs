@@ -85,13 +85,13 @@ pub(crate) struct Inner {
     /// request, whose connection is its own).
     pub(crate) client_capabilities: Mutex<HashMap<u64, Value>>,
     /// Which protocol revisions it serves.
-    pub(crate) revisions: crate::modern::Revisions,
+    pub(crate) revisions: crate::modern_state::Revisions,
     /// Open `subscriptions/listen` streams.
-    pub(crate) listens: Mutex<Vec<crate::modern::Listen>>,
+    pub(crate) listens: Mutex<Vec<crate::modern_state::Listen>>,
     /// Modern requests running, by (transport connection, request id): their own connection.
     pub(crate) modern_calls: Mutex<HashMap<(u64, RequestId), u64>>,
     /// The questions and answers of each modern request running, by its connection.
-    pub(crate) rounds: Mutex<HashMap<u64, crate::modern_input::Round>>,
+    pub(crate) rounds: Mutex<HashMap<u64, crate::modern_state::Round>>,
     /// The key that seals `input_required` states.
     pub(crate) state_key: [u8; 32],
 }
@@ -114,11 +114,11 @@ impl Default for Inner {
             offerings: Some(crate::offerings::Offerings::default()),
             conformance: false,
             client_capabilities: Mutex::default(),
-            revisions: crate::modern::Revisions::Legacy,
+            revisions: crate::modern_state::Revisions::Legacy,
             listens: Mutex::default(),
             modern_calls: Mutex::default(),
             rounds: Mutex::default(),
-            state_key: crate::modern_input::state_key(),
+            state_key: crate::modern_state::state_key(),
         }
     }
 }
@@ -154,7 +154,7 @@ impl DemoServer {
     }
 
     /// The same server serving `revisions` (call before it is shared or served).
-    pub fn serving(mut self, revisions: crate::modern::Revisions) -> DemoServer {
+    pub fn serving(mut self, revisions: crate::modern_state::Revisions) -> DemoServer {
         Arc::get_mut(&mut self.inner).expect("a server not yet shared").revisions = revisions;
         self
     }
