@@ -28,7 +28,7 @@ use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{json, Value};
 use taskgate_config::{TaskSupportSetting, UpstreamConfig};
-use taskgate_testkit::{config_with, McpClient, TestGateway};
+use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 
 use crate::conformance::{lost, passed, run, Suite};
 use crate::modern::Client as ModernClient;
@@ -336,5 +336,36 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     assert_eq!(gw.gateway.live_tasks(), 1, "the call's task runs, not yet shown");
     running(&gw, 0).await;
+    gw.stop().await;
+}
+
+/// A wrapped call whose upstream withdraws its question after the client was asked it: the
+/// task is shown once the wait passes with nothing outstanding, into the exchange waiting for
+/// the client's retry; a client that never retries never sees it, so when the gateway gives
+/// the exchange up (past `server.input_wait_secs`) the task is cancelled, and the upstream's
+/// call with it.
+#[actix_rt::test]
+async fn a_task_shown_to_a_call_whose_client_never_retried_is_cancelled_with_the_exchange() {
+    let demo = DemoUpstream::start();
+    let upstream = UpstreamConfig {
+        prefix: false,
+        tool_task_support: [("ask".to_owned(), TaskSupportSetting::Optional)].into(),
+        tool_first_input_wait_ms: [("ask".to_owned(), 50)].into(),
+        ..demo.upstream("demo")
+    };
+    let mut config = config_with(vec![upstream]);
+    config.server.input_wait_secs = 1;
+    config.server.first_message_wait_ms = 0;
+    let gw = TestGateway::start(config);
+    let c = ModernClient::over(McpClient::new(&gw.url));
+    let asked = c.call("ask", json!({"question": "Which?", "withdraw": "withdrawn", "after": "finished"})).await;
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    running(&gw, 1).await;
+    // The upstream withdraws its question and works on: the task is shown, and not seen.
+    demo.demo.release("withdrawn");
+    // Given up a second after the question: the task is cancelled, and the upstream's call.
+    running(&gw, 0).await;
+    within(demo.demo.wait_in_flight(|n| *n == 0)).await;
+    assert_eq!(demo.demo.stats().cancelled, 1, "the upstream's call was cancelled");
     gw.stop().await;
 }

@@ -43,8 +43,8 @@ impl DemoServer {
                    "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
             json!({"name":"late_progress","description":"Returns, then reports progress for the finished call (which must not reach anyone).",
                    "inputSchema":object(json!({}), &[])}),
-            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with gate, it first waits until that gate opens; with stream: \"get\" the question goes on the GET stream, and is lost if none is open.",
-                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"},"gate":{"type":"string"}}), &[])}),
+            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with gate, it first waits until that gate opens; with stream: \"get\" the question goes on the GET stream, and is lost if none is open; with withdraw (true, or a gate's name) it cancels its question (at once, or when that gate opens), then returns, once the gate named by after opens if given.",
+                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"},"gate":{"type":"string"},"withdraw":{"type":["boolean","string"]},"after":{"type":"string"}}), &[])}),
             json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call (progress notifications if the call has a progress token), then waits at gate, if given, until it opens or the call is cancelled.",
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
@@ -326,11 +326,22 @@ impl DemoServer {
                     // It asked and moves on: the question stays unanswered as far as it cares.
                     return Ok(json!({"content": [{"type": "text", "text": "asked"}], "isError": false}));
                 }
-                if args.get("withdraw").and_then(Value::as_bool) == Some(true) {
-                    // The server changes its mind: it cancels its own request.
+                if let Some(withdraw) = args.get("withdraw").filter(|w| w.is_string() || **w == true) {
+                    // The server changes its mind (at once, or once the gate named opens): it
+                    // cancels its own request; with `after`, it then works on until that gate opens.
+                    if let Some(gate_name) = withdraw.as_str() {
+                        let waited = self.wait_gate(connection, id, gate_name).await;
+                        if waited.is_err() {
+                            self.inner.asked.lock().remove(&ask_id);
+                        }
+                        waited?;
+                    }
                     self.inner.asked.lock().remove(&ask_id);
                     let cancel = json!({"requestId": ask_id.to_value(), "reason": "no longer needed"});
                     let _ = related.send(Message::notification(methods::CANCELLED, Some(cancel))).await;
+                    if let Some(gate_name) = args.get("after").and_then(Value::as_str) {
+                        self.wait_gate(connection, id, gate_name).await?;
+                    }
                     return Ok(json!({"content": [{"type": "text", "text": "withdrawn"}], "isError": false}));
                 }
                 // Waiting for the answer is a call in flight, stopped by a cancellation.

@@ -529,6 +529,25 @@ impl Front2026 {
             let _ = parked.call.session.respond(Message::error(Some(RequestId::String(key.clone())), error)).await;
         }
         cancel(&parked.call, "the client did not retry with the input it was asked for");
+        // A call answered while it waited for the retry (its questions withdrawn, a wrapped
+        // task shown meanwhile): its client never saw the answer, so a task made for it is
+        // known to no one, and is cancelled as a call its client gave up on would have it.
+        let Parked { call, mut messages, .. } = parked;
+        while let Some(Some(frame)) = messages.recv().now_or_never() {
+            let answer = frame.response.then(|| serde_json::from_str::<Value>(&frame.json).ok()).flatten();
+            let Some(task) = answer.as_ref().and_then(|a| a.pointer("/result/task/taskId")).and_then(Value::as_str)
+            else {
+                continue;
+            };
+            tracing::info!(%task, "a task made for a call whose client did not retry is cancelled");
+            let cancelling = json!({ "taskId": task });
+            match call.session.request(self.internal_id(), methods::TASKS_CANCEL.into(), Some(cancelling)).await {
+                Ok(mut answer) => {
+                    let _ = answer.recv().await;
+                }
+                Err(e) => tracing::debug!(error = %e, "the unseen task could not be cancelled"),
+            }
+        }
     }
 
     /// Exchanges held now.
