@@ -638,3 +638,44 @@ async fn a_dual_era_upstream_serves_each_client_in_its_own_revision() {
         assert_eq!(next_call_era(&mut events).await, json!({"era": "2026-07-28", "call": "ask"}));
     }
 }
+
+/// basic/patterns/mrtr at the upstream: a 2026-07-28 server in transition asks, as a request
+/// on a call's own stream, what it should ask with `input_required` (the conformance suite's
+/// reference server does for its 2025-11-25 fixtures; so does the demo's dual-era side). The
+/// gateway relays the question to a 2026-07-28 client as `input_required` and the retry's
+/// answer back as the response the upstream waits for, over HTTP and stdio; a 2026-only server
+/// asks with `input_required` itself, and its client is asked the same way.
+#[actix_rt::test]
+async fn a_2026_upstream_asking_on_the_calls_stream_is_answered_through_input_required() {
+    use taskgate_demo::Revisions;
+    for (revisions, mode) in [(Revisions::Both, "both"), (Revisions::Modern, "2026-07-28")] {
+        let demo = taskgate_testkit::DemoUpstream::start_conformance_at(revisions);
+        let args = ["demo-upstream", "--stdio", "--conformance", "--revision", mode].map(String::from).to_vec();
+        let stdio = UpstreamConfig::stdio("demo", taskgate_testkit::taskgate_bin().display().to_string(), args);
+        for upstream in [demo.upstream("demo"), stdio] {
+            let transport = if upstream.url.is_none() { "stdio" } else { "http" };
+            let gw = gateway(vec![UpstreamConfig { prefix: false, ..upstream }]);
+            let c = ModernClient::new(&gw.url, json!({"elicitation": {"form": {}}}));
+            let asked = c.call("test_elicitation", json!({"message": "Who are you?"})).await;
+            assert_eq!(asked["resultType"], "input_required", "{mode}, {transport}: {asked}");
+            let questions = asked["inputRequests"].as_object().unwrap();
+            assert_eq!(questions.len(), 1, "{asked}");
+            let (key, question) = questions.iter().next().unwrap();
+            // The dual-era side's question came as a request on the stream (shown under the
+            // gateway's id for it); the 2026-only server's as its own input request, under its key.
+            assert_eq!(key == "elicitation-1", revisions == Revisions::Modern, "{mode}, {transport}: {asked}");
+            assert_eq!(question["method"], "elicitation/create", "{asked}");
+            assert_eq!(question["params"]["message"], "Who are you?", "{asked}");
+            let answer = json!({"action": "accept", "content": {"username": "ada", "email": "ada@example.com"}});
+            let retry = json!({"name": "test_elicitation", "arguments": {"message": "Who are you?"},
+                "inputResponses": {key.as_str(): answer}, "requestState": asked["requestState"]});
+            let done = within(c.ok("tools/call", retry)).await;
+            let text = text_of(&done);
+            assert!(
+                text.starts_with("User response: action=accept") && text.contains("ada@example.com"),
+                "{mode}, {transport}: {done}"
+            );
+            gw.stop().await;
+        }
+    }
+}
