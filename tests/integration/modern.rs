@@ -56,6 +56,12 @@ impl Client {
         self.send_raw(method, self.params(params), &[]).await
     }
 
+    /// Sends a request with the standard headers and `extra` ones (replacing any of the same
+    /// name; "" drops one).
+    pub(crate) async fn send_with(&self, method: &str, params: Value, extra: &[(&str, &str)]) -> Reply {
+        self.send_raw(method, self.params(params), extra).await
+    }
+
     /// Sends params as given, with the standard headers unless `extra` replaces them ("" drops one).
     async fn send_raw(&self, method: &str, params: Value, extra: &[(&str, &str)]) -> Reply {
         let id = self.next.fetch_add(1, Ordering::Relaxed);

@@ -679,3 +679,68 @@ async fn a_2026_upstream_asking_on_the_calls_stream_is_answered_through_input_re
         }
     }
 }
+
+/// streamable-http "Server Behavior for Custom Headers" at the front door: a 2026-07-28
+/// call's `Mcp-Param-*` headers must match the arguments its tool annotates with
+/// `x-mcp-header` (400 and -32020: different, missing while the argument has a value, sent for
+/// one with none, sent twice, malformed Base64), checked for the tool the call reaches: one
+/// the tenant's rules leave out stays an unknown tool, whatever the headers say.
+#[actix_rt::test]
+async fn mcp_param_headers_are_checked_for_the_tool_a_call_reaches() {
+    use taskgate_config::ToolRules;
+    let demo = taskgate_testkit::DemoUpstream::start_conformance_at(taskgate_demo::Revisions::Modern);
+    let mut config = config_with(vec![UpstreamConfig { prefix: false, ..demo.upstream("demo") }]);
+    let mut acme = crate::tenants::tenant("acme", &[("ci", "acme-param-headers-00001")]);
+    acme.tools = Some(ToolRules { deny: vec!["test_header_param".into()], ..Default::default() });
+    config.tenants = vec![acme, crate::tenants::tenant("globex", &[("ci", "globex-param-headers-001")])];
+    let gw = TestGateway::start(config);
+    let globex = ModernClient::declaring(McpClient::with_bearer(&gw.url, "globex-param-headers-001"), json!({}));
+    let call = |region: Value| json!({"name": "test_header_param", "arguments": {"region": region}});
+
+    let served = globex
+        .send_with("tools/call", call(json!("eu west")), &[("mcp-param-region", "=?base64?ZXUgd2VzdA==?=")])
+        .await;
+    assert_eq!(served.status, 200, "{served:?}");
+    assert_eq!(text_of(&served.outcome().unwrap()), "Region: eu west");
+    let refused = |reply: taskgate_testkit::Reply, case: &str| {
+        assert_eq!(reply.status, 400, "{case}: {reply:?}");
+        assert_eq!(reply.outcome().unwrap_err().code, -32020, "{case}");
+    };
+    refused(globex.send_with("tools/call", call(json!("eu")), &[("mcp-param-region", "us")]).await, "different");
+    refused(globex.send_with("tools/call", call(json!("eu")), &[]).await, "missing");
+    let absent = json!({"name": "test_header_param", "arguments": {}});
+    refused(globex.send_with("tools/call", absent, &[("mcp-param-region", "eu")]).await, "for no value");
+    refused(
+        globex.send_with("tools/call", call(json!("Hello")), &[("mcp-param-region", "=?base64?SGVsbG8?=")]).await,
+        "unpadded",
+    );
+    // Sent twice, even with the right value.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "test_header_param",
+        "arguments": {"region": "eu"}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let twice = reqwest::Client::new()
+        .post(&gw.url)
+        .bearer_auth("globex-param-headers-001")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "test_header_param")
+        .header("mcp-param-region", "eu")
+        .header("mcp-param-region", "eu")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), 400);
+    assert_eq!(twice.json::<Value>().await.unwrap()["error"]["code"], -32020);
+
+    // The tool acme's rules leave out is unknown to it, headers or not: nothing says it exists.
+    let acme = ModernClient::declaring(McpClient::with_bearer(&gw.url, "acme-param-headers-00001"), json!({}));
+    for headers in [&[("mcp-param-region", "us")][..], &[][..]] {
+        let reply = acme.send_with("tools/call", call(json!("eu")), headers).await;
+        let e = reply.outcome().unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (-32602, "Unknown tool: test_header_param"), "{e:?}");
+    }
+    gw.stop().await;
+}

@@ -358,7 +358,7 @@ async fn a_task_shown_to_a_call_whose_client_never_retried_is_cancelled_with_the
     config.server.first_message_wait_ms = 0;
     let gw = TestGateway::start(config);
     let c = ModernClient::over(McpClient::new(&gw.url));
-    let asked = c.call("ask", json!({"question": "Which?", "withdraw": "withdrawn", "after": "finished"})).await;
+    let asked = c.call("ask", json!({"question": "Which?", "withdraw": "withdrawn", "then_gate": "finished"})).await;
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     running(&gw, 1).await;
     // The upstream withdraws its question and works on: the task is shown, and not seen.

@@ -24,7 +24,7 @@ async fn within<F: std::future::Future>(event: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(30), event).await.expect("the awaited event did not happen within 30 s")
 }
 
-fn tenant(id: &str, keys: &[(&str, &str)]) -> TenantConfig {
+pub(crate) fn tenant(id: &str, keys: &[(&str, &str)]) -> TenantConfig {
     let mut t = TenantConfig::new(id);
     for (principal, key) in keys {
         t.api_keys.push(ApiKeyConfig { principal: (*principal).into(), sha256: hash_key(key) });

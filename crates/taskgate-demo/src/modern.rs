@@ -26,6 +26,9 @@ use tokio::sync::mpsc;
 use crate::modern_state::{Listen, Revisions};
 use crate::DemoServer;
 
+/// The most `subscriptions/listen` streams one transport connection holds.
+const MAX_LISTENS: usize = 64;
+
 /// The legacy versions, negotiated by `initialize`.
 const LEGACY: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
@@ -210,7 +213,11 @@ impl DemoServer {
             let schema = tools.iter().find(|t| t["name"] == name).and_then(|t| t.get("inputSchema"));
             let specs = param_headers(schema).unwrap_or_default();
             let sent = |header: &str| {
-                let raw = headers.params.iter().find(|(n, _)| format!("mcp-param-{n}") == header).map(|(_, v)| v)?;
+                let mut copies = headers.params.iter().filter(|(n, _)| format!("mcp-param-{n}") == header);
+                let (_, raw) = copies.next()?;
+                if copies.next().is_some() {
+                    return Some(Err("the header is sent more than once".to_owned()));
+                }
                 Some(header_value(raw))
             };
             check_params(&specs, params.and_then(|p| p.get("arguments")), sent)?;
@@ -267,6 +274,14 @@ impl DemoServer {
         let _ = tx.try_send(Message::notification(modern_methods::SUBSCRIPTIONS_ACKNOWLEDGED, Some(ack)));
         let mut listens = self.inner.listens.lock();
         listens.retain(|l| !l.tx.is_closed());
+        // A transport connection's streams are bounded (stdio's share one channel, which only
+        // `notifications/cancelled` ends): past the bound its oldest is dropped.
+        if listens.iter().filter(|l| l.origin == origin).count() >= MAX_LISTENS {
+            let oldest = listens.iter().position(|l| l.origin == origin);
+            if let Some(oldest) = oldest {
+                listens.remove(oldest);
+            }
+        }
         listens.push(Listen { origin, id, filter, tx });
     }
 
@@ -304,9 +319,12 @@ impl DemoServer {
     /// Stops a modern request the client cancelled or left: its stream closed (HTTP), or
     /// `notifications/cancelled` (stdio).
     pub(crate) fn cancel_modern(&self, origin: u64, id: &RequestId) {
-        let connection = self.inner.modern_calls.lock().get(&(origin, id.clone())).copied();
-        if let Some(stop) = connection.and_then(|c| self.inner.in_flight.lock().get(&(c, id.clone())).cloned()) {
-            stop.notify_one();
+        let Some(connection) = self.inner.modern_calls.lock().get(&(origin, id.clone())).copied() else { return };
+        // The request's connection is its own: whatever it waits on is the request's.
+        for ((c, _), stop) in self.inner.in_flight.lock().iter() {
+            if *c == connection {
+                stop.notify_one();
+            }
         }
     }
 
@@ -375,9 +393,9 @@ impl DemoServer {
             // server/utilities/logging: no log messages unless the request asks for a level.
             offerings.set_minimum(connection, request.log_level);
         }
-        let round = self.round_of(method, params.as_mut())?;
+        let (answers, bound) = self.round_of(method, params.as_mut())?;
         let on_stream = self.inner.revisions == Revisions::Both;
-        self.inner.rounds.lock().insert(connection, crate::modern_state::Round::new(round, on_stream, method));
+        self.inner.rounds.lock().insert(connection, crate::modern_state::Round::new(answers, on_stream, method));
         let name = params.as_ref().and_then(|p| p.get(crate::modern_input::subject(method))).cloned();
         let outcome = match (method, name.as_ref().and_then(Value::as_str)) {
             (methods::TOOLS_CALL, Some(tool)) if self.inner.conformance && crate::modern_fixtures::is_tool(tool) => {
@@ -389,7 +407,7 @@ impl DemoServer {
             }
             _ => self.dispatch_modern(connection, id, method, params, related).await,
         };
-        self.finish_round(connection, method, name.as_ref(), outcome)
+        self.finish_round(connection, &bound, outcome)
     }
 
     /// A served method, as a legacy session's request would run, with what 2026-07-28 changes.
@@ -432,7 +450,12 @@ struct Done {
 impl Drop for Done {
     fn drop(&mut self) {
         let inner: &Arc<crate::server::Inner> = &self.demo.inner;
-        inner.modern_calls.lock().remove(&(self.origin, self.id.clone()));
+        // Another request of the same id on the same connection may have its own entry now.
+        let mut calls = inner.modern_calls.lock();
+        if calls.get(&(self.origin, self.id.clone())) == Some(&self.connection) {
+            calls.remove(&(self.origin, self.id.clone()));
+        }
+        drop(calls);
         inner.client_capabilities.lock().remove(&self.connection);
         inner.rounds.lock().remove(&self.connection);
         if let Some(offerings) = &inner.offerings {

@@ -54,17 +54,29 @@ fn now() -> u64 {
 }
 
 impl DemoServer {
-    /// The answers a request carries, taken out of its params: its `requestState` opened and
-    /// checked, and its `inputResponses` (each the client's result, an object; unknown keys
-    /// are kept but never used).
-    pub(crate) fn round_of(&self, method: &str, params: Option<&mut Value>) -> Result<Map<String, Value>, ErrorObject> {
-        let Some(Value::Object(params)) = params else { return Ok(Map::new()) };
+    /// The answers a request carries, taken out of its params, and what its state is bound to
+    /// (its method, what it is about, its arguments): its `requestState` opened and checked,
+    /// and its `inputResponses` (each the client's result, an object). With a state, answers
+    /// only to what the state's round asked are taken; without one, any (a client may answer
+    /// before it is asked).
+    pub(crate) fn round_of(
+        &self,
+        method: &str,
+        params: Option<&mut Value>,
+    ) -> Result<(Map<String, Value>, Value), ErrorObject> {
+        let Some(Value::Object(params)) = params else {
+            return Ok((Map::new(), json!({"method": method, "subject": null, "arguments": null})));
+        };
         let state = params.remove("requestState");
         let responses = params.remove("inputResponses");
-        let subject = params.get(subject(method)).cloned();
-        let mut answers = match state {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::String(state)) => self.open_state(&state, method, subject.as_ref())?,
+        let bound =
+            json!({"method": method, "subject": params.get(subject(method)), "arguments": params.get("arguments")});
+        let (mut answers, asked) = match state {
+            None | Some(Value::Null) => (Map::new(), None),
+            Some(Value::String(state)) => {
+                let (answers, asked) = self.open_state(&state, &bound)?;
+                (answers, Some(asked))
+            }
             Some(_) => return Err(ErrorObject::invalid_params("requestState must be a string")),
         };
         match responses {
@@ -75,12 +87,14 @@ impl DemoServer {
                         let why = format!("inputResponses[{key:?}] must be the client's result (an object)");
                         return Err(ErrorObject::invalid_params(why));
                     }
-                    answers.insert(key, response);
+                    if asked.as_ref().is_none_or(|asked| asked.contains(&Value::String(key.clone()))) {
+                        answers.insert(key, response);
+                    }
                 }
             }
             Some(_) => return Err(ErrorObject::invalid_params("inputResponses must be an object")),
         }
-        Ok(answers)
+        Ok((answers, bound))
     }
 
     /// The outcome of a run: a run that stopped for questions answers `input_required` with
@@ -88,16 +102,15 @@ impl DemoServer {
     pub(crate) fn finish_round(
         &self,
         connection: u64,
-        method: &str,
-        subject: Option<&Value>,
+        bound: &Value,
         outcome: Result<Value, ErrorObject>,
     ) -> Result<Value, ErrorObject> {
         let round = self.inner.rounds.lock().remove(&connection);
         match (outcome, round) {
             (Err(_), Some(round)) if !round.asked.is_empty() => Ok(json!({
                 "resultType": "input_required",
+                "requestState": self.seal_state(bound, &round.used, round.asked.keys().collect()),
                 "inputRequests": round.asked,
-                "requestState": self.seal_state(method, subject, &round.used),
             })),
             (outcome, _) => outcome,
         }
@@ -154,6 +167,12 @@ impl DemoServer {
         Ok(answers)
     }
 
+    /// Whether a question of `connection`'s request is asked with `input_required` (a modern
+    /// request of a demo that does not ask on the stream).
+    pub(crate) fn asks_with_input_required(&self, connection: u64) -> bool {
+        self.inner.rounds.lock().get(&connection).is_some_and(|r| !r.on_stream)
+    }
+
     /// Sends `method` to the client and waits for its answer: on the call's stream for a
     /// legacy session (and a dual-era demo's modern side), as an input request for a modern one.
     pub(crate) async fn ask_client(
@@ -177,24 +196,36 @@ impl DemoServer {
         let ask_id = taskgate_protocol::RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.inner.asked.lock().insert(ask_id.clone(), tx);
-        let _ = related.send(Message::request(ask_id, method, Some(params))).await;
-        rx.await.map_err(|_| ErrorObject::new(codes::INTERNAL_ERROR, format!("the client never answered {method}")))?
+        let _ = related.send(Message::request(ask_id.clone(), method, Some(params))).await;
+        let never = |_| ErrorObject::new(codes::INTERNAL_ERROR, format!("the client never answered {method}"));
+        if !self.inner.rounds.lock().contains_key(&connection) {
+            return rx.await.map_err(never)?;
+        }
+        // A modern request's question on its stream: the request ends if its client leaves.
+        let stop = self.track(connection, &ask_id);
+        let answer = tokio::select! {
+            answer = rx => answer.map_err(never),
+            () = stop.notified() => Err(ErrorObject::new(-32800, "request cancelled")),
+        };
+        let cancelled = answer.as_ref().is_err_and(|e| e.code == -32800);
+        self.inner.asked.lock().remove(&ask_id);
+        self.untrack(connection, &ask_id, cancelled);
+        answer?
     }
 
-    fn seal_state(&self, method: &str, subject: Option<&Value>, answers: &Map<String, Value>) -> String {
+    /// A state of `answers`, for the retry of the request `bound` describes, which answers the
+    /// questions `asked`.
+    fn seal_state(&self, bound: &Value, answers: &Map<String, Value>, asked: Vec<&String>) -> String {
         let expires = now() + STATE_TTL.as_secs();
-        let payload = json!({"method": method, "subject": subject, "answers": answers, "expires": expires});
+        let payload = json!({"bound": bound, "answers": answers, "asked": asked, "expires": expires});
         let body = URL_SAFE_NO_PAD.encode(payload.to_string());
         let mac = URL_SAFE_NO_PAD.encode(hmac(&self.inner.state_key, body.as_bytes()));
         format!("{body}.{mac}")
     }
 
-    fn open_state(
-        &self,
-        state: &str,
-        method: &str,
-        subject: Option<&Value>,
-    ) -> Result<Map<String, Value>, ErrorObject> {
+    /// The answers a state holds and the questions its round asked, if it is this process's,
+    /// unaltered, unexpired and for the request `bound` describes.
+    fn open_state(&self, state: &str, bound: &Value) -> Result<(Map<String, Value>, Vec<Value>), ErrorObject> {
         let refused = || ErrorObject::invalid_params("requestState integrity check failed");
         let (body, mac) = state.split_once('.').ok_or_else(refused)?;
         let mac = URL_SAFE_NO_PAD.decode(mac).map_err(|_| refused())?;
@@ -202,7 +233,7 @@ impl DemoServer {
         if mac.len() != expected.len() || !openssl::memcmp::eq(&mac, &expected) {
             return Err(refused());
         }
-        let payload: Value = URL_SAFE_NO_PAD
+        let mut payload: Value = URL_SAFE_NO_PAD
             .decode(body)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
@@ -210,10 +241,12 @@ impl DemoServer {
         if payload["expires"].as_u64().is_none_or(|at| at < now()) {
             return Err(ErrorObject::invalid_params("requestState has expired; send the request again without it"));
         }
-        if payload["method"] != method || payload["subject"] != subject.cloned().unwrap_or(Value::Null) {
+        if payload["bound"] != *bound {
             return Err(ErrorObject::invalid_params("requestState belongs to another request"));
         }
-        Ok(payload["answers"].as_object().cloned().unwrap_or_default())
+        let answers = payload["answers"].as_object_mut().map(std::mem::take).unwrap_or_default();
+        let asked = payload["asked"].as_array_mut().map(std::mem::take).unwrap_or_default();
+        Ok((answers, asked))
     }
 }
 
@@ -224,30 +257,48 @@ mod tests {
     #[test]
     fn a_state_opens_only_unaltered_for_its_own_request_before_it_expires() {
         let demo = DemoServer::conformance();
-        let tool = json!("test_input_required_result_multi_round");
+        let bound = |tool: &str, x: i64| json!({"method": methods::TOOLS_CALL, "subject": tool, "arguments": {"x": x}});
+        let mine = bound("test_input_required_result_multi_round", 1);
         let answers: Map<String, Value> = [("step1".to_owned(), json!({"action": "accept"}))].into_iter().collect();
-        let state = demo.seal_state(methods::TOOLS_CALL, Some(&tool), &answers);
-        assert_eq!(demo.open_state(&state, methods::TOOLS_CALL, Some(&tool)), Ok(answers.clone()));
+        let step2 = "step2".to_owned();
+        let state = demo.seal_state(&mine, &answers, vec![&step2]);
+        assert_eq!(demo.open_state(&state, &mine), Ok((answers.clone(), vec![json!("step2")])));
         // Altered anywhere, or made by another process (another key): refused.
         let (body, mac) = state.split_once('.').unwrap();
         for altered in [format!("{state}-TAMPERED"), format!("{body}x.{mac}"), body.to_owned(), String::new()] {
-            let refused = demo.open_state(&altered, methods::TOOLS_CALL, Some(&tool)).unwrap_err();
+            let refused = demo.open_state(&altered, &mine).unwrap_err();
             assert_eq!(refused.message, "requestState integrity check failed", "{altered}");
         }
-        let other = DemoServer::conformance();
-        assert!(other.open_state(&state, methods::TOOLS_CALL, Some(&tool)).is_err());
-        // Brought to another tool or method: refused.
-        let elsewhere = json!("test_input_required_result_elicitation");
-        assert!(demo
-            .open_state(&state, methods::TOOLS_CALL, Some(&elsewhere))
-            .unwrap_err()
-            .message
-            .contains("another request"));
-        assert!(demo.open_state(&state, methods::PROMPTS_GET, Some(&tool)).is_err());
+        assert!(DemoServer::conformance().open_state(&state, &mine).is_err());
+        // Brought to another tool, or to the same one with other arguments: refused.
+        for elsewhere in
+            [bound("test_input_required_result_elicitation", 1), bound("test_input_required_result_multi_round", 2)]
+        {
+            assert!(demo.open_state(&state, &elsewhere).unwrap_err().message.contains("another request"));
+        }
         // Too old: refused, saying so.
-        let payload = json!({"method": methods::TOOLS_CALL, "subject": tool, "answers": answers, "expires": now() - 1});
+        let payload = json!({"bound": mine, "answers": answers, "asked": [], "expires": now() - 1});
         let body = URL_SAFE_NO_PAD.encode(payload.to_string());
         let old = format!("{body}.{}", URL_SAFE_NO_PAD.encode(hmac(&demo.inner.state_key, body.as_bytes())));
-        assert!(demo.open_state(&old, methods::TOOLS_CALL, Some(&tool)).unwrap_err().message.contains("expired"));
+        assert!(demo.open_state(&old, &mine).unwrap_err().message.contains("expired"));
+    }
+
+    #[test]
+    fn a_retry_is_answered_only_for_what_its_state_asked() {
+        let demo = DemoServer::conformance();
+        let mut first = Some(json!({"name": "t", "arguments": {}}));
+        let (_, bound) = demo.round_of(methods::TOOLS_CALL, first.as_mut()).unwrap();
+        let asked = "user_name".to_owned();
+        let state = demo.seal_state(&bound, &Map::new(), vec![&asked]);
+        let mut retry = Some(json!({"name": "t", "arguments": {}, "requestState": state,
+            "inputResponses": {"user_name": {"action": "accept"}, "confirm": {"action": "accept"}}}));
+        let (answers, _) = demo.round_of(methods::TOOLS_CALL, retry.as_mut()).unwrap();
+        assert_eq!(answers.keys().collect::<Vec<_>>(), ["user_name"]);
+        assert_eq!(retry, Some(json!({"name": "t", "arguments": {}})), "the state and answers are taken out");
+        // Without a state, answers given before the question are taken.
+        let mut early = Some(json!({"name": "t", "inputResponses": {"confirm": {"action": "accept"}}}));
+        assert_eq!(demo.round_of(methods::TOOLS_CALL, early.as_mut()).unwrap().0.len(), 1);
+        let mut bad = Some(json!({"name": "t", "inputResponses": {"confirm": 12345}}));
+        assert!(demo.round_of(methods::TOOLS_CALL, bad.as_mut()).is_err());
     }
 }

@@ -43,8 +43,8 @@ impl DemoServer {
                    "inputSchema":object(json!({"values":{"type":"array","items":{"type":"number"}}}), &["values"])}),
             json!({"name":"late_progress","description":"Returns, then reports progress for the finished call (which must not reach anyone).",
                    "inputSchema":object(json!({}), &[])}),
-            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with gate, it first waits until that gate opens; with stream: \"get\" the question goes on the GET stream, and is lost if none is open; with withdraw (true, or a gate's name) it cancels its question (at once, or when that gate opens), then returns, once the gate named by after opens if given.",
-                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"},"gate":{"type":"string"},"withdraw":{"type":["boolean","string"]},"after":{"type":"string"}}), &[])}),
+            json!({"name":"ask","description":"Asks the client a question (elicitation/create) and returns the answer (or returns at once with wait: false); with gate, it first waits until that gate opens; with stream: \"get\" the question goes on the GET stream, and is lost if none is open; with withdraw (true, or a gate's name) it cancels its question (at once, or when that gate opens); answered or withdrawn, it returns once the gate then_gate names opens, if given.",
+                   "inputSchema":object(json!({"question":{"type":"string"},"wait":{"type":"boolean"},"gate":{"type":"string"},"withdraw":{"type":["boolean","string"]},"then_gate":{"type":"string"}}), &[])}),
             json!({"name":"chatter","description":"Sends count log messages (notifications/message) of bytes bytes each about the call (progress notifications if the call has a progress token), then waits at gate, if given, until it opens or the call is cancelled.",
                    "inputSchema":object(json!({"count":{"type":"integer"},"bytes":{"type":"integer"},"gate":{"type":"string"}}), &[])}),
             json!({"name":"broken","description":"Answers with a result that is not an object (null), as a faulty server would.",
@@ -305,6 +305,24 @@ impl DemoServer {
                     self.wait_gate(connection, id, gate_name).await?;
                 }
                 let question = args.get("question").and_then(Value::as_str).unwrap_or("Proceed?").to_owned();
+                let said = |answer: &Value| {
+                    let text = match answer.get("action").and_then(Value::as_str) {
+                        Some("accept") => {
+                            format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default())
+                        }
+                        other => format!("no answer ({})", other.unwrap_or("?")),
+                    };
+                    json!({"content": [{"type": "text", "text": text}], "isError": false})
+                };
+                let schema =
+                    json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]});
+                if self.asks_with_input_required(connection) {
+                    // A 2026-07-28-only demo asks with input_required (basic/patterns/mrtr: never
+                    // a request on the stream), whatever `stream`, `wait` or `withdraw` say.
+                    let question = json!({"mode": "form", "message": question, "requestedSchema": schema});
+                    let answer = self.ask_client(connection, methods::ELICITATION_CREATE, question, related).await?;
+                    return Ok(said(&answer));
+                }
                 let ask_id = RequestId::String(format!("demo-ask-{}", uuid::Uuid::new_v4()));
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 self.inner.asked.lock().insert(ask_id.clone(), tx);
@@ -312,7 +330,7 @@ impl DemoServer {
                     "_meta": {"progressToken": format!("{ask_id}-progress")},
                     "mode": "form",
                     "message": question,
-                    "requestedSchema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+                    "requestedSchema": schema
                 });
                 let request = Message::request(ask_id.clone(), "elicitation/create", Some(params));
                 if args.get("stream").and_then(Value::as_str) == Some("get") {
@@ -328,7 +346,7 @@ impl DemoServer {
                 }
                 if let Some(withdraw) = args.get("withdraw").filter(|w| w.is_string() || **w == true) {
                     // The server changes its mind (at once, or once the gate named opens): it
-                    // cancels its own request; with `after`, it then works on until that gate opens.
+                    // cancels its own request; with `then_gate`, it works on until that gate opens.
                     if let Some(gate_name) = withdraw.as_str() {
                         let waited = self.wait_gate(connection, id, gate_name).await;
                         if waited.is_err() {
@@ -339,7 +357,7 @@ impl DemoServer {
                     self.inner.asked.lock().remove(&ask_id);
                     let cancel = json!({"requestId": ask_id.to_value(), "reason": "no longer needed"});
                     let _ = related.send(Message::notification(methods::CANCELLED, Some(cancel))).await;
-                    if let Some(gate_name) = args.get("after").and_then(Value::as_str) {
+                    if let Some(gate_name) = args.get("then_gate").and_then(Value::as_str) {
                         self.wait_gate(connection, id, gate_name).await?;
                     }
                     return Ok(json!({"content": [{"type": "text", "text": "withdrawn"}], "isError": false}));
@@ -360,11 +378,7 @@ impl DemoServer {
                 if let Some(gate_name) = args.get("then_gate").and_then(Value::as_str) {
                     self.wait_gate(connection, id, gate_name).await?;
                 }
-                let text = match answer.get("action").and_then(Value::as_str) {
-                    Some("accept") => format!("answer: {}", answer["content"]["answer"].as_str().unwrap_or_default()),
-                    other => format!("no answer ({})", other.unwrap_or("?")),
-                };
-                Ok(json!({"content": [{"type": "text", "text": text}], "isError": false}))
+                Ok(said(&answer))
             }
             "chatter" => {
                 let count = args.get("count").and_then(Value::as_u64).unwrap_or(10).min(1_000_000);

@@ -203,7 +203,7 @@ pub struct ToolView {
     pub raw: Map<String, Value>,
     /// The parameters its `inputSchema` annotates with `x-mcp-header` (none when the
     /// annotations are invalid: a 2026-07-28 upstream's such tool is not listed at all).
-    pub param_headers: Vec<crate::param_headers::ParamHeader>,
+    pub param_headers: std::sync::Arc<[crate::param_headers::ParamHeader]>,
 }
 
 impl ToolView {
@@ -216,7 +216,7 @@ impl ToolView {
             .and_then(|e| e.get("taskSupport"))
             .and_then(|t| serde_json::from_value(t.clone()).ok())
             .unwrap_or_default();
-        let param_headers = crate::param_headers::param_headers(raw.get("inputSchema")).unwrap_or_default();
+        let param_headers = crate::param_headers::param_headers(raw.get("inputSchema")).unwrap_or_default().into();
         Some(ToolView { name, task_support, raw, param_headers })
     }
 

@@ -15,12 +15,14 @@ pub struct ParamHeader {
     pub path: Vec<String>,
     /// Whether the parameter is an integer (its values are compared as numbers).
     pub integer: bool,
+    /// The header's name, lowercased: `mcp-param-<name>`.
+    header: String,
 }
 
 impl ParamHeader {
     /// The header's name, lowercased: `mcp-param-<name>`.
-    pub fn header_name(&self) -> String {
-        format!("mcp-param-{}", self.name.to_ascii_lowercase())
+    pub fn header_name(&self) -> &str {
+        &self.header
     }
 
     /// The value at the annotated path in `arguments` as its header carries it (a string as
@@ -64,7 +66,8 @@ pub fn param_headers(schema: Option<&Value>) -> Result<Vec<ParamHeader>, String>
             if out.iter().any(|h| h.name.eq_ignore_ascii_case(name)) {
                 return Err(format!("x-mcp-header {name:?} is used twice"));
             }
-            out.push(ParamHeader { name: name.to_owned(), path: path.clone(), integer });
+            let header = format!("mcp-param-{}", name.to_ascii_lowercase());
+            out.push(ParamHeader { name: name.to_owned(), path: path.clone(), integer, header });
         }
         for (key, child) in map {
             match key.as_str() {
@@ -100,43 +103,65 @@ pub fn param_headers(schema: Option<&Value>) -> Result<Vec<ParamHeader>, String>
 }
 
 /// Checks a call's `Mcp-Param-*` headers against its arguments ("Server Behavior for Custom
-/// Headers": servers MUST reject a recognized header with invalid characters, and MUST reject
-/// with 400 and -32020 a header that, decoded, does not match the body, or that is missing
-/// while the body has the value). `header` gives a header's value as the client meant it
-/// (decoded from the Base64 sentinel; `Err` when unusable), or `None` when it is not sent.
-/// Integers are compared as numbers (`42.0` and `42` are equal).
+/// Headers" and "Server Validation": servers MUST reject a recognized header with invalid
+/// characters, and MUST reject with 400 and -32020 a header that, decoded, does not match the
+/// body, one missing while the body has the value, or one sent for an argument the body does
+/// not have). `header` gives a header's value as the client meant it (decoded from the Base64
+/// sentinel; `Err` when unusable or sent twice), or `None` when it is not sent. Integers are
+/// compared as numbers, exactly (`42.0` and `42` are equal; `4.2e1` is not an integer's text).
 pub fn check_params(
     specs: &[ParamHeader],
     arguments: Option<&Value>,
     header: impl Fn(&str) -> Option<Result<String, String>>,
 ) -> Result<(), String> {
     for spec in specs {
-        let sent = header(&spec.header_name());
-        match (spec.value_in(arguments), sent) {
+        let path = spec.path.join(".");
+        match (spec.value_in(arguments), header(spec.header_name())) {
             (_, Some(Err(why))) => return Err(format!("Mcp-Param-{}: {why}", spec.name)),
-            (None, _) => {}
+            (None, None) => {}
+            (None, Some(Ok(_))) => {
+                return Err(format!("the Mcp-Param-{} header is sent, but the argument {path} has no value", spec.name))
+            }
             (Some(_), None) => {
                 return Err(format!(
-                    "the argument {} has a value, so the Mcp-Param-{} header is required",
-                    spec.path.join("."),
+                    "the argument {path} has a value, so the Mcp-Param-{} header is required",
                     spec.name
                 ))
             }
             (Some(body), Some(Ok(sent))) => {
-                let number = |s: &str| s.trim().parse::<f64>().ok();
-                let equal =
-                    if spec.integer { number(&body).is_some() && number(&body) == number(&sent) } else { body == sent };
+                let equal = if spec.integer {
+                    integer_text(&body).is_some_and(|b| integer_text(&sent) == Some(b))
+                } else {
+                    body == sent
+                };
                 if !equal {
-                    return Err(format!(
-                        "the Mcp-Param-{} header does not match the argument {}",
-                        spec.name,
-                        spec.path.join(".")
-                    ));
+                    return Err(format!("the Mcp-Param-{} header does not match the argument {path}", spec.name));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// An integer written in decimal, canonically (no sign for zero, no leading zeros): `Some` for
+/// an optional `-`, digits and an optional fraction of zeros only.
+fn integer_text(text: &str) -> Option<String> {
+    let text = text.trim_matches([' ', '\t']);
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let decimal = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !decimal(whole) || !decimal(fraction) || fraction.bytes().any(|b| b != b'0') {
+        return None;
+    }
+    let whole = whole.trim_start_matches('0');
+    Some(match (negative, whole.is_empty()) {
+        (_, true) => "0".to_owned(),
+        (true, false) => format!("-{whole}"),
+        (false, false) => whole.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -153,7 +178,7 @@ mod tests {
             "query": {"type": "string"}
         }});
         let specs = param_headers(Some(&schema)).unwrap();
-        let names: Vec<String> = specs.iter().map(ParamHeader::header_name).collect();
+        let names: Vec<&str> = specs.iter().map(ParamHeader::header_name).collect();
         assert_eq!(names, ["mcp-param-region", "mcp-param-dry", "mcp-param-limit"]);
         let args = json!({"region": "us-west1", "opts": {"dry": true}, "limit": 42, "query": "x"});
         assert_eq!(specs[1].value_in(Some(&args)).as_deref(), Some("true"));
@@ -183,12 +208,24 @@ mod tests {
         };
         let both = sent(&[("mcp-param-region", "Hello"), ("mcp-param-limit", "42.0")]);
         assert_eq!(check_params(&specs, Some(&args), both), Ok(()));
+        // Integers exactly: not through floating point, not in another notation.
+        let big = json!({"limit": 9007199254740993_i64});
+        let near = sent(&[("mcp-param-limit", "9007199254740992")]);
+        assert!(check_params(&specs, Some(&big), near).is_err());
+        let exact = sent(&[("mcp-param-limit", "9007199254740993")]);
+        assert_eq!(check_params(&specs, Some(&big), exact), Ok(()));
+        for other in ["4.2e1", "+42", "inf", "42.5", "0x2a", ""] {
+            let limit = |name: &str| (name == "mcp-param-limit").then(|| Ok(other.to_owned()));
+            assert!(check_params(&specs[1..], Some(&json!({"limit": 42})), limit).is_err(), "{other}");
+        }
         let other = sent(&[("mcp-param-region", "Bye"), ("mcp-param-limit", "42")]);
         assert!(check_params(&specs, Some(&args), other).unwrap_err().contains("does not match"));
         let missing = sent(&[("mcp-param-limit", "42")]);
         assert!(check_params(&specs, Some(&args), missing).unwrap_err().contains("is required"));
-        // A value absent or null: the header is not expected.
+        // A value absent or null: the header is not expected, and one sent does not match.
         assert_eq!(check_params(&specs, Some(&json!({"region": null})), sent(&[])), Ok(()));
+        let stray = sent(&[("mcp-param-region", "us-west1")]);
+        assert!(check_params(&specs, Some(&json!({})), stray).unwrap_err().contains("has no value"));
         let unusable = |_: &str| Some(Err("not valid Base64".to_owned()));
         assert!(check_params(&specs, Some(&args), unusable).unwrap_err().contains("Base64"));
     }

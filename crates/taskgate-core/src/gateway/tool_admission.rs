@@ -3,9 +3,12 @@
 //! 2026-07-28 call's `Mcp-Param-*` headers are checked against there.
 
 use serde_json::Value;
+use std::sync::Arc;
 use taskgate_config::RatePer;
 use taskgate_protocol::mcp::{self, methods};
 use taskgate_protocol::param_headers::ParamHeader;
+
+use crate::tenants::profiles::Endpoint;
 
 use super::Gateway;
 use crate::identity::Identity;
@@ -101,22 +104,35 @@ impl Gateway {
         })
     }
 
-    /// The `x-mcp-header` annotations of the tool `name` as the tenant sees it (none for a
-    /// tool it cannot see, or that no upstream lists). A catalog never built is built first,
-    /// so a call made before any listing is checked too.
-    pub async fn tool_param_headers(&self, tenant: &str, name: &str) -> Vec<ParamHeader> {
+    /// The `x-mcp-header` annotations of the tool `name` as a call at `endpoint` finds it (none
+    /// for a tool the tenant's rules or the profile leave out, or that no upstream lists: what
+    /// the call gets then is "Unknown tool", never a header check that tells such a tool
+    /// exists). A tool offered only to clients declaring some capability is found in the
+    /// catalog of the request's `capabilities`, listed first if need be.
+    pub async fn tool_param_headers(
+        &self,
+        tenant: &str,
+        endpoint: &Endpoint,
+        capabilities: &Value,
+        name: &str,
+    ) -> Arc<[ParamHeader]> {
+        if endpoint.is_meta_tool(name) {
+            return Arc::from([]);
+        }
         let policy = self.shared.tenancy.policy(tenant);
-        let find = || {
-            let catalog = self.shared.catalog.read();
-            catalog.resolve(name).filter(|e| policy.sees(&e.upstream)).map(|e| e.tool.param_headers.clone())
+        let find = |catalog: &parking_lot::RwLock<crate::catalog::Catalog>| {
+            let catalog = catalog.read();
+            let entry = catalog.resolve(name).filter(|e| policy.serves_at(endpoint, &e.upstream, name));
+            entry.map(|e| e.tool.param_headers.clone())
         };
-        if let Some(found) = find() {
+        if let Some(found) = find(&self.shared.catalog) {
             return found;
         }
-        if self.shared.catalog.read().generation() == 0 {
-            let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
-            return find().unwrap_or_default();
-        }
-        Vec::new()
+        let relayable = mcp::relayable_client_capabilities(capabilities);
+        let Ok(variant) = self.shared.router.send(crate::router::CatalogFor(relayable)).await else {
+            return Arc::from([]);
+        };
+        let _ = self.shared.router.send(crate::router::EnsureCatalog(variant.caps.clone())).await;
+        find(&variant.catalog).unwrap_or_else(|| Arc::from([]))
     }
 }

@@ -528,7 +528,12 @@ impl Front2026 {
             );
             let _ = parked.call.session.respond(Message::error(Some(RequestId::String(key.clone())), error)).await;
         }
-        cancel(&parked.call, "the client did not retry with the input it was asked for");
+        // Cancelled before its messages are read: from then on the session adds nothing to
+        // them (a wrapped task not shown yet is cancelled by the session itself).
+        let (id, reason) =
+            (parked.call.internal_id.to_value(), "the client did not retry with the input it was asked for");
+        let cancelling = json!({ "requestId": id, "reason": reason });
+        let _ = parked.call.session.notify(methods::CANCELLED.into(), Some(cancelling)).await;
         // A call answered while it waited for the retry (its questions withdrawn, a wrapped
         // task shown meanwhile): its client never saw the answer, so a task made for it is
         // known to no one, and is cancelled as a call its client gave up on would have it.
@@ -543,7 +548,7 @@ impl Front2026 {
             let cancelling = json!({ "taskId": task });
             match call.session.request(self.internal_id(), methods::TASKS_CANCEL.into(), Some(cancelling)).await {
                 Ok(mut answer) => {
-                    let _ = answer.recv().await;
+                    let _ = tokio::time::timeout(Duration::from_secs(10), answer.recv()).await;
                 }
                 Err(e) => tracing::debug!(error = %e, "the unseen task could not be cancelled"),
             }

@@ -123,7 +123,8 @@ pub async fn serve(
         Err(e) => return crate::reply::error(&e, Some(id)),
     };
     if method == methods::TOOLS_CALL {
-        if let Err(e) = custom_headers(gateway, &identity, headers, &params).await {
+        let called = Called { identity: &identity, endpoint: &endpoint, capabilities: &request_meta.capabilities };
+        if let Err(e) = custom_headers(gateway, called, headers, &params).await {
             return crate::reply::error(&e, Some(id));
         }
     }
@@ -281,25 +282,34 @@ fn standard_headers(
     Ok(())
 }
 
+/// Who calls a tool, and where: what the tool is looked up as.
+struct Called<'a> {
+    identity: &'a Identity,
+    endpoint: &'a Endpoint,
+    capabilities: &'a Value,
+}
+
 /// streamable-http "Server Behavior for Custom Headers": a call's `Mcp-Param-*` headers MUST
-/// match, decoded, the arguments its tool annotates with `x-mcp-header`, and MUST be sent for
-/// each such argument that has a value; otherwise 400 and -32020. The arguments are read only
-/// for a tool that has such annotations.
+/// match, decoded, the arguments its tool annotates with `x-mcp-header`, MUST be sent for each
+/// such argument that has a value and not for one that has none; otherwise 400 and -32020.
+/// The arguments are read only for a tool that has such annotations (the same tool the call
+/// reaches: a tool the caller may not call has none here, and is unknown to it after).
 async fn custom_headers(
     gateway: &Gateway,
-    identity: &Identity,
+    called: Called<'_>,
     headers: &HeaderMap,
     params: &Params,
 ) -> Result<(), GatewayError> {
     let Some(name) = params.tree.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str) else { return Ok(()) };
-    let specs = gateway.tool_param_headers(&identity.tenant, name).await;
+    let Called { identity, endpoint, capabilities } = called;
+    let specs = gateway.tool_param_headers(&identity.tenant, endpoint, capabilities, name).await;
     if specs.is_empty() {
         return Ok(());
     }
     let parsed: Option<Value>;
     let arguments = match &params.arguments {
         Some(raw) => {
-            parsed = serde_json::from_str(raw.get()).ok();
+            parsed = Some(serde_json::from_str(raw.get()).map_err(|e| GatewayError::InvalidParams(e.to_string()))?);
             parsed.as_ref()
         }
         None => params.tree.as_ref().and_then(|p| p.get("arguments")),

@@ -108,12 +108,13 @@ impl Drop for InFlightGuard<'_> {
             };
             self.state.forget_task(&task_id);
             let channel = self.channel.clone();
-            // Dropped as the runtime shuts down, nothing can be sent any more: the upstream's
-            // process or connection ends with it.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
+            // Dropped where no runtime runs (as the gateway shuts down), nothing can be sent: the
+            // upstream's process or connection ends with it.
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(async move {
                     let _ = channel.request(&request, None, &headers).await;
-                });
+                })),
+                Err(_) => tracing::debug!(%task_id, "no runtime to cancel an abandoned upstream task with"),
             }
             return;
         }
@@ -126,10 +127,11 @@ impl Drop for InFlightGuard<'_> {
             methods::CANCELLED,
             Some(json!({ "requestId": self.round.lock().to_value(), "reason": "the request was abandoned" })),
         );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move {
                 let _ = channel.send(&notice).await;
-            });
+            })),
+            Err(_) => tracing::debug!("no runtime to tell the upstream of an abandoned request with"),
         }
     }
 }
