@@ -325,8 +325,13 @@ async fn dispatch(
             // can be resumed, and closes as its upstream's does (a pause) to be resumed.
             let resume_secs = gateway.config().server.stream_resume_secs;
             let resumable = stream && crate::resumable::offered(session.protocol_version(), resume_secs);
+            let (share, size) = session.stream_share();
+            let owner = crate::resumable::Owner {
+                tenant: identity.tenant.clone(),
+                share: crate::resumable::tenant_share(share, size),
+            };
             let reply_stream = |first: Option<Frame>, messages| match resumable {
-                true => crate::resumable::response(session_id, first, messages, resume_secs),
+                true => crate::resumable::response(session_id, owner.clone(), first, messages, resume_secs),
                 false => sse::response_after(first, messages),
             };
             // An upstream's early close is passed on only where the client's resumption comes

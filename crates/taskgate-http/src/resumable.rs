@@ -12,9 +12,10 @@
 //! session with `Last-Event-ID` takes it back, gets what followed that event again, then the
 //! rest as it comes. A held stream's queue drops what does not fit but never overflows: leaving
 //! is not cancelling. An id names one stream of one session: nothing of another stream or
-//! session is ever replayed. Held streams are bounded: [`MAX_HELD`] in all,
-//! [`MAX_HELD_PER_SESSION`] per session; past a bound a left stream is dropped (its call runs on;
-//! its messages are lost), and a pause is not passed on.
+//! session is ever replayed. Held streams are bounded: [`MAX_HELD`] in all, a tenant's share of
+//! them (its share of the gateway's client streams, [`tenant_share`]), and
+//! [`MAX_HELD_PER_SESSION`] per session; past a bound a left stream is dropped (its call runs
+//! on; its messages are lost), and a pause is not passed on.
 //!
 //! A stream is held by the replica that served it: a resumption that reaches another replica
 //! is refused with 400, saying so.
@@ -49,6 +50,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 struct Held {
     streams: Mutex<HashMap<u64, Parked>>,
     per_session: Mutex<HashMap<Arc<str>, usize>>,
+    per_tenant: Mutex<HashMap<Arc<str>, usize>>,
     /// Streams with a connection now, with their session and the connection's serial (a
     /// resumption may come before the server sees the old connection go: it waits a little).
     attached: Mutex<HashMap<u64, (Arc<str>, u64)>>,
@@ -64,6 +66,7 @@ struct Held {
 static HELD: LazyLock<Held> = LazyLock::new(|| Held {
     streams: Mutex::new(HashMap::new()),
     per_session: Mutex::new(HashMap::new()),
+    per_tenant: Mutex::new(HashMap::new()),
     attached: Mutex::new(HashMap::new()),
     changed: tokio::sync::Notify::const_new(),
     kept: AtomicUsize::new(0),
@@ -85,10 +88,25 @@ fn stream_number() -> u64 {
     }
 }
 
+/// Whose a stream is, for the bounds of held streams: its session's tenant, and how many
+/// streams that tenant may have held at once.
+#[derive(Clone)]
+pub struct Owner {
+    pub tenant: Arc<str>,
+    pub share: usize,
+}
+
+/// A tenant's share of [`MAX_HELD`]: its share of the gateway's client streams (`share` of
+/// `size`), at least what one session may hold.
+pub fn tenant_share(share: usize, size: usize) -> usize {
+    (MAX_HELD * share / size.max(1)).clamp(MAX_HELD_PER_SESSION, MAX_HELD)
+}
+
 /// A stream's state that outlives one connection.
 struct Stream {
     id: u64,
     session: Arc<str>,
+    owner: Owner,
     messages: OutboundReceiver,
     /// The next event's number.
     next: u64,
@@ -142,11 +160,18 @@ pub fn offered(protocol_version: &str, resume_secs: u64) -> bool {
 /// A resumable `text/event-stream` reply of `session`: the priming event, then `first` (a frame
 /// already taken from `messages`), then `messages` until they end. The stream closes on a
 /// pause only if `messages` hands pauses out ([`OutboundReceiver::take_pauses`]).
-pub fn response(session: &str, first: Option<Frame>, messages: OutboundReceiver, resume_secs: u64) -> HttpResponse {
+pub fn response(
+    session: &str,
+    owner: Owner,
+    first: Option<Frame>,
+    messages: OutboundReceiver,
+    resume_secs: u64,
+) -> HttpResponse {
     let id = stream_number();
     let stream = Stream {
         id,
         session: Arc::from(session),
+        owner,
         messages,
         next: 1,
         kept: VecDeque::new(),
@@ -245,19 +270,28 @@ pub fn held_by(session: &str) -> usize {
 
 fn unhold(stream: &Stream) {
     stream.messages.set_held(false);
-    let mut per_session = HELD.per_session.lock();
-    if let Some(n) = per_session.get_mut(&stream.session) {
-        *n -= 1;
-        if *n == 0 {
-            per_session.remove(&stream.session);
+    for (counts, key) in [(&HELD.per_session, &stream.session), (&HELD.per_tenant, &stream.owner.tenant)] {
+        let mut counts = counts.lock();
+        if let Some(n) = counts.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(key);
+            }
         }
     }
 }
 
-/// Whether a stream of `session` could be held now.
-fn room_for(session: &str) -> bool {
-    let count = HELD.per_session.lock().get(session).copied().unwrap_or(0);
-    count < MAX_HELD_PER_SESSION && HELD.streams.lock().len() < MAX_HELD
+/// Streams of `tenant` held now.
+pub fn held_for(tenant: &str) -> usize {
+    HELD.per_tenant.lock().get(tenant).copied().unwrap_or(0)
+}
+
+/// Whether `stream` could be held now.
+fn room_for(stream: &Stream) -> bool {
+    let count = HELD.per_session.lock().get(&stream.session).copied().unwrap_or(0);
+    count < MAX_HELD_PER_SESSION
+        && held_for(&stream.owner.tenant) < stream.owner.share
+        && HELD.streams.lock().len() < MAX_HELD
 }
 
 /// Holds a stream its client left, within the bounds; else drops it.
@@ -265,15 +299,15 @@ fn hold(stream: Stream) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     {
         let mut per_session = HELD.per_session.lock();
-        let count = per_session.entry(stream.session.clone()).or_insert(0);
-        if *count >= MAX_HELD_PER_SESSION || HELD.streams.lock().len() >= MAX_HELD {
-            if *count == 0 {
-                per_session.remove(&stream.session);
-            }
-            tracing::debug!(session = %stream.session, "a left reply stream is over the bounds of held streams; dropped");
+        let mut per_tenant = HELD.per_tenant.lock();
+        let count = per_session.get(&stream.session).copied().unwrap_or(0);
+        let of_tenant = per_tenant.get(&stream.owner.tenant).copied().unwrap_or(0);
+        if count >= MAX_HELD_PER_SESSION || of_tenant >= stream.owner.share || HELD.streams.lock().len() >= MAX_HELD {
+            tracing::debug!(session = %stream.session, tenant = %stream.owner.tenant, "a left reply stream is over the bounds of held streams; dropped");
             return;
         }
-        *count += 1;
+        *per_session.entry(stream.session.clone()).or_insert(0) += 1;
+        *per_tenant.entry(stream.owner.tenant.clone()).or_insert(0) += 1;
     }
     stream.messages.set_held(true);
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
@@ -328,7 +362,7 @@ impl Connection {
         if let Some(retry) = frame.pause {
             // Passed on only if the stream can be held, and within its window: else the
             // connection stays open and the response comes on it.
-            if !room_for(&stream.session) {
+            if !room_for(stream) {
                 return None;
             }
             self.pausing = true;
@@ -420,12 +454,17 @@ mod tests {
     }
 
     fn stream(session: &str) -> Stream {
+        owned(session, "t", MAX_HELD)
+    }
+
+    fn owned(session: &str, tenant: &str, share: usize) -> Stream {
         use taskgate_core::outbound::{channel, Limits, SessionBudget};
         let limits = Limits { messages: 8, bytes: 1 << 20, stall: Duration::from_secs(1) };
         let (_, messages) = channel(limits, SessionBudget::new(1 << 20), Box::new(|_| {}));
         Stream {
             id: stream_number(),
             session: Arc::from(session),
+            owner: Owner { tenant: Arc::from(tenant), share },
             messages,
             next: 1,
             kept: VecDeque::new(),
@@ -465,6 +504,28 @@ mod tests {
         assert_eq!(held_by("bounded"), 0);
         assert_eq!(alive().await, 0);
         assert!(resume("bounded", &format!("{:x}-0", ids[1])).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_tenant_holds_at_most_its_share_of_left_streams_and_another_tenant_still_has_room() {
+        assert_eq!(tenant_share(512, 2048), MAX_HELD / 4);
+        assert_eq!(tenant_share(1, 2048), MAX_HELD_PER_SESSION, "at least one session's");
+        let share = MAX_HELD_PER_SESSION + 8;
+        // Many sessions of one tenant, each under its own bound: together no more than the share.
+        for n in 0..share + 10 {
+            hold(owned(&format!("greedy-{}", n % 4), "greedy", share));
+        }
+        assert_eq!(held_for("greedy"), share);
+        let other = owned("polite-1", "polite", share);
+        let id = other.id;
+        hold(other);
+        assert_eq!(held_for("polite"), 1, "another tenant is not crowded out");
+        assert!(resume("polite-1", &format!("{id:x}-0")).is_ok());
+        for n in 0..4 {
+            forget(&format!("greedy-{n}"));
+        }
+        forget("polite-1");
+        assert_eq!((held_for("greedy"), held_for("polite")), (0, 0));
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub struct SessionHandle {
 }
 
 impl SessionHandle {
+    /// The tenant's share of the gateway's client streams, and how many it has in all.
+    pub fn stream_share(&self) -> (usize, usize) {
+        (self.streams.1, self.streams.2)
+    }
+
     /// The protocol version negotiated at initialize.
     pub fn protocol_version(&self) -> &str {
         &self.entry.protocol_version
