@@ -744,3 +744,33 @@ async fn mcp_param_headers_are_checked_for_the_tool_a_call_reaches() {
     }
     gw.stop().await;
 }
+
+/// basic/patterns/cancellation at 2026-07-28 over HTTP: a client cancels by closing its
+/// response stream. Through the gateway, a 2026-07-28 client that leaves a call reaches a
+/// 2026-07-28 upstream (2026-only and dual-era) as a closed stream, and the upstream's call is
+/// cancelled. A client asked a question that a dual-era server put on the call's stream, and
+/// that never retries, has the question answered with an error once the gateway gives the
+/// exchange up (`server.input_wait_secs`): the upstream's call ends too.
+#[actix_rt::test]
+async fn a_2026_client_leaving_a_call_ends_it_at_a_2026_upstream() {
+    use taskgate_demo::Revisions;
+    for revisions in [Revisions::Modern, Revisions::Both] {
+        let demo = taskgate_testkit::DemoUpstream::start_conformance_at(revisions);
+        let mut config = config_with(vec![UpstreamConfig { prefix: false, ..demo.upstream("demo") }]);
+        config.server.input_wait_secs = 1;
+        let gw = TestGateway::start(config);
+        let c = ModernClient::new(&gw.url, json!({"elicitation": {"form": {}}}));
+        let waiting = c.stream("tools/call", json!({"name": "wait", "arguments": {"gate": "never"}})).await;
+        within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+        drop(waiting);
+        within(demo.demo.wait_in_flight(|n| *n == 0)).await;
+        assert_eq!(demo.demo.stats().cancelled, 1, "{revisions:?}");
+        if revisions == Revisions::Both {
+            let asked = c.call("test_elicitation", json!({"message": "Who?"})).await;
+            assert_eq!(asked["resultType"], "input_required", "{asked}");
+            within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+            within(demo.demo.wait_in_flight(|n| *n == 0)).await;
+        }
+        gw.stop().await;
+    }
+}

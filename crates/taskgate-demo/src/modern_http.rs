@@ -4,6 +4,8 @@
 //! its own. A client that closes a request's stream, or leaves before its answer, cancels it
 //! (basic/patterns/cancellation at 2026-07-28).
 
+use std::time::Duration;
+
 use actix_web::http::header::HeaderMap;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
@@ -11,8 +13,12 @@ use taskgate_protocol::{ErrorObject, Message, RequestId};
 use tokio::sync::mpsc;
 
 use crate::modern::{Checked, Headers};
-use crate::sse_body::sse;
+use crate::sse_body::sse_kept_alive;
 use crate::DemoServer;
+
+/// How long a request's answer is waited for before its response becomes a stream (and the
+/// keep-alive interval of that stream).
+const STREAM_AFTER: Duration = Duration::from_secs(1);
 
 /// The standard headers (names arrive lowercased).
 fn headers(map: &HeaderMap) -> Headers {
@@ -65,7 +71,8 @@ pub(crate) async fn post(req: &HttpRequest, message: Message, demo: DemoServer) 
         Checked::Listen(id, filter) => {
             let (tx, rx) = mpsc::channel(64);
             demo.listen(origin, id, filter, tx);
-            sse(rx)
+            // Kept alive, so that a client gone is seen and its stream dropped.
+            sse_kept_alive(rx, Some(Duration::from_secs(15)))
         }
         Checked::Request(id, method, params, meta) => {
             let (related, mut about) = mpsc::channel(64);
@@ -76,43 +83,48 @@ pub(crate) async fn post(req: &HttpRequest, message: Message, demo: DemoServer) 
             let mut guard = CancelOnDrop { demo, origin, id: id.clone(), armed: true };
             let failed =
                 |id: RequestId| (500, Message::error(Some(id), ErrorObject::new(-32603, "the request failed")));
-            tokio::select! {
+            // One JSON object when the answer comes first; else a stream, from the first thing
+            // said about the request, or from a second on (kept alive, so that a client that
+            // leaves is seen and its request cancelled).
+            let first = tokio::select! {
                 biased;
                 answered = &mut run => {
                     guard.armed = false;
                     let (status, reply) = answered.unwrap_or_else(|_| failed(id));
-                    json(status, &reply)
+                    return json(status, &reply);
                 }
-                Some(first) = about.recv() => {
-                    let (out, streamed) = mpsc::channel(64);
-                    let _ = out.try_send(first);
-                    actix_rt::spawn(async move {
-                        // The whole guard moves here: the stream's end cancels, not the handler's.
-                        let mut guard = guard;
-                        loop {
-                            tokio::select! {
-                                biased;
-                                Some(message) = about.recv() => {
-                                    if out.send(message).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                answered = &mut run => {
-                                    while let Ok(message) = about.try_recv() {
-                                        let _ = out.send(message).await;
-                                    }
-                                    let (_, reply) = answered.unwrap_or_else(|_| failed(id));
-                                    guard.armed = false;
-                                    let _ = out.send(reply).await;
-                                    return;
-                                }
-                                () = out.closed() => return,
+                Some(first) = about.recv() => Some(first),
+                () = tokio::time::sleep(STREAM_AFTER) => None,
+            };
+            let (out, streamed) = mpsc::channel(64);
+            if let Some(first) = first {
+                let _ = out.try_send(first);
+            }
+            actix_rt::spawn(async move {
+                // The whole guard moves here: the stream's end cancels, not the handler's.
+                let mut guard = guard;
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(message) = about.recv() => {
+                            if out.send(message).await.is_err() {
+                                return;
                             }
                         }
-                    });
-                    sse(streamed)
+                        answered = &mut run => {
+                            while let Ok(message) = about.try_recv() {
+                                let _ = out.send(message).await;
+                            }
+                            let (_, reply) = answered.unwrap_or_else(|_| failed(id));
+                            guard.armed = false;
+                            let _ = out.send(reply).await;
+                            return;
+                        }
+                        () = out.closed() => return,
+                    }
                 }
-            }
+            });
+            sse_kept_alive(streamed, Some(STREAM_AFTER))
         }
     }
 }

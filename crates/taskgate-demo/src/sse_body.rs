@@ -1,5 +1,7 @@
 //! A stream of messages as an SSE response body.
 
+use std::time::Duration;
+
 use actix_web::http::header;
 use actix_web::HttpResponse;
 use bytes::Bytes;
@@ -11,14 +13,26 @@ use tokio::sync::mpsc;
 /// flush while they serialise send it, so a reader sees it arrive in pieces.
 const SSE_PIECE: usize = 8 << 10;
 
-pub(crate) fn sse(mut rx: mpsc::Receiver<Message>) -> HttpResponse {
+/// The messages of `rx` as an SSE response, until it ends.
+pub(crate) fn sse(rx: mpsc::Receiver<Message>) -> HttpResponse {
+    sse_kept_alive(rx, None)
+}
+
+/// [`sse`], with a comment `every` so long while no message comes: writing it is how a
+/// connection its client closed is seen, and the stream's end then ends what it answers.
+pub(crate) fn sse_kept_alive(mut rx: mpsc::Receiver<Message>, every: Option<Duration>) -> HttpResponse {
+    use std::task::Poll;
     let mut pending = Bytes::new();
+    let mut ticks = every.map(|e| tokio::time::interval_at(tokio::time::Instant::now() + e, e));
     let body = futures_util::stream::poll_fn(move |cx| {
         if pending.is_empty() {
             match rx.poll_recv(cx) {
-                std::task::Poll::Ready(Some(m)) => pending = Bytes::from(encode_event(None, &m.to_json())),
-                std::task::Poll::Ready(None) => return std::task::Poll::Ready(None),
-                std::task::Poll::Pending => return std::task::Poll::Pending,
+                Poll::Ready(Some(m)) => pending = Bytes::from(encode_event(None, &m.to_json())),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => match ticks.as_mut().map(|t| t.poll_tick(cx)) {
+                    Some(Poll::Ready(_)) => pending = Bytes::from_static(b": keep-alive\n\n"),
+                    _ => return Poll::Pending,
+                },
             }
         }
         let piece = pending.split_to(pending.len().min(SSE_PIECE));
