@@ -757,7 +757,8 @@ async fn a_2026_client_leaving_a_call_ends_it_at_a_2026_upstream() {
     for revisions in [Revisions::Modern, Revisions::Both] {
         let demo = taskgate_testkit::DemoUpstream::start_conformance_at(revisions);
         let mut config = config_with(vec![UpstreamConfig { prefix: false, ..demo.upstream("demo") }]);
-        config.server.input_wait_secs = 1;
+        // Long enough for the test to see the question wait (a loaded machine included).
+        config.server.input_wait_secs = 3;
         let gw = TestGateway::start(config);
         let c = ModernClient::new(&gw.url, json!({"elicitation": {"form": {}}}));
         let waiting = c.stream("tools/call", json!({"name": "wait", "arguments": {"gate": "never"}})).await;

@@ -1,8 +1,10 @@
 //! Modern (2026-07-28) requests over Streamable HTTP: no session; a request is answered with
 //! one JSON object, or with an SSE stream once something about it (progress, a log message, a
-//! dual-era demo's question) comes before its answer; `subscriptions/listen` is a stream of
-//! its own. A client that closes a request's stream, or leaves before its answer, cancels it
-//! (basic/patterns/cancellation at 2026-07-28).
+//! dual-era demo's question) comes before its answer, or once a second has passed without one
+//! (then with keep-alives: an answer that fails after that is an error in the stream, not an
+//! HTTP status); `subscriptions/listen` is a stream of its own. A client that closes a
+//! request's stream, or leaves before its answer, cancels it (basic/patterns/cancellation at
+//! 2026-07-28).
 
 use std::time::Duration;
 
@@ -86,14 +88,15 @@ pub(crate) async fn post(req: &HttpRequest, message: Message, demo: DemoServer) 
             // One JSON object when the answer comes first; else a stream, from the first thing
             // said about the request, or from a second on (kept alive, so that a client that
             // leaves is seen and its request cancelled).
+            // What was said about the request comes first: it is queued before the answer.
             let first = tokio::select! {
                 biased;
+                Some(first) = about.recv() => Some(first),
                 answered = &mut run => {
                     guard.armed = false;
                     let (status, reply) = answered.unwrap_or_else(|_| failed(id));
                     return json(status, &reply);
                 }
-                Some(first) = about.recv() => Some(first),
                 () = tokio::time::sleep(STREAM_AFTER) => None,
             };
             let (out, streamed) = mpsc::channel(64);

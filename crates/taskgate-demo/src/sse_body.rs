@@ -18,7 +18,7 @@ pub(crate) fn sse(rx: mpsc::Receiver<Message>) -> HttpResponse {
     sse_kept_alive(rx, None)
 }
 
-/// [`sse`], with a comment `every` so long while no message comes: writing it is how a
+/// [`sse`], with a comment every so long when no message is waiting: writing it is how a
 /// connection its client closed is seen, and the stream's end then ends what it answers.
 pub(crate) fn sse_kept_alive(mut rx: mpsc::Receiver<Message>, every: Option<Duration>) -> HttpResponse {
     use std::task::Poll;

@@ -99,7 +99,7 @@ pub struct Owner {
 /// A tenant's share of [`MAX_HELD`]: its share of the gateway's client streams (`share` of
 /// `size`), at least what one session may hold.
 pub fn tenant_share(share: usize, size: usize) -> usize {
-    (MAX_HELD * share / size.max(1)).clamp(MAX_HELD_PER_SESSION, MAX_HELD)
+    (share.saturating_mul(MAX_HELD) / size.max(1)).clamp(MAX_HELD_PER_SESSION, MAX_HELD)
 }
 
 /// A stream's state that outlives one connection.
@@ -294,15 +294,19 @@ fn room_for(stream: &Stream) -> bool {
         && HELD.streams.lock().len() < MAX_HELD
 }
 
-/// Holds a stream its client left, within the bounds; else drops it.
-fn hold(stream: Stream) {
+/// Holds a stream its client left, within the bounds; else drops it. A stream `promised`
+/// (its connection passed a pause on, after [`room_for`] said there was room) is held past
+/// its tenant's share, which another session of the tenant may have taken meanwhile: its
+/// client was told to come back.
+fn hold(stream: Stream, promised: bool) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     {
         let mut per_session = HELD.per_session.lock();
         let mut per_tenant = HELD.per_tenant.lock();
         let count = per_session.get(&stream.session).copied().unwrap_or(0);
         let of_tenant = per_tenant.get(&stream.owner.tenant).copied().unwrap_or(0);
-        if count >= MAX_HELD_PER_SESSION || of_tenant >= stream.owner.share || HELD.streams.lock().len() >= MAX_HELD {
+        let over_share = of_tenant >= stream.owner.share && !promised;
+        if count >= MAX_HELD_PER_SESSION || over_share || HELD.streams.lock().len() >= MAX_HELD {
             tracing::debug!(session = %stream.session, tenant = %stream.owner.tenant, "a left reply stream is over the bounds of held streams; dropped");
             return;
         }
@@ -344,7 +348,7 @@ impl Drop for Connection {
     fn drop(&mut self) {
         // Held before it is no longer attached: a resumption never finds it in neither.
         if let Some(stream) = self.stream.take() {
-            hold(stream);
+            hold(stream, self.pausing);
         }
         let mut attached = HELD.attached.lock();
         if attached.get(&self.id).is_some_and(|(_, serial)| *serial == self.serial) {
@@ -479,7 +483,7 @@ mod tests {
             .map(|_| {
                 let s = stream("bounded");
                 let id = s.id;
-                hold(s);
+                hold(s, false);
                 id
             })
             .collect();
@@ -513,14 +517,21 @@ mod tests {
         let share = MAX_HELD_PER_SESSION + 8;
         // Many sessions of one tenant, each under its own bound: together no more than the share.
         for n in 0..share + 10 {
-            hold(owned(&format!("greedy-{}", n % 4), "greedy", share));
+            hold(owned(&format!("greedy-{}", n % 4), "greedy", share), false);
         }
         assert_eq!(held_for("greedy"), share);
+        // Over its share, no stream of the tenant is held or paused; another tenant's is.
+        assert!(!room_for(&owned("greedy-9", "greedy", share)));
+        assert!(room_for(&owned("polite-1", "polite", share)));
         let other = owned("polite-1", "polite", share);
         let id = other.id;
-        hold(other);
-        assert_eq!(held_for("polite"), 1, "another tenant is not crowded out");
+        hold(other, false);
+        assert_eq!(held_for("polite"), 1);
         assert!(resume("polite-1", &format!("{id:x}-0")).is_ok());
+        // A stream whose pause was passed on is held all the same: its client was told to
+        // come back.
+        hold(owned("greedy-0", "greedy", share), true);
+        assert_eq!(held_for("greedy"), share + 1);
         for n in 0..4 {
             forget(&format!("greedy-{n}"));
         }
