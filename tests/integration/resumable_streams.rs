@@ -132,3 +132,71 @@ async fn a_call_whose_upstream_closes_its_stream_early_reaches_the_official_clie
     assert_eq!(answer["result"]["content"][0]["text"], expected);
     gw.stop().await;
 }
+
+/// Held streams are one of the gateway's pools shared among tenants: a tenant holds at most
+/// its share of them (its share of the client streams, at least what one session may hold),
+/// however many sessions it spreads them over; past it a left stream is not held (its
+/// resumption finds nothing), and another tenant's still is.
+#[actix_rt::test]
+async fn a_tenant_holds_no_more_than_its_share_of_left_streams_and_others_still_hold_theirs() {
+    let demo = DemoUpstream::start();
+    let mut config = config_with(vec![UpstreamConfig { prefix: false, ..demo.upstream("demo") }]);
+    let mut greedy = crate::tenants::tenant("greedy", &[("ci", "greedy-held-streams-0001")]);
+    // 1% of the client streams: its share of held streams is the least, one session's (32).
+    greedy.limits.share_percent = Some(1);
+    config.tenants = vec![greedy, crate::tenants::tenant("polite", &[("ci", "polite-held-streams-0001")])];
+    let gw = TestGateway::start(config);
+    let session = |key: &'static str| {
+        let url = gw.url.clone();
+        async move {
+            let mut c = McpClient::with_bearer(&url, key);
+            c.initialize().await;
+            c
+        }
+    };
+    // A streamed call left after its first notification: the id of its last event read.
+    let next = std::sync::atomic::AtomicU64::new(1);
+    let leave = |c: &McpClient| {
+        let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "chatter", "arguments": {"count": 1, "bytes": 8, "gate": "finish"}}});
+        let request = stream_request(c, call);
+        async move {
+            let mut response = request.send().await.unwrap();
+            let got = events(&mut response, &mut Decoder::new(1 << 20), 2).await;
+            got[1].id.clone().expect("an event id")
+        }
+    };
+    let (a, b) = (session("greedy-held-streams-0001").await, session("greedy-held-streams-0001").await);
+    for n in 1..=20 {
+        leave(&a).await;
+        held_by(&a, n).await;
+    }
+    for n in 1..=12 {
+        leave(&b).await;
+        held_by(&b, n).await;
+    }
+    // The tenant's 33rd, though its session holds only 12: not held.
+    let over = leave(&b).await;
+    let refused = resumption(&b, &over).send().await.unwrap();
+    assert_eq!(refused.status(), 400);
+    assert!(refused.text().await.unwrap().contains("no reply stream of this session"));
+    assert_eq!(
+        (
+            taskgate_http::resumable::held_by(a.session.as_deref().unwrap()),
+            taskgate_http::resumable::held_by(b.session.as_deref().unwrap())
+        ),
+        (20, 12)
+    );
+    // Another tenant's is held, and resumed.
+    let polite = session("polite-held-streams-0001").await;
+    let last = leave(&polite).await;
+    held_by(&polite, 1).await;
+    demo.demo.release("finish");
+    let mut resumed = resumption(&polite, &last).send().await.unwrap();
+    assert_eq!(resumed.status(), 200);
+    let rest = events(&mut resumed, &mut Decoder::new(1 << 20), 1).await;
+    let answer: Value = serde_json::from_str(&rest[0].data).unwrap();
+    assert!(answer["result"]["content"].is_array(), "{answer}");
+    gw.stop().await;
+}
