@@ -91,12 +91,27 @@ async fn tools_call_answers_json_when_the_response_comes_first_and_sse_when_anyt
     let json_only = c.post_raw(body.clone(), &[("accept", "application/json")]).await;
     assert!(!json_only.sse);
     assert_eq!(json_only.outcome().unwrap()["content"][0]["text"], "x");
-    let sse_only = c.post_raw(body, &[("accept", "text/event-stream")]).await;
+    let sse_only = c.post_raw(body.clone(), &[("accept", "text/event-stream")]).await;
     assert!(sse_only.sse);
     // A quick method answers with SSE too when JSON is not acceptable.
     let ping = c.post_raw(r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#, &[("accept", "text/event-stream")]).await;
     assert!(ping.sse);
     assert_eq!(ping.outcome().unwrap(), json!({}));
+    // A client that ranks SSE first (listed first at the same weight, or weighted higher) gets a
+    // stream for quick methods and calls alike; one that ranks JSON first gets JSON.
+    let list = r#"{"jsonrpc":"2.0","id":"l","method":"tools/list"}"#;
+    for accept in ["text/event-stream, application/json", "application/json;q=0.5, text/event-stream"] {
+        let listed = c.post_raw(list, &[("accept", accept)]).await;
+        assert!(listed.sse, "{accept}");
+        assert_eq!(listed.headers["content-type"], "text/event-stream");
+        assert!(listed.outcome().unwrap()["tools"].as_array().is_some_and(|t| !t.is_empty()));
+        let called = c.post_raw(body.clone(), &[("accept", accept)]).await;
+        assert!(called.sse, "{accept}");
+        assert_eq!(called.outcome().unwrap()["content"][0]["text"], "x");
+    }
+    let listed = c.post_raw(list, &[("accept", "text/event-stream;q=0.5, application/json")]).await;
+    assert!(!listed.sse);
+    assert_eq!(listed.headers["content-type"], "application/json");
 }
 
 #[actix_rt::test]

@@ -73,31 +73,64 @@ pub struct Accepts {
     pub json: bool,
     /// `text/event-stream` is acceptable.
     pub sse: bool,
+    /// The client ranks `text/event-stream` above `application/json`: a higher weight, or the
+    /// same weight and listed first. Such a client is answered with a stream even when one
+    /// JSON object would do.
+    pub prefers_sse: bool,
 }
 
-/// Reads `Accept`; a missing header accepts anything (RFC 9110).
+/// How one media type fares in an `Accept` header: its weight, from the most specific range
+/// that names it, and where that range stands.
+#[derive(Clone, Copy)]
+struct Ranked {
+    specificity: u8,
+    weight: f32,
+    position: usize,
+}
+
+impl Ranked {
+    const UNNAMED: Ranked = Ranked { specificity: 0, weight: 0.0, position: usize::MAX };
+
+    fn offer(&mut self, specificity: u8, weight: f32, position: usize) {
+        if specificity > self.specificity {
+            *self = Ranked { specificity, weight, position };
+        }
+    }
+}
+
+/// Reads `Accept` (RFC 9110 section 12.5.1): a missing header accepts anything, a more
+/// specific range's weight wins over a wildcard's, and weight 0 refuses.
 pub fn accepts(headers: &HeaderMap) -> Accepts {
-    let Some(accept) = header_str(headers, header::ACCEPT) else { return Accepts { json: true, sse: true } };
-    let mut result = Accepts { json: false, sse: false };
-    for range in accept.split(',') {
+    let Some(accept) = header_str(headers, header::ACCEPT) else {
+        return Accepts { json: true, sse: true, prefers_sse: false };
+    };
+    let (mut json, mut sse) = (Ranked::UNNAMED, Ranked::UNNAMED);
+    for (position, range) in accept.split(',').enumerate() {
         let mut parts = range.split(';');
         let media = parts.next().unwrap_or_default().trim();
-        let refused =
-            parts.any(|p| matches!(p.trim().split_once('='), Some(("q", q)) if q.trim().parse::<f32>() == Ok(0.0)));
-        if refused {
-            continue;
-        }
+        let weight = parts
+            .find_map(|p| match p.trim().split_once('=') {
+                Some((q, w)) if q.trim().eq_ignore_ascii_case("q") => Some(w.trim().parse::<f32>().unwrap_or(1.0)),
+                _ => None,
+            })
+            .unwrap_or(1.0);
         // Media types are case-insensitive (compared in place: this runs on every request).
         let is = |name: &str| media.eq_ignore_ascii_case(name);
         if is("*/*") {
-            result = Accepts { json: true, sse: true };
-        } else if is("application/*") || is("application/json") {
-            result.json = true;
-        } else if is("text/*") || is("text/event-stream") {
-            result.sse = true;
+            json.offer(1, weight, position);
+            sse.offer(1, weight, position);
+        } else if is("application/*") {
+            json.offer(2, weight, position);
+        } else if is("application/json") {
+            json.offer(3, weight, position);
+        } else if is("text/*") {
+            sse.offer(2, weight, position);
+        } else if is("text/event-stream") {
+            sse.offer(3, weight, position);
         }
     }
-    result
+    let prefers_sse = sse.weight > json.weight || (sse.weight == json.weight && sse.position < json.position);
+    Accepts { json: json.weight > 0.0, sse: sse.weight > 0.0, prefers_sse: sse.weight > 0.0 && prefers_sse }
 }
 
 /// basic/transports "Protocol Version Header": an invalid or unsupported version MUST get 400.
@@ -232,24 +265,30 @@ mod tests {
 
     #[test]
     fn accept_header_is_read_like_http_says() {
-        assert_eq!(accepts(&headers(&[])), Accepts { json: true, sse: true });
-        assert_eq!(
-            accepts(&headers(&[("accept", "application/json, text/event-stream")])),
-            Accepts { json: true, sse: true }
-        );
-        assert_eq!(accepts(&headers(&[("accept", "text/event-stream")])), Accepts { json: false, sse: true });
-        assert_eq!(accepts(&headers(&[("accept", "*/*")])), Accepts { json: true, sse: true });
-        assert_eq!(accepts(&headers(&[("accept", "text/html")])), Accepts { json: false, sse: false });
-        assert_eq!(
-            accepts(&headers(&[("accept", "application/json, text/event-stream;q=0")])),
-            Accepts { json: true, sse: false }
-        );
+        let read = |accept: &str| {
+            let a = accepts(&headers(&[("accept", accept)]));
+            (a.json, a.sse, a.prefers_sse)
+        };
+        assert_eq!(accepts(&headers(&[])), Accepts { json: true, sse: true, prefers_sse: false });
+        assert_eq!(read("application/json, text/event-stream"), (true, true, false));
+        assert_eq!(read("text/event-stream"), (false, true, true));
+        assert_eq!(read("application/json"), (true, false, false));
+        assert_eq!(read("*/*"), (true, true, false));
+        assert_eq!(read("text/html"), (false, false, false));
+        assert_eq!(read("application/json, text/event-stream;q=0"), (true, false, false));
         // Media types are case-insensitive.
-        assert_eq!(
-            accepts(&headers(&[("accept", "Application/JSON, TEXT/Event-Stream")])),
-            Accepts { json: true, sse: true }
-        );
-        assert_eq!(accepts(&headers(&[("accept", "Text/*")])), Accepts { json: false, sse: true });
+        assert_eq!(read("Application/JSON, TEXT/Event-Stream"), (true, true, false));
+        assert_eq!(read("Text/*"), (false, true, true));
+        // Equal weights: the one listed first is preferred; a higher weight wins wherever it is.
+        assert_eq!(read("text/event-stream, application/json"), (true, true, true));
+        assert_eq!(read("application/json;q=0.5, text/event-stream"), (true, true, true));
+        assert_eq!(read("text/event-stream;q=0.4, application/json;Q=0.9"), (true, true, false));
+        // A specific range's weight wins over a wildcard's, in either order.
+        assert_eq!(read("application/json;q=0, */*"), (false, true, true));
+        assert_eq!(read("*/*, text/event-stream;q=0"), (true, false, false));
+        assert_eq!(read("*/*;q=0.1, application/json"), (true, true, false));
+        // A weight that is not a number counts as 1, as if it were absent.
+        assert_eq!(read("text/event-stream;q=x, application/json"), (true, true, true));
     }
 
     #[test]

@@ -314,9 +314,11 @@ async fn dispatch(
             // Calls and every method relayed to one upstream may produce progress and upstream
             // requests before their result, and
             // tasks/result may wait long (keep-alives hold the stream open): stream them when the
-            // client accepts SSE. Quick methods, tasks/get among them, answer with one JSON object.
+            // client accepts SSE. Quick methods, tasks/get among them, answer with one JSON object,
+            // unless the client ranks a stream first.
             let streams = taskgate_protocol::method::row(&method).is_some_and(|row| row.streams);
-            let stream = accepts.sse && (!accepts.json || streams);
+            let only_sse = !accepts.json || accepts.prefers_sse;
+            let stream = accepts.sse && (only_sse || streams);
             let mut messages = session
                 .request_passing(id.clone(), method, params, arguments)
                 .await
@@ -341,12 +343,13 @@ async fn dispatch(
             if resumable && !replicas {
                 messages.take_pauses();
             }
-            if stream && !accepts.json {
+            if stream && only_sse {
                 return Ok(reply_stream(None, messages));
             }
             if stream {
-                // A client that accepts both gets one JSON object when the response is the
-                // first thing to send (one write, no chunked stream); the stream starts as soon
+                // A client that accepts both, JSON no lower than SSE, gets one JSON object when
+                // the response is the first thing to send (one write, no chunked stream); the
+                // stream starts as soon
                 // as anything else comes first (progress, a relayed request) or the response
                 // takes longer than `server.first_message_wait_ms` (basic/transports "Sending
                 // Messages to the Server": a request MUST be answered with `text/event-stream`
