@@ -46,11 +46,12 @@ pub(crate) fn classify(status: Option<u16>, outcome: Option<Result<Value, ErrorO
     }
     match outcome {
         Some(Ok(result)) => {
-            let versions: Vec<&str> = result
-                .get("supportedVersions")
-                .and_then(Value::as_array)
-                .map(|v| v.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
+            // A result that is not a `DiscoverResult` (a legacy server that answers any method
+            // it does not know with an empty result) is not a recognized modern answer.
+            let Some(listed) = result.get("supportedVersions").and_then(Value::as_array) else {
+                return Ok(Verdict::V2025("server/discover answered a result without supportedVersions".into()));
+            };
+            let versions: Vec<&str> = listed.iter().filter_map(Value::as_str).collect();
             if versions.contains(&PROTOCOL_VERSION) {
                 Ok(Verdict::V2026(result))
             } else if versions.iter().any(|v| mcp::is_supported_version(v)) {

@@ -10,6 +10,11 @@ use std::sync::Arc;
 fn the_probe_tells_modern_from_legacy_and_concludes_nothing_from_auth_or_server_errors() {
     let discover = json!({"supportedVersions": ["2026-07-28", "2025-11-25"], "capabilities": {}});
     assert!(matches!(classify(Some(200), Some(Ok(discover))), Ok(Verdict::V2026(_))));
+    // A legacy server that answers any method it does not know with an empty result.
+    assert!(matches!(classify(Some(200), Some(Ok(json!({})))), Ok(Verdict::V2025(_))));
+    assert!(matches!(classify(None, Some(Ok(json!({"supportedVersions": "2026-07-28"})))), Ok(Verdict::V2025(_))));
+    // A modern server that speaks no version taskgate speaks is not one to fall back on.
+    assert!(classify(Some(200), Some(Ok(json!({"supportedVersions": ["2027-01-01"]})))).is_err());
     let legacy = ErrorObject::new(-32000, "Bad Request: Server not initialized");
     assert!(matches!(classify(Some(400), Some(Err(legacy.clone()))), Ok(Verdict::V2025(_))));
     assert!(matches!(classify(Some(404), None), Ok(Verdict::V2025(_))));
