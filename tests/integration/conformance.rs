@@ -85,7 +85,7 @@ async fn run_once(url: &str, package: &str, selection: &[&str], out: &Path) -> S
     String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
 
-fn read_report(dir: &Path) -> Report {
+pub(crate) fn read_report(dir: &Path) -> Report {
     let mut report = Report::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

@@ -9,6 +9,7 @@ mod browser;
 mod cli;
 mod cli_client;
 mod conformance;
+mod conformance_client;
 mod damaged_store;
 mod federation;
 mod front_door;
