@@ -175,11 +175,11 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
         demo.handle(conn, message, &tx).await;
         return HttpResponse::Accepted().finish();
     }
-    let wants_sse = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("text/event-stream"));
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let wants_sse = accept.contains("text/event-stream");
+    // A client that lists SSE first is answered with a stream whatever the method, as the SDK
+    // servers answer (the gateway does the same).
+    let sse_first = accept.split(',').next().is_some_and(|m| m.trim().starts_with("text/event-stream"));
     // Tool calls stream what they send about themselves; so does a completion that asks
     // the client first.
     let asks = |m: &Message| match m {
@@ -194,7 +194,7 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
     if wants_sse && reconnection && demo.inner.conformance {
         return close_early(&state, sid, conn, message);
     }
-    if wants_sse && (message.method() == Some(methods::TOOLS_CALL) || asks(&message)) {
+    if wants_sse && (sse_first || message.method() == Some(methods::TOOLS_CALL) || asks(&message)) {
         let (tx, rx) = mpsc::channel(64);
         actix_rt::spawn(async move {
             if let Some(reply) = demo.handle(conn, message, &tx).await {
