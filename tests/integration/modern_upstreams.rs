@@ -743,6 +743,18 @@ async fn mcp_param_headers_are_checked_for_the_tool_a_call_reaches() {
         assert_eq!((e.code, e.message.as_str()), (-32602, "Unknown tool: test_header_param"), "{e:?}");
     }
     gw.stop().await;
+
+    // An MCP App's View calls a prefixed upstream's tool by the name its server gave it: the
+    // headers are checked against that tool's annotations too.
+    let gw = TestGateway::start(config_with(vec![demo.upstream("demo")]));
+    let ui = json!({"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}});
+    let app = ModernClient::declaring(McpClient::new(&gw.url), ui);
+    let served = app.send_with("tools/call", call(json!("eu")), &[("mcp-param-region", "eu")]).await;
+    assert_eq!(served.status, 200, "{served:?}");
+    assert_eq!(text_of(&served.outcome().unwrap()), "Region: eu");
+    refused(app.send_with("tools/call", call(json!("eu")), &[("mcp-param-region", "us")]).await, "app, different");
+    refused(app.send_with("tools/call", call(json!("eu")), &[]).await, "app, missing");
+    gw.stop().await;
 }
 
 /// basic/patterns/cancellation at 2026-07-28 over HTTP: a client cancels by closing its

@@ -120,10 +120,19 @@ impl Gateway {
             return Arc::from([]);
         }
         let policy = self.shared.tenancy.policy(tenant);
+        let apps = mcp::declares_ui(capabilities);
         let find = |catalog: &parking_lot::RwLock<crate::catalog::Catalog>| {
             let catalog = catalog.read();
-            let entry = catalog.resolve(name).filter(|e| policy.serves_at(endpoint, &e.upstream, name));
-            entry.map(|e| e.tool.param_headers.clone())
+            if let Some(entry) = catalog.resolve(name).filter(|e| policy.serves_at(endpoint, &e.upstream, name)) {
+                return Some(entry.tool.param_headers.clone());
+            }
+            // An MCP App's View calls a tool by the name its server gave it: the one tool a
+            // single prefixed upstream has under that name is the call's (as the call resolves).
+            let mut found = match apps {
+                true => catalog.by_original_name(name, |exposed, e| policy.serves_at(endpoint, &e.upstream, exposed)),
+                false => Vec::new(),
+            };
+            (found.len() == 1).then(|| found.remove(0).1.tool.param_headers.clone())
         };
         if let Some(found) = find(&self.shared.catalog) {
             return found;
