@@ -79,8 +79,8 @@ nginx (the reverse-proxy comparison), redis-server (the Redis rows) and valgrind
 counts) are used when installed and skipped with a note otherwise.
 
 Environment: TASKGATE_BENCH_WRAP runs the gateway under a profiler (e.g. \"valgrind
---tool=massif\"); TASKGATE_BENCH_CALLGRIND_DIR keeps the instruction section's callgrind
-profiles in that directory; TASKGATE_BENCH_PREVIOUS=/path/to/taskgate also runs the refusals
+--tool=massif\"); TASKGATE_BENCH_CALLGRIND_DIR keeps the callgrind profiles of the
+instruction and refusal sections in that directory; TASKGATE_BENCH_PREVIOUS=/path/to/taskgate also runs the refusals
 section against that (older) build.";
 
 /// Reads the command line; `Err` carries the message for a bad one.

@@ -327,14 +327,25 @@ async fn instructions(
     let control = |what: &str| std::process::Command::new("callgrind_control").args([what, &pid]).output();
     let mut counts = Vec::new();
     let mut dumps = 0;
+    // TASKGATE_BENCH_CALLGRIND_DIR keeps the dumps there, named by path (for callgrind_annotate).
+    let kept = std::env::var_os("TASKGATE_BENCH_CALLGRIND_DIR").map(std::path::PathBuf::from);
     // The instructions since the last dump (a dump zeroes the counters).
-    let mut dumped = || -> Result<u64> {
+    let mut dumped = |path: usize| -> Result<u64> {
         control("-d")?;
         dumps += 1;
         let dump = std::path::PathBuf::from(format!("{}.{dumps}", out.display()));
         let profile =
             std::fs::read_to_string(&dump).with_context(|| format!("no callgrind dump at {}", dump.display()))?;
-        let _ = std::fs::remove_file(&dump);
+        match &kept {
+            Some(dir) => {
+                let slug: String =
+                    paths.names[path].chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+                let _ = std::fs::rename(&dump, dir.join(format!("refusal-{path:02}-{slug}-{dumps}.callgrind")));
+            }
+            None => {
+                let _ = std::fs::remove_file(&dump);
+            }
+        }
         profile
             .lines()
             .find_map(|l| l.strip_prefix("totals:").or_else(|| l.strip_prefix("summary:")))
@@ -347,7 +358,7 @@ async fn instructions(
             for k in 0..n {
                 send(http, &target, paths, i, 1_000_000 + k).await?;
             }
-            counts.push(dumped()? / n);
+            counts.push(dumped(i)? / n);
             continue;
         }
         // A flood under callgrind spans seconds, each with its share of checked refusals. The
@@ -370,7 +381,7 @@ async fn instructions(
                 all_unchecked &= status == reqwest::StatusCode::TOO_MANY_REQUESTS;
                 k += 1;
             }
-            let cost = dumped()?;
+            let cost = dumped(i)?;
             if all_unchecked {
                 (unchecked, instructions) = (unchecked + GROUP, instructions + cost);
             }
