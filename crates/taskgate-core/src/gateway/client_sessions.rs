@@ -70,16 +70,17 @@ impl Gateway {
         self.start_session(identity, params, catalog, SessionKind::V2025, endpoint).await
     }
 
-    /// The session behind a 2026-07-28 client's `subscriptions/listen`: as
+    /// The session behind a 2026-07-28 client's `subscriptions/listen` at `endpoint`: as
     /// [`Gateway::initialize`], its upstream sessions speaking 2026-07-28 wherever the upstream
-    /// does (what they announce is what the client subscribed to).
+    /// does (what they announce is what the client subscribed to). The tools its identity
+    /// activates at that endpoint (search mode) are announced on it too.
     pub async fn initialize_listener(
         &self,
         identity: Identity,
         params: Option<&Value>,
         catalog: Option<ToolCatalog>,
+        endpoint: Endpoint,
     ) -> Result<(String, Value), GatewayError> {
-        let endpoint = self.endpoint(&identity, None)?;
         self.start_session(identity, params, catalog, SessionKind::Listener, endpoint).await
     }
 

@@ -8,6 +8,8 @@ use taskgate_config::profiles::USE_TOOLS;
 use taskgate_protocol::mcp::{methods, ToolCallView};
 use taskgate_protocol::{Message as RpcMessage, RequestId};
 
+use std::sync::Arc;
+
 use super::shown::MAX_ACTIVATED;
 use super::SessionActor;
 use crate::GatewayError;
@@ -69,6 +71,10 @@ impl SessionActor {
                 Some(stream) => {
                     let _ = stream.send(&changed);
                 }
+                // A 2026-07-28 client's: it hears of changes on its listen streams.
+                None if self.stateless => {
+                    self.shared.sessions.activated(&self.identity, self.shown.endpoint.profile_name());
+                }
                 None => {
                     self.to_stream_elsewhere(&changed);
                 }
@@ -89,5 +95,29 @@ impl SessionActor {
             "structuredContent": {"activated": activated, "unknown": unknown},
             "isError": activated.is_empty(),
         }))
+    }
+}
+
+/// A 2026-07-28 client activated tools at the endpoint of this profile (`None`: `/mcp`) in the
+/// session the gateway pools for its identity: the identity's listen sessions at that endpoint
+/// pass `notifications/tools/list_changed` on (basic/patterns/subscriptions: they carry the
+/// `toolsListChanged` the client subscribed to).
+pub(crate) struct ActivatedElsewhere(pub Option<Arc<str>>);
+
+impl Message for ActivatedElsewhere {
+    type Result = ();
+}
+
+impl Handler<ActivatedElsewhere> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, ActivatedElsewhere(profile): ActivatedElsewhere, _: &mut Context<Self>) {
+        // A listen session is neither a 2025-11-25 client's nor a pooled one.
+        let listens = !self.stateless && !self.client.speaks_2025;
+        if listens && self.shown.endpoint.profile_name() == profile.as_deref() {
+            if let Some(stream) = self.streams.get() {
+                let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+            }
+        }
     }
 }

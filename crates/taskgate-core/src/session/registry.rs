@@ -233,6 +233,15 @@ impl SessionTable for Sessions {
     fn forget(&self, id: &str) {
         self.remove(id);
     }
+
+    fn activated(&self, identity: &Identity, profile: Option<&str>) {
+        let profile: Option<Arc<str>> = profile.map(Arc::from);
+        for session in self.of(identity) {
+            if session.try_send(super::meta_tools::ActivatedElsewhere(profile.clone())).is_err() {
+                self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
+            }
+        }
+    }
 }
 
 /// The task layer reaches client sessions through the table (its port).

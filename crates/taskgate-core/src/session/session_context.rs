@@ -12,6 +12,7 @@ use taskgate_upstream::Connector;
 
 use crate::catalog::Catalog;
 use crate::clock::Clock;
+use crate::identity::Identity;
 use crate::metrics::Metrics;
 use crate::progress::ProgressStats;
 use crate::router::Router;
@@ -58,4 +59,7 @@ pub(crate) struct SessionContext {
 pub(crate) trait SessionTable: Send + Sync {
     /// Forgets the session `id` (it has ended).
     fn forget(&self, id: &str);
+    /// A 2026-07-28 client of `identity` activated tools at the endpoint of `profile` (search
+    /// mode): its listen streams there are told its tool list changed.
+    fn activated(&self, identity: &Identity, profile: Option<&str>);
 }

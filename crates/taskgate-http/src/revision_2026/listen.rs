@@ -101,6 +101,7 @@ pub(super) async fn serve(
     params: Option<Value>,
     request_meta: &RequestMeta,
     state: &Arc<Front2026>,
+    endpoint: &taskgate_core::tenants::profiles::Endpoint,
 ) -> Result<HttpResponse, GatewayError> {
     let wanted = filter(params.as_ref(), request_meta.declares_tasks())?;
     // The session declares no client capabilities: nothing on it can ask the client anything.
@@ -111,7 +112,7 @@ pub(super) async fn serve(
         "clientInfo": client_info.unwrap_or_else(|| json!({"name": "listen", "version": "0"})),
     });
     let catalog = gateway.catalog_ready(Some(&init)).await;
-    let (session_id, _) = gateway.initialize_listener(identity.clone(), Some(&init), catalog).await?;
+    let (session_id, _) = gateway.initialize_listener(identity.clone(), Some(&init), catalog, endpoint.clone()).await?;
     let end = EndSession { gateway: gateway.clone(), session: session_id.clone(), identity: identity.clone() };
     let session = gateway.session(&session_id, &identity)?;
     let mut stream = session.open_stream().await?;

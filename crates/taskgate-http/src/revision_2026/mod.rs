@@ -177,7 +177,7 @@ async fn serve_request(
     match served {
         Some(Method::ServerDiscover) => Ok(discover(gateway, &identity, id, &endpoint)),
         Some(Method::SubscriptionsListen) => {
-            listen::serve(gateway, identity, id.clone(), params.whole(), &request_meta, &state).await
+            listen::serve(gateway, identity, id.clone(), params.whole(), &request_meta, &state, &endpoint).await
         }
         Some(Method::TasksGet | Method::TasksCancel | Method::TasksUpdate) => {
             // ext-tasks "Error Handling": -32021 for a client that did not declare the extension.
