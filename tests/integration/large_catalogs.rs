@@ -8,21 +8,7 @@ use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 
 use crate::modern::Client as ModernClient;
-use crate::support::within;
-
-/// The next notification called `method` on `stream`, its params (others are skipped).
-async fn next_notification(stream: &mut taskgate_testkit::SseReader, method: &str) -> Value {
-    within(async {
-        loop {
-            match stream.next().await {
-                Some(Message::Notification { method: m, params }) if m == method => return params.unwrap_or_default(),
-                Some(_) => continue,
-                None => panic!("the stream ended before {method}"),
-            }
-        }
-    })
-    .await
-}
+use crate::support::{notified, within};
 
 fn names(listed: &Value) -> Vec<&str> {
     listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect()
@@ -173,10 +159,10 @@ async fn search_mode_finds_and_activates_tools_and_any_of_them_is_called_by_name
     // Its activation is announced on its listen stream (tagged with the subscription), and its
     // next tools/list has the tool.
     let mut listen = modern.stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
-    next_notification(&mut listen, "notifications/subscriptions/acknowledged").await;
+    notified(&mut listen, "notifications/subscriptions/acknowledged").await;
     let used = modern.call("use_tools", json!({"names": ["demo__echo"]})).await;
     assert_eq!(used["structuredContent"]["activated"], json!(["demo__echo"]), "{used}");
-    let changed = next_notification(&mut listen, "notifications/tools/list_changed").await;
+    let changed = notified(&mut listen, "notifications/tools/list_changed").await;
     assert!(!changed["_meta"]["io.modelcontextprotocol/subscriptionId"].is_null(), "{changed}");
     let listed = modern.ok("tools/list", json!({})).await;
     assert!(listed["tools"].as_array().unwrap().iter().any(|t| t["name"] == "demo__echo"), "{listed}");

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use serde_json::{json, Value};
 use taskgate_config::UpstreamConfig;
 use taskgate_protocol::Message;
-use taskgate_testkit::{config_with, interop_dir, McpClient, SseReader, TestGateway};
+use taskgate_testkit::{config_with, interop_dir, McpClient, TestGateway};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::mpsc;
@@ -21,7 +21,7 @@ use crate::interop::run_ts_client_with;
 use crate::interop_modern::run_python_client;
 use crate::modern::Client as ModernClient;
 use crate::modern_upstreams::{comparable, gateway};
-use crate::support::within;
+use crate::support::{notified, within};
 
 fn python() -> std::path::PathBuf {
     let python = interop_dir().join(".venv/bin/python");
@@ -207,20 +207,6 @@ async fn a_2026_upstream_over_stdio_serves_clients_of_both_revisions() {
     assert_eq!(legacy["aborted"], "rejected: McpError", "{legacy}");
     // The gateway's listen streams reached the processes (the catalog's and the clients').
     events.seen("listening", 1).await;
-}
-
-/// Reads `stream` until a notification named `method` arrives.
-async fn notified(stream: &mut SseReader, method: &str) -> Value {
-    within(async {
-        loop {
-            match stream.next().await {
-                Some(Message::Notification { method: m, params }) if m == method => return params.unwrap_or_default(),
-                Some(_) => continue,
-                None => panic!("the stream ended before {method}"),
-            }
-        }
-    })
-    .await
 }
 
 fn text_of(result: &Value) -> &str {

@@ -118,3 +118,20 @@ pub async fn until_counts(
     })
     .await;
 }
+
+/// The next notification called `method` on `stream`, its params (others are skipped), within
+/// the bounded wait.
+pub async fn notified(stream: &mut taskgate_testkit::SseReader, method: &str) -> Value {
+    within(async {
+        loop {
+            match stream.next().await {
+                Some(taskgate_protocol::Message::Notification { method: m, params }) if m == method => {
+                    return params.unwrap_or_default()
+                }
+                Some(_) => continue,
+                None => panic!("the stream ended before {method}"),
+            }
+        }
+    })
+    .await
+}
