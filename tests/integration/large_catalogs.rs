@@ -157,16 +157,46 @@ async fn search_mode_finds_and_activates_tools_and_any_of_them_is_called_by_name
     assert_eq!(found["resultType"], "complete", "{found}");
     assert_eq!(found["structuredContent"]["tools"][0]["name"], "demo__echo", "{found}");
     // Its activation is announced on its listen stream (tagged with the subscription), and its
-    // next tools/list has the tool.
+    // next tools/list has the tool. The identity's listen at /mcp and its 2025-11-25 session at
+    // the same endpoint hear nothing of it: the first change either hears after it is the
+    // resource update the test makes next (each subscribed to the counter).
+    let counter = "taskgate://demo/demo://counter";
     let mut listen = modern.stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
-    notified(&mut listen, "notifications/subscriptions/acknowledged").await;
+    let at_mcp = ModernClient::new(&gw.url, json!({}));
+    let filter = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": [counter]}});
+    let mut listen_at_mcp = at_mcp.stream("subscriptions/listen", filter).await;
+    for stream in [&mut listen, &mut listen_at_mcp] {
+        notified(stream, "notifications/subscriptions/acknowledged").await;
+    }
+    c.request("resources/subscribe", Some(json!({"uri": counter}))).await.outcome().unwrap();
     let used = modern.call("use_tools", json!({"names": ["demo__echo"]})).await;
     assert_eq!(used["structuredContent"]["activated"], json!(["demo__echo"]), "{used}");
     let changed = notified(&mut listen, "notifications/tools/list_changed").await;
     assert!(!changed["_meta"]["io.modelcontextprotocol/subscriptionId"].is_null(), "{changed}");
     let listed = modern.ok("tools/list", json!({})).await;
     assert!(listed["tools"].as_array().unwrap().iter().any(|t| t["name"] == "demo__echo"), "{listed}");
+    c.call("demo__touch", json!({})).await.unwrap();
+    assert_eq!(first_change(&mut listen_at_mcp).await, "notifications/resources/updated");
+    assert_eq!(first_change(&mut events).await, "notifications/resources/updated");
     let metrics = gw.gateway.render_metrics().await;
     let searches = r#"taskgate_tool_searches_total{profile="finder",tenant="acme"} "#;
     assert!(metrics.lines().any(|l| l.starts_with(searches) && !l.ends_with(" 0")), "{metrics}");
+}
+
+/// The first list change or resource update `stream` hears.
+async fn first_change(stream: &mut taskgate_testkit::SseReader) -> String {
+    within(async {
+        loop {
+            match stream.next().await {
+                Some(Message::Notification { method, .. })
+                    if method.ends_with("list_changed") || method == "notifications/resources/updated" =>
+                {
+                    return method
+                }
+                Some(_) => continue,
+                None => panic!("the stream ended"),
+            }
+        }
+    })
+    .await
 }

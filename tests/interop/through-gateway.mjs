@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
-const [host, url] = process.argv.slice(2);
+const [hostScript, url] = process.argv.slice(2);
 const dir = mkdtempSync(join(tmpdir(), 'taskgate-through-'));
 const config = join(dir, 'taskgate.toml');
 writeFileSync(
@@ -28,10 +28,27 @@ writeFileSync(
   ].join('\n'),
 );
 const gateway = spawn(process.env.TASKGATE_BIN, ['serve', '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] });
+let host;
 const stop = () => {
+  host?.kill('SIGKILL');
   gateway.kill('SIGKILL');
   rmSync(dir, { recursive: true, force: true });
 };
+// Stopped (the suite's timeout) or left behind (its runner killed): the gateway and the host
+// go too.
+for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP']) {
+  process.on(signal, () => {
+    stop();
+    process.exit(1);
+  });
+}
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) {
+    stop();
+    process.exit(1);
+  }
+}, 500).unref();
 // It prints its endpoint once it serves.
 const endpoint = await new Promise((resolve, reject) => {
   const lines = createInterface({ input: gateway.stdout });
@@ -43,7 +60,7 @@ const endpoint = await new Promise((resolve, reject) => {
   process.exit(1);
 });
 gateway.stdout.resume();
-const child = spawn(process.execPath, [host, endpoint], { stdio: 'inherit' });
-const code = await new Promise((resolve) => child.once('exit', (c) => resolve(c ?? 1)));
+host = spawn(process.execPath, [hostScript, endpoint], { stdio: 'inherit' });
+const code = await new Promise((resolve) => host.once('exit', (c) => resolve(c ?? 1)));
 stop();
 process.exit(code);

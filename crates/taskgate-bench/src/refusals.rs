@@ -318,7 +318,9 @@ async fn instructions(
     paths: &Paths,
     (n, strict): (u64, bool),
 ) -> Result<Vec<u64>> {
-    let out = std::env::temp_dir().join(format!("taskgate-bench-refusals-{}-{}", std::process::id(), paths_seq()));
+    // Each run its own number: this build's and a previous one's profiles are kept apart.
+    let run = paths_seq();
+    let out = std::env::temp_dir().join(format!("taskgate-bench-refusals-{}-{run}", std::process::id()));
     let wrap =
         ["valgrind".to_owned(), "--tool=callgrind".to_owned(), format!("--callgrind-out-file={}", out.display())];
     let (gateway, url) = crate::harness::start_gateway_wrapped(bin, config, &wrap).await?;
@@ -327,7 +329,8 @@ async fn instructions(
     let control = |what: &str| std::process::Command::new("callgrind_control").args([what, &pid]).output();
     let mut counts = Vec::new();
     let mut dumps = 0;
-    // TASKGATE_BENCH_CALLGRIND_DIR keeps the dumps there, named by path (for callgrind_annotate).
+    // TASKGATE_BENCH_CALLGRIND_DIR keeps the dumps there, named by run and path (for
+    // callgrind_annotate; run 0 is this build, run 1 a previous one).
     let kept = std::env::var_os("TASKGATE_BENCH_CALLGRIND_DIR").map(std::path::PathBuf::from);
     // The instructions since the last dump (a dump zeroes the counters).
     let mut dumped = |path: usize| -> Result<u64> {
@@ -340,7 +343,11 @@ async fn instructions(
             Some(dir) => {
                 let slug: String =
                     paths.names[path].chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-                let _ = std::fs::rename(&dump, dir.join(format!("refusal-{path:02}-{slug}-{dumps}.callgrind")));
+                let kept = dir.join(format!("refusal-{run}-{path:02}-{slug}-{dumps}.callgrind"));
+                if std::fs::rename(&dump, &kept).is_err() {
+                    let _ = std::fs::copy(&dump, &kept);
+                    let _ = std::fs::remove_file(&dump);
+                }
             }
             None => {
                 let _ = std::fs::remove_file(&dump);

@@ -177,8 +177,8 @@ async fn post(req: HttpRequest, body: Bytes, state: web::Data<State>) -> HttpRes
     }
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let wants_sse = accept.contains("text/event-stream");
-    // A client that lists SSE first is answered with a stream whatever the method, as the SDK
-    // servers answer (the gateway does the same).
+    // A client that lists SSE first is answered with a stream whatever the method, as the
+    // gateway answers it.
     let sse_first = accept.split(',').next().is_some_and(|m| m.trim().starts_with("text/event-stream"));
     // Tool calls stream what they send about themselves; so does a completion that asks
     // the client first.

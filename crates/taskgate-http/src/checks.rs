@@ -74,8 +74,8 @@ pub struct Accepts {
     /// `text/event-stream` is acceptable.
     pub sse: bool,
     /// The client ranks `text/event-stream` above `application/json`: a higher weight, or the
-    /// same weight and listed first. Such a client is answered with a stream even when one
-    /// JSON object would do.
+    /// same weight and named first (a wildcard names neither). Such a client is answered with a
+    /// stream even when one JSON object would do.
     pub prefers_sse: bool,
 }
 
@@ -108,9 +108,12 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
     for (position, range) in accept.split(',').enumerate() {
         let mut parts = range.split(';');
         let media = parts.next().unwrap_or_default().trim();
+        // A weight that is not a number from 0 to 1 (RFC 9110 section 12.4.2) counts as absent.
         let weight = parts
             .find_map(|p| match p.trim().split_once('=') {
-                Some((q, w)) if q.trim().eq_ignore_ascii_case("q") => Some(w.trim().parse::<f32>().unwrap_or(1.0)),
+                Some((q, w)) if q.trim().eq_ignore_ascii_case("q") => {
+                    Some(w.trim().parse::<f32>().ok().filter(|w| (0.0..=1.0).contains(w)).unwrap_or(1.0))
+                }
                 _ => None,
             })
             .unwrap_or(1.0);
@@ -129,7 +132,9 @@ pub fn accepts(headers: &HeaderMap) -> Accepts {
             sse.offer(3, weight, position);
         }
     }
-    let prefers_sse = sse.weight > json.weight || (sse.weight == json.weight && sse.position < json.position);
+    // Equal weights: SSE is preferred only where the client named it before JSON.
+    let named_first = sse.specificity == 3 && sse.position < json.position;
+    let prefers_sse = sse.weight > json.weight || (sse.weight == json.weight && named_first);
     Accepts { json: json.weight > 0.0, sse: sse.weight > 0.0, prefers_sse: sse.weight > 0.0 && prefers_sse }
 }
 
@@ -287,8 +292,13 @@ mod tests {
         assert_eq!(read("application/json;q=0, */*"), (false, true, true));
         assert_eq!(read("*/*, text/event-stream;q=0"), (true, false, false));
         assert_eq!(read("*/*;q=0.1, application/json"), (true, true, false));
-        // A weight that is not a number counts as 1, as if it were absent.
-        assert_eq!(read("text/event-stream;q=x, application/json"), (true, true, true));
+        // A weight that is not a number from 0 to 1 counts as 1, as if it were absent.
+        for odd in ["x", "nan", "inf", "-1", "1e3"] {
+            assert_eq!(read(&format!("text/event-stream;q={odd}, application/json")), (true, true, true), "{odd}");
+        }
+        // A wildcard listed first names no preference for SSE.
+        assert_eq!(read("*/*, application/json"), (true, true, false));
+        assert_eq!(read("text/*, application/json"), (true, true, false));
     }
 
     #[test]

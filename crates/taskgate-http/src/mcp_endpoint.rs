@@ -344,16 +344,16 @@ async fn dispatch(
                 messages.take_pauses();
             }
             if stream && only_sse {
-                return Ok(reply_stream(None, messages));
+                // A quick method's answer is one event: a plain stream, nothing to resume.
+                return Ok(if streams { reply_stream(None, messages) } else { sse::response(messages) });
             }
             if stream {
                 // A client that accepts both, JSON no lower than SSE, gets one JSON object when
                 // the response is the first thing to send (one write, no chunked stream); the
-                // stream starts as soon
-                // as anything else comes first (progress, a relayed request) or the response
-                // takes longer than `server.first_message_wait_ms` (basic/transports "Sending
-                // Messages to the Server": a request MUST be answered with `text/event-stream`
-                // or `application/json`; the server chooses).
+                // stream starts as soon as anything else comes first (progress, a relayed
+                // request) or the response takes longer than `server.first_message_wait_ms`
+                // (basic/transports "Sending Messages to the Server": a request MUST be
+                // answered with `text/event-stream` or `application/json`; the server chooses).
                 let wait = std::time::Duration::from_millis(gateway.config().server.first_message_wait_ms);
                 match tokio::time::timeout(wait, messages.recv()).await {
                     Ok(Some(frame)) if frame.response => return Ok(reply::frame(frame)),

@@ -122,7 +122,7 @@ impl Gateway {
         let shown = endpoint.clone();
         let session =
             Placed { id: id.clone(), identity: identity.clone(), version: version.to_owned(), client, endpoint };
-        self.place_session(session, catalog, stateless, None).await?;
+        self.place_session(session, catalog, kind, None).await?;
         if let Some(record) = record {
             self.record_new_session(&id, record).await?;
         }
@@ -153,9 +153,10 @@ impl Gateway {
         &self,
         session: Placed,
         catalog: Option<ToolCatalog>,
-        stateless: bool,
+        kind: SessionKind,
         restored: Option<taskgate_store::SessionRecord>,
     ) -> Result<(), GatewayError> {
+        let stateless = kind == SessionKind::Stateless;
         let Placed { id, identity, version, client, endpoint } = session;
         // The tenant's own limit, or its share of server.max_sessions, whichever is lower.
         let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
@@ -163,6 +164,7 @@ impl Gateway {
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
         let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
         actor.stateless = stateless;
+        actor.listens = kind == SessionKind::Listener;
         let profile: Option<Arc<str>> = endpoint.profile_name().map(Arc::from);
         actor.shown = crate::session::shown::Shown::new(endpoint);
         let loaded = restored.is_some();

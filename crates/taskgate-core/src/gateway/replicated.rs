@@ -111,7 +111,7 @@ impl Gateway {
         };
         let placed = Placed { id: id.to_owned(), identity: identity.clone(), version, client, endpoint };
         let stream_known = record.stream.is_some();
-        self.place_session(placed, catalog, false, Some(record)).await?;
+        self.place_session(placed, catalog, super::client_sessions::SessionKind::V2025, Some(record)).await?;
         if !stream_known {
             // The client may have opened its GET stream while this copy was made: read again,
             // now that the copy hears the other replicas.

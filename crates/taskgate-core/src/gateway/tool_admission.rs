@@ -120,21 +120,12 @@ impl Gateway {
             return Arc::from([]);
         }
         let policy = self.shared.tenancy.policy(tenant);
-        let apps = mcp::declares_ui(capabilities);
-        let find = |catalog: &parking_lot::RwLock<crate::catalog::Catalog>| {
+        let exact = |catalog: &parking_lot::RwLock<crate::catalog::Catalog>| {
             let catalog = catalog.read();
-            if let Some(entry) = catalog.resolve(name).filter(|e| policy.serves_at(endpoint, &e.upstream, name)) {
-                return Some(entry.tool.param_headers.clone());
-            }
-            // An MCP App's View calls a tool by the name its server gave it: the one tool a
-            // single prefixed upstream has under that name is the call's (as the call resolves).
-            let mut found = match apps {
-                true => catalog.by_original_name(name, |exposed, e| policy.serves_at(endpoint, &e.upstream, exposed)),
-                false => Vec::new(),
-            };
-            (found.len() == 1).then(|| found.remove(0).1.tool.param_headers.clone())
+            let entry = catalog.resolve(name).filter(|e| policy.serves_at(endpoint, &e.upstream, name));
+            entry.map(|e| e.tool.param_headers.clone())
         };
-        if let Some(found) = find(&self.shared.catalog) {
+        if let Some(found) = exact(&self.shared.catalog) {
             return found;
         }
         let relayable = mcp::relayable_client_capabilities(capabilities);
@@ -142,6 +133,20 @@ impl Gateway {
             return Arc::from([]);
         };
         let _ = self.shared.router.send(crate::router::EnsureCatalog(variant.caps.clone())).await;
-        find(&variant.catalog).unwrap_or_else(|| Arc::from([]))
+        if let Some(found) = exact(&variant.catalog) {
+            return found;
+        }
+        // An MCP App's View calls a tool by the name its server gave it: the one tool a single
+        // prefixed upstream has under that name in the client's catalog is the call's, as the
+        // session resolves it (after the exact name).
+        if !mcp::declares_ui(capabilities) {
+            return Arc::from([]);
+        }
+        let catalog = variant.catalog.read();
+        let mut found = catalog.by_original_name(name, |exposed, e| policy.serves_at(endpoint, &e.upstream, exposed));
+        match found.len() {
+            1 => found.remove(0).1.tool.param_headers.clone(),
+            _ => Arc::from([]),
+        }
     }
 }

@@ -102,19 +102,17 @@ impl SessionActor {
 /// session the gateway pools for its identity: the identity's listen sessions at that endpoint
 /// pass `notifications/tools/list_changed` on (basic/patterns/subscriptions: they carry the
 /// `toolsListChanged` the client subscribed to).
-pub(crate) struct ActivatedElsewhere(pub Option<Arc<str>>);
+pub(crate) struct IdentityActivated(pub Option<Arc<str>>);
 
-impl Message for ActivatedElsewhere {
+impl Message for IdentityActivated {
     type Result = ();
 }
 
-impl Handler<ActivatedElsewhere> for SessionActor {
+impl Handler<IdentityActivated> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, ActivatedElsewhere(profile): ActivatedElsewhere, _: &mut Context<Self>) {
-        // A listen session is neither a 2025-11-25 client's nor a pooled one.
-        let listens = !self.stateless && !self.client.speaks_2025;
-        if listens && self.shown.endpoint.profile_name() == profile.as_deref() {
+    fn handle(&mut self, IdentityActivated(profile): IdentityActivated, _: &mut Context<Self>) {
+        if self.listens && self.shown.endpoint.profile_name() == profile.as_deref() {
             if let Some(stream) = self.streams.get() {
                 let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
             }

@@ -85,6 +85,9 @@ pub struct SessionActor {
     /// requests through `tasks/get`, from the store, so its `tasks/result` streams never relay
     /// those of tasks on other replicas.
     pub(crate) stateless: bool,
+    /// It is a 2026-07-28 client's `subscriptions/listen`: it passes on what that client
+    /// subscribed to, and the tools its identity activates at its endpoint (search mode).
+    pub(crate) listens: bool,
     /// What upstreams say of tasks being created, held until the creation settles.
     early: Early,
     /// The calls whose tasks wait for their first questions before they are shown.
@@ -151,6 +154,7 @@ impl SessionActor {
             requests: Requests::new(),
             asked: Asked::new(),
             stateless: false,
+            listens: false,
             early: Early::new(),
             asking: unshown::Unshown::default(),
             stash: Default::default(),

@@ -237,7 +237,7 @@ impl SessionTable for Sessions {
     fn activated(&self, identity: &Identity, profile: Option<&str>) {
         let profile: Option<Arc<str>> = profile.map(Arc::from);
         for session in self.of(identity) {
-            if session.try_send(super::meta_tools::ActivatedElsewhere(profile.clone())).is_err() {
+            if session.try_send(super::meta_tools::IdentityActivated(profile.clone())).is_err() {
                 self.metrics.mailbox_full.with_label_values(&["session_notification"]).inc();
             }
         }
