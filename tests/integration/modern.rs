@@ -370,13 +370,20 @@ async fn an_upstream_elicitation_becomes_input_required_and_the_retry_answers_it
 async fn a_retry_that_never_comes_releases_the_upstream_request() {
     let demo = DemoUpstream::start();
     let mut config = config_with(vec![demo.upstream("demo")]);
-    config.server.input_wait_secs = 1;
-    let gw = TestGateway::start(config);
+    config.server.input_wait_secs = 60;
+    let clock = std::sync::Arc::new(taskgate_core::clock::ManualClock::new(1_764_066_600_000));
+    let gw = TestGateway::start_with_clock(config, clock.clone());
     let client = Client::new(&gw.url, json!({"elicitation": {"form": {}}}));
     let first = client.call("demo__ask", json!({"question": "anyone?"})).await;
     assert_eq!(first["resultType"], "input_required");
     within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+    // Not yet due: nothing is released.
+    clock.advance(59_000);
+    gw.front.release_due().await;
+    assert_eq!(demo.demo.in_flight(), 1);
     // server.input_wait_secs later the upstream's question gets an error, and its call ends.
+    clock.advance(1_000);
+    gw.front.release_due().await;
     within(demo.demo.wait_in_flight(|n| *n == 0)).await;
     let mut retry = json!({"name": "demo__ask", "arguments": {"question": "anyone?"}});
     retry["requestState"] = first["requestState"].clone();

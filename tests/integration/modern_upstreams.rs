@@ -769,9 +769,9 @@ async fn a_2026_client_leaving_a_call_ends_it_at_a_2026_upstream() {
     for revisions in [Revisions::Modern, Revisions::Both] {
         let demo = taskgate_testkit::DemoUpstream::start_conformance_at(revisions);
         let mut config = config_with(vec![UpstreamConfig { prefix: false, ..demo.upstream("demo") }]);
-        // Long enough for the test to see the question wait (a loaded machine included).
-        config.server.input_wait_secs = 3;
-        let gw = TestGateway::start(config);
+        config.server.input_wait_secs = 60;
+        let clock = std::sync::Arc::new(taskgate_core::clock::ManualClock::new(1_764_066_600_000));
+        let gw = TestGateway::start_with_clock(config, clock.clone());
         let c = ModernClient::new(&gw.url, json!({"elicitation": {"form": {}}}));
         let waiting = c.stream("tools/call", json!({"name": "wait", "arguments": {"gate": "never"}})).await;
         within(demo.demo.wait_in_flight(|n| *n == 1)).await;
@@ -782,6 +782,11 @@ async fn a_2026_client_leaving_a_call_ends_it_at_a_2026_upstream() {
             let asked = c.call("test_elicitation", json!({"message": "Who?"})).await;
             assert_eq!(asked["resultType"], "input_required", "{asked}");
             within(demo.demo.wait_in_flight(|n| *n == 1)).await;
+            // The question waits until the gateway gives the exchange up.
+            gw.front.release_due().await;
+            assert_eq!(demo.demo.in_flight(), 1, "{revisions:?}");
+            clock.advance(60_000);
+            gw.front.release_due().await;
             within(demo.demo.wait_in_flight(|n| *n == 0)).await;
         }
         gw.stop().await;

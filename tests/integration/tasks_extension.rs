@@ -296,9 +296,10 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     // A wait far longer than the test's bound: a task that ends is shown at once, not after it.
     upstream.tool_first_input_wait_ms.insert("test_tool_with_task".into(), 60_000);
     let mut config = config_with(vec![upstream]);
-    config.server.input_wait_secs = 1;
+    config.server.input_wait_secs = 60;
     config.server.first_message_wait_ms = 0;
-    let gw = TestGateway::start(config);
+    let clock = std::sync::Arc::new(taskgate_core::clock::ManualClock::new(1_764_066_600_000));
+    let gw = TestGateway::start_with_clock(config, clock.clone());
     let c = ModernClient::over(McpClient::new(&gw.url));
 
     let asked = c.call("test_tool_with_task", json!({})).await;
@@ -335,6 +336,8 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     let asked = c.call("test_tool_with_task", json!({})).await;
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     assert_eq!(gw.gateway.live_tasks(), 1, "the call's task runs, not yet shown");
+    clock.advance(60_000);
+    gw.front.release_due().await;
     running(&gw, 0).await;
     gw.stop().await;
 }
@@ -354,6 +357,8 @@ async fn a_task_shown_to_a_call_whose_client_never_retried_is_cancelled_with_the
         ..demo.upstream("demo")
     };
     let mut config = config_with(vec![upstream]);
+    // Real time: the task is shown (50 ms after the question is withdrawn) well before the
+    // exchange is given up, and nothing outside says when it was shown.
     config.server.input_wait_secs = 1;
     config.server.first_message_wait_ms = 0;
     let gw = TestGateway::start(config);

@@ -120,6 +120,8 @@ pub struct Running {
     pub server: actix_web::dev::Server,
     /// The admin listener (`server.admin_listen`), if configured: its address and server.
     pub admin: Option<(SocketAddr, actix_web::dev::Server)>,
+    /// The 2026-07-28 front door's state (exchanges waiting for a client's retry).
+    pub front: Arc<crate::revision_2026::Front2026>,
 }
 
 /// The listening sockets of a gateway, bound before anything else starts (a port in use is
@@ -199,7 +201,8 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
     };
     let connections = connection_cap(config.server.max_connections, raise_open_file_limit());
     let peers = crate::peers::Peers::new(&config.server, connections, gateway.shared_metrics());
-    let front = web::Data::new(crate::revision_2026::Front2026::new(&config, gateway.replica()));
+    let front = web::Data::new(crate::revision_2026::Front2026::new(&config, gateway.replica(), gateway.clock()));
+    let front_state = front.clone().into_inner();
     // 2026-07-28 retries other replicas pass on to this one, for the exchanges it holds.
     let (relayed, first_wait) =
         (front.clone().into_inner(), Duration::from_millis(config.server.first_message_wait_ms));
@@ -304,5 +307,5 @@ pub fn serve_on(gateway: Gateway, listeners: Listeners) -> std::io::Result<Runni
         }
         true => None,
     };
-    Ok(Running { addr, handle, server, admin })
+    Ok(Running { addr, handle, server, admin, front: front_state })
 }

@@ -39,6 +39,9 @@ pub struct TestGateway {
     pub gateway: Gateway,
     /// The admin listener's address, when `server.admin_listen` is set.
     pub admin: Option<SocketAddr>,
+    /// The 2026-07-28 front door's state: a test on a manual clock releases the exchanges whose
+    /// wait is over with `front.release_due()`.
+    pub front: std::sync::Arc<taskgate_http::revision_2026::Front2026>,
     handle: ServerHandle,
     /// The file store's data directory, when the test left the store at its default.
     _data: Option<tempfile::TempDir>,
@@ -77,6 +80,7 @@ impl TestGateway {
             url: format!("http://{}/mcp", running.addr),
             gateway,
             admin,
+            front: running.front,
             handle: running.handle,
             _data: data,
         }

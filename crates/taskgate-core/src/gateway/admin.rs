@@ -84,6 +84,11 @@ impl Gateway {
         &self.shared.replica
     }
 
+    /// The gateway's clock (a test's manual clock, or the system's).
+    pub fn clock(&self) -> std::sync::Arc<dyn crate::clock::Clock> {
+        self.shared.clock.clone()
+    }
+
     /// Sessions, a page at a time: from the store's records with a shared store (every
     /// replica's), else this process's, sorted by id. `tenant` filters.
     pub async fn admin_sessions(

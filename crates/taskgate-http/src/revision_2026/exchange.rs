@@ -344,21 +344,24 @@ pub struct Front2026 {
     pub(super) parked: Mutex<HashMap<String, Parked>>,
     pub(super) next: AtomicU64,
     pub(super) input_wait: Duration,
+    clock: Arc<dyn taskgate_core::clock::Clock>,
 }
 
 impl Front2026 {
-    /// The front door's state for a configuration, at the replica `replica`.
-    pub fn new(config: &Config, replica: &str) -> Front2026 {
+    /// The front door's state for a configuration, at the replica `replica`, on the gateway's
+    /// `clock`.
+    pub fn new(config: &Config, replica: &str, clock: Arc<dyn taskgate_core::clock::Clock>) -> Front2026 {
         Front2026 {
             key: super::state::StateKey::random(replica),
             parked: Mutex::default(),
             next: AtomicU64::new(1),
             input_wait: Duration::from_secs(config.server.input_wait_secs),
+            clock,
         }
     }
 
     pub(super) fn clock_ms(&self) -> u64 {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        self.clock.now_ms()
     }
 
     /// A process-unique id for a request sent to a pooled session (a number: the pooled
@@ -375,6 +378,8 @@ pub(crate) struct Parked {
     pub messages: OutboundReceiver,
     /// The input requests not answered yet.
     pub inputs: Vec<Input>,
+    /// When the retry is no longer waited for (ms, the gateway's clock; set by `hold`).
+    pub until_ms: u64,
 }
 
 /// One request the client must answer.
@@ -427,7 +432,7 @@ fn park(
         }
         input_requests.insert(input.shown.clone(), input.request.clone());
     }
-    let state = front.hold(Parked { call, messages, inputs });
+    let state = front.hold(Parked { call, messages, inputs, until_ms: 0 });
     let result = json!({
         "resultType": "input_required",
         "inputRequests": input_requests,
@@ -485,16 +490,11 @@ pub(crate) async fn resume(
 impl Front2026 {
     /// Holds an exchange and returns its `requestState`; released with an error to the
     /// upstream when no retry takes it within `server.input_wait_secs`.
-    pub(crate) fn hold(self: &Arc<Front2026>, parked: Parked) -> String {
+    pub(crate) fn hold(self: &Arc<Front2026>, mut parked: Parked) -> String {
         let exchange = format!("x{}", self.next.fetch_add(1, Ordering::Relaxed));
-        let now = self.clock_ms();
-        let state = self.key.issue(
-            &exchange,
-            &parked.call.identity,
-            &parked.call.method,
-            &parked.call.digest,
-            now + self.input_wait.as_millis() as u64,
-        );
+        parked.until_ms = self.clock_ms() + self.input_wait.as_millis() as u64;
+        let state =
+            self.key.issue(&exchange, &parked.call.identity, &parked.call.method, &parked.call.digest, parked.until_ms);
         self.parked.lock().insert(exchange.clone(), parked);
         let front = self.clone();
         let wait = self.input_wait;
@@ -503,6 +503,17 @@ impl Front2026 {
             front.release(&exchange).await;
         });
         state
+    }
+
+    /// Releases now every exchange whose wait is over by the gateway's clock, as its own timer
+    /// would (tests that move a manual clock call it rather than wait).
+    pub async fn release_due(&self) {
+        let now = self.clock_ms();
+        let due: Vec<String> =
+            self.parked.lock().iter().filter(|(_, p)| p.until_ms <= now).map(|(id, _)| id.clone()).collect();
+        for exchange in due {
+            self.release(&exchange).await;
+        }
     }
 
     /// Takes the exchange a verified `requestState` names.
