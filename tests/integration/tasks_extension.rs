@@ -320,7 +320,9 @@ async fn a_wrapped_tool_asks_in_its_call_before_the_task_and_a_call_left_unanswe
     running(&gw, 0).await;
 
     // The client leaves while its call waits to show a task that would compute for a minute:
-    // the task is cancelled (a 2025-11-25 session of the same principal lists it).
+    // the task is cancelled (a 2025-11-25 session of the same principal lists it). A second
+    // later on the gateway's clock, so that tasks/list orders it after the first.
+    clock.advance(1_000);
     let waiting = c.stream("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 60}})).await;
     running(&gw, 1).await;
     drop(waiting);
