@@ -30,6 +30,11 @@ async fn cluster() -> Cluster {
 
 /// [`cluster`], with more settings for the server and for the demo upstream.
 async fn cluster_with(server: &str, upstream: &str) -> Cluster {
+    cluster_of(server, upstream, "").await
+}
+
+/// [`cluster_with`], with more settings for the tenant.
+async fn cluster_of(server: &str, upstream: &str, tenant: &str) -> Cluster {
     let redis = RedisServer::start();
     let demo = DemoUpstream::start_conformance();
     let dir = tempfile::tempdir().unwrap();
@@ -43,7 +48,7 @@ async fn cluster_with(server: &str, upstream: &str) -> Cluster {
              [[upstream]]\nname = \"demo\"\ntransport = \"http\"\nurl = \"{}\"\n{upstream}\n\
              [[tenant]]\nid = \"acme\"\n\
              [[tenant.api_key]]\nprincipal = \"ada\"\nsha256 = \"{one}\"\n\
-             [[tenant.api_key]]\nprincipal = \"bob\"\nsha256 = \"{two}\"\n",
+             [[tenant.api_key]]\nprincipal = \"bob\"\nsha256 = \"{two}\"\n{tenant}\n",
             redis.url, demo.http.url
         ),
     )
@@ -335,6 +340,47 @@ async fn with_redis_down_a_session_not_held_gets_503_naming_the_store_and_servic
     })
     .await;
     assert_eq!(late_elsewhere.call("demo__add", json!({"a": 2, "b": 0})).await.unwrap()["content"][0]["text"], "2");
+}
+
+/// The tools listed to a session (their names).
+async fn listed(client: &mut McpClient) -> Vec<String> {
+    let listed = client.request("tools/list", None).await.outcome().unwrap();
+    listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[actix_rt::test]
+async fn tools_activated_through_one_replica_are_listed_by_every_replica_after_the_client_hears_of_them() {
+    let cl = cluster_of("", "", "[tenant.tools]\nsearch = true").await;
+    let mut at_a = McpClient::with_bearer(&cl.replicas[0].url, KEY);
+    at_a.initialize().await;
+    assert_eq!(listed(&mut at_a).await, ["find_tools", "use_tools"]);
+    // The client's GET stream is at B; it activates a tool through C.
+    let (mut at_b, mut at_c) = (at_a.clone(), at_a.clone());
+    at_b.url = cl.replicas[1].url.clone();
+    at_c.url = cl.replicas[2].url.clone();
+    let mut stream_b = at_b.open_stream().await.unwrap();
+    assert_eq!(listed(&mut at_b).await, ["find_tools", "use_tools"]);
+    let used = at_c.call("use_tools", json!({"names": ["demo__add"]})).await.unwrap();
+    assert_eq!(used["structuredContent"]["activated"], json!(["demo__add"]));
+    // basic/server/tools "List Changed Notification": on the stream at B.
+    let heard = within(stream_b.next()).await.expect("the notification");
+    assert_eq!(heard.method(), Some("notifications/tools/list_changed"));
+    // From then on every replica lists it, whichever copy of the session it holds.
+    for client in [&mut at_a, &mut at_b, &mut at_c] {
+        assert_eq!(listed(client).await, ["find_tools", "use_tools", "demo__add"], "at {}", client.url);
+    }
+    // The record holds it, for copies loaded later.
+    let key = format!("any:session:{}", at_a.session.clone().unwrap());
+    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let recorded: Option<String> = redis::AsyncCommands::hget(&mut conn, &key, "a").await.unwrap();
+    assert_eq!(recorded.as_deref(), Some(r#"["demo__add"]"#));
+    // One more, through A: heard at B, listed at C.
+    let again = at_a.call("use_tools", json!({"names": ["demo__add", "demo__echo"]})).await.unwrap();
+    assert_eq!(again["structuredContent"]["activated"], json!(["demo__add", "demo__echo"]));
+    let heard = within(stream_b.next()).await.expect("the second notification");
+    assert_eq!(heard.method(), Some("notifications/tools/list_changed"));
+    assert_eq!(listed(&mut at_c).await, ["find_tools", "use_tools", "demo__add", "demo__echo"]);
 }
 
 #[actix_rt::test]

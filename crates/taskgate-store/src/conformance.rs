@@ -127,6 +127,7 @@ pub(crate) fn session_record(principal: &str) -> crate::SessionRecord {
         upstream_sessions: Default::default(),
         stream: None,
         profile: None,
+        activated: Vec::new(),
     }
 }
 
@@ -166,6 +167,17 @@ pub(crate) async fn session_records_keep_changes_until_deleted(s: &dyn TaskStore
     assert_eq!(s.session("s1").await.unwrap().unwrap().stream.as_deref(), Some("r2"));
     assert!(s.change_session("s1", StreamGone("r2".into()), 60_000).await.unwrap());
     assert_eq!(s.session("s1").await.unwrap().unwrap().stream, None);
+    // Tools activated: a set, kept sorted, at most MAX_ACTIVATED of them.
+    assert!(s.change_session("s1", Activate(vec!["b__x".into(), "a__y".into()]), 60_000).await.unwrap());
+    assert!(s.change_session("s1", Activate(vec!["a__y".into()]), 60_000).await.unwrap());
+    assert_eq!(s.session("s1").await.unwrap().unwrap().activated, ["a__y", "b__x"]);
+    let many: Vec<String> = (0..crate::MAX_ACTIVATED).map(|n| format!("t{n:03}")).collect();
+    assert!(s.change_session("s1", Activate(many), 60_000).await.unwrap());
+    let read = s.session("s1").await.unwrap().unwrap();
+    assert_eq!(read.activated.len(), crate::MAX_ACTIVATED);
+    assert!(read.activated.starts_with(&["a__y".to_owned(), "b__x".to_owned()]));
+    assert_eq!(read.subscriptions, ["a://y"], "activations are not subscriptions");
+    assert!(!s.change_session("gone", Activate(vec!["a__y".into()]), 60_000).await.unwrap());
     // Another session is its own.
     assert_eq!(s.session("s2").await.unwrap().unwrap().log_level, None);
     assert!(s.delete_session("s1").await.unwrap());

@@ -322,7 +322,7 @@ pub use memory::MemoryTaskStore;
 pub use operator_view::newest_first;
 pub use owner::{Owner, UpstreamSessionRef};
 pub use redis::{redact, RedisTaskStore};
-pub use session_records::{SessionChange, SessionRecord, MAX_SUBSCRIPTIONS};
+pub use session_records::{SessionChange, SessionRecord, MAX_ACTIVATED, MAX_SUBSCRIPTIONS};
 
 /// A boxed future, so the trait can be used as `dyn TaskStore`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

@@ -19,6 +19,9 @@ use crate::owner::{Owner, UpstreamSessionRef};
 /// against the bound too, one per upstream).
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
 
+/// Tools one session may activate in search mode (`use_tools`), at most.
+pub const MAX_ACTIVATED: usize = 256;
+
 /// One client session, as any replica loads it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -48,6 +51,9 @@ pub struct SessionRecord {
     /// The profile whose endpoint (`/mcp/<profile>`) it was opened at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The tools the client activated in search mode (the gateway's names), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub activated: Vec<String>,
 }
 
 /// A change to a session's record.
@@ -67,6 +73,9 @@ pub enum SessionChange {
     StreamAt(String),
     /// The client's GET stream at this replica ended (unless another holds one by now).
     StreamGone(String),
+    /// `use_tools` activated these tools (the gateway's names; the record keeps at most
+    /// [`MAX_ACTIVATED`]).
+    Activate(Vec<String>),
 }
 
 impl SessionRecord {
@@ -94,6 +103,15 @@ impl SessionRecord {
             SessionChange::StreamGone(replica) => {
                 if self.stream.as_ref() == Some(replica) {
                     self.stream = None;
+                }
+            }
+            SessionChange::Activate(names) => {
+                for name in names {
+                    if let Err(at) = self.activated.binary_search(name) {
+                        if self.activated.len() < MAX_ACTIVATED {
+                            self.activated.insert(at, name.clone());
+                        }
+                    }
                 }
             }
         }

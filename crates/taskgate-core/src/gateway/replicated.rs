@@ -49,6 +49,7 @@ impl Gateway {
             upstream_sessions: Default::default(),
             stream: None,
             profile: None,
+            activated: Vec::new(),
         }
     }
 

@@ -8,8 +8,8 @@
 //!   there, a cancellation, progress) goes to it (`SessionClient`);
 //! - its own sessions at HTTP upstreams are recorded, and every copy continues them (a copy
 //!   letting one go leaves it at the upstream; the session ended ends it there);
-//! - what the client changed (its log level, its subscriptions) is in the record; the copies
-//!   read it again (`SessionChanged`). Subscriptions are held at the upstreams by the copy
+//! - what the client changed (its log level, its subscriptions, the tools it activated in
+//!   search mode) is in the record; the copies read it again (`SessionChanged`). Subscriptions are held at the upstreams by the copy
 //!   holding the GET stream, where their updates go (any copy takes a `resources/subscribe`;
 //!   a copy without the stream passes its updates on, and the holder drops those of the URIs
 //!   its own subscriptions deliver).
@@ -66,6 +66,7 @@ impl SessionActor {
             self.streams.listens_elsewhere();
         }
         self.ties.stream_at = record.stream;
+        let _ = self.shown.activate(record.activated.iter().map(String::as_str));
         for (name, r) in record.upstream_sessions {
             let resume =
                 taskgate_upstream::SessionResume { session_id: r.session_id, protocol_version: r.protocol_version };
@@ -310,8 +311,8 @@ impl SessionActor {
         }
     }
 
-    /// Reads the session's record and applies it: the log level, and (holding the GET
-    /// stream) the subscriptions.
+    /// Reads the session's record and applies it: the log level, the tools activated, and
+    /// (holding the GET stream) the subscriptions.
     fn read_record(&mut self, ctx: &mut Context<Self>) {
         let (tasks, id) = (self.shared.tasks.clone(), self.id.clone());
         ctx.spawn(async move { tasks.store().session(&id).await }.into_actor(self).map(|read, act, ctx| {
@@ -329,6 +330,8 @@ impl SessionActor {
                 act.streams.listens_elsewhere();
                 act.ties.stream_at = elsewhere;
             }
+            // Tools the client activated through another copy.
+            let _ = act.shown.activate(record.activated.iter().map(String::as_str));
             if record.log_level.is_some() && record.log_level.as_deref() != act.upstreams.log_level() {
                 act.go_private(ctx);
                 act.upstreams.set_level(record.log_level);

@@ -22,10 +22,22 @@ impl SessionActor {
         let ToolCatalog { caps, catalog } = self.catalog.clone();
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let endpoint = self.shown.endpoint.clone();
-        // In search mode: the meta-tools, then the tools the client activated (one page).
-        let activated: Option<std::collections::BTreeSet<String>> =
+        // In search mode: the meta-tools, then the tools the client activated (one page);
+        // with other replicas serving the session, those its record holds too (activated
+        // through another copy moments ago, maybe not heard of here yet).
+        let mut activated: Option<std::collections::BTreeSet<String>> =
             endpoint.search.then(|| self.shown.names().cloned().collect());
+        let recorded = (endpoint.search && self.replicated()).then(|| (self.shared.tasks.clone(), self.id.clone()));
         let listing = async move {
+            if let (Some((tasks, session)), Some(activated)) = (recorded, activated.as_mut()) {
+                match tasks.store().session(&session).await {
+                    Ok(Some(record)) => activated.extend(record.activated),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(session = %session, error = %e, "the tools activated elsewhere could not be read")
+                    }
+                }
+            }
             let _ = router.send(EnsureCatalog(caps)).await;
             let support =
                 |e: &ToolEntry| tasks::task_support(e, shared.connectors.get(&e.upstream).map(|c| c.config()));

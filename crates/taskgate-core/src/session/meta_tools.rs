@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use taskgate_config::profiles::USE_TOOLS;
 use taskgate_protocol::mcp::{methods, ToolCallView};
 use taskgate_protocol::{Message as RpcMessage, RequestId};
+use taskgate_store::{SessionChange, StoreEvent};
 
 use std::sync::Arc;
 
@@ -24,31 +25,29 @@ impl SessionActor {
         id: RequestId,
         params: Option<Value>,
         view: ToolCallView,
-        _: &mut Context<Self>,
+        ctx: &mut Context<Self>,
     ) {
         let arguments = match &view.arguments {
             Some(raw) => raw.to_value(),
             None => params.as_ref().and_then(|p| p.get("arguments")).cloned().unwrap_or_else(|| json!({})),
         };
-        let outcome = match view.name.as_str() {
-            USE_TOOLS => self.use_tools(&arguments),
-            other => Err(GatewayError::InvalidParams(format!("Unknown tool: {other}"))),
-        };
-        self.finish(id, outcome);
+        match view.name.as_str() {
+            USE_TOOLS => self.use_tools(id, &arguments, ctx),
+            other => self.finish(id, Err(GatewayError::InvalidParams(format!("Unknown tool: {other}")))),
+        }
     }
 
-    fn use_tools(&mut self, arguments: &Value) -> Result<Value, GatewayError> {
+    fn use_tools(&mut self, id: RequestId, arguments: &Value, ctx: &mut Context<Self>) {
         let names = arguments
             .get("names")
             .and_then(Value::as_array)
             .filter(|n| (1..=MAX_NAMES).contains(&n.len()))
             .and_then(|n| n.iter().map(Value::as_str).collect::<Option<Vec<&str>>>())
-            .filter(|n| n.iter().all(|name| name.len() <= 128))
-            .ok_or_else(|| {
-                GatewayError::InvalidParams(format!(
-                    "{USE_TOOLS} needs \"names\": 1 to {MAX_NAMES} tool names of at most 128 bytes"
-                ))
-            })?;
+            .filter(|n| n.iter().all(|name| name.len() <= 128));
+        let Some(names) = names else {
+            let why = format!("{USE_TOOLS} needs \"names\": 1 to {MAX_NAMES} tool names of at most 128 bytes");
+            return self.finish(id, Err(GatewayError::InvalidParams(why)));
+        };
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let endpoint = self.shown.endpoint.clone();
         let (mut found, mut unknown) = (Vec::new(), Vec::new());
@@ -62,24 +61,15 @@ impl SessionActor {
                 }
             }
         }
+        let before: Vec<bool> = found.iter().map(|(_, name)| self.shown.is_activated(name)).collect();
         let added = self.shown.activate(found.iter().map(|(_, name)| name.as_str()));
         let full = added.is_err();
-        if added.unwrap_or_else(|n| n) > 0 {
-            // basic/server/tools "List Changed Notification".
-            let changed = RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None);
-            match self.streams.get() {
-                Some(stream) => {
-                    let _ = stream.send(&changed);
-                }
-                // A 2026-07-28 client's: it hears of changes on its listen streams.
-                None if self.stateless => {
-                    self.shared.sessions.activated(&self.identity, self.shown.endpoint.profile_name());
-                }
-                None => {
-                    self.to_stream_elsewhere(&changed);
-                }
-            }
-        }
+        let new: Vec<String> = found
+            .iter()
+            .zip(before)
+            .filter(|((_, name), was)| !was && self.shown.is_activated(name))
+            .map(|((_, name), _)| name.clone())
+            .collect();
         let activated: Vec<&str> =
             found.iter().filter(|(_, name)| self.shown.is_activated(name)).map(|(shown, _)| *shown).collect();
         let mut text =
@@ -90,11 +80,55 @@ impl SessionActor {
         if full {
             text.push_str(&format!(" A session activates at most {MAX_ACTIVATED} tools."));
         }
-        Ok(json!({
+        let result = json!({
             "content": [{"type": "text", "text": text}],
             "structuredContent": {"activated": activated, "unknown": unknown},
             "isError": activated.is_empty(),
-        }))
+        });
+        if new.is_empty() {
+            return self.finish(id, Ok(result));
+        }
+        if !self.replicated() {
+            self.tools_changed_here();
+            return self.finish(id, Ok(result));
+        }
+        // Recorded before the client hears of it, so that whichever replica its next
+        // `tools/list` reaches lists them.
+        let (tasks, session) = (self.shared.tasks.clone(), self.id.clone());
+        let keep_ms = Self::keep_ms(&self.shared.config);
+        let written = async move {
+            let written = tasks.store().change_session(&session, SessionChange::Activate(new), keep_ms).await;
+            match written {
+                Ok(true) => {
+                    tasks.publish(StoreEvent::SessionChanged { session });
+                }
+                Ok(false) => tracing::debug!(session = %session, "tools activated in a session no longer recorded"),
+                Err(e) => {
+                    tracing::warn!(session = %session, error = %e, "tools activated were not recorded; other replicas do not list them")
+                }
+            }
+        };
+        ctx.spawn(written.into_actor(self).map(move |(), act, _| {
+            act.tools_changed_here();
+            act.finish(id, Ok(result));
+        }));
+    }
+
+    /// basic/server/tools "List Changed Notification", for the tools this session activated.
+    fn tools_changed_here(&mut self) {
+        let changed = RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None);
+        match self.streams.get() {
+            Some(stream) => {
+                let _ = stream.send(&changed);
+            }
+            // A 2026-07-28 client's: it hears of changes on its listen streams.
+            None if self.stateless => {
+                self.shared.sessions.activated(&self.identity, self.shown.endpoint.profile_name());
+            }
+            None => {
+                self.to_stream_elsewhere(&changed);
+            }
+        }
     }
 }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use crate::tenants::profiles::Endpoint;
 
-/// Tools one session may activate, at most.
-pub(crate) const MAX_ACTIVATED: usize = 256;
+/// Tools one session may activate, at most (its record keeps as many).
+pub(crate) use taskgate_store::MAX_ACTIVATED;
 
 #[derive(Default)]
 pub(crate) struct Shown {

@@ -131,10 +131,12 @@ return {}
 "#;
 
 /// Applies one change to a session that still exists, and pushes its expiry back.
-/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u' | 'b' | 'g' | 'x', the value
-/// (for 'b', the upstream's name), max subscriptions, (for 'b') the upstream session.
+/// KEYS: the session. ARGV: keep ms ('0': none), 'l' | 's' | 'u' | 'b' | 'g' | 'x' | 'a', the
+/// value (for 'b', the upstream's name; for 'a', the names activated, a JSON array), max
+/// subscriptions (for 'a', max activations), (for 'b') the upstream session.
 /// 'b' binds an upstream session only if none is bound (the first copy to bind one wins); 'x'
-/// forgets the GET stream's replica only if it is still that one.
+/// forgets the GET stream's replica only if it is still that one; 'a' adds to the activated
+/// tools (field `a`, a sorted JSON array), new names in order while there is room.
 /// 1 done, 0 no such session.
 pub(super) const SESSION_CHANGE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -143,6 +145,7 @@ if ARGV[2] == 'l' then
 elseif ARGV[2] == 's' then
   local field = 's:' .. ARGV[3]
   local held = redis.call('HLEN', KEYS[1]) - 1 - redis.call('HEXISTS', KEYS[1], 'l') - redis.call('HEXISTS', KEYS[1], 'g')
+    - redis.call('HEXISTS', KEYS[1], 'a')
   if redis.call('HEXISTS', KEYS[1], field) == 1 or held < tonumber(ARGV[4]) then
     redis.call('HSET', KEYS[1], field, '')
   end
@@ -154,6 +157,19 @@ elseif ARGV[2] == 'g' then
   redis.call('HSET', KEYS[1], 'g', ARGV[3])
 elseif ARGV[2] == 'x' then
   if redis.call('HGET', KEYS[1], 'g') == ARGV[3] then redis.call('HDEL', KEYS[1], 'g') end
+elseif ARGV[2] == 'a' then
+  local held = redis.call('HGET', KEYS[1], 'a')
+  local names = held and cjson.decode(held) or {}
+  local known = {}
+  for _, name in ipairs(names) do known[name] = true end
+  for _, name in ipairs(cjson.decode(ARGV[3])) do
+    if not known[name] and #names < tonumber(ARGV[4]) then
+      known[name] = true
+      table.insert(names, name)
+    end
+  end
+  table.sort(names)
+  if #names > 0 then redis.call('HSET', KEYS[1], 'a', cjson.encode(names)) end
 end
 if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1

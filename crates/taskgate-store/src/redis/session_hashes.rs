@@ -1,6 +1,7 @@
 //! Client sessions' records at Redis: `P session:{id}`, a hash of the record as `initialize`
-//! made it (`r`, JSON), the client's log level (`l`), one field per subscribed URI (`s:{uri}`)
-//! and one per upstream session of its own (`b:{upstream}`, JSON), so that a change is one
+//! made it (`r`, JSON), the client's log level (`l`), one field per subscribed URI (`s:{uri}`),
+//! one per upstream session of its own (`b:{upstream}`, JSON) and the tools activated in search
+//! mode (`a`, a sorted JSON array), so that a change is one
 //! field written, never a record read and written back
 //! (two replicas changing one session at once both keep their change). The hash expires when
 //! no replica has served the session for its idle timeout.
@@ -8,7 +9,7 @@
 use redis::AsyncCommands;
 
 use super::RedisTaskStore;
-use crate::{SessionChange, SessionRecord, StoreError, MAX_SUBSCRIPTIONS};
+use crate::{SessionChange, SessionRecord, StoreError, MAX_ACTIVATED, MAX_SUBSCRIPTIONS};
 
 impl RedisTaskStore {
     fn session_key(&self, id: &str) -> String {
@@ -27,6 +28,7 @@ impl RedisTaskStore {
         core.subscriptions.clear();
         core.upstream_sessions.clear();
         core.stream = None;
+        core.activated.clear();
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(&key)
@@ -38,6 +40,10 @@ impl RedisTaskStore {
         }
         if let Some(replica) = &record.stream {
             pipe.hset(&key, "g", replica).ignore();
+        }
+        if !record.activated.is_empty() {
+            let activated: Vec<&String> = record.activated.iter().take(MAX_ACTIVATED).collect();
+            pipe.hset(&key, "a", serde_json::to_string(&activated).expect("names encode")).ignore();
         }
         for uri in record.subscriptions.iter().take(MAX_SUBSCRIPTIONS) {
             pipe.hset(&key, format!("s:{uri}"), "").ignore();
@@ -77,6 +83,13 @@ impl RedisTaskStore {
             SessionChange::Unsubscribe(uri) => ("u", uri),
             SessionChange::StreamAt(replica) => ("g", replica),
             SessionChange::StreamGone(replica) => ("x", replica),
+            SessionChange::Activate(names) => {
+                let mut invocation = self.scripts.session.key(key);
+                let names = serde_json::to_string(&names).expect("names encode");
+                invocation.arg(keep_ms).arg("a").arg(names).arg(MAX_ACTIVATED);
+                let done: i64 = self.run(invocation.invoke_async(&mut c)).await?;
+                return Ok(done == 1);
+            }
             SessionChange::Upstream(upstream, session) => {
                 let mut invocation = self.scripts.session.key(key);
                 let session = serde_json::to_string(&session).expect("encodes");
@@ -102,7 +115,7 @@ impl RedisTaskStore {
 pub(super) fn session_of(fields: Vec<(String, String)>) -> Result<Option<SessionRecord>, StoreError> {
     let mut record: Option<SessionRecord> = None;
     let (mut level, mut subscriptions, mut upstreams) = (None, Vec::new(), std::collections::BTreeMap::new());
-    let mut stream = None;
+    let (mut stream, mut activated) = (None, Vec::new());
     for (field, value) in fields {
         match field.as_str() {
             "r" => {
@@ -113,6 +126,8 @@ pub(super) fn session_of(fields: Vec<(String, String)>) -> Result<Option<Session
             }
             "l" => level = Some(value),
             "g" => stream = Some(value),
+            // A list that does not decode is no activation, not a lost session.
+            "a" => activated = serde_json::from_str(&value).unwrap_or_default(),
             other => {
                 if let Some(uri) = other.strip_prefix("s:") {
                     subscriptions.push(uri.to_owned());
@@ -130,6 +145,7 @@ pub(super) fn session_of(fields: Vec<(String, String)>) -> Result<Option<Session
         r.subscriptions = subscriptions;
         r.upstream_sessions = upstreams;
         r.stream = stream;
+        r.activated = activated;
         r
     }))
 }
