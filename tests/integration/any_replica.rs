@@ -9,7 +9,7 @@ use taskgate_testkit::{interop_dir, DemoUpstream, McpClient, Nginx, ServedGatewa
 
 use crate::interop::run_client;
 use crate::modern::Client;
-use crate::support::within;
+use crate::support::{notified, within};
 
 const KEY: &str = "acme-any-replica-key-0001";
 const OTHER_KEY: &str = "acme-any-replica-key-0002";
@@ -381,6 +381,42 @@ async fn tools_activated_through_one_replica_are_listed_by_every_replica_after_t
     let heard = within(stream_b.next()).await.expect("the second notification");
     assert_eq!(heard.method(), Some("notifications/tools/list_changed"));
     assert_eq!(listed(&mut at_c).await, ["find_tools", "use_tools", "demo__add", "demo__echo"]);
+}
+
+#[actix_rt::test]
+async fn a_2026_clients_activation_through_one_replica_is_heard_on_its_listen_stream_at_another_and_listed_by_all() {
+    let cl = cluster_of("", "", "[tenant.tools]\nsearch = true").await;
+    let at = |n: usize, key: &str| Client::declaring(McpClient::with_bearer(&cl.replicas[n].url, key), json!({}));
+    let listed = |client: Client| async move {
+        let listed = client.ok("tools/list", json!({})).await;
+        listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    // Its listen stream is at B; bob's (same tenant) at C.
+    let mut listen =
+        at(1, KEY).stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
+    let mut bobs =
+        at(2, OTHER_KEY).stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
+    for stream in [&mut listen, &mut bobs] {
+        notified(stream, "notifications/subscriptions/acknowledged").await;
+    }
+    for n in 0..3 {
+        assert_eq!(listed(at(n, KEY)).await, ["find_tools", "use_tools"]);
+    }
+    // It activates a tool through C.
+    let used = at(2, KEY).call("use_tools", json!({"names": ["demo__add"]})).await;
+    assert_eq!(used["structuredContent"]["activated"], json!(["demo__add"]), "{used}");
+    let changed = notified(&mut listen, "notifications/tools/list_changed").await;
+    assert!(!changed["_meta"]["io.modelcontextprotocol/subscriptionId"].is_null(), "{changed}");
+    // Every replica lists it for ada; for bob, none.
+    for n in 0..3 {
+        assert_eq!(listed(at(n, KEY)).await, ["find_tools", "use_tools", "demo__add"], "at replica {n}");
+        assert_eq!(listed(at(n, OTHER_KEY)).await, ["find_tools", "use_tools"], "bob at replica {n}");
+    }
+    // Bob's listen stream heard nothing of it: the first change it hears is his own activation.
+    at(0, OTHER_KEY).call("use_tools", json!({"names": ["demo__echo"]})).await;
+    let heard = within(bobs.next()).await.expect("bob's change");
+    assert_eq!(heard.method(), Some("notifications/tools/list_changed"));
+    assert_eq!(listed(at(1, OTHER_KEY)).await, ["find_tools", "use_tools", "demo__echo"]);
 }
 
 #[actix_rt::test]

@@ -36,6 +36,12 @@ mod memory_conformance {
     }
 
     #[test]
+    fn activations_are_a_bounded_set_per_key() {
+        let s = crate::MemoryTaskStore::new(10);
+        crate::conformance::run(crate::conformance::activations_are_a_bounded_set_per_key(&s));
+    }
+
+    #[test]
     fn every_session_record_is_listed_once() {
         let s = crate::MemoryTaskStore::new(10);
         crate::conformance::run(crate::conformance::every_session_record_is_listed_once(&s));
@@ -84,6 +90,19 @@ mod redis_conformance {
     #[test]
     fn every_session_record_is_listed_once() {
         crate::conformance::run(async { crate::conformance::every_session_record_is_listed_once(&store(10)).await });
+    }
+
+    #[test]
+    fn activations_are_a_bounded_set_per_key_and_expire() {
+        crate::conformance::run(async {
+            let s = store(10);
+            crate::conformance::activations_are_a_bounded_set_per_key(&s).await;
+            let client = redis::Client::open(server().url.as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let key = format!("{}activated:acme/ada/", s.prefix());
+            let ttl: i64 = redis::AsyncCommands::pttl(&mut c, &key).await.unwrap();
+            assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+        });
     }
 
     #[test]
@@ -543,6 +562,16 @@ pub enum StoreEvent {
         /// The waiting client that went away.
         relay: String,
     },
+    /// A 2026-07-28 client activated tools in search mode (recorded with
+    /// [`TaskStore::activate`]): its listen streams at that endpoint, wherever they are, are
+    /// told its tool list changed.
+    IdentityActivated {
+        /// Whose.
+        owner: Owner,
+        /// The profile whose endpoint (`None`: `/mcp`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
+    },
     /// An operator restarted an upstream's processes: every replica stops those it runs.
     UpstreamRestart {
         /// The upstream.
@@ -751,6 +780,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Forgets a session; whether it existed.
     fn delete_session<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(std::future::ready(Ok(false)))
+    }
+    /// Adds `names` to the tools activated in search mode under `key` (a 2026-07-28 client's
+    /// identity at one endpoint), at most [`MAX_ACTIVATED`] in all, kept `keep_ms` more (0:
+    /// until deleted). Only shared stores keep them: in one process the pooled session does.
+    fn activate<'a>(&'a self, _key: &'a str, _names: &'a [String], _keep_ms: u64) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+    /// The tools activated under `key`, sorted.
+    fn activated<'a>(&'a self, _key: &'a str) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
     }
     /// Every task matching `filter`, newest first, after `cursor`, at most `limit` (the
     /// operator's view; a whole scan of the store).

@@ -33,6 +33,7 @@ struct Inner {
     names: Names,
     /// Client sessions' records (kept until deleted: the conformance suite's backend).
     sessions: HashMap<String, crate::SessionRecord>,
+    activated: HashMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// A record as the table keeps it (its id is the table's key).
@@ -394,6 +395,21 @@ impl TaskStore for MemoryTaskStore {
 
     fn delete_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         ready(Ok(self.inner.lock().sessions.remove(id).is_some()))
+    }
+
+    fn activate<'a>(&'a self, key: &'a str, names: &'a [String], _keep_ms: u64) -> StoreFuture<'a, ()> {
+        let mut inner = self.inner.lock();
+        let held = inner.activated.entry(key.to_owned()).or_default();
+        for name in names {
+            if held.len() < crate::MAX_ACTIVATED {
+                held.insert(name.clone());
+            }
+        }
+        ready(Ok(()))
+    }
+
+    fn activated<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<String>> {
+        ready(Ok(self.inner.lock().activated.get(key).map(|held| held.iter().cloned().collect()).unwrap_or_default()))
     }
 
     fn compact(&self) {

@@ -45,7 +45,7 @@ impl Metrics {
         ];
         const BUCKETS: [&str; 4] = ["tenant_rate", "principal_rate", "tenant_poll_rate", "principal_poll_rate"];
         const UPSTREAM_ERRORS: [&str; 5] = ["rpc_error", "unavailable", "protocol", "timeout", "overloaded"];
-        const STORE_OPERATIONS: [&str; 23] = [
+        const STORE_OPERATIONS: [&str; 25] = [
             "create",
             "get",
             "compare_and_set",
@@ -66,11 +66,13 @@ impl Metrics {
             "session",
             "change_session",
             "delete_session",
+            "activate",
+            "activated",
             "scan_tasks",
             "scan_sessions",
             "describe",
         ];
-        const EVENT_KINDS: [&str; 15] = [
+        const EVENT_KINDS: [&str; 16] = [
             "finished",
             "cancelled",
             "status",
@@ -82,6 +84,7 @@ impl Metrics {
             "session_ended",
             "session_changed",
             "session_stream",
+            "identity_activated",
             "upstream_restart",
             "retry_forwarded",
             "retry_reply",

@@ -22,20 +22,17 @@ impl SessionActor {
         let ToolCatalog { caps, catalog } = self.catalog.clone();
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let endpoint = self.shown.endpoint.clone();
-        // In search mode: the meta-tools, then the tools the client activated (one page);
-        // with other replicas serving the session, those its record holds too (activated
-        // through another copy moments ago, maybe not heard of here yet).
+        // In search mode: the meta-tools, then the tools the client activated (one page),
+        // with those kept for other replicas (activated through another one moments ago,
+        // maybe not heard of here yet).
         let mut activated: Option<std::collections::BTreeSet<String>> =
             endpoint.search.then(|| self.shown.names().cloned().collect());
-        let recorded = (endpoint.search && self.replicated()).then(|| (self.shared.tasks.clone(), self.id.clone()));
+        let kept = endpoint.search.then(|| self.kept_activations()).flatten();
         let listing = async move {
-            if let (Some((tasks, session)), Some(activated)) = (recorded, activated.as_mut()) {
-                match tasks.store().session(&session).await {
-                    Ok(Some(record)) => activated.extend(record.activated),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::warn!(session = %session, error = %e, "the tools activated elsewhere could not be read")
-                    }
+            if let (Some(kept), Some(activated)) = (kept, activated.as_mut()) {
+                match kept.await {
+                    Ok(kept) => activated.extend(kept),
+                    Err(e) => tracing::warn!(error = %e, "the tools activated elsewhere could not be read"),
                 }
             }
             let _ = router.send(EnsureCatalog(caps)).await;

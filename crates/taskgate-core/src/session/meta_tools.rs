@@ -88,14 +88,31 @@ impl SessionActor {
         if new.is_empty() {
             return self.finish(id, Ok(result));
         }
+        let (tasks, session) = (self.shared.tasks.clone(), self.id.clone());
+        let keep_ms = Self::keep_ms(&self.shared.config);
+        // A 2026-07-28 client's, with replicas: kept for its identity at this endpoint, and
+        // its listen streams at every replica told.
+        if let Some(key) = self.identity_activations() {
+            let owner = crate::tasks::owner(&self.identity);
+            let profile = self.shown.endpoint.profile_name().map(str::to_owned);
+            let written = async move {
+                if let Err(e) = tasks.store().activate(&key, &new, keep_ms).await {
+                    tracing::warn!(error = %e, "tools activated were not recorded; other replicas do not list them");
+                }
+                tasks.publish(StoreEvent::IdentityActivated { owner, profile });
+            };
+            ctx.spawn(written.into_actor(self).map(move |(), act, _| {
+                act.tools_changed_here();
+                act.finish(id, Ok(result));
+            }));
+            return;
+        }
         if !self.replicated() {
             self.tools_changed_here();
             return self.finish(id, Ok(result));
         }
         // Recorded before the client hears of it, so that whichever replica its next
         // `tools/list` reaches lists them.
-        let (tasks, session) = (self.shared.tasks.clone(), self.id.clone());
-        let keep_ms = Self::keep_ms(&self.shared.config);
         let written = async move {
             let written = tasks.store().change_session(&session, SessionChange::Activate(new), keep_ms).await;
             match written {
@@ -112,6 +129,34 @@ impl SessionActor {
             act.tools_changed_here();
             act.finish(id, Ok(result));
         }));
+    }
+
+    /// Where a pooled session serving 2026-07-28 requests keeps the tools its identity
+    /// activated at its endpoint, so that every replica lists them (a shared store only).
+    fn identity_activations(&self) -> Option<String> {
+        if !self.stateless || !self.shared.tasks.store().shared() {
+            return None;
+        }
+        let identity = &self.identity;
+        let profile = self.shown.endpoint.profile_name().unwrap_or("");
+        Some(crate::tenants::hash_key(&format!("{}\n{}\n{profile}", identity.tenant, identity.principal)))
+    }
+
+    /// The tools kept for other replicas as activated by this session's client: in the
+    /// session's record, or (a 2026-07-28 client's) for its identity at this endpoint. None
+    /// without a shared store.
+    pub(super) fn kept_activations(
+        &self,
+    ) -> Option<futures_util::future::BoxFuture<'static, Result<Vec<String>, taskgate_store::StoreError>>> {
+        let tasks = self.shared.tasks.clone();
+        if self.replicated() {
+            let session = self.id.clone();
+            return Some(Box::pin(async move {
+                Ok(tasks.store().session(&session).await?.map(|record| record.activated).unwrap_or_default())
+            }));
+        }
+        let key = self.identity_activations()?;
+        Some(Box::pin(async move { tasks.store().activated(&key).await }))
     }
 
     /// basic/server/tools "List Changed Notification", for the tools this session activated.

@@ -303,6 +303,10 @@ impl RequestorSessions for Sessions {
         self.tell_elsewhere_said(id, FromElsewhere::Changed);
     }
 
+    fn activated_elsewhere(&self, owner: &Identity, profile: Option<&str>) {
+        SessionTable::activated(self, owner, profile);
+    }
+
     fn stream_at(&self, id: &str, replica: String, open: bool) {
         self.tell_elsewhere_said(id, FromElsewhere::StreamAt(replica, open));
     }

@@ -174,6 +174,14 @@ impl TaskStore for ObservedStore {
         self.observe("delete_session", || self.inner.delete_session(id))
     }
 
+    fn activate<'a>(&'a self, key: &'a str, names: &'a [String], keep_ms: u64) -> StoreFuture<'a, ()> {
+        self.observe("activate", || self.inner.activate(key, names, keep_ms))
+    }
+
+    fn activated<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<String>> {
+        self.observe("activated", || self.inner.activated(key))
+    }
+
     fn scan_tasks<'a>(
         &'a self,
         filter: &'a taskgate_store::TaskFilter,

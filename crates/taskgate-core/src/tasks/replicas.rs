@@ -53,6 +53,7 @@ fn kind(event: &StoreEvent) -> &'static str {
         StoreEvent::SessionEnded { .. } => "session_ended",
         StoreEvent::SessionChanged { .. } => "session_changed",
         StoreEvent::SessionStream { .. } => "session_stream",
+        StoreEvent::IdentityActivated { .. } => "identity_activated",
         StoreEvent::RetryForwarded { .. } => "retry_forwarded",
         StoreEvent::RetryReply { .. } => "retry_reply",
         StoreEvent::RetryClosed { .. } => "retry_closed",
@@ -105,6 +106,10 @@ pub(crate) async fn listen(shared: Arc<TaskShared>, mut events: mpsc::Receiver<E
             StoreEvent::SessionEnded { session } => shared.sessions.ended(&session),
             StoreEvent::SessionChanged { session } => shared.sessions.changed(&session),
             StoreEvent::SessionStream { session, open } => shared.sessions.stream_at(&session, from, open),
+            StoreEvent::IdentityActivated { owner, profile } => {
+                let owner = Identity { tenant: owner.tenant.into(), principal: owner.principal.into() };
+                shared.sessions.activated_elsewhere(&owner, profile.as_deref());
+            }
             // A 2026-07-28 retry of an exchange held here, its answer, its client gone.
             StoreEvent::RetryForwarded { replica, relay, tenant, principal, request } if replica == shared.replica => {
                 let identity = Identity { tenant: tenant.into(), principal: principal.into() };

@@ -51,6 +51,10 @@ pub(crate) trait RequestorSessions: Send + Sync {
     /// Session `id`'s log level or subscriptions changed through another replica.
     fn changed(&self, id: &str);
 
+    /// A 2026-07-28 client of `owner` activated tools at the endpoint of `profile` through
+    /// another replica: its listen streams here are told its tool list changed.
+    fn activated_elsewhere(&self, owner: &Identity, profile: Option<&str>);
+
     /// The client of session `id` opened (`open`) or ended its GET stream at `replica`.
     fn stream_at(&self, id: &str, replica: String, open: bool);
 

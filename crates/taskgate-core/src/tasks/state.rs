@@ -529,6 +529,7 @@ mod tests {
         fn client_said(&self, _: &str, _: String) {}
         fn ended(&self, _: &str) {}
         fn changed(&self, _: &str) {}
+        fn activated_elsewhere(&self, _: &Identity, _: Option<&str>) {}
         fn stream_at(&self, _: &str, _: String, _: bool) {}
         fn release_idle(&self, _: u64, _: u64) {}
         fn close_idle(self: Arc<Self>, _: u64) -> futures_util::future::BoxFuture<'static, ()> {

@@ -16,6 +16,8 @@
 //!   with the task;
 //! - `P session:{id}`: a client session's record (`session_hashes.rs`), expiring when no replica
 //!   has served it for its idle timeout;
+//! - `P activated:{key}`: the tools a 2026-07-28 client activated at one endpoint (a set,
+//!   expiring as session records do);
 //! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
 //!
 //! A status change is decided in Rust by the one transition rule ([`crate::apply_update`]) on
@@ -118,6 +120,7 @@ impl RedisTaskStore {
                 reserve: Script::new(RESERVE),
                 rates: Script::new(RATES),
                 session: Script::new(scripts::SESSION_CHANGE),
+                activate: Script::new(scripts::ACTIVATE),
             },
         })
     }
@@ -251,6 +254,14 @@ impl TaskStore for RedisTaskStore {
 
     fn delete_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(self.delete_session_inner(id))
+    }
+
+    fn activate<'a>(&'a self, key: &'a str, names: &'a [String], keep_ms: u64) -> StoreFuture<'a, ()> {
+        Box::pin(self.activate_inner(key, names, keep_ms))
+    }
+
+    fn activated<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(self.activated_inner(key))
     }
 
     fn publish(&self, envelope: EventEnvelope) -> StoreFuture<'_, ()> {

@@ -175,6 +175,17 @@ if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1
 "#;
 
+/// Adds tools to a 2026-07-28 identity's activations (a set) while it holds fewer than the
+/// bound, and keeps it.
+/// KEYS: the set. ARGV: keep ms ('0': until deleted), the bound, the names.
+pub(super) const ACTIVATE: &str = r#"
+for i = 3, #ARGV do
+  if redis.call('SCARD', KEYS[1]) < tonumber(ARGV[2]) then redis.call('SADD', KEYS[1], ARGV[i]) end
+end
+if ARGV[1] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+"#;
+
 pub(super) struct Scripts {
     pub(super) create: Script,
     pub(super) replace: Script,
@@ -184,4 +195,5 @@ pub(super) struct Scripts {
     pub(super) reserve: Script,
     pub(super) rates: Script,
     pub(super) session: Script,
+    pub(super) activate: Script,
 }

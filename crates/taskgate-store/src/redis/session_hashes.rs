@@ -1,10 +1,12 @@
 //! Client sessions' records at Redis: `P session:{id}`, a hash of the record as `initialize`
 //! made it (`r`, JSON), the client's log level (`l`), one field per subscribed URI (`s:{uri}`),
 //! one per upstream session of its own (`b:{upstream}`, JSON) and the tools activated in search
-//! mode (`a`, a sorted JSON array), so that a change is one
-//! field written, never a record read and written back
-//! (two replicas changing one session at once both keep their change). The hash expires when
-//! no replica has served the session for its idle timeout.
+//! mode (`a`, a sorted JSON array), so that a change is one field written, never a record read
+//! and written back (two replicas changing one session at once both keep their change). The
+//! hash expires when no replica has served the session for its idle timeout.
+//!
+//! `P activated:{key}`: the tools a 2026-07-28 client activated in search mode at one endpoint
+//! (it has no session to record them in), a set expiring as session records do.
 
 use redis::AsyncCommands;
 
@@ -102,6 +104,30 @@ impl RedisTaskStore {
         invocation.arg(keep_ms).arg(op).arg(value).arg(MAX_SUBSCRIPTIONS);
         let done: i64 = self.run(invocation.invoke_async(&mut c)).await?;
         Ok(done == 1)
+    }
+
+    fn activated_key(&self, key: &str) -> String {
+        self.key(&["activated:", key])
+    }
+
+    pub(super) async fn activate_inner(&self, key: &str, names: &[String], keep_ms: u64) -> Result<(), StoreError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = self.scripts.activate.key(self.activated_key(key));
+        invocation.arg(keep_ms).arg(MAX_ACTIVATED);
+        for name in names {
+            invocation.arg(name);
+        }
+        let mut c = self.connection.clone();
+        self.run(invocation.invoke_async::<i64>(&mut c)).await.map(drop)
+    }
+
+    pub(super) async fn activated_inner(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let mut c = self.connection.clone();
+        let mut names: Vec<String> = self.run(c.smembers(self.activated_key(key))).await?;
+        names.sort();
+        Ok(names)
     }
 
     pub(super) async fn delete_session_inner(&self, id: &str) -> Result<bool, StoreError> {
