@@ -183,6 +183,37 @@ async fn search_mode_finds_and_activates_tools_and_any_of_them_is_called_by_name
     assert!(metrics.lines().any(|l| l.starts_with(searches) && !l.ends_with(" 0")), "{metrics}");
 }
 
+#[actix_rt::test]
+async fn a_search_finds_the_tools_offered_to_the_callers_capabilities() {
+    // The demo offers list_roots only to clients that declare roots: the gateway keeps a
+    // catalog per set of relayed capabilities, and a search reads the caller's.
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo);
+    let url = format!("{}/finder", gw.url);
+    let need = json!({"query": "ask the client for its roots", "limit": 20});
+    let found = |result: &Value| {
+        let tools = result["structuredContent"]["tools"].as_array().unwrap();
+        tools.iter().filter_map(|t| t["name"].as_str()).map(str::to_owned).collect::<Vec<_>>()
+    };
+    let mut plain = McpClient::new(&url);
+    plain.initialize_with("2025-11-25", json!({})).await;
+    assert!(!found(&plain.call("find_tools", need.clone()).await.unwrap()).contains(&"demo__list_roots".into()));
+    let mut rooted = McpClient::new(&url);
+    rooted.initialize_with("2025-11-25", json!({"roots": {}})).await;
+    let results = found(&rooted.call("find_tools", need.clone()).await.unwrap());
+    assert_eq!(results.first().map(String::as_str), Some("demo__list_roots"), "{results:?}");
+    // Found, it is activated in the caller's session and listed.
+    let used = rooted.call("use_tools", json!({"names": ["demo__list_roots"]})).await.unwrap();
+    assert_eq!(used["structuredContent"]["activated"], json!(["demo__list_roots"]));
+    // A 2026-07-28 request's capabilities choose its catalog alike.
+    let modern_plain = ModernClient::new(&url, json!({}));
+    let modern_rooted = ModernClient::new(&url, json!({"roots": {}}));
+    let called = json!({"name": "find_tools", "arguments": need});
+    assert!(!found(&modern_plain.ok("tools/call", called.clone()).await).contains(&"demo__list_roots".into()));
+    let results = found(&modern_rooted.ok("tools/call", called).await);
+    assert_eq!(results.first().map(String::as_str), Some("demo__list_roots"), "{results:?}");
+}
+
 /// The first list change or resource update `stream` hears.
 async fn first_change(stream: &mut taskgate_testkit::SseReader) -> String {
     within(async {

@@ -173,6 +173,40 @@ pub fn matches(
     tools
 }
 
+/// One [`SearchIndex`] per tool catalog: the base one, and one per set of relayed client
+/// capabilities (an upstream may offer tools only to clients declaring what they need, MCP
+/// Apps' hosts among them). An index goes with its catalog.
+#[derive(Default)]
+pub struct SearchIndexes {
+    held: Mutex<Vec<(std::sync::Weak<SharedCatalog>, Arc<SearchIndex>)>>,
+}
+
+type SharedCatalog = parking_lot::RwLock<crate::catalog::Catalog>;
+
+impl SearchIndexes {
+    /// The index of `catalog`.
+    pub fn of(&self, catalog: &Arc<SharedCatalog>) -> Arc<SearchIndex> {
+        let mut held = self.held.lock();
+        held.retain(|(of, _)| of.strong_count() > 0);
+        if let Some((_, index)) = held.iter().find(|(of, _)| std::ptr::eq(of.as_ptr(), Arc::as_ptr(catalog))) {
+            return index.clone();
+        }
+        let index = Arc::new(SearchIndex::default());
+        held.push((Arc::downgrade(catalog), index.clone()));
+        index
+    }
+
+    /// Catalogs with an index.
+    pub fn len(&self) -> usize {
+        self.held.lock().iter().filter(|(of, _)| of.strong_count() > 0).count()
+    }
+
+    /// Whether no catalog has one.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The index of the latest catalog generation it was asked for, built the first time after a
 /// change, on a thread of the blocking pool and outside every lock: searches meanwhile read the
 /// index before (or, when there is none yet, wait for the one being built).
@@ -412,6 +446,21 @@ const STOP_WORDS: [&str; 64] = [
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_catalog_has_its_own_index_gone_with_it() {
+        let indexes = super::SearchIndexes::default();
+        let catalog = || Arc::new(parking_lot::RwLock::new(crate::catalog::Catalog::new("__", Vec::new())));
+        let (base, variant) = (catalog(), catalog());
+        let of_base = indexes.of(&base);
+        assert!(Arc::ptr_eq(&of_base, &indexes.of(&base)));
+        assert!(!Arc::ptr_eq(&of_base, &indexes.of(&variant)));
+        assert_eq!(indexes.len(), 2);
+        drop(variant);
+        assert_eq!(indexes.len(), 1);
+        indexes.of(&base);
+        assert_eq!(indexes.held.lock().len(), 1, "the dead catalog's index is dropped");
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -305,7 +305,8 @@ async fn dispatch(
             let scopes = scoped.as_ref().and_then(|v| v.scopes.as_deref());
             let written = arguments.as_ref().map(taskgate_protocol::RawArguments::to_value);
             let called_with = written.as_ref().or_else(|| params.as_ref().and_then(|p| p.get("arguments")));
-            match gateway.find_tools(&identity, scopes, &endpoint, called_with).await {
+            let catalog = session.tool_catalog();
+            match gateway.find_tools(&identity, scopes, &endpoint, &catalog, called_with).await {
                 Ok(result) => Ok(reply::json(&Message::response(id, result))),
                 Err(e) => Err((e, Some(id))),
             }

@@ -162,7 +162,7 @@ impl Gateway {
         let tenant_cap = Some(self.shared.tenancy.policy(&identity.tenant).shares.sessions);
         let catalog =
             catalog.unwrap_or_else(|| ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() });
-        let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog);
+        let mut actor = SessionActor::new(id.clone(), self.shared.clone(), identity.clone(), client, catalog.clone());
         actor.stateless = stateless;
         actor.listens = kind == SessionKind::Listener;
         let profile: Option<Arc<str>> = endpoint.profile_name().map(Arc::from);
@@ -187,6 +187,7 @@ impl Gateway {
             budget: budget.clone(),
             release_asked_ms: Default::default(),
             profile: profile.clone(),
+            catalog: catalog.clone(),
             record: replicated.then(|| crate::session::registry::Recorded {
                 // A loaded copy looks at its record at its first request (an end it has not
                 // heard of yet is found then).

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 use taskgate_config::profiles::FIND_TOOLS;
 
 use super::Gateway;
+use crate::router::ToolCatalog;
 use crate::tenants::profiles::Endpoint;
 use crate::tool_search::{MAX_QUERY_BYTES, MAX_RESULTS};
 use crate::{GatewayError, Identity};
@@ -22,15 +23,26 @@ impl Gateway {
         Ok(endpoint)
     }
 
-    /// `find_tools` (search mode), called with `arguments`: the catalog's best matches for the
-    /// caller's need, among the
-    /// tools it may call here: the tenant's rules, the endpoint's tools and, for an OAuth access
-    /// token, the scopes the tool needs (a search never shows a tool its caller cannot call).
+    /// The tool catalog of a client declaring `capabilities` (a 2026-07-28 request's; a
+    /// session's is [`crate::SessionHandle::tool_catalog`]).
+    pub async fn tool_catalog_for(&self, capabilities: &Value) -> ToolCatalog {
+        let relayable = taskgate_protocol::mcp::relayable_client_capabilities(capabilities);
+        match self.shared.router.send(crate::router::CatalogFor(relayable)).await {
+            Ok(catalog) => catalog,
+            Err(_) => ToolCatalog { caps: String::new(), catalog: self.shared.catalog.clone() },
+        }
+    }
+
+    /// `find_tools` (search mode), called with `arguments`: the best matches in the caller's
+    /// `catalog` for its need, among the tools it may call here: the tenant's rules, the
+    /// endpoint's tools and, for an OAuth access token, the scopes the tool needs (a search
+    /// never shows a tool its caller cannot call).
     pub async fn find_tools(
         &self,
         identity: &Identity,
         scopes: Option<&[Box<str>]>,
         endpoint: &Endpoint,
+        catalog: &ToolCatalog,
         arguments: Option<&Value>,
     ) -> Result<Value, GatewayError> {
         let query = arguments.and_then(|a| a.get("query")).and_then(Value::as_str).ok_or_else(|| {
@@ -43,7 +55,7 @@ impl Gateway {
             })? as usize,
         };
         let policy = self.shared.tenancy.policy(&identity.tenant);
-        let _ = self.shared.router.send(crate::router::EnsureCatalog(crate::router::Caps::new())).await;
+        let _ = self.shared.router.send(crate::router::EnsureCatalog(catalog.caps.clone())).await;
         let rules = policy.tools.as_ref().filter(|r| !r.scopes.is_empty() || !r.upstream_scopes.is_empty());
         let granted = scopes;
         let may_call = |upstream: &str, name: &str| {
@@ -53,22 +65,23 @@ impl Gateway {
         let started = std::time::Instant::now();
         // The index of the catalog as it is now: built (outside the catalog's lock) when the
         // catalog changed since the last one.
+        let search = self.shared.search.of(&catalog.catalog);
         let (generation, copy) = {
-            let catalog = self.shared.catalog.read();
+            let catalog = catalog.catalog.read();
             let generation = catalog.generation();
-            let stale = self.shared.search.of(generation).is_none();
+            let stale = search.of(generation).is_none();
             let copy = stale.then(|| catalog.entries().map(|(n, e)| (n.clone(), e.tool.clone())).collect::<Vec<_>>());
             (generation, copy)
         };
         let index = match copy {
-            Some(tools) => self.shared.search.for_generation(generation, tools).await,
+            Some(tools) => search.for_generation(generation, tools).await,
             // (Replaced meanwhile by a newer one: that one.)
-            None => match self.shared.search.of(generation).or_else(|| self.shared.search.latest()) {
+            None => match search.of(generation).or_else(|| search.latest()) {
                 Some(index) => index,
-                None => self.shared.search.for_generation(generation, Vec::new()).await,
+                None => search.for_generation(generation, Vec::new()).await,
             },
         };
-        let catalog = self.shared.catalog.read();
+        let catalog = catalog.catalog.read();
         // App-only tools (MCP Apps) are for the host's views, never the model's choice.
         let mut tools = crate::tool_search::matches(&catalog, &index, query, limit, |name, e| {
             policy.serves_at(endpoint, &e.upstream, name)

@@ -46,6 +46,11 @@ impl SessionHandle {
         self.entry.profile.as_deref()
     }
 
+    /// Its tool catalog: what its client may be shown and call, and search.
+    pub fn tool_catalog(&self) -> crate::router::ToolCatalog {
+        self.entry.catalog.clone()
+    }
+
     async fn deliver<M>(&self, message: M) -> Result<M::Result, GatewayError>
     where
         M: Message + Send + 'static,

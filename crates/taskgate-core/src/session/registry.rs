@@ -40,6 +40,8 @@ pub(crate) struct SessionEntry {
     pub record: Option<Recorded>,
     /// The profile whose endpoint it was opened at (`None`: the tenant's own).
     pub profile: Option<Arc<str>>,
+    /// Its tool catalog (the one for the capabilities its client declared).
+    pub catalog: crate::router::ToolCatalog,
 }
 
 /// A session's record, as the replica serving it keeps it.

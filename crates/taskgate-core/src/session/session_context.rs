@@ -51,8 +51,8 @@ pub(crate) struct SessionContext {
     /// Client streams open now, by tenant (bounded by server.max_streams and each tenant's
     /// share of it).
     pub streams: Arc<StreamPool>,
-    /// The tool-search index of the base catalog, rebuilt when the catalog changes.
-    pub search: crate::tool_search::SearchIndex,
+    /// The tool-search index of each tool catalog, rebuilt when its catalog changes.
+    pub search: crate::tool_search::SearchIndexes,
 }
 
 /// The session table as a session sees it (the gateway holds the table itself).

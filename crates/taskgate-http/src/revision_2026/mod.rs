@@ -365,7 +365,9 @@ async fn forward(
     // Search mode's find_tools is the gateway's own tool, answered here.
     if endpoint.finds_tools(&method, params.tree.as_ref()) {
         let arguments = params.whole().and_then(|mut p| p.get_mut("arguments").map(Value::take));
-        let mut result = gateway.find_tools(&identity, scopes.as_deref(), &endpoint, arguments.as_ref()).await?;
+        let catalog = gateway.tool_catalog_for(&request_meta.capabilities).await;
+        let mut result =
+            gateway.find_tools(&identity, scopes.as_deref(), &endpoint, &catalog, arguments.as_ref()).await?;
         if let Value::Object(r) = &mut result {
             results::finish_result(methods::TOOLS_CALL, r);
         }
