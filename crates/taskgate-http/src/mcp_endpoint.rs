@@ -31,7 +31,7 @@ async fn verified(req: &HttpRequest, gateway: &Gateway) -> Result<taskgate_core:
             None => peer,
         })
     };
-    gateway.authenticate(authorization, &source).await
+    gateway.authenticate(authorization, &source, path_profile(req)).await
 }
 
 /// The profile a request's path names (`/mcp/<profile>`; `None` at `/mcp`).
@@ -233,7 +233,10 @@ async fn dispatch(
         gateway.admit(&identity, method).await.map_err(|e| (e, Some(id.clone())))?;
         // A call of a tool whose scopes the access token lacks: 403 with the scopes to ask for.
         if let Some(verified) = &scoped {
-            gateway.check_scopes(verified, method, params.as_ref()).await.map_err(|e| (e, Some(id.clone())))?;
+            gateway
+                .check_scopes(verified, method, params.as_ref(), endpoint.profile_name())
+                .await
+                .map_err(|e| (e, Some(id.clone())))?;
         }
         // A call over a rate of its tool or upstream: 429 with Retry-After, naming both.
         gateway.admit_tool(&identity, method, params.as_ref()).await.map_err(|e| (e, Some(id.clone())))?;

@@ -54,22 +54,29 @@ fn ready_or_not(ready: bool, body: serde_json::Value) -> HttpResponse {
 /// Adds the operations routes to an app.
 /// `GET /.well-known/oauth-protected-resource[/<path>]`: the protected resource metadata
 /// (RFC 9728) of the MCP endpoint, when authorization servers are configured; the path-suffixed
-/// form answers for the path of `server.public_url` only.
+/// form answers for the path of `server.public_url`, and for each profile's endpoint under it
+/// (`<public_url>/<profile>`, a resource of its own).
 pub async fn protected_resource(req: actix_web::HttpRequest, gateway: web::Data<Gateway>) -> HttpResponse {
-    let Some(metadata) = gateway.protected_resource_metadata() else {
+    let Some(metadata) = gateway.protected_resource_metadata(None) else {
         return HttpResponse::NotFound().finish();
     };
     let asked = req.path().trim_end_matches('/');
     let served = taskgate_core::resource_metadata_url(metadata["resource"].as_str().unwrap_or_default());
     let path_of = |url: &str| url.find("://").and_then(|i| url[i + 3..].find('/').map(|j| url[i + 3 + j..].to_owned()));
     // RFC 9728 section 3.1 puts the metadata of `https://host/mcp` at the path form; clients of
-    // the 2025-06-18 era (and some current SDKs) look at the root form first. The gateway
-    // serves one resource, so the root form names it too; any other path is no resource.
+    // the 2025-06-18 era (and some current SDKs) look at the root form first, which names the
+    // gateway's own endpoint. Any other path is no resource.
     let ours = path_of(&served).unwrap_or_default();
-    if asked != ours && asked != "/.well-known/oauth-protected-resource" {
-        return HttpResponse::NotFound().finish();
+    let metadata = if asked == ours || asked == "/.well-known/oauth-protected-resource" {
+        Some(metadata)
+    } else {
+        let profile = asked.strip_prefix(ours.as_str()).and_then(|rest| rest.strip_prefix('/'));
+        profile.filter(|p| !p.contains('/')).and_then(|p| gateway.protected_resource_metadata(Some(p)))
+    };
+    match metadata {
+        Some(metadata) => HttpResponse::Ok().insert_header(("Cache-Control", "max-age=300")).json(metadata),
+        None => HttpResponse::NotFound().finish(),
     }
-    HttpResponse::Ok().insert_header(("Cache-Control", "max-age=300")).json(metadata)
 }
 
 pub fn routes(config: &mut web::ServiceConfig) {

@@ -32,10 +32,14 @@ impl Gateway {
     /// token is introspected only within the client's share of its server's budget, and a
     /// client that had [`crate::tenants::refused_tokens::PER_SOURCE`] tokens refused this second
     /// has its further JWTs answered 429 until the next second, without a check.
+    ///
+    /// `profile`: the endpoint asked (`/mcp/<profile>`; `None`: `/mcp`), whose protected
+    /// resource metadata a refusal's challenge names.
     pub async fn authenticate(
         &self,
         authorization: Option<&str>,
         source: &dyn Fn() -> Option<std::net::IpAddr>,
+        profile: Option<&str>,
     ) -> Result<Verified, GatewayError> {
         let tenancy = &self.shared.tenancy;
         // A JWT's signature is costly to check: a client that had its share of tokens refused
@@ -119,18 +123,18 @@ impl Gateway {
             if let Some(suppressed) = crate::logs::limiter().allow("credentials_refused") {
                 tracing::info!(target: "taskgate::audit", reason = e.reason(), suppressed, "credentials refused");
             }
-            self.refusal(&e)
+            self.refusal(&e, profile)
         })
     }
 
     /// The error and challenge for refused credentials: RFC 6750 section 3.1 (no `error`
     /// attribute when none were sent) with RFC 9728 section 5.1's `resource_metadata` and the
     /// scope needed (MCP authorization, "Protected Resource Metadata Discovery Requirements").
-    fn refusal(&self, e: &AuthError) -> GatewayError {
+    fn refusal(&self, e: &AuthError, profile: Option<&str>) -> GatewayError {
         let text = self.shared.tenancy.refusal_text(e);
         let (issuers, scopes) = self.shared.tenancy.oauth();
-        let mut challenge = match (&self.shared.config.server.public_url, issuers.is_empty()) {
-            (Some(url), false) => format!(r#"Bearer resource_metadata="{}""#, resource_metadata_url(url)),
+        let mut challenge = match (self.resource(profile), issuers.is_empty()) {
+            (Some(url), false) => format!(r#"Bearer resource_metadata="{}""#, resource_metadata_url(&url)),
             _ => r#"Bearer realm="taskgate""#.to_owned(),
         };
         let scope = match e {
@@ -171,6 +175,7 @@ impl Gateway {
         verified: &Verified,
         method: &str,
         params: Option<&serde_json::Value>,
+        profile: Option<&str>,
     ) -> Result<(), GatewayError> {
         use taskgate_protocol::mcp::{methods, CompletionRef};
         if verified.scopes.is_none() {
@@ -240,12 +245,28 @@ impl Gateway {
         let mut all: Vec<&str> = required.iter().map(String::as_str).chain(needed.iter().copied()).collect();
         all.sort_unstable();
         all.dedup();
-        Err(self.refusal(&AuthError::Scope(all.join(" "))))
+        Err(self.refusal(&AuthError::Scope(all.join(" ")), profile))
     }
 
-    /// The protected resource metadata (RFC 9728) when authorization servers are configured.
-    pub fn protected_resource_metadata(&self) -> Option<serde_json::Value> {
+    /// The resource identifier of the endpoint of `profile` (`None`: `/mcp`, the gateway's
+    /// `server.public_url`): each profile's endpoint is a protected resource of its own (RFC
+    /// 9728 section 3.3: the metadata a challenge names is of the URL the client asked). A
+    /// name no tenant has is the gateway's.
+    fn resource(&self, profile: Option<&str>) -> Option<String> {
         let url = self.shared.config.server.public_url.as_ref()?;
+        Some(match profile.filter(|p| self.shared.tenancy.has_profile(p)) {
+            Some(profile) => crate::tenants::profiles::resource_of(url, profile),
+            None => url.clone(),
+        })
+    }
+
+    /// The protected resource metadata (RFC 9728) of the endpoint of `profile` (`None`: `/mcp`)
+    /// when authorization servers are configured; `None` for a profile no tenant has.
+    pub fn protected_resource_metadata(&self, profile: Option<&str>) -> Option<serde_json::Value> {
+        if profile.is_some_and(|p| !self.shared.tenancy.has_profile(p)) {
+            return None;
+        }
+        let url = self.resource(profile)?;
         let (issuers, scopes) = self.shared.tenancy.oauth();
         if issuers.is_empty() {
             return None;
@@ -255,7 +276,10 @@ impl Gateway {
             "authorization_servers": issuers,
             "scopes_supported": scopes,
             "bearer_methods_supported": ["header"],
-            "resource_name": "taskgate",
+            "resource_name": match profile {
+                Some(profile) => format!("taskgate/{profile}"),
+                None => "taskgate".to_owned(),
+            },
         }))
     }
 

@@ -13,6 +13,7 @@ pub(super) fn times_and_audience(
     now_secs: u64,
     leeway_secs: u64,
     audience: &str,
+    also: &[String],
     exp_required: bool,
     elsewhere: &'static str,
 ) -> Result<Option<u64>, AuthError> {
@@ -30,9 +31,10 @@ pub(super) fn times_and_audience(
             return Err(AuthError::Token("it is not valid yet (nbf)"));
         }
     }
+    let ours = |aud: &str| aud == audience || also.iter().any(|a| a == aud);
     let audience_ok = match claims.get("aud") {
-        Some(Value::String(aud)) => aud == audience,
-        Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(audience)),
+        Some(Value::String(aud)) => ours(aud),
+        Some(Value::Array(auds)) => auds.iter().filter_map(Value::as_str).any(ours),
         _ => false,
     };
     if !audience_ok {

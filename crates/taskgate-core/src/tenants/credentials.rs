@@ -27,6 +27,9 @@ struct OAuthVerifier {
     tenant: String,
     issuer: std::sync::Arc<super::oauth::Issuer>,
     audience: String,
+    /// The tenant's profiles' endpoints (`<public_url>/<profile>`), each a resource of its own
+    /// (RFC 9728): a token for any of them is for this gateway (unless `audience` is set).
+    profile_audiences: Vec<String>,
     required_scopes: Vec<String>,
     principal_claim: String,
     tenant_claim: Option<String>,
@@ -118,6 +121,12 @@ impl Credentials {
                 let Some(audience) = server.audience.clone().or_else(|| config.server.public_url.clone()) else {
                     continue; // refused by validation
                 };
+                let profile_audiences = match (&server.audience, &config.server.public_url) {
+                    (None, Some(url)) => {
+                        tenant.profiles.iter().map(|p| super::profiles::resource_of(url, &p.name)).collect()
+                    }
+                    _ => Vec::new(),
+                };
                 let introspection = match (&server.introspection_client_id, &server.introspection_secret_env) {
                     (Some(client), Some(var)) => match env(var) {
                         Some(secret) => Some((client.clone(), secret)),
@@ -142,6 +151,7 @@ impl Credentials {
                     issuer,
                     jwks_uri: server.jwks_uri.clone(),
                     audience,
+                    profile_audiences,
                     required_scopes: server.required_scopes.clone(),
                     principal_claim: server.principal_claim.clone(),
                     tenant_claim: server.tenant_claim.clone(),
@@ -416,6 +426,7 @@ impl OAuthVerifier {
             now_secs,
             self.leeway_secs,
             &self.audience,
+            &self.profile_audiences,
             exp_required,
             elsewhere,
         )?;
@@ -646,6 +657,7 @@ mod tests {
             tenant: "acme".into(),
             issuer,
             audience: "https://gw".into(),
+            profile_audiences: vec!["https://gw/finder".into()],
             required_scopes: Vec::new(),
             principal_claim: "sub".into(),
             tenant_claim: None,
@@ -666,6 +678,11 @@ mod tests {
         assert_eq!(principal(json!({"sub": "alice", "client_id": "svc"})).unwrap(), "oauth:https://as|alice");
         assert_eq!(principal(json!({"client_id": 123})).unwrap(), "oauth:https://as|client:123");
         assert_eq!(principal(json!({"sub": "123"})).unwrap(), "oauth:https://as|123");
+        // A profile's endpoint is a resource of the gateway's: a token for it is taken; one for
+        // another resource is not.
+        let at = |aud: Value| verifier.check(&json!({"sub": "alice", "aud": aud, "exp": 10}), 5, true).is_ok();
+        assert!(at(json!("https://gw/finder")) && at(json!(["https://other", "https://gw/finder"])));
+        assert!(!at(json!("https://gw/other")) && !at(json!("https://gw/finder/x")));
     }
 
     #[test]

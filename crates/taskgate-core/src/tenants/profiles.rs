@@ -120,6 +120,12 @@ pub fn meta_tools() -> [Value; 2] {
     ]
 }
 
+/// The resource identifier of a profile's endpoint (RFC 9728, RFC 8707): the gateway's
+/// (`server.public_url`, the tenant's own `/mcp`) with the profile's name after it.
+pub fn resource_of(public_url: &str, profile: &str) -> String {
+    format!("{}/{profile}", public_url.trim_end_matches('/'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
