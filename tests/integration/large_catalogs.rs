@@ -18,6 +18,11 @@ fn names(listed: &Value) -> Vec<&str> {
 /// (`demo__add` shown as `sum`), `talk` (`demo__echo`, `demo__ask`) and `finder` (search mode,
 /// every tool).
 fn gateway(demo: &DemoUpstream) -> TestGateway {
+    TestGateway::start(config(demo))
+}
+
+/// The configuration of [`gateway`].
+fn config(demo: &DemoUpstream) -> taskgate_config::Config {
     let mut config = config_with(vec![demo.upstream("demo")]);
     let mut tenant = TenantConfig::new("acme");
     tenant.anonymous = true;
@@ -40,7 +45,7 @@ fn gateway(demo: &DemoUpstream) -> TestGateway {
         ProfileConfig { name: "finder".into(), search: true, ..ProfileConfig::default() },
     ];
     config.tenants = vec![tenant];
-    TestGateway::start(config)
+    config
 }
 
 #[actix_rt::test]
@@ -212,6 +217,45 @@ async fn a_search_finds_the_tools_offered_to_the_callers_capabilities() {
     assert!(!found(&modern_plain.ok("tools/call", called.clone()).await).contains(&"demo__list_roots".into()));
     let results = found(&modern_rooted.ok("tools/call", called).await);
     assert_eq!(results.first().map(String::as_str), Some("demo__list_roots"), "{results:?}");
+}
+
+#[actix_rt::test]
+async fn a_reload_serves_open_sessions_their_profile_as_it_is_now_and_ends_those_whose_profile_is_gone() {
+    let demo = DemoUpstream::start();
+    let gw = gateway(&demo);
+    let at = |profile: &str| format!("{}/{profile}", gw.url);
+    let mut talk = McpClient::new(&at("talk"));
+    talk.initialize().await;
+    let mut events = talk.open_stream().await.expect("the GET stream opens");
+    let mut math = McpClient::new(&at("math"));
+    math.initialize().await;
+    assert_eq!(names(&talk.request("tools/list", None).await.outcome().unwrap()), ["demo__ask", "demo__echo"]);
+    // talk now serves demo__add, shown as plus; math is gone.
+    let mut config = config(&demo);
+    let profiles = &mut config.tenants[0].profiles;
+    profiles.retain(|p| p.name != "math");
+    let talk_profile = profiles.iter_mut().find(|p| p.name == "talk").unwrap();
+    talk_profile.tools = vec!["demo__echo".into(), "demo__add".into()];
+    talk_profile.rename = [("demo__add".to_string(), "plus".to_string())].into();
+    gw.gateway.reload(&config).expect("the configuration is valid");
+    // basic/server/tools "List Changed Notification", then the profile as it is now.
+    assert_eq!(first_change(&mut events).await, "notifications/tools/list_changed");
+    assert_eq!(names(&talk.request("tools/list", None).await.outcome().unwrap()), ["plus", "demo__echo"]);
+    assert_eq!(talk.call("plus", json!({"a": 1, "b": 4})).await.unwrap()["content"][0]["text"], "5");
+    assert_eq!(talk.call("demo__ask", json!({"question": "?"})).await.unwrap_err().code, -32602);
+    // basic/transports "Session Management": a session that is over is 404, and the profile's
+    // endpoint is no more.
+    assert_eq!(math.request("tools/list", None).await.status, 404);
+    assert_eq!(McpClient::new(&at("math")).try_initialize().await.status, 404);
+    // A reload that changes no profile tells no one: the next change the stream hears is a
+    // resource update made after it.
+    let counter = "taskgate://demo/demo://counter";
+    talk.request("resources/subscribe", Some(json!({"uri": counter}))).await.outcome().unwrap();
+    gw.gateway.reload(&config).expect("the same configuration again");
+    let mut own = McpClient::new(&gw.url);
+    own.initialize().await;
+    own.call("demo__touch", json!({})).await.unwrap();
+    assert_eq!(first_change(&mut events).await, "notifications/resources/updated");
 }
 
 /// The first list change or resource update `stream` hears.

@@ -305,9 +305,9 @@ impl Gateway {
         self.shared.tenancy.policy(tenant)
     }
 
-    /// Applies the tenants of a new configuration (credentials, upstream visibility, limits)
-    /// and its operators (`[[admin.key]]`, `admin.refresh_ms`) without touching sessions or
-    /// tasks. An invalid configuration is refused whole, its problems returned, and the current
+    /// Applies the tenants of a new configuration (credentials, upstream visibility, limits,
+    /// profiles: open sessions serve their endpoint as it is now, and end if their profile is
+    /// gone) and its operators (`[[admin.key]]`, `admin.refresh_ms`) without touching tasks. An invalid configuration is refused whole, its problems returned, and the current
     /// one kept. Other sections take effect on restart.
     pub fn reload(&self, config: &Config) -> Result<(), Vec<taskgate_config::Problem>> {
         let mut checked = config.clone();
@@ -322,6 +322,7 @@ impl Gateway {
                 m.initialise_tool_rates(&tool_rate_patterns(&checked));
                 m.initialise_profiles(&profile_labels(&checked));
                 m.tenant_upstreams(&tenant_upstreams(&checked));
+                self.sessions.endpoints_reloaded();
                 let listeners_moved = checked.admin.on_main_listener != self.admin_config().on_main_listener;
                 *self.admin.write() = Arc::new(checked.admin.clone());
                 let restart: Vec<&str> = [

@@ -1,6 +1,6 @@
 //! A client session's streams and life: its GET stream opened, replaced, overflowed or ended,
-//! the session closed (idle, ended by the client, at shutdown), and the tools of its catalog
-//! changed.
+//! the session closed (idle, ended by the client, at shutdown), the tools of its catalog
+//! changed, and its endpoint reloaded.
 
 use crate::outbound::Outbound;
 use crate::GatewayError;
@@ -262,6 +262,40 @@ impl Handler<ToolsChanged> for SessionActor {
         }
         if let Some(stream) = self.streams.get() {
             let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+        }
+    }
+}
+
+/// The configuration was reloaded: the session serves its endpoint as it is now (a profile's
+/// tools, renames and search mode), and its client is told its tool list changed when the
+/// profile did (basic/server/tools "List Changed Notification"). A session whose profile was
+/// removed ends: its client's next request is told it does not exist, and it initializes again
+/// (basic/transports "Session Management").
+pub(crate) struct EndpointReloaded;
+
+impl Message for EndpointReloaded {
+    type Result = ();
+}
+
+impl Handler<EndpointReloaded> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: EndpointReloaded, ctx: &mut Context<Self>) {
+        let policy = self.shared.tenancy.policy(&self.identity.tenant);
+        let was = &self.shown.endpoint;
+        let Some(now) = policy.endpoint(was.profile_name()) else {
+            tracing::info!(session = %self.id, profile = was.profile_name().unwrap_or_default(), "the session's profile was removed; the session ends");
+            self.shared.sessions.forget(&self.id);
+            self.end_upstream_sessions();
+            return ctx.stop();
+        };
+        let config = |e: &crate::tenants::profiles::Endpoint| e.profile.as_ref().map(|p| p.config.clone());
+        let changed = now.search != was.search || config(&now) != config(was);
+        self.shown.endpoint = now;
+        if changed {
+            if let Some(stream) = self.streams.get() {
+                let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
+            }
         }
     }
 }

@@ -211,6 +211,14 @@ impl Sessions {
     pub fn all(&self) -> Vec<Addr<SessionActor>> {
         self.map.read().values().map(|e| e.addr.clone()).collect()
     }
+
+    /// The configuration was reloaded: every session reads its endpoint again (sent past a
+    /// full mailbox: it is small, and once per reload).
+    pub(crate) fn endpoints_reloaded(&self) {
+        for session in self.all() {
+            session.do_send(super::lifecycle::EndpointReloaded);
+        }
+    }
 }
 
 impl Sessions {
