@@ -9,7 +9,7 @@ use taskgate_testkit::{interop_dir, DemoUpstream, McpClient, Nginx, ServedGatewa
 
 use crate::interop::run_client;
 use crate::modern::Client;
-use crate::support::{notified, within};
+use crate::support::{first_change, notified, within};
 
 const KEY: &str = "acme-any-replica-key-0001";
 const OTHER_KEY: &str = "acme-any-replica-key-0002";
@@ -391,11 +391,12 @@ async fn a_2026_clients_activation_through_one_replica_is_heard_on_its_listen_st
         let listed = client.ok("tools/list", json!({})).await;
         listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
     };
-    // Its listen stream is at B; bob's (same tenant) at C.
+    // Its listen stream is at B; bob's (same tenant) at C, subscribed to the counter too.
+    let counter = "taskgate://demo/demo://counter";
     let mut listen =
         at(1, KEY).stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
-    let mut bobs =
-        at(2, OTHER_KEY).stream("subscriptions/listen", json!({"notifications": {"toolsListChanged": true}})).await;
+    let filter = json!({"notifications": {"toolsListChanged": true, "resourceSubscriptions": [counter]}});
+    let mut bobs = at(2, OTHER_KEY).stream("subscriptions/listen", filter).await;
     for stream in [&mut listen, &mut bobs] {
         notified(stream, "notifications/subscriptions/acknowledged").await;
     }
@@ -412,10 +413,12 @@ async fn a_2026_clients_activation_through_one_replica_is_heard_on_its_listen_st
         assert_eq!(listed(at(n, KEY)).await, ["find_tools", "use_tools", "demo__add"], "at replica {n}");
         assert_eq!(listed(at(n, OTHER_KEY)).await, ["find_tools", "use_tools"], "bob at replica {n}");
     }
-    // Bob's listen stream heard nothing of it: the first change it hears is his own activation.
+    // Bob's listen stream heard nothing of it: the first change it hears is the counter's
+    // update made after it, then his own activation.
+    at(0, OTHER_KEY).call("demo__touch", json!({})).await;
+    assert_eq!(first_change(&mut bobs).await, "notifications/resources/updated");
     at(0, OTHER_KEY).call("use_tools", json!({"names": ["demo__echo"]})).await;
-    let heard = within(bobs.next()).await.expect("bob's change");
-    assert_eq!(heard.method(), Some("notifications/tools/list_changed"));
+    assert_eq!(first_change(&mut bobs).await, "notifications/tools/list_changed");
     assert_eq!(listed(at(1, OTHER_KEY)).await, ["find_tools", "use_tools", "demo__echo"]);
 }
 

@@ -8,7 +8,7 @@ use taskgate_protocol::Message;
 use taskgate_testkit::{config_with, DemoUpstream, McpClient, TestGateway};
 
 use crate::modern::Client as ModernClient;
-use crate::support::{notified, within};
+use crate::support::{first_change, notified, within};
 
 fn names(listed: &Value) -> Vec<&str> {
     listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect()
@@ -222,7 +222,13 @@ async fn a_search_finds_the_tools_offered_to_the_callers_capabilities() {
 #[actix_rt::test]
 async fn a_reload_serves_open_sessions_their_profile_as_it_is_now_and_ends_those_whose_profile_is_gone() {
     let demo = DemoUpstream::start();
-    let gw = gateway(&demo);
+    let mut config = config(&demo);
+    let profile = |config: &mut taskgate_config::Config, name: &str| {
+        config.tenants[0].profiles.iter_mut().find(|p| p.name == name).unwrap().clone()
+    };
+    // math serves demo__wait too, to hold a call across the reload that removes it.
+    config.tenants[0].profiles[0].tools.push("demo__wait".into());
+    let gw = TestGateway::start(config.clone());
     let at = |profile: &str| format!("{}/{profile}", gw.url);
     let mut talk = McpClient::new(&at("talk"));
     talk.initialize().await;
@@ -230,11 +236,13 @@ async fn a_reload_serves_open_sessions_their_profile_as_it_is_now_and_ends_those
     let mut math = McpClient::new(&at("math"));
     math.initialize().await;
     assert_eq!(names(&talk.request("tools/list", None).await.outcome().unwrap()), ["demo__ask", "demo__echo"]);
+    let mut caller = math.clone();
+    let held = actix_rt::spawn(async move { caller.call("demo__wait", json!({"gate": "reload"})).await });
+    within(demo.demo.wait_in_flight(|n| *n == 1)).await;
     // talk now serves demo__add, shown as plus; math is gone.
-    let mut config = config(&demo);
-    let profiles = &mut config.tenants[0].profiles;
-    profiles.retain(|p| p.name != "math");
-    let talk_profile = profiles.iter_mut().find(|p| p.name == "talk").unwrap();
+    let math_profile = profile(&mut config, "math");
+    config.tenants[0].profiles.retain(|p| p.name != "math");
+    let talk_profile = config.tenants[0].profiles.iter_mut().find(|p| p.name == "talk").unwrap();
     talk_profile.tools = vec!["demo__echo".into(), "demo__add".into()];
     talk_profile.rename = [("demo__add".to_string(), "plus".to_string())].into();
     gw.gateway.reload(&config).expect("the configuration is valid");
@@ -243,10 +251,18 @@ async fn a_reload_serves_open_sessions_their_profile_as_it_is_now_and_ends_those
     assert_eq!(names(&talk.request("tools/list", None).await.outcome().unwrap()), ["plus", "demo__echo"]);
     assert_eq!(talk.call("plus", json!({"a": 1, "b": 4})).await.unwrap()["content"][0]["text"], "5");
     assert_eq!(talk.call("demo__ask", json!({"question": "?"})).await.unwrap_err().code, -32602);
-    // basic/transports "Session Management": a session that is over is 404, and the profile's
-    // endpoint is no more.
-    assert_eq!(math.request("tools/list", None).await.status, 404);
+    // The endpoint of math is no more; the call in flight there is answered all the same.
     assert_eq!(McpClient::new(&at("math")).try_initialize().await.status, 404);
+    demo.demo.release("reload");
+    assert_eq!(held.await.unwrap().unwrap()["content"][0]["text"], "gate reload opened");
+    // basic/transports "Session Management": with math back, its old session is over (404)
+    // and a new one is served.
+    config.tenants[0].profiles.push(math_profile);
+    gw.gateway.reload(&config).expect("math again");
+    assert_eq!(math.request("tools/list", None).await.status, 404);
+    let mut again = McpClient::new(&at("math"));
+    again.initialize().await;
+    assert_eq!(names(&again.request("tools/list", None).await.outcome().unwrap()), ["sum", "demo__wait"]);
     // A reload that changes no profile tells no one: the next change the stream hears is a
     // resource update made after it.
     let counter = "taskgate://demo/demo://counter";
@@ -256,22 +272,4 @@ async fn a_reload_serves_open_sessions_their_profile_as_it_is_now_and_ends_those
     own.initialize().await;
     own.call("demo__touch", json!({})).await.unwrap();
     assert_eq!(first_change(&mut events).await, "notifications/resources/updated");
-}
-
-/// The first list change or resource update `stream` hears.
-async fn first_change(stream: &mut taskgate_testkit::SseReader) -> String {
-    within(async {
-        loop {
-            match stream.next().await {
-                Some(Message::Notification { method, .. })
-                    if method.ends_with("list_changed") || method == "notifications/resources/updated" =>
-                {
-                    return method
-                }
-                Some(_) => continue,
-                None => panic!("the stream ended"),
-            }
-        }
-    })
-    .await
 }

@@ -381,8 +381,8 @@ async fn the_typescript_sdk_client_finds_the_authorization_server_from_a_bare_40
 
 /// RFC 9728 section 3.3: the metadata a challenge names is of the URL the client asked for.
 /// A profile's endpoint (`/mcp/<profile>`) is a resource of its own: its challenge names its
-/// metadata, whose `resource` is its URL, and a token issued for it is served (as one for
-/// `/mcp` is: a profile is a view of the tenant's tools, not a boundary).
+/// metadata, whose `resource` is its URL, and a token issued for it is taken there only (RFC
+/// 8707), while one for the gateway's own resource is taken at every endpoint of its tenant.
 #[actix_rt::test]
 async fn a_profiles_endpoint_is_a_protected_resource_of_its_own_and_the_sdk_client_finds_it() {
     let auth = AuthServer::start();
@@ -412,11 +412,17 @@ async fn a_profiles_endpoint_is_a_protected_resource_of_its_own_and_the_sdk_clie
     let (status, challenge, _) = initialize(&finder, Some(&narrow)).await;
     assert_eq!(status, 403);
     assert!(challenge.contains(&metadata_url) && challenge.contains("insufficient_scope"), "{challenge}");
-    // A token for the profile is served there and at /mcp; one for a resource that is not the
-    // gateway's is not.
+    // A token for the profile is served there, not at /mcp; one for /mcp is served at both;
+    // one for a resource that is not the gateway's nowhere.
     let token = auth.token("gateway-test", "secret-1", "mcp", &finder).await;
+    let (status, _, body) = initialize(&finder, Some(&token)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, challenge, _) = initialize(&public_url, Some(&token)).await;
+    assert_eq!(status, 401);
+    assert!(challenge.contains("invalid_token") && !challenge.contains("/mcp/finder"), "{challenge}");
+    let own = auth.token("gateway-test", "secret-1", "mcp", &public_url).await;
     for url in [&finder, &public_url] {
-        let (status, _, body) = initialize(url, Some(&token)).await;
+        let (status, _, body) = initialize(url, Some(&own)).await;
         assert_eq!(status, 200, "{url}: {body}");
     }
     let elsewhere = auth.token("gateway-test", "secret-1", "mcp", &format!("{public_url}/nope")).await;

@@ -135,3 +135,21 @@ pub async fn notified(stream: &mut taskgate_testkit::SseReader, method: &str) ->
     })
     .await
 }
+
+/// The first list change or resource update `stream` hears.
+pub async fn first_change(stream: &mut taskgate_testkit::SseReader) -> String {
+    within(async {
+        loop {
+            match stream.next().await {
+                Some(taskgate_protocol::Message::Notification { method, .. })
+                    if method.ends_with("list_changed") || method == "notifications/resources/updated" =>
+                {
+                    return method
+                }
+                Some(_) => continue,
+                None => panic!("the stream ended"),
+            }
+        }
+    })
+    .await
+}

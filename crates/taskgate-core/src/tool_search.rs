@@ -195,16 +195,6 @@ impl SearchIndexes {
         held.push((Arc::downgrade(catalog), index.clone()));
         index
     }
-
-    /// Catalogs with an index.
-    pub fn len(&self) -> usize {
-        self.held.lock().iter().filter(|(of, _)| of.strong_count() > 0).count()
-    }
-
-    /// Whether no catalog has one.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The index of the latest catalog generation it was asked for, built the first time after a
@@ -446,20 +436,6 @@ const STOP_WORDS: [&str; 64] = [
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn each_catalog_has_its_own_index_gone_with_it() {
-        let indexes = super::SearchIndexes::default();
-        let catalog = || Arc::new(parking_lot::RwLock::new(crate::catalog::Catalog::new("__", Vec::new())));
-        let (base, variant) = (catalog(), catalog());
-        let of_base = indexes.of(&base);
-        assert!(Arc::ptr_eq(&of_base, &indexes.of(&base)));
-        assert!(!Arc::ptr_eq(&of_base, &indexes.of(&variant)));
-        assert_eq!(indexes.len(), 2);
-        drop(variant);
-        assert_eq!(indexes.len(), 1);
-        indexes.of(&base);
-        assert_eq!(indexes.held.lock().len(), 1, "the dead catalog's index is dropped");
-    }
 
     use super::*;
     use serde_json::json;
@@ -526,5 +502,19 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again));
         assert_eq!(runtime.block_on(held.for_generation(2, copy(1))).len(), 1);
         assert!(held.of(1).is_none() && held.of(2).is_some());
+    }
+
+    #[test]
+    fn each_catalog_has_its_own_index_gone_with_it() {
+        let indexes = SearchIndexes::default();
+        let catalog = || Arc::new(parking_lot::RwLock::new(crate::catalog::Catalog::new("__", Vec::new())));
+        let (base, variant) = (catalog(), catalog());
+        let of_base = indexes.of(&base);
+        assert!(Arc::ptr_eq(&of_base, &indexes.of(&base)));
+        assert!(!Arc::ptr_eq(&of_base, &indexes.of(&variant)));
+        assert_eq!(indexes.held.lock().len(), 2);
+        drop(variant);
+        indexes.of(&base);
+        assert_eq!(indexes.held.lock().len(), 1, "the dead catalog's index is dropped");
     }
 }

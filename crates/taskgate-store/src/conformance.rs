@@ -282,14 +282,14 @@ macro_rules! store_conformance {
 }
 
 pub(crate) async fn activations_are_a_bounded_set_per_key(s: &dyn TaskStore) {
-    assert_eq!(s.activated("acme/ada/").await.unwrap(), Vec::<String>::new());
+    assert_eq!(s.activated("acme/ada/", 60_000).await.unwrap(), Vec::<String>::new());
     s.activate("acme/ada/", &["b__x".into(), "a__y".into()], 60_000).await.unwrap();
     s.activate("acme/ada/", &["a__y".into()], 60_000).await.unwrap();
-    assert_eq!(s.activated("acme/ada/").await.unwrap(), ["a__y", "b__x"]);
-    assert_eq!(s.activated("acme/bob/").await.unwrap(), Vec::<String>::new(), "another key is its own");
+    assert_eq!(s.activated("acme/ada/", 60_000).await.unwrap(), ["a__y", "b__x"]);
+    assert_eq!(s.activated("acme/bob/", 60_000).await.unwrap(), Vec::<String>::new(), "another key is its own");
     let many: Vec<String> = (0..crate::MAX_ACTIVATED).map(|n| format!("t{n:03}")).collect();
     s.activate("acme/ada/", &many, 60_000).await.unwrap();
-    let held = s.activated("acme/ada/").await.unwrap();
+    let held = s.activated("acme/ada/", 60_000).await.unwrap();
     assert_eq!(held.len(), crate::MAX_ACTIVATED);
     assert!(held.starts_with(&["a__y".to_owned(), "b__x".to_owned()]));
 }

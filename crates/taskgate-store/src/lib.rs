@@ -102,6 +102,11 @@ mod redis_conformance {
             let key = format!("{}activated:acme/ada/", s.prefix());
             let ttl: i64 = redis::AsyncCommands::pttl(&mut c, &key).await.unwrap();
             assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+            // Read, they are kept longer.
+            let read = crate::TaskStore::activated(&s, "acme/ada/", 120_000).await.unwrap();
+            assert_eq!(read.len(), crate::MAX_ACTIVATED);
+            let ttl: i64 = redis::AsyncCommands::pttl(&mut c, &key).await.unwrap();
+            assert!(ttl > 60_000 && ttl <= 120_000, "{ttl}");
         });
     }
 
@@ -124,10 +129,13 @@ mod redis_conformance {
             // Redis expires the untouched one on its own clock at its PTTL.
             let (e, k) = (ttl("e").await, ttl("k").await);
             assert!((0..=150).contains(&e) && k > 150, "{e} {k}");
+            // Activations are no subscriptions: they take none of the bound.
+            s.change_session("k", SessionChange::Activate(vec!["a__b".into()]), 60_000).await.unwrap();
             for n in 0..crate::MAX_SUBSCRIPTIONS + 5 {
                 s.change_session("k", SessionChange::Subscribe(format!("u://{n}")), 60_000).await.unwrap();
             }
-            assert_eq!(s.session("k").await.unwrap().unwrap().subscriptions.len(), crate::MAX_SUBSCRIPTIONS);
+            let record = s.session("k").await.unwrap().unwrap();
+            assert_eq!((record.subscriptions.len(), record.activated.len()), (crate::MAX_SUBSCRIPTIONS, 1));
         });
     }
 
@@ -782,13 +790,15 @@ pub trait TaskStore: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(false)))
     }
     /// Adds `names` to the tools activated in search mode under `key` (a 2026-07-28 client's
-    /// identity at one endpoint), at most [`MAX_ACTIVATED`] in all, kept `keep_ms` more (0:
-    /// until deleted). Only shared stores keep them: in one process the pooled session does.
+    /// identity at one endpoint), at most [`MAX_ACTIVATED`] in all, and keeps them `keep_ms`
+    /// more (0: no expiry). The gateway asks shared stores only: in one process the pooled
+    /// session holds them.
     fn activate<'a>(&'a self, _key: &'a str, _names: &'a [String], _keep_ms: u64) -> StoreFuture<'a, ()> {
         Box::pin(std::future::ready(Ok(())))
     }
-    /// The tools activated under `key`, sorted.
-    fn activated<'a>(&'a self, _key: &'a str) -> StoreFuture<'a, Vec<String>> {
+    /// The tools activated under `key`, sorted, kept `keep_ms` more (0: as they were): a client
+    /// that lists its tools keeps its activations.
+    fn activated<'a>(&'a self, _key: &'a str, _keep_ms: u64) -> StoreFuture<'a, Vec<String>> {
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
     /// Every task matching `filter`, newest first, after `cursor`, at most `limit` (the

@@ -408,7 +408,7 @@ impl TaskStore for MemoryTaskStore {
         ready(Ok(()))
     }
 
-    fn activated<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<String>> {
+    fn activated<'a>(&'a self, key: &'a str, _keep_ms: u64) -> StoreFuture<'a, Vec<String>> {
         ready(Ok(self.inner.lock().activated.get(key).map(|held| held.iter().cloned().collect()).unwrap_or_default()))
     }
 

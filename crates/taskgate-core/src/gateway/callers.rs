@@ -102,6 +102,12 @@ impl Gateway {
             }
             _ => {}
         }
+        // A token issued for a profile's endpoint only (RFC 8707: its audience) is taken there.
+        if let Ok(Verified { for_profile: Some(issued_for), .. }) = &outcome {
+            if Some(&**issued_for) != profile {
+                outcome = Err(AuthError::Token("it was issued for another resource (aud)"));
+            }
+        }
         if let Ok(verified @ Verified { scopes: Some(_), .. }) = &mut outcome {
             let subjects = &self.shared.tenancy.subjects;
             let token = authorization.and_then(|h| h.split_once(' ')).map_or("", |(_, t)| t.trim());

@@ -93,7 +93,6 @@ impl Gateway {
         kind: SessionKind,
         endpoint: Endpoint,
     ) -> Result<(String, Value), GatewayError> {
-        let stateless = kind == SessionKind::Stateless;
         let view = InitializeView::from_params(params).map_err(GatewayError::InvalidParams)?;
         if self.sessions.is_full() {
             self.shared.metrics.admission_rejected.with_label_values(&[&identity.tenant, "max_sessions"]).inc();
@@ -112,7 +111,8 @@ impl Gateway {
             client_info: view.client_info,
             speaks_2025: kind == SessionKind::V2025,
         };
-        let replicated = !stateless && self.shared.tasks.store().shared();
+        // A 2026-07-28 client's listen session is its request's alone, its id never given out.
+        let replicated = kind == SessionKind::V2025 && self.shared.tasks.store().shared();
         // Kept where every replica reads it before the client learns the id: a request of the
         // session may reach any of them.
         let mut record = replicated.then(|| self.session_record(&identity, version, &client));
@@ -177,7 +177,7 @@ impl Gateway {
         let last_seen_ms = Arc::new(std::sync::atomic::AtomicU64::new(now_ms));
         let tenant = identity.tenant.clone();
         let budget = crate::outbound::SessionBudget::new(self.shared.config.server.session_buffer_bytes);
-        let replicated = !stateless && self.shared.tasks.store().shared();
+        let replicated = kind == SessionKind::V2025 && self.shared.tasks.store().shared();
         let entry = || SessionEntry {
             addr: actor.clone(),
             identity: identity.clone(),

@@ -307,8 +307,9 @@ impl Gateway {
 
     /// Applies the tenants of a new configuration (credentials, upstream visibility, limits,
     /// profiles: open sessions serve their endpoint as it is now, and end if their profile is
-    /// gone) and its operators (`[[admin.key]]`, `admin.refresh_ms`) without touching tasks. An invalid configuration is refused whole, its problems returned, and the current
-    /// one kept. Other sections take effect on restart.
+    /// gone) and its operators (`[[admin.key]]`, `admin.refresh_ms`) without touching tasks.
+    /// An invalid configuration is refused whole, its problems returned, and the current one
+    /// kept. Other sections take effect on restart.
     pub fn reload(&self, config: &Config) -> Result<(), Vec<taskgate_config::Problem>> {
         let mut checked = config.clone();
         // Upstreams are not reloaded: tenants may only name the ones running.

@@ -9,10 +9,10 @@
 //! - its own sessions at HTTP upstreams are recorded, and every copy continues them (a copy
 //!   letting one go leaves it at the upstream; the session ended ends it there);
 //! - what the client changed (its log level, its subscriptions, the tools it activated in
-//!   search mode) is in the record; the copies read it again (`SessionChanged`). Subscriptions are held at the upstreams by the copy
-//!   holding the GET stream, where their updates go (any copy takes a `resources/subscribe`;
-//!   a copy without the stream passes its updates on, and the holder drops those of the URIs
-//!   its own subscriptions deliver).
+//!   search mode) is in the record; the copies read it again (`SessionChanged`).
+//!   Subscriptions are held at the upstreams by the copy holding the GET stream, where their
+//!   updates go (any copy takes a `resources/subscribe`; a copy without the stream passes its
+//!   updates on, and the holder drops those of the URIs its own subscriptions deliver).
 
 use actix::prelude::*;
 use serde_json::{json, Value};
@@ -51,9 +51,10 @@ impl Message for FromElsewhere {
 
 impl SessionActor {
     /// Whether other replicas serve this session too: a shared store, and a session of
-    /// `initialize` (a pooled session serving stateless requests is this replica's own).
+    /// `initialize` (a pooled session serving stateless requests, and a 2026-07-28 client's
+    /// listen session, are this replica's own).
     pub(super) fn replicated(&self) -> bool {
-        !self.stateless && self.shared.tasks.store().shared()
+        !self.stateless && !self.listens && self.shared.tasks.store().shared()
     }
 
     /// A session loaded from its record (another replica created it): the level its client set

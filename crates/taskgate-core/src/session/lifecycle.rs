@@ -10,7 +10,7 @@ use std::sync::Arc;
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::{Message as RpcMessage, RequestId};
 
-use super::SessionActor;
+use super::{Drained, SessionActor};
 
 /// The client opened its GET stream. The answer is held with the stream's receiver: the
 /// session learns when the stream's response ends.
@@ -269,8 +269,9 @@ impl Handler<ToolsChanged> for SessionActor {
 /// The configuration was reloaded: the session serves its endpoint as it is now (a profile's
 /// tools, renames and search mode), and its client is told its tool list changed when the
 /// profile did (basic/server/tools "List Changed Notification"). A session whose profile was
-/// removed ends: its client's next request is told it does not exist, and it initializes again
-/// (basic/transports "Session Management").
+/// removed leaves the table at once, so its client's next request is told it does not exist and
+/// it initializes again (basic/transports "Session Management"); its requests in flight are
+/// answered, then it ends.
 pub(crate) struct EndpointReloaded;
 
 impl Message for EndpointReloaded {
@@ -284,10 +285,14 @@ impl Handler<EndpointReloaded> for SessionActor {
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let was = &self.shown.endpoint;
         let Some(now) = policy.endpoint(was.profile_name()) else {
-            tracing::info!(session = %self.id, profile = was.profile_name().unwrap_or_default(), "the session's profile was removed; the session ends");
+            let profile = was.profile_name().unwrap_or_default();
+            tracing::info!(session = %self.id, profile, "the session's profile was removed; the session ends");
             self.shared.sessions.forget(&self.id);
-            self.end_upstream_sessions();
-            return ctx.stop();
+            self.profile_gone = true;
+            if self.requests.is_empty() {
+                self.end_without_profile(ctx);
+            }
+            return;
         };
         let config = |e: &crate::tenants::profiles::Endpoint| e.profile.as_ref().map(|p| p.config.clone());
         let changed = now.search != was.search || config(&now) != config(was);
@@ -297,5 +302,27 @@ impl Handler<EndpointReloaded> for SessionActor {
                 let _ = stream.send(&RpcMessage::notification(methods::TOOLS_LIST_CHANGED, None));
             }
         }
+    }
+}
+
+impl Handler<Drained> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Drained, ctx: &mut Context<Self>) {
+        if self.profile_gone && self.requests.is_empty() {
+            self.end_without_profile(ctx);
+        }
+    }
+}
+
+impl SessionActor {
+    /// Ends a session whose profile was removed. Its own upstream sessions end at their
+    /// upstreams, unless other replicas serve it too: each ends its copy when its own
+    /// configuration loses the profile, and a copy loaded later is refused for the same reason.
+    fn end_without_profile(&mut self, ctx: &mut Context<Self>) {
+        if !self.replicated() {
+            self.end_upstream_sessions();
+        }
+        ctx.stop();
     }
 }

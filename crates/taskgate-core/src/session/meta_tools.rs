@@ -85,48 +85,55 @@ impl SessionActor {
             "structuredContent": {"activated": activated, "unknown": unknown},
             "isError": activated.is_empty(),
         });
-        if new.is_empty() {
-            return self.finish(id, Ok(result));
-        }
+        // Kept for other replicas before the client hears of a change, so that whichever
+        // replica its next `tools/list` reaches lists them; kept again on every activation (a
+        // write that failed is made again, and a 2026-07-28 client's keep their time).
+        let changed = !new.is_empty();
+        let kept: Vec<String> =
+            found.into_iter().map(|(_, name)| name).filter(|name| self.shown.is_activated(name)).collect();
         let (tasks, session) = (self.shared.tasks.clone(), self.id.clone());
         let keep_ms = Self::keep_ms(&self.shared.config);
-        // A 2026-07-28 client's, with replicas: kept for its identity at this endpoint, and
-        // its listen streams at every replica told.
-        if let Some(key) = self.identity_activations() {
+        let write: Option<futures_util::future::BoxFuture<'static, ()>> = if kept.is_empty() {
+            None
+        } else if let Some(key) = self.identity_activations() {
+            // A 2026-07-28 client's: kept for its identity at this endpoint, and its listen
+            // streams at every replica told.
             let owner = crate::tasks::owner(&self.identity);
             let profile = self.shown.endpoint.profile_name().map(str::to_owned);
-            let written = async move {
-                if let Err(e) = tasks.store().activate(&key, &new, keep_ms).await {
+            Some(Box::pin(async move {
+                if let Err(e) = tasks.store().activate(&key, &kept, keep_ms).await {
                     tracing::warn!(error = %e, "tools activated were not recorded; other replicas do not list them");
                 }
-                tasks.publish(StoreEvent::IdentityActivated { owner, profile });
-            };
-            ctx.spawn(written.into_actor(self).map(move |(), act, _| {
-                act.tools_changed_here();
-                act.finish(id, Ok(result));
-            }));
-            return;
-        }
-        if !self.replicated() {
-            self.tools_changed_here();
-            return self.finish(id, Ok(result));
-        }
-        // Recorded before the client hears of it, so that whichever replica its next
-        // `tools/list` reaches lists them.
-        let written = async move {
-            let written = tasks.store().change_session(&session, SessionChange::Activate(new), keep_ms).await;
-            match written {
-                Ok(true) => {
-                    tasks.publish(StoreEvent::SessionChanged { session });
+                if changed {
+                    tasks.publish(StoreEvent::IdentityActivated { owner, profile });
                 }
-                Ok(false) => tracing::debug!(session = %session, "tools activated in a session no longer recorded"),
-                Err(e) => {
-                    tracing::warn!(session = %session, error = %e, "tools activated were not recorded; other replicas do not list them")
+            }))
+        } else if self.replicated() {
+            Some(Box::pin(async move {
+                match tasks.store().change_session(&session, SessionChange::Activate(kept), keep_ms).await {
+                    Ok(true) if changed => {
+                        tasks.publish(StoreEvent::SessionChanged { session });
+                    }
+                    Ok(true) => {}
+                    Ok(false) => tracing::debug!(session = %session, "tools activated in a session no longer recorded"),
+                    Err(e) => {
+                        tracing::warn!(session = %session, error = %e, "tools activated were not recorded; other replicas do not list them")
+                    }
                 }
-            }
+            }))
+        } else {
+            None
         };
-        ctx.spawn(written.into_actor(self).map(move |(), act, _| {
-            act.tools_changed_here();
+        let Some(write) = write else {
+            if changed {
+                self.tools_changed_here();
+            }
+            return self.finish(id, Ok(result));
+        };
+        ctx.spawn(write.into_actor(self).map(move |(), act, _| {
+            if changed {
+                act.tools_changed_here();
+            }
             act.finish(id, Ok(result));
         }));
     }
@@ -156,7 +163,8 @@ impl SessionActor {
             }));
         }
         let key = self.identity_activations()?;
-        Some(Box::pin(async move { tasks.store().activated(&key).await }))
+        let keep_ms = Self::keep_ms(&self.shared.config);
+        Some(Box::pin(async move { tasks.store().activated(&key, keep_ms).await }))
     }
 
     /// basic/server/tools "List Changed Notification", for the tools this session activated.

@@ -178,8 +178,8 @@ impl TaskStore for ObservedStore {
         self.observe("activate", || self.inner.activate(key, names, keep_ms))
     }
 
-    fn activated<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<String>> {
-        self.observe("activated", || self.inner.activated(key))
+    fn activated<'a>(&'a self, key: &'a str, keep_ms: u64) -> StoreFuture<'a, Vec<String>> {
+        self.observe("activated", || self.inner.activated(key, keep_ms))
     }
 
     fn scan_tasks<'a>(

@@ -49,6 +49,7 @@ pub(crate) fn weight(event: &StoreEvent) -> Weight {
         StoreEvent::SessionEnded { .. }
         | StoreEvent::SessionChanged { .. }
         | StoreEvent::SessionStream { .. }
+        | StoreEvent::IdentityActivated { .. }
         | StoreEvent::RetryReply { .. }
         | StoreEvent::RetryClosed { .. } => Weight { bytes: 0, session: true },
         _ => Weight { bytes: 0, session: false },

@@ -6,14 +6,13 @@ use serde_json::Value;
 use super::refusal::AuthError;
 
 /// Checks `claims`' times at `now_secs` (with `leeway_secs`) and that `aud` (a string or one of
-/// an array) is `audience`; `exp` when it has one. Without `exp`, refused when `exp_required`.
+/// an array) is one `ours` takes; `exp` when it has one. Without `exp`, refused when `exp_required`.
 /// `elsewhere` is what a token for another audience is told.
 pub(super) fn times_and_audience(
     claims: &Value,
     now_secs: u64,
     leeway_secs: u64,
-    audience: &str,
-    also: &[String],
+    ours: impl Fn(&str) -> bool,
     exp_required: bool,
     elsewhere: &'static str,
 ) -> Result<Option<u64>, AuthError> {
@@ -31,7 +30,6 @@ pub(super) fn times_and_audience(
             return Err(AuthError::Token("it is not valid yet (nbf)"));
         }
     }
-    let ours = |aud: &str| aud == audience || also.iter().any(|a| a == aud);
     let audience_ok = match claims.get("aud") {
         Some(Value::String(aud)) => ours(aud),
         Some(Value::Array(auds)) => auds.iter().filter_map(Value::as_str).any(ours),

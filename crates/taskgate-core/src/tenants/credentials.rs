@@ -27,9 +27,10 @@ struct OAuthVerifier {
     tenant: String,
     issuer: std::sync::Arc<super::oauth::Issuer>,
     audience: String,
-    /// The tenant's profiles' endpoints (`<public_url>/<profile>`), each a resource of its own
-    /// (RFC 9728): a token for any of them is for this gateway (unless `audience` is set).
-    profile_audiences: Vec<String>,
+    /// The tenant's profiles' endpoints (`<public_url>/<profile>`, and the profile), each a
+    /// resource of its own (RFC 9728): a token for one is taken at that endpoint (unless
+    /// `audience` is set).
+    profile_audiences: Vec<(String, std::sync::Arc<str>)>,
     required_scopes: Vec<String>,
     principal_claim: String,
     tenant_claim: Option<String>,
@@ -83,6 +84,7 @@ impl Credentials {
                     scopes: scoped.then(|| std::sync::Arc::from([])),
                     expires_secs: None,
                     subject: None,
+                    for_profile: None,
                 });
             }
             for key in &tenant.api_keys {
@@ -123,7 +125,10 @@ impl Credentials {
                 };
                 let profile_audiences = match (&server.audience, &config.server.public_url) {
                     (None, Some(url)) => {
-                        tenant.profiles.iter().map(|p| super::profiles::resource_of(url, &p.name)).collect()
+                        let of = |p: &taskgate_config::ProfileConfig| {
+                            (super::profiles::resource_of(url, &p.name), p.name.as_str().into())
+                        };
+                        tenant.profiles.iter().map(of).collect()
                     }
                     _ => Vec::new(),
                 };
@@ -421,15 +426,19 @@ impl OAuthVerifier {
             }
         }
         let elsewhere = "it was issued for another resource (aud)";
-        let exp = super::claims::times_and_audience(
-            claims,
-            now_secs,
-            self.leeway_secs,
-            &self.audience,
-            &self.profile_audiences,
-            exp_required,
-            elsewhere,
-        )?;
+        let profile_of = |aud: &str| self.profile_audiences.iter().find(|(url, _)| url == aud).map(|(_, p)| p);
+        let ours = |aud: &str| aud == self.audience || profile_of(aud).is_some();
+        let exp = super::claims::times_and_audience(claims, now_secs, self.leeway_secs, ours, exp_required, elsewhere)?;
+        // Issued for a profile's endpoint, not the gateway's: taken at that endpoint only.
+        let auds = match claims.get("aud") {
+            Some(Value::String(aud)) => vec![aud.as_str()],
+            Some(Value::Array(auds)) => auds.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let for_profile = match auds.contains(&self.audience.as_str()) {
+            true => None,
+            false => auds.iter().find_map(|aud| profile_of(aud)).cloned(),
+        };
         let granted: Vec<&str> = match (claims.get("scope"), claims.get("scp")) {
             (Some(Value::String(scope)), _) => scope.split(' ').filter(|s| !s.is_empty()).collect(),
             (_, Some(Value::Array(scopes))) => scopes.iter().filter_map(Value::as_str).collect(),
@@ -465,6 +474,7 @@ impl OAuthVerifier {
             scopes: Some(granted.into_iter().map(Box::from).collect()),
             expires_secs: exp,
             subject: None,
+            for_profile,
         })
     }
 }
@@ -657,7 +667,7 @@ mod tests {
             tenant: "acme".into(),
             issuer,
             audience: "https://gw".into(),
-            profile_audiences: vec!["https://gw/finder".into()],
+            profile_audiences: vec![("https://gw/finder".into(), "finder".into())],
             required_scopes: Vec::new(),
             principal_claim: "sub".into(),
             tenant_claim: None,
@@ -680,9 +690,14 @@ mod tests {
         assert_eq!(principal(json!({"sub": "123"})).unwrap(), "oauth:https://as|123");
         // A profile's endpoint is a resource of the gateway's: a token for it is taken; one for
         // another resource is not.
-        let at = |aud: Value| verifier.check(&json!({"sub": "alice", "aud": aud, "exp": 10}), 5, true).is_ok();
-        assert!(at(json!("https://gw/finder")) && at(json!(["https://other", "https://gw/finder"])));
-        assert!(!at(json!("https://gw/other")) && !at(json!("https://gw/finder/x")));
+        let at = |aud: Value| {
+            let verified = verifier.check(&json!({"sub": "alice", "aud": aud, "exp": 10}), 5, true);
+            verified.map(|v| v.for_profile.as_deref().map(str::to_owned))
+        };
+        assert_eq!(at(json!("https://gw/finder")), Ok(Some("finder".into())));
+        assert_eq!(at(json!(["https://other", "https://gw/finder"])), Ok(Some("finder".into())));
+        assert_eq!(at(json!(["https://gw/finder", "https://gw"])), Ok(None), "the gateway's own: taken anywhere");
+        assert!(at(json!("https://gw/other")).is_err() && at(json!("https://gw/finder/x")).is_err());
     }
 
     #[test]

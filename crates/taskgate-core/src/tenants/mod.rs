@@ -292,14 +292,14 @@ impl Tenancy {
         }
     }
 
-    /// The scopes and issuers of the configured authorization servers (for the protected
-    /// resource metadata and the challenges).
     /// Whether any tenant has a profile named `name` (its endpoint is a protected resource of
     /// its own, RFC 9728).
     pub fn has_profile(&self, name: &str) -> bool {
         self.table.read().tenants.values().any(|t| t.profiles.contains_key(name))
     }
 
+    /// The scopes and issuers of the configured authorization servers (for the protected
+    /// resource metadata and the challenges).
     pub fn oauth(&self) -> (Vec<String>, Vec<String>) {
         let table = self.table.read();
         (table.credentials.oauth_issuers(), table.credentials.oauth_scopes())

@@ -23,12 +23,15 @@ pub struct Verified {
     /// The access token itself, while an upstream exchanges callers' tokens (RFC 8693): what
     /// the exchanges made for this request (and a task it creates) start from.
     pub subject: Option<taskgate_upstream::Subject>,
+    /// The profile an OAuth access token was issued for, when its `aud` names that profile's
+    /// endpoint (`<public_url>/<profile>`) and not the gateway's: it is taken there only.
+    pub for_profile: Option<std::sync::Arc<str>>,
 }
 
 impl Verified {
     /// An identity from credentials that grant no scopes.
     pub fn unscoped(identity: Identity) -> Verified {
-        Verified { identity, scopes: None, expires_secs: None, subject: None }
+        Verified { identity, scopes: None, expires_secs: None, subject: None, for_profile: None }
     }
 
     /// The first of `needed` the credentials do not grant (credentials without scopes are not
@@ -119,7 +122,8 @@ mod tests {
 
     fn verified(n: u32, exp: u64) -> Verified {
         let identity = Identity { tenant: "t".into(), principal: format!("oauth:i|p{n}").into() };
-        Verified { identity, scopes: Some(Arc::from(vec![Box::from("mcp")])), expires_secs: Some(exp), subject: None }
+        let scopes = Some(Arc::from(vec![Box::from("mcp")]));
+        Verified { identity, scopes, expires_secs: Some(exp), subject: None, for_profile: None }
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! - `P session:{id}`: a client session's record (`session_hashes.rs`), expiring when no replica
 //!   has served it for its idle timeout;
 //! - `P activated:{key}`: the tools a 2026-07-28 client activated at one endpoint (a set,
-//!   expiring as session records do);
+//!   expiring when the client has neither listed nor activated tools there for its idle time);
 //! - `P events`: the pub/sub channel of [`StoreEvent`]s between replicas.
 //!
 //! A status change is decided in Rust by the one transition rule ([`crate::apply_update`]) on
@@ -260,8 +260,8 @@ impl TaskStore for RedisTaskStore {
         Box::pin(self.activate_inner(key, names, keep_ms))
     }
 
-    fn activated<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(self.activated_inner(key))
+    fn activated<'a>(&'a self, key: &'a str, keep_ms: u64) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(self.activated_inner(key, keep_ms))
     }
 
     fn publish(&self, envelope: EventEnvelope) -> StoreFuture<'_, ()> {

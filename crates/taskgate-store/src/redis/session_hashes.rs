@@ -6,7 +6,8 @@
 //! hash expires when no replica has served the session for its idle timeout.
 //!
 //! `P activated:{key}`: the tools a 2026-07-28 client activated in search mode at one endpoint
-//! (it has no session to record them in), a set expiring as session records do.
+//! (it has no session to record them in), a set whose expiry each activation and each listing
+//! pushes back, as requests push a session record's.
 
 use redis::AsyncCommands;
 
@@ -123,9 +124,15 @@ impl RedisTaskStore {
         self.run(invocation.invoke_async::<i64>(&mut c)).await.map(drop)
     }
 
-    pub(super) async fn activated_inner(&self, key: &str) -> Result<Vec<String>, StoreError> {
+    pub(super) async fn activated_inner(&self, key: &str, keep_ms: u64) -> Result<Vec<String>, StoreError> {
+        let key = self.activated_key(key);
+        let mut pipe = redis::pipe();
+        pipe.atomic().smembers(&key);
+        if keep_ms > 0 {
+            pipe.pexpire(&key, keep_ms as i64).ignore();
+        }
         let mut c = self.connection.clone();
-        let mut names: Vec<String> = self.run(c.smembers(self.activated_key(key))).await?;
+        let (mut names,): (Vec<String>,) = self.run(pipe.query_async(&mut c)).await?;
         names.sort();
         Ok(names)
     }
@@ -165,6 +172,8 @@ pub(super) fn session_of(fields: Vec<(String, String)>) -> Result<Option<Session
             }
         }
     }
+    // (Sorted here: a script's `table.sort` may follow Redis's collation, not bytes.)
+    activated.sort();
     Ok(record.map(|mut r| {
         subscriptions.sort();
         r.log_level = level;
