@@ -13,6 +13,9 @@
 //! - the bytes of `tools/list` a host receives: the whole catalog, against search mode's;
 //! - the search's p50/p99 (index lookup and the result's tool objects) at 1,000 and 10,000 tools:
 //!   the real catalog copied under other upstream names until it is that large.
+//!
+//! With `TASKGATE_BENCH_RANKS=<file>` it writes each need's ranking, for
+//! `catalog/embeddings.py` (embedding models measured beside the index, and fused with it).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -128,6 +131,19 @@ fn recall(catalog: &Catalog, index: &ToolIndex, needs: &[Need]) -> (f64, f64, Ve
     (first as f64 / n, five as f64 / n, misses)
 }
 
+/// Each need's 60 best tools (`server/tool`) with their scores, in the needs' order: what
+/// `catalog/embeddings.py` fuses with embedding models' rankings.
+fn write_ranks(index: &ToolIndex, needs: &[Need], path: &Path) -> Result<()> {
+    let ranks: Vec<Value> = needs
+        .iter()
+        .map(|need| {
+            let found = index.search(&need.text, 60, |_| true);
+            Value::Object(found.into_iter().map(|(name, score)| (name.replacen("__", "/", 1), json!(score))).collect())
+        })
+        .collect();
+    std::fs::write(path, serde_json::to_vec(&ranks)?).with_context(|| format!("writing {}", path.display()))
+}
+
 /// p50 and p99 of a search (index lookup and the five results' tool objects), over the needs
 /// `rounds` times.
 fn latency(catalog: &Catalog, index: &ToolIndex, needs: &[Need], rounds: usize) -> (Duration, Duration) {
@@ -161,6 +177,9 @@ pub fn catalog_search(plan: &Plan) -> Result<()> {
     }
     let index = index_of(&real);
     let (at1, at5, misses) = recall(&real, &index, &needs);
+    if let Some(path) = std::env::var_os("TASKGATE_BENCH_RANKS") {
+        write_ranks(&index, &needs, Path::new(&path))?;
+    }
     let half = |parity: usize| -> Vec<Need> {
         needs
             .iter()
