@@ -422,6 +422,55 @@ async fn a_2026_clients_activation_through_one_replica_is_heard_on_its_listen_st
     assert_eq!(listed(at(1, OTHER_KEY)).await, ["find_tools", "use_tools", "demo__echo"]);
 }
 
+/// Reloads every replica's configuration (SIGHUP) and waits until each has applied it.
+async fn reload_all(cl: &mut Cluster) {
+    for replica in &mut cl.replicas {
+        let pid = replica.pid().to_string();
+        assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+        replica.log_line("configuration reloaded").await;
+    }
+}
+
+#[actix_rt::test]
+async fn a_profile_removed_at_a_reload_ends_its_sessions_at_every_replica_and_their_records() {
+    let profile = "[[tenant.profile]]\nname = \"math\"\ntools = [\"demo__add\"]\n";
+    let mut cl = cluster_of("config_poll_ms = 0", "", profile).await;
+    let urls: Vec<String> = cl.replicas.iter().map(|r| format!("{}/math", r.url)).collect();
+    let math = |n: usize| urls[n].clone();
+    let mut at_a = McpClient::with_bearer(&math(0), KEY);
+    at_a.initialize().await;
+    let mut at_b = at_a.clone();
+    at_b.url = math(1);
+    assert_eq!(at_b.call("demo__add", json!({"a": 1, "b": 1})).await.unwrap()["content"][0]["text"], "2");
+    let key = format!("any:session:{}", at_a.session.clone().unwrap());
+    let redis = redis::Client::open(cl.redis.url.as_str()).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    assert!(redis::AsyncCommands::exists::<_, bool>(&mut conn, &key).await.unwrap());
+    // The profile is removed: the record goes, and no replica serves the session.
+    let file = cl.replicas[0].config.clone();
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace(profile, "")).unwrap();
+    reload_all(&mut cl).await;
+    within(async {
+        while redis::AsyncCommands::exists::<_, bool>(&mut conn, &key).await.unwrap() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // Back again, the profile serves new sessions only: the old one is over at every replica
+    // (basic/transports "Session Management": 404).
+    std::fs::write(&file, &text).unwrap();
+    reload_all(&mut cl).await;
+    for n in 0..3 {
+        let mut old = at_a.clone();
+        old.url = math(n);
+        assert_eq!(old.request("tools/list", None).await.status, 404, "replica {n}");
+    }
+    let mut again = McpClient::with_bearer(&math(2), KEY);
+    again.initialize().await;
+    assert_eq!(again.call("demo__add", json!({"a": 2, "b": 2})).await.unwrap()["content"][0]["text"], "4");
+}
+
 #[actix_rt::test]
 async fn what_an_upstream_says_at_one_replica_reaches_the_get_stream_at_another_and_one_stream_is_open_at_a_time() {
     let cl = cluster().await;

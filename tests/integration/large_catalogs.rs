@@ -251,10 +251,13 @@ async fn a_reload_serves_open_sessions_their_profile_as_it_is_now_and_ends_those
     assert_eq!(names(&talk.request("tools/list", None).await.outcome().unwrap()), ["plus", "demo__echo"]);
     assert_eq!(talk.call("plus", json!({"a": 1, "b": 4})).await.unwrap()["content"][0]["text"], "5");
     assert_eq!(talk.call("demo__ask", json!({"question": "?"})).await.unwrap_err().code, -32602);
-    // The endpoint of math is no more; the call in flight there is answered all the same.
+    // The endpoint of math is no more, and its session is over: the call in flight there is
+    // answered with why, and cancelled upstream.
+    let ended = held.await.unwrap().unwrap_err();
+    assert!(ended.message.contains("/mcp/math was removed"), "{ended:?}");
+    within(demo.demo.wait_in_flight(|n| *n == 0)).await;
     assert_eq!(McpClient::new(&at("math")).try_initialize().await.status, 404);
-    demo.demo.release("reload");
-    assert_eq!(held.await.unwrap().unwrap()["content"][0]["text"], "gate reload opened");
+    assert_eq!(gw.gateway.session_count(), 1, "talk's session only");
     // basic/transports "Session Management": with math back, its old session is over (404)
     // and a new one is served.
     config.tenants[0].profiles.push(math_profile);

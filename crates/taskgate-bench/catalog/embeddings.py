@@ -18,9 +18,9 @@ the gateway or of CI.
 - all-MiniLM-L6-v2 distilled to static token vectors, model2vec's way: each vocabulary token
   through the transformer alone, PCA to 256 dimensions, weighted by a Zipf estimate of its
   frequency (SIF, 1e-4). Takes a few minutes.
-- Fused: 0.2 x BM25's score over the need's best + 0.8 x the cosine (a tool outside a
-  ranking's 60 best gets its 60th score); 0.2 was chosen on the even needs, the odd ones
-  score alike (printed).
+- Fused: 0.2 x BM25's score over the need's best + 0.8 x the cosine (a tool outside the
+  model's 60 best gets its 60th cosine, one outside BM25's 60 best no BM25 score); 0.2 was
+  chosen on the even needs, the odd ones score alike (printed).
 """
 
 import json

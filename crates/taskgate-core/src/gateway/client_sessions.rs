@@ -6,7 +6,7 @@ use crate::identity::Identity;
 use crate::outbound::Limits;
 use crate::router::ToolCatalog;
 use crate::session::registry::{Full, SessionEntry};
-use crate::session::{Close, CloseIfIdle, SessionActor};
+use crate::session::{Close, CloseIfIdle, EndpointReloaded, SessionActor};
 use crate::tenants::profiles::Endpoint;
 use crate::GatewayError;
 use actix::prelude::*;
@@ -234,6 +234,9 @@ impl Gateway {
                 }
             });
         }
+        // Its endpoint was read before it was in the table: a reload meanwhile told every
+        // session but this one. It reads its endpoint again (as it is now, or gone).
+        actor.do_send(EndpointReloaded);
         Ok(())
     }
 

@@ -173,7 +173,10 @@ impl Gateway {
     /// Ends a session (DELETE): here, in the store and at every replica serving it.
     pub async fn end_session(&self, id: &str, identity: &Identity) -> Result<(), GatewayError> {
         let store = self.shared.tasks.store();
-        if !store.shared() {
+        // In one process, or a session this replica alone serves (a 2026-07-28 client's listen
+        // session has no record): ended here.
+        let local = !store.shared() || self.sessions.entry(id).is_some_and(|e| e.record.is_none());
+        if local {
             let handle = self.session(id, identity)?;
             self.sessions.remove(id);
             let _ = handle.entry.addr.send(Close).await;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use taskgate_protocol::mcp::methods;
 use taskgate_protocol::{Message as RpcMessage, RequestId};
 
-use super::{Drained, SessionActor};
+use super::SessionActor;
+use taskgate_store::StoreEvent;
 
 /// The client opened its GET stream. The answer is held with the stream's receiver: the
 /// session learns when the stream's response ends.
@@ -266,12 +267,13 @@ impl Handler<ToolsChanged> for SessionActor {
     }
 }
 
-/// The configuration was reloaded: the session serves its endpoint as it is now (a profile's
-/// tools, renames and search mode), and its client is told its tool list changed when the
-/// profile did (basic/server/tools "List Changed Notification"). A session whose profile was
-/// removed leaves the table at once, so its client's next request is told it does not exist and
-/// it initializes again (basic/transports "Session Management"); its requests in flight are
-/// answered, then it ends.
+/// The configuration was reloaded (or the session was placed while a reload ran): the session
+/// serves its endpoint as it is now (a profile's tools, renames and search mode), and its client
+/// is told its tool list changed when the profile did (basic/server/tools "List Changed
+/// Notification"). A session whose profile was removed ends as a `DELETE` ends it, everywhere:
+/// each request in flight is answered with an error saying why and cancelled upstream, its own
+/// upstream sessions end, and its client's next request is told it does not exist, so it
+/// initializes again (basic/transports "Session Management").
 pub(crate) struct EndpointReloaded;
 
 impl Message for EndpointReloaded {
@@ -285,14 +287,9 @@ impl Handler<EndpointReloaded> for SessionActor {
         let policy = self.shared.tenancy.policy(&self.identity.tenant);
         let was = &self.shown.endpoint;
         let Some(now) = policy.endpoint(was.profile_name()) else {
-            let profile = was.profile_name().unwrap_or_default();
-            tracing::info!(session = %self.id, profile, "the session's profile was removed; the session ends");
-            self.shared.sessions.forget(&self.id);
-            self.profile_gone = true;
-            if self.requests.is_empty() {
-                self.end_without_profile(ctx);
-            }
-            return;
+            let profile = was.profile_name().unwrap_or_default().to_owned();
+            tracing::info!(session = %self.id, %profile, "the session's profile was removed; the session ends");
+            return self.end_without_profile(&profile, ctx);
         };
         let config = |e: &crate::tenants::profiles::Endpoint| e.profile.as_ref().map(|p| p.config.clone());
         let changed = now.search != was.search || config(&now) != config(was);
@@ -305,24 +302,34 @@ impl Handler<EndpointReloaded> for SessionActor {
     }
 }
 
-impl Handler<Drained> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, _: Drained, ctx: &mut Context<Self>) {
-        if self.profile_gone && self.requests.is_empty() {
-            self.end_without_profile(ctx);
-        }
-    }
-}
-
 impl SessionActor {
-    /// Ends a session whose profile was removed. Its own upstream sessions end at their
-    /// upstreams, unless other replicas serve it too: each ends its copy when its own
-    /// configuration loses the profile, and a copy loaded later is refused for the same reason.
-    fn end_without_profile(&mut self, ctx: &mut Context<Self>) {
-        if !self.replicated() {
-            self.end_upstream_sessions();
+    fn end_without_profile(&mut self, profile: &str, ctx: &mut Context<Self>) {
+        let why = format!(
+            "the endpoint /mcp/{profile} was removed from the gateway's configuration and this session has ended; \
+             initialize again at an endpoint that serves you"
+        );
+        let mut cancels = Vec::new();
+        for id in self.requests.ids() {
+            let Some(request) = self.requests.get(&id) else { continue };
+            let error = GatewayError::InvalidRequest(why.clone()).error_object();
+            let _ = request.reply.send_final(&RpcMessage::error(Some(id.clone()), error));
+            cancels.extend(self.end_request(&id, json!({ "reason": why }), ctx));
         }
+        self.shared.sessions.forget(&self.id);
+        if self.replicated() {
+            // No replica serves it any more (as after a DELETE).
+            let (tasks, id) = (self.shared.tasks.clone(), self.id.clone());
+            actix::spawn(async move {
+                if let Err(e) = tasks.store().delete_session(&id).await {
+                    tracing::warn!(session = %id, error = %e, "the record of a session whose profile was removed was not deleted");
+                }
+                tasks.publish(StoreEvent::SessionEnded { session: id });
+            });
+        }
+        self.end_upstream_sessions();
         ctx.stop();
+        actix::spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_AT_SHUTDOWN, futures_util::future::join_all(cancels)).await;
+        });
     }
 }

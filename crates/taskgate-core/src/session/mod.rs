@@ -38,7 +38,7 @@ mod upstreams;
 pub(crate) use across_replicas::end_at_upstreams;
 pub(crate) use events::ClientNotification;
 pub(crate) use lifecycle::{
-    Close, CloseIfIdle, EndGetStream, OpenStream, ShutDown, StreamOverflowed, CANCEL_AT_SHUTDOWN,
+    Close, CloseIfIdle, EndGetStream, EndpointReloaded, OpenStream, ShutDown, StreamOverflowed, CANCEL_AT_SHUTDOWN,
 };
 
 use std::sync::Arc;
@@ -106,9 +106,6 @@ pub struct SessionActor {
     ties: replica_ties::ReplicaTies,
     /// The endpoint it was opened at and the tools its client activated there.
     pub(crate) shown: shown::Shown,
-    /// A reload removed its profile: it takes no request, and ends once those in flight are
-    /// answered.
-    profile_gone: bool,
 }
 
 impl SessionActor {
@@ -163,7 +160,6 @@ impl SessionActor {
             stash: Default::default(),
             myself: None,
             me: None,
-            profile_gone: false,
             input_holder: None,
             ties: Default::default(),
             shown: Default::default(),
@@ -259,11 +255,6 @@ impl SessionActor {
                 self.asked.forget_replicas(task);
             }
         }
-        if self.profile_gone && self.requests.is_empty() {
-            if let Some(me) = self.me.as_ref().and_then(actix::WeakAddr::upgrade) {
-                me.do_send(Drained);
-            }
-        }
         Some(request)
     }
 
@@ -346,14 +337,6 @@ impl Actor for SessionActor {
         self.release_upstreams();
         tracing::info!(session = %self.id, "session ended");
     }
-}
-
-/// The last request of a session whose profile was removed has been answered (it ends:
-/// `lifecycle.rs`).
-pub(crate) struct Drained;
-
-impl Message for Drained {
-    type Result = ();
 }
 
 /// A JSON-RPC request from the client. Messages about it, then its response, go to `reply`.

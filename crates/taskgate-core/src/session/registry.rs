@@ -216,7 +216,7 @@ impl Sessions {
     /// full mailbox: it is small, and once per reload).
     pub(crate) fn endpoints_reloaded(&self) {
         for session in self.all() {
-            session.do_send(super::lifecycle::EndpointReloaded);
+            session.do_send(super::EndpointReloaded);
         }
     }
 }

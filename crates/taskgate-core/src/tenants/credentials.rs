@@ -123,8 +123,13 @@ impl Credentials {
                 let Some(audience) = server.audience.clone().or_else(|| config.server.public_url.clone()) else {
                     continue; // refused by validation
                 };
-                let profile_audiences = match (&server.audience, &config.server.public_url) {
-                    (None, Some(url)) => {
+                // Profiles' endpoints are resources under the gateway's own: when tokens carry the
+                // gateway's URL (by default, or `audience` naming it), a profile's URL counts too.
+                let own = |url: &String| {
+                    server.audience.as_ref().is_none_or(|a| a.trim_end_matches('/') == url.trim_end_matches('/'))
+                };
+                let profile_audiences = match &config.server.public_url {
+                    Some(url) if own(url) => {
                         let of = |p: &taskgate_config::ProfileConfig| {
                             (super::profiles::resource_of(url, &p.name), p.name.as_str().into())
                         };
