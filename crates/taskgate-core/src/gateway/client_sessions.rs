@@ -125,6 +125,13 @@ impl Gateway {
         self.place_session(session, catalog, kind, None).await?;
         if let Some(record) = record {
             self.record_new_session(&id, record).await?;
+            // A reload that removed its profile meanwhile ended it, perhaps before the record
+            // was written: no replica may load it.
+            if !self.sessions.contains(&id) {
+                let _ = self.shared.tasks.store().delete_session(&id).await;
+                let profile = shown.profile_name().unwrap_or_default();
+                return Err(GatewayError::UnknownProfile(crate::logs::Untrusted(profile).to_string()));
+            }
         }
         let tenant = identity.tenant.clone();
         let mut capabilities = json!({

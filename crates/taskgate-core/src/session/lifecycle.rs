@@ -311,6 +311,14 @@ impl SessionActor {
         let mut cancels = Vec::new();
         for id in self.requests.ids() {
             let Some(request) = self.requests.get(&id) else { continue };
+            // A task the client was shown goes on: it is its principal's, at any endpoint.
+            let task = request.task.as_ref().filter(|t| !self.asking.holds_task(t));
+            let why = match task {
+                Some(task) => {
+                    format!("{why}; task {task} goes on: ask tasks/get or tasks/result for it at another endpoint")
+                }
+                None => why.clone(),
+            };
             let error = GatewayError::InvalidRequest(why.clone()).error_object();
             let _ = request.reply.send_final(&RpcMessage::error(Some(id.clone()), error));
             cancels.extend(self.end_request(&id, json!({ "reason": why }), ctx));

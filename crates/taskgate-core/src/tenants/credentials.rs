@@ -126,7 +126,8 @@ impl Credentials {
                 // Profiles' endpoints are resources under the gateway's own: when tokens carry the
                 // gateway's URL (by default, or `audience` naming it), a profile's URL counts too.
                 let own = |url: &String| {
-                    server.audience.as_ref().is_none_or(|a| a.trim_end_matches('/') == url.trim_end_matches('/'))
+                    use taskgate_config::normal_audience as normal;
+                    server.audience.as_ref().is_none_or(|a| normal(a) == normal(url))
                 };
                 let profile_audiences = match &config.server.public_url {
                     Some(url) if own(url) => {
@@ -703,6 +704,25 @@ mod tests {
         assert_eq!(at(json!(["https://other", "https://gw/finder"])), Ok(Some("finder".into())));
         assert_eq!(at(json!(["https://gw/finder", "https://gw"])), Ok(None), "the gateway's own: taken anywhere");
         assert!(at(json!("https://gw/other")).is_err() && at(json!("https://gw/finder/x")).is_err());
+    }
+
+    #[test]
+    fn a_profiles_url_is_an_audience_where_tokens_carry_the_gateways_url() {
+        let audiences = |audience: &str| {
+            let text = format!(
+                "[server]\npublic_url = \"https://gw.example/mcp\"\n[[tenant]]\nid = \"acme\"\n\
+                 [[tenant.oauth]]\nissuer = \"https://as.example\"\n{audience}\n\
+                 [[tenant.profile]]\nname = \"finder\"\n"
+            );
+            let config = Config::parse_unvalidated(&text, "t.toml", &|_| None).unwrap();
+            let issuers = std::sync::Arc::new(super::super::oauth::Issuers::default());
+            let built = Credentials::build(&config, &|_| None, &issuers).unwrap();
+            built.oauth[0].profile_audiences.iter().map(|(url, _)| url.clone()).collect::<Vec<_>>()
+        };
+        let finder = ["https://gw.example/mcp/finder".to_owned()];
+        assert_eq!(audiences(""), finder, "the gateway's URL by default");
+        assert_eq!(audiences("audience = \"HTTPS://GW.example/mcp/\""), finder, "the same URL, written otherwise");
+        assert!(audiences("audience = \"taskgate\"").is_empty(), "another audience: every endpoint takes it");
     }
 
     #[test]
